@@ -1,0 +1,184 @@
+package deadline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Claim is one device handed to the alarm loop. Until it is acknowledged its alarm entry is leased: if
+// the process dies, the entry becomes due again when the lease runs out and the same incident is claimed
+// again (same deadline, so the same event id).
+type Claim struct {
+	Device string
+	Slot   int
+	Type   string
+	State  State // the incident as stored; State.Deadline identifies it
+	// Fresh is true when the deadline just passed (claimed from the deadlines set), false when the alarm
+	// entry came due (a repeat, a redelivery after a lease, or a recovery probe).
+	Fresh bool
+	// Replaced is an earlier incident of the same device that was still open when this one began: the
+	// device signalled (so it recovered) and fell silent again before `recovered` went out.
+	Replaced *State
+}
+
+// ClaimResult is what one wake-up found.
+type ClaimResult struct {
+	Claims []Claim
+	// More is true when a slot returned a full batch: claim again at once.
+	More bool
+	// NextDeadline and NextAlarm are the earliest scores left in the claimed slots (zero when none), so
+	// the scanner sleeps exactly until then instead of polling.
+	NextDeadline, NextAlarm time.Time
+}
+
+// claimScript moves up to batch due devices of one slot into the alarm loop's hands.
+//
+// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state
+// ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
+// ARGV[3] lease (ms)  ARGV[4] batch
+// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, then per claim: device, "F"|"A", state, replaced state or ""}
+//
+// Fresh claims leave the deadlines set, get a state and an alarm entry leased until now+lease. A device
+// whose deadline is not newer than its open incident's is a replayed old signal and is dropped. Due alarm
+// entries are leased again and returned with their state; entries without state are orphans and removed.
+var claimScript = redis.NewScript(`
+local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local out = {-1, -1, 0}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', wm * 1024 + 1023), 'LIMIT', 0, batch, 'WITHSCORES')
+local n = #due / 2
+if n == batch then out[3] = 1 end
+if n > 0 then
+  local rem, hset, zadd = {}, {}, {}
+  for i = 1, #due, 2 do
+    local m, sc = due[i], tonumber(due[i+1])
+    rem[#rem+1] = m
+    local dl = math.floor(sc / 1024)
+    local prev = redis.call('HGET', KEYS[3], m)
+    local pdl = prev and tonumber(string.match(prev, '^(%d+):'))
+    if not (pdl and pdl >= dl) then
+      local st = string.format('%.0f:%d:0:0:0:0:0:', dl, sc - dl * 1024)
+      hset[#hset+1] = m
+      hset[#hset+1] = st
+      zadd[#zadd+1] = now + lease
+      zadd[#zadd+1] = m
+      out[#out+1] = m
+      out[#out+1] = 'F'
+      out[#out+1] = st
+      out[#out+1] = prev or ''
+    end
+  end
+  redis.call('ZREM', KEYS[1], unpack(rem))
+  if #hset > 0 then
+    redis.call('HSET', KEYS[3], unpack(hset))
+    redis.call('ZADD', KEYS[2], unpack(zadd))
+  end
+end
+local left = batch - n
+if left > 0 then
+  local due2 = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
+  if #due2 == left then out[3] = 1 end
+  for _, m in ipairs(due2) do
+    local st = redis.call('HGET', KEYS[3], m)
+    if st then
+      redis.call('ZADD', KEYS[2], now + lease, m)
+      out[#out+1] = m
+      out[#out+1] = 'A'
+      out[#out+1] = st
+      out[#out+1] = ''
+    else
+      redis.call('ZREM', KEYS[2], m)
+    end
+  end
+end
+local nd = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if nd[2] then out[1] = math.floor(tonumber(nd[2]) / 1024) end
+local na = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if na[2] then
+  local v = tonumber(na[2])
+  if v and v < 1e300 then out[2] = v end
+end
+return out
+`)
+
+// ClaimOptions bounds one claim.
+type ClaimOptions struct {
+	Now       time.Time
+	Watermark time.Time // deadlines later than this stay put (hold-back); zero = Now
+	Lease     time.Duration
+	Batch     int // most devices per slot
+}
+
+// Claim claims the due devices of slots in one round trip.
+func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (ClaimResult, error) {
+	var res ClaimResult
+	if len(slots) == 0 {
+		return res, nil
+	}
+	wm := opts.Watermark
+	if wm.IsZero() || wm.After(opts.Now) {
+		wm = opts.Now
+	}
+	args := []any{opts.Now.UnixMilli(), wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch}
+	calls := make([]scriptCall, len(slots))
+	for i, slot := range slots {
+		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot)}, args: args}
+	}
+	cmds, err := s.runAll(ctx, claimScript, calls)
+	if err != nil {
+		return res, fmt.Errorf("deadline: claim: %w", err)
+	}
+	var nextDeadline, nextAlarm int64 = -1, -1
+	for i, cmd := range cmds {
+		reply, err := cmd.Slice()
+		if err != nil || len(reply) < 3 {
+			return res, fmt.Errorf("deadline: claim slot %d: unexpected reply %v: %w", slots[i], reply, err)
+		}
+		nextDeadline = earliest(nextDeadline, reply[0].(int64))
+		nextAlarm = earliest(nextAlarm, reply[1].(int64))
+		res.More = res.More || reply[2].(int64) == 1
+		for j := 3; j+4 <= len(reply); j += 4 {
+			c, err := s.decodeClaim(ctx, slots[i], reply[j:j+4])
+			if err != nil {
+				return res, err
+			}
+			res.Claims = append(res.Claims, c)
+		}
+	}
+	if nextDeadline >= 0 {
+		res.NextDeadline = time.UnixMilli(nextDeadline)
+	}
+	if nextAlarm >= 0 {
+		res.NextAlarm = time.UnixMilli(nextAlarm)
+	}
+	return res, nil
+}
+
+func (s *Store) decodeClaim(ctx context.Context, slot int, f []any) (Claim, error) {
+	device, _ := f[0].(string)
+	kind, _ := f[1].(string)
+	enc, _ := f[2].(string)
+	prev, _ := f[3].(string)
+	st, err := DecodeState(enc)
+	if err != nil {
+		return Claim{}, err
+	}
+	c := Claim{Device: device, Slot: slot, State: st, Fresh: kind == "F", Type: s.types.name(ctx, st.TypeIndex)}
+	if prev != "" {
+		p, err := DecodeState(prev)
+		if err != nil {
+			return Claim{}, err
+		}
+		c.Replaced = &p
+	}
+	return c, nil
+}
+
+func earliest(a, b int64) int64 {
+	if a < 0 || (b >= 0 && b < a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,67 @@
+// Package deadline is the Redis side of heartbeatd: it stores every device's deadline in per-slot sorted
+// sets, claims the devices whose deadline passed, and acknowledges what the alarm loop did with them.
+//
+// It knows nothing of MQTT, Kafka or policies: it stores and claims. Policy lives in pkg/alarm and
+// pkg/config.
+package deadline
+
+import (
+	"hash/crc32"
+	"strconv"
+)
+
+// Keyspace builds every Redis key heartbeatd uses. Keys are never concatenated at call sites: all keys
+// of one slot share the hash tag {s}, so the slot's scripts run on Redis Cluster too.
+type Keyspace struct {
+	prefix string
+}
+
+// NewKeyspace returns the key builder for prefix (config redis.key_prefix, "hb" by default).
+func NewKeyspace(prefix string) Keyspace {
+	if prefix == "" {
+		prefix = "hb"
+	}
+	return Keyspace{prefix: prefix}
+}
+
+func (k Keyspace) slotKey(slot int, name string) string {
+	return k.prefix + ":{" + strconv.Itoa(slot) + "}:" + name
+}
+
+// Deadlines is the ZSET device → deadline_ms×1024 + type index of every online device in slot.
+func (k Keyspace) Deadlines(slot int) string { return k.slotKey(slot, "deadlines") }
+
+// Alarms is the ZSET device → next act time (ms) of interrupted devices; also the lease of a claim.
+func (k Keyspace) Alarms(slot int) string { return k.slotKey(slot, "alarms") }
+
+// State is the HASH device → encoded State of an interrupted device.
+func (k Keyspace) State(slot int) string { return k.slotKey(slot, "state") }
+
+// Dead is the ZSET device → time parked (ms) of claims that failed to publish too often.
+func (k Keyspace) Dead(slot int) string { return k.slotKey(slot, "dead") }
+
+// Types is the HASH type name → type index folded into deadline scores.
+func (k Keyspace) Types() string { return k.prefix + ":types" }
+
+// Owner is the lease key of slot held by the replica scanning it.
+func (k Keyspace) Owner(slot int) string { return k.prefix + ":owner:{" + strconv.Itoa(slot) + "}" }
+
+// Replicas is the ZSET replica id → last heartbeat (ms) of live replicas.
+func (k Keyspace) Replicas() string { return k.prefix + ":replicas" }
+
+// Silences is the HASH silence id → JSON silence.
+func (k Keyspace) Silences() string { return k.prefix + ":silences" }
+
+// Layout records the slot-count history for online slot doubling.
+func (k Keyspace) Layout() string { return k.prefix + ":layout" }
+
+// Health is the HASH replica/source → ingest health, read by hold-back.
+func (k Keyspace) Health() string { return k.prefix + ":health" }
+
+// Alive is the key every replica refreshes while it runs, so a restart after a full outage is noticed.
+func (k Keyspace) Alive() string { return k.prefix + ":alive" }
+
+// Slot is the slot of device among slots (a power of two).
+func Slot(device string, slots int) int {
+	return int(crc32.ChecksumIEEE([]byte(device)) & uint32(slots-1))
+}

