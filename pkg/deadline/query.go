@@ -208,3 +208,38 @@ func (s *Store) CountByType(ctx context.Context) (online, interrupted map[string
 	}
 	return online, interrupted, nil
 }
+
+// CurrentDeadlines returns, for each claim, the device's deadline in the deadlines set now (zero when it
+// is not there): the re-check that tells a recovered device from a silent one. One ZMSCORE per slot, one
+// round trip.
+func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Time, error) {
+	out := make([]time.Time, len(claims))
+	if len(claims) == 0 {
+		return out, nil
+	}
+	bySlot := map[int][]int{}
+	for i, c := range claims {
+		bySlot[c.Slot] = append(bySlot[c.Slot], i)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make(map[int]*redis.FloatSliceCmd, len(bySlot))
+	for slot, idx := range bySlot {
+		members := make([]string, len(idx))
+		for j, i := range idx {
+			members[j] = claims[i].Device
+		}
+		cmds[slot] = pipe.ZMScore(ctx, s.keys.Deadlines(slot), members...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("deadline: current deadlines: %w", err)
+	}
+	for slot, idx := range bySlot {
+		// go-redis reports a missing member as 0.
+		for j, v := range cmds[slot].Val() {
+			if v > 0 {
+				out[idx[j]], _ = scoreDeadline(v)
+			}
+		}
+	}
+	return out, nil
+}
