@@ -1,0 +1,196 @@
+package deadline_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+// benchDevices is the fleet size the benchmarks preload: HB_BENCH_DEVICES, default 1M. `make test` runs
+// the benchmarks once at a small size so they keep compiling and working.
+func benchDevices() int {
+	if v, err := strconv.Atoi(os.Getenv("HB_BENCH_DEVICES")); err == nil && v > 0 {
+		return v
+	}
+	return 1_000_000
+}
+
+var benchTypes = []string{"default", "gateway", "sensor"}
+
+func preload(b *testing.B, store *deadline.Store, n int, seen time.Time) {
+	b.Helper()
+	ctx := context.Background()
+	batch := make([]deadline.Signal, 0, 4096)
+	for i := range n {
+		batch = append(batch, deadline.Signal{Device: fmt.Sprintf("device-%08d", i), Type: benchTypes[i%3], Seen: seen})
+		if len(batch) == cap(batch) || i == n-1 {
+			require.NoError(b, store.Refresh(ctx, batch))
+			batch = batch[:0]
+		}
+	}
+}
+
+// BenchmarkRefresh moves deadlines of a present fleet in batches of 256 signals (types known, as ingest
+// sends them) and compares with redis-benchmark's pipelined single-member ZADD GT on the same server.
+func BenchmarkRefresh(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	rdb := srv.Client(b)
+	store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})
+	require.NoError(b, err)
+	n := benchDevices()
+	ctx := context.Background()
+	require.NoError(b, store.Load(ctx, benchTypes...))
+	preload(b, store, n, time.Now())
+	batches := make([][]deadline.Signal, 64)
+	for i := range batches {
+		batches[i] = make([]deadline.Signal, 256)
+		for j := range batches[i] {
+			k := (i*256 + j) * 7919 % n
+			batches[i][j] = deadline.Signal{Device: fmt.Sprintf("device-%08d", k), Type: benchTypes[k%3]}
+		}
+	}
+	baseline := redisBenchmarkZaddGT(b, srv.Addr, n)
+	for _, typed := range []bool{true, false} {
+		name := "typed"
+		if !typed {
+			name = "untyped"
+		}
+		b.Run(name, func(b *testing.B) {
+			// Several batches in flight, as ingest sends them (ingest.max_in_flight) and as redis-benchmark
+			// keeps its 50 connections busy: one round trip at a time would leave Redis idle while Go builds
+			// the next batch.
+			b.SetParallelism(4)
+			var next atomic.Int64
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				batch := make([]deadline.Signal, 256)
+				for pb.Next() {
+					copy(batch, batches[next.Add(1)%int64(len(batches))])
+					seen := time.Now()
+					for j := range batch {
+						batch[j].Seen = seen
+						if !typed {
+							batch[j].Type = ""
+						}
+					}
+					if err := store.Refresh(ctx, batch); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			rate := float64(b.N*256) / time.Since(start).Seconds()
+			b.ReportMetric(rate, "signals/s")
+			if baseline > 0 {
+				b.ReportMetric(baseline, "baseline-zadd/s")
+				b.ReportMetric(rate/baseline, "x-baseline")
+			}
+		})
+	}
+}
+
+// redisBenchmarkZaddGT runs `redis-benchmark -P 64 zadd k GT __rand_int__ m:__rand_int__` against addr
+// and returns its requests/s, 0 when redis-benchmark is not installed.
+func redisBenchmarkZaddGT(b *testing.B, addr string, keyspace int) float64 {
+	b.Helper()
+	host, port, _ := strings.Cut(addr, ":")
+	cmd := exec.Command("redis-benchmark", "-h", host, "-p", port, "-P", "64", "-n", "500000", "-r", strconv.Itoa(keyspace), "-q",
+		"zadd", "hb:bench", "GT", "__rand_int__", "m:__rand_int__")
+	out, err := cmd.Output()
+	if err != nil {
+		b.Logf("redis-benchmark baseline not measured: %v", err)
+		return 0
+	}
+	m := regexp.MustCompile(`([0-9.]+) requests per second`).FindStringSubmatch(string(out))
+	if m == nil {
+		b.Logf("redis-benchmark output not understood: %q", out)
+		return 0
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+// BenchmarkClaim drains 100k due devices (at most the fleet size) in batches of 256 over 64 slots,
+// acknowledging nothing: the claim path alone.
+func BenchmarkClaim(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	rdb := srv.Client(b)
+	store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})
+	require.NoError(b, err)
+	n := min(100_000, benchDevices())
+	ctx := context.Background()
+	slots := allSlots(64)
+	var claimed int
+	var elapsed time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		require.NoError(b, rdb.FlushAll(ctx).Err())
+		preload(b, store, n, time.Now().Add(-time.Hour))
+		b.StartTimer()
+		start := time.Now()
+		for {
+			res, err := store.Claim(ctx, slots, deadline.ClaimOptions{Now: time.Now(), Lease: time.Hour, Batch: 256})
+			if err != nil {
+				b.Fatal(err)
+			}
+			claimed += len(res.Claims)
+			if !res.More {
+				break
+			}
+		}
+		elapsed += time.Since(start)
+	}
+	if claimed != n*b.N {
+		b.Fatalf("claimed %d, want %d", claimed, n*b.N)
+	}
+	b.ReportMetric(float64(claimed)/elapsed.Seconds(), "claims/s")
+}
+
+// BenchmarkMemoryPerDevice reports Redis memory per device (INFO memory used_memory, minus the empty
+// server's) for a fleet of benchDevices over 64 slots.
+func BenchmarkMemoryPerDevice(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	rdb := srv.Client(b)
+	store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})
+	require.NoError(b, err)
+	ctx := context.Background()
+	n := benchDevices()
+	for b.Loop() {
+		b.StopTimer()
+		require.NoError(b, rdb.FlushAll(ctx).Err())
+		before := usedMemory(b, srv)
+		b.StartTimer()
+		preload(b, store, n, time.Now())
+		b.StopTimer()
+		b.ReportMetric(float64(usedMemory(b, srv)-before)/float64(n), "bytes/device")
+		b.StartTimer()
+	}
+}
+
+func usedMemory(b *testing.B, srv *testenv.Redis) int64 {
+	info, err := srv.Client(b).Info(context.Background(), "memory").Result()
+	require.NoError(b, err)
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "used_memory:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			require.NoError(b, err)
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO memory")
+	return 0
+}

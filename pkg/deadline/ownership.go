@@ -1,0 +1,237 @@
+package deadline
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// Assign returns the slots replica wins by rendezvous hashing over replicas: each slot goes to the
+// replica with the highest hash of (replica, slot). When a replica joins or leaves, only the slots it wins
+// or held move; every other slot stays where it was.
+func Assign(replica string, replicas []string, slots int) []int {
+	var mine []int
+	for s := range slots {
+		if Owner(s, replicas) == replica {
+			mine = append(mine, s)
+		}
+	}
+	return mine
+}
+
+// Owner returns the replica that wins slot among replicas ("" when there is none).
+func Owner(slot int, replicas []string) string {
+	var best string
+	var bestScore uint64
+	for _, r := range replicas {
+		h := fnv.New64a()
+		h.Write([]byte(r))
+		h.Write([]byte{'/'})
+		h.Write([]byte(strconv.Itoa(slot)))
+		// fnv alone clusters on inputs that differ only in their last bytes; one mixing step spreads it.
+		sc := mix64(h.Sum64())
+		if best == "" || sc > bestScore || (sc == bestScore && r < best) {
+			best, bestScore = r, sc
+		}
+	}
+	return best
+}
+
+// mix64 is the splitmix64 finaliser.
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// leaseScript acquires or renews a slot lease, or releases it.
+//
+// KEYS[1] owner key of the slot
+// ARGV[1] replica id  ARGV[2] lease ms, or 0 to release
+// Reply: 1 when the caller holds the lease afterwards (acquire/renew) or released it, 0 otherwise.
+var leaseScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if ARGV[2] == '0' then
+  if cur == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
+  return 0
+end
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// OwnershipOptions configures slot ownership among replicas.
+type OwnershipOptions struct {
+	ReplicaID string
+	// Heartbeat is how often the replica announces itself and renews its leases (cluster.replica_heartbeat).
+	Heartbeat time.Duration
+	// SlotLease is how long a lease outlives its last renewal, and how long a silent replica counts as
+	// alive (cluster.slot_lease): a dead replica's slots move within SlotLease + Heartbeat.
+	SlotLease time.Duration
+	Logger    *zap.Logger
+}
+
+// Ownership keeps this replica's share of the slots: it registers the replica, follows the live set,
+// and holds a lease on each slot it wins. Correctness never rests on the leases (claims are atomic); they
+// only keep two replicas from scanning one slot at once.
+type Ownership struct {
+	store *Store
+	opts  OwnershipOptions
+	log   *zap.Logger
+
+	mu      sync.RWMutex
+	held    []int
+	renewed time.Time // last successful renewal
+	changed chan struct{}
+}
+
+// NewOwnership returns the ownership of store's slots for one replica; Run maintains it.
+func NewOwnership(store *Store, opts OwnershipOptions) *Ownership {
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = 500 * time.Millisecond
+	}
+	if opts.SlotLease <= opts.Heartbeat {
+		opts.SlotLease = 4 * opts.Heartbeat
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Ownership{store: store, opts: opts, log: opts.Logger.With(zap.String("component", "ownership")), changed: make(chan struct{}, 1)}
+}
+
+// Slots returns the slots this replica holds now.
+func (o *Ownership) Slots() []int {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.held
+}
+
+// Changed fires after the held slots changed (a scanner's Wake).
+func (o *Ownership) Changed() <-chan struct{} { return o.changed }
+
+// Run renews ownership every heartbeat until ctx is done, then releases every lease and leaves the live
+// set, so the other replicas take the slots over at once.
+func (o *Ownership) Run(ctx context.Context) error {
+	ticker := time.NewTicker(o.opts.Heartbeat)
+	defer ticker.Stop()
+	failing := false
+	for {
+		if err := o.tick(ctx); err != nil && ctx.Err() == nil {
+			if !failing {
+				o.log.Error("slot ownership renewal failed; keeping leases until they lapse", zap.Error(err))
+			}
+			failing = true
+		} else if failing && err == nil {
+			failing = false
+			o.log.Info("slot ownership renewal works again")
+		}
+		select {
+		case <-ctx.Done():
+			o.release()
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+func (o *Ownership) tick(ctx context.Context) error {
+	rdb, keys := o.store.rdb, o.store.keys
+	now := time.Now().UnixMilli()
+	pipe := rdb.Pipeline()
+	pipe.ZAdd(ctx, keys.Replicas(), redis.Z{Score: float64(now), Member: o.opts.ReplicaID})
+	pipe.ZRemRangeByScore(ctx, keys.Replicas(), "-inf", strconv.FormatInt(now-o.opts.SlotLease.Milliseconds(), 10))
+	live := pipe.ZRange(ctx, keys.Replicas(), 0, -1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		o.lapse()
+		return fmt.Errorf("deadline: ownership heartbeat: %w", err)
+	}
+	want := Assign(o.opts.ReplicaID, live.Val(), o.store.slots)
+	var calls []scriptCall
+	lease := strconv.FormatInt(o.opts.SlotLease.Milliseconds(), 10)
+	for _, s := range want {
+		calls = append(calls, scriptCall{keys: []string{keys.Owner(s)}, args: []any{o.opts.ReplicaID, lease}})
+	}
+	for _, s := range o.Slots() {
+		if !slices.Contains(want, s) {
+			calls = append(calls, scriptCall{keys: []string{keys.Owner(s)}, args: []any{o.opts.ReplicaID, "0"}})
+		}
+	}
+	if len(calls) == 0 {
+		o.setHeld(nil)
+		return nil
+	}
+	cmds, err := o.store.runAll(ctx, leaseScript, calls)
+	if err != nil {
+		o.lapse()
+		return fmt.Errorf("deadline: slot leases: %w", err)
+	}
+	var held []int
+	for i, s := range want {
+		if v, _ := cmds[i].Int(); v == 1 {
+			held = append(held, s)
+		}
+	}
+	o.setHeld(held)
+	return nil
+}
+
+// lapse is called when renewal failed: the slots stay held until their leases could have run out (claims
+// fail anyway while Redis is unreachable), then they are let go, since another replica may hold them.
+func (o *Ownership) lapse() {
+	o.mu.RLock()
+	expired := time.Since(o.renewed) > o.opts.SlotLease
+	o.mu.RUnlock()
+	if expired {
+		o.setHeld(nil)
+	}
+}
+
+func (o *Ownership) setHeld(held []int) {
+	o.mu.Lock()
+	same := slices.Equal(o.held, held)
+	o.held = held
+	if held != nil {
+		o.renewed = time.Now()
+	}
+	o.mu.Unlock()
+	if !same {
+		o.log.Info("slots owned", zap.Int("count", len(held)))
+		select {
+		case o.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (o *Ownership) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var calls []scriptCall
+	for _, s := range o.Slots() {
+		calls = append(calls, scriptCall{keys: []string{o.store.keys.Owner(s)}, args: []any{o.opts.ReplicaID, "0"}})
+	}
+	if len(calls) > 0 {
+		if _, err := o.store.runAll(ctx, leaseScript, calls); err != nil {
+			o.log.Warn("releasing slot leases failed; they lapse by themselves", zap.Error(err))
+		}
+	}
+	if err := o.store.rdb.ZRem(ctx, o.store.keys.Replicas(), o.opts.ReplicaID).Err(); err != nil {
+		o.log.Warn("leaving the replica set failed", zap.Error(err))
+	}
+	o.mu.Lock()
+	o.held = nil
+	o.mu.Unlock()
+}
