@@ -1,0 +1,202 @@
+// Package event holds what heartbeatd publishes (the alarm events of SPEC §5 and the dead letters of bad
+// input) and the Kafka publisher that carries them. Consumers written in Go import this package to decode
+// the events; heartbeatd's alarm and ingest packages depend only on the Sink interfaces so their tests can
+// use fakes.
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Schema names the JSON layout of an Event. It changes only with an incompatible change of the layout;
+// fields may be added within v1, so consumers should ignore fields they do not know.
+const Schema = "heartbeatd.event/v1"
+
+// Kind is what happened to a device.
+type Kind string
+
+const (
+	// Interrupted is the first detection after a device's deadline passed (repeat 0).
+	Interrupted Kind = "interrupted"
+	// Alarm is each re-alarm while the device is still silent (repeat 1, 2, …).
+	Alarm Kind = "alarm"
+	// Recovered is the first signal after an interruption; silent_for_ms is the outage length.
+	Recovered Kind = "recovered"
+	// Exhausted says max_repeats was reached: no more alarms until the device recovers.
+	Exhausted Kind = "exhausted"
+)
+
+// Valid reports whether k is one of the kinds this version of the package knows. Decode does not reject
+// other kinds, so a consumer built against an older package keeps working when a kind is added.
+func (k Kind) Valid() bool {
+	switch k {
+	case Interrupted, Alarm, Recovered, Exhausted:
+		return true
+	}
+	return false
+}
+
+// Event is one message on the events topic. Its JSON form is fixed by SPEC §5: field order as declared
+// here, times as RFC 3339 in UTC with at most millisecond precision ("2026-11-22T10:00:30.012Z",
+// "2026-11-22T10:00:00Z"); a zero time is written as null.
+type Event struct {
+	Schema      string    `json:"schema"`
+	ID          string    `json:"id"`
+	Kind        Kind      `json:"kind"`
+	DeviceID    string    `json:"device_id"`
+	DeviceType  string    `json:"device_type"`
+	LastSeen    time.Time `json:"last_seen"` // the device's last signal before the silence
+	Deadline    time.Time `json:"deadline"`  // the deadline that passed; the same for every event of one outage
+	At          time.Time `json:"at"`        // when heartbeatd raised this event
+	SilentForMs int64     `json:"silent_for_ms"`
+	Repeat      int       `json:"repeat"`
+}
+
+// ID returns the deterministic event id device/<deadline Unix ms>/kind/repeat. Every re-publication of
+// the same event (at-least-once delivery) carries the same id, so consumers can drop duplicates by it.
+func ID(device string, deadline time.Time, kind Kind, repeat int) string {
+	b := make([]byte, 0, len(device)+len(kind)+32)
+	b = append(b, device...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, deadline.UnixMilli(), 10)
+	b = append(b, '/')
+	b = append(b, kind...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(repeat), 10)
+	return string(b)
+}
+
+// New builds an event with schema, id and silent_for_ms filled in. Times are normalised to UTC and
+// truncated to the millisecond the JSON form carries, so an event decoded from the wire equals the one
+// that was built. silent_for_ms = at − last_seen (0 when last_seen is unknown or after at).
+func New(kind Kind, device, deviceType string, deadline, lastSeen, at time.Time, repeat int) Event {
+	deadline, lastSeen, at = normalizeTime(deadline), normalizeTime(lastSeen), normalizeTime(at)
+	var silent int64
+	if !lastSeen.IsZero() && at.After(lastSeen) {
+		silent = at.Sub(lastSeen).Milliseconds()
+	}
+	return Event{
+		Schema:      Schema,
+		ID:          ID(device, deadline, kind, repeat),
+		Kind:        kind,
+		DeviceID:    device,
+		DeviceType:  deviceType,
+		LastSeen:    lastSeen,
+		Deadline:    deadline,
+		At:          at,
+		SilentForMs: silent,
+		Repeat:      repeat,
+	}
+}
+
+// ErrSchema is returned by Decode for a message that is not a heartbeatd.event/v1 event.
+var ErrSchema = errors.New("event: not a " + Schema + " event")
+
+// Decode parses one event value and checks that it is a v1 event naming a device. Unknown fields are
+// ignored (fields may be added within v1).
+func Decode(b []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Event{}, fmt.Errorf("event: decode: %w", err)
+	}
+	if e.Schema != Schema {
+		return Event{}, fmt.Errorf("%w (schema %q)", ErrSchema, e.Schema)
+	}
+	if e.DeviceID == "" || e.ID == "" || e.Kind == "" {
+		return Event{}, fmt.Errorf("event: decode: id, kind and device_id are required")
+	}
+	return e, nil
+}
+
+// wireEvent is Event as it travels: the times in their fixed text form.
+type wireEvent struct {
+	Schema      string   `json:"schema"`
+	ID          string   `json:"id"`
+	Kind        Kind     `json:"kind"`
+	DeviceID    string   `json:"device_id"`
+	DeviceType  string   `json:"device_type"`
+	LastSeen    wireTime `json:"last_seen"`
+	Deadline    wireTime `json:"deadline"`
+	At          wireTime `json:"at"`
+	SilentForMs int64    `json:"silent_for_ms"`
+	Repeat      int      `json:"repeat"`
+}
+
+// MarshalJSON writes the SPEC §5 form.
+func (e Event) MarshalJSON() ([]byte, error) {
+	return marshalNoHTMLEscape(wireEvent{
+		Schema: e.Schema, ID: e.ID, Kind: e.Kind, DeviceID: e.DeviceID, DeviceType: e.DeviceType,
+		LastSeen: wireTime(e.LastSeen), Deadline: wireTime(e.Deadline), At: wireTime(e.At),
+		SilentForMs: e.SilentForMs, Repeat: e.Repeat,
+	})
+}
+
+// UnmarshalJSON reads the SPEC §5 form; any RFC 3339 time is accepted.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var w wireEvent
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*e = Event{
+		Schema: w.Schema, ID: w.ID, Kind: w.Kind, DeviceID: w.DeviceID, DeviceType: w.DeviceType,
+		LastSeen: time.Time(w.LastSeen), Deadline: time.Time(w.Deadline), At: time.Time(w.At),
+		SilentForMs: w.SilentForMs, Repeat: w.Repeat,
+	}
+	return nil
+}
+
+// timeLayout is RFC 3339 with up to three fraction digits, trailing zeros dropped: whole seconds print
+// as "…:00Z", as in the SPEC example.
+const timeLayout = "2006-01-02T15:04:05.999Z07:00"
+
+// normalizeTime brings a time to what the wire carries: UTC, whole milliseconds, no monotonic reading.
+func normalizeTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC().Truncate(time.Millisecond)
+}
+
+// wireTime renders a time in the one text form every message of this package uses.
+type wireTime time.Time
+
+func (t wireTime) MarshalJSON() ([]byte, error) {
+	tt := time.Time(t)
+	if tt.IsZero() {
+		return []byte("null"), nil
+	}
+	b := make([]byte, 0, len(timeLayout)+2)
+	b = append(b, '"')
+	b = normalizeTime(tt).AppendFormat(b, timeLayout)
+	return append(b, '"'), nil
+}
+
+func (t *wireTime) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*t = wireTime{}
+		return nil
+	}
+	var tt time.Time
+	if err := tt.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	*t = wireTime(tt.UTC())
+	return nil
+}
+
+// marshalNoHTMLEscape is json.Marshal without escaping <, > and &: device ids and topics reach
+// consumers and kcat readers as written.
+func marshalNoHTMLEscape(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
