@@ -1,0 +1,115 @@
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestStackStartsAndStopsCleanly(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx := context.Background()
+	s, err := Start(ctx, Options{Logger: zaptest.NewLogger(t), AnyPorts: true})
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(s.MQTTBroker, "tcp://127.0.0.1:"), s.MQTTBroker)
+	require.Len(t, s.KafkaBrokers, 1)
+
+	rdb := redis.NewClient(&redis.Options{Addr: s.RedisAddr})
+	require.NoError(t, rdb.Ping(ctx).Err())
+
+	mq := mqttClient(t, s.MQTTBroker, "probe", true)
+	require.NoError(t, waitToken(ctx, mq.Publish("devices/probe/heartbeat", 1, false, ""), 5*time.Second))
+	mq.Disconnect(100)
+
+	kc, err := kgo.NewClient(kgo.SeedBrokers(s.KafkaBrokers...))
+	require.NoError(t, err)
+	for _, topic := range DefaultTopics {
+		require.NoError(t, kc.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("x")}).FirstErr(), "topic %s exists", topic)
+	}
+	kc.Close()
+	require.NoError(t, rdb.Close())
+
+	s.Close()
+	s.Close() // twice is harmless
+	for _, addr := range []string{s.RedisAddr, strings.TrimPrefix(s.MQTTBroker, "tcp://"), s.KafkaBrokers[0]} {
+		_, err := net.DialTimeout("tcp", addr, time.Second)
+		require.Error(t, err, "%s still listens", addr)
+	}
+}
+
+func TestStackPrefersWellKnownPortsAndFallsBack(t *testing.T) {
+	ctx := context.Background()
+	a, err := Start(ctx, Options{})
+	require.NoError(t, err)
+	defer a.Close()
+	// A second stack on one machine cannot have the well-known ports (the first one, or whoever else holds
+	// them, does) and takes free ones instead.
+	b, err := Start(ctx, Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	require.NotEqual(t, a.RedisAddr, b.RedisAddr)
+	require.NotEqual(t, a.MQTTBroker, b.MQTTBroker)
+	require.NotEqual(t, a.KafkaBrokers, b.KafkaBrokers)
+	for _, addr := range []string{a.RedisAddr, b.RedisAddr} {
+		require.NoError(t, redisClient(t, addr).Ping(ctx).Err())
+	}
+	// When the well-known ports were free the first stack has them (someone else may run one here).
+	for _, c := range []struct {
+		addr string
+		port int
+	}{{a.RedisAddr, RedisPort}, {strings.TrimPrefix(a.MQTTBroker, "tcp://"), MQTTPort}, {a.KafkaBrokers[0], KafkaPort}} {
+		if !strings.HasSuffix(c.addr, ":"+strconv.Itoa(c.port)) {
+			t.Logf("well-known port %d was taken; the stack uses %s", c.port, c.addr)
+		}
+	}
+}
+
+func mqttClient(t *testing.T, broker, id string, clean bool) paho.Client {
+	t.Helper()
+	opts := paho.NewClientOptions().AddBroker(broker).SetClientID(id).SetCleanSession(clean).SetAutoReconnect(false)
+	c := paho.NewClient(opts)
+	require.NoError(t, waitToken(context.Background(), c.Connect(), 5*time.Second))
+	return c
+}
+
+// The broker's default per-client limits (8192 in flight) drop QoS 1 messages for a subscriber that was
+// away; the daemon's persistent session must get every one of them.
+func TestMQTTKeepsQoS1BacklogOfPersistentSession(t *testing.T) {
+	s := startStack(t)
+	ctx := context.Background()
+	const backlog = 12000
+	var got atomic.Int64
+	opts := paho.NewClientOptions().AddBroker(s.MQTTBroker).SetClientID("daemon").SetCleanSession(false).
+		SetAutoReconnect(false).SetDefaultPublishHandler(func(paho.Client, paho.Message) { got.Add(1) })
+	sub := paho.NewClient(opts)
+	require.NoError(t, waitToken(ctx, sub.Connect(), 5*time.Second))
+	require.NoError(t, waitToken(ctx, sub.Subscribe("devices/+/heartbeat", 1, nil), 5*time.Second))
+	sub.Disconnect(100)
+
+	pub := mqttClient(t, s.MQTTBroker, "publisher", true)
+	defer pub.Disconnect(100)
+	for i := range backlog {
+		tok := pub.Publish(fmt.Sprintf("devices/d%d/heartbeat", i), 1, false, "")
+		if i%1000 == 999 || i == backlog-1 {
+			require.NoError(t, waitToken(ctx, tok, 10*time.Second))
+		}
+	}
+
+	sub = paho.NewClient(opts)
+	require.NoError(t, waitToken(ctx, sub.Connect(), 5*time.Second))
+	defer sub.Disconnect(100)
+	require.Eventually(t, func() bool { return got.Load() == backlog }, 20*time.Second, 20*time.Millisecond,
+		"got %d of %d", got.Load(), backlog)
+}
