@@ -1,0 +1,123 @@
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// clock renders a time of day for the console, "-" when the event carries none.
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("15:04:05.000")
+}
+
+// EventLine renders one event value (JSON, SPEC §5) as the line dev mode prints, e.g.
+// "INTERRUPTED gw-017 (gateway) silent 5.0s deadline 18:42:10.000".
+func EventLine(value []byte) (string, error) {
+	ev, err := event.Decode(value)
+	if err != nil {
+		return "", fmt.Errorf("devstack: %w", err)
+	}
+	who := ev.DeviceID
+	if ev.DeviceType != "" {
+		who += " (" + ev.DeviceType + ")"
+	}
+	silent := silence(ev.SilentForMs)
+	switch ev.Kind {
+	case event.Interrupted:
+		return fmt.Sprintf("INTERRUPTED %s silent %s deadline %s", who, silent, clock(ev.Deadline)), nil
+	case event.Alarm:
+		return fmt.Sprintf("ALARM #%d %s silent %s deadline %s", ev.Repeat, who, silent, clock(ev.Deadline)), nil
+	case event.Recovered:
+		return fmt.Sprintf("RECOVERED %s after %s", who, silent), nil
+	case event.Exhausted:
+		return fmt.Sprintf("EXHAUSTED %s silent %s after %d alarms; quiet until it recovers", who, silent, ev.Repeat), nil
+	default:
+		return fmt.Sprintf("%s %s silent %s repeat %d", strings.ToUpper(string(ev.Kind)), who, silent, ev.Repeat), nil
+	}
+}
+
+// silence renders an outage length for people: "5.0s", "2m05.3s", "3h07m12s".
+func silence(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		m := d / time.Minute
+		return fmt.Sprintf("%dm%04.1fs", m, (d - m*time.Minute).Seconds())
+	default:
+		h := d / time.Hour
+		m := (d - h*time.Hour) / time.Minute
+		return fmt.Sprintf("%dh%02dm%02ds", h, m, (d-h*time.Hour-m*time.Minute)/time.Second)
+	}
+}
+
+// PrintEvents logs every event published on topic from now on as one readable line (see EventLine) until
+// ctx is done, then returns nil. It reads every partition without a consumer group, starting at the
+// first record stamped at or after the call, so events published while it connects are not lost.
+func PrintEvents(ctx context.Context, brokers []string, topic string, logger *zap.Logger) error {
+	return printEvents(ctx, brokers, topic, logger, time.Now())
+}
+
+// printEvents prints the events stamped at or after since.
+func printEvents(ctx context.Context, brokers []string, topic string, logger *zap.Logger, since time.Time) error {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	log := logger.With(zap.String("component", "events"))
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeStartOffset(kgo.NewOffset().AfterMilli(since.UnixMilli())),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
+		kgo.FetchMaxWait(time.Second),
+	)
+	if err != nil {
+		return fmt.Errorf("devstack: event printer: %w", err)
+	}
+	defer cl.Close()
+	failing := false
+	for {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var fetchErr error
+		fetches.EachError(func(_ string, _ int32, err error) { fetchErr = err })
+		if fetchErr != nil {
+			if !failing {
+				log.Warn("reading events failed; retrying", zap.String("topic", topic), zap.Error(fetchErr))
+			}
+			failing = true
+			// The client retries by itself; this pause only keeps a persistent error from spinning.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if failing {
+			failing = false
+			log.Info("reading events works again", zap.String("topic", topic))
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			line, err := EventLine(r.Value)
+			if err != nil {
+				log.Warn("undecodable event", zap.ByteString("key", r.Key), zap.ByteString("value", r.Value), zap.Error(err))
+				return
+			}
+			log.Info(line)
+		})
+	}
+}
