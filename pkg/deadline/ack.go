@@ -134,24 +134,40 @@ return 1
 // SetAcked records an operator's acknowledgement: the alarm loop sends no more repeats for the open
 // incident, but still reports recovery. It returns false when the device has no open incident.
 func (s *Store) SetAcked(ctx context.Context, device string) (bool, error) {
-	n, err := setAckedScript.Run(ctx, s.rdb, []string{s.keys.State(Slot(device, s.slots))}, device).Int()
-	if err != nil {
-		return false, fmt.Errorf("deadline: ack %q: %w", device, err)
+	for _, slot := range s.slotsOf(device) {
+		n, err := setAckedScript.Run(ctx, s.rdb, []string{s.keys.State(slot)}, device).Int()
+		if err != nil {
+			return false, fmt.Errorf("deadline: ack %q: %w", device, err)
+		}
+		if n == 1 {
+			return true, nil
+		}
 	}
-	return n == 1, nil
+	return false, nil
+}
+
+// slotsOf returns the device's slot and, while a doubling settles, its old slot.
+func (s *Store) slotsOf(device string) []int {
+	l := s.Layout()
+	slots := []int{Slot(device, l.Slots)}
+	if old, moved := l.oldSlot(device); moved {
+		slots = append(slots, old)
+	}
+	return slots
 }
 
 // Delete stops monitoring device (decommissioned): no event follows. It returns false when the device
 // was not known.
 func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
-	slot := Slot(device, s.slots)
 	var cmds []*redis.IntCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		cmds = append(cmds,
-			p.ZRem(ctx, s.keys.Deadlines(slot), device),
-			p.ZRem(ctx, s.keys.Alarms(slot), device),
-			p.HDel(ctx, s.keys.State(slot), device),
-			p.ZRem(ctx, s.keys.Dead(slot), device))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, slot := range s.slotsOf(device) {
+			cmds = append(cmds,
+				p.ZRem(ctx, s.keys.Deadlines(slot), device),
+				p.ZRem(ctx, s.keys.Alarms(slot), device),
+				p.HDel(ctx, s.keys.State(slot), device),
+				p.ZRem(ctx, s.keys.Dead(slot), device))
+		}
 		return nil
 	})
 	if err != nil {

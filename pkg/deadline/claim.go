@@ -147,6 +147,11 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 			res.Claims = append(res.Claims, c)
 		}
 	}
+	if l := s.layout.Load(); l.Moving() && len(res.Claims) > 0 {
+		if res.Claims, err = s.dropStaleMoved(ctx, l, res.Claims); err != nil {
+			return res, err
+		}
+	}
 	if nextDeadline >= 0 {
 		res.NextDeadline = time.UnixMilli(nextDeadline)
 	}

@@ -81,7 +81,10 @@ type OwnershipOptions struct {
 	// SlotLease is how long a lease outlives its last renewal, and how long a silent replica counts as
 	// alive (cluster.slot_lease): a dead replica's slots move within SlotLease + Heartbeat.
 	SlotLease time.Duration
-	Logger    *zap.Logger
+	// RetireAfter is how long a slot doubling settles before the old layout is retired: the longest
+	// timeout plus the longest repeat cycle, so every old entry has come due by then.
+	RetireAfter time.Duration
+	Logger      *zap.Logger
 }
 
 // Ownership keeps this replica's share of the slots: it registers the replica, follows the live set,
@@ -148,6 +151,22 @@ func (o *Ownership) Run(ctx context.Context) error {
 }
 
 func (o *Ownership) tick(ctx context.Context) error {
+	before := o.store.Layout()
+	l, err := o.store.RefreshLayout(ctx)
+	if err != nil {
+		o.lapse()
+		return err
+	}
+	if l.Slots != before.Slots {
+		o.log.Info("slot layout changed", zap.Int("slots", l.Slots), zap.Int("previous", before.Slots))
+	}
+	if l.Moving() && o.opts.RetireAfter > 0 {
+		if retired, err := o.store.RetireLayout(ctx, o.opts.RetireAfter); err != nil {
+			o.log.Warn("retiring the old slot layout failed; retrying", zap.Error(err))
+		} else if retired {
+			o.log.Info("old slot layout retired", zap.Int("slots", l.Slots), zap.Int("previous", l.Previous))
+		}
+	}
 	rdb, keys := o.store.rdb, o.store.keys
 	now := time.Now().UnixMilli()
 	pipe := rdb.Pipeline()
@@ -158,7 +177,7 @@ func (o *Ownership) tick(ctx context.Context) error {
 		o.lapse()
 		return fmt.Errorf("deadline: ownership heartbeat: %w", err)
 	}
-	want := Assign(o.opts.ReplicaID, live.Val(), o.store.slots)
+	want := Assign(o.opts.ReplicaID, live.Val(), o.store.Slots())
 	var calls []scriptCall
 	lease := strconv.FormatInt(o.opts.SlotLease.Milliseconds(), 10)
 	for _, s := range want {

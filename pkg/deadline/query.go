@@ -34,9 +34,27 @@ func scoreDeadline(score float64) (time.Time, int) {
 	return time.UnixMilli(int64(dl)), int(score - dl*MaxTypes)
 }
 
-// Device returns what Redis knows of id; found is false when it knows nothing.
+// Device returns what Redis knows of id; found is false when it knows nothing. While a doubling settles,
+// an incident still kept in the device's old slot is found there.
 func (s *Store) Device(ctx context.Context, id string) (d Device, found bool, err error) {
-	slot := Slot(id, s.slots)
+	l := s.Layout()
+	d, found, err = s.deviceIn(ctx, id, Slot(id, l.Slots))
+	if old, moved := l.oldSlot(id); err == nil && moved && d.Incident == nil {
+		od, ofound, oerr := s.deviceIn(ctx, id, old)
+		if oerr != nil {
+			return d, found, oerr
+		}
+		if ofound && (od.Incident != nil || !found) {
+			if found && d.Deadline.After(od.Deadline) {
+				od.Deadline = d.Deadline
+			}
+			return od, true, nil
+		}
+	}
+	return d, found, err
+}
+
+func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, found bool, err error) {
 	pipe := s.rdb.Pipeline()
 	score := pipe.ZScore(ctx, s.keys.Deadlines(slot), id)
 	act := pipe.ZScore(ctx, s.keys.Alarms(slot), id)
@@ -90,7 +108,8 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 		limit = 100
 	}
 	var out []Device
-	for slot < s.slots && len(out) < limit {
+	slots := s.Slots()
+	for slot < slots && len(out) < limit {
 		var keys []string
 		var next uint64
 		if opts.Interrupted {
@@ -126,7 +145,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 			cur = next
 		}
 	}
-	if slot >= s.slots {
+	if slot >= slots {
 		return out, "", nil
 	}
 	return out, fmt.Sprintf("%d.%d", slot, cur), nil
@@ -162,8 +181,8 @@ type Counts struct {
 func (s *Store) Count(ctx context.Context) (Counts, error) {
 	pipe := s.rdb.Pipeline()
 	type slotCmds struct{ online, state, dead, alarms *redis.IntCmd }
-	cmds := make([]slotCmds, s.slots)
-	for slot := range s.slots {
+	cmds := make([]slotCmds, s.Slots())
+	for slot := range cmds {
 		cmds[slot] = slotCmds{
 			pipe.ZCard(ctx, s.keys.Deadlines(slot)), pipe.HLen(ctx, s.keys.State(slot)),
 			pipe.ZCard(ctx, s.keys.Dead(slot)), pipe.ZCard(ctx, s.keys.Alarms(slot)),
@@ -211,15 +230,19 @@ func (s *Store) CountByType(ctx context.Context) (online, interrupted map[string
 
 // CurrentDeadlines returns, for each claim, the device's deadline in the deadlines set now (zero when it
 // is not there): the re-check that tells a recovered device from a silent one. One ZMSCORE per slot, one
-// round trip.
+// round trip. While a doubling settles, a device's new slot is looked at too (it writes there now).
 func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Time, error) {
 	out := make([]time.Time, len(claims))
 	if len(claims) == 0 {
 		return out, nil
 	}
+	slots := s.Slots()
 	bySlot := map[int][]int{}
 	for i, c := range claims {
 		bySlot[c.Slot] = append(bySlot[c.Slot], i)
+		if now := Slot(c.Device, slots); now != c.Slot {
+			bySlot[now] = append(bySlot[now], i)
+		}
 	}
 	pipe := s.rdb.Pipeline()
 	cmds := make(map[int]*redis.FloatSliceCmd, len(bySlot))
@@ -237,7 +260,9 @@ func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Ti
 		// go-redis reports a missing member as 0.
 		for j, v := range cmds[slot].Val() {
 			if v > 0 {
-				out[idx[j]], _ = scoreDeadline(v)
+				if dl, _ := scoreDeadline(v); dl.After(out[idx[j]]) {
+					out[idx[j]] = dl
+				}
 			}
 		}
 	}

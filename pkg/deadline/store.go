@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,11 +13,11 @@ import (
 
 // Store is the deadline engine over one Redis (standalone or Cluster).
 type Store struct {
-	rdb   redis.UniversalClient
-	keys  Keyspace
-	slots int
-	types *typeRegistry
-	now   func() time.Time
+	rdb    redis.UniversalClient
+	keys   Keyspace
+	layout atomic.Pointer[Layout]
+	types  *typeRegistry
+	now    func() time.Time
 
 	timeout func(typeName string) time.Duration
 }
@@ -44,14 +45,19 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("deadline: Options.Timeout is required")
 	}
 	keys := NewKeyspace(opts.KeyPrefix)
-	return &Store{rdb: rdb, keys: keys, slots: opts.Slots, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout}, nil
+	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout}
+	s.layout.Store(&Layout{Slots: opts.Slots})
+	return s, nil
 }
 
 // Keys returns the store's key builder, for the packages that keep their own keys beside the slots.
 func (s *Store) Keys() Keyspace { return s.keys }
 
-// Slots returns the number of slots.
-func (s *Store) Slots() int { return s.slots }
+// Slots returns the number of slots now.
+func (s *Store) Slots() int { return s.layout.Load().Slots }
+
+// Layout returns the slot layout in force.
+func (s *Store) Layout() Layout { return *s.layout.Load() }
 
 // Client returns the Redis client.
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
@@ -150,32 +156,61 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 		return nil
 	}
 	now := s.now().UnixMilli()
-	type typedSlot struct{ deadlines, probes []redis.Z }
-	typed := map[int]*typedSlot{}
-	var untyped []Signal
-	for _, sig := range signals {
-		if sig.Type == "" {
-			untyped = append(untyped, sig)
-			continue
-		}
-		t, err := s.types.index(ctx, sig.Type)
-		if err != nil {
+	layout := s.layout.Load()
+	var moved movedSignals
+	if layout.Moving() {
+		var err error
+		if moved, err = s.resolveMoved(ctx, layout, signals); err != nil {
 			return err
 		}
-		slot := Slot(sig.Device, s.slots)
+	}
+	type typedSlot struct{ deadlines, probes []redis.Z }
+	typed := map[int]*typedSlot{}
+	slotOf := func(slot int) *typedSlot {
 		ts := typed[slot]
 		if ts == nil {
 			ts = &typedSlot{}
 			typed[slot] = ts
 		}
-		dl := sig.Seen.UnixMilli() + s.timeout(sig.Type).Milliseconds()
-		ts.deadlines = append(ts.deadlines, redis.Z{Score: float64(dl*MaxTypes + int64(t)), Member: sig.Device})
+		return ts
+	}
+	oldEntries := map[int][]any{} // old slot → moved devices to drop from it
+	var untyped []Signal
+	for i, sig := range signals {
+		m, isMoved := moved[i]
+		if sig.Type == "" && !isMoved {
+			untyped = append(untyped, sig)
+			continue
+		}
+		var score int64
+		if isMoved {
+			score = m.score(sig, s)
+		} else {
+			t, err := s.types.index(ctx, sig.Type)
+			if err != nil {
+				return err
+			}
+			score = (sig.Seen.UnixMilli()+s.timeout(sig.Type).Milliseconds())*MaxTypes + int64(t)
+		}
+		ts := slotOf(Slot(sig.Device, layout.Slots))
+		ts.deadlines = append(ts.deadlines, redis.Z{Score: float64(score), Member: sig.Device})
 		ts.probes = append(ts.probes, redis.Z{Score: float64(now), Member: sig.Device})
+		if isMoved {
+			// The open incident, if any, still lives in the old slot until the layout retires.
+			old := slotOf(m.oldSlot)
+			old.probes = append(old.probes, redis.Z{Score: float64(now), Member: sig.Device})
+			oldEntries[m.oldSlot] = append(oldEntries[m.oldSlot], sig.Device)
+		}
 	}
 	pipe := s.rdb.Pipeline()
 	for slot, ts := range typed {
-		pipe.ZAddArgs(ctx, s.keys.Deadlines(slot), redis.ZAddArgs{GT: true, Members: ts.deadlines})
+		if len(ts.deadlines) > 0 {
+			pipe.ZAddArgs(ctx, s.keys.Deadlines(slot), redis.ZAddArgs{GT: true, Members: ts.deadlines})
+		}
 		pipe.ZAddArgs(ctx, s.keys.Alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: ts.probes})
+	}
+	for slot, devs := range oldEntries {
+		pipe.ZRem(ctx, s.keys.Deadlines(slot), devs...)
 	}
 	calls := s.untypedCalls(untyped, now)
 	for _, c := range calls {
@@ -200,11 +235,12 @@ func (s *Store) untypedCalls(signals []Signal, now int64) []scriptCall {
 	}
 	_, cluster := s.rdb.(*redis.ClusterClient)
 	timeouts := s.types.timeoutTable(s.timeout)
+	slots := s.Slots()
 	var calls []scriptCall
 	callOf := map[int]int{}   // slot → call index
 	tripleOf := map[int]int{} // slot → key triple number within its call
 	for _, sig := range signals {
-		slot := Slot(sig.Device, s.slots)
+		slot := Slot(sig.Device, slots)
 		ci, ok := callOf[slot]
 		if !ok {
 			if cluster || len(calls) == 0 {
