@@ -1,0 +1,437 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// Chain defaults.
+const (
+	DefaultBatch        = 256
+	DefaultLinger       = 2 * time.Millisecond
+	DefaultMaxInFlight  = 4
+	DefaultMaxClockSkew = 5 * time.Second
+)
+
+// ChainOptions configures a Chain (config: ingest.*).
+type ChainOptions struct {
+	// MaxClockSkew: a ts further than this past the receive time is replaced by the receive time.
+	// Default 5s.
+	MaxClockSkew time.Duration
+	// Coalesce > 0 skips a device's deadline write while its signal time is less than this past the last
+	// one written and its type did not change (ingest.coalesce).
+	Coalesce time.Duration
+	// Batch is the most messages one refresh carries (default 256); Linger the longest a partial batch
+	// waits for more while another batch is in flight (default 2ms; with nothing in flight a batch is sent
+	// as soon as the input is drained, so a quiet fleet pays no linger).
+	Batch  int
+	Linger time.Duration
+	// MaxInFlight bounds the batches between dispatch and acknowledgement (default 4). When all are
+	// taken, Submit blocks: that is the backpressure that stops the sources while Redis is down.
+	MaxInFlight int
+	// KnownType reports whether a type name has a configured policy; nil treats every name as known.
+	KnownType func(string) bool
+	// DeadLetterTimeout bounds the retries of one dead letter (default 5s). After it the bad message is
+	// acknowledged without its dead letter (counted): bad input must never hold up valid input.
+	DeadLetterTimeout time.Duration
+	Now               func() time.Time
+	Logger            *zap.Logger
+	Registerer        prometheus.Registerer
+}
+
+// ErrChainStopped is returned by Submit when the chain is not running any more.
+var ErrChainStopped = errors.New("ingest: chain stopped")
+
+// Chain is the one path every signal takes from a source into Redis; see the package comment.
+type Chain struct {
+	refresher Refresher
+	dl        event.DeadLetterSink
+	opts      ChainOptions
+	now       func() time.Time
+	log       *zap.Logger
+	m         *metrics
+
+	in     chan item
+	dlq    chan dlJob
+	tokens chan struct{} // one per batch between dispatch and acknowledgement
+	freed  chan struct{} // a batch was released: the batcher may stop lingering
+	done   chan struct{} // closed when Run returns
+
+	inFlight atomic.Int64
+	seq      uint64 // batcher only
+
+	relMu   sync.Mutex
+	ring    []*batch // completed batches waiting for their turn, by seq % MaxInFlight
+	release uint64   // seq of the next batch to acknowledge
+	pool    sync.Pool
+
+	unknown      sync.Map // type names already logged as unknown
+	unknownCount atomic.Int64
+
+	wg      sync.WaitGroup
+	running atomic.Bool
+}
+
+// item is one valid signal on its way to a batch.
+type item struct {
+	sig deadline.Signal
+	ack func()
+	src *sourceMetrics
+}
+
+// ackItem is a batch member waiting for its acknowledgement.
+type ackItem struct {
+	ack       func()
+	src       *sourceMetrics
+	coalesced bool
+}
+
+type batch struct {
+	seq   uint64
+	sigs  []deadline.Signal
+	items []ackItem
+}
+
+// NewChain builds a chain writing to refresher and sending dead letters to deadLetters (nil: bad input
+// is counted, logged and acknowledged). Run starts it.
+func NewChain(refresher Refresher, deadLetters event.DeadLetterSink, opts ChainOptions) (*Chain, error) {
+	if refresher == nil {
+		return nil, errors.New("ingest: chain needs a refresher")
+	}
+	if opts.MaxClockSkew <= 0 {
+		opts.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if opts.Coalesce < 0 {
+		return nil, fmt.Errorf("ingest: coalesce %v is negative", opts.Coalesce)
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = DefaultBatch
+	}
+	if opts.Linger <= 0 {
+		opts.Linger = DefaultLinger
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	if opts.DeadLetterTimeout <= 0 {
+		opts.DeadLetterTimeout = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	c := &Chain{
+		refresher: refresher,
+		dl:        deadLetters,
+		opts:      opts,
+		now:       opts.Now,
+		log:       opts.Logger.With(zap.String("component", "ingest")),
+		m:         m,
+		in:        make(chan item, opts.Batch),
+		dlq:       make(chan dlJob, 1024),
+		tokens:    make(chan struct{}, opts.MaxInFlight),
+		freed:     make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		ring:      make([]*batch, opts.MaxInFlight),
+	}
+	c.pool.New = func() any {
+		return &batch{sigs: make([]deadline.Signal, 0, opts.Batch), items: make([]ackItem, 0, opts.Batch)}
+	}
+	return c, nil
+}
+
+// Run runs the batcher and the dead-letter worker until ctx ends, then waits for the batches in flight:
+// those not yet written stop retrying and stay unacknowledged, so their brokers deliver them again.
+func (c *Chain) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("ingest: chain already running")
+	}
+	defer close(c.done)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.deadLetterLoop(ctx)
+	}()
+	c.batcher(ctx)
+	c.wg.Wait()
+	return nil
+}
+
+// Submit takes one message from a source. Bad input goes to the dead-letter path; a valid signal is
+// queued for the next batch. Submit blocks while the chain is full (backpressure) and returns an error
+// only when ctx ended or the chain stopped; the message is then not acknowledged.
+func (c *Chain) Submit(ctx context.Context, m Message) error {
+	src := c.m.source(m.Source)
+	now := c.now()
+	received := m.Received
+	if received.IsZero() || received.After(now) {
+		received = now
+	}
+	d, reason := decode(&m)
+	if reason != "" {
+		return c.deadLetter(ctx, &m, src, reason, now)
+	}
+	seen := received
+	if !d.ts.IsZero() {
+		seen = d.ts
+		if seen.Sub(received) > c.opts.MaxClockSkew {
+			seen = received
+			src.clamped.Inc()
+		}
+	}
+	if d.typ != "" && c.opts.KnownType != nil && !c.opts.KnownType(d.typ) {
+		c.unknownType(d.typ, d.device)
+	}
+	select {
+	case c.in <- item{sig: deadline.Signal{Device: d.device, Type: d.typ, Seen: seen}, ack: m.Ack, src: src}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ingest: submit: %w", ctx.Err())
+	case <-c.done:
+		return ErrChainStopped
+	}
+}
+
+// unknownType counts a signal of an unconfigured type and logs each name once (up to a bound, so a
+// fleet sending random names cannot grow memory without limit).
+func (c *Chain) unknownType(name, device string) {
+	c.m.unknownTypes.Inc()
+	if c.unknownCount.Load() >= 1000 {
+		return
+	}
+	if _, seen := c.unknown.LoadOrStore(name, struct{}{}); !seen {
+		if c.unknownCount.Add(1) == 1000 {
+			c.log.Warn("unknown device types: logging no more names")
+		}
+		c.log.Warn("unknown device type; the default policy applies", zap.String("type", name), zap.String("device", device))
+	}
+}
+
+// discard acknowledges a message that carries no signal and counts it under result.
+func (c *Chain) discard(source, result string, ack func()) {
+	s := c.m.source(source)
+	switch result {
+	case ResultRetained:
+		s.retained.Inc()
+	}
+	if ack != nil {
+		ack()
+	}
+}
+
+// setConnected updates the ingest_connected gauge of a source.
+func (c *Chain) setConnected(source string, up bool) {
+	v := 0.0
+	if up {
+		v = 1
+	}
+	c.m.connected.WithLabelValues(source).Set(v)
+}
+
+// batcher groups signals into batches: a batch goes out when it is full, when the input is drained and
+// no batch is in flight (a quiet fleet waits for nothing), or when it lingered long enough.
+func (c *Chain) batcher(ctx context.Context) {
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
+	var co *coalescer
+	var rotate <-chan time.Time
+	if c.opts.Coalesce > 0 {
+		co = newCoalescer(c.opts.Coalesce)
+		t := time.NewTicker(max(c.opts.Coalesce, 10*time.Millisecond))
+		defer t.Stop()
+		rotate = t.C
+	}
+	var cur *batch
+	add := func(it item) {
+		if cur == nil {
+			cur = c.pool.Get().(*batch)
+			linger.Reset(c.opts.Linger)
+		}
+		if co != nil && co.skip(it.sig) {
+			cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, coalesced: true})
+			return
+		}
+		cur.sigs = append(cur.sigs, it.sig)
+		cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src})
+	}
+	dispatch := func() bool {
+		linger.Stop()
+		b := cur
+		cur = nil
+		return c.dispatch(ctx, b)
+	}
+	for {
+		if cur == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case it := <-c.in:
+				add(it)
+			case <-rotate:
+				co.rotate()
+			}
+			continue
+		}
+		if len(cur.items) >= c.opts.Batch {
+			if !dispatch() {
+				return
+			}
+			continue
+		}
+		select {
+		case it := <-c.in:
+			add(it)
+			continue
+		default:
+		}
+		if c.inFlight.Load() == 0 {
+			if !dispatch() {
+				return
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-c.in:
+			add(it)
+		case <-c.freed:
+			// Re-check: the batch goes out now if that was the last one in flight.
+		case <-linger.C:
+			if !dispatch() {
+				return
+			}
+		case <-rotate:
+			co.rotate()
+		}
+	}
+}
+
+// dispatch hands a batch to its own goroutine once a slot is free; it blocks while MaxInFlight batches
+// are unacknowledged. False when ctx ended first.
+func (c *Chain) dispatch(ctx context.Context, b *batch) bool {
+	select {
+	case c.tokens <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	b.seq = c.seq
+	c.seq++
+	c.inFlight.Add(1)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if c.apply(ctx, b) {
+			c.complete(b)
+		}
+	}()
+	return true
+}
+
+// apply writes a batch, retrying with backoff until Redis acknowledges it or ctx ends.
+func (c *Chain) apply(ctx context.Context, b *batch) bool {
+	if len(b.sigs) == 0 {
+		return true
+	}
+	var firstErr time.Time
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		err := c.refresher.Refresh(ctx, b.sigs)
+		c.m.refresh.Observe(time.Since(start).Seconds())
+		if err == nil {
+			if attempt > 0 {
+				c.log.Info("deadline refresh recovered", zap.Int("attempts", attempt+1), zap.Duration("after", time.Since(firstErr)))
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		c.m.refreshErrors.Inc()
+		if attempt == 0 {
+			firstErr = start
+			c.log.Warn("deadline refresh failed; holding the batch unacknowledged and retrying", zap.Int("signals", len(b.sigs)), zap.Error(err))
+		} else if attempt%20 == 0 {
+			c.log.Warn("deadline refresh still failing", zap.Int("attempts", attempt+1), zap.Duration("for", time.Since(firstErr)), zap.Error(err))
+		}
+		if !sleepCtx(ctx, backoff(attempt, 20*time.Millisecond, 2*time.Second)) {
+			return false
+		}
+	}
+}
+
+// complete acknowledges batches strictly in dispatch order. A coalesced message relies on a write made
+// by its own or an earlier batch, so it may only be acknowledged once every earlier batch is stored;
+// in-order release gives that, and gives MQTT the in-order PUBACKs the protocol asks for.
+func (c *Chain) complete(b *batch) {
+	c.relMu.Lock()
+	defer c.relMu.Unlock()
+	n := uint64(len(c.ring))
+	c.ring[b.seq%n] = b
+	for {
+		r := c.ring[c.release%n]
+		if r == nil || r.seq != c.release {
+			return
+		}
+		c.ring[c.release%n] = nil
+		c.release++
+		for _, it := range r.items {
+			if it.coalesced {
+				it.src.coalesced.Inc()
+			} else {
+				it.src.applied.Inc()
+			}
+			if it.ack != nil {
+				it.ack()
+			}
+		}
+		clear(r.items)
+		clear(r.sigs)
+		r.sigs, r.items = r.sigs[:0], r.items[:0]
+		c.pool.Put(r)
+		c.inFlight.Add(-1)
+		<-c.tokens
+		select {
+		case c.freed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// backoff is an exponential delay with jitter, capped.
+func backoff(attempt int, lo, hi time.Duration) time.Duration {
+	d := lo << min(attempt, 16)
+	if d > hi || d <= 0 {
+		d = hi
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,55 @@
+package ingest
+
+import (
+	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+// coalescer remembers, per device, the signal time and type of the last deadline write, so a write that
+// would move the deadline by less than the window can be skipped (ingest.coalesce). Only the batcher
+// goroutine uses it.
+//
+// Two generations bound its memory without a sweep over every entry: rotate (every window) drops the
+// older generation, so only devices that wrote within the last two windows are kept. Forgetting a device
+// costs one extra write, never a missed one.
+type coalescer struct {
+	window    int64 // ms
+	cur, prev map[string]coalesceEntry
+}
+
+type coalesceEntry struct {
+	seen int64 // ms of the last written signal
+	typ  string
+}
+
+func newCoalescer(window time.Duration) *coalescer {
+	return &coalescer{window: window.Milliseconds(), cur: map[string]coalesceEntry{}, prev: map[string]coalesceEntry{}}
+}
+
+// skip reports whether sig may go unwritten, and records it as written when not.
+func (c *coalescer) skip(sig deadline.Signal) bool {
+	e, ok := c.cur[sig.Device]
+	if !ok {
+		e, ok = c.prev[sig.Device]
+	}
+	ms := sig.Seen.UnixMilli()
+	sameType := sig.Type == "" || sig.Type == e.typ
+	if ok && ms < e.seen+c.window && sameType {
+		return true
+	}
+	next := coalesceEntry{seen: ms, typ: sig.Type}
+	if ok {
+		next.seen = max(ms, e.seen) // the store keeps the later deadline
+		if sig.Type == "" {
+			next.typ = e.typ
+		}
+	}
+	c.cur[sig.Device] = next
+	return false
+}
+
+func (c *coalescer) rotate() {
+	c.prev = c.cur
+	c.cur = make(map[string]coalesceEntry, len(c.prev))
+}

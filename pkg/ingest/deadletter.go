@@ -1,0 +1,144 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// dlJob is one piece of bad input waiting for its dead letter to be written.
+type dlJob struct {
+	dl  event.DeadLetter
+	ack func()
+}
+
+// batchDeadLetterSink is the optional batch form of event.DeadLetterSink (event.Publisher has it): one
+// round trip for a burst of bad input.
+type batchDeadLetterSink interface {
+	PublishDeadLetters(ctx context.Context, ds []event.DeadLetter) []error
+}
+
+// deadLetter counts bad input and queues its dead letter. It never blocks the valid signals: when the
+// dead-letter queue is full the message is acknowledged without its dead letter (counted and logged).
+func (c *Chain) deadLetter(ctx context.Context, m *Message, src *sourceMetrics, reason string, now time.Time) error {
+	src.deadLetter.Inc()
+	c.m.deadLetters.WithLabelValues(reason).Inc()
+	if c.dl == nil {
+		c.log.Debug("bad input (no dead-letter topic)", zap.String("reason", reason), zap.String("source", m.Source), zap.String("topic", m.Topic))
+		if m.Ack != nil {
+			m.Ack()
+		}
+		return nil
+	}
+	d := event.NewDeadLetter(reason, m.Source, m.Topic, m.Payload, now)
+	if len(m.Key) > 0 {
+		d.Key = append([]byte(nil), m.Key...)
+	}
+	select {
+	case c.dlq <- dlJob{dl: d, ack: m.Ack}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ingest: submit: %w", ctx.Err())
+	case <-c.done:
+		return ErrChainStopped
+	default:
+	}
+	c.m.deadLetterLost.Inc()
+	c.log.Error("dead-letter queue full; acknowledging bad input without its dead letter",
+		zap.String("reason", reason), zap.String("source", m.Source), zap.String("topic", m.Topic))
+	if m.Ack != nil {
+		m.Ack()
+	}
+	return nil
+}
+
+// deadLetterLoop writes queued dead letters in bursts, each retried with backoff for at most
+// DeadLetterTimeout, then acknowledges their messages.
+func (c *Chain) deadLetterLoop(ctx context.Context) {
+	jobs := make([]dlJob, 0, 64)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-c.dlq:
+			jobs = append(jobs[:0], j)
+		}
+	more:
+		for len(jobs) < cap(jobs) {
+			select {
+			case j := <-c.dlq:
+				jobs = append(jobs, j)
+			default:
+				break more
+			}
+		}
+		if !c.publishDeadLetters(ctx, jobs) {
+			return // shutting down: the messages stay unacknowledged and come again
+		}
+		clear(jobs)
+	}
+}
+
+// publishDeadLetters writes jobs and acknowledges each once written or given up on. False when ctx ended.
+func (c *Chain) publishDeadLetters(ctx context.Context, jobs []dlJob) bool {
+	giveUp := time.Now().Add(c.opts.DeadLetterTimeout)
+	pending := jobs
+	var lastErr error
+	for attempt := 0; len(pending) > 0; attempt++ {
+		if attempt > 0 {
+			wait := backoff(attempt-1, 50*time.Millisecond, time.Second)
+			if time.Now().Add(wait).After(giveUp) {
+				break
+			}
+			if !sleepCtx(ctx, wait) {
+				return false
+			}
+		}
+		actx, cancel := context.WithDeadline(ctx, giveUp)
+		errs := c.publish(actx, pending)
+		cancel()
+		if ctx.Err() != nil {
+			return false
+		}
+		failed := pending[:0]
+		for i, j := range pending {
+			if errs[i] == nil {
+				if j.ack != nil {
+					j.ack()
+				}
+				continue
+			}
+			lastErr = errs[i]
+			failed = append(failed, j)
+		}
+		pending = failed
+	}
+	for _, j := range pending {
+		c.m.deadLetterLost.Inc()
+		c.log.Error("dead letter not written; acknowledging the bad input anyway so it cannot hold up valid signals",
+			zap.String("reason", j.dl.Reason), zap.String("source", j.dl.Source), zap.String("topic", j.dl.Topic), zap.Error(lastErr))
+		if j.ack != nil {
+			j.ack()
+		}
+	}
+	return true
+}
+
+func (c *Chain) publish(ctx context.Context, jobs []dlJob) []error {
+	if b, ok := c.dl.(batchDeadLetterSink); ok {
+		ds := make([]event.DeadLetter, len(jobs))
+		for i, j := range jobs {
+			ds[i] = j.dl
+		}
+		return b.PublishDeadLetters(ctx, ds)
+	}
+	errs := make([]error, len(jobs))
+	for i, j := range jobs {
+		errs[i] = c.dl.PublishDeadLetter(ctx, j.dl)
+	}
+	return errs
+}

@@ -1,0 +1,244 @@
+package ingest
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Dead-letter reasons (SPEC §4): a fixed set, so the deadletters_total{reason} label stays bounded.
+const (
+	ReasonNoDeviceID      = "no_device_id"
+	ReasonInvalidDeviceID = "invalid_device_id"
+	// ReasonInvalidType is a `type` that is not a string, or a type name (payload or topic) that breaks
+	// the device-id rules. Not in SPEC §4's list: folding it into invalid_device_id or malformed_json
+	// would send an operator looking at the wrong field.
+	ReasonInvalidType   = "invalid_type"
+	ReasonMalformedJSON = "malformed_json"
+	ReasonBadTS         = "bad_ts"
+	ReasonOversize      = "oversize"
+)
+
+// Reasons lists every dead-letter reason, for dashboards and tests.
+var Reasons = []string{ReasonNoDeviceID, ReasonInvalidDeviceID, ReasonInvalidType, ReasonMalformedJSON, ReasonBadTS, ReasonOversize}
+
+// Limits (SPEC §4).
+const (
+	MaxPayload = 64 << 10 // bytes
+	MaxIDLen   = 256      // bytes of UTF-8, for device ids and type names
+)
+
+// maxTSMillis bounds a numeric ts (and, /1000, a ts in seconds) to the year 5138: beyond it a number is
+// no timestamp, and the conversion to int64 nanoseconds would overflow.
+const maxTSMillis = 1e14
+
+// decoded is what a message says about its signal.
+type decoded struct {
+	device string
+	typ    string
+	ts     time.Time // zero: the payload carries no ts
+}
+
+// payloadFields are the JSON fields a signal may carry. Each field type parses its own value, so one
+// json.Unmarshal validates the object and extracts the fields without a map or a copy of the raw bytes.
+type payloadFields struct {
+	DeviceID jsonString `json:"device_id"`
+	Type     jsonString `json:"type"`
+	TS       jsonTS     `json:"ts"`
+}
+
+// fieldError is a well-formed JSON value that is wrong for its field; it carries the dead-letter reason.
+type fieldError struct{ reason string }
+
+func (e *fieldError) Error() string { return "ingest: " + e.reason }
+
+var (
+	errDeviceIDType = &fieldError{ReasonInvalidDeviceID}
+	errTypeType     = &fieldError{ReasonInvalidType}
+	errBadTS        = &fieldError{ReasonBadTS}
+)
+
+// jsonString is a string field; null (and "") count as absent. set reports presence.
+type jsonString struct {
+	s   string
+	err *fieldError
+}
+
+func (j *jsonString) UnmarshalJSON(b []byte) error {
+	switch {
+	case string(b) == "null":
+		return nil
+	case len(b) < 2 || b[0] != '"':
+		return j.err
+	}
+	if s, ok := unquoteSimple(b); ok {
+		j.s = s
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	j.s = s
+	return nil
+}
+
+// unquoteSimple returns the content of a JSON string without escapes (the common case) with one
+// allocation; ok is false when the string has escapes.
+func unquoteSimple(b []byte) (string, bool) {
+	inner := b[1 : len(b)-1]
+	for _, c := range inner {
+		if c == '\\' || c == '"' {
+			return "", false
+		}
+	}
+	return string(inner), true
+}
+
+// jsonTS is `ts`: an RFC 3339 string, or a number of Unix seconds (< 1e11) or milliseconds.
+type jsonTS struct{ t time.Time }
+
+func (j *jsonTS) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" || len(b) == 0 {
+		return nil
+	}
+	if b[0] == '"' {
+		s, ok := unquoteSimple(b)
+		if !ok {
+			return errBadTS // RFC 3339 needs no escapes
+		}
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil || t.Before(time.Unix(0, 0)) {
+			return errBadTS
+		}
+		j.t = t
+		return nil
+	}
+	if b[0] != '-' && (b[0] < '0' || b[0] > '9') {
+		return errBadTS // true, false, an object or an array
+	}
+	v, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) {
+		return errBadTS
+	}
+	var ms float64
+	if v < 1e11 {
+		ms = math.Round(v * 1000)
+	} else {
+		ms = math.Round(v)
+	}
+	if ms >= maxTSMillis {
+		return errBadTS
+	}
+	j.t = time.UnixMilli(int64(ms))
+	return nil
+}
+
+// decode reads a message: the payload's fields win over what the topic or key named. It returns the
+// dead-letter reason for bad input, "" for a valid signal.
+func decode(m *Message) (decoded, string) {
+	if len(m.Payload) > MaxPayload {
+		return decoded{}, ReasonOversize
+	}
+	var d decoded
+	if isJSONObject(m.Payload) {
+		f := payloadFields{DeviceID: jsonString{err: errDeviceIDType}, Type: jsonString{err: errTypeType}}
+		if err := json.Unmarshal(m.Payload, &f); err != nil {
+			var fe *fieldError
+			if errors.As(err, &fe) {
+				return decoded{}, fe.reason
+			}
+			return decoded{}, ReasonMalformedJSON
+		}
+		d = decoded{device: f.DeviceID.s, typ: f.Type.s, ts: f.TS.t}
+	}
+	if d.device == "" {
+		d.device = m.Device
+	}
+	if d.device == "" && len(m.Key) > 0 {
+		if !validIDBytes(m.Key) {
+			return decoded{}, ReasonInvalidDeviceID
+		}
+		d.device = string(m.Key)
+	}
+	if d.device == "" {
+		return decoded{}, ReasonNoDeviceID
+	}
+	if !validID(d.device) {
+		return decoded{}, ReasonInvalidDeviceID
+	}
+	if d.typ == "" {
+		d.typ = m.Type
+	}
+	if d.typ != "" && !validID(d.typ) {
+		return decoded{}, ReasonInvalidType
+	}
+	return d, ""
+}
+
+// isJSONObject reports whether a payload is meant as a JSON object: its first non-space byte is '{'.
+// Anything else (empty, arbitrary bytes, other JSON values) is an opaque heartbeat.
+func isJSONObject(p []byte) bool {
+	for _, c := range p {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// validID reports whether s is a valid device id or type name: 1–MaxIDLen bytes of UTF-8 without
+// control characters (SPEC §4).
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return false
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && size == 1) || unicode.IsControl(r) {
+			return false
+		}
+		i += size
+	}
+	return true
+}
+
+// validIDBytes is validID for a Kafka key, checked before it is copied into a string.
+func validIDBytes(b []byte) bool {
+	if len(b) == 0 || len(b) > MaxIDLen {
+		return false
+	}
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return false
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if (r == utf8.RuneError && size == 1) || unicode.IsControl(r) {
+			return false
+		}
+		i += size
+	}
+	return true
+}

@@ -1,0 +1,121 @@
+package ingest
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+// Source names, used as the `source` metric label and in dead letters.
+const (
+	SourceMQTT  = "mqtt"
+	SourceKafka = "kafka"
+)
+
+// Message is one message a source received, with what the source already knows about it.
+type Message struct {
+	Source string // SourceMQTT or SourceKafka
+	Topic  string
+	Key    []byte // Kafka message key: the device id unless the payload names one
+	// Device and Type are what the MQTT topic template named ("" when it names none).
+	Device  string
+	Type    string
+	Payload []byte
+	// Received is when the signal reached the transport: the signal time when the payload carries no
+	// ts. Zero means now (the chain's clock).
+	Received time.Time
+	// Ack acknowledges the message at its broker. The chain calls it exactly once, after the message's
+	// deadline write was acknowledged by Redis (or its dead letter was handled).
+	Ack func()
+}
+
+// Refresher is what the chain writes deadlines to: *deadline.Store in production; tests wrap it to make
+// Redis fail on demand.
+type Refresher interface {
+	Refresh(ctx context.Context, signals []deadline.Signal) error
+}
+
+// Health is a source's view of its broker, read by readiness and by the detection hold-back.
+type Health struct {
+	Connected bool          // the session to the broker is up (and its subscriptions granted)
+	Lag       time.Duration // how far behind the applied signals are; 0 when caught up
+	Since     time.Time     // when the current Connected state began
+}
+
+// Source is one transport feeding the chain.
+type Source interface {
+	// Name is the source's metric label: SourceMQTT or SourceKafka.
+	Name() string
+	// Run receives messages and submits them to chain until ctx ends, then waits (bounded) for the
+	// messages it submitted to be acknowledged and closes its connection. The chain must keep running
+	// until Run returned: stop sources before the chain they feed. Run returns an error only for a
+	// configuration problem that retrying cannot fix (bad credentials, an untrusted certificate).
+	Run(ctx context.Context, chain *Chain) error
+	// Health reports the current state; safe for concurrent use.
+	Health() Health
+}
+
+// healthState is the connection state and the flow progress a source reports as Health.
+type healthState struct {
+	mu        sync.Mutex
+	connected bool
+	since     time.Time
+
+	// outstanding counts messages submitted and not yet acknowledged; progress is when the last one was
+	// acknowledged (or when outstanding rose from zero), so a stalled flow shows as a growing lag.
+	outstanding atomic.Int64
+	progress    atomic.Int64 // Unix ns
+}
+
+func newHealthState() *healthState { return &healthState{since: time.Now()} }
+
+// set records the connection state and reports whether it changed.
+func (h *healthState) set(connected bool) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.connected == connected {
+		return false
+	}
+	h.connected, h.since = connected, time.Now()
+	return true
+}
+
+func (h *healthState) begin() {
+	if h.outstanding.Add(1) == 1 {
+		h.progress.Store(time.Now().UnixNano())
+	}
+}
+
+func (h *healthState) done() {
+	h.progress.Store(time.Now().UnixNano())
+	h.outstanding.Add(-1)
+}
+
+// stall is how long the flow has been waiting for an acknowledgement; 0 when nothing is outstanding.
+func (h *healthState) stall(now time.Time) time.Duration {
+	if h.outstanding.Load() <= 0 {
+		return 0
+	}
+	return max(0, now.Sub(time.Unix(0, h.progress.Load())))
+}
+
+func (h *healthState) health(lag time.Duration) Health {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return Health{Connected: h.connected, Lag: lag, Since: h.since}
+}
+
+// waitDrained waits until every submitted message was acknowledged or timeout passed.
+func (h *healthState) waitDrained(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for h.outstanding.Load() > 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond) // polling a counter: the chain acknowledges from many goroutines
+	}
+	return true
+}

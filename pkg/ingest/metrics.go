@@ -1,0 +1,114 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Results of a signal, the `result` label of heartbeatd_signals_total.
+const (
+	ResultApplied    = "applied"    // its deadline write was acknowledged by Redis
+	ResultCoalesced  = "coalesced"  // acknowledged without a write: one within ingest.coalesce was made
+	ResultDeadLetter = "deadletter" // bad input, sent to the dead-letter topic
+	ResultRetained   = "retained"   // an MQTT retained message: a replay of an old signal, not a live one
+)
+
+type metrics struct {
+	signals        *prometheus.CounterVec
+	deadLetters    *prometheus.CounterVec
+	refresh        prometheus.Histogram
+	refreshErrors  prometheus.Counter
+	connected      *prometheus.GaugeVec
+	clamped        *prometheus.CounterVec
+	unknownTypes   prometheus.Counter
+	deadLetterLost prometheus.Counter
+
+	mu      sync.RWMutex
+	sources map[string]*sourceMetrics
+}
+
+// sourceMetrics are one source's counters, resolved once so the hot path does no label lookups.
+type sourceMetrics struct {
+	applied, coalesced, deadLetter, retained, clamped prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "heartbeatd_signals_total",
+			Help: "Signals taken in, by source and result (applied, coalesced, deadletter, retained).",
+		}, []string{"source", "result"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "heartbeatd_deadletters_total",
+			Help: "Bad input sent to the dead-letter topic, by reason.",
+		}, []string{"reason"}),
+		refresh: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "heartbeatd_refresh_seconds",
+			Help:    "Duration of one batched deadline refresh in Redis (every attempt).",
+			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		refreshErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "heartbeatd_refresh_errors_total",
+			Help: "Failed deadline refresh attempts (each is retried with backoff; nothing is acknowledged meanwhile).",
+		}),
+		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "heartbeatd_ingest_connected",
+			Help: "1 while an ingest source is connected to its broker.",
+		}, []string{"source"}),
+		clamped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "heartbeatd_signals_clamped_total",
+			Help: "Signals whose ts was further in the future than ingest.max_clock_skew; the receive time was used.",
+		}, []string{"source"}),
+		unknownTypes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "heartbeatd_signals_unknown_type_total",
+			Help: "Signals naming a device type without a configured policy (the default policy applies).",
+		}),
+		deadLetterLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "heartbeatd_deadletters_lost_total",
+			Help: "Bad input acknowledged without its dead letter: the dead-letter topic failed or its queue was full.",
+		}),
+		sources: map[string]*sourceMetrics{},
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.signals, m.deadLetters, m.refresh, m.refreshErrors, m.connected, m.clamped, m.unknownTypes, m.deadLetterLost} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, fmt.Errorf("ingest: metrics already registered (one Chain per registry): %w", err)
+			}
+			return nil, fmt.Errorf("ingest: register metrics: %w", err)
+		}
+	}
+	// Pre-create the bounded label values so dashboards see zeros instead of missing series.
+	for _, r := range Reasons {
+		m.deadLetters.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+func (m *metrics) source(name string) *sourceMetrics {
+	m.mu.RLock()
+	s := m.sources[name]
+	m.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s = m.sources[name]; s == nil {
+		s = &sourceMetrics{
+			applied:    m.signals.WithLabelValues(name, ResultApplied),
+			coalesced:  m.signals.WithLabelValues(name, ResultCoalesced),
+			deadLetter: m.signals.WithLabelValues(name, ResultDeadLetter),
+			retained:   m.signals.WithLabelValues(name, ResultRetained),
+			clamped:    m.clamped.WithLabelValues(name),
+		}
+		m.sources[name] = s
+	}
+	return s
+}

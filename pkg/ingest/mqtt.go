@@ -1,0 +1,317 @@
+package ingest
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
+	"go.uber.org/zap"
+)
+
+// Subscription is one MQTT topic template (config: ingest.mqtt.subscriptions).
+type Subscription struct {
+	Topic       string // levels {device_id} and {device_type} are placeholders, one level each
+	SharedGroup string // non-empty: subscribe as $share/<group>/<filter>
+}
+
+// MQTTOptions configures the MQTT source (config: ingest.mqtt).
+type MQTTOptions struct {
+	Brokers  []string // tcp://, mqtt://, ssl://, tls://, mqtts://
+	ClientID string   // fixed: the broker keeps the persistent session under it
+	Username string
+	Password string
+	// TLS is used for ssl://, tls:// and mqtts:// brokers; nil means the system roots.
+	TLS           *tls.Config
+	QoS           byte // 1 by default in the config; 0 loses signals on any disconnect
+	Subscriptions []Subscription
+	// ConnectTimeout bounds one connection attempt (default 10s); KeepAlive is the MQTT keep-alive
+	// (default 30s); MaxReconnectInterval caps the reconnect backoff (default 10s).
+	ConnectTimeout       time.Duration
+	KeepAlive            time.Duration
+	MaxReconnectInterval time.Duration
+	// DrainTimeout is how long Run waits at shutdown for the messages it submitted to be acknowledged
+	// (default 5s). What is not acknowledged by then is delivered again from the persistent session.
+	DrainTimeout time.Duration
+	Logger       *zap.Logger
+}
+
+// MQTTSource subscribes to the fleet's topics with a persistent session and QoS 1, and acknowledges each
+// message only when the chain says its deadline was written.
+type MQTTSource struct {
+	opts      MQTTOptions
+	templates []topicTemplate
+	log       *zap.Logger
+	health    *healthState
+
+	mu     sync.Mutex
+	client mqtt.Client
+	chain  *Chain
+	ctx    context.Context
+}
+
+var _ Source = (*MQTTSource)(nil)
+
+// NewMQTTSource validates opts. Run connects.
+func NewMQTTSource(opts MQTTOptions) (*MQTTSource, error) {
+	if len(opts.Brokers) == 0 {
+		return nil, errors.New("ingest: mqtt needs at least one broker")
+	}
+	for _, b := range opts.Brokers {
+		u, err := url.Parse(b)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("ingest: mqtt broker %q: want scheme://host:port", b)
+		}
+		switch u.Scheme {
+		case "tcp", "mqtt", "ssl", "tls", "mqtts", "tcps", "ws", "wss":
+		default:
+			return nil, fmt.Errorf("ingest: mqtt broker %q: unknown scheme %q", b, u.Scheme)
+		}
+	}
+	if opts.ClientID == "" {
+		return nil, errors.New("ingest: mqtt needs a fixed client id (the persistent session lives under it)")
+	}
+	if opts.QoS > 2 {
+		return nil, fmt.Errorf("ingest: mqtt qos %d: want 0, 1 or 2", opts.QoS)
+	}
+	if len(opts.Subscriptions) == 0 {
+		return nil, errors.New("ingest: mqtt needs at least one subscription")
+	}
+	s := &MQTTSource{opts: opts, health: newHealthState()}
+	for _, sub := range opts.Subscriptions {
+		t, err := parseTemplate(sub)
+		if err != nil {
+			return nil, err
+		}
+		s.templates = append(s.templates, t)
+	}
+	if s.opts.ConnectTimeout <= 0 {
+		s.opts.ConnectTimeout = 10 * time.Second
+	}
+	if s.opts.KeepAlive <= 0 {
+		s.opts.KeepAlive = 30 * time.Second
+	}
+	if s.opts.MaxReconnectInterval <= 0 {
+		s.opts.MaxReconnectInterval = 10 * time.Second
+	}
+	if s.opts.DrainTimeout <= 0 {
+		s.opts.DrainTimeout = 5 * time.Second
+	}
+	if s.opts.Logger == nil {
+		s.opts.Logger = zap.NewNop()
+	}
+	s.log = s.opts.Logger.With(zap.String("component", "ingest-mqtt"))
+	return s, nil
+}
+
+// Name implements Source.
+func (s *MQTTSource) Name() string { return SourceMQTT }
+
+// Health implements Source. Lag is how long the oldest unacknowledged message has waited for the chain:
+// MQTT has no offsets, so a stalled chain (Redis down) is what shows.
+func (s *MQTTSource) Health() Health { return s.health.health(s.health.stall(time.Now())) }
+
+// Filters returns the MQTT filters the source subscribes to.
+func (s *MQTTSource) Filters() []string {
+	f := make([]string, len(s.templates))
+	for i, t := range s.templates {
+		f[i] = t.filter
+	}
+	return f
+}
+
+// Run implements Source.
+func (s *MQTTSource) Run(ctx context.Context, chain *Chain) error {
+	s.mu.Lock()
+	s.chain, s.ctx = chain, ctx
+	s.mu.Unlock()
+	defer s.setConnected(chain, false)
+
+	client, err := s.connect(ctx, chain)
+	if err != nil || client == nil {
+		return err
+	}
+	<-ctx.Done()
+	if !s.health.waitDrained(s.opts.DrainTimeout) {
+		s.log.Warn("shutdown: messages still unacknowledged; the broker delivers them again",
+			zap.Int64("messages", s.health.outstanding.Load()))
+	}
+	client.Disconnect(250)
+	return nil
+}
+
+// connect makes the first connection, retrying with backoff while the broker is unreachable. A refusal
+// that retrying cannot fix (credentials, an untrusted or rejected certificate) is returned. After the
+// first connection paho reconnects by itself and OnConnect re-subscribes.
+func (s *MQTTSource) connect(ctx context.Context, chain *Chain) (mqtt.Client, error) {
+	for attempt := 0; ; attempt++ {
+		client := mqtt.NewClient(s.clientOptions(chain))
+		tok := client.Connect()
+		select {
+		case <-tok.Done():
+		case <-ctx.Done():
+			client.Disconnect(0)
+			return nil, nil
+		}
+		err := tok.Error()
+		if err == nil {
+			s.mu.Lock()
+			s.client = client
+			s.mu.Unlock()
+			return client, nil
+		}
+		err = fmt.Errorf("ingest: mqtt broker %s: %w", strings.Join(s.opts.Brokers, ","), err)
+		if permanentConnError(err) {
+			s.log.Error("mqtt connection refused", zap.Error(err))
+			return nil, err
+		}
+		if attempt == 0 || attempt%10 == 0 {
+			s.log.Warn("mqtt broker unreachable; retrying", zap.Int("attempt", attempt+1), zap.Error(err))
+		}
+		if !sleepCtx(ctx, backoff(attempt, 200*time.Millisecond, s.opts.MaxReconnectInterval)) {
+			return nil, nil
+		}
+	}
+}
+
+func (s *MQTTSource) clientOptions(chain *Chain) *mqtt.ClientOptions {
+	o := mqtt.NewClientOptions()
+	for _, b := range s.opts.Brokers {
+		o.AddBroker(b)
+	}
+	tlsCfg := s.opts.TLS
+	if tlsCfg == nil {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	o.SetTLSConfig(tlsCfg).
+		SetClientID(s.opts.ClientID).
+		SetUsername(s.opts.Username).
+		SetPassword(s.opts.Password).
+		// The broker queues QoS 1 messages for us while we are away and redelivers what we did not
+		// acknowledge: with clean session off nothing a device sent during a restart is lost.
+		SetCleanSession(false).
+		SetProtocolVersion(4).
+		// A message is acknowledged only after its deadline write: the chain calls Ack.
+		SetAutoAckDisabled(true).
+		// Each message goes to its own goroutine, so a chain blocked by backpressure does not stop
+		// paho's reader (keep-alives keep flowing); the broker's in-flight window bounds the goroutines.
+		SetOrderMatters(false).
+		// Set before Connect: a resumed session's backlog arrives right after CONNACK, before any
+		// subscription of this process exists, and would otherwise be dropped unacknowledged.
+		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { s.onMessage(chain, m) }).
+		SetAutoReconnect(true).
+		SetConnectRetry(false).
+		SetConnectTimeout(s.opts.ConnectTimeout).
+		SetKeepAlive(s.opts.KeepAlive).
+		SetPingTimeout(min(s.opts.KeepAlive, 10*time.Second)).
+		SetMaxReconnectInterval(s.opts.MaxReconnectInterval).
+		SetWriteTimeout(10 * time.Second).
+		SetOnConnectHandler(func(c mqtt.Client) { s.onConnect(chain, c) }).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			s.setConnected(chain, false)
+			s.log.Warn("mqtt connection lost; reconnecting", zap.Error(err))
+		})
+	return o
+}
+
+// onConnect (re-)subscribes on every connection: the session normally keeps the subscriptions, but a
+// broker that lost its state (restart without persistence) would otherwise deliver nothing.
+func (s *MQTTSource) onConnect(chain *Chain, c mqtt.Client) {
+	filters := make(map[string]byte, len(s.templates))
+	for _, t := range s.templates {
+		filters[t.filter] = s.opts.QoS
+	}
+	tok := c.SubscribeMultiple(filters, nil) // nil: everything goes to the default handler
+	if !tok.WaitTimeout(s.opts.ConnectTimeout) {
+		s.log.Error("mqtt subscribe timed out", zap.Strings("filters", s.Filters()))
+		return
+	}
+	if err := tok.Error(); err != nil {
+		s.log.Error("mqtt subscribe failed", zap.Error(err))
+		return
+	}
+	for filter, code := range tok.(*mqtt.SubscribeToken).Result() {
+		if code == 0x80 {
+			s.log.Error("mqtt subscription refused by the broker (check its ACL)", zap.String("filter", filter))
+			return
+		}
+	}
+	s.setConnected(chain, true)
+	s.log.Info("mqtt connected and subscribed", zap.Strings("filters", s.Filters()))
+}
+
+func (s *MQTTSource) setConnected(chain *Chain, up bool) {
+	s.health.set(up)
+	if chain != nil {
+		chain.setConnected(SourceMQTT, up)
+	}
+}
+
+func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
+	if m.Retained() {
+		// A retained message is delivered on (re-)subscribe: an old signal replayed, not one sent now.
+		// Taking it as a live signal would mark a long-silent device alive at every reconnect.
+		chain.discard(SourceMQTT, ResultRetained, m.Ack)
+		return
+	}
+	s.mu.Lock()
+	ctx := s.ctx
+	s.mu.Unlock()
+	topic := m.Topic()
+	device, typ, _ := matchTopic(s.templates, topic)
+	s.health.begin()
+	err := chain.Submit(ctx, Message{
+		Source:  SourceMQTT,
+		Topic:   topic,
+		Device:  device,
+		Type:    typ,
+		Payload: m.Payload(),
+		Ack: func() {
+			m.Ack()
+			s.health.done()
+		},
+	})
+	if err != nil {
+		// Shutting down: unacknowledged, so the session delivers it again.
+		s.health.done()
+	}
+}
+
+// permanentConnError reports whether a connection error is a configuration problem: retrying cannot fix
+// a refused login or a certificate that does not verify.
+func permanentConnError(err error) bool {
+	switch {
+	case errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword),
+		errors.Is(err, packets.ErrorRefusedNotAuthorised),
+		errors.Is(err, packets.ErrorRefusedIDRejected),
+		errors.Is(err, packets.ErrorRefusedBadProtocolVersion):
+		return true
+	}
+	return certificateError(err)
+}
+
+// certificateError reports a TLS verification failure on either side.
+func certificateError(err error) bool {
+	var (
+		verr  *tls.CertificateVerificationError
+		ua    x509.UnknownAuthorityError
+		host  x509.HostnameError
+		inval x509.CertificateInvalidError
+		alert tls.AlertError
+		rec   tls.RecordHeaderError
+		op    *net.OpError
+	)
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return true // the server sent a TLS alert: it rejected our certificate or our handshake
+	}
+	return errors.As(err, &verr) || errors.As(err, &ua) || errors.As(err, &host) || errors.As(err, &inval) ||
+		errors.As(err, &alert) || errors.As(err, &rec)
+}
