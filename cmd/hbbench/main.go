@@ -48,7 +48,9 @@ type scenario struct {
 
 var scenarios []scenario
 
-func register(name string, run func(e *env) error) { scenarios = append(scenarios, scenario{name, run}) }
+func register(name string, run func(e *env) error) {
+	scenarios = append(scenarios, scenario{name, run})
+}
 
 func main() {
 	devices := flag.Int("devices", 100_000, "fleet size for the lateness, expiry and memory scenarios")
