@@ -178,10 +178,15 @@ func (c *Chain) Run(ctx context.Context) error {
 // queued for the next batch. Submit blocks while the chain is full (backpressure) and returns an error
 // only when ctx ended or the chain stopped; the message is then not acknowledged.
 func (c *Chain) Submit(ctx context.Context, m Message) error {
+	select {
+	case <-c.done:
+		return ErrChainStopped
+	default:
+	}
 	src := c.m.source(m.Source)
 	now := c.now()
 	received := m.Received
-	if received.IsZero() || received.After(now) {
+	if received.IsZero() {
 		received = now
 	}
 	d, reason := decode(&m)

@@ -1,0 +1,374 @@
+package ingest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/ingest"
+)
+
+// fakeRefresher records every refresh; fail makes it fail, hold makes it wait for a release.
+type fakeRefresher struct {
+	mu      sync.Mutex
+	batches [][]deadline.Signal
+	fail    atomic.Bool
+	calls   atomic.Int64
+	hold    chan chan struct{} // when set, each call sends a release channel and waits for it to close
+}
+
+func (f *fakeRefresher) Refresh(ctx context.Context, sigs []deadline.Signal) error {
+	f.calls.Add(1)
+	if f.hold != nil {
+		release := make(chan struct{})
+		select {
+		case f.hold <- release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if f.fail.Load() {
+		return errors.New("redis: connection refused")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.batches = append(f.batches, append([]deadline.Signal(nil), sigs...))
+	return nil
+}
+
+func (f *fakeRefresher) signals() []deadline.Signal {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var all []deadline.Signal
+	for _, b := range f.batches {
+		all = append(all, b...)
+	}
+	return all
+}
+
+// fakeDeadLetters records dead letters; failing makes every publish fail.
+type fakeDeadLetters struct {
+	mu      sync.Mutex
+	got     []event.DeadLetter
+	failing atomic.Bool
+}
+
+func (f *fakeDeadLetters) PublishDeadLetter(_ context.Context, d event.DeadLetter) error {
+	if f.failing.Load() {
+		return errors.New("kafka: leader not available")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.got = append(f.got, d)
+	return nil
+}
+
+func (f *fakeDeadLetters) letters() []event.DeadLetter {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]event.DeadLetter(nil), f.got...)
+}
+
+// acks counts acknowledgements per message id and remembers their order.
+type acks struct {
+	mu    sync.Mutex
+	order []int
+	count map[int]int
+}
+
+func newAcks() *acks { return &acks{count: map[int]int{}} }
+
+func (a *acks) fn(id int) func() {
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.order = append(a.order, id)
+		a.count[id]++
+	}
+}
+
+func (a *acks) n() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.order)
+}
+
+func (a *acks) snapshot() ([]int, map[int]int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := make(map[int]int, len(a.count))
+	for k, v := range a.count {
+		c[k] = v
+	}
+	return append([]int(nil), a.order...), c
+}
+
+type chainFixture struct {
+	chain *ingest.Chain
+	reg   *prometheus.Registry
+	ref   *fakeRefresher
+	dl    *fakeDeadLetters
+	acks  *acks
+	ctx   context.Context
+}
+
+func startChain(t *testing.T, ref *fakeRefresher, opts ingest.ChainOptions) *chainFixture {
+	t.Helper()
+	f := &chainFixture{ref: ref, dl: &fakeDeadLetters{}, acks: newAcks(), reg: prometheus.NewRegistry()}
+	opts.Registerer = f.reg
+	c, err := ingest.NewChain(ref, f.dl, opts)
+	require.NoError(t, err)
+	f.chain = c
+	ctx, cancel := context.WithCancel(context.Background())
+	f.ctx = ctx
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return f
+}
+
+func (f *chainFixture) submit(t *testing.T, id int, m ingest.Message) {
+	t.Helper()
+	if m.Source == "" {
+		m.Source = ingest.SourceKafka
+	}
+	m.Ack = f.acks.fn(id)
+	require.NoError(t, f.chain.Submit(f.ctx, m))
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func TestChainAcknowledgesOnlyAfterRefresh(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	ref := &fakeRefresher{}
+	ref.fail.Store(true)
+	f := startChain(t, ref, ingest.ChainOptions{})
+	for i := range 10 {
+		f.submit(t, i, ingest.Message{Key: []byte(fmt.Sprintf("dev-%d", i))})
+	}
+	require.Eventually(t, func() bool { return ref.calls.Load() >= 3 }, 5*time.Second, time.Millisecond, "refresh is retried")
+	require.Zero(t, f.acks.n(), "nothing is acknowledged while Redis fails")
+
+	ref.fail.Store(false)
+	require.Eventually(t, func() bool { return f.acks.n() == 10 }, 5*time.Second, time.Millisecond)
+	_, count := f.acks.snapshot()
+	for i := range 10 {
+		require.Equal(t, 1, count[i], "message %d acknowledged once", i)
+	}
+	require.Len(t, ref.signals(), 10)
+	require.Equal(t, 10.0, counter(t, f.reg, "heartbeatd_signals_total", map[string]string{"source": "kafka", "result": "applied"}))
+	require.GreaterOrEqual(t, counter(t, f.reg, "heartbeatd_refresh_errors_total", nil), 2.0)
+}
+
+func TestChainBackpressureBoundsWhatItHolds(t *testing.T) {
+	ref := &fakeRefresher{}
+	ref.fail.Store(true)
+	const batch, inFlight = 8, 2
+	f := startChain(t, ref, ingest.ChainOptions{Batch: batch, MaxInFlight: inFlight})
+	accepted := 0
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(f.ctx, 100*time.Millisecond)
+		err := f.chain.Submit(ctx, ingest.Message{Source: ingest.SourceMQTT, Device: fmt.Sprintf("d%d", i), Ack: f.acks.fn(i)})
+		cancel()
+		if err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			break
+		}
+		accepted++
+		// Bound: the input queue (batch), the batch being filled (batch), the batches in flight.
+		require.LessOrEqual(t, accepted, batch*(inFlight+2), "Submit must block once the chain is full")
+	}
+	require.Zero(t, f.acks.n())
+	ref.fail.Store(false)
+	require.Eventually(t, func() bool { return f.acks.n() == accepted }, 5*time.Second, time.Millisecond)
+}
+
+func TestChainAcknowledgesBatchesInOrder(t *testing.T) {
+	ref := &fakeRefresher{hold: make(chan chan struct{})}
+	f := startChain(t, ref, ingest.ChainOptions{Batch: 2, MaxInFlight: 3})
+	// First batch alone (nothing in flight: it goes at once).
+	f.submit(t, 0, ingest.Message{Device: "a"})
+	first := <-ref.hold
+	// Two more batches while the first is in flight.
+	for i := 1; i <= 4; i++ {
+		f.submit(t, i, ingest.Message{Device: fmt.Sprintf("d%d", i)})
+	}
+	second, third := <-ref.hold, <-ref.hold
+	close(third)
+	close(second)
+	require.Eventually(t, func() bool { return ref.calls.Load() == 3 && len(ref.signals()) == 4 }, 5*time.Second, time.Millisecond)
+	require.Zero(t, f.acks.n(), "later batches wait for the first")
+	close(first)
+	require.Eventually(t, func() bool { return f.acks.n() == 5 }, 5*time.Second, time.Millisecond)
+	order, _ := f.acks.snapshot()
+	require.Equal(t, []int{0, 1, 2, 3, 4}, order)
+}
+
+func TestChainClampsFutureTimestamps(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	ref := &fakeRefresher{}
+	f := startChain(t, ref, ingest.ChainOptions{MaxClockSkew: 5 * time.Second, Now: func() time.Time { return now }})
+	ms := func(t time.Time) string { return fmt.Sprint(t.UnixMilli()) }
+	f.submit(t, 0, ingest.Message{Device: "skewed-ok", Payload: []byte(`{"ts":` + ms(now.Add(4*time.Second)) + `}`)})
+	f.submit(t, 1, ingest.Message{Device: "future", Payload: []byte(`{"ts":` + ms(now.Add(time.Hour)) + `}`)})
+	f.submit(t, 2, ingest.Message{Device: "past", Payload: []byte(`{"ts":` + ms(now.Add(-time.Hour)) + `}`)})
+	f.submit(t, 3, ingest.Message{Device: "none"})
+	require.Eventually(t, func() bool { return f.acks.n() == 4 }, 5*time.Second, time.Millisecond)
+	got := map[string]time.Duration{}
+	for _, s := range ref.signals() {
+		got[s.Device] = s.Seen.Sub(now)
+	}
+	require.Equal(t, map[string]time.Duration{"skewed-ok": 4 * time.Second, "future": 0, "past": -time.Hour, "none": 0}, got)
+	require.Equal(t, 1.0, counter(t, f.reg, "heartbeatd_signals_clamped_total", map[string]string{"source": "kafka"}))
+}
+
+func TestChainCoalesces(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	ref := &fakeRefresher{}
+	f := startChain(t, ref, ingest.ChainOptions{Coalesce: time.Minute, Now: func() time.Time { return t0 }})
+	at := func(d time.Duration) ingest.Message {
+		return ingest.Message{Device: "d", Received: t0.Add(d)}
+	}
+	f.submit(t, 0, at(0))               // written
+	f.submit(t, 1, at(30*time.Second))  // coalesced
+	f.submit(t, 2, at(-10*time.Second)) // out of order: coalesced
+	m := at(40 * time.Second)           // type changes: written
+	m.Type = "gateway"
+	f.submit(t, 3, m)
+	f.submit(t, 4, at(50*time.Second))  // untyped keeps gateway: coalesced
+	f.submit(t, 5, at(100*time.Second)) // a window past the last write: written
+	f.submit(t, 6, ingest.Message{Device: "other", Received: t0})
+	require.Eventually(t, func() bool { return f.acks.n() == 7 }, 5*time.Second, time.Millisecond)
+	var got []string
+	for _, s := range ref.signals() {
+		got = append(got, fmt.Sprintf("%s@%v/%s", s.Device, s.Seen.Sub(t0), s.Type))
+	}
+	require.ElementsMatch(t, []string{"d@0s/", "d@40s/gateway", "d@1m40s/", "other@0s/"}, got)
+	require.Equal(t, 3.0, counter(t, f.reg, "heartbeatd_signals_total", map[string]string{"result": "coalesced"}))
+	require.Equal(t, 4.0, counter(t, f.reg, "heartbeatd_signals_total", map[string]string{"result": "applied"}))
+}
+
+func TestChainUnknownTypesAreCountedAndStillRecorded(t *testing.T) {
+	ref := &fakeRefresher{}
+	f := startChain(t, ref, ingest.ChainOptions{KnownType: func(s string) bool { return s == "gateway" }})
+	f.submit(t, 0, ingest.Message{Device: "a", Type: "gateway"})
+	f.submit(t, 1, ingest.Message{Device: "b", Type: "toaster"})
+	f.submit(t, 2, ingest.Message{Device: "c", Type: "toaster"})
+	require.Eventually(t, func() bool { return f.acks.n() == 3 }, 5*time.Second, time.Millisecond)
+	types := map[string]string{}
+	for _, s := range ref.signals() {
+		types[s.Device] = s.Type
+	}
+	require.Equal(t, map[string]string{"a": "gateway", "b": "toaster", "c": "toaster"}, types)
+	require.Equal(t, 2.0, counter(t, f.reg, "heartbeatd_signals_unknown_type_total", nil))
+}
+
+func TestChainDeadLettersBadInputBesideValidInput(t *testing.T) {
+	ref := &fakeRefresher{}
+	f := startChain(t, ref, ingest.ChainOptions{})
+	f.submit(t, 0, ingest.Message{Key: []byte("ok-1")})
+	f.submit(t, 1, ingest.Message{Topic: "signals", Key: []byte("k"), Payload: []byte(`{"device_id":`)})
+	f.submit(t, 2, ingest.Message{Key: []byte("ok-2")})
+	require.Eventually(t, func() bool { return f.acks.n() == 3 }, 5*time.Second, time.Millisecond)
+	require.Len(t, ref.signals(), 2)
+	dls := f.dl.letters()
+	require.Len(t, dls, 1)
+	require.Equal(t, ingest.ReasonMalformedJSON, dls[0].Reason)
+	require.Equal(t, "kafka", dls[0].Source)
+	require.Equal(t, "signals", dls[0].Topic)
+	require.Equal(t, []byte(`{"device_id":`), dls[0].Payload)
+	require.Equal(t, []byte("k"), dls[0].Key)
+	require.Equal(t, 1.0, counter(t, f.reg, "heartbeatd_deadletters_total", map[string]string{"reason": "malformed_json"}))
+	require.Equal(t, 1.0, counter(t, f.reg, "heartbeatd_signals_total", map[string]string{"result": "deadletter"}))
+}
+
+func TestChainDeadLetterFailureDoesNotHoldUpInput(t *testing.T) {
+	ref := &fakeRefresher{}
+	f := startChain(t, ref, ingest.ChainOptions{DeadLetterTimeout: 200 * time.Millisecond})
+	f.dl.failing.Store(true)
+	f.submit(t, 0, ingest.Message{})
+	f.submit(t, 1, ingest.Message{Key: []byte("ok")})
+	require.Eventually(t, func() bool { _, c := f.acks.snapshot(); return c[1] == 1 }, 5*time.Second, time.Millisecond,
+		"the valid message does not wait for the failing dead letter")
+	require.Eventually(t, func() bool { return f.acks.n() == 2 }, 5*time.Second, time.Millisecond,
+		"the bad message is acknowledged once its dead letter was given up")
+	require.Equal(t, 1.0, counter(t, f.reg, "heartbeatd_deadletters_lost_total", nil))
+}
+
+func TestChainStopsWithoutAcknowledgingUnwritten(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	ref := &fakeRefresher{}
+	ref.fail.Store(true)
+	c, err := ingest.NewChain(ref, nil, ingest.ChainOptions{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+	a := newAcks()
+	require.NoError(t, c.Submit(ctx, ingest.Message{Device: "d", Ack: a.fn(0)}))
+	require.Eventually(t, func() bool { return ref.calls.Load() > 0 }, 5*time.Second, time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Zero(t, a.n())
+	require.ErrorIs(t, c.Submit(context.Background(), ingest.Message{Device: "d"}), ingest.ErrChainStopped)
+}
+
+func TestChainMetricsRegistered(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, err := ingest.NewChain(&fakeRefresher{}, nil, ingest.ChainOptions{Registerer: reg})
+	require.NoError(t, err)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var reasons []string
+	for _, mf := range mfs {
+		if mf.GetName() == "heartbeatd_deadletters_total" {
+			for _, m := range mf.GetMetric() {
+				reasons = append(reasons, m.GetLabel()[0].GetValue())
+			}
+		}
+	}
+	require.ElementsMatch(t, ingest.Reasons, reasons, "every reason is pre-created")
+	_, err = ingest.NewChain(&fakeRefresher{}, nil, ingest.ChainOptions{Registerer: reg})
+	require.Error(t, err, "a second chain on the same registry is refused")
+}

@@ -1,0 +1,139 @@
+package ingest
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDecode(t *testing.T) {
+	ts := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		msg    Message
+		want   decoded
+		reason string
+	}{
+		{name: "empty payload, device from topic", msg: Message{Device: "d1"}, want: decoded{device: "d1"}},
+		{name: "arbitrary bytes", msg: Message{Device: "d1", Payload: []byte{0xff, 0x00, 'x'}}, want: decoded{device: "d1"}},
+		{name: "JSON array is opaque", msg: Message{Device: "d1", Payload: []byte(`[1,2]`)}, want: decoded{device: "d1"}},
+		{name: "topic type", msg: Message{Device: "d1", Type: "gateway"}, want: decoded{device: "d1", typ: "gateway"}},
+		{name: "kafka key", msg: Message{Key: []byte("k1")}, want: decoded{device: "k1"}},
+		{name: "payload device wins over key", msg: Message{Key: []byte("k1"), Payload: []byte(`{"device_id":"p1"}`)}, want: decoded{device: "p1"}},
+		{name: "payload device wins over topic", msg: Message{Device: "t1", Payload: []byte(`{"device_id":"p1"}`)}, want: decoded{device: "p1"}},
+		{name: "payload type wins over topic", msg: Message{Device: "d", Type: "a", Payload: []byte(`{"type":"b"}`)}, want: decoded{device: "d", typ: "b"}},
+		{name: "null and empty fields are absent", msg: Message{Key: []byte("k"), Payload: []byte(`{"device_id":null,"type":"","ts":null}`)}, want: decoded{device: "k"}},
+		{name: "escaped id", msg: Message{Payload: []byte(`{"device_id":"d\u00e9v"}`)}, want: decoded{device: "dév"}},
+		{name: "leading whitespace", msg: Message{Payload: []byte(" \n\t{\"device_id\":\"d\"}")}, want: decoded{device: "d"}},
+		{name: "other fields ignored", msg: Message{Payload: []byte(`{"device_id":"d","temp":21.5,"nested":{"ts":"x"},"list":[1]}`)}, want: decoded{device: "d"}},
+		{name: "ts seconds", msg: Message{Device: "d", Payload: []byte(`{"ts":1795341600}`)}, want: decoded{device: "d", ts: ts}},
+		{name: "ts fractional seconds", msg: Message{Device: "d", Payload: []byte(`{"ts":1795341600.25}`)}, want: decoded{device: "d", ts: ts.Add(250 * time.Millisecond)}},
+		{name: "ts milliseconds", msg: Message{Device: "d", Payload: []byte(`{"ts":1795341600000}`)}, want: decoded{device: "d", ts: ts}},
+		{name: "ts exponent", msg: Message{Device: "d", Payload: []byte(`{"ts":1.7953416e12}`)}, want: decoded{device: "d", ts: ts}},
+		{name: "ts RFC 3339", msg: Message{Device: "d", Payload: []byte(`{"ts":"2026-11-22T11:00:00+01:00"}`)}, want: decoded{device: "d", ts: ts}},
+		{name: "ts RFC 3339 fraction", msg: Message{Device: "d", Payload: []byte(`{"ts":"2026-11-22T10:00:00.5Z"}`)}, want: decoded{device: "d", ts: ts.Add(500 * time.Millisecond)}},
+
+		{name: "oversize", msg: Message{Device: "d", Payload: make([]byte, MaxPayload+1)}, reason: ReasonOversize},
+		{name: "limit size is fine", msg: Message{Device: "d", Payload: make([]byte, MaxPayload)}, want: decoded{device: "d"}},
+		{name: "no device", msg: Message{Payload: []byte(`{"type":"gateway"}`)}, reason: ReasonNoDeviceID},
+		{name: "no device, empty payload", msg: Message{}, reason: ReasonNoDeviceID},
+		{name: "device too long", msg: Message{Device: strings.Repeat("x", MaxIDLen+1)}, reason: ReasonInvalidDeviceID},
+		{name: "device at limit", msg: Message{Device: strings.Repeat("x", MaxIDLen)}, want: decoded{device: strings.Repeat("x", MaxIDLen)}},
+		{name: "device control char", msg: Message{Payload: []byte(`{"device_id":"a\nb"}`)}, reason: ReasonInvalidDeviceID},
+		{name: "device DEL", msg: Message{Device: "a\x7fb"}, reason: ReasonInvalidDeviceID},
+		{name: "device C1 control", msg: Message{Device: "a\u0085b"}, reason: ReasonInvalidDeviceID},
+		{name: "device invalid UTF-8 key", msg: Message{Key: []byte{'a', 0xff}}, reason: ReasonInvalidDeviceID},
+		{name: "device invalid UTF-8 in JSON", msg: Message{Payload: []byte("{\"device_id\":\"a\xffb\"}")}, reason: ReasonInvalidDeviceID},
+		{name: "device not a string", msg: Message{Payload: []byte(`{"device_id":42}`)}, reason: ReasonInvalidDeviceID},
+		{name: "type not a string", msg: Message{Device: "d", Payload: []byte(`{"type":["a"]}`)}, reason: ReasonInvalidType},
+		{name: "type with control char", msg: Message{Device: "d", Payload: []byte(`{"type":"a\tb"}`)}, reason: ReasonInvalidType},
+		{name: "malformed JSON", msg: Message{Device: "d", Payload: []byte(`{"device_id":"d"`)}, reason: ReasonMalformedJSON},
+		{name: "trailing garbage", msg: Message{Device: "d", Payload: []byte(`{"device_id":"d"} x`)}, reason: ReasonMalformedJSON},
+		{name: "ts garbage string", msg: Message{Device: "d", Payload: []byte(`{"ts":"yesterday"}`)}, reason: ReasonBadTS},
+		{name: "ts numeric string", msg: Message{Device: "d", Payload: []byte(`{"ts":"1795341600"}`)}, reason: ReasonBadTS},
+		{name: "ts negative", msg: Message{Device: "d", Payload: []byte(`{"ts":-1}`)}, reason: ReasonBadTS},
+		{name: "ts huge", msg: Message{Device: "d", Payload: []byte(`{"ts":1e300}`)}, reason: ReasonBadTS},
+		{name: "ts bool", msg: Message{Device: "d", Payload: []byte(`{"ts":true}`)}, reason: ReasonBadTS},
+		{name: "ts object", msg: Message{Device: "d", Payload: []byte(`{"ts":{}}`)}, reason: ReasonBadTS},
+		{name: "ts before 1970", msg: Message{Device: "d", Payload: []byte(`{"ts":"1969-12-31T23:59:59Z"}`)}, reason: ReasonBadTS},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, reason := decode(&tc.msg)
+			require.Equal(t, tc.reason, reason)
+			if tc.reason != "" {
+				return
+			}
+			require.Equal(t, tc.want.device, got.device)
+			require.Equal(t, tc.want.typ, got.typ)
+			require.True(t, tc.want.ts.Equal(got.ts), "ts: want %v, got %v", tc.want.ts, got.ts)
+		})
+	}
+}
+
+func TestValidID(t *testing.T) {
+	for s, want := range map[string]bool{
+		"":                   false,
+		"a":                  true,
+		"dev-42/α β":         true,
+		"x\x00":              false,
+		"\u200b":             true, // a format character, not a control character
+		"a\u009fb":           false,
+		string([]byte{0xc3}): false, // truncated UTF-8
+	} {
+		require.Equal(t, want, validID(s), "%q", s)
+		require.Equal(t, want, validIDBytes([]byte(s)), "%q bytes", s)
+	}
+}
+
+// FuzzDecodePayload: decode never panics, and whatever it accepts has a valid device id (and type).
+func FuzzDecodePayload(f *testing.F) {
+	for _, seed := range []string{
+		``, `x`, `{}`, `{"device_id":"d"}`, `{"device_id":"d","type":"gateway","ts":1795341600}`,
+		`{"ts":"2026-11-22T10:00:00Z"}`, `{"ts":1795341600000.5}`, `{"device_id":"\u0000"}`, `{"device_id":42}`,
+		`{"type":{"a":1}}`, ` {"device_id":"a"`, `[{"device_id":"d"}]`, `{"device_id":"d","device_id":"e"}`,
+	} {
+		f.Add([]byte(seed), "topic-dev", []byte("key"))
+		f.Add([]byte(seed), "", []byte(nil))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte, topicDevice string, key []byte) {
+		m := Message{Device: topicDevice, Key: key, Payload: payload}
+		d, reason := decode(&m)
+		if reason != "" {
+			require.Contains(t, Reasons, reason)
+			return
+		}
+		if !validID(d.device) || !utf8.ValidString(d.device) {
+			t.Fatalf("accepted invalid device id %q", d.device)
+		}
+		if d.typ != "" && !validID(d.typ) {
+			t.Fatalf("accepted invalid type %q", d.typ)
+		}
+		if !d.ts.IsZero() && (d.ts.Before(time.Unix(0, 0)) || d.ts.UnixMilli() >= maxTSMillis) {
+			t.Fatalf("accepted ts %v", d.ts)
+		}
+	})
+}
+
+func BenchmarkDecode(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		msg  Message
+	}{
+		{"empty", Message{Device: "device-00000042"}},
+		{"json-full", Message{Payload: []byte(`{"device_id":"device-00000042","type":"gateway","ts":1795341600000,"temp":21.5}`)}},
+		{"json-rfc3339", Message{Payload: []byte(`{"device_id":"device-00000042","ts":"2026-11-22T10:00:00.123Z"}`)}},
+		{"kafka-key", Message{Key: []byte("device-00000042"), Payload: []byte(`{"type":"gateway"}`)}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, reason := decode(&bc.msg); reason != "" {
+					b.Fatal(reason)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,82 @@
+package ingest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestTopicTemplates(t *testing.T) {
+	for _, tc := range []struct {
+		sub    Subscription
+		filter string
+		topic  string
+		device string
+		typ    string
+		ok     bool
+	}{
+		{Subscription{Topic: "devices/{device_id}/heartbeat"}, "devices/+/heartbeat", "devices/d1/heartbeat", "d1", "", true},
+		{Subscription{Topic: "devices/{device_id}/heartbeat"}, "devices/+/heartbeat", "devices/d1/other", "", "", false},
+		{Subscription{Topic: "devices/{device_id}/heartbeat"}, "devices/+/heartbeat", "devices/d1/heartbeat/x", "", "", false},
+		{Subscription{Topic: "devices/{device_id}/heartbeat"}, "devices/+/heartbeat", "devices/d1", "", "", false},
+		{Subscription{Topic: "devices/{device_id}/heartbeat"}, "devices/+/heartbeat", "devices//heartbeat", "", "", true},
+		{Subscription{Topic: "fleet/{device_type}/{device_id}/telemetry", SharedGroup: "hb"}, "$share/hb/fleet/+/+/telemetry",
+			"fleet/gateway/gw-1/telemetry", "gw-1", "gateway", true},
+		{Subscription{Topic: "site/+/{device_id}/#"}, "site/+/+/#", "site/a/d9/x/y", "d9", "", true},
+		{Subscription{Topic: "site/+/{device_id}/#"}, "site/+/+/#", "site/a/d9", "d9", "", true},
+		{Subscription{Topic: "site/+/{device_id}/#"}, "site/+/+/#", "site/a", "", "", false},
+		{Subscription{Topic: "bare"}, "bare", "bare", "", "", true},
+	} {
+		tpl, err := parseTemplate(tc.sub)
+		require.NoError(t, err, tc.sub.Topic)
+		require.Equal(t, tc.filter, tpl.filter)
+		device, typ, ok := tpl.match(tc.topic)
+		require.Equal(t, tc.ok, ok, "%s ~ %s", tc.sub.Topic, tc.topic)
+		if ok {
+			require.Equal(t, tc.device, device, tc.topic)
+			require.Equal(t, tc.typ, typ, tc.topic)
+		}
+	}
+	for _, bad := range []Subscription{
+		{Topic: ""},
+		{Topic: "a/x{device_id}/b"},
+		{Topic: "a/{device_id}/{device_id}"},
+		{Topic: "a/#/b"},
+		{Topic: "a/b+/c"},
+		{Topic: "$share/g/a/{device_id}"},
+		{Topic: "a/{device_id}", SharedGroup: "g/h"},
+	} {
+		_, err := parseTemplate(bad)
+		require.Error(t, err, "%+v", bad)
+	}
+}
+
+func TestOffsetTrackerCommitsOnlyContiguousAppliedOffsets(t *testing.T) {
+	tr := newOffsetTracker()
+	at := time.Now()
+	a0 := tr.add("s", 0, 10, at)
+	a1 := tr.add("s", 0, 11, at)
+	a2 := tr.add("s", 0, 13, at) // a gap (compaction, transaction marker) is fine
+	b0 := tr.add("s", 1, 5, at)
+
+	a1()
+	a2()
+	require.Empty(t, tr.committable(), "offset 10 is unapplied: nothing past it")
+	b0()
+	require.Equal(t, map[topicPartition]int64{{"s", 1}: 5}, tr.committable())
+	a0()
+	got := tr.committable()
+	require.Equal(t, map[topicPartition]int64{{"s", 0}: 13, {"s", 1}: 5}, got)
+	tr.committed(got)
+	require.Empty(t, tr.committable())
+	require.Zero(t, tr.outstanding())
+
+	// A rebalance hands partition 0 back from an earlier offset: the old run's late acks commit nothing.
+	late := tr.add("s", 0, 14, at)
+	r0 := tr.add("s", 0, 12, at)
+	late()
+	require.Empty(t, tr.committable())
+	r0()
+	require.Equal(t, map[topicPartition]int64{{"s", 0}: 12}, tr.committable())
+}
