@@ -52,11 +52,12 @@ local n = #due / 2
 if n == batch then out[3] = 1 end
 if n > 0 then
   local rem, hset, zadd = {}, {}, {}
+  for i = 1, #due, 2 do rem[#rem+1] = due[i] end
+  local prevs = redis.call('HMGET', KEYS[3], unpack(rem))
   for i = 1, #due, 2 do
     local m, sc = due[i], tonumber(due[i+1])
-    rem[#rem+1] = m
     local dl = math.floor(sc / 1024)
-    local prev = redis.call('HGET', KEYS[3], m)
+    local prev = prevs[(i + 1) / 2]
     local pdl = prev and tonumber(string.match(prev, '^(%d+):'))
     if not (pdl and pdl >= dl) then
       local st = string.format('%.0f:%d:0:0:0:0:0:', dl, sc - dl * 1024)
