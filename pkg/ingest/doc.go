@@ -10,5 +10,34 @@
 //
 // Backpressure is the flow control: at most ChainOptions.MaxInFlight batches are between dispatch and
 // acknowledgement, so while Redis is unreachable the chain blocks, the sources stop taking messages
-// from their brokers and the retried refresh resumes the flow when Redis answers again.
+// from their brokers and the retried refresh resumes the flow when Redis answers again. Batches are
+// acknowledged in the order they were formed.
+//
+// # Rules where SPEC §4 is silent
+//
+//   - Precedence: the payload's device_id and type win over what the MQTT topic or Kafka key names (a
+//     gateway may publish for its children on its own topic). A JSON null or "" counts as absent.
+//   - A payload is a JSON object when its first non-space byte is '{'; anything else (empty, binary, other
+//     JSON values) is an opaque heartbeat. JSON keys are matched as encoding/json does (case-insensitive).
+//   - ts: an RFC 3339 string, or a number (seconds below 1e11, else milliseconds), from 1970 to the year
+//     5138; a numeric string, a negative number or any other value is bad_ts. A ts more than
+//     max_clock_skew past the receive time is replaced by the receive time; an old ts is kept (the
+//     deadline just does not move back).
+//   - A type name follows the device-id rules; one that does not, or a `type` that is not a string, is
+//     dead-lettered as invalid_type (a sixth reason beside SPEC §4's five).
+//   - MQTT retained messages are acknowledged and counted (result "retained") but never applied: a broker
+//     replays them on every subscribe, so they would mark long-silent devices alive at each reconnect.
+//   - A new Kafka group starts at the oldest retained offset: replaying old signals never moves a
+//     deadline back, and skipping them could miss devices that went silent while no group existed.
+//   - Dead letters are retried for ChainOptions.DeadLetterTimeout, then the bad message is acknowledged
+//     without one (heartbeatd_deadletters_lost_total): bad input must never stall the good.
+//
+// # Broker settings that matter
+//
+// A QoS 1 message is held unacknowledged until its Redis write, so MQTT throughput is bounded by the
+// broker's in-flight window per client (mosquitto max_inflight_messages, default 20): raise it (e.g.
+// 1000) for a large fleet; the window is also what bounds the messages heartbeatd holds in memory during
+// a Redis outage. Raise max_queued_messages (default 1000) so a persistent session keeps what a
+// restart or outage leaves behind. Each replica needs its own client_id; share the load with
+// shared_group.
 package ingest
