@@ -372,3 +372,55 @@ func TestChainMetricsRegistered(t *testing.T) {
 	_, err = ingest.NewChain(&fakeRefresher{}, nil, ingest.ChainOptions{Registerer: reg})
 	require.Error(t, err, "a second chain on the same registry is refused")
 }
+
+// nopRefresher acknowledges every refresh at once: the chain's own cost, without Redis.
+type nopRefresher struct{ n atomic.Int64 }
+
+func (r *nopRefresher) Refresh(_ context.Context, sigs []deadline.Signal) error {
+	r.n.Add(int64(len(sigs)))
+	return nil
+}
+
+// BenchmarkChain measures Submit → batch → refresh → acknowledge with a refresher that costs nothing,
+// from one submitting goroutine (as the Kafka source does).
+func BenchmarkChain(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		payload []byte
+		opts    ingest.ChainOptions
+	}{
+		{"opaque", nil, ingest.ChainOptions{}},
+		{"json", []byte(`{"type":"gateway","ts":1795341600000}`), ingest.ChainOptions{}},
+		{"json-coalesce", []byte(`{"type":"gateway","ts":1795341600000}`), ingest.ChainOptions{Coalesce: time.Second}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ref := &nopRefresher{}
+			c, err := ingest.NewChain(ref, nil, bc.opts)
+			require.NoError(b, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = c.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			keys := make([][]byte, 4096)
+			for i := range keys {
+				keys[i] = []byte(fmt.Sprintf("device-%08d", i))
+			}
+			var acked atomic.Int64
+			ack := func() { acked.Add(1) }
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			n := 0
+			for i := 0; b.Loop(); i++ {
+				if err := c.Submit(ctx, ingest.Message{Source: ingest.SourceKafka, Key: keys[i%len(keys)], Payload: bc.payload, Ack: ack}); err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			for acked.Load() < int64(n) {
+				time.Sleep(time.Millisecond)
+			}
+			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "signals/s")
+		})
+	}
+}

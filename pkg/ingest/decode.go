@@ -1,10 +1,6 @@
 package ingest
 
 import (
-	"encoding/json"
-	"errors"
-	"math"
-	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -43,101 +39,6 @@ type decoded struct {
 	ts     time.Time // zero: the payload carries no ts
 }
 
-// payloadFields are the JSON fields a signal may carry. Each field type parses its own value, so one
-// json.Unmarshal validates the object and extracts the fields without a map or a copy of the raw bytes.
-type payloadFields struct {
-	DeviceID jsonString `json:"device_id"`
-	Type     jsonString `json:"type"`
-	TS       jsonTS     `json:"ts"`
-}
-
-// fieldError is a well-formed JSON value that is wrong for its field; it carries the dead-letter reason.
-type fieldError struct{ reason string }
-
-func (e *fieldError) Error() string { return "ingest: " + e.reason }
-
-var (
-	errDeviceIDType = &fieldError{ReasonInvalidDeviceID}
-	errTypeType     = &fieldError{ReasonInvalidType}
-	errBadTS        = &fieldError{ReasonBadTS}
-)
-
-// jsonString is a string field; null (and "") count as absent. set reports presence.
-type jsonString struct {
-	s   string
-	err *fieldError
-}
-
-func (j *jsonString) UnmarshalJSON(b []byte) error {
-	switch {
-	case string(b) == "null":
-		return nil
-	case len(b) < 2 || b[0] != '"':
-		return j.err
-	}
-	if s, ok := unquoteSimple(b); ok {
-		j.s = s
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	j.s = s
-	return nil
-}
-
-// unquoteSimple returns the content of a JSON string without escapes (the common case) with one
-// allocation; ok is false when the string has escapes.
-func unquoteSimple(b []byte) (string, bool) {
-	inner := b[1 : len(b)-1]
-	for _, c := range inner {
-		if c == '\\' || c == '"' {
-			return "", false
-		}
-	}
-	return string(inner), true
-}
-
-// jsonTS is `ts`: an RFC 3339 string, or a number of Unix seconds (< 1e11) or milliseconds.
-type jsonTS struct{ t time.Time }
-
-func (j *jsonTS) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" || len(b) == 0 {
-		return nil
-	}
-	if b[0] == '"' {
-		s, ok := unquoteSimple(b)
-		if !ok {
-			return errBadTS // RFC 3339 needs no escapes
-		}
-		t, err := time.Parse(time.RFC3339, s)
-		if err != nil || t.Before(time.Unix(0, 0)) {
-			return errBadTS
-		}
-		j.t = t
-		return nil
-	}
-	if b[0] != '-' && (b[0] < '0' || b[0] > '9') {
-		return errBadTS // true, false, an object or an array
-	}
-	v, err := strconv.ParseFloat(string(b), 64)
-	if err != nil || v < 0 || math.IsInf(v, 0) {
-		return errBadTS
-	}
-	var ms float64
-	if v < 1e11 {
-		ms = math.Round(v * 1000)
-	} else {
-		ms = math.Round(v)
-	}
-	if ms >= maxTSMillis {
-		return errBadTS
-	}
-	j.t = time.UnixMilli(int64(ms))
-	return nil
-}
-
 // decode reads a message: the payload's fields win over what the topic or key named. It returns the
 // dead-letter reason for bad input, "" for a valid signal.
 func decode(m *Message) (decoded, string) {
@@ -146,15 +47,11 @@ func decode(m *Message) (decoded, string) {
 	}
 	var d decoded
 	if isJSONObject(m.Payload) {
-		f := payloadFields{DeviceID: jsonString{err: errDeviceIDType}, Type: jsonString{err: errTypeType}}
-		if err := json.Unmarshal(m.Payload, &f); err != nil {
-			var fe *fieldError
-			if errors.As(err, &fe) {
-				return decoded{}, fe.reason
-			}
-			return decoded{}, ReasonMalformedJSON
+		f, reason := scanObject(m.Payload)
+		if reason != "" {
+			return decoded{}, reason
 		}
-		d = decoded{device: f.DeviceID.s, typ: f.Type.s, ts: f.TS.t}
+		d = decoded{device: f.device, typ: f.typ, ts: f.ts}
 	}
 	if d.device == "" {
 		d.device = m.Device

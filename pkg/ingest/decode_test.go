@@ -1,6 +1,8 @@
 package ingest
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -88,17 +90,85 @@ func TestValidID(t *testing.T) {
 	}
 }
 
-// FuzzDecodePayload: decode never panics, and whatever it accepts has a valid device id (and type).
+// referenceFields decodes an object payload with encoding/json: the behaviour scanObject must match.
+// reasons holds every field error it finds (scanObject reports one of them).
+func referenceFields(payload []byte) (f objectFields, reasons []string) {
+	if !json.Valid(payload) {
+		return f, []string{ReasonMalformedJSON}
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return f, []string{ReasonMalformedJSON}
+	}
+	str := func(raw json.RawMessage, reason string) string {
+		var v any
+		_ = json.Unmarshal(raw, &v)
+		switch v := v.(type) {
+		case nil:
+			return ""
+		case string:
+			if bytes.IndexByte(raw, '\\') < 0 {
+				return string(raw[1 : len(raw)-1]) // keep invalid UTF-8 as sent, as scanObject does
+			}
+			return v
+		}
+		reasons = append(reasons, reason)
+		return ""
+	}
+	if raw, ok := m["device_id"]; ok {
+		f.device = str(raw, ReasonInvalidDeviceID)
+	}
+	if raw, ok := m["type"]; ok {
+		f.typ = str(raw, ReasonInvalidType)
+	}
+	if raw, ok := m["ts"]; ok {
+		t, ok := tsValue(raw)
+		if !ok {
+			reasons = append(reasons, ReasonBadTS)
+		}
+		f.ts = t
+	}
+	return f, reasons
+}
+
+func TestScanObjectDepthAsEncodingJSON(t *testing.T) {
+	for _, depth := range []int{maxJSONDepth - 1, maxJSONDepth} {
+		p := []byte(`{"a":` + strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1) + `}`)
+		_, reason := scanObject(p)
+		require.Equal(t, json.Valid(p), reason == "", "depth %d", depth)
+	}
+	p := []byte(`{"a":` + strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth) + `}`)
+	_, reason := scanObject(p)
+	require.False(t, json.Valid(p))
+	require.Equal(t, ReasonMalformedJSON, reason)
+}
+
+// FuzzDecodePayload: decode never panics, and whatever it accepts has a valid device id (and type); the
+// object scanner agrees with encoding/json on validity and on the fields.
 func FuzzDecodePayload(f *testing.F) {
 	for _, seed := range []string{
 		``, `x`, `{}`, `{"device_id":"d"}`, `{"device_id":"d","type":"gateway","ts":1795341600}`,
 		`{"ts":"2026-11-22T10:00:00Z"}`, `{"ts":1795341600000.5}`, `{"device_id":"\u0000"}`, `{"device_id":42}`,
 		`{"type":{"a":1}}`, ` {"device_id":"a"`, `[{"device_id":"d"}]`, `{"device_id":"d","device_id":"e"}`,
+		`{"device_id":5,"device_id":"d"}`, `{"dev\u0069ce_id":"esc"}`, `{"a":[1,-0.5e+3,true,null,"\ud83d\ude00"]}`,
+		`{"Device_ID":"case"}`, `{"a":01}`, `{"a":1.}`, `{"a":"\x"}`, "{\"a\":\"\x01\"}",
 	} {
 		f.Add([]byte(seed), "topic-dev", []byte("key"))
 		f.Add([]byte(seed), "", []byte(nil))
 	}
 	f.Fuzz(func(t *testing.T, payload []byte, topicDevice string, key []byte) {
+		if isJSONObject(payload) {
+			got, reason := scanObject(payload)
+			want, reasons := referenceFields(payload)
+			if len(reasons) == 0 {
+				require.Empty(t, reason, "%q", payload)
+				require.Equal(t, want.device, got.device, "%q", payload)
+				require.Equal(t, want.typ, got.typ, "%q", payload)
+				require.True(t, want.ts.Equal(got.ts), "%q", payload)
+			} else {
+				require.Contains(t, reasons, reason, "%q", payload)
+			}
+		}
 		m := Message{Device: topicDevice, Key: key, Payload: payload}
 		d, reason := decode(&m)
 		if reason != "" {

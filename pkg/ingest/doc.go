@@ -18,7 +18,8 @@
 //   - Precedence: the payload's device_id and type win over what the MQTT topic or Kafka key names (a
 //     gateway may publish for its children on its own topic). A JSON null or "" counts as absent.
 //   - A payload is a JSON object when its first non-space byte is '{'; anything else (empty, binary, other
-//     JSON values) is an opaque heartbeat. JSON keys are matched as encoding/json does (case-insensitive).
+//     JSON values) is an opaque heartbeat. Keys match exactly (case-sensitive); a duplicate key's last
+//     value wins.
 //   - ts: an RFC 3339 string, or a number (seconds below 1e11, else milliseconds), from 1970 to the year
 //     5138; a numeric string, a negative number or any other value is bad_ts. A ts more than
 //     max_clock_skew past the receive time is replaced by the receive time; an old ts is kept (the
