@@ -1,0 +1,50 @@
+# heartbeatd developer tasks. `make` alone lists them.
+
+GO    ?= go
+PKG   ?= ./...
+
+# Debian installs mosquitto in /usr/sbin, which is not on an ordinary user's PATH.
+export PATH := $(PATH):/usr/local/sbin:/usr/sbin:/sbin
+
+.DEFAULT_GOAL := help
+.PHONY: help dev deps test bench bench-go lint chaos
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+dev: ## run heartbeatd with in-process Redis, MQTT and Kafka and a simulated fleet
+	$(GO) run ./cmd/heartbeatd dev
+
+deps: ## install redis-server and mosquitto (apt) when they are missing; the tests start their own
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v mosquitto >/dev/null 2>&1 || missing="$$missing mosquitto"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	echo "deps: missing$$missing"; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+		echo "deps: no apt-get here; install redis-server and mosquitto with your package manager" >&2; exit 1; \
+	fi; \
+	sudo=""; \
+	if [ "$$(id -u)" != 0 ]; then \
+		if command -v sudo >/dev/null 2>&1; then sudo=sudo; \
+		else echo "deps: not root and no sudo; install redis-server and mosquitto as root" >&2; exit 1; fi; \
+	fi; \
+	$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server mosquitto
+
+test: deps ## race-enabled tests, then every benchmark once so they keep working (PKG=./pkg/x/... to narrow)
+	$(GO) test -race $(PKG)
+	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKG)
+
+bench: ## the hbbench load benchmark (see cmd/hbbench)
+	$(GO) run ./cmd/hbbench
+
+bench-go: ## the Go benchmarks with allocations
+	$(GO) test -run '^$$' -bench . -benchmem $(PKG)
+
+lint: ## gofmt (fails on any unformatted file) and go vet
+	@out="$$(gofmt -l .)"; \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKG)
+
+chaos: deps ## fault-injection tests (servers killed and restarted under load)
+	$(GO) test -race -run Chaos ./test/chaos/...

@@ -1,0 +1,268 @@
+package testenv
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// SASLUser is a Kafka SASL account. Mechanism is "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".
+type SASLUser struct {
+	Mechanism, User, Pass string
+}
+
+// KafkaOptions configures StartKafka.
+type KafkaOptions struct {
+	// Topics are created at start (and at every Start), with Partitions partitions (default 3).
+	// Others are not created on demand: producing to them fails as it does on a broker with
+	// auto.create.topics.enable=false.
+	Topics     []string
+	Partitions int
+	// TLS makes the listener speak TLS only, with this server configuration (see TLSFiles.ServerConfig).
+	TLS *tls.Config
+	// ClientTLS is what ReadAll and Client use against a TLS listener (see TLSFiles.ClientConfig). When
+	// TLS is set and ClientTLS is not, they skip verifying the server: they are there to read, not to
+	// test TLS.
+	ClientTLS *tls.Config
+	// SASL users, all superusers; non-empty turns on SASL, and then a client without it is refused.
+	// ReadAll and Client log in as the first.
+	SASL []SASLUser
+	// Persist keeps the cluster's data in its directory (kfake's DataDir) across Stop and Start.
+	// Without it a restarted cluster is empty.
+	Persist bool
+}
+
+// Kafka is an in-process kfake cluster of one broker on a fixed loopback port, so it can be stopped and
+// started again at the same address.
+type Kafka struct {
+	Addrs []string // "127.0.0.1:port"
+
+	opts    KafkaOptions
+	ports   []int
+	dir     string
+	logPath string
+
+	mu      sync.Mutex
+	cluster *kfake.Cluster
+	logFile *os.File
+}
+
+// StartKafka starts a kfake cluster with the topics, closed by tb.Cleanup.
+func StartKafka(tb testing.TB, opts ...KafkaOptions) *Kafka {
+	tb.Helper()
+	k := &Kafka{}
+	if len(opts) > 0 {
+		k.opts = opts[0]
+	}
+	if k.opts.Partitions <= 0 {
+		k.opts.Partitions = 3
+	}
+	for _, u := range k.opts.SASL {
+		switch u.Mechanism {
+		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		default:
+			tb.Fatalf("testenv: SASL mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", u.Mechanism)
+		}
+	}
+	k.dir = tb.TempDir()
+	k.logPath = filepath.Join(k.dir, "kfake.log")
+	var err error
+	for range 5 {
+		var port int
+		if port, err = freePort(); err != nil {
+			break
+		}
+		k.ports = []int{port}
+		if err = k.start(); err == nil || !isAddrInUse(err) {
+			break
+		}
+	}
+	if err != nil {
+		tb.Fatalf("testenv: start kafka: %v\n%s", err, logTail(k.logPath))
+	}
+	k.Addrs = k.cluster.ListenAddrs()
+	tb.Cleanup(k.Stop)
+	return k
+}
+
+func isAddrInUse(err error) bool {
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "address already in use")
+}
+
+func (k *Kafka) start() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cluster != nil {
+		return errors.New("already running")
+	}
+	logFile, err := os.OpenFile(k.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logFile, "--- testenv: kfake on ports %v (%s)\n", k.ports, time.Now().Format(time.RFC3339Nano))
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(k.ports...),
+		kfake.ClusterID("heartbeatd-testenv"),
+		kfake.WithLogger(kfake.BasicLogger(logFile, kfake.LogLevelWarn)),
+	}
+	if len(k.opts.Topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(int32(k.opts.Partitions), k.opts.Topics...))
+	}
+	if k.opts.TLS != nil {
+		opts = append(opts, kfake.TLS(k.opts.TLS))
+	}
+	if len(k.opts.SASL) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+		for _, u := range k.opts.SASL {
+			opts = append(opts, kfake.Superuser(u.Mechanism, u.User, u.Pass))
+		}
+	}
+	if k.opts.Persist {
+		opts = append(opts, kfake.DataDir(filepath.Join(k.dir, "data")))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		_ = logFile.Close()
+		return err
+	}
+	k.cluster, k.logFile = c, logFile
+	return nil
+}
+
+// Stop closes the cluster: the broker stops listening and connections drop. Stopping a stopped cluster
+// does nothing.
+func (k *Kafka) Stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cluster == nil {
+		return
+	}
+	k.cluster.Close()
+	// kfake's goroutines may still log a line after Close; writes to a closed file only fail.
+	_ = k.logFile.Close()
+	k.cluster, k.logFile = nil, nil
+}
+
+// Start starts a new cluster on the same port with the topics created again. The new cluster is empty
+// (topics, offsets, groups) unless KafkaOptions.Persist is set. Starting a running cluster fails the test.
+func (k *Kafka) Start(tb testing.TB) {
+	tb.Helper()
+	// The old listener is closed, but retry briefly in case the port is not free again yet.
+	deadline := time.Now().Add(startTimeout)
+	for {
+		err := k.start()
+		if err == nil {
+			return
+		}
+		if !isAddrInUse(err) || time.Now().After(deadline) {
+			tb.Fatalf("testenv: restart kafka on %v: %v\n%s", k.Addrs, err, logTail(k.logPath))
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// Cluster is the running kfake cluster, for kfake's own controls (faults, group inspection); nil while
+// stopped.
+func (k *Kafka) Cluster() *kfake.Cluster {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.cluster
+}
+
+// ClientOpts are the franz-go options to reach the cluster: seed brokers, TLS and SASL as configured.
+func (k *Kafka) ClientOpts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Addrs...)}
+	if k.opts.TLS != nil {
+		c := k.opts.ClientTLS
+		if c == nil {
+			c = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // a test reader, see KafkaOptions.ClientTLS
+		}
+		opts = append(opts, kgo.DialTLSConfig(c.Clone()))
+	}
+	if len(k.opts.SASL) > 0 {
+		opts = append(opts, kgo.SASL(SASLMechanism(k.opts.SASL[0])))
+	}
+	return opts
+}
+
+// SASLMechanism is the franz-go mechanism logging in as u.
+func SASLMechanism(u SASLUser) sasl.Mechanism {
+	switch u.Mechanism {
+	case "PLAIN":
+		return plain.Auth{User: u.User, Pass: u.Pass}.AsMechanism()
+	case "SCRAM-SHA-512":
+		return scram.Auth{User: u.User, Pass: u.Pass}.AsSha512Mechanism()
+	default:
+		return scram.Auth{User: u.User, Pass: u.Pass}.AsSha256Mechanism()
+	}
+}
+
+// Client is a franz-go client for the cluster (ClientOpts, then opts), closed by tb.Cleanup.
+func (k *Kafka) Client(tb testing.TB, opts ...kgo.Opt) *kgo.Client {
+	tb.Helper()
+	cl, err := kgo.NewClient(append(k.ClientOpts(), opts...)...)
+	if err != nil {
+		tb.Fatalf("testenv: kafka client: %v", err)
+	}
+	tb.Cleanup(cl.Close)
+	return cl
+}
+
+// Record is one Kafka record as ReadAll returns it.
+type Record struct {
+	Key, Value []byte
+	Partition  int32
+	Offset     int64
+}
+
+// ReadAll reads topic from the beginning of every partition until it has at least min records or timeout
+// passes, and returns what it read (in fetch order: ordered within a partition). It does not fail the
+// test on a short read, so the caller's assertion says what was expected; it logs why it stopped. With
+// min <= 0 it reads for the whole timeout.
+func (k *Kafka) ReadAll(tb testing.TB, topic string, min int, timeout time.Duration) []Record {
+	tb.Helper()
+	cl, err := kgo.NewClient(append(k.ClientOpts(),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)...)
+	if err != nil {
+		tb.Fatalf("testenv: kafka client: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []Record
+	var lastErr error
+	for min <= 0 || len(out) < min {
+		fetches := cl.PollFetches(ctx)
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				lastErr = fmt.Errorf("%s[%d]: %w", t, p, err)
+			}
+		})
+		fetches.EachRecord(func(r *kgo.Record) {
+			out = append(out, Record{Key: r.Key, Value: r.Value, Partition: r.Partition, Offset: r.Offset})
+		})
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if min > 0 && len(out) < min {
+		tb.Logf("testenv: ReadAll %s: %d of %d records within %v (last fetch error: %v)", topic, len(out), min, timeout, lastErr)
+	}
+	return out
+}

@@ -1,0 +1,475 @@
+package testenv_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+)
+
+// Every server, client and goroutine testenv starts must be gone when the tests end.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// recordingTB stands in for a test to observe Fatalf and Skipf; both stop the goroutine as the real ones
+// do. Everything else goes to the real test.
+type recordingTB struct {
+	testing.TB
+	mu            sync.Mutex
+	fatal, skip   string
+	fatalf, skipf bool
+}
+
+func (r *recordingTB) Fatalf(format string, args ...any) {
+	r.mu.Lock()
+	r.fatalf, r.fatal = true, fmt.Sprintf(format, args...)
+	r.mu.Unlock()
+	runtime.Goexit()
+}
+
+func (r *recordingTB) Skipf(format string, args ...any) {
+	r.mu.Lock()
+	r.skipf, r.skip = true, fmt.Sprintf(format, args...)
+	r.mu.Unlock()
+	runtime.Goexit()
+}
+
+// run calls f with a recordingTB on its own goroutine, so Fatalf and Skipf can end it.
+func run(t *testing.T, f func(tb testing.TB)) *recordingTB {
+	r := &recordingTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(r)
+	}()
+	<-done
+	return r
+}
+
+func TestNeed(t *testing.T) {
+	missing := fmt.Errorf("exec: %q: executable file not found in $PATH", "redis-server")
+	t.Run("skip outside CI", func(t *testing.T) {
+		t.Setenv("CI", "")
+		r := run(t, func(tb testing.TB) { testenv.Need(tb, "redis-server", missing) })
+		require.True(t, r.skipf)
+		require.False(t, r.fatalf)
+		require.Contains(t, r.skip, "redis-server")
+		require.Contains(t, r.skip, "executable file not found")
+	})
+	t.Run("fail in CI", func(t *testing.T) {
+		t.Setenv("CI", "true")
+		r := run(t, func(tb testing.TB) { testenv.Need(tb, "redis-server", missing) })
+		require.True(t, r.fatalf)
+		require.False(t, r.skipf)
+		require.Contains(t, r.fatal, "redis-server")
+		require.Contains(t, r.fatal, "executable file not found")
+	})
+	t.Run("missing binary", func(t *testing.T) {
+		t.Setenv("CI", "true")
+		t.Setenv("PATH", t.TempDir())
+		r := run(t, func(tb testing.TB) { testenv.StartRedis(tb) })
+		require.True(t, r.fatalf)
+		require.Contains(t, r.fatal, "redis-server")
+	})
+}
+
+func TestFreePort(t *testing.T) {
+	port := testenv.FreePort(t)
+	require.Greater(t, port, 0)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	require.NoError(t, err, "the port is free to bind")
+	require.NoError(t, ln.Close())
+}
+
+func TestRedisRestartWithoutAOF(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	require.True(t, strings.HasPrefix(srv.Addr, "127.0.0.1:"), srv.Addr)
+	rdb := srv.Client(t)
+	require.NoError(t, rdb.Set(ctx, "k", "v", 0).Err())
+	pid := srv.PID()
+	require.Positive(t, pid)
+
+	srv.Stop(t)
+	require.Zero(t, srv.PID())
+	_, err := net.DialTimeout("tcp", srv.Addr, time.Second)
+	require.Error(t, err, "a stopped server does not listen")
+	srv.Stop(t) // stopping twice is harmless
+
+	srv.Start(t)
+	require.Positive(t, srv.PID())
+	require.NotEqual(t, pid, srv.PID())
+	require.ErrorIs(t, rdb.Get(ctx, "k").Err(), redis.Nil, "without AOF nothing survives a restart")
+}
+
+func TestRedisAOFSurvivesStopAndKill(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
+	addr := srv.Addr
+	rdb := srv.Client(t)
+	require.NoError(t, rdb.Set(ctx, "stopped", "1", 0).Err())
+	srv.Stop(t)
+	srv.Start(t)
+	require.Equal(t, addr, srv.Addr, "same port after a restart")
+	require.Equal(t, "1", rdb.Get(ctx, "stopped").Val())
+
+	// appendfsync always: what was acknowledged before a crash is there after it.
+	for i := range 100 {
+		require.NoError(t, rdb.ZAdd(ctx, "z", redis.Z{Score: float64(i), Member: i}).Err())
+	}
+	srv.Kill(t)
+	require.Zero(t, srv.PID())
+	srv.Start(t)
+	require.Equal(t, "1", rdb.Get(ctx, "stopped").Val())
+	require.EqualValues(t, 100, rdb.ZCard(ctx, "z").Val())
+}
+
+func TestRedisMaxMemory(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t, testenv.RedisOptions{MaxMemory: "2mb"})
+	rdb := srv.Client(t)
+	require.Equal(t, "2097152", rdb.ConfigGet(ctx, "maxmemory").Val()["maxmemory"])
+	value := strings.Repeat("x", 64<<10)
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		err = rdb.Set(ctx, "k"+strconv.Itoa(i), value, 0).Err()
+	}
+	require.ErrorContains(t, err, "OOM", "a full server refuses writes instead of evicting")
+}
+
+func TestRedisStartFailureShowsLog(t *testing.T) {
+	r := run(t, func(tb testing.TB) { testenv.StartRedis(tb, testenv.RedisOptions{MaxMemory: "plenty"}) })
+	require.True(t, r.fatalf)
+	require.Contains(t, r.fatal, "redis.log (tail)")
+	require.Contains(t, r.fatal, "maxmemory", "the server's own complaint is in the message")
+}
+
+func TestRedisStartWhileRunningFails(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	r := run(t, func(tb testing.TB) { srv.Start(tb) })
+	require.True(t, r.fatalf)
+	require.Contains(t, r.fatal, "already running")
+}
+
+// mqttConnect connects a paho client; sessionID "" means a clean session with a generated id.
+func mqttConnect(t *testing.T, broker, sessionID string, tlsConf *tls.Config, onMessage mqtt.MessageHandler) (mqtt.Client, error) {
+	t.Helper()
+	o := mqtt.NewClientOptions().AddBroker(broker).SetAutoReconnect(false).SetConnectRetry(false).
+		SetConnectTimeout(5 * time.Second).SetOrderMatters(false)
+	if sessionID == "" {
+		o.SetClientID(fmt.Sprintf("testenv-%d", time.Now().UnixNano())).SetCleanSession(true)
+	} else {
+		o.SetClientID(sessionID).SetCleanSession(false)
+	}
+	if tlsConf != nil {
+		o.SetTLSConfig(tlsConf)
+	}
+	// Set before Connect: a resumed session's backlog arrives right after CONNACK.
+	if onMessage != nil {
+		o.SetDefaultPublishHandler(onMessage)
+	}
+	c := mqtt.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		return nil, fmt.Errorf("connect to %s timed out", broker)
+	}
+	if err := tok.Error(); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { c.Disconnect(0) })
+	return c, nil
+}
+
+func wait(t *testing.T, tok mqtt.Token) {
+	t.Helper()
+	require.True(t, tok.WaitTimeout(10*time.Second), "mqtt token timed out")
+	require.NoError(t, tok.Error())
+}
+
+// counter counts distinct payloads received.
+type counter struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (c *counter) handle(_ mqtt.Client, m mqtt.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[string]bool{}
+	}
+	c.seen[string(m.Payload())] = true
+}
+
+func (c *counter) n() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen)
+}
+
+func TestMosquittoPubSubAndRestart(t *testing.T) {
+	m := testenv.StartMosquitto(t)
+	require.True(t, strings.HasPrefix(m.Addr, "tcp://127.0.0.1:"), m.Addr)
+	require.Empty(t, m.TLSAddr)
+	var got counter
+	sub, err := mqttConnect(t, m.Addr, "", nil, nil)
+	require.NoError(t, err)
+	wait(t, sub.Subscribe("a/#", 1, got.handle))
+	pub, err := mqttConnect(t, m.Addr, "", nil, nil)
+	require.NoError(t, err)
+	wait(t, pub.Publish("a/b", 1, false, "hello"))
+	require.Eventually(t, func() bool { return got.n() == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	pid := m.PID()
+	m.Kill(t)
+	require.Zero(t, m.PID())
+	_, err = mqttConnect(t, m.Addr, "", nil, nil)
+	require.Error(t, err, "a killed broker refuses connections")
+	m.Start(t)
+	require.NotEqual(t, pid, m.PID())
+	_, err = mqttConnect(t, m.Addr, "", nil, nil)
+	require.NoError(t, err, "same address after a restart")
+}
+
+// With persistence, a persistent session's subscription and its QoS 1 backlog survive a graceful restart,
+// past the default max_queued_messages of 1000 that would drop most of it.
+func TestMosquittoPersistentSessionSurvivesRestart(t *testing.T) {
+	const n = 3000
+	m := testenv.StartMosquitto(t, testenv.MosquittoOptions{Persistence: true})
+	sub, err := mqttConnect(t, m.Addr, "hb-sub", nil, nil)
+	require.NoError(t, err)
+	wait(t, sub.Subscribe("devices/+/heartbeat", 1, nil))
+	sub.Disconnect(0)
+
+	pub, err := mqttConnect(t, m.Addr, "", nil, nil)
+	require.NoError(t, err)
+	var toks []mqtt.Token
+	for i := range n {
+		toks = append(toks, pub.Publish("devices/d"+strconv.Itoa(i)+"/heartbeat", 1, false, strconv.Itoa(i)))
+	}
+	for _, tok := range toks {
+		wait(t, tok)
+	}
+	pub.Disconnect(0)
+
+	m.Stop(t)
+	m.Start(t)
+
+	var got counter
+	_, err = mqttConnect(t, m.Addr, "hb-sub", nil, got.handle)
+	require.NoError(t, err)
+	if !assert.Eventually(t, func() bool { return got.n() == n }, 20*time.Second, 10*time.Millisecond) {
+		t.Fatalf("backlog after restart: %d of %d\n%s", got.n(), n, m.LogTail())
+	}
+}
+
+func TestMosquittoTLS(t *testing.T) {
+	files := testenv.GenerateTLS(t)
+	m := testenv.StartMosquitto(t, testenv.MosquittoOptions{TLS: files, RequireClientCert: true})
+	require.True(t, strings.HasPrefix(m.TLSAddr, "ssl://127.0.0.1:"), m.TLSAddr)
+
+	_, err := mqttConnect(t, m.TLSAddr, "", files.ClientConfig(t), nil)
+	require.NoError(t, err, "the generated CA and client certificate are accepted")
+
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(files.CAPEM))
+	_, err = mqttConnect(t, m.TLSAddr, "", &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil)
+	require.Error(t, err, "no client certificate, refused")
+
+	other := testenv.GenerateTLS(t)
+	_, err = mqttConnect(t, m.TLSAddr, "", other.ClientConfig(t), nil)
+	require.Error(t, err, "a server certificate from another CA is not trusted")
+
+	_, err = mqttConnect(t, m.Addr, "", nil, nil)
+	require.NoError(t, err, "the plain listener stays")
+
+	m.Stop(t)
+	m.Start(t)
+	_, err = mqttConnect(t, m.TLSAddr, "", files.ClientConfig(t), nil)
+	require.NoError(t, err, "TLS listener back after a restart")
+}
+
+func TestGenerateTLS(t *testing.T) {
+	files := testenv.GenerateTLS(t, "broker.test", "10.1.2.3")
+	ca := x509.NewCertPool()
+	require.True(t, ca.AppendCertsFromPEM(files.CAPEM))
+	caFile, err := os.ReadFile(files.CAFile)
+	require.NoError(t, err)
+	require.Equal(t, files.CAPEM, caFile)
+
+	parse := func(path string) *x509.Certificate {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		block, _ := pem.Decode(b)
+		require.NotNil(t, block, path)
+		c, err := x509.ParseCertificate(block.Bytes)
+		require.NoError(t, err)
+		return c
+	}
+	srv := parse(files.CertFile)
+	for _, host := range []string{"127.0.0.1", "::1", "localhost", "broker.test", "10.1.2.3"} {
+		_, err := srv.Verify(x509.VerifyOptions{Roots: ca, DNSName: host})
+		require.NoError(t, err, host)
+	}
+	_, err = srv.Verify(x509.VerifyOptions{Roots: ca, DNSName: "elsewhere.test"})
+	require.Error(t, err)
+	cli := parse(files.ClientCertFile)
+	_, err = cli.Verify(x509.VerifyOptions{Roots: ca, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err)
+	for _, pair := range [][2]string{{files.CertFile, files.KeyFile}, {files.ClientCertFile, files.ClientKeyFile}} {
+		_, err := tls.LoadX509KeyPair(pair[0], pair[1])
+		require.NoError(t, err, pair[0])
+	}
+}
+
+// kafka-go, which heartbeatd uses, works against kfake: a Writer with acks=all, and a group Reader.
+func TestKafkaWithKafkaGo(t *testing.T) {
+	const topic, n = "device-signals", 10
+	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{topic}})
+	require.Len(t, k.Addrs, 1)
+	// An own transport, closed at the end: the default one keeps connections (and goroutines) forever.
+	transport := &kafka.Transport{}
+	defer transport.CloseIdleConnections()
+	w := &kafka.Writer{
+		Addr:         kafka.TCP(k.Addrs...),
+		Transport:    transport,
+		Topic:        topic,
+		Balancer:     &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond,
+	}
+	defer w.Close()
+	var msgs []kafka.Message
+	for i := range n {
+		msgs = append(msgs, kafka.Message{Key: []byte("dev-" + strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, w.WriteMessages(ctx, msgs...))
+
+	recs := k.ReadAll(t, topic, n, 10*time.Second)
+	require.Len(t, recs, n)
+	partitions := map[int32]bool{}
+	keys := map[string]string{}
+	for _, r := range recs {
+		partitions[r.Partition] = true
+		keys[string(r.Key)] = string(r.Value)
+	}
+	require.Len(t, keys, n)
+	require.Equal(t, "7", keys["dev-7"])
+	require.Greater(t, len(partitions), 1, "default 3 partitions, keys spread over them")
+
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:           k.Addrs,
+		GroupID:           "testenv",
+		Topic:             topic,
+		MaxWait:           100 * time.Millisecond,
+		HeartbeatInterval: 500 * time.Millisecond,
+	})
+	defer r.Close()
+	read := map[string]string{}
+	for len(read) < n {
+		m, err := r.FetchMessage(ctx)
+		require.NoError(t, err, "group reader got %d of %d", len(read), n)
+		read[string(m.Key)] = string(m.Value)
+		require.NoError(t, r.CommitMessages(ctx, m))
+	}
+	require.Equal(t, keys, read)
+}
+
+func TestKafkaRestart(t *testing.T) {
+	const topic = "events"
+	for _, persist := range []bool{false, true} {
+		t.Run("persist="+strconv.FormatBool(persist), func(t *testing.T) {
+			k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{topic}, Partitions: 1, Persist: persist})
+			addrs := k.Addrs
+			produce(t, k, topic, 5)
+			require.Len(t, k.ReadAll(t, topic, 5, 10*time.Second), 5)
+
+			k.Stop()
+			require.Nil(t, k.Cluster())
+			_, err := net.DialTimeout("tcp", addrs[0], time.Second)
+			require.Error(t, err, "a stopped cluster is unreachable")
+			k.Stop() // twice is harmless
+
+			k.Start(t)
+			require.Equal(t, addrs, k.Addrs)
+			produce(t, k, topic, 3)
+			want := 3
+			if persist {
+				want = 8
+			}
+			recs := k.ReadAll(t, topic, want, 10*time.Second)
+			require.Len(t, recs, want)
+			require.EqualValues(t, want-1, recs[len(recs)-1].Offset)
+		})
+	}
+}
+
+// produce writes n records with franz-go, failing the test on any error.
+func produce(t *testing.T, k *testenv.Kafka, topic string, n int) {
+	t.Helper()
+	cl := k.Client(t, kgo.DefaultProduceTopic(topic), kgo.RecordRetries(20))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Key: []byte("k" + strconv.Itoa(i)), Value: []byte("v")})
+	}
+	require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+	cl.Close()
+}
+
+func TestKafkaTLSAndSASL(t *testing.T) {
+	files := testenv.GenerateTLS(t)
+	const topic = "signals"
+	for _, mech := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
+		t.Run(mech, func(t *testing.T) {
+			user := testenv.SASLUser{Mechanism: mech, User: "hb", Pass: "s3cret"}
+			k := testenv.StartKafka(t, testenv.KafkaOptions{
+				Topics:    []string{topic},
+				TLS:       files.ServerConfig(t),
+				ClientTLS: files.ClientConfig(t),
+				SASL:      []testenv.SASLUser{user},
+			})
+			produce(t, k, topic, 4)
+			require.Len(t, k.ReadAll(t, topic, 4, 10*time.Second), 4)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, k.Client(t).Ping(ctx), "right password accepted")
+			wrong := user
+			wrong.Pass = "wrong"
+			bad, err := kgo.NewClient(kgo.SeedBrokers(k.Addrs...), kgo.DialTLSConfig(files.ClientConfig(t)),
+				kgo.SASL(testenv.SASLMechanism(wrong)))
+			require.NoError(t, err)
+			defer bad.Close()
+			require.Error(t, bad.Ping(ctx), "wrong password refused")
+
+			noSASL, err := kgo.NewClient(kgo.SeedBrokers(k.Addrs...), kgo.DialTLSConfig(files.ClientConfig(t)))
+			require.NoError(t, err)
+			defer noSASL.Close()
+			require.Error(t, noSASL.Ping(ctx), "no SASL refused")
+		})
+	}
+}
