@@ -1,0 +1,282 @@
+// Package config loads heartbeatd's YAML configuration (SPEC §3): built-in defaults, then a strict
+// decode of the file (an unknown key is an error naming the key and its line), then HEARTBEATD_<PATH>
+// environment overrides, then secrets read from *_file keys, then validation that names every bad key
+// at once. It also resolves the per-type alarm policies, builds TLS and SASL settings for the Redis,
+// MQTT and Kafka clients, redacts secrets for printing, and coordinates reloads (SIGHUP, POST /-/reload).
+//
+// configs/heartbeatd.yaml is the documented reference of every key; a test keeps it loadable.
+//
+// # Rules where SPEC §3 is silent
+//
+//   - A key written with no value (`tls:` with everything below commented out) keeps its default; a
+//     list written with no value is empty.
+//   - Durations need a unit ("60s", "1m30s"): a bare number is rejected rather than guessed.
+//   - Environment: a list is comma-separated (HEARTBEATD_REDIS_ADDRS=a:6379,b:6379);
+//     HEARTBEATD_INGEST_MQTT_SUBSCRIPTIONS takes a YAML list ('[{topic: "d/{device_id}"}]'). A type's
+//     keys are HEARTBEATD_TYPES_<NAME>_<KEY> for a type already in the file, NAME upper-cased with every
+//     character other than a letter or digit turned into "_" (temperature-sensor → TEMPERATURE_SENSOR).
+//   - *_file paths (password_file, token_file) and TLS files are relative to the working directory;
+//     one trailing newline of a secret file is dropped. Setting both a secret and its *_file is an error.
+//   - A tls block with files or options set but enabled false is an error (it would silently run
+//     plaintext), and so is ingest.mqtt.tls.enabled with a plaintext (tcp://, mqtt://, ws://) broker.
+//     An ssl://, tls://, mqtts://, tcps:// or wss:// broker uses TLS with the system roots even when the
+//     block is off.
+//   - A reload applies `types` only. Other changed keys are logged as needing a restart, and the new
+//     types must also be valid together with the running keys (ingest.coalesce shorter than every
+//     timeout), or the reload is rejected.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole configuration; the yaml tags are the keys of SPEC §3 plus the tuning keys below
+// it documents in configs/heartbeatd.yaml.
+//
+// A *Config handed out by Load, Parse or a Coordinator is shared: treat it as read-only.
+type Config struct {
+	Redis     Redis                 `yaml:"redis"`
+	Types     map[string]TypePolicy `yaml:"types"`
+	Ingest    Ingest                `yaml:"ingest"`
+	Events    Events                `yaml:"events"`
+	Detection Detection             `yaml:"detection"`
+	Cluster   Cluster               `yaml:"cluster"`
+	HTTP      HTTP                  `yaml:"http"`
+	Log       Log                   `yaml:"log"`
+	// ShutdownTimeout bounds the whole ordered stop after SIGINT/SIGTERM.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Redis is where deadlines live.
+type Redis struct {
+	// Addrs: one address is a standalone server, several are Redis Cluster seeds.
+	Addrs        []string `yaml:"addrs"`
+	Username     string   `yaml:"username"`
+	Password     string   `yaml:"password"`
+	PasswordFile string   `yaml:"password_file"`
+	DB           int      `yaml:"db"` // standalone only
+	TLS          TLS      `yaml:"tls"`
+	KeyPrefix    string   `yaml:"key_prefix"`
+	// Slots is the number of deadline shards, a power of two (DESIGN.md: online doubling).
+	Slots int `yaml:"slots"`
+	// PoolSize is the connection pool per node; 0 leaves go-redis's default (10 per CPU).
+	PoolSize int `yaml:"pool_size"`
+}
+
+// TLS is every tls block: Build turns it into a *tls.Config.
+type TLS struct {
+	Enabled bool   `yaml:"enabled"`
+	CAFile  string `yaml:"ca_file"`
+	// CertFile and KeyFile together present a client certificate (mutual TLS).
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	ServerName         string `yaml:"server_name"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// TypePolicy is one entry of `types` as written. A nil field was not written and inherits from
+// `default` (and `default`'s from the built-in policy): the pointers are what tell an explicit
+// `max_repeats: 0` (repeat until recovery) from an absent one. Resolve with Config.Policies.
+type TypePolicy struct {
+	Timeout     *time.Duration `yaml:"timeout,omitempty"`
+	RepeatEvery *time.Duration `yaml:"repeat_every,omitempty"`
+	MaxRepeats  *int           `yaml:"max_repeats,omitempty"`
+}
+
+// Ingest is how signals come in.
+type Ingest struct {
+	// MaxClockSkew: a signal time further than this in the future is replaced by the receive time.
+	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
+	// Coalesce > 0 skips a deadline write while the new deadline is less than this past the last one
+	// written; it must be shorter than every timeout.
+	Coalesce time.Duration `yaml:"coalesce"`
+	// Batch is the most signals one Redis refresh carries, Linger how long a partial batch waits for
+	// more while another is in flight, MaxInFlight how many batches may await Redis at once (the
+	// backpressure bound).
+	Batch       int           `yaml:"batch"`
+	Linger      time.Duration `yaml:"linger"`
+	MaxInFlight int           `yaml:"max_in_flight"`
+	MQTT        MQTT          `yaml:"mqtt"`
+	Kafka       KafkaIngest   `yaml:"kafka"`
+}
+
+// MQTT is the MQTT signal source.
+type MQTT struct {
+	Enabled bool     `yaml:"enabled"`
+	Brokers []string `yaml:"brokers"`
+	// ClientID names the persistent session (clean session off), so it must be unique per replica.
+	ClientID      string         `yaml:"client_id"`
+	Username      string         `yaml:"username"`
+	Password      string         `yaml:"password"`
+	PasswordFile  string         `yaml:"password_file"`
+	TLS           TLS            `yaml:"tls"`
+	QoS           int            `yaml:"qos"`
+	Subscriptions []Subscription `yaml:"subscriptions"`
+}
+
+// Subscription is one MQTT topic template: {device_id} exactly once and {device_type} at most once,
+// each a whole topic level.
+type Subscription struct {
+	Topic string `yaml:"topic"`
+	// SharedGroup non-empty subscribes as $share/<group>/<filter>, spreading load over replicas.
+	SharedGroup string `yaml:"shared_group,omitempty"`
+}
+
+// KafkaIngest is the Kafka signal source.
+type KafkaIngest struct {
+	Enabled bool     `yaml:"enabled"`
+	Brokers []string `yaml:"brokers"`
+	Topics  []string `yaml:"topics"`
+	GroupID string   `yaml:"group_id"`
+	TLS     TLS      `yaml:"tls"`
+	SASL    SASL     `yaml:"sasl"`
+}
+
+// SASL is every sasl block; Mechanism builds the kafka-go mechanism.
+type SASL struct {
+	// MechanismName is "", plain, scram-sha-256 or scram-sha-512 (case-insensitive).
+	MechanismName string `yaml:"mechanism"`
+	Username      string `yaml:"username"`
+	Password      string `yaml:"password"`
+	PasswordFile  string `yaml:"password_file"`
+}
+
+// Events is where events and dead letters go out.
+type Events struct {
+	Kafka EventsKafka `yaml:"kafka"`
+}
+
+// EventsKafka is the event producer.
+type EventsKafka struct {
+	Brokers         []string `yaml:"brokers"`
+	Topic           string   `yaml:"topic"`
+	DeadletterTopic string   `yaml:"deadletter_topic"`
+	TLS             TLS      `yaml:"tls"`
+	SASL            SASL     `yaml:"sasl"`
+}
+
+// Detection tunes the scanners and the claim → publish → acknowledge loop.
+type Detection struct {
+	// MaxIdleWait is the longest a scanner sleeps when it knows of no earlier deadline.
+	MaxIdleWait time.Duration `yaml:"max_idle_wait"`
+	// Batch is the most devices claimed per script call.
+	Batch int `yaml:"batch"`
+	// GraceAfterOutage: 0 means the longest type timeout; use Config.GraceAfterOutage.
+	GraceAfterOutage time.Duration `yaml:"grace_after_outage"`
+	// Lease is how long a claim may stay unacknowledged before it is delivered again.
+	Lease time.Duration `yaml:"lease"`
+	// MaxPublishAttempts: a claim that failed to publish this often is parked in the dead set.
+	MaxPublishAttempts int `yaml:"max_publish_attempts"`
+	// LagThreshold: ingest lag beyond this counts as an outage for hold-back.
+	LagThreshold time.Duration `yaml:"lag_threshold"`
+}
+
+// Cluster is how replicas share slots.
+type Cluster struct {
+	// ReplicaHeartbeat is how often a replica announces itself and renews its slot leases.
+	ReplicaHeartbeat time.Duration `yaml:"replica_heartbeat"`
+	// SlotLease is how long a lease outlives its last renewal; longer than ReplicaHeartbeat.
+	SlotLease time.Duration `yaml:"slot_lease"`
+	// ReplicaID names this replica; "" means hostname-pid (ReplicaIDOrDefault).
+	ReplicaID string `yaml:"replica_id"`
+}
+
+// HTTP is the API, health and metrics listener.
+type HTTP struct {
+	Listen string `yaml:"listen"`
+	// Token non-empty makes /v1 require "Authorization: Bearer <token>".
+	Token     string `yaml:"token"`
+	TokenFile string `yaml:"token_file"`
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+}
+
+// Log is the zap logger's setup.
+type Log struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // json | console
+}
+
+// Built-in defaults (SPEC §3 and the tuning keys).
+const (
+	DefaultSlots              = 64
+	DefaultKeyPrefix          = "hb"
+	DefaultMaxClockSkew       = 5 * time.Second
+	DefaultIngestBatch        = 256
+	DefaultIngestLinger       = 2 * time.Millisecond
+	DefaultIngestMaxInFlight  = 4
+	DefaultMaxIdleWait        = 50 * time.Millisecond
+	DefaultDetectionBatch     = 256
+	DefaultLease              = 30 * time.Second
+	DefaultMaxPublishAttempts = 10
+	DefaultLagThreshold       = 30 * time.Second
+	DefaultReplicaHeartbeat   = time.Second
+	DefaultSlotLease          = 3 * time.Second
+	DefaultMaxBodyBytes       = 1 << 20
+	DefaultShutdownTimeout    = 10 * time.Second
+
+	// MaxSlots is Redis Cluster's hash slot count: more deadline slots could not spread any further.
+	MaxSlots = 16384
+	// MaxTypes is how many type names fit in the 10 bits pkg/deadline folds into each deadline score.
+	MaxTypes = 1024
+	// DefaultType is the policy every unknown or absent type gets; it must be configured.
+	DefaultType = "default"
+)
+
+// BuiltinPolicy is what `types.default` falls back to for fields it does not set (SPEC §3's values).
+var BuiltinPolicy = Policy{Timeout: 60 * time.Second, RepeatEvery: 5 * time.Minute, MaxRepeats: 12}
+
+// Default returns the built-in configuration, before any file: SPEC §3 with no `types` (the file must
+// name at least `default`).
+func Default() *Config {
+	return &Config{
+		Redis: Redis{
+			Addrs:     []string{"127.0.0.1:6379"},
+			KeyPrefix: DefaultKeyPrefix,
+			Slots:     DefaultSlots,
+		},
+		Ingest: Ingest{
+			MaxClockSkew: DefaultMaxClockSkew,
+			Batch:        DefaultIngestBatch,
+			Linger:       DefaultIngestLinger,
+			MaxInFlight:  DefaultIngestMaxInFlight,
+			MQTT: MQTT{
+				Enabled:  true,
+				Brokers:  []string{"tcp://127.0.0.1:1883"},
+				ClientID: "heartbeatd",
+				QoS:      1,
+				Subscriptions: []Subscription{
+					{Topic: "devices/{device_id}/heartbeat"},
+					{Topic: "fleet/{device_type}/{device_id}/telemetry"},
+				},
+			},
+			Kafka: KafkaIngest{
+				Brokers: []string{"127.0.0.1:9092"},
+				Topics:  []string{"device-signals"},
+				GroupID: "heartbeatd",
+			},
+		},
+		Events: Events{Kafka: EventsKafka{
+			Brokers:         []string{"127.0.0.1:9092"},
+			Topic:           "heartbeat.events",
+			DeadletterTopic: "heartbeat.deadletter",
+		}},
+		Detection: Detection{
+			MaxIdleWait:        DefaultMaxIdleWait,
+			Batch:              DefaultDetectionBatch,
+			Lease:              DefaultLease,
+			MaxPublishAttempts: DefaultMaxPublishAttempts,
+			LagThreshold:       DefaultLagThreshold,
+		},
+		Cluster: Cluster{
+			ReplicaHeartbeat: DefaultReplicaHeartbeat,
+			SlotLease:        DefaultSlotLease,
+		},
+		HTTP: HTTP{
+			Listen:       "127.0.0.1:8080",
+			MaxBodyBytes: DefaultMaxBodyBytes,
+		},
+		Log:             Log{Level: "info", Format: "json"},
+		ShutdownTimeout: DefaultShutdownTimeout,
+	}
+}

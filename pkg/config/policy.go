@@ -1,0 +1,187 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Policy is a device type's resolved alarm policy.
+type Policy struct {
+	// Timeout: silence longer than this is an interruption.
+	Timeout time.Duration
+	// RepeatEvery is the re-alarm interval while still silent; 0 never repeats.
+	RepeatEvery time.Duration
+	// MaxRepeats is the number of re-alarms before `exhausted`; 0 repeats until recovery or ack.
+	MaxRepeats int
+}
+
+// Policies is every configured type's resolved policy. It is immutable once built, so one value may
+// be shared by every goroutine; a reload builds a new one.
+type Policies struct {
+	def            Policy
+	byName         map[string]Policy
+	from           map[string][3]source // where each of Timeout, RepeatEvery, MaxRepeats came from
+	names          []string
+	longestTimeout time.Duration
+	longestCycle   time.Duration
+}
+
+// source is where a resolved policy field came from, for the policy table.
+type source uint8
+
+const (
+	fromType    source = iota // written in the type's own entry
+	fromDefault               // inherited from types.default
+	fromBuiltin               // neither wrote it: BuiltinPolicy
+)
+
+// Policies resolves `types`: a field a type does not write inherits from `default`, and one `default`
+// does not write from BuiltinPolicy.
+func (c *Config) Policies() *Policies {
+	p := &Policies{byName: make(map[string]Policy, len(c.Types)+1), from: make(map[string][3]source, len(c.Types)+1)}
+	var defFrom [3]source
+	p.def, defFrom = resolve(c.Types[DefaultType], BuiltinPolicy, [3]source{fromBuiltin, fromBuiltin, fromBuiltin})
+	p.byName[DefaultType], p.from[DefaultType] = p.def, defFrom
+	for name, tp := range c.Types {
+		if name == DefaultType {
+			continue
+		}
+		p.byName[name], p.from[name] = resolve(tp, p.def, defFrom)
+		p.names = append(p.names, name)
+	}
+	sort.Strings(p.names)
+	p.names = append([]string{DefaultType}, p.names...)
+	for _, pol := range p.byName {
+		p.longestTimeout = max(p.longestTimeout, pol.Timeout)
+		p.longestCycle = max(p.longestCycle, pol.Timeout+pol.RepeatEvery)
+	}
+	return p
+}
+
+// resolve fills the fields tp does not write from parent. A field inherited from a parent that itself
+// inherited keeps saying so: default's own sources are passed as parentFrom, and a field default wrote
+// counts as fromDefault.
+func resolve(tp TypePolicy, parent Policy, parentFrom [3]source) (Policy, [3]source) {
+	inherit := func(s source) source {
+		if s == fromType {
+			return fromDefault
+		}
+		return s
+	}
+	pol, from := parent, [3]source{inherit(parentFrom[0]), inherit(parentFrom[1]), inherit(parentFrom[2])}
+	if tp.Timeout != nil {
+		pol.Timeout, from[0] = *tp.Timeout, fromType
+	}
+	if tp.RepeatEvery != nil {
+		pol.RepeatEvery, from[1] = *tp.RepeatEvery, fromType
+	}
+	if tp.MaxRepeats != nil {
+		pol.MaxRepeats, from[2] = *tp.MaxRepeats, fromType
+	}
+	return pol, from
+}
+
+// Lookup returns name's policy and whether it is configured. An unknown name ("" included) gets the
+// default policy and false, so the caller can count it.
+func (p *Policies) Lookup(name string) (pol Policy, known bool) {
+	if pol, ok := p.byName[name]; ok {
+		return pol, true
+	}
+	return p.def, false
+}
+
+// Default is the `default` type's policy.
+func (p *Policies) Default() Policy { return p.def }
+
+// Names lists the configured types: "default" first, then sorted. The slice is the caller's.
+func (p *Policies) Names() []string { return append([]string(nil), p.names...) }
+
+// LongestTimeout is the largest timeout of any type.
+func (p *Policies) LongestTimeout() time.Duration { return p.longestTimeout }
+
+// LongestCycle is the largest timeout + repeat_every of any type: after it, every deadline and repeat
+// written under an old layout has come due (slot doubling retires the old layout then).
+func (p *Policies) LongestCycle() time.Duration { return p.longestCycle }
+
+// GraceAfterOutage is how long detection holds back after an outage ends: detection.grace_after_outage,
+// or when that is 0 the longest type timeout, the time every healthy device needs to have signalled again.
+func (c *Config) GraceAfterOutage() time.Duration {
+	if c.Detection.GraceAfterOutage > 0 {
+		return c.Detection.GraceAfterOutage
+	}
+	return c.Policies().LongestTimeout()
+}
+
+// ReplicaIDOrDefault is cluster.replica_id, or hostname-pid when it is empty: unique per process on a
+// host and recognisable in /v1/stats.
+func (c Cluster) ReplicaIDOrDefault() string {
+	if c.ReplicaID != "" {
+		return c.ReplicaID
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "heartbeatd"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
+// PolicyTable renders the resolved per-type policies as an aligned table for check-config, marking each
+// value not written in its own entry. It holds no secret.
+func (c *Config) PolicyTable() string {
+	p := c.Policies()
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tTIMEOUT\tREPEAT_EVERY\tMAX_REPEATS")
+	marked := [3]bool{}
+	for _, name := range p.names {
+		pol, from := p.byName[name], p.from[name]
+		repeat := FormatDuration(pol.RepeatEvery)
+		if pol.RepeatEvery == 0 {
+			repeat = "0 (never)"
+		}
+		maxRepeats := strconv.Itoa(pol.MaxRepeats)
+		if pol.MaxRepeats == 0 {
+			maxRepeats = "0 (unlimited)"
+		}
+		mark := func(s string, src source) string {
+			marked[src] = true
+			switch src {
+			case fromDefault:
+				return s + " *"
+			case fromBuiltin:
+				return s + " **"
+			}
+			return s
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, mark(FormatDuration(pol.Timeout), from[0]), mark(repeat, from[1]), mark(maxRepeats, from[2]))
+	}
+	_ = tw.Flush()
+	if marked[fromDefault] || marked[fromBuiltin] {
+		b.WriteString("\n")
+	}
+	if marked[fromDefault] {
+		b.WriteString("*  inherited from types.default\n")
+	}
+	if marked[fromBuiltin] {
+		fmt.Fprintf(&b, "** built-in default (types.default does not set it)\n")
+	}
+	return b.String()
+}
+
+// FormatDuration writes d the way a config would ("5m", "1h30m", "1.5s") rather than time.Duration's
+// "5m0s".
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}

@@ -1,0 +1,163 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"reflect"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Redaction replaces every set secret in Redacted's copy.
+const Redaction = "<redacted>"
+
+// secretKeys are the keys holding a secret; each may instead be read from <key>_file.
+var secretKeys = map[string]bool{"password": true, "token": true}
+
+// readSecretFiles fills every password/token from its *_file sibling. It walks the struct, so a new
+// block with a password gets its password_file for free.
+func readSecretFiles(cfg *Config) error {
+	var errs []error
+	secretWalk(reflect.ValueOf(cfg).Elem(), "", func(v reflect.Value, path string, fileField reflect.Value) {
+		file := fileField.String()
+		if file == "" {
+			return
+		}
+		if v.String() != "" {
+			errs = append(errs, fmt.Errorf("config: %s and %s_file: set only one", path, path))
+			return
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config: %s_file: %w", path, err))
+			return
+		}
+		// Editors and `echo` end files with a newline that is never part of the secret.
+		s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if s == "" {
+			errs = append(errs, fmt.Errorf("config: %s_file: %s is empty", path, file))
+			return
+		}
+		v.SetString(s)
+	})
+	return errors.Join(errs...)
+}
+
+// secretWalk calls fn for every secret string field under v, with its dotted path and its *_file
+// sibling (an invalid Value when the struct has none).
+func secretWalk(v reflect.Value, path string, fn func(secret reflect.Value, path string, file reflect.Value)) {
+	switch v.Kind() {
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			name := yamlName(t.Field(i))
+			if name == "" {
+				continue
+			}
+			f := v.Field(i)
+			if secretKeys[name] && f.Kind() == reflect.String {
+				var file reflect.Value
+				for j := range t.NumField() {
+					if yamlName(t.Field(j)) == name+"_file" {
+						file = v.Field(j)
+					}
+				}
+				fn(f, join(path, name), file)
+				continue
+			}
+			secretWalk(f, join(path, name), fn)
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			secretWalk(v.Index(i), fmt.Sprintf("%s[%d]", path, i), fn)
+		}
+	}
+}
+
+// Redacted returns a deep copy with every set password and token replaced by Redaction, and the
+// password of any user:password@ in an MQTT broker URL too: safe to log or print.
+func (c *Config) Redacted() *Config {
+	r := c.Clone()
+	secretWalk(reflect.ValueOf(r).Elem(), "", func(v reflect.Value, _ string, _ reflect.Value) {
+		if v.String() != "" {
+			v.SetString(Redaction)
+		}
+	})
+	for i, b := range r.Ingest.MQTT.Brokers {
+		r.Ingest.MQTT.Brokers[i] = redactURL(b)
+	}
+	return r
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		if strings.Contains(s, "@") {
+			return Redaction // unparsable and possibly carrying credentials
+		}
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "redacted")
+		return u.String()
+	}
+	return s
+}
+
+// String renders the redacted configuration as YAML, so a Config printed by accident leaks nothing.
+func (c *Config) String() string {
+	b, err := yaml.Marshal(c.Redacted())
+	if err != nil {
+		return "config: " + err.Error()
+	}
+	return string(b)
+}
+
+// Clone returns a deep copy sharing no slice, map or pointer with c.
+func (c *Config) Clone() *Config {
+	out := reflect.New(reflect.TypeOf(*c)).Elem()
+	deepCopy(out, reflect.ValueOf(c).Elem())
+	return out.Addr().Interface().(*Config)
+}
+
+func deepCopy(dst, src reflect.Value) {
+	switch src.Kind() {
+	case reflect.Struct:
+		for i := range src.NumField() {
+			deepCopy(dst.Field(i), src.Field(i))
+		}
+	case reflect.Slice:
+		if src.IsNil() {
+			return
+		}
+		s := reflect.MakeSlice(src.Type(), src.Len(), src.Len())
+		for i := range src.Len() {
+			deepCopy(s.Index(i), src.Index(i))
+		}
+		dst.Set(s)
+	case reflect.Map:
+		if src.IsNil() {
+			return
+		}
+		m := reflect.MakeMapWithSize(src.Type(), src.Len())
+		iter := src.MapRange()
+		for iter.Next() {
+			v := reflect.New(src.Type().Elem()).Elem()
+			deepCopy(v, iter.Value())
+			m.SetMapIndex(iter.Key(), v)
+		}
+		dst.Set(m)
+	case reflect.Pointer:
+		if src.IsNil() {
+			return
+		}
+		p := reflect.New(src.Type().Elem())
+		deepCopy(p.Elem(), src.Elem())
+		dst.Set(p)
+	default:
+		dst.Set(src)
+	}
+}

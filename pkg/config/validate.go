@@ -1,0 +1,349 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// validator collects every problem, each naming its key, so one run of check-config lists them all.
+type validator struct{ errs []error }
+
+func (v *validator) add(key, format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+// positive rejects zero and negative values: a zero interval would spin a ticker or a loop.
+func (v *validator) positive(key string, d time.Duration) {
+	if d <= 0 {
+		v.add(key, "must be > 0")
+	}
+}
+
+func (v *validator) nonNegative(key string, d time.Duration) {
+	if d < 0 {
+		v.add(key, "%s must not be negative", FormatDuration(d))
+	}
+}
+
+func (v *validator) positiveInt(key string, n int64) {
+	if n <= 0 {
+		v.add(key, "must be > 0")
+	}
+}
+
+func (v *validator) required(key, s string) bool {
+	if strings.TrimSpace(s) == "" {
+		v.add(key, "required")
+		return false
+	}
+	return true
+}
+
+// Validate checks every key and returns all problems joined, or nil.
+func (c *Config) Validate() error {
+	v := &validator{}
+	c.validateRedis(v)
+	c.validateTypes(v)
+	c.validateIngest(v)
+	c.validateEvents(v)
+	c.validateDetection(v)
+	c.validateCluster(v)
+	c.validateHTTP(v)
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		v.add("log.level", "must be debug, info, warn or error")
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		v.add("log.format", "must be json or console")
+	}
+	v.positive("shutdown_timeout", c.ShutdownTimeout)
+	return errors.Join(v.errs...)
+}
+
+func (c *Config) validateRedis(v *validator) {
+	r := c.Redis
+	if len(r.Addrs) == 0 {
+		v.add("redis.addrs", "required")
+	}
+	for i, a := range r.Addrs {
+		hostPort(v, fmt.Sprintf("redis.addrs[%d]", i), a)
+	}
+	if r.DB < 0 {
+		v.add("redis.db", "must not be negative")
+	} else if r.DB != 0 && len(r.Addrs) > 1 {
+		v.add("redis.db", "must be 0 with Redis Cluster (several addrs)")
+	}
+	if v.required("redis.key_prefix", r.KeyPrefix) && strings.ContainsAny(r.KeyPrefix, "{} \t\r\n") {
+		// Braces would become the hash tag and put every slot on one Redis Cluster node.
+		v.add("redis.key_prefix", "%q must not contain braces or spaces", r.KeyPrefix)
+	}
+	switch {
+	case r.Slots < 1 || r.Slots > MaxSlots:
+		v.add("redis.slots", "%d must be between 1 and %d", r.Slots, MaxSlots)
+	case r.Slots&(r.Slots-1) != 0:
+		v.add("redis.slots", "%d is not a power of two", r.Slots)
+	}
+	if r.PoolSize < 0 {
+		v.add("redis.pool_size", "must not be negative (0 = go-redis default)")
+	}
+	validateTLS(v, "redis.tls", r.TLS)
+}
+
+func hostPort(v *validator, key, addr string) {
+	// An empty host is fine: for a listener it means every interface.
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		v.add(key, "%q: want host:port", addr)
+	}
+}
+
+func validateTLS(v *validator, key string, t TLS) {
+	if !t.Enabled {
+		if t.configured() {
+			// Files set with TLS off would silently connect in plaintext.
+			v.add(key+".enabled", "false, but the block sets files or options: set enabled: true or remove them")
+		}
+		return
+	}
+	if _, err := t.build(); err != nil {
+		v.add(key, "%v", err)
+	}
+}
+
+func validateSASL(v *validator, key string, s SASL) {
+	if !validSASLMechanism(s.MechanismName) {
+		v.add(key+".mechanism", "%q must be \"\", plain, scram-sha-256 or scram-sha-512", s.MechanismName)
+		return
+	}
+	if s.MechanismName == "" {
+		return
+	}
+	mech := strings.ToLower(s.MechanismName)
+	if s.Username == "" {
+		v.add(key+".username", "required with mechanism %s", mech)
+	}
+	if s.Password == "" {
+		v.add(key+".password", "required with mechanism %s (or password_file)", mech)
+	}
+}
+
+func (c *Config) validateTypes(v *validator) {
+	if _, ok := c.Types[DefaultType]; !ok {
+		v.add("types.default", "required")
+	}
+	if len(c.Types) > MaxTypes {
+		v.add("types", "%d types: at most %d fit in a deadline score", len(c.Types), MaxTypes)
+	}
+	names := make([]string, 0, len(c.Types))
+	for name := range c.Types {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		key := "types." + name
+		if msg := checkName(name); msg != "" {
+			v.add(fmt.Sprintf("types[%q]", name), "%s", msg)
+			continue
+		}
+		tp := c.Types[name]
+		if tp.Timeout != nil && *tp.Timeout <= 0 {
+			v.add(key+".timeout", "must be > 0")
+		}
+		if tp.RepeatEvery != nil {
+			v.nonNegative(key+".repeat_every", *tp.RepeatEvery)
+		}
+		if tp.MaxRepeats != nil && *tp.MaxRepeats < 0 {
+			v.add(key+".max_repeats", "must not be negative (0 = repeat until recovery or ack)")
+		}
+	}
+}
+
+// checkName applies SPEC §4's device-id rules to a type name, which arrives the same way (payload or
+// topic level) and is stored beside it.
+func checkName(name string) string {
+	switch {
+	case name == "":
+		return "a type name must not be empty"
+	case len(name) > 256:
+		return "a type name is at most 256 bytes"
+	case !utf8.ValidString(name):
+		return "a type name must be UTF-8"
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return "a type name must not contain control characters"
+	}
+	return ""
+}
+
+func (c *Config) validateIngest(v *validator) {
+	in := c.Ingest
+	v.nonNegative("ingest.max_clock_skew", in.MaxClockSkew)
+	v.nonNegative("ingest.coalesce", in.Coalesce)
+	if in.Coalesce > 0 {
+		// Coalescing lets an alarm fire up to coalesce early: at or beyond a timeout it would fire
+		// for devices that are signalling on time.
+		p := c.Policies()
+		shortest, shortestName := time.Duration(0), ""
+		for _, name := range p.names {
+			if t := p.byName[name].Timeout; t > 0 && (shortestName == "" || t < shortest) {
+				shortest, shortestName = t, name
+			}
+		}
+		if shortestName != "" && in.Coalesce >= shortest {
+			v.add("ingest.coalesce", "%s must be shorter than every timeout (types.%s.timeout is %s)",
+				FormatDuration(in.Coalesce), shortestName, FormatDuration(shortest))
+		}
+	}
+	v.positiveInt("ingest.batch", int64(in.Batch))
+	v.nonNegative("ingest.linger", in.Linger)
+	v.positiveInt("ingest.max_in_flight", int64(in.MaxInFlight))
+
+	m := in.MQTT
+	if m.Enabled {
+		if len(m.Brokers) == 0 {
+			v.add("ingest.mqtt.brokers", "required when enabled")
+		}
+		for i, b := range m.Brokers {
+			key := fmt.Sprintf("ingest.mqtt.brokers[%d]", i)
+			u, err := url.Parse(b)
+			if err != nil || u.Host == "" {
+				v.add(key, "%q: want scheme://host:port", redactURL(b))
+				continue
+			}
+			switch u.Scheme {
+			case "tcp", "mqtt", "ws":
+				if m.TLS.Enabled {
+					v.add(key, "%q is plaintext but ingest.mqtt.tls.enabled is true: use ssl://, mqtts:// or wss://", redactURL(b))
+				}
+			case "ssl", "tls", "mqtts", "tcps", "wss":
+			default:
+				v.add(key, "%q: scheme must be tcp, mqtt, ssl, tls, mqtts, tcps, ws or wss", redactURL(b))
+			}
+		}
+		v.required("ingest.mqtt.client_id", m.ClientID)
+		if len(m.Subscriptions) == 0 {
+			v.add("ingest.mqtt.subscriptions", "required when enabled")
+		}
+		for i, s := range m.Subscriptions {
+			validateSubscription(v, fmt.Sprintf("ingest.mqtt.subscriptions[%d]", i), s)
+		}
+	}
+	if m.QoS < 0 || m.QoS > 2 {
+		v.add("ingest.mqtt.qos", "must be 0, 1 or 2")
+	}
+	validateTLS(v, "ingest.mqtt.tls", m.TLS)
+
+	k := in.Kafka
+	if k.Enabled {
+		brokers(v, "ingest.kafka.brokers", k.Brokers)
+		if len(k.Topics) == 0 {
+			v.add("ingest.kafka.topics", "required when enabled")
+		}
+		for i, t := range k.Topics {
+			v.required(fmt.Sprintf("ingest.kafka.topics[%d]", i), t)
+		}
+		v.required("ingest.kafka.group_id", k.GroupID)
+	}
+	validateTLS(v, "ingest.kafka.tls", k.TLS)
+	validateSASL(v, "ingest.kafka.sasl", k.SASL)
+}
+
+func brokers(v *validator, key string, list []string) {
+	if len(list) == 0 {
+		v.add(key, "required")
+	}
+	for i, b := range list {
+		hostPort(v, fmt.Sprintf("%s[%d]", key, i), b)
+	}
+}
+
+// validateSubscription applies the topic template rules pkg/ingest enforces, so check-config finds a
+// bad template before the daemon does.
+func validateSubscription(v *validator, key string, s Subscription) {
+	if !v.required(key+".topic", s.Topic) {
+		return
+	}
+	if strings.HasPrefix(s.Topic, "$share/") {
+		v.add(key+".topic", "%q: use shared_group instead of a $share/ prefix", s.Topic)
+		return
+	}
+	devices, types := 0, 0
+	levels := strings.Split(s.Topic, "/")
+	for i, l := range levels {
+		switch {
+		case l == "{device_id}":
+			devices++
+		case l == "{device_type}":
+			types++
+		case strings.ContainsAny(l, "{}"):
+			v.add(key+".topic", "%q: level %q: a placeholder must be a whole level ({device_id} or {device_type})", s.Topic, l)
+			return
+		case l == "#" && i != len(levels)-1:
+			v.add(key+".topic", "%q: # must be the last level", s.Topic)
+			return
+		case l != "+" && l != "#" && strings.ContainsAny(l, "+#"):
+			v.add(key+".topic", "%q: level %q: a wildcard must be a whole level", s.Topic, l)
+			return
+		}
+	}
+	if devices != 1 {
+		v.add(key+".topic", "%q must contain {device_id} exactly once", s.Topic)
+	}
+	if types > 1 {
+		v.add(key+".topic", "%q must contain {device_type} at most once", s.Topic)
+	}
+	if strings.ContainsAny(s.SharedGroup, "/+#") {
+		v.add(key+".shared_group", "%q must not contain / + #", s.SharedGroup)
+	}
+}
+
+func (c *Config) validateEvents(v *validator) {
+	e := c.Events.Kafka
+	brokers(v, "events.kafka.brokers", e.Brokers)
+	v.required("events.kafka.topic", e.Topic)
+	if v.required("events.kafka.deadletter_topic", e.DeadletterTopic) && e.DeadletterTopic == e.Topic {
+		v.add("events.kafka.deadletter_topic", "must differ from events.kafka.topic (consumers would read dead letters as events)")
+	}
+	validateTLS(v, "events.kafka.tls", e.TLS)
+	validateSASL(v, "events.kafka.sasl", e.SASL)
+}
+
+func (c *Config) validateDetection(v *validator) {
+	d := c.Detection
+	v.positive("detection.max_idle_wait", d.MaxIdleWait)
+	v.positiveInt("detection.batch", int64(d.Batch))
+	v.nonNegative("detection.grace_after_outage", d.GraceAfterOutage)
+	v.positive("detection.lease", d.Lease)
+	v.positiveInt("detection.max_publish_attempts", int64(d.MaxPublishAttempts))
+	v.positive("detection.lag_threshold", d.LagThreshold)
+}
+
+func (c *Config) validateCluster(v *validator) {
+	cl := c.Cluster
+	v.positive("cluster.replica_heartbeat", cl.ReplicaHeartbeat)
+	v.positive("cluster.slot_lease", cl.SlotLease)
+	if cl.ReplicaHeartbeat > 0 && cl.SlotLease > 0 && cl.SlotLease <= cl.ReplicaHeartbeat {
+		// A lease that lapses before its renewal would hand slots back and forth between replicas.
+		v.add("cluster.slot_lease", "%s must be longer than cluster.replica_heartbeat (%s)",
+			FormatDuration(cl.SlotLease), FormatDuration(cl.ReplicaHeartbeat))
+	}
+	if strings.ContainsFunc(cl.ReplicaID, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		v.add("cluster.replica_id", "%q must not contain spaces or control characters", cl.ReplicaID)
+	}
+}
+
+func (c *Config) validateHTTP(v *validator) {
+	h := c.HTTP
+	if v.required("http.listen", h.Listen) {
+		hostPort(v, "http.listen", h.Listen)
+	}
+	v.positiveInt("http.max_body_bytes", h.MaxBodyBytes)
+}
