@@ -92,7 +92,7 @@ type process struct {
 	err  error // exit status; read only after done is closed
 }
 
-func startProcess(path string, args []string, dir, logPath string) (*process, error) {
+func startProcess(path string, args, env []string, dir, logPath string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -102,6 +102,7 @@ func startProcess(path string, args []string, dir, logPath string) (*process, er
 	fmt.Fprintf(logf, "--- testenv: %s %s (%s)\n", path, strings.Join(args, " "), time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(path, args...)
 	cmd.Dir = dir
+	cmd.Env = env // nil: the test process's own environment
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
@@ -209,6 +210,7 @@ type server struct {
 	path    string
 	dir     string
 	logPath string
+	env     []string // nil: the test process's own environment
 
 	mu   sync.Mutex
 	proc *process
@@ -223,7 +225,7 @@ func (s *server) launch(args []string, probe func() error) error {
 		return fmt.Errorf("testenv: %s is already running (pid %d)", s.name, s.proc.cmd.Process.Pid)
 	}
 	offset := fileSize(s.logPath)
-	p, err := startProcess(s.path, args, s.dir, s.logPath)
+	p, err := startProcess(s.path, args, s.env, s.dir, s.logPath)
 	if err != nil {
 		return fmt.Errorf("testenv: start %s: %w", s.name, err)
 	}

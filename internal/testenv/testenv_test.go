@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,9 +29,10 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
-// Every server, client and goroutine testenv starts must be gone when the tests end.
+// Every server, client and goroutine testenv starts must be gone when the tests end, the shared cluster
+// of RedisBackends too.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testenv.Shared(m))
 }
 
 // recordingTB stands in for a test to observe Fatalf and Skipf; both stop the goroutine as the real ones
@@ -169,6 +173,105 @@ func TestRedisStartWhileRunningFails(t *testing.T) {
 	r := run(t, func(tb testing.TB) { srv.Start(tb) })
 	require.True(t, r.fatalf)
 	require.Contains(t, r.fatal, "already running")
+}
+
+// alive reports whether a process with pid exists (the servers are reaped as they exit).
+func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+
+func TestRedisCluster(t *testing.T) {
+	ctx := context.Background()
+	var pids []int
+	t.Run("start", func(t *testing.T) {
+		c := testenv.StartRedisCluster(t, testenv.RedisClusterOptions{})
+		require.Len(t, c.Addrs, 3)
+		pids = c.PIDs()
+		for _, pid := range pids {
+			require.True(t, alive(pid))
+		}
+		rdb := c.Client(t)
+		for i := range 300 {
+			require.NoError(t, rdb.Set(ctx, "k"+strconv.Itoa(i), i, 0).Err())
+		}
+		// Every master took a share of the keys: the slots are spread, not all on one node.
+		for _, addr := range c.Addrs {
+			node := redis.NewClient(&redis.Options{Addr: addr})
+			n, err := node.DBSize(ctx).Result()
+			_ = node.Close()
+			require.NoError(t, err)
+			require.Positive(t, n, "keys on %s", addr)
+		}
+		// A real cluster: a script over keys of two hash slots is refused; one hash tag works.
+		script := redis.NewScript(`return redis.call('SET', KEYS[1], 1) and redis.call('SET', KEYS[2], 1)`)
+		require.ErrorContains(t, script.Run(ctx, rdb, []string{"a", "b"}).Err(), "CROSSSLOT")
+		require.NoError(t, script.Run(ctx, rdb, []string{"x:{1}:a", "x:{1}:b"}).Err())
+
+		c.Flush(t)
+		require.NoError(t, rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			if n := node.DBSize(ctx).Val(); n != 0 {
+				return fmt.Errorf("%d keys left after Flush", n)
+			}
+			return nil
+		}))
+	})
+	require.Len(t, pids, 3)
+	for _, pid := range pids {
+		require.False(t, alive(pid), "node %d stopped by the test's cleanup", pid)
+	}
+}
+
+func TestRedisClusterNeedsRedisCli(t *testing.T) {
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		testenv.Need(t, "redis-server", err)
+	}
+	bin := t.TempDir()
+	require.NoError(t, os.Symlink(server, filepath.Join(bin, "redis-server")))
+	t.Setenv("CI", "true")
+	t.Setenv("PATH", bin)
+	r := run(t, func(tb testing.TB) { testenv.StartRedisCluster(tb) })
+	require.True(t, r.fatalf)
+	require.Contains(t, r.fatal, "redis-cli")
+}
+
+// Each backend hands every test an empty Redis; the shared cluster is held by one test at a time, so
+// parallel tests on it never see each other's keys.
+func TestRedisBackends(t *testing.T) {
+	ctx := context.Background()
+	backends := testenv.RedisBackends(t)
+	var names []string
+	for _, b := range backends {
+		names = append(names, b.Name)
+	}
+	require.Equal(t, []string{"standalone", "cluster"}, names)
+	for _, b := range backends {
+		t.Run(b.Name, func(t *testing.T) {
+			for i := range 3 {
+				t.Run("parallel-"+strconv.Itoa(i), func(t *testing.T) {
+					t.Parallel()
+					rdb := b.Client(t)
+					_, isCluster := rdb.(*redis.ClusterClient)
+					require.Equal(t, b.Name == "cluster", isCluster)
+					for range 50 {
+						require.NoError(t, rdb.Incr(ctx, "{n}:counter").Err())
+						require.NoError(t, rdb.SAdd(ctx, "{n}:who", t.Name()).Err())
+					}
+					require.Equal(t, "50", rdb.Get(ctx, "{n}:counter").Val())
+					require.Equal(t, []string{t.Name()}, rdb.SMembers(ctx, "{n}:who").Val(), "no other test's keys")
+				})
+			}
+		})
+	}
+
+	t.Run("filter", func(t *testing.T) {
+		t.Setenv(testenv.RedisBackendsEnv, "cluster")
+		got := testenv.RedisBackends(t)
+		require.Len(t, got, 1)
+		require.Equal(t, "cluster", got[0].Name)
+		t.Setenv(testenv.RedisBackendsEnv, "sentinel")
+		r := run(t, func(tb testing.TB) { testenv.RedisBackends(tb) })
+		require.True(t, r.fatalf)
+		require.Contains(t, r.fatal, `unknown backend "sentinel"`)
+	})
 }
 
 // mqttConnect connects a paho client; sessionID "" means a clean session with a generated id.

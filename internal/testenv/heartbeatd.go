@@ -1,0 +1,210 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The heartbeatd binary is built once per test process and shared: building is the slow part of a
+// process-level test, and every test wants the same binary.
+var heartbeatdBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// HeartbeatdBinary builds ./cmd/heartbeatd (once per test process) and returns the binary's path.
+// HB_HEARTBEATD_BIN names a prebuilt binary instead.
+func HeartbeatdBinary(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("HB_HEARTBEATD_BIN"); p != "" {
+		return p
+	}
+	b := &heartbeatdBuild
+	b.once.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			b.err = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "heartbeatd-bin-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, "heartbeatd")
+		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goBin); err != nil {
+			goBin = "go"
+		}
+		cmd := exec.Command(goBin, "build", "-o", b.path, "./cmd/heartbeatd")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./cmd/heartbeatd: %w\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		tb.Fatalf("testenv: %v", b.err)
+	}
+	return b.path
+}
+
+// moduleRoot finds the directory holding go.mod, upwards from the working directory (a package dir).
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// HeartbeatdOptions configure one heartbeatd process.
+type HeartbeatdOptions struct {
+	// Config is the YAML config file's content. http.listen is overridden with a free port through
+	// HEARTBEATD_HTTP_LISTEN.
+	Config string
+	// Env adds HEARTBEATD_* (or any) variables, "KEY=value".
+	Env []string
+}
+
+// Heartbeatd is the real heartbeatd binary run as a subprocess: `heartbeatd run -config <file>`. It is
+// stopped (SIGKILL) by tb.Cleanup; Stop, Kill and Start restart it on the same config and HTTP port.
+type Heartbeatd struct {
+	HTTP string // "http://127.0.0.1:port"
+
+	srv  server
+	args []string
+	addr string
+}
+
+// StartHeartbeatd starts heartbeatd and waits until /healthz answers.
+func StartHeartbeatd(tb testing.TB, opts HeartbeatdOptions) *Heartbeatd {
+	tb.Helper()
+	bin := HeartbeatdBinary(tb)
+	dir := tb.TempDir()
+	cfgPath := filepath.Join(dir, "heartbeatd.yaml")
+	if err := os.WriteFile(cfgPath, []byte(opts.Config), 0o600); err != nil {
+		tb.Fatalf("testenv: write heartbeatd config: %v", err)
+	}
+	h := &Heartbeatd{
+		srv:  server{name: "heartbeatd", path: bin, dir: dir, logPath: filepath.Join(dir, "heartbeatd.log")},
+		args: []string{"run", "-config", cfgPath},
+	}
+	firstStart(tb, &h.srv, func() ([]string, func() error, error) {
+		port, err := freePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		h.addr = "127.0.0.1:" + strconv.Itoa(port)
+		h.HTTP = "http://" + h.addr
+		h.srv.env = append(append(os.Environ(), opts.Env...), "HEARTBEATD_HTTP_LISTEN="+h.addr)
+		return h.args, h.healthy, nil
+	})
+	return h
+}
+
+// healthy probes /healthz.
+func (h *Heartbeatd) healthy() error {
+	status, _, err := h.get("/healthz")
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("/healthz answered %d", status)
+	}
+	return nil
+}
+
+func (h *Heartbeatd) get(path string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.HTTP+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// Get fetches path from heartbeatd's HTTP server: status and body, or an error when it did not answer.
+func (h *Heartbeatd) Get(path string) (int, string, error) { return h.get(path) }
+
+// Signal sends sig (SIGHUP: reload) to the running process.
+func (h *Heartbeatd) Signal(tb testing.TB, sig syscall.Signal) {
+	tb.Helper()
+	h.srv.mu.Lock()
+	p := h.srv.proc
+	h.srv.mu.Unlock()
+	if p == nil || p.exited() {
+		tb.Fatalf("testenv: heartbeatd is not running\n%s", h.LogTail())
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		tb.Fatalf("testenv: signal heartbeatd: %v", err)
+	}
+}
+
+// Stop sends SIGTERM and waits for the exit (killing it after the stop timeout). It returns how long the
+// exit took and whether heartbeatd exited cleanly (status 0, on SIGTERM alone).
+func (h *Heartbeatd) Stop(tb testing.TB) (took time.Duration, clean bool) {
+	tb.Helper()
+	h.srv.mu.Lock()
+	p := h.srv.proc
+	h.srv.mu.Unlock()
+	if p == nil {
+		return 0, false
+	}
+	start := time.Now()
+	onSignal := p.stop(syscall.SIGTERM, stopTimeout)
+	return time.Since(start), onSignal && p.err == nil
+}
+
+// Kill sends SIGKILL: the process dies at once, with whatever it held in flight.
+func (h *Heartbeatd) Kill(tb testing.TB) { tb.Helper(); h.srv.stop(syscall.SIGKILL) }
+
+// Start restarts a stopped heartbeatd on the same config and HTTP address.
+func (h *Heartbeatd) Start(tb testing.TB) {
+	tb.Helper()
+	if err := h.srv.launch(h.args, h.healthy); err != nil {
+		tb.Fatalf("%v", err)
+	}
+}
+
+// PID is the running process's id, 0 when it is not running.
+func (h *Heartbeatd) PID() int { return h.srv.pid() }
+
+// LogTail is the end of heartbeatd's log (every run appended), for failure messages.
+func (h *Heartbeatd) LogTail() string { return logTail(h.srv.logPath) }
+
+// Log is heartbeatd's whole log so far.
+func (h *Heartbeatd) Log() string {
+	b, _ := os.ReadFile(h.srv.logPath)
+	return string(b)
+}
+
+// Exited reports whether the process has ended (crashed or stopped).
+func (h *Heartbeatd) Exited() bool { return h.srv.pid() == 0 }
