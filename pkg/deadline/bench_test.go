@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
@@ -44,10 +45,16 @@ func preload(b *testing.B, store *deadline.Store, n int, seen time.Time) {
 }
 
 // BenchmarkRefresh moves deadlines of a present fleet in batches of 256 signals (types known, as ingest
-// sends them) and compares with redis-benchmark's pipelined single-member ZADD GT on the same server.
+// sends them), on a standalone server and on a 3-master Redis Cluster, and compares with redis-benchmark's
+// pipelined single-member ZADD GT on one Redis process of the same deployment (on the cluster: the master
+// holding the benchmark's key, so x-baseline there is the cluster against one of its shards).
 func BenchmarkRefresh(b *testing.B) {
-	srv := testenv.StartRedis(b)
-	rdb := srv.Client(b)
+	for _, backend := range testenv.RedisBackends(b) {
+		b.Run(backend.Name, func(b *testing.B) { benchRefresh(b, backend.Client(b)) })
+	}
+}
+
+func benchRefresh(b *testing.B, rdb redis.UniversalClient) {
 	store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})
 	require.NoError(b, err)
 	n := benchDevices()
@@ -62,7 +69,7 @@ func BenchmarkRefresh(b *testing.B) {
 			batches[i][j] = deadline.Signal{Device: fmt.Sprintf("device-%08d", k), Type: benchTypes[k%3]}
 		}
 	}
-	baseline := redisBenchmarkZaddGT(b, srv.Addr, n)
+	baseline := redisBenchmarkZaddGT(b, rdb, n)
 	for _, typed := range []bool{true, false} {
 		name := "typed"
 		if !typed {
@@ -102,14 +109,27 @@ func BenchmarkRefresh(b *testing.B) {
 	}
 }
 
-// redisBenchmarkZaddGT runs `redis-benchmark -P 64 zadd k GT __rand_int__ m:__rand_int__` against addr
-// and returns its requests/s, 0 when redis-benchmark is not installed.
-func redisBenchmarkZaddGT(b *testing.B, addr string, keyspace int) float64 {
+// redisBenchmarkZaddGT runs `redis-benchmark -P 64 zadd k GT __rand_int__ m:__rand_int__` against rdb's
+// server (on a cluster, the master owning k) and returns its requests/s, 0 when redis-benchmark is not
+// installed.
+func redisBenchmarkZaddGT(b *testing.B, rdb redis.UniversalClient, keyspace int) float64 {
 	b.Helper()
+	const key = "hb:bench"
+	var addr string
+	switch c := rdb.(type) {
+	case *redis.Client:
+		addr = c.Options().Addr
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(context.Background(), key)
+		require.NoError(b, err)
+		addr = node.Options().Addr
+	default:
+		b.Logf("redis-benchmark baseline not measured on a %T", rdb)
+		return 0
+	}
 	host, port, _ := strings.Cut(addr, ":")
-	cmd := exec.Command("redis-benchmark", "-h", host, "-p", port, "-P", "64", "-n", "500000", "-r", strconv.Itoa(keyspace), "-q",
-		"zadd", "hb:bench", "GT", "__rand_int__", "m:__rand_int__")
-	out, err := cmd.Output()
+	out, err := exec.Command("redis-benchmark", "-h", host, "-p", port, "-P", "64", "-n", "500000", "-r", strconv.Itoa(keyspace), "-q",
+		"zadd", key, "GT", "__rand_int__", "m:__rand_int__").Output()
 	if err != nil {
 		b.Logf("redis-benchmark baseline not measured: %v", err)
 		return 0

@@ -40,14 +40,24 @@ func timeoutOf(name string) time.Duration {
 
 type fixture struct {
 	store *deadline.Store
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	clock *clock
 }
 
-func setup(tb testing.TB, slots int) fixture {
+// TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// eachBackend runs test once per Redis deployment (standalone, cluster) as a subtest of that name, each
+// time on an empty Redis with a store of slots slots.
+func eachBackend(t *testing.T, slots int, test func(t *testing.T, f fixture)) {
+	t.Helper()
+	for _, b := range testenv.RedisBackends(t) {
+		t.Run(b.Name, func(t *testing.T) { test(t, setup(t, b.Client(t), slots)) })
+	}
+}
+
+func setup(tb testing.TB, rdb redis.UniversalClient, slots int) fixture {
 	tb.Helper()
-	srv := testenv.StartRedis(tb)
-	rdb := srv.Client(tb)
 	c := &clock{t: time.UnixMilli(1_763_800_000_000)}
 	store, err := deadline.New(rdb, deadline.Options{Slots: slots, Now: c.Now, Timeout: timeoutOf})
 	require.NoError(tb, err)
@@ -89,153 +99,161 @@ func devices(claims []deadline.Claim) []string {
 }
 
 func TestRefreshNeverMovesDeadlineBack(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	t0 := f.clock.Now()
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d1", Type: "gateway", Seen: t0.Add(10 * time.Second)}}))
-	// An out-of-order signal, then a replay of the newest one.
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{
-		{Device: "d1", Type: "gateway", Seen: t0},
-		{Device: "d1", Type: "gateway", Seen: t0.Add(10 * time.Second)},
-	}))
-	d, found, err := f.store.Device(ctx, "d1")
-	require.NoError(t, err)
-	require.True(t, found)
-	require.Equal(t, t0.Add(40*time.Second).UnixMilli(), d.Deadline.UnixMilli())
-	require.Equal(t, "gateway", d.Type)
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		t0 := f.clock.Now()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d1", Type: "gateway", Seen: t0.Add(10 * time.Second)}}))
+		// An out-of-order signal, then a replay of the newest one.
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{
+			{Device: "d1", Type: "gateway", Seen: t0},
+			{Device: "d1", Type: "gateway", Seen: t0.Add(10 * time.Second)},
+		}))
+		d, found, err := f.store.Device(ctx, "d1")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, t0.Add(40*time.Second).UnixMilli(), d.Deadline.UnixMilli())
+		require.Equal(t, "gateway", d.Type)
+	})
 }
 
 func TestUntypedSignalKeepsRecordedType(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	t0 := f.clock.Now()
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "gw", Type: "gateway", Seen: t0}}))
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "gw", Seen: t0.Add(time.Second)}, {Device: "new", Seen: t0}}))
-	gw, _, err := f.store.Device(ctx, "gw")
-	require.NoError(t, err)
-	require.Equal(t, "gateway", gw.Type)
-	require.Equal(t, t0.Add(31*time.Second).UnixMilli(), gw.Deadline.UnixMilli(), "untyped signal uses the recorded type's timeout")
-	nd, _, err := f.store.Device(ctx, "new")
-	require.NoError(t, err)
-	require.Equal(t, "default", nd.Type)
-	require.Equal(t, t0.Add(60*time.Second).UnixMilli(), nd.Deadline.UnixMilli())
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		t0 := f.clock.Now()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "gw", Type: "gateway", Seen: t0}}))
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "gw", Seen: t0.Add(time.Second)}, {Device: "new", Seen: t0}}))
+		gw, _, err := f.store.Device(ctx, "gw")
+		require.NoError(t, err)
+		require.Equal(t, "gateway", gw.Type)
+		require.Equal(t, t0.Add(31*time.Second).UnixMilli(), gw.Deadline.UnixMilli(), "untyped signal uses the recorded type's timeout")
+		nd, _, err := f.store.Device(ctx, "new")
+		require.NoError(t, err)
+		require.Equal(t, "default", nd.Type)
+		require.Equal(t, t0.Add(60*time.Second).UnixMilli(), nd.Deadline.UnixMilli())
+	})
 }
 
 func TestTypeRegistryIsSharedBetweenStores(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "x", Type: "brand-new-type", Seen: f.clock.Now()}}))
-	other, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeoutOf})
-	require.NoError(t, err)
-	d, _, err := other.Device(ctx, "x")
-	require.NoError(t, err)
-	require.Equal(t, "brand-new-type", d.Type, "a replica that never saw the name resolves it from Redis")
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "x", Type: "brand-new-type", Seen: f.clock.Now()}}))
+		other, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeoutOf})
+		require.NoError(t, err)
+		d, _, err := other.Device(ctx, "x")
+		require.NoError(t, err)
+		require.Equal(t, "brand-new-type", d.Type, "a replica that never saw the name resolves it from Redis")
+	})
 }
 
 func TestRefreshedDeviceIsNeverClaimed(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	for range 5 {
-		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "alive", Type: "gateway", Seen: f.clock.Now()}}))
-		f.clock.Advance(29 * time.Second)
-		res := f.claimAll(t, deadline.ClaimOptions{})
-		require.Empty(t, res.Claims)
-	}
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		for range 5 {
+			require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "alive", Type: "gateway", Seen: f.clock.Now()}}))
+			f.clock.Advance(29 * time.Second)
+			res := f.claimAll(t, deadline.ClaimOptions{})
+			require.Empty(t, res.Claims)
+		}
+	})
 }
 
 func TestSilentDeviceClaimedOnceWithDeadlineAndType(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	t0 := f.clock.Now()
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "s1", Type: "gateway", Seen: t0}}))
-	f.clock.Advance(30 * time.Second)
-	res := f.claimAll(t, deadline.ClaimOptions{})
-	require.Len(t, res.Claims, 1)
-	c := res.Claims[0]
-	require.Equal(t, "s1", c.Device)
-	require.Equal(t, "gateway", c.Type)
-	require.True(t, c.Fresh)
-	require.Equal(t, t0.Add(30*time.Second).UnixMilli(), c.State.Deadline)
-	require.Equal(t, deadline.Slot("s1", 8), c.Slot)
-	require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "claimed once")
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		t0 := f.clock.Now()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "s1", Type: "gateway", Seen: t0}}))
+		f.clock.Advance(30 * time.Second)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 1)
+		c := res.Claims[0]
+		require.Equal(t, "s1", c.Device)
+		require.Equal(t, "gateway", c.Type)
+		require.True(t, c.Fresh)
+		require.Equal(t, t0.Add(30*time.Second).UnixMilli(), c.State.Deadline)
+		require.Equal(t, deadline.Slot("s1", 8), c.Slot)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "claimed once")
+	})
 }
 
 func TestWatermarkHoldsBackLaterDeadlines(t *testing.T) {
-	f := setup(t, 4)
-	ctx := context.Background()
-	t0 := f.clock.Now()
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{
-		{Device: "early", Type: "gateway", Seen: t0},
-		{Device: "late", Type: "gateway", Seen: t0.Add(10 * time.Second)},
-	}))
-	f.clock.Advance(time.Minute)
-	res := f.claimAll(t, deadline.ClaimOptions{Watermark: t0.Add(35 * time.Second)})
-	require.Equal(t, []string{"early"}, devices(res.Claims))
-	require.Equal(t, []string{"late"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims))
+	eachBackend(t, 4, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		t0 := f.clock.Now()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{
+			{Device: "early", Type: "gateway", Seen: t0},
+			{Device: "late", Type: "gateway", Seen: t0.Add(10 * time.Second)},
+		}))
+		f.clock.Advance(time.Minute)
+		res := f.claimAll(t, deadline.ClaimOptions{Watermark: t0.Add(35 * time.Second)})
+		require.Equal(t, []string{"early"}, devices(res.Claims))
+		require.Equal(t, []string{"late"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims))
+	})
 }
 
 func TestConcurrentClaimersClaimEachDeviceOnce(t *testing.T) {
 	const n = 100_000
-	f := setup(t, 64)
-	ctx := context.Background()
-	t0 := f.clock.Now()
-	for i := 0; i < n; i += 1000 {
-		batch := make([]deadline.Signal, 1000)
-		for j := range batch {
-			batch[j] = deadline.Signal{Device: fmt.Sprintf("dev-%d", i+j), Type: "gateway", Seen: t0}
-		}
-		require.NoError(t, f.store.Refresh(ctx, batch))
-	}
-	f.clock.Advance(time.Minute)
-	var mu sync.Mutex
-	seen := make(map[string]int, n)
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				res, err := f.store.Claim(ctx, allSlots(64), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 128})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				for _, c := range res.Claims {
-					seen[c.Device]++
-				}
-				mu.Unlock()
-				if len(res.Claims) == 0 && !res.More {
-					return
-				}
+	eachBackend(t, 64, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		t0 := f.clock.Now()
+		for i := 0; i < n; i += 1000 {
+			batch := make([]deadline.Signal, 1000)
+			for j := range batch {
+				batch[j] = deadline.Signal{Device: fmt.Sprintf("dev-%d", i+j), Type: "gateway", Seen: t0}
 			}
-		}()
-	}
-	wg.Wait()
-	require.Len(t, seen, n)
-	for d, k := range seen {
-		if k != 1 {
-			t.Fatalf("%s claimed %d times", d, k)
+			require.NoError(t, f.store.Refresh(ctx, batch))
 		}
-	}
+		f.clock.Advance(time.Minute)
+		var mu sync.Mutex
+		seen := make(map[string]int, n)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					res, err := f.store.Claim(ctx, allSlots(64), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 128})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					for _, c := range res.Claims {
+						seen[c.Device]++
+					}
+					mu.Unlock()
+					if len(res.Claims) == 0 && !res.More {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Len(t, seen, n)
+		for d, k := range seen {
+			if k != 1 {
+				t.Fatalf("%s claimed %d times", d, k)
+			}
+		}
+	})
 }
 
 func TestUnacknowledgedClaimIsRedeliveredAfterLease(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Type: "gateway", Seen: f.clock.Now()}}))
-	f.clock.Advance(31 * time.Second)
-	first := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
-	require.Len(t, first.Claims, 1)
-	f.clock.Advance(4 * time.Second)
-	require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "still leased")
-	f.clock.Advance(time.Second)
-	again := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
-	require.Len(t, again.Claims, 1)
-	require.False(t, again.Claims[0].Fresh)
-	if diff := cmp.Diff(first.Claims[0].State, again.Claims[0].State); diff != "" {
-		t.Fatalf("redelivered state differs (-first +again):\n%s", diff)
-	}
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Type: "gateway", Seen: f.clock.Now()}}))
+		f.clock.Advance(31 * time.Second)
+		first := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		require.Len(t, first.Claims, 1)
+		f.clock.Advance(4 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "still leased")
+		f.clock.Advance(time.Second)
+		again := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		require.Len(t, again.Claims, 1)
+		require.False(t, again.Claims[0].Fresh)
+		if diff := cmp.Diff(first.Claims[0].State, again.Claims[0].State); diff != "" {
+			t.Fatalf("redelivered state differs (-first +again):\n%s", diff)
+		}
+	})
 }
 
 // claimOne makes dev silent and claims it.
@@ -249,282 +267,321 @@ func claimOne(t *testing.T, f fixture, dev string) deadline.Claim {
 }
 
 func TestAcknowledgeRescheduleRemovePark(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	c := claimOne(t, f, "d")
-	st := c.State
-	st.Next, st.InterruptedAt = 1, f.clock.Now().UnixMilli()
-	applied, err := f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: f.clock.Now().Add(time.Minute), State: st}})
-	require.NoError(t, err)
-	require.Equal(t, []bool{true}, applied)
-	d, _, err := f.store.Device(ctx, "d")
-	require.NoError(t, err)
-	require.Equal(t, f.clock.Now().Add(time.Minute).UnixMilli(), d.NextAct.UnixMilli())
-	require.Equal(t, 1, d.Incident.Next)
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		c := claimOne(t, f, "d")
+		st := c.State
+		st.Next, st.InterruptedAt = 1, f.clock.Now().UnixMilli()
+		applied, err := f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: f.clock.Now().Add(time.Minute), State: st}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, applied)
+		d, _, err := f.store.Device(ctx, "d")
+		require.NoError(t, err)
+		require.Equal(t, f.clock.Now().Add(time.Minute).UnixMilli(), d.NextAct.UnixMilli())
+		require.Equal(t, 1, d.Incident.Next)
 
-	f.clock.Advance(59 * time.Second)
-	require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims)
-	f.clock.Advance(time.Second)
-	rep := f.claimAll(t, deadline.ClaimOptions{})
-	require.Len(t, rep.Claims, 1)
-	require.Equal(t, 1, rep.Claims[0].State.Next)
+		f.clock.Advance(59 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims)
+		f.clock.Advance(time.Second)
+		rep := f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, rep.Claims, 1)
+		require.Equal(t, 1, rep.Claims[0].State.Next)
 
-	// An ack for another incident (wrong deadline) is ignored.
-	applied, err = f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Remove, Claimed: c.State.Deadline - 1}})
-	require.NoError(t, err)
-	require.Equal(t, []bool{false}, applied)
+		// An ack for another incident (wrong deadline) is ignored.
+		applied, err = f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Remove, Claimed: c.State.Deadline - 1}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{false}, applied)
 
-	st.Failures, st.Reason = 10, "kafka: broker unreachable"
-	applied, err = f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Park, Claimed: c.State.Deadline, State: st}})
-	require.NoError(t, err)
-	require.Equal(t, []bool{true}, applied)
-	d, _, err = f.store.Device(ctx, "d")
-	require.NoError(t, err)
-	require.True(t, d.Parked)
-	require.Equal(t, "kafka: broker unreachable", d.Incident.Reason)
-	counts, err := f.store.Count(ctx)
-	require.NoError(t, err)
-	require.Equal(t, deadline.Counts{Interrupted: 1, Parked: 1}, counts)
+		st.Failures, st.Reason = 10, "kafka: broker unreachable"
+		applied, err = f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Park, Claimed: c.State.Deadline, State: st}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, applied)
+		d, _, err = f.store.Device(ctx, "d")
+		require.NoError(t, err)
+		require.True(t, d.Parked)
+		require.Equal(t, "kafka: broker unreachable", d.Incident.Reason)
+		counts, err := f.store.Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, deadline.Counts{Interrupted: 1, Parked: 1}, counts)
 
-	applied, err = f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Remove, Claimed: c.State.Deadline}})
-	require.NoError(t, err)
-	require.Equal(t, []bool{true}, applied)
-	_, found, err := f.store.Device(ctx, "d")
-	require.NoError(t, err)
-	require.False(t, found)
+		applied, err = f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Remove, Claimed: c.State.Deadline}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, applied)
+		_, found, err := f.store.Device(ctx, "d")
+		require.NoError(t, err)
+		require.False(t, found)
+	})
 }
 
 func TestAckDoesNotClobberSignalArrivedMeanwhile(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	c := claimOne(t, f, "d")
-	// The device signals while the claim is being published.
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: f.clock.Now()}}))
-	st := c.State
-	st.Next = 1
-	_, err := f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: f.clock.Now().Add(time.Hour), State: st}})
-	require.NoError(t, err)
-	res := f.claimAll(t, deadline.ClaimOptions{})
-	require.Len(t, res.Claims, 1, "the recovery is due now, not in an hour")
-	cur, err := f.store.CurrentDeadlines(ctx, res.Claims)
-	require.NoError(t, err)
-	require.Greater(t, cur[0].UnixMilli(), c.State.Deadline)
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		c := claimOne(t, f, "d")
+		// The device signals while the claim is being published.
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: f.clock.Now()}}))
+		st := c.State
+		st.Next = 1
+		_, err := f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: f.clock.Now().Add(time.Hour), State: st}})
+		require.NoError(t, err)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 1, "the recovery is due now, not in an hour")
+		cur, err := f.store.CurrentDeadlines(ctx, res.Claims)
+		require.NoError(t, err)
+		require.Greater(t, cur[0].UnixMilli(), c.State.Deadline)
+	})
 }
 
 func TestOperatorAckSurvivesInFlightReschedule(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	c := claimOne(t, f, "d")
-	ok, err := f.store.SetAcked(ctx, "d")
-	require.NoError(t, err)
-	require.True(t, ok)
-	st := c.State
-	st.Next = 1
-	_, err = f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: f.clock.Now().Add(time.Minute), State: st}})
-	require.NoError(t, err)
-	d, _, err := f.store.Device(ctx, "d")
-	require.NoError(t, err)
-	require.True(t, d.Incident.Acked)
-	require.Equal(t, 1, d.Incident.Next)
-	ok, err = f.store.SetAcked(ctx, "never-seen")
-	require.NoError(t, err)
-	require.False(t, ok)
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		c := claimOne(t, f, "d")
+		ok, err := f.store.SetAcked(ctx, "d")
+		require.NoError(t, err)
+		require.True(t, ok)
+		st := c.State
+		st.Next = 1
+		_, err = f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: f.clock.Now().Add(time.Minute), State: st}})
+		require.NoError(t, err)
+		d, _, err := f.store.Device(ctx, "d")
+		require.NoError(t, err)
+		require.True(t, d.Incident.Acked)
+		require.Equal(t, 1, d.Incident.Next)
+		ok, err = f.store.SetAcked(ctx, "never-seen")
+		require.NoError(t, err)
+		require.False(t, ok)
+	})
 }
 
 func TestRecoveryProbeMakesDormantIncidentDue(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	c := claimOne(t, f, "d")
-	st := c.State
-	st.Next, st.Exhausted = 3, true
-	_, err := f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Dormant: true, State: st}})
-	require.NoError(t, err)
-	f.clock.Advance(24 * time.Hour)
-	res := f.claimAll(t, deadline.ClaimOptions{})
-	require.Empty(t, res.Claims, "dormant: no act")
-	require.True(t, res.NextAlarm.IsZero(), "a dormant entry is no next due")
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		c := claimOne(t, f, "d")
+		st := c.State
+		st.Next, st.Exhausted = 3, true
+		_, err := f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Dormant: true, State: st}})
+		require.NoError(t, err)
+		f.clock.Advance(24 * time.Hour)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Empty(t, res.Claims, "dormant: no act")
+		require.True(t, res.NextAlarm.IsZero(), "a dormant entry is no next due")
 
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: f.clock.Now()}}))
-	res = f.claimAll(t, deadline.ClaimOptions{})
-	require.Len(t, res.Claims, 1)
-	require.Equal(t, c.State.Deadline, res.Claims[0].State.Deadline)
-	require.True(t, res.Claims[0].State.Exhausted)
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: f.clock.Now()}}))
+		res = f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 1)
+		require.Equal(t, c.State.Deadline, res.Claims[0].State.Deadline)
+		require.True(t, res.Claims[0].State.Exhausted)
+	})
 }
 
 func TestReplayedOldSignalDoesNotOpenIncident(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	t0 := f.clock.Now()
-	c := claimOne(t, f, "d")
-	// A replay of a signal older than the open incident puts the device back with a passed deadline.
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: t0.Add(-time.Minute)}}))
-	res := f.claimAll(t, deadline.ClaimOptions{})
-	for _, cl := range res.Claims {
-		require.False(t, cl.Fresh, "no new incident from a replay")
-		require.Equal(t, c.State.Deadline, cl.State.Deadline)
-	}
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		t0 := f.clock.Now()
+		c := claimOne(t, f, "d")
+		// A replay of a signal older than the open incident puts the device back with a passed deadline.
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: t0.Add(-time.Minute)}}))
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		for _, cl := range res.Claims {
+			require.False(t, cl.Fresh, "no new incident from a replay")
+			require.Equal(t, c.State.Deadline, cl.State.Deadline)
+		}
+	})
 }
 
 func TestNewIncidentReportsReplacedOne(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	c := claimOne(t, f, "d")
-	st := c.State
-	st.Next = 1
-	_, err := f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: f.clock.Now().Add(time.Hour), State: st}})
-	require.NoError(t, err)
-	// Signals, then falls silent again before the recovery was handled.
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: f.clock.Now()}}))
-	f.clock.Advance(31 * time.Second)
-	res := f.claimAll(t, deadline.ClaimOptions{})
-	require.Len(t, res.Claims, 1)
-	require.True(t, res.Claims[0].Fresh)
-	require.NotNil(t, res.Claims[0].Replaced)
-	require.Equal(t, c.State.Deadline, res.Claims[0].Replaced.Deadline)
-	require.Equal(t, 1, res.Claims[0].Replaced.Next)
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		c := claimOne(t, f, "d")
+		st := c.State
+		st.Next = 1
+		_, err := f.store.Acknowledge(ctx, []deadline.Ack{{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: f.clock.Now().Add(time.Hour), State: st}})
+		require.NoError(t, err)
+		// Signals, then falls silent again before the recovery was handled.
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: f.clock.Now()}}))
+		f.clock.Advance(31 * time.Second)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 1)
+		require.True(t, res.Claims[0].Fresh)
+		require.NotNil(t, res.Claims[0].Replaced)
+		require.Equal(t, c.State.Deadline, res.Claims[0].Replaced.Deadline)
+		require.Equal(t, 1, res.Claims[0].Replaced.Next)
+	})
 }
 
 func TestNextDue(t *testing.T) {
-	f := setup(t, 4)
-	ctx := context.Background()
-	t0 := f.clock.Now()
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{
-		{Device: "a", Type: "gateway", Seen: t0},
-		{Device: "b", Type: "gateway", Seen: t0.Add(5 * time.Second)},
-		{Device: "c", Type: "default", Seen: t0},
-	}))
-	res := f.claimAll(t, deadline.ClaimOptions{})
-	require.Equal(t, t0.Add(30*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
-	require.True(t, res.NextAlarm.IsZero())
-	f.clock.Advance(30 * time.Second)
-	res = f.claimAll(t, deadline.ClaimOptions{Lease: 7 * time.Second})
-	require.Equal(t, []string{"a"}, devices(res.Claims))
-	require.Equal(t, t0.Add(35*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
-	require.Equal(t, t0.Add(37*time.Second).UnixMilli(), res.NextAlarm.UnixMilli(), "the lease end is the next alarm")
+	eachBackend(t, 4, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		t0 := f.clock.Now()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{
+			{Device: "a", Type: "gateway", Seen: t0},
+			{Device: "b", Type: "gateway", Seen: t0.Add(5 * time.Second)},
+			{Device: "c", Type: "default", Seen: t0},
+		}))
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Equal(t, t0.Add(30*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
+		require.True(t, res.NextAlarm.IsZero())
+		f.clock.Advance(30 * time.Second)
+		res = f.claimAll(t, deadline.ClaimOptions{Lease: 7 * time.Second})
+		require.Equal(t, []string{"a"}, devices(res.Claims))
+		require.Equal(t, t0.Add(35*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
+		require.Equal(t, t0.Add(37*time.Second).UnixMilli(), res.NextAlarm.UnixMilli(), "the lease end is the next alarm")
 
-	wait := deadline.NextWait(f.clock.Now(), f.clock.Now(), res, 50*time.Millisecond)
-	require.Equal(t, 50*time.Millisecond, wait, "capped by max idle wait")
-	wait = deadline.NextWait(t0.Add(34990*time.Millisecond), t0.Add(34990*time.Millisecond), res, 50*time.Millisecond)
-	require.Equal(t, 10*time.Millisecond, wait)
-	wait = deadline.NextWait(t0.Add(40*time.Second), t0, res, 50*time.Millisecond)
-	require.Equal(t, time.Duration(0), wait, "the overdue lease end is claimable at once")
+		wait := deadline.NextWait(f.clock.Now(), f.clock.Now(), res, 50*time.Millisecond)
+		require.Equal(t, 50*time.Millisecond, wait, "capped by max idle wait")
+		wait = deadline.NextWait(t0.Add(34990*time.Millisecond), t0.Add(34990*time.Millisecond), res, 50*time.Millisecond)
+		require.Equal(t, 10*time.Millisecond, wait)
+		wait = deadline.NextWait(t0.Add(40*time.Second), t0, res, 50*time.Millisecond)
+		require.Equal(t, time.Duration(0), wait, "the overdue lease end is claimable at once")
+	})
 }
 
 func TestBatchLimitReportsMore(t *testing.T) {
-	f := setup(t, 1)
-	ctx := context.Background()
-	var sigs []deadline.Signal
-	for i := range 10 {
-		sigs = append(sigs, deadline.Signal{Device: fmt.Sprint("d", i), Type: "gateway", Seen: f.clock.Now()})
-	}
-	require.NoError(t, f.store.Refresh(ctx, sigs))
-	f.clock.Advance(time.Minute)
-	res := f.claimAll(t, deadline.ClaimOptions{Batch: 4})
-	require.Len(t, res.Claims, 4)
-	require.True(t, res.More)
-	res = f.claimAll(t, deadline.ClaimOptions{Batch: 4})
-	require.Len(t, res.Claims, 4)
-	res = f.claimAll(t, deadline.ClaimOptions{Batch: 4})
-	require.Len(t, res.Claims, 2)
-	require.False(t, res.More)
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		var sigs []deadline.Signal
+		for i := range 10 {
+			sigs = append(sigs, deadline.Signal{Device: fmt.Sprint("d", i), Type: "gateway", Seen: f.clock.Now()})
+		}
+		require.NoError(t, f.store.Refresh(ctx, sigs))
+		f.clock.Advance(time.Minute)
+		res := f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		require.Len(t, res.Claims, 4)
+		require.True(t, res.More)
+		res = f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		require.Len(t, res.Claims, 4)
+		res = f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		require.Len(t, res.Claims, 2)
+		require.False(t, res.More)
+	})
 }
 
 func TestListCountDelete(t *testing.T) {
-	f := setup(t, 16)
-	ctx := context.Background()
-	var sigs []deadline.Signal
-	for i := range 300 {
-		typ := "gateway"
-		if i%3 == 0 {
-			typ = "sensor"
+	eachBackend(t, 16, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		var sigs []deadline.Signal
+		for i := range 300 {
+			typ := "gateway"
+			if i%3 == 0 {
+				typ = "sensor"
+			}
+			sigs = append(sigs, deadline.Signal{Device: fmt.Sprint("d", i), Type: typ, Seen: f.clock.Now()})
 		}
-		sigs = append(sigs, deadline.Signal{Device: fmt.Sprint("d", i), Type: typ, Seen: f.clock.Now()})
-	}
-	require.NoError(t, f.store.Refresh(ctx, sigs))
-	f.clock.Advance(31 * time.Second) // the 200 gateways go silent
-	for {
-		res := f.claimAll(t, deadline.ClaimOptions{})
-		if len(res.Claims) == 0 {
-			break
-		}
-	}
-	collect := func(opts deadline.ListOptions) []string {
-		var all []string
+		require.NoError(t, f.store.Refresh(ctx, sigs))
+		f.clock.Advance(31 * time.Second) // the 200 gateways go silent
 		for {
-			page, next, err := f.store.List(ctx, opts)
-			require.NoError(t, err)
-			for _, d := range page {
-				all = append(all, d.ID)
+			res := f.claimAll(t, deadline.ClaimOptions{})
+			if len(res.Claims) == 0 {
+				break
 			}
-			if next == "" {
-				return all
-			}
-			opts.Cursor = next
 		}
-	}
-	require.Len(t, collect(deadline.ListOptions{Limit: 7}), 100)
-	require.Len(t, collect(deadline.ListOptions{Limit: 7, Interrupted: true}), 200)
-	require.Len(t, collect(deadline.ListOptions{Limit: 50, Interrupted: true, Type: "sensor"}), 0)
-	online, interrupted, err := f.store.CountByType(ctx)
-	require.NoError(t, err)
-	require.Equal(t, map[string]int64{"sensor": 100}, online)
-	require.Equal(t, map[string]int64{"gateway": 200}, interrupted)
-	_, _, err = f.store.List(ctx, deadline.ListOptions{Cursor: "garbage"})
-	require.ErrorIs(t, err, deadline.ErrBadCursor)
+		collect := func(opts deadline.ListOptions) []string {
+			var all []string
+			for {
+				page, next, err := f.store.List(ctx, opts)
+				require.NoError(t, err)
+				for _, d := range page {
+					all = append(all, d.ID)
+				}
+				if next == "" {
+					return all
+				}
+				opts.Cursor = next
+			}
+		}
+		require.Len(t, collect(deadline.ListOptions{Limit: 7}), 100)
+		require.Len(t, collect(deadline.ListOptions{Limit: 7, Interrupted: true}), 200)
+		require.Len(t, collect(deadline.ListOptions{Limit: 50, Interrupted: true, Type: "sensor"}), 0)
+		online, interrupted, err := f.store.CountByType(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[string]int64{"sensor": 100}, online)
+		require.Equal(t, map[string]int64{"gateway": 200}, interrupted)
+		_, _, err = f.store.List(ctx, deadline.ListOptions{Cursor: "garbage"})
+		require.ErrorIs(t, err, deadline.ErrBadCursor)
 
-	ok, err := f.store.Delete(ctx, "d1")
-	require.NoError(t, err)
-	require.True(t, ok)
-	ok, err = f.store.Delete(ctx, "d1")
-	require.NoError(t, err)
-	require.False(t, ok)
-	counts, err := f.store.Count(ctx)
-	require.NoError(t, err)
-	require.Equal(t, deadline.Counts{Online: 100, Interrupted: 199, Pending: 199}, counts)
+		ok, err := f.store.Delete(ctx, "d1")
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = f.store.Delete(ctx, "d1")
+		require.NoError(t, err)
+		require.False(t, ok)
+		counts, err := f.store.Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, deadline.Counts{Online: 100, Interrupted: 199, Pending: 199}, counts)
+	})
 }
 
 func TestScriptsSurviveRedisLosingThem(t *testing.T) {
-	f := setup(t, 8)
-	ctx := context.Background()
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: f.clock.Now()}}))
-	require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: f.clock.Now()}}))
-	f.clock.Advance(time.Hour)
-	require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
-	require.Len(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, 1)
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: f.clock.Now()}}))
+		require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "d", Seen: f.clock.Now()}}))
+		f.clock.Advance(time.Hour)
+		require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
+		require.Len(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, 1)
+	})
+}
+
+// A node that lost the scripts (restarted, failed over) while the others kept them: the calls the other
+// nodes ran are not sent again, so no claim is run twice and lost. On a standalone server the one node is
+// the server.
+func TestClaimWhenOneNodeLostTheScripts(t *testing.T) {
+	eachBackend(t, 64, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		var sigs []deadline.Signal
+		for i := range 640 {
+			sigs = append(sigs, deadline.Signal{Device: fmt.Sprint("d", i), Type: "gateway", Seen: f.clock.Now()})
+		}
+		require.NoError(t, f.store.Refresh(ctx, sigs))
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "nothing due yet; every node has the scripts now")
+		if cluster, ok := f.rdb.(*redis.ClusterClient); ok {
+			var once sync.Once
+			require.NoError(t, cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+				var err error
+				once.Do(func() { err = node.ScriptFlush(ctx).Err() })
+				return err
+			}))
+		} else {
+			require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
+		}
+		f.clock.Advance(time.Minute)
+		res := f.claimAll(t, deadline.ClaimOptions{Batch: 1000})
+		require.Len(t, res.Claims, len(sigs), "every due device claimed in one wake-up")
+	})
 }
 
 func TestScannerHandsClaimsAndStops(t *testing.T) {
-	f := setup(t, 8)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	// Real time here: the scanner must wake at the deadline by itself.
-	store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Timeout: func(string) time.Duration { return 200 * time.Millisecond }})
-	require.NoError(t, err)
-	got := make(chan deadline.Claim, 10)
-	sc := deadline.NewScanner(deadline.ScannerOptions{
-		Store: store, Slots: func() []int { return allSlots(8) }, MaxIdleWait: time.Second, Lease: time.Minute, Batch: 16,
-		Handle: func(_ context.Context, claims []deadline.Claim) error {
-			for _, c := range claims {
-				got <- c
-			}
-			return nil
-		},
-	})
-	done := make(chan error)
-	go func() { done <- sc.Run(ctx) }()
-	require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: "quiet", Seen: time.Now()}}))
-	select {
-	case c := <-got:
-		require.Equal(t, "quiet", c.Device)
-	case <-time.After(10 * time.Second):
-		t.Fatal("scanner never claimed the silent device")
-	}
-	cancel()
-	select {
-	case err := <-done:
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		// Real time here: the scanner must wake at the deadline by itself.
+		store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Timeout: func(string) time.Duration { return 200 * time.Millisecond }})
 		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("scanner did not stop on cancel")
-	}
+		got := make(chan deadline.Claim, 10)
+		sc := deadline.NewScanner(deadline.ScannerOptions{
+			Store: store, Slots: func() []int { return allSlots(8) }, MaxIdleWait: time.Second, Lease: time.Minute, Batch: 16,
+			Handle: func(_ context.Context, claims []deadline.Claim) error {
+				for _, c := range claims {
+					got <- c
+				}
+				return nil
+			},
+		})
+		done := make(chan error)
+		go func() { done <- sc.Run(ctx) }()
+		require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: "quiet", Seen: time.Now()}}))
+		select {
+		case c := <-got:
+			require.Equal(t, "quiet", c.Device)
+		case <-time.After(10 * time.Second):
+			t.Fatal("scanner never claimed the silent device")
+		}
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("scanner did not stop on cancel")
+		}
+	})
 }

@@ -12,126 +12,128 @@ import (
 )
 
 func TestSyncLayoutInitialisesDoublesAndRefusesHalving(t *testing.T) {
-	f := setup(t, 16)
-	ctx := context.Background()
-	l, err := f.store.SyncLayout(ctx, 16)
-	require.NoError(t, err)
-	require.Equal(t, deadline.Layout{Slots: 16}, l)
-	_, err = f.store.SyncLayout(ctx, 8)
-	require.ErrorIs(t, err, deadline.ErrHalving)
-	_, err = f.store.SyncLayout(ctx, 64)
-	require.ErrorContains(t, err, "double one step at a time")
-	l, err = f.store.SyncLayout(ctx, 32)
-	require.NoError(t, err)
-	require.Equal(t, 32, l.Slots)
-	require.Equal(t, 16, l.Previous)
-	_, err = f.store.DoubleSlots(ctx)
-	require.ErrorContains(t, err, "still settling")
+	eachBackend(t, 16, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		l, err := f.store.SyncLayout(ctx, 16)
+		require.NoError(t, err)
+		require.Equal(t, deadline.Layout{Slots: 16}, l)
+		_, err = f.store.SyncLayout(ctx, 8)
+		require.ErrorIs(t, err, deadline.ErrHalving)
+		_, err = f.store.SyncLayout(ctx, 64)
+		require.ErrorContains(t, err, "double one step at a time")
+		l, err = f.store.SyncLayout(ctx, 32)
+		require.NoError(t, err)
+		require.Equal(t, 32, l.Slots)
+		require.Equal(t, 16, l.Previous)
+		_, err = f.store.DoubleSlots(ctx)
+		require.ErrorContains(t, err, "still settling")
+	})
 }
 
 // TestDoublingUnderFlowingSignals doubles 16 → 32 slots while devices signal and fall silent, with a
 // second replica that keeps writing with the old count for a while: every silent device is claimed exactly
 // once, no signalling device ever is, and after retirement an old-slot incident still recovers.
 func TestDoublingUnderFlowingSignals(t *testing.T) {
-	f := setup(t, 16)
-	ctx := context.Background()
-	_, err := f.store.SyncLayout(ctx, 16)
-	require.NoError(t, err)
-	lagging, err := deadline.New(f.rdb, deadline.Options{Slots: 16, Now: f.clock.Now, Timeout: timeoutOf})
-	require.NoError(t, err)
-	_, err = lagging.SyncLayout(ctx, 16)
-	require.NoError(t, err)
+	eachBackend(t, 16, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		_, err := f.store.SyncLayout(ctx, 16)
+		require.NoError(t, err)
+		lagging, err := deadline.New(f.rdb, deadline.Options{Slots: 16, Now: f.clock.Now, Timeout: timeoutOf})
+		require.NoError(t, err)
+		_, err = lagging.SyncLayout(ctx, 16)
+		require.NoError(t, err)
 
-	const n = 2000
-	silentFrom := map[string]int{} // device → step from which it stays silent
-	for i := range n {
-		if i%5 == 0 {
-			silentFrom[fmt.Sprint("dev-", i)] = 1 + i%40 // some fall silent before, some after the doubling
+		const n = 2000
+		silentFrom := map[string]int{} // device → step from which it stays silent
+		for i := range n {
+			if i%5 == 0 {
+				silentFrom[fmt.Sprint("dev-", i)] = 1 + i%40 // some fall silent before, some after the doubling
+			}
 		}
-	}
-	claimed := map[string]int{}
-	drain := func(step int) {
-		for {
-			res, err := f.store.Claim(ctx, allSlots(f.store.Slots()), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 256})
-			require.NoError(t, err)
-			var acks []deadline.Ack
-			for _, c := range res.Claims {
-				if !c.Fresh {
+		claimed := map[string]int{}
+		drain := func(step int) {
+			for {
+				res, err := f.store.Claim(ctx, allSlots(f.store.Slots()), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 256})
+				require.NoError(t, err)
+				var acks []deadline.Ack
+				for _, c := range res.Claims {
+					if !c.Fresh {
+						continue
+					}
+					from, silent := silentFrom[c.Device]
+					require.True(t, silent && step >= from, "step %d: %s claimed but it signals", step, c.Device)
+					claimed[c.Device]++
+					st := c.State
+					st.Next = 1
+					acks = append(acks, deadline.Ack{Device: c.Device, Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Dormant: true, State: st})
+				}
+				_, err = f.store.Acknowledge(ctx, acks)
+				require.NoError(t, err)
+				if !res.More {
+					return
+				}
+			}
+		}
+		for step := range 120 {
+			writer := f.store
+			if step%2 == 1 && step >= 20 && step < 26 {
+				writer = lagging // has not seen the doubling yet
+			}
+			var sigs []deadline.Signal
+			for i := range n {
+				dev := fmt.Sprint("dev-", i)
+				if from, silent := silentFrom[dev]; silent && step >= from {
 					continue
 				}
-				from, silent := silentFrom[c.Device]
-				require.True(t, silent && step >= from, "step %d: %s claimed but it signals", step, c.Device)
-				claimed[c.Device]++
-				st := c.State
-				st.Next = 1
-				acks = append(acks, deadline.Ack{Device: c.Device, Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Dormant: true, State: st})
+				typ := "gateway"
+				if i%2 == 0 {
+					typ = "" // untyped signals keep the recorded type across the move
+				}
+				if step == 0 {
+					typ = "gateway"
+				}
+				sigs = append(sigs, deadline.Signal{Device: dev, Type: typ, Seen: f.clock.Now()})
 			}
-			_, err = f.store.Acknowledge(ctx, acks)
-			require.NoError(t, err)
-			if !res.More {
-				return
+			require.NoError(t, writer.Refresh(ctx, sigs))
+			if step == 20 {
+				_, err := f.store.DoubleSlots(ctx)
+				require.NoError(t, err)
 			}
-		}
-	}
-	for step := range 120 {
-		writer := f.store
-		if step%2 == 1 && step >= 20 && step < 26 {
-			writer = lagging // has not seen the doubling yet
-		}
-		var sigs []deadline.Signal
-		for i := range n {
-			dev := fmt.Sprint("dev-", i)
-			if from, silent := silentFrom[dev]; silent && step >= from {
-				continue
+			if step == 26 {
+				_, err := lagging.RefreshLayout(ctx)
+				require.NoError(t, err)
 			}
-			typ := "gateway"
-			if i%2 == 0 {
-				typ = "" // untyped signals keep the recorded type across the move
-			}
-			if step == 0 {
-				typ = "gateway"
-			}
-			sigs = append(sigs, deadline.Signal{Device: dev, Type: typ, Seen: f.clock.Now()})
+			drain(step)
+			f.clock.Advance(time.Second)
 		}
-		require.NoError(t, writer.Refresh(ctx, sigs))
-		if step == 20 {
-			_, err := f.store.DoubleSlots(ctx)
-			require.NoError(t, err)
+		require.Len(t, claimed, len(silentFrom), "every silent device claimed")
+		for dev, k := range claimed {
+			require.Equal(t, 1, k, "%s claimed %d times", dev, k)
 		}
-		if step == 26 {
-			_, err := lagging.RefreshLayout(ctx)
-			require.NoError(t, err)
-		}
-		drain(step)
-		f.clock.Advance(time.Second)
-	}
-	require.Len(t, claimed, len(silentFrom), "every silent device claimed")
-	for dev, k := range claimed {
-		require.Equal(t, 1, k, "%s claimed %d times", dev, k)
-	}
 
-	// Retire: the incidents left in old slots move to their new slot and still recover.
-	retired, err := f.store.RetireLayout(ctx, 90*time.Second)
-	require.NoError(t, err)
-	require.True(t, retired)
-	require.False(t, f.store.Layout().Moving())
-	var movedDev string
-	for dev := range claimed {
-		if deadline.Slot(dev, 16) != deadline.Slot(dev, 32) && silentFrom[dev] < 20 {
-			movedDev = dev
-			break
+		// Retire: the incidents left in old slots move to their new slot and still recover.
+		retired, err := f.store.RetireLayout(ctx, 90*time.Second)
+		require.NoError(t, err)
+		require.True(t, retired)
+		require.False(t, f.store.Layout().Moving())
+		var movedDev string
+		for dev := range claimed {
+			if deadline.Slot(dev, 16) != deadline.Slot(dev, 32) && silentFrom[dev] < 20 {
+				movedDev = dev
+				break
+			}
 		}
-	}
-	require.NotEmpty(t, movedDev)
-	d, found, err := f.store.Device(ctx, movedDev)
-	require.NoError(t, err)
-	require.True(t, found)
-	require.NotNil(t, d.Incident)
-	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: movedDev, Seen: f.clock.Now()}}))
-	res, err := f.store.Claim(ctx, allSlots(32), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 256})
-	require.NoError(t, err)
-	require.Len(t, res.Claims, 1, "the recovery probe found the migrated incident")
-	cur, err := f.store.CurrentDeadlines(ctx, res.Claims)
-	require.NoError(t, err)
-	require.Greater(t, cur[0].UnixMilli(), res.Claims[0].State.Deadline)
+		require.NotEmpty(t, movedDev)
+		d, found, err := f.store.Device(ctx, movedDev)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.NotNil(t, d.Incident)
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: movedDev, Seen: f.clock.Now()}}))
+		res, err := f.store.Claim(ctx, allSlots(32), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 256})
+		require.NoError(t, err)
+		require.Len(t, res.Claims, 1, "the recovery probe found the migrated incident")
+		cur, err := f.store.CurrentDeadlines(ctx, res.Claims)
+		require.NoError(t, err)
+		require.Greater(t, cur[0].UnixMilli(), res.Claims[0].State.Deadline)
+	})
 }

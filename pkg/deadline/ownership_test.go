@@ -48,70 +48,71 @@ func TestAssignBalancesAndMovesLittle(t *testing.T) {
 }
 
 func TestOwnershipSharesTakesOverAndReleases(t *testing.T) {
-	f := setup(t, 64)
-	ctx := context.Background()
-	opts := func(id string) deadline.OwnershipOptions {
-		return deadline.OwnershipOptions{ReplicaID: id, Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond}
-	}
-	type replica struct {
-		own    *deadline.Ownership
-		cancel context.CancelFunc
-		done   chan struct{}
-	}
-	start := func(id string) replica {
-		rctx, cancel := context.WithCancel(ctx)
-		r := replica{own: deadline.NewOwnership(f.store, opts(id)), cancel: cancel, done: make(chan struct{})}
-		go func() { defer close(r.done); _ = r.own.Run(rctx) }()
-		return r
-	}
-	rs := []replica{start("a"), start("b"), start("c")}
-	defer func() {
-		for _, r := range rs {
-			r.cancel()
-			<-r.done
+	eachBackend(t, 64, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		opts := func(id string) deadline.OwnershipOptions {
+			return deadline.OwnershipOptions{ReplicaID: id, Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond}
 		}
-	}()
-	disjointCover := func(want []replica) bool {
-		seen := map[int]int{}
-		for _, r := range want {
-			for _, s := range r.own.Slots() {
-				seen[s]++
+		type replica struct {
+			own    *deadline.Ownership
+			cancel context.CancelFunc
+			done   chan struct{}
+		}
+		start := func(id string) replica {
+			rctx, cancel := context.WithCancel(ctx)
+			r := replica{own: deadline.NewOwnership(f.store, opts(id)), cancel: cancel, done: make(chan struct{})}
+			go func() { defer close(r.done); _ = r.own.Run(rctx) }()
+			return r
+		}
+		rs := []replica{start("a"), start("b"), start("c")}
+		defer func() {
+			for _, r := range rs {
+				r.cancel()
+				<-r.done
 			}
-		}
-		if len(seen) != 64 {
-			return false
-		}
-		for _, n := range seen {
-			if n != 1 {
+		}()
+		disjointCover := func(want []replica) bool {
+			seen := map[int]int{}
+			for _, r := range want {
+				for _, s := range r.own.Slots() {
+					seen[s]++
+				}
+			}
+			if len(seen) != 64 {
 				return false
 			}
-		}
-		return true
-	}
-	allHold := func() bool {
-		for _, r := range rs {
-			if len(r.own.Slots()) == 0 {
-				return false
+			for _, n := range seen {
+				if n != 1 {
+					return false
+				}
 			}
+			return true
 		}
-		return disjointCover(rs)
-	}
-	require.Eventually(t, allHold, 10*time.Second, 20*time.Millisecond, "three replicas share 64 slots")
+		allHold := func() bool {
+			for _, r := range rs {
+				if len(r.own.Slots()) == 0 {
+					return false
+				}
+			}
+			return disjointCover(rs)
+		}
+		require.Eventually(t, allHold, 10*time.Second, 20*time.Millisecond, "three replicas share 64 slots")
 
-	// Graceful stop: b's slots move to a and c.
-	rs[1].cancel()
-	<-rs[1].done
-	require.Empty(t, rs[1].own.Slots())
-	require.Eventually(t, func() bool { return disjointCover([]replica{rs[0], rs[2]}) }, 10*time.Second, 20*time.Millisecond)
+		// Graceful stop: b's slots move to a and c.
+		rs[1].cancel()
+		<-rs[1].done
+		require.Empty(t, rs[1].own.Slots())
+		require.Eventually(t, func() bool { return disjointCover([]replica{rs[0], rs[2]}) }, 10*time.Second, 20*time.Millisecond)
 
-	// A lease held by a dead replica blocks the slot until it lapses.
-	for s := range 64 {
-		require.NoError(t, f.rdb.Set(ctx, f.store.Keys().Owner(s), "ghost", 0).Err())
-	}
-	require.Eventually(t, func() bool { return len(rs[0].own.Slots())+len(rs[2].own.Slots()) == 0 }, 10*time.Second, 20*time.Millisecond,
-		"a slot leased to another replica is not scanned")
-	for s := range 64 {
-		require.NoError(t, f.rdb.PExpire(ctx, f.store.Keys().Owner(s), 100*time.Millisecond).Err())
-	}
-	require.Eventually(t, func() bool { return disjointCover([]replica{rs[0], rs[2]}) }, 10*time.Second, 20*time.Millisecond, fmt.Sprint("taken over after the lease lapsed"))
+		// A lease held by a dead replica blocks the slot until it lapses.
+		for s := range 64 {
+			require.NoError(t, f.rdb.Set(ctx, f.store.Keys().Owner(s), "ghost", 0).Err())
+		}
+		require.Eventually(t, func() bool { return len(rs[0].own.Slots())+len(rs[2].own.Slots()) == 0 }, 10*time.Second, 20*time.Millisecond,
+			"a slot leased to another replica is not scanned")
+		for s := range 64 {
+			require.NoError(t, f.rdb.PExpire(ctx, f.store.Keys().Owner(s), 100*time.Millisecond).Err())
+		}
+		require.Eventually(t, func() bool { return disjointCover([]replica{rs[0], rs[2]}) }, 10*time.Second, 20*time.Millisecond, fmt.Sprint("taken over after the lease lapsed"))
+	})
 }

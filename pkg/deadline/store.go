@@ -311,40 +311,49 @@ type scriptCall struct {
 }
 
 // runAll runs script once per call in one pipeline. Scripts are sent by hash; when Redis lost them (a
-// restart, a failover) they are loaded and the pipeline is sent again, so callers never see NOSCRIPT.
+// restart, a failover) they are loaded and the calls Redis refused are sent again, so callers never see
+// NOSCRIPT. Only those: on Redis Cluster the nodes that still had the script have run their calls, and
+// a claim run twice would hand its first run's devices to nobody until their lease ran out.
 func (s *Store) runAll(ctx context.Context, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(calls))
+	pending := make([]int, len(calls))
+	for i := range pending {
+		pending[i] = i
+	}
 	for attempt := 0; ; attempt++ {
 		pipe := s.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(calls))
-		for i, c := range calls {
-			cmds[i] = script.EvalSha(ctx, pipe, c.keys, c.args...)
+		for _, i := range pending {
+			cmds[i] = script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 		}
 		_, err := pipe.Exec(ctx)
 		if err == nil || errors.Is(err, redis.Nil) {
-			return cmds, nil
+			break
 		}
-		if attempt == 0 && isNoScript(cmds) {
-			if err := script.Load(ctx, s.rdb).Err(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		for _, c := range cmds {
-			if c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
-				return cmds, c.Err()
+		var refused []int
+		for _, i := range pending {
+			if isNoScript(cmds[i]) {
+				refused = append(refused, i)
 			}
 		}
-		return cmds, err
+		if attempt > 0 || len(refused) == 0 {
+			break
+		}
+		if err := script.Load(ctx, s.rdb).Err(); err != nil {
+			return nil, err
+		}
+		pending = refused
 	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return cmds, err
+		}
+	}
+	return cmds, nil
 }
 
-func isNoScript(cmds []*redis.Cmd) bool {
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return true
-		}
-	}
-	return false
+func isNoScript(cmd *redis.Cmd) bool {
+	err := cmd.Err()
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 // Load reads the type registry so that the types other replicas registered resolve from the start, and
