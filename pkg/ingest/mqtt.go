@@ -132,12 +132,16 @@ func (s *MQTTSource) Filters() []string {
 
 // Run implements Source.
 func (s *MQTTSource) Run(ctx context.Context, chain *Chain) error {
-	s.mu.Lock()
-	s.chain, s.ctx = chain, ctx
-	s.mu.Unlock()
 	defer s.setConnected(chain, false)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// The workers and the hand-off end with Run, also when the first connection is refused while ctx
+	// is still live.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	s.chain, s.ctx = chain, ctx
+	s.mu.Unlock()
 	for range mqttWorkers {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.worker(ctx, chain) }()

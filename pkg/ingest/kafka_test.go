@@ -1,0 +1,232 @@
+package ingest_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/ingest"
+)
+
+// committedOffsets reads the group's committed offset per partition of the signal topic.
+func committedOffsets(tb testing.TB, addrs []string, partitions int) map[int]int64 {
+	tb.Helper()
+	ps := make([]int, partitions)
+	for i := range ps {
+		ps[i] = i
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := (&kafka.Client{Addr: kafka.TCP(addrs...)}).OffsetFetch(ctx, &kafka.OffsetFetchRequest{
+		GroupID: "heartbeatd", Topics: map[string][]int{signalTopic: ps},
+	})
+	require.NoError(tb, err)
+	out := map[int]int64{}
+	for _, p := range res.Topics[signalTopic] {
+		require.NoError(tb, p.Error)
+		out[p.Partition] = p.CommittedOffset
+	}
+	return out
+}
+
+// TestKafkaNeverCommitsPastUnappliedMessages checks, all through a Redis outage, that every message below
+// a committed offset had its deadline write acknowledged, and that in the end everything is committed.
+func TestKafkaNeverCommitsPastUnappliedMessages(t *testing.T) {
+	const partitions = 3
+	tr, k := newKafkaTransport(t, partitions)
+	srv := testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
+	p := startPipeline(t, newStore(t, srv), ingest.ChainOptions{Batch: 32})
+	p.run(t, tr.source(t, "a"))
+
+	ids := devices("commit", 900)
+	var snapshots []map[int]int64 // committed offsets, each taken before the applied set it is checked against
+	var appliedAt []map[string]bool
+	snapshot := func() {
+		c := committedOffsets(t, k.Addrs, partitions)
+		p.rec.mu.Lock()
+		applied := make(map[string]bool, len(p.rec.applied))
+		for d := range p.rec.applied {
+			applied[d] = true
+		}
+		p.rec.mu.Unlock()
+		snapshots, appliedAt = append(snapshots, c), append(appliedAt, applied)
+	}
+
+	tr.send(t, rawFor(ids[:300], "")...)
+	p.waitApplied(t, ids[:300]...)
+	srv.Kill(t)
+	tr.send(t, rawFor(ids[300:600], "")...)
+	require.Eventually(t, func() bool { return counter(t, p.reg, "heartbeatd_refresh_errors_total", nil) >= 3 }, 20*time.Second, 5*time.Millisecond)
+	for range 5 {
+		snapshot()
+	}
+	srv.Start(t)
+	tr.send(t, rawFor(ids[600:], "")...)
+	p.waitApplied(t, ids...)
+	require.Eventually(t, func() bool {
+		var sum int64
+		for _, off := range committedOffsets(t, k.Addrs, partitions) {
+			sum += off
+		}
+		return sum == int64(len(ids))
+	}, 20*time.Second, 10*time.Millisecond, "everything applied is committed in the end")
+	snapshot()
+
+	records := k.ReadAll(t, signalTopic, len(ids), 20*time.Second)
+	for i, committed := range snapshots {
+		for _, r := range records {
+			if r.Offset < committed[int(r.Partition)] {
+				require.True(t, appliedAt[i][string(r.Key)], "snapshot %d: partition %d offset %d (%s) committed before it was applied",
+					i, r.Partition, r.Offset, r.Key)
+			}
+		}
+	}
+}
+
+// TestKafkaRebalance moves partitions between two replicas while signals flow; none is lost.
+func TestKafkaRebalance(t *testing.T) {
+	const partitions = 4
+	tr, k := newKafkaTransport(t, partitions)
+	store := newStore(t, testenv.StartRedis(t))
+	a, b := startPipeline(t, store, ingest.ChainOptions{}), startPipeline(t, store, ingest.ChainOptions{})
+	ids := devices("rebalance", 1500)
+
+	srcA := tr.source(t, "a")
+	a.run(t, srcA)
+	tr.send(t, rawFor(ids[:500], "")...)
+	a.waitApplied(t, ids[:500]...)
+
+	// b is connected before the group has rebalanced; until then a fetches everything. Keep signals
+	// flowing, a few at a time, until b applies some: it took partitions.
+	b.run(t, tr.source(t, "b"))
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for next := 500; next < 1000; next += 10 {
+		tr.send(t, rawFor(ids[next:next+10], "")...)
+		if b.rec.count() > 0 {
+			tr.send(t, rawFor(ids[next+10:1000], "")...)
+			break
+		}
+		<-tick.C
+	}
+	require.Positive(t, b.rec.count(), "the second replica took partitions while signals flowed")
+
+	require.NoError(t, a.stop(srcA))
+	tr.send(t, rawFor(ids[1000:], "")...)
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if !a.rec.has(id) && !b.rec.has(id) {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "every signal applied by one replica or the other")
+	require.Eventually(t, func() bool {
+		var sum int64
+		for _, off := range committedOffsets(t, k.Addrs, partitions) {
+			sum += off
+		}
+		return sum == int64(len(ids))
+	}, 30*time.Second, 10*time.Millisecond)
+}
+
+func TestKafkaTLSAndSASL(t *testing.T) {
+	files := testenv.GenerateTLS(t)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(files.CAPEM))
+	clientTLS := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	users := []testenv.SASLUser{
+		{Mechanism: "PLAIN", User: "plain-user", Pass: "plain-pass"},
+		{Mechanism: "SCRAM-SHA-256", User: "scram256", Pass: "pässwörd-256"},
+		{Mechanism: "SCRAM-SHA-512", User: "scram512", Pass: "pass-512"},
+	}
+	k := testenv.StartKafka(t, testenv.KafkaOptions{
+		Topics: []string{signalTopic}, Partitions: 1,
+		TLS: files.ServerConfig(t), ClientTLS: files.ClientConfig(t),
+		SASL: users,
+	})
+	admin, err := event.SASLMechanism(users[0].Mechanism, users[0].User, users[0].Pass)
+	require.NoError(t, err)
+	w := kafkaWriter(k.Addrs, clientTLS, admin)
+	t.Cleanup(func() { _ = w.Close() })
+
+	for _, u := range users {
+		t.Run(u.Mechanism, func(t *testing.T) {
+			mech, err := event.SASLMechanism(u.Mechanism, u.User, u.Pass)
+			require.NoError(t, err)
+			p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
+			src := kafkaSource(t, k.Addrs, clientTLS, mech)
+			p.run(t, src)
+			id := "tls-" + strings.ToLower(u.Mechanism)
+			require.NoError(t, w.WriteMessages(t.Context(), kafka.Message{Key: []byte(id)}))
+			p.waitApplied(t, id)
+			require.NoError(t, p.stop(src))
+		})
+	}
+
+	wrongPass, err := event.SASLMechanism("scram-sha-256", "scram256", "wrong")
+	require.NoError(t, err)
+	for name, src := range map[string]*ingest.KafkaSource{
+		"wrong password":   kafkaSource(t, k.Addrs, clientTLS, wrongPass),
+		"untrusted broker": kafkaSource(t, k.Addrs, &tls.Config{MinVersion: tls.VersionTLS12}, wrongPass),
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			err := src.Run(ctx, p.chain)
+			require.Error(t, err, "a configuration error is returned, not retried forever")
+			require.Contains(t, err.Error(), k.Addrs[0], "the error names the broker")
+			require.False(t, src.Health().Connected)
+		})
+	}
+}
+
+// TestKafkaDeadLettersThroughPublisher sends bad input through the real event publisher to the
+// dead-letter topic.
+func TestKafkaDeadLettersThroughPublisher(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalTopic, "heartbeat.events", "heartbeat.deadletter"}, Partitions: 1})
+	pub, err := event.NewPublisher(event.PublisherOptions{Brokers: k.Addrs, Topic: "heartbeat.events", DeadLetterTopic: "heartbeat.deadletter"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+
+	store := newStore(t, testenv.StartRedis(t))
+	rec := newRecorder(store)
+	chain, err := ingest.NewChain(rec, pub, ingest.ChainOptions{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = chain.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	src := kafkaSource(t, k.Addrs, nil, nil)
+	sctx, scancel := context.WithCancel(context.Background())
+	sdone := make(chan struct{})
+	go func() { defer close(sdone); _ = src.Run(sctx, chain) }()
+	t.Cleanup(func() { scancel(); <-sdone })
+
+	w := kafkaWriter(k.Addrs, nil, nil)
+	t.Cleanup(func() { _ = w.Close() })
+	require.NoError(t, w.WriteMessages(t.Context(),
+		kafka.Message{Key: []byte("dev-1"), Value: []byte(`{"ts":"soon"}`)},
+		kafka.Message{Key: []byte("dev-2"), Value: []byte(`{}`)},
+	))
+	require.Eventually(t, func() bool { return rec.has("dev-2") }, 20*time.Second, 5*time.Millisecond)
+	recs := k.ReadAll(t, "heartbeat.deadletter", 1, 20*time.Second)
+	require.Len(t, recs, 1)
+	d, err := event.DecodeDeadLetter(recs[0].Value)
+	require.NoError(t, err)
+	require.Equal(t, ingest.ReasonBadTS, d.Reason)
+	require.Equal(t, "kafka", d.Source)
+	require.Equal(t, signalTopic, d.Topic)
+	require.Equal(t, []byte(`{"ts":"soon"}`), d.Payload)
+	require.Equal(t, []byte("dev-1"), d.Key)
+	require.Equal(t, "dev-1", string(recs[0].Key), "keyed by the input's key")
+}
