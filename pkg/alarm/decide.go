@@ -1,0 +1,201 @@
+// Package alarm is the state machine after a deadline passes: it turns the scanner's claims into
+// interrupted → alarm repeats → recovered / exhausted events, honours operator acks and silences, holds
+// detection back while heartbeatd's own view of the fleet is incomplete, and acknowledges each claim in
+// Redis only after its events were published.
+//
+// Decide is the whole policy as a pure function; Handler is the loop around it (re-check, publish,
+// acknowledge); Silences and HoldBack are the stores and trackers the HTTP API and scanners read.
+package alarm
+
+import (
+	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// Input is everything Decide looks at for one claim.
+type Input struct {
+	Claim deadline.Claim
+	// Current is the device's deadline in the deadlines set now (zero when absent): later than the
+	// claim's deadline means the device signalled again since the incident began.
+	Current time.Time
+	// Policy is the claim type's policy; ReplacedPolicy the policy of the type recorded with
+	// Claim.Replaced (usually the same).
+	Policy, ReplacedPolicy config.Policy
+	// SilencedUntil is when the latest silence matching the device ends; zero or past = not silenced.
+	SilencedUntil time.Time
+	Now           time.Time
+}
+
+// Reason says why Decide chose what it chose; it is logged and tested, never sent to consumers.
+type Reason string
+
+// The reasons Decide gives.
+const (
+	ReasonInterrupted Reason = "interrupted"  // first event of an incident
+	ReasonRepeat      Reason = "repeat"       // a re-alarm
+	ReasonExhausted   Reason = "exhausted"    // the last re-alarm; dormant until recovery
+	ReasonRecovered   Reason = "recovered"    // the device signalled again after an interruption was sent
+	ReasonQuietEnd    Reason = "quiet-end"    // it signalled again before anything was sent (silenced): no event
+	ReasonSilenced    Reason = "silenced"     // a silence covers it: act again when the silence ends
+	ReasonDormant     Reason = "dormant"      // acked or exhausted: wait for recovery
+	ReasonNotDue      Reason = "not-due"      // claimed before its repeat was due (lease, probe, reload)
+	ReasonNoRepeats   Reason = "no-repeats"   // repeat_every 0: wait for recovery
+	ReasonAckedSilent Reason = "acked-silent" // acked after interrupted: wait for recovery
+)
+
+// Decision is what to publish for a claim and how to acknowledge it once published.
+type Decision struct {
+	Events []event.Event // in publication order; may be empty
+	Ack    deadline.Ack
+	Reason Reason
+}
+
+// Decide applies the alarm policy to one claim.
+//
+//   - The re-check first: a newer deadline than the incident's means the device signalled again; if the
+//     interruption was reported, `recovered` goes out with the outage length, and the incident ends.
+//   - A fresh claim that replaced an unreported-recovery incident (the device came back and fell silent
+//     again between two wake-ups) reports that recovery first, then the new interruption.
+//   - A matching silence suppresses events while it lasts; the incident is looked at again when it ends,
+//     so a still-silent device alarms then. Recovery of an already reported interruption is still sent
+//     under a silence: it closes what consumers have already seen.
+//   - Otherwise repeat n (the state's Next) is sent when due: 0 `interrupted`, then `alarm` every
+//     repeat_every; the max_repeats-th alarm is followed by `exhausted` and the incident goes dormant, as
+//     does an operator-acknowledged one after its interruption was sent.
+//
+// Repeats are timed from the first interruption (no drift); a repeat that comes due late (after a silence
+// or an outage) is sent once and the next one is timed from now, never as a burst.
+func Decide(in Input) Decision {
+	c, st, now := in.Claim, in.Claim.State, in.Now
+	dl := st.DeadlineTime()
+	pol := in.Policy
+	d := Decision{Ack: deadline.Ack{Device: c.Device, Slot: c.Slot, Claimed: st.Deadline, State: st}}
+	d.Ack.State.Failures, d.Ack.State.Reason = 0, ""
+
+	if c.Replaced != nil && reported(*c.Replaced) {
+		old := *c.Replaced
+		backAt := dl.Add(-pol.Timeout) // the last signal before the new silence ended the old one
+		d.Events = append(d.Events, recovered(c.Device, c.Type, old, in.ReplacedPolicy.Timeout, backAt, now))
+	}
+
+	if !in.Current.IsZero() && in.Current.After(dl) {
+		d.Ack.Op = deadline.Remove
+		if !reported(st) {
+			d.Reason = ReasonQuietEnd
+			return d
+		}
+		backAt := in.Current.Add(-pol.Timeout)
+		d.Events = append(d.Events, recovered(c.Device, c.Type, st, pol.Timeout, backAt, now))
+		d.Reason = ReasonRecovered
+		return d
+	}
+
+	d.Ack.Op = deadline.Reschedule
+	if in.SilencedUntil.After(now) {
+		d.Ack.Next = in.SilencedUntil
+		d.Reason = ReasonSilenced
+		return d
+	}
+	n := st.Next
+	if n > 0 && (st.Exhausted || st.Acked) {
+		d.Ack.Dormant = true
+		d.Reason = ReasonDormant
+		return d
+	}
+	if n > 0 {
+		if pol.RepeatEvery <= 0 {
+			d.Ack.Dormant = true
+			d.Reason = ReasonNoRepeats
+			return d
+		}
+		if due := repeatDue(st, pol, n); due.After(now) {
+			d.Ack.Next = due
+			d.Reason = ReasonNotDue
+			return d
+		}
+	}
+
+	lastSeen := dl.Add(-pol.Timeout)
+	next := &d.Ack.State
+	next.Next = n + 1
+	if n == 0 {
+		next.InterruptedAt = now.UnixMilli()
+		d.Events = append(d.Events, event.New(event.Interrupted, c.Device, c.Type, dl, lastSeen, now, 0))
+		d.Reason = ReasonInterrupted
+	} else {
+		d.Events = append(d.Events, event.New(event.Alarm, c.Device, c.Type, dl, lastSeen, now, n))
+		d.Reason = ReasonRepeat
+	}
+	switch {
+	case pol.MaxRepeats > 0 && n >= pol.MaxRepeats:
+		d.Events = append(d.Events, event.New(event.Exhausted, c.Device, c.Type, dl, lastSeen, now, n))
+		next.Exhausted = true
+		d.Ack.Dormant = true
+		d.Reason = ReasonExhausted
+	case pol.RepeatEvery <= 0:
+		d.Ack.Dormant = true
+	case st.Acked:
+		d.Ack.Dormant = true
+		d.Reason = ReasonAckedSilent
+	default:
+		due := repeatDue(*next, pol, n+1)
+		if !due.After(now) {
+			due = now.Add(pol.RepeatEvery)
+		}
+		d.Ack.Next = due
+	}
+	return d
+}
+
+// reported tells whether the incident's interruption was published, so its end must be reported too.
+func reported(st deadline.State) bool { return st.Next > 0 }
+
+// repeatDue is when repeat n of an incident is due: n intervals after the interruption was sent.
+func repeatDue(st deadline.State, pol config.Policy, n int) time.Time {
+	return time.UnixMilli(st.InterruptedAt).Add(time.Duration(n) * pol.RepeatEvery)
+}
+
+// recovered is the event that closes a reported incident; silent_for_ms is the outage length, from the
+// last signal before it to the first one after it (backAt).
+func recovered(device, typ string, st deadline.State, timeout time.Duration, backAt, now time.Time) event.Event {
+	dl := st.DeadlineTime()
+	lastSeen := dl.Add(-timeout)
+	e := event.New(event.Recovered, device, typ, dl, lastSeen, now, 0)
+	e.SilentForMs = 0
+	if backAt.After(lastSeen) {
+		e.SilentForMs = backAt.Sub(lastSeen).Milliseconds()
+	}
+	return e
+}
+
+// Failed is how to acknowledge a claim whose events could not be published: try again after a backoff
+// that grows with the failures, or park it in the dead set once maxAttempts publications failed.
+func Failed(c deadline.Claim, err error, maxAttempts int, now time.Time) deadline.Ack {
+	st := c.State
+	st.Failures++
+	st.Reason = err.Error()
+	if len(st.Reason) > 200 {
+		st.Reason = st.Reason[:200]
+	}
+	a := deadline.Ack{Device: c.Device, Slot: c.Slot, Claimed: st.Deadline, State: st}
+	if st.Failures >= maxAttempts {
+		a.Op = deadline.Park
+		return a
+	}
+	a.Op = deadline.Reschedule
+	a.Next = now.Add(PublishBackoff(st.Failures))
+	return a
+}
+
+// PublishBackoff is the wait before publication attempt failures+1: 1 s doubling to 30 s, so a broker
+// outage of a minute or two parks nothing with the default 10 attempts.
+func PublishBackoff(failures int) time.Duration {
+	d := time.Second
+	for i := 1; i < failures && d < 30*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 30*time.Second)
+}

@@ -1,0 +1,150 @@
+package alarm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// SilenceChecker answers whether a device is silenced; *Silences is one.
+type SilenceChecker interface {
+	SilencedUntil(device, typ string, now time.Time) time.Time
+}
+
+// HandlerOptions configures a Handler.
+type HandlerOptions struct {
+	Store *deadline.Store
+	Sink  event.Sink
+	// Policies returns the current policy snapshot; a reload swaps it, and each claim reads it once, so
+	// a changed interval applies at every device's next act time.
+	Policies func() *config.Policies
+	Silences SilenceChecker // nil = no silences
+	// MaxPublishAttempts: a claim whose events failed to publish this often is parked (default 10).
+	MaxPublishAttempts int
+	// Timeout bounds one batch's publish and acknowledge; the batch is finished even when the scanner is
+	// stopping, so a graceful stop does not leave claims for the lease to return (default 15s).
+	Timeout time.Duration
+	Now     func() time.Time
+	Logger  *zap.Logger
+	Metrics *Metrics // nil = none
+}
+
+// Handler turns a wake-up's claims into events: re-check, decide, publish the batch, then acknowledge
+// in Redis. Its Handle is deadline.ScannerOptions.Handle.
+type Handler struct {
+	opts HandlerOptions
+	log  *zap.Logger
+	// beforeAck, when set (tests), runs after publishing; returning false stops there like a crash.
+	beforeAck func() bool
+}
+
+// NewHandler returns a handler.
+func NewHandler(opts HandlerOptions) *Handler {
+	if opts.MaxPublishAttempts <= 0 {
+		opts.MaxPublishAttempts = config.DefaultMaxPublishAttempts
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 15 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	return &Handler{opts: opts, log: opts.Logger.With(zap.String("component", "alarm"))}
+}
+
+// errCrashed is what a test-stopped handler returns.
+var errCrashed = errors.New("alarm: stopped between publish and acknowledge")
+
+// Handle processes one wake-up's claims. An error leaves the claims leased: they come back when the
+// lease runs out and are published again with the same event ids (at-least-once).
+func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.Timeout)
+	defer cancel()
+	m := h.opts.Metrics
+	m.ClaimsPending.Add(float64(len(claims)))
+	defer m.ClaimsPending.Sub(float64(len(claims)))
+
+	current, err := h.opts.Store.CurrentDeadlines(ctx, claims)
+	if err != nil {
+		return fmt.Errorf("alarm: re-check: %w", err)
+	}
+	now := h.opts.Now()
+	policies := h.opts.Policies()
+	decisions := make([]Decision, len(claims))
+	var events []event.Event
+	owner := make([]int, 0, len(claims)) // owner[j] = claim index of events[j]
+	for i, c := range claims {
+		in := Input{Claim: c, Current: current[i], Now: now}
+		in.Policy, _ = policies.Lookup(c.Type)
+		in.ReplacedPolicy = in.Policy
+		if c.Replaced != nil {
+			in.ReplacedPolicy, _ = policies.Lookup(h.opts.Store.TypeName(ctx, c.Replaced.TypeIndex))
+		}
+		if h.opts.Silences != nil {
+			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, c.Type, now)
+		}
+		decisions[i] = Decide(in)
+		for _, e := range decisions[i].Events {
+			events = append(events, e)
+			owner = append(owner, i)
+		}
+	}
+
+	failed := make([]error, len(claims))
+	if len(events) > 0 {
+		for j, err := range h.opts.Sink.Publish(ctx, events) {
+			if err != nil && failed[owner[j]] == nil {
+				failed[owner[j]] = err
+			}
+		}
+	}
+	if h.beforeAck != nil && !h.beforeAck() {
+		return errCrashed
+	}
+
+	acks := make([]deadline.Ack, len(claims))
+	ackNow := h.opts.Now()
+	for i, c := range claims {
+		if err := failed[i]; err != nil {
+			acks[i] = Failed(c, err, h.opts.MaxPublishAttempts, ackNow)
+			m.PublishFailures.Inc()
+			lvl := h.log.Warn
+			if acks[i].Op == deadline.Park {
+				lvl = h.log.Error
+			}
+			lvl("publishing failed", zap.String("device_id", c.Device), zap.Int("failures", acks[i].State.Failures),
+				zap.Bool("parked", acks[i].Op == deadline.Park), zap.Error(err))
+			continue
+		}
+		acks[i] = decisions[i].Ack
+	}
+	if _, err := h.opts.Store.Acknowledge(ctx, acks); err != nil {
+		return fmt.Errorf("alarm: acknowledge: %w", err)
+	}
+	for j, e := range events {
+		if failed[owner[j]] != nil {
+			continue
+		}
+		m.Events.WithLabelValues(string(e.Kind)).Inc()
+		if e.Kind == event.Interrupted {
+			m.Lateness.Observe(e.At.Sub(e.Deadline).Seconds())
+		}
+	}
+	return nil
+}
