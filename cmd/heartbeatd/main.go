@@ -1,0 +1,161 @@
+// Command heartbeatd watches an IoT fleet for silence: see README.md.
+//
+// main is thin on purpose: it parses flags, wires OS signals to a context and a reload channel, and
+// hands over to pkg/daemon.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/daemon"
+)
+
+// Set with -ldflags "-X main.version=… -X main.commit=…"; build info fills them otherwise.
+var (
+	version = ""
+	commit  = ""
+)
+
+const usage = `heartbeatd watches an IoT fleet for silence.
+
+Usage:
+  heartbeatd [run] -config configs/heartbeatd.yaml   run the daemon (default)
+  heartbeatd dev [-http 127.0.0.1:8080]              everything in one process with a simulated fleet
+  heartbeatd check-config -config FILE               validate a config and print the per-type policy table
+  heartbeatd version                                 version, commit, Go version
+  heartbeatd probe URL                               exit 0 when URL answers 200 (container health checks)
+  heartbeatd simulate -broker tcp://H:P [-devices N] run only the fleet simulator against an MQTT broker
+
+Every config key can be set by environment variable HEARTBEATD_<PATH>, e.g. HEARTBEATD_REDIS_ADDRS.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	configPath := fs.String("config", "configs/heartbeatd.yaml", "config file")
+	httpListen := fs.String("http", "127.0.0.1:8080", "dev: HTTP listen address")
+	broker := fs.String("broker", "tcp://127.0.0.1:1883", "simulate: MQTT broker")
+	devices := fs.Int("devices", 300, "simulate: fleet size")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	info := buildInfo()
+	switch cmd {
+	case "version":
+		fmt.Fprintf(stdout, "heartbeatd %s (commit %s, %s, %s/%s)\n", info.Version, info.Commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
+	case "check-config":
+		table, err := daemon.CheckConfig(*configPath, os.LookupEnv)
+		if err != nil {
+			fmt.Fprintf(stderr, "heartbeatd: %s: %v\n", *configPath, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s: ok\n\n%s", *configPath, table)
+		return 0
+	case "probe":
+		return probe(fs.Arg(0), stderr)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	reload := make(chan os.Signal, 1)
+	signal.Notify(reload, syscall.SIGHUP)
+	defer signal.Stop(reload)
+	reloads := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-reload:
+				select {
+				case reloads <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+
+	var err error
+	switch cmd {
+	case "run":
+		err = daemon.Run(ctx, daemon.Options{ConfigPath: *configPath, Env: os.LookupEnv, Build: info, Reload: reloads})
+	case "dev":
+		err = daemon.Dev(ctx, daemon.DevOptions{HTTPListen: *httpListen, Build: info, Stdout: stdout, Reload: reloads})
+	case "simulate":
+		err = daemon.Simulate(ctx, *broker, *devices)
+	default:
+		fmt.Fprintf(stderr, "heartbeatd: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "heartbeatd: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func buildInfo() daemon.BuildInfo {
+	info := daemon.BuildInfo{Version: version, Commit: commit}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if info.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			info.Version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && info.Commit == "" {
+				info.Commit = s.Value
+			}
+		}
+	}
+	if info.Version == "" {
+		info.Version = "dev"
+	}
+	if info.Commit == "" {
+		info.Commit = "unknown"
+	}
+	return info
+}
+
+// probe is a dependency-free health check for images without curl.
+func probe(url string, stderr io.Writer) int {
+	if url == "" {
+		fmt.Fprintln(stderr, "heartbeatd probe: URL required")
+		return 2
+	}
+	client := http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		fmt.Fprintf(stderr, "heartbeatd probe: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		fmt.Fprintf(stderr, "heartbeatd probe: %s: %s\n", resp.Status, body)
+		return 1
+	}
+	return 0
+}

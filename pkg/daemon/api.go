@@ -1,0 +1,381 @@
+package daemon
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+// Silences is what the API needs from the silence store (*alarm.Silences).
+type Silences interface {
+	Create(ctx context.Context, s alarm.Silence) (alarm.Silence, error)
+	List(ctx context.Context) ([]alarm.Silence, error)
+	Delete(ctx context.Context, id string) (bool, error)
+	// SilencedUntil is when the latest silence covering device (of type typ) ends; zero when none does.
+	SilencedUntil(device, typ string, now time.Time) time.Time
+}
+
+// APIOptions wires the HTTP API to the running components.
+type APIOptions struct {
+	Store    *deadline.Store
+	Silences Silences
+	HoldBack func() alarm.HoldBackStatus
+	// Ready checks each dependency; a non-nil error names what is not working.
+	Ready       func(ctx context.Context) map[string]error
+	Reload      func() error
+	OwnedSlots  func() []int
+	Timeout     func(typeName string) time.Duration // for last_seen = deadline − timeout
+	Token       string
+	Gatherer    prometheus.Gatherer
+	MaxBodySize int64
+	Now         func() time.Time
+	Logger      *zap.Logger
+}
+
+type api struct {
+	APIOptions
+	log *zap.Logger
+}
+
+// NewAPI returns the HTTP handler of SPEC §6.
+func NewAPI(opts APIOptions) http.Handler {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxBodySize <= 0 {
+		opts.MaxBodySize = 1 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http"))}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
+	})
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST /-/reload", a.auth(a.reload))
+	mux.HandleFunc("GET /v1/devices/{id}", a.auth(a.device))
+	mux.HandleFunc("GET /v1/devices", a.auth(a.devices))
+	mux.HandleFunc("POST /v1/devices/{id}/ack", a.auth(a.ack))
+	mux.HandleFunc("DELETE /v1/devices/{id}", a.auth(a.deleteDevice))
+	mux.HandleFunc("GET /v1/stats", a.auth(a.stats))
+	mux.HandleFunc("POST /v1/silences", a.auth(a.createSilence))
+	mux.HandleFunc("GET /v1/silences", a.auth(a.listSilences))
+	mux.HandleFunc("DELETE /v1/silences/{id}", a.auth(a.deleteSilence))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no route "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// auth requires the bearer token when one is configured; the comparison takes constant time.
+func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="heartbeatd"`)
+				writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+				return
+			}
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, a.MaxBodySize)
+		h(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func (a *api) internal(w http.ResponseWriter, err error) {
+	a.log.Error("request failed", zap.Error(err))
+	writeError(w, http.StatusServiceUnavailable, err.Error())
+}
+
+func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	checks := a.Ready(ctx)
+	body := map[string]any{}
+	status := http.StatusOK
+	for name, err := range checks {
+		if err != nil {
+			body[name] = err.Error()
+			status = http.StatusServiceUnavailable
+		} else {
+			body[name] = "ok"
+		}
+	}
+	if hb := a.HoldBack(); hb.Active {
+		body["hold_back"] = hb
+	}
+	writeJSON(w, status, body)
+}
+
+func (a *api) reload(w http.ResponseWriter, _ *http.Request) {
+	if err := a.Reload(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
+}
+
+// DeviceView is the JSON of one device (SPEC §6).
+type DeviceView struct {
+	DeviceID      string     `json:"device_id"`
+	DeviceType    string     `json:"device_type"`
+	State         string     `json:"state"` // online | interrupted | unknown
+	Deadline      *time.Time `json:"deadline"`
+	LastSeen      *time.Time `json:"last_seen"`
+	InterruptedAt *time.Time `json:"interrupted_at"`
+	Repeats       int        `json:"repeats"`
+	Acked         bool       `json:"acked"`
+	Exhausted     bool       `json:"exhausted,omitempty"`
+	Parked        bool       `json:"parked,omitempty"`
+	NextAlarm     *time.Time `json:"next_alarm,omitempty"`
+	SilencedUntil *time.Time `json:"silenced_until"`
+}
+
+func ptr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func (a *api) view(d deadline.Device) DeviceView {
+	v := DeviceView{DeviceID: d.ID, DeviceType: d.Type, State: "unknown"}
+	dl := d.Deadline
+	if d.Incident != nil {
+		v.State = "interrupted"
+		dl = d.Incident.DeadlineTime()
+		if d.Incident.InterruptedAt > 0 {
+			v.InterruptedAt = ptr(time.UnixMilli(d.Incident.InterruptedAt))
+		}
+		v.Repeats = max(d.Incident.Next-1, 0)
+		v.Acked, v.Exhausted, v.Parked = d.Incident.Acked, d.Incident.Exhausted, d.Parked
+		v.NextAlarm = ptr(d.NextAct)
+	} else if !d.Deadline.IsZero() {
+		v.State = "online"
+	}
+	if !dl.IsZero() {
+		v.Deadline = ptr(dl)
+		v.LastSeen = ptr(dl.Add(-a.Timeout(d.Type)))
+	}
+	if a.Silences != nil {
+		v.SilencedUntil = ptr(a.Silences.SilencedUntil(d.ID, d.Type, a.Now()))
+	}
+	return v
+}
+
+func (a *api) device(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	d, found, err := a.Store.Device(r.Context(), id)
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	if !found {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q is not known", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, a.view(d))
+}
+
+func (a *api) devices(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	opts := deadline.ListOptions{Type: q.Get("type"), Cursor: q.Get("cursor"), Limit: 100}
+	switch q.Get("state") {
+	case "", "online":
+	case "interrupted":
+		opts.Interrupted = true
+	default:
+		writeError(w, http.StatusBadRequest, "state must be online or interrupted")
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			writeError(w, http.StatusBadRequest, "limit must be a number from 1 to 10000")
+			return
+		}
+		opts.Limit = n
+	}
+	page, next, err := a.Store.List(r.Context(), opts)
+	if errors.Is(err, deadline.ErrBadCursor) {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	views := make([]DeviceView, 0, len(page))
+	for _, d := range page {
+		views = append(views, a.view(d))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"devices": views, "next_cursor": next})
+}
+
+func (a *api) ack(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ok, err := a.Store.SetAcked(r.Context(), id)
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q has no open interruption", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"device_id": id, "acked": true})
+}
+
+func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ok, err := a.Store.Delete(r.Context(), id)
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q is not known", id))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *api) stats(w http.ResponseWriter, r *http.Request) {
+	c, err := a.Store.Count(r.Context())
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	body := map[string]any{
+		"devices":        map[string]int64{"online": c.Online, "interrupted": c.Interrupted},
+		"dead_claims":    c.Parked,
+		"claims_pending": c.Pending,
+		"hold_back":      a.HoldBack(),
+		"owned_slots":    a.OwnedSlots(),
+		"slots":          a.Store.Slots(),
+	}
+	// Per-type counts scan every device: only on request.
+	if r.URL.Query().Get("by_type") == "true" {
+		online, interrupted, err := a.Store.CountByType(r.Context())
+		if err != nil {
+			a.internal(w, err)
+			return
+		}
+		body["by_type"] = map[string]any{"online": online, "interrupted": interrupted}
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// silenceRequest is the body of POST /v1/silences.
+type silenceRequest struct {
+	DeviceID   string `json:"device_id"`
+	DeviceType string `json:"device_type"`
+	Until      string `json:"until"`
+	For        string `json:"for"`
+	Comment    string `json:"comment"`
+}
+
+func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
+	var req silenceRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return
+	}
+	if (req.DeviceID == "") == (req.DeviceType == "") {
+		writeError(w, http.StatusBadRequest, "exactly one of device_id and device_type is required")
+		return
+	}
+	now := a.Now()
+	s := alarm.Silence{DeviceID: req.DeviceID, DeviceType: req.DeviceType, Starts: now, Comment: req.Comment}
+	switch {
+	case req.Until != "" && req.For != "":
+		writeError(w, http.StatusBadRequest, "give either until or for, not both")
+		return
+	case req.Until != "":
+		t, err := time.Parse(time.RFC3339, req.Until)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "until: "+err.Error())
+			return
+		}
+		s.Ends = t
+	case req.For != "":
+		d, err := time.ParseDuration(req.For)
+		if err != nil || d <= 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("for: %q is not a positive duration like 2h", req.For))
+			return
+		}
+		s.Ends = now.Add(d)
+	default:
+		writeError(w, http.StatusBadRequest, "until or for is required")
+		return
+	}
+	if !s.Ends.After(now) {
+		writeError(w, http.StatusBadRequest, "the silence would end in the past")
+		return
+	}
+	created, err := a.Silences.Create(r.Context(), s)
+	if errors.Is(err, alarm.ErrInvalidSilence) {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, created)
+}
+
+func (a *api) listSilences(w http.ResponseWriter, r *http.Request) {
+	list, err := a.Silences.List(r.Context())
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	if list == nil {
+		list = []alarm.Silence{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"silences": list})
+}
+
+func (a *api) deleteSilence(w http.ResponseWriter, r *http.Request) {
+	ok, err := a.Silences.Delete(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, "no such silence")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

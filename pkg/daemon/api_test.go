@@ -1,0 +1,308 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+type apiFixture struct {
+	srv      *httptest.Server
+	store    *deadline.Store
+	silences *alarm.Silences
+	now      time.Time
+	reloads  int
+	redisErr error
+}
+
+func newAPIFixture(t *testing.T, token string) *apiFixture {
+	t.Helper()
+	rdb := testenv.StartRedis(t).Client(t)
+	f := &apiFixture{now: time.Now().Truncate(time.Millisecond)}
+	timeout := func(typ string) time.Duration {
+		if typ == "gateway" {
+			return 30 * time.Second
+		}
+		return time.Minute
+	}
+	store, err := deadline.New(rdb, deadline.Options{Slots: 4, Now: func() time.Time { return f.now }, Timeout: timeout})
+	require.NoError(t, err)
+	require.NoError(t, store.Load(context.Background(), "default", "gateway"))
+	f.store = store
+	f.silences = alarm.NewSilences(rdb, store.Keys(), alarm.SilencesOptions{Now: func() time.Time { return f.now }})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "heartbeatd_test_total", Help: "x"}))
+	h := NewAPI(APIOptions{
+		Store: store, Silences: f.silences,
+		HoldBack: func() alarm.HoldBackStatus {
+			return alarm.HoldBackStatus{Active: true, Since: f.now.Add(-time.Minute), Reason: "mqtt: disconnected"}
+		},
+		Ready: func(ctx context.Context) map[string]error {
+			return map[string]error{"redis": f.redisErr, "events": nil}
+		},
+		Reload: func() error {
+			f.reloads++
+			if f.reloads > 1 {
+				return errors.New("types.gateway.timeout: must be positive")
+			}
+			return nil
+		},
+		OwnedSlots: func() []int { return []int{0, 1, 2, 3} },
+		Timeout:    timeout, Token: token, Gatherer: reg, MaxBodySize: 1024,
+		Now: func() time.Time { return f.now },
+	})
+	f.srv = httptest.NewServer(h)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// call makes a request and decodes the JSON answer into a map (nil for an empty body).
+func (f *apiFixture) call(t *testing.T, method, path, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if len(raw) == 0 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return resp.StatusCode, nil
+	}
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(raw, &out), string(raw))
+	return resp.StatusCode, out
+}
+
+func (f *apiFixture) signal(t *testing.T, device, typ string, seen time.Time) {
+	t.Helper()
+	require.NoError(t, f.store.Refresh(context.Background(), []deadline.Signal{{Device: device, Type: typ, Seen: seen}}))
+}
+
+// interrupt opens an incident for every device whose deadline passed by now and records the
+// interruption as sent, as the alarm loop would.
+func (f *apiFixture) interrupt(t *testing.T) {
+	t.Helper()
+	res, err := f.store.Claim(context.Background(), []int{0, 1, 2, 3}, deadline.ClaimOptions{Now: f.now, Lease: time.Minute, Batch: 100})
+	require.NoError(t, err)
+	acks := make([]deadline.Ack, 0, len(res.Claims))
+	for _, c := range res.Claims {
+		st := c.State
+		st.Next, st.InterruptedAt = 1, f.now.UnixMilli()
+		acks = append(acks, deadline.Ack{Device: c.Device, Slot: c.Slot, Op: deadline.Reschedule, Claimed: st.Deadline, Next: f.now.Add(time.Hour), State: st})
+	}
+	_, err = f.store.Acknowledge(context.Background(), acks)
+	require.NoError(t, err)
+}
+
+func TestAPIDeviceStates(t *testing.T) {
+	f := newAPIFixture(t, "")
+	t0 := f.now
+	f.signal(t, "gw-1", "gateway", t0)
+	f.signal(t, "dev-1", "", t0.Add(-2*time.Minute)) // deadline passed a minute ago
+
+	code, body := f.call(t, "GET", "/v1/devices/gw-1", "", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "online", body["state"])
+	require.Equal(t, "gateway", body["device_type"])
+	require.Equal(t, t0.Add(30*time.Second).UTC().Format(time.RFC3339Nano), body["deadline"])
+	require.Equal(t, t0.UTC().Format(time.RFC3339Nano), body["last_seen"])
+	require.Nil(t, body["interrupted_at"])
+
+	f.interrupt(t)
+	code, body = f.call(t, "GET", "/v1/devices/dev-1", "", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "interrupted", body["state"])
+	require.Equal(t, t0.UTC().Format(time.RFC3339Nano), body["interrupted_at"])
+	require.Equal(t, false, body["acked"])
+
+	code, _ = f.call(t, "POST", "/v1/devices/dev-1/ack", "", "")
+	require.Equal(t, http.StatusOK, code)
+	_, body = f.call(t, "GET", "/v1/devices/dev-1", "", "")
+	require.Equal(t, true, body["acked"])
+	code, body = f.call(t, "POST", "/v1/devices/gw-1/ack", "", "")
+	require.Equal(t, http.StatusNotFound, code, "an online device has nothing to acknowledge")
+	require.Contains(t, body["error"], "gw-1")
+
+	code, body = f.call(t, "GET", "/v1/devices/never-seen", "", "")
+	require.Equal(t, http.StatusNotFound, code)
+	require.Contains(t, body["error"], "never-seen")
+
+	code, _ = f.call(t, "DELETE", "/v1/devices/dev-1", "", "")
+	require.Equal(t, http.StatusNoContent, code)
+	code, _ = f.call(t, "GET", "/v1/devices/dev-1", "", "")
+	require.Equal(t, http.StatusNotFound, code, "deleted: no longer monitored")
+	code, _ = f.call(t, "DELETE", "/v1/devices/dev-1", "", "")
+	require.Equal(t, http.StatusNotFound, code)
+}
+
+func TestAPIListingPagesThroughEveryDevice(t *testing.T) {
+	f := newAPIFixture(t, "")
+	for i := range 25 {
+		typ := ""
+		if i%5 == 0 {
+			typ = "gateway"
+		}
+		f.signal(t, fmt.Sprintf("d-%02d", i), typ, f.now)
+	}
+	for i := range 7 {
+		f.signal(t, fmt.Sprintf("silent-%d", i), "", f.now.Add(-2*time.Minute))
+	}
+	f.interrupt(t)
+
+	collect := func(query string) []string {
+		var ids []string
+		cursor := ""
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, 50, "paging must end")
+			code, body := f.call(t, "GET", "/v1/devices?"+query+"&limit=4&cursor="+cursor, "", "")
+			require.Equal(t, http.StatusOK, code, body)
+			for _, d := range body["devices"].([]any) {
+				ids = append(ids, d.(map[string]any)["device_id"].(string))
+			}
+			cursor, _ = body["next_cursor"].(string)
+			if cursor == "" {
+				return ids
+			}
+		}
+	}
+	online := collect("state=online")
+	require.Len(t, online, 25)
+	require.ElementsMatch(t, online, unique(online), "no device twice")
+	require.Len(t, collect("state=interrupted"), 7)
+	require.Len(t, collect("state=online&type=gateway"), 5)
+
+	for _, bad := range []string{"state=asleep", "limit=0", "limit=x", "cursor=not-a-cursor"} {
+		code, body := f.call(t, "GET", "/v1/devices?"+bad, "", "")
+		require.Equal(t, http.StatusBadRequest, code, bad)
+		require.NotEmpty(t, body["error"], bad)
+	}
+
+	code, body := f.call(t, "GET", "/v1/stats", "", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, map[string]any{"online": 25.0, "interrupted": 7.0}, body["devices"])
+	require.Equal(t, []any{0.0, 1.0, 2.0, 3.0}, body["owned_slots"])
+	require.Equal(t, true, body["hold_back"].(map[string]any)["active"])
+	_, body = f.call(t, "GET", "/v1/stats?by_type=true", "", "")
+	require.Equal(t, 5.0, body["by_type"].(map[string]any)["online"].(map[string]any)["gateway"])
+}
+
+func unique(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func TestAPISilences(t *testing.T) {
+	f := newAPIFixture(t, "")
+	code, created := f.call(t, "POST", "/v1/silences", "", `{"device_type":"gateway","for":"2h","comment":"firmware rollout"}`)
+	require.Equal(t, http.StatusCreated, code, created)
+	id := created["id"].(string)
+	require.Equal(t, f.now.Add(2*time.Hour).UTC().Format(time.RFC3339Nano), created["ends"])
+	until := f.now.Add(time.Hour).UTC().Format(time.RFC3339)
+	code, _ = f.call(t, "POST", "/v1/silences", "", `{"device_id":"gw-1","until":"`+until+`"}`)
+	require.Equal(t, http.StatusCreated, code)
+
+	f.signal(t, "gw-1", "gateway", f.now)
+	_, dev := f.call(t, "GET", "/v1/devices/gw-1", "", "")
+	require.Equal(t, f.now.Add(2*time.Hour).UTC().Format(time.RFC3339Nano), dev["silenced_until"], "the later of the two silences")
+
+	_, list := f.call(t, "GET", "/v1/silences", "", "")
+	require.Len(t, list["silences"], 2)
+	code, _ = f.call(t, "DELETE", "/v1/silences/"+id, "", "")
+	require.Equal(t, http.StatusNoContent, code)
+	code, _ = f.call(t, "DELETE", "/v1/silences/"+id, "", "")
+	require.Equal(t, http.StatusNotFound, code)
+	_, list = f.call(t, "GET", "/v1/silences", "", "")
+	require.Len(t, list["silences"], 1)
+
+	for _, bad := range []string{
+		`{"for":"2h"}`,
+		`{"device_id":"a","device_type":"b","for":"2h"}`,
+		`{"device_id":"a"}`,
+		`{"device_id":"a","for":"soon"}`,
+		`{"device_id":"a","until":"2020-01-01T00:00:00Z"}`,
+		`{"device_id":"a","for":"1h","colour":"red"}`,
+		`not json`,
+		`{"device_id":"` + strings.Repeat("x", 2000) + `","for":"1h"}`,
+	} {
+		code, body := f.call(t, "POST", "/v1/silences", "", bad)
+		require.Contains(t, []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge}, code, bad)
+		require.NotEmpty(t, body["error"], bad)
+	}
+}
+
+func TestAPIBearerToken(t *testing.T) {
+	f := newAPIFixture(t, "s3cret")
+	for _, path := range []string{"/v1/stats", "/v1/devices", "/v1/silences", "/v1/devices/x"} {
+		code, body := f.call(t, "GET", path, "", "")
+		require.Equal(t, http.StatusUnauthorized, code, path)
+		require.Contains(t, body["error"], "token")
+		code, _ = f.call(t, "GET", path, "wrong", "")
+		require.Equal(t, http.StatusUnauthorized, code, path)
+	}
+	code, _ := f.call(t, "GET", "/v1/stats", "s3cret", "")
+	require.Equal(t, http.StatusOK, code)
+	code, _ = f.call(t, "POST", "/-/reload", "", "")
+	require.Equal(t, http.StatusUnauthorized, code, "reload changes behaviour: it needs the token too")
+	// Probes and metrics stay open for orchestrators and scrapers.
+	code, _ = f.call(t, "GET", "/healthz", "", "")
+	require.Equal(t, http.StatusOK, code)
+	code, _ = f.call(t, "GET", "/readyz", "", "")
+	require.Equal(t, http.StatusOK, code)
+}
+
+func TestAPIProbesReloadMetricsAndUnknownRoutes(t *testing.T) {
+	f := newAPIFixture(t, "")
+	code, body := f.call(t, "GET", "/readyz", "", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok", body["redis"])
+	require.Equal(t, true, body["hold_back"].(map[string]any)["active"], "a hold-back is shown, but does not make the process unready")
+
+	f.redisErr = errors.New("dial tcp 127.0.0.1:6379: connection refused")
+	code, body = f.call(t, "GET", "/readyz", "", "")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body["redis"], "connection refused")
+	require.Equal(t, "ok", body["events"])
+
+	code, _ = f.call(t, "POST", "/-/reload", "", "")
+	require.Equal(t, http.StatusOK, code)
+	code, body = f.call(t, "POST", "/-/reload", "", "")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body["error"], "types.gateway.timeout")
+
+	resp, err := http.Get(f.srv.URL + "/metrics")
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(raw), "heartbeatd_test_total 0")
+
+	code, body = f.call(t, "GET", "/v2/nothing", "", "")
+	require.Equal(t, http.StatusNotFound, code)
+	require.Contains(t, body["error"], "/v2/nothing")
+	code, _ = f.call(t, "PUT", "/v1/stats", "", "")
+	require.Equal(t, http.StatusNotFound, code, "JSON 404 naming the method and path")
+}

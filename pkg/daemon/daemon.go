@@ -1,0 +1,457 @@
+// Package daemon builds heartbeatd's components from its configuration, runs them as one group and
+// stops them in order; it also serves the HTTP API and metrics. It wires pkg/ingest, pkg/deadline,
+// pkg/alarm and pkg/event together and re-implements none of them.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/ingest"
+)
+
+// BuildInfo is what `heartbeatd version` prints and the log's first line carries.
+type BuildInfo struct {
+	Version, Commit string
+}
+
+// Options start the daemon.
+type Options struct {
+	ConfigPath string
+	// Env looks up HEARTBEATD_* overrides (os.LookupEnv); nil = none.
+	Env   func(string) (string, bool)
+	Build BuildInfo
+	// Reload receives a value for every SIGHUP.
+	Reload <-chan struct{}
+	// Logger, when set, replaces the one built from log.* (dev mode, tests).
+	Logger *zap.Logger
+	// Started, when set, is called with the HTTP address once every component runs.
+	Started func(httpAddr string)
+}
+
+// CheckConfig loads and validates the file as `run` would and returns the resolved policy table.
+func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
+	cfg, err := config.LoadEnv(path, env)
+	if err != nil {
+		return "", err
+	}
+	return cfg.PolicyTable(), nil
+}
+
+// Run runs heartbeatd until ctx is done or a component fails, then stops everything in order within
+// shutdown_timeout.
+func Run(ctx context.Context, opts Options) error {
+	cfg, err := config.LoadEnv(opts.ConfigPath, opts.Env)
+	if err != nil {
+		return err
+	}
+	log := opts.Logger
+	if log == nil {
+		if log, err = newLogger(cfg.Log); err != nil {
+			return err
+		}
+		defer func() { _ = log.Sync() }()
+	}
+	log.Info("heartbeatd starting", zap.String("version", opts.Build.Version), zap.String("commit", opts.Build.Commit),
+		zap.String("config", opts.ConfigPath))
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	coord := config.NewCoordinator(opts.ConfigPath, opts.Env, log, reg)
+	if err := coord.Reload(); err != nil {
+		return err
+	}
+	cfg = coord.Current()
+	d, err := build(cfg, coord, reg, log, opts)
+	if err != nil {
+		return err
+	}
+	return d.run(ctx)
+}
+
+// daemon is every component of one running heartbeatd.
+type daemon struct {
+	cfg      *config.Config
+	log      *zap.Logger
+	opts     Options
+	coord    *config.Coordinator
+	policies atomic.Pointer[config.Policies]
+
+	rdb       redis.UniversalClient
+	store     *deadline.Store
+	publisher *event.Publisher
+	silences  *alarm.Silences
+	metrics   *alarm.Metrics
+	ownership *deadline.Ownership
+	holdBack  *alarm.HoldBack
+	handler   *alarm.Handler
+	chain     *ingest.Chain
+	sources   []ingest.Source
+	listener  net.Listener
+	server    *http.Server
+
+	slotsOwned prometheus.Gauge
+}
+
+func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Registry, log *zap.Logger, opts Options) (*daemon, error) {
+	d := &daemon{cfg: cfg, log: log, opts: opts, coord: coord}
+	d.policies.Store(cfg.Policies())
+	fail := func(err error) (*daemon, error) {
+		d.closeClients()
+		return nil, err
+	}
+
+	redisTLS, err := cfg.Redis.TLS.Build()
+	if err != nil {
+		return fail(fmt.Errorf("redis.tls: %w", err))
+	}
+	d.rdb = redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
+		TLSConfig: redisTLS, PoolSize: cfg.Redis.PoolSize,
+	})
+	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout})
+	if err != nil {
+		return fail(err)
+	}
+
+	eventsTLS, err := cfg.Events.Kafka.TLS.Build()
+	if err != nil {
+		return fail(fmt.Errorf("events.kafka.tls: %w", err))
+	}
+	eventsSASL, err := cfg.Events.Kafka.SASL.Mechanism()
+	if err != nil {
+		return fail(fmt.Errorf("events.kafka.sasl: %w", err))
+	}
+	d.publisher, err = event.NewPublisher(event.PublisherOptions{Brokers: cfg.Events.Kafka.Brokers, Topic: cfg.Events.Kafka.Topic,
+		DeadLetterTopic: cfg.Events.Kafka.DeadletterTopic, TLS: eventsTLS, SASL: eventsSASL, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+
+	replica := cfg.Cluster.ReplicaIDOrDefault()
+	d.metrics = alarm.NewMetrics(reg)
+	d.slotsOwned = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "slots_owned", Help: "Slots this replica scans."})
+	reg.MustRegister(d.slotsOwned)
+	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Logger: log})
+	pol := d.policies.Load()
+	d.ownership = deadline.NewOwnership(d.store, deadline.OwnershipOptions{ReplicaID: replica, Heartbeat: cfg.Cluster.ReplicaHeartbeat,
+		SlotLease: cfg.Cluster.SlotLease, RetireAfter: pol.LongestTimeout() + pol.LongestCycle(), Logger: log})
+
+	d.chain, err = ingest.NewChain(d.store, d.publisher, ingest.ChainOptions{MaxClockSkew: cfg.Ingest.MaxClockSkew,
+		Coalesce: cfg.Ingest.Coalesce, Batch: cfg.Ingest.Batch, Linger: cfg.Ingest.Linger, MaxInFlight: cfg.Ingest.MaxInFlight,
+		KnownType: func(name string) bool { _, ok := d.policies.Load().Lookup(name); return ok },
+		Logger:    log, Registerer: reg})
+	if err != nil {
+		return fail(err)
+	}
+	if err := d.buildSources(); err != nil {
+		return fail(err)
+	}
+	var probes []alarm.Probe
+	for _, src := range d.sources {
+		probes = append(probes, alarm.Probe{Name: src.Name(), Trouble: d.trouble(src)})
+	}
+	d.holdBack = alarm.NewHoldBack(alarm.HoldBackOptions{Client: d.rdb, Keys: d.store.Keys(), ReplicaID: replica, Probes: probes,
+		Grace:    func() time.Duration { return d.coord.Current().GraceAfterOutage() },
+		Logger:   log,
+		OnChange: func(active bool) { d.metrics.HoldBack.Set(b2f(active)) }})
+	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Sink: d.publisher, Policies: d.policies.Load,
+		Silences: d.silences, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Logger: log, Metrics: d.metrics})
+
+	coord.Subscribe(d.applyTypes)
+
+	d.listener, err = net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return fail(fmt.Errorf("http.listen: %w", err))
+	}
+	d.server = &http.Server{
+		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Ready: d.ready,
+			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Token: cfg.HTTP.Token,
+			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Logger: log}),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      60 * time.Second, // by_type stats scan every device
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          zap.NewStdLog(log.With(zap.String("component", "http"))),
+	}
+	return d, nil
+}
+
+func (d *daemon) buildSources() error {
+	in := d.cfg.Ingest
+	if in.MQTT.Enabled {
+		tlsCfg, err := in.MQTT.TLS.Build()
+		if err != nil {
+			return fmt.Errorf("ingest.mqtt.tls: %w", err)
+		}
+		subs := make([]ingest.Subscription, len(in.MQTT.Subscriptions))
+		for i, s := range in.MQTT.Subscriptions {
+			subs[i] = ingest.Subscription{Topic: s.Topic, SharedGroup: s.SharedGroup}
+		}
+		src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: in.MQTT.Brokers, ClientID: in.MQTT.ClientID,
+			Username: in.MQTT.Username, Password: in.MQTT.Password, TLS: tlsCfg, QoS: byte(in.MQTT.QoS),
+			Subscriptions: subs, Logger: d.log})
+		if err != nil {
+			return err
+		}
+		d.sources = append(d.sources, src)
+	}
+	if in.Kafka.Enabled {
+		tlsCfg, err := in.Kafka.TLS.Build()
+		if err != nil {
+			return fmt.Errorf("ingest.kafka.tls: %w", err)
+		}
+		mech, err := in.Kafka.SASL.Mechanism()
+		if err != nil {
+			return fmt.Errorf("ingest.kafka.sasl: %w", err)
+		}
+		src, err := ingest.NewKafkaSource(ingest.KafkaOptions{Brokers: in.Kafka.Brokers, Topics: in.Kafka.Topics,
+			GroupID: in.Kafka.GroupID, TLS: tlsCfg, SASL: mech, Logger: d.log})
+		if err != nil {
+			return err
+		}
+		d.sources = append(d.sources, src)
+	}
+	return nil
+}
+
+// timeout is a type's silence timeout under the current policies (unknown names get default's).
+func (d *daemon) timeout(typeName string) time.Duration {
+	p, _ := d.policies.Load().Lookup(typeName)
+	return p.Timeout
+}
+
+// applyTypes swaps in a reloaded policy table; the scanners and the ingest chain read it at their next
+// claim and signal. New type names are registered in Redis first, so a refresh never meets an unknown one.
+func (d *daemon) applyTypes(cfg *config.Config) error {
+	next := cfg.Policies()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.store.Load(ctx, next.Names()...); err != nil {
+		return fmt.Errorf("register the types in Redis: %w", err)
+	}
+	d.policies.Store(next)
+	return nil
+}
+
+// trouble turns a source's health into the hold-back's view of it.
+func (d *daemon) trouble(src ingest.Source) func(now time.Time) (time.Time, string) {
+	return func(now time.Time) (time.Time, string) {
+		h := src.Health()
+		switch {
+		case !h.Connected:
+			return h.Since, "disconnected"
+		case h.Lag > d.cfg.Detection.LagThreshold:
+			return now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
+		}
+		return time.Time{}, ""
+	}
+}
+
+// ready checks every dependency /readyz reports on.
+func (d *daemon) ready(ctx context.Context) map[string]error {
+	out := map[string]error{"redis": d.store.Ping(ctx), "events": d.publisher.Ready(ctx)}
+	for _, src := range d.sources {
+		h := src.Health()
+		switch {
+		case !h.Connected:
+			out[src.Name()] = fmt.Errorf("disconnected since %s", h.Since.UTC().Format(time.RFC3339))
+		case h.Lag > d.cfg.Detection.LagThreshold:
+			out[src.Name()] = fmt.Errorf("lagging %s behind", h.Lag.Round(time.Millisecond))
+		default:
+			out[src.Name()] = nil
+		}
+	}
+	return out
+}
+
+// prepare waits for Redis (retrying with backoff, so heartbeatd may start before it), registers the
+// types, brings the slot layout in line with redis.slots and notices a service outage for the hold-back.
+func (d *daemon) prepare(ctx context.Context) error {
+	backoff := deadline.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		err := d.prepareOnce(ctx)
+		if err == nil || errors.Is(err, deadline.ErrHalving) {
+			return err
+		}
+		wait := backoff.Next()
+		d.log.Warn("waiting for Redis", zap.Strings("addrs", d.cfg.Redis.Addrs), zap.Error(err), zap.Duration("retry_in", wait))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (d *daemon) prepareOnce(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := d.store.Ping(ctx); err != nil {
+		return err
+	}
+	if err := d.store.Load(ctx, d.policies.Load().Names()...); err != nil {
+		return err
+	}
+	layout, err := d.store.SyncLayout(ctx, d.cfg.Redis.Slots)
+	if err != nil {
+		return err
+	}
+	if layout.Slots != d.cfg.Redis.Slots {
+		d.log.Warn("the fleet runs more slots than redis.slots says; following the fleet", zap.Int("slots", layout.Slots),
+			zap.Int("redis.slots", d.cfg.Redis.Slots))
+	}
+	if err := d.silences.Load(ctx); err != nil {
+		return err
+	}
+	return d.holdBack.Start(ctx)
+}
+
+// run starts the HTTP server at once (health and readiness answer while Redis is awaited), then every
+// component; ingest stops first at shutdown, then the chain flushes, then scanners, ownership, and last
+// the server, publisher and Redis.
+func (d *daemon) run(ctx context.Context) error {
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- d.server.Serve(d.listener) }()
+	d.log.Info("http listening", zap.String("addr", d.listener.Addr().String()))
+	stopServer := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		err := d.server.Shutdown(sctx)
+		if serr := <-serveErr; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
+		return err
+	}
+
+	if err := d.prepare(ctx); err != nil {
+		err = errors.Join(err, stopServer())
+		d.closeClients()
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
+
+	wake := make(chan struct{}, 1)
+	scanner := deadline.NewScanner(deadline.ScannerOptions{Store: d.store, Slots: d.ownership.Slots, Handle: d.handler.Handle,
+		Watermark: d.holdBack.Watermark, MaxIdleWait: d.cfg.Detection.MaxIdleWait, Lease: d.cfg.Detection.Lease,
+		Batch: d.cfg.Detection.Batch, Logger: d.log, Wake: wake})
+
+	lc := &lifecycle{log: d.log}
+	lc.onClose("redis and kafka clients", func() error { d.closeClients(); return nil })
+	lc.onClose("http", stopServer)
+	lc.add("http", func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-serveErr:
+			serveErr <- err // for stopServer
+			return fmt.Errorf("http: %w", err)
+		}
+	})
+	lc.add("silences", d.silences.Run)
+	lc.add("device counts", func(ctx context.Context) error { return d.metrics.RunCounts(ctx, d.store, 5*time.Second, d.log) })
+	lc.add("config reloads", d.reloads)
+	lc.add("ownership", d.ownership.Run)
+	lc.add("hold-back", d.holdBack.Run)
+	lc.add("scanner wake-ups", func(ctx context.Context) error { return d.forwardWakeUps(ctx, wake) })
+	lc.add("scanner", scanner.Run)
+	lc.add("ingest chain", d.chain.Run)
+	for _, src := range d.sources {
+		lc.add("ingest "+src.Name(), func(ctx context.Context) error { return src.Run(ctx, d.chain) })
+	}
+	if d.opts.Started != nil {
+		d.opts.Started(d.listener.Addr().String())
+	}
+	d.log.Info("heartbeatd running", zap.Int("slots", d.store.Slots()), zap.Int("sources", len(d.sources)))
+	return lc.run(ctx, d.cfg.ShutdownTimeout)
+}
+
+// reloads applies SIGHUPs; POST /-/reload calls the coordinator directly.
+func (d *daemon) reloads(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.opts.Reload:
+			_ = d.coord.Reload() // logged and counted by the coordinator
+		}
+	}
+}
+
+// forwardWakeUps ends a scanner's sleep when its slots change or hold-back starts or ends, and keeps
+// slots_owned current.
+func (d *daemon) forwardWakeUps(ctx context.Context, wake chan<- struct{}) error {
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.ownership.Changed():
+			d.slotsOwned.Set(float64(len(d.ownership.Slots())))
+			poke()
+		case <-d.holdBack.Changed():
+			poke()
+		}
+	}
+}
+
+func (d *daemon) closeClients() {
+	if d.publisher != nil {
+		if err := d.publisher.Close(); err != nil {
+			d.log.Warn("closing the event producer", zap.Error(err))
+		}
+	}
+	if d.rdb != nil {
+		_ = d.rdb.Close()
+	}
+	if d.listener != nil && d.server == nil {
+		_ = d.listener.Close()
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// newLogger builds the zap logger log.* asks for.
+func newLogger(c config.Log) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(c.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	zc := zap.NewProductionConfig()
+	if c.Format == "console" {
+		zc = zap.NewDevelopmentConfig()
+		zc.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
+	}
+	zc.Level = zap.NewAtomicLevelAt(level)
+	zc.EncoderConfig.TimeKey = "ts"
+	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	zc.DisableStacktrace = true
+	return zc.Build()
+}
