@@ -82,7 +82,7 @@ types:
 
 type fixture struct {
 	t        *testing.T
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	kafka    *testenv.Kafka
 	store    *deadline.Store
 	clock    *clock
@@ -100,11 +100,22 @@ func parsePolicies(t testing.TB, yml string) *config.Policies {
 	return cfg.Policies()
 }
 
-func setup(t *testing.T) *fixture {
+// TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// eachBackend runs test once per Redis deployment (standalone, cluster) as a subtest of that name, each
+// time on an empty Redis with a fresh fixture: the alarm state machine must behave the same on both.
+func eachBackend(t *testing.T, test func(t *testing.T, f *fixture)) {
 	t.Helper()
-	srv := testenv.StartRedis(t)
+	for _, b := range testenv.RedisBackends(t) {
+		t.Run(b.Name, func(t *testing.T) { test(t, setup(t, b.Client(t))) })
+	}
+}
+
+func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
+	t.Helper()
 	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic}})
-	f := &fixture{t: t, rdb: srv.Client(t), kafka: kafka, t0: time.UnixMilli(1_795_340_000_000)}
+	f := &fixture{t: t, rdb: rdb, kafka: kafka, t0: time.UnixMilli(1_795_340_000_000)}
 	f.clock = &clock{t: f.t0}
 	f.policies.Store(parsePolicies(t, policyYAML))
 	timeout := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.Timeout }
@@ -172,298 +183,311 @@ func allSlots(n int) []int {
 }
 
 func TestLifecycleInterruptedRepeatsExhausted(t *testing.T) {
-	f := setup(t)
-	f.signal("d1", "", 0) // default: timeout 10s, repeat 1m, max 2
-	require.Empty(t, f.at(9*time.Second))
-	require.Equal(t, []string{"d1 interrupted 0"}, f.at(10*time.Second+5*time.Millisecond))
-	require.Empty(t, f.at(40*time.Second), "no repeat before repeat_every")
-	require.Equal(t, []string{"d1 alarm 1"}, f.at(70*time.Second+5*time.Millisecond))
-	require.Equal(t, []string{"d1 alarm 2", "d1 exhausted 2"}, f.at(130*time.Second+5*time.Millisecond))
-	require.Empty(t, f.at(time.Hour), "exhausted: no more alarms")
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		f.signal("d1", "", 0) // default: timeout 10s, repeat 1m, max 2
+		require.Empty(t, f.at(9*time.Second))
+		require.Equal(t, []string{"d1 interrupted 0"}, f.at(10*time.Second+5*time.Millisecond))
+		require.Empty(t, f.at(40*time.Second), "no repeat before repeat_every")
+		require.Equal(t, []string{"d1 alarm 1"}, f.at(70*time.Second+5*time.Millisecond))
+		require.Equal(t, []string{"d1 alarm 2", "d1 exhausted 2"}, f.at(130*time.Second+5*time.Millisecond))
+		require.Empty(t, f.at(time.Hour), "exhausted: no more alarms")
 
-	// What Kafka holds: the same events, in order, keyed by device, with the SPEC fields.
-	recs := f.kafka.ReadAll(t, eventsTopic, 4, 10*time.Second)
-	require.Len(t, recs, 4)
-	var kinds []event.Kind
-	for _, r := range recs {
-		require.Equal(t, "d1", string(r.Key))
-		e, err := event.Decode(r.Value)
-		require.NoError(t, err)
-		require.Equal(t, f.t0.Add(10*time.Second).UTC(), e.Deadline)
-		require.Equal(t, f.t0.UTC(), e.LastSeen)
-		kinds = append(kinds, e.Kind)
-	}
-	require.Equal(t, []event.Kind{event.Interrupted, event.Alarm, event.Alarm, event.Exhausted}, kinds)
+		// What Kafka holds: the same events, in order, keyed by device, with the SPEC fields.
+		recs := f.kafka.ReadAll(t, eventsTopic, 4, 10*time.Second)
+		require.Len(t, recs, 4)
+		var kinds []event.Kind
+		for _, r := range recs {
+			require.Equal(t, "d1", string(r.Key))
+			e, err := event.Decode(r.Value)
+			require.NoError(t, err)
+			require.Equal(t, f.t0.Add(10*time.Second).UTC(), e.Deadline)
+			require.Equal(t, f.t0.UTC(), e.LastSeen)
+			kinds = append(kinds, e.Kind)
+		}
+		require.Equal(t, []event.Kind{event.Interrupted, event.Alarm, event.Alarm, event.Exhausted}, kinds)
 
-	// An exhausted device still reports its recovery.
-	f.signal("d1", "", time.Hour+time.Second)
-	require.Equal(t, []string{"d1 recovered 0"}, f.at(time.Hour+time.Second+time.Millisecond))
+		// An exhausted device still reports its recovery.
+		f.signal("d1", "", time.Hour+time.Second)
+		require.Equal(t, []string{"d1 recovered 0"}, f.at(time.Hour+time.Second+time.Millisecond))
+	})
 }
 
 func TestRecoveryBetweenRepeatsStopsThem(t *testing.T) {
-	f := setup(t)
-	f.signal("d1", "gateway", 0) // timeout 5s, repeat 30s
-	require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+2*time.Millisecond))
-	require.Equal(t, []string{"d1 alarm 1"}, f.at(35*time.Second+2*time.Millisecond))
-	f.signal("d1", "", 50*time.Second) // the probe makes the incident due at once
-	require.Equal(t, []string{"d1 recovered 0"}, f.at(50*time.Second+time.Millisecond))
-	f.signal("d1", "", 62*time.Second)
-	require.Empty(t, f.at(65*time.Second+5*time.Millisecond), "no repeat 2 after recovery")
-	d, found, err := f.store.Device(context.Background(), "d1")
-	require.NoError(t, err)
-	require.True(t, found)
-	require.True(t, d.Online())
-	require.Equal(t, f.t0.Add(67*time.Second), d.Deadline)
-	// Silent again: a new incident with its own ids.
-	require.Equal(t, []string{"d1 interrupted 0"}, f.at(67*time.Second+3*time.Millisecond))
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		f.signal("d1", "gateway", 0) // timeout 5s, repeat 30s
+		require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+2*time.Millisecond))
+		require.Equal(t, []string{"d1 alarm 1"}, f.at(35*time.Second+2*time.Millisecond))
+		f.signal("d1", "", 50*time.Second) // the probe makes the incident due at once
+		require.Equal(t, []string{"d1 recovered 0"}, f.at(50*time.Second+time.Millisecond))
+		f.signal("d1", "", 62*time.Second)
+		require.Empty(t, f.at(65*time.Second+5*time.Millisecond), "no repeat 2 after recovery")
+		d, found, err := f.store.Device(context.Background(), "d1")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.True(t, d.Online())
+		require.Equal(t, f.t0.Add(67*time.Second), d.Deadline)
+		// Silent again: a new incident with its own ids.
+		require.Equal(t, []string{"d1 interrupted 0"}, f.at(67*time.Second+3*time.Millisecond))
+	})
 }
 
 func TestRecoveredCarriesOutageLength(t *testing.T) {
-	f := setup(t)
-	f.signal("d1", "gateway", 0)
-	f.at(5*time.Second + time.Millisecond)
-	f.sink.take()
-	f.signal("d1", "", 47*time.Second)
-	f.clock.Set(f.t0.Add(47*time.Second + time.Millisecond))
-	res, err := f.store.Claim(context.Background(), allSlots(8), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Minute, Batch: 10})
-	require.NoError(t, err)
-	require.NoError(t, f.handler.Handle(context.Background(), res.Claims))
-	evs := f.sink.take()
-	require.Len(t, evs, 1)
-	require.Equal(t, event.Recovered, evs[0].Kind)
-	require.EqualValues(t, 47_000, evs[0].SilentForMs, "from the last signal before the silence to the first after it")
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		f.signal("d1", "gateway", 0)
+		f.at(5*time.Second + time.Millisecond)
+		f.sink.take()
+		f.signal("d1", "", 47*time.Second)
+		f.clock.Set(f.t0.Add(47*time.Second + time.Millisecond))
+		res, err := f.store.Claim(context.Background(), allSlots(8), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Minute, Batch: 10})
+		require.NoError(t, err)
+		require.NoError(t, f.handler.Handle(context.Background(), res.Claims))
+		evs := f.sink.take()
+		require.Len(t, evs, 1)
+		require.Equal(t, event.Recovered, evs[0].Kind)
+		require.EqualValues(t, 47_000, evs[0].SilentForMs, "from the last signal before the silence to the first after it")
+	})
 }
 
 func TestAckStopsRepeatsButRecoveryIsReported(t *testing.T) {
-	f := setup(t)
-	f.signal("d1", "gateway", 0)
-	require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+time.Millisecond))
-	ok, err := f.store.SetAcked(context.Background(), "d1")
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Empty(t, f.at(35*time.Second+time.Millisecond), "acked: the repeat is not sent")
-	require.Empty(t, f.at(10*time.Minute))
-	f.signal("d1", "", 11*time.Minute)
-	require.Equal(t, []string{"d1 recovered 0"}, f.at(11*time.Minute+time.Millisecond))
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		f.signal("d1", "gateway", 0)
+		require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+time.Millisecond))
+		ok, err := f.store.SetAcked(context.Background(), "d1")
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Empty(t, f.at(35*time.Second+time.Millisecond), "acked: the repeat is not sent")
+		require.Empty(t, f.at(10*time.Minute))
+		f.signal("d1", "", 11*time.Minute)
+		require.Equal(t, []string{"d1 recovered 0"}, f.at(11*time.Minute+time.Millisecond))
+	})
 }
 
 func TestSilenceByDeviceAndByTypeAlarmsWhenItEnds(t *testing.T) {
-	f := setup(t)
-	ctx := context.Background()
-	_, err := f.silences.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Minute)})
-	require.NoError(t, err)
-	_, err = f.silences.Create(ctx, Silence{DeviceType: "gateway", Ends: f.t0.Add(2 * time.Minute), Comment: "firmware rollout"})
-	require.NoError(t, err)
-	f.signal("d1", "", 0)        // default, silenced by device for 1m
-	f.signal("g1", "gateway", 0) // silenced by type for 2m
-	f.signal("d2", "", 0)        // not silenced
-	require.Equal(t, []string{"d2 interrupted 0"}, f.at(10*time.Second+time.Millisecond))
-	require.Empty(t, f.at(59*time.Second))
-	require.Equal(t, []string{"d1 interrupted 0"}, f.at(time.Minute), "still silent when its silence ends")
-	require.Equal(t, []string{"d2 alarm 1"}, f.at(70*time.Second+time.Millisecond))
-	require.Equal(t, []string{"d1 alarm 1", "g1 interrupted 0"}, f.at(2*time.Minute), "d1 repeats a minute after its late interruption")
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		_, err := f.silences.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Minute)})
+		require.NoError(t, err)
+		_, err = f.silences.Create(ctx, Silence{DeviceType: "gateway", Ends: f.t0.Add(2 * time.Minute), Comment: "firmware rollout"})
+		require.NoError(t, err)
+		f.signal("d1", "", 0)        // default, silenced by device for 1m
+		f.signal("g1", "gateway", 0) // silenced by type for 2m
+		f.signal("d2", "", 0)        // not silenced
+		require.Equal(t, []string{"d2 interrupted 0"}, f.at(10*time.Second+time.Millisecond))
+		require.Empty(t, f.at(59*time.Second))
+		require.Equal(t, []string{"d1 interrupted 0"}, f.at(time.Minute), "still silent when its silence ends")
+		require.Equal(t, []string{"d2 alarm 1"}, f.at(70*time.Second+time.Millisecond))
+		require.Equal(t, []string{"d1 alarm 1", "g1 interrupted 0"}, f.at(2*time.Minute), "d1 repeats a minute after its late interruption")
 
-	list, err := f.silences.List(ctx)
-	require.NoError(t, err)
-	require.Empty(t, list, "both silences ended")
+		list, err := f.silences.List(ctx)
+		require.NoError(t, err)
+		require.Empty(t, list, "both silences ended")
 
-	_, err = f.silences.Create(ctx, Silence{Ends: f.t0.Add(time.Hour)})
-	require.ErrorIs(t, err, ErrInvalidSilence)
-	_, err = f.silences.Create(ctx, Silence{DeviceID: "x", Ends: f.t0.Add(-time.Second)})
-	require.ErrorIs(t, err, ErrInvalidSilence)
+		_, err = f.silences.Create(ctx, Silence{Ends: f.t0.Add(time.Hour)})
+		require.ErrorIs(t, err, ErrInvalidSilence)
+		_, err = f.silences.Create(ctx, Silence{DeviceID: "x", Ends: f.t0.Add(-time.Second)})
+		require.ErrorIs(t, err, ErrInvalidSilence)
+	})
 }
 
 func TestSilenceCreatedElsewhereAppliesAfterRefresh(t *testing.T) {
-	f := setup(t)
-	ctx := context.Background()
-	other := NewSilences(f.rdb, f.store.Keys(), SilencesOptions{Now: f.clock.Now})
-	s, err := other.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Hour)})
-	require.NoError(t, err)
-	require.True(t, f.silences.SilencedUntil("d1", "default", f.t0).IsZero(), "not read yet")
-	require.NoError(t, f.silences.Load(ctx))
-	require.Equal(t, s.Ends, f.silences.SilencedUntil("d1", "default", f.t0).UTC())
-	ok, err := f.silences.Delete(ctx, s.ID)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.True(t, f.silences.SilencedUntil("d1", "default", f.t0).IsZero())
-	ok, err = f.silences.Delete(ctx, s.ID)
-	require.NoError(t, err)
-	require.False(t, ok)
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		other := NewSilences(f.rdb, f.store.Keys(), SilencesOptions{Now: f.clock.Now})
+		s, err := other.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Hour)})
+		require.NoError(t, err)
+		require.True(t, f.silences.SilencedUntil("d1", "default", f.t0).IsZero(), "not read yet")
+		require.NoError(t, f.silences.Load(ctx))
+		require.Equal(t, s.Ends, f.silences.SilencedUntil("d1", "default", f.t0).UTC())
+		ok, err := f.silences.Delete(ctx, s.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.True(t, f.silences.SilencedUntil("d1", "default", f.t0).IsZero())
+		ok, err = f.silences.Delete(ctx, s.ID)
+		require.NoError(t, err)
+		require.False(t, ok)
+	})
 }
 
 func TestPerTypeTimeoutsAndIntervals(t *testing.T) {
-	f := setup(t)
-	f.signal("d", "", 0)        // 10s, repeat 1m
-	f.signal("g", "gateway", 0) // 5s, repeat 30s
-	f.signal("s", "sensor", 0)  // 20s, no repeats
-	require.Equal(t, []string{"g interrupted 0"}, f.at(5*time.Second+time.Millisecond))
-	require.Equal(t, []string{"d interrupted 0"}, f.at(10*time.Second+time.Millisecond))
-	require.Equal(t, []string{"s interrupted 0"}, f.at(20*time.Second+time.Millisecond))
-	require.Equal(t, []string{"g alarm 1"}, f.at(35*time.Second+2*time.Millisecond))
-	require.Equal(t, []string{"d alarm 1", "g alarm 2"}, f.at(70*time.Second+2*time.Millisecond))
-	require.Equal(t, []string{"g alarm 3"}, f.at(95*time.Second+2*time.Millisecond), "sensor never repeats")
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		f.signal("d", "", 0)        // 10s, repeat 1m
+		f.signal("g", "gateway", 0) // 5s, repeat 30s
+		f.signal("s", "sensor", 0)  // 20s, no repeats
+		require.Equal(t, []string{"g interrupted 0"}, f.at(5*time.Second+time.Millisecond))
+		require.Equal(t, []string{"d interrupted 0"}, f.at(10*time.Second+time.Millisecond))
+		require.Equal(t, []string{"s interrupted 0"}, f.at(20*time.Second+time.Millisecond))
+		require.Equal(t, []string{"g alarm 1"}, f.at(35*time.Second+2*time.Millisecond))
+		require.Equal(t, []string{"d alarm 1", "g alarm 2"}, f.at(70*time.Second+2*time.Millisecond))
+		require.Equal(t, []string{"g alarm 3"}, f.at(95*time.Second+2*time.Millisecond), "sensor never repeats")
+	})
 }
 
 func TestReloadChangesIntervalAtNextAct(t *testing.T) {
-	f := setup(t)
-	f.signal("g", "gateway", 0)
-	require.Equal(t, []string{"g interrupted 0"}, f.at(5*time.Second))
-	f.policies.Store(parsePolicies(t, `
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		f.signal("g", "gateway", 0)
+		require.Equal(t, []string{"g interrupted 0"}, f.at(5*time.Second))
+		f.policies.Store(parsePolicies(t, `
 types:
   default: {timeout: 10s, repeat_every: 1m, max_repeats: 2}
   gateway: {timeout: 5s, repeat_every: 2m, max_repeats: 0}
 `))
-	require.Empty(t, f.at(35*time.Second), "the act scheduled under the old interval finds repeat 1 not due under the new one")
-	require.Empty(t, f.at(2*time.Minute+4*time.Second))
-	require.Equal(t, []string{"g alarm 1"}, f.at(2*time.Minute+5*time.Second))
-	require.Equal(t, []string{"g alarm 2"}, f.at(4*time.Minute+5*time.Second))
+		require.Empty(t, f.at(35*time.Second), "the act scheduled under the old interval finds repeat 1 not due under the new one")
+		require.Empty(t, f.at(2*time.Minute+4*time.Second))
+		require.Equal(t, []string{"g alarm 1"}, f.at(2*time.Minute+5*time.Second))
+		require.Equal(t, []string{"g alarm 2"}, f.at(4*time.Minute+5*time.Second))
+	})
 }
 
 func TestCrashBetweenPublishAndAckRepublishesSameID(t *testing.T) {
-	f := setup(t)
-	f.signal("d1", "", 0)
-	crashing := f.newHandler()
-	crashing.beforeAck = func() bool { return false }
-	require.Equal(t, []string{"d1 interrupted 0"}, f.stepWith(crashing, 10*time.Second+time.Millisecond))
-	require.Empty(t, f.at(20*time.Second), "leased: not redelivered before the lease runs out")
-	require.Equal(t, []string{"d1 interrupted 0"}, f.at(40*time.Second+2*time.Millisecond), "a new loop publishes it again")
-	require.Empty(t, f.at(50*time.Second))
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		f.signal("d1", "", 0)
+		crashing := f.newHandler()
+		crashing.beforeAck = func() bool { return false }
+		require.Equal(t, []string{"d1 interrupted 0"}, f.stepWith(crashing, 10*time.Second+time.Millisecond))
+		require.Empty(t, f.at(20*time.Second), "leased: not redelivered before the lease runs out")
+		require.Equal(t, []string{"d1 interrupted 0"}, f.at(40*time.Second+2*time.Millisecond), "a new loop publishes it again")
+		require.Empty(t, f.at(50*time.Second))
 
-	recs := f.kafka.ReadAll(t, eventsTopic, 2, 10*time.Second)
-	require.Len(t, recs, 2)
-	a, err := event.Decode(recs[0].Value)
-	require.NoError(t, err)
-	b, err := event.Decode(recs[1].Value)
-	require.NoError(t, err)
-	require.Equal(t, a.ID, b.ID, "consumers can drop the duplicate by id")
-	require.Equal(t, []string{"d1 alarm 1"}, f.at(100*time.Second+2*time.Millisecond), "repeats timed from the republished interruption")
+		recs := f.kafka.ReadAll(t, eventsTopic, 2, 10*time.Second)
+		require.Len(t, recs, 2)
+		a, err := event.Decode(recs[0].Value)
+		require.NoError(t, err)
+		b, err := event.Decode(recs[1].Value)
+		require.NoError(t, err)
+		require.Equal(t, a.ID, b.ID, "consumers can drop the duplicate by id")
+		require.Equal(t, []string{"d1 alarm 1"}, f.at(100*time.Second+2*time.Millisecond), "repeats timed from the republished interruption")
+	})
 }
 
 func TestKafkaDownNothingAcknowledgedThenFlowsThenParks(t *testing.T) {
-	f := setup(t)
-	ctx := context.Background()
-	f.signal("d1", "", 0)
-	f.signal("d2", "", 0)
-	f.sink.down.Store(true)
-	require.Empty(t, f.at(10*time.Second+time.Millisecond))
-	d, _, err := f.store.Device(ctx, "d1")
-	require.NoError(t, err)
-	require.Equal(t, 0, d.Incident.Next, "nothing recorded as sent")
-	require.Equal(t, 1, d.Incident.Failures)
-	require.Equal(t, f.t0.Add(11*time.Second+time.Millisecond), d.NextAct, "retried after the backoff")
-	require.Empty(t, f.at(11*time.Second+time.Millisecond))
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		f.signal("d1", "", 0)
+		f.signal("d2", "", 0)
+		f.sink.down.Store(true)
+		require.Empty(t, f.at(10*time.Second+time.Millisecond))
+		d, _, err := f.store.Device(ctx, "d1")
+		require.NoError(t, err)
+		require.Equal(t, 0, d.Incident.Next, "nothing recorded as sent")
+		require.Equal(t, 1, d.Incident.Failures)
+		require.Equal(t, f.t0.Add(11*time.Second+time.Millisecond), d.NextAct, "retried after the backoff")
+		require.Empty(t, f.at(11*time.Second+time.Millisecond))
 
-	f.sink.down.Store(false)
-	require.Equal(t, []string{"d1 interrupted 0", "d2 interrupted 0"}, f.at(13*time.Second+time.Millisecond), "flows once the broker is back")
+		f.sink.down.Store(false)
+		require.Equal(t, []string{"d1 interrupted 0", "d2 interrupted 0"}, f.at(13*time.Second+time.Millisecond), "flows once the broker is back")
 
-	// Down for good: parked after MaxPublishAttempts (3) failures, visible in the counts.
-	f.sink.down.Store(true)
-	f.at(74 * time.Second) // repeat 1 due at 73.001s: failure 1, retry in 1s
-	f.at(75 * time.Second) // failure 2, retry in 2s
-	f.at(77 * time.Second) // failure 3: parked
-	c, err := f.store.Count(ctx)
-	require.NoError(t, err)
-	require.EqualValues(t, 2, c.Parked)
-	d, _, err = f.store.Device(ctx, "d1")
-	require.NoError(t, err)
-	require.True(t, d.Parked)
-	require.Equal(t, "kafka: broker unreachable", d.Incident.Reason)
+		// Down for good: parked after MaxPublishAttempts (3) failures, visible in the counts.
+		f.sink.down.Store(true)
+		f.at(74 * time.Second) // repeat 1 due at 73.001s: failure 1, retry in 1s
+		f.at(75 * time.Second) // failure 2, retry in 2s
+		f.at(77 * time.Second) // failure 3: parked
+		c, err := f.store.Count(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, c.Parked)
+		d, _, err = f.store.Device(ctx, "d1")
+		require.NoError(t, err)
+		require.True(t, d.Parked)
+		require.Equal(t, "kafka: broker unreachable", d.Incident.Reason)
+	})
 }
 
 func TestReplacedIncidentReportsRecoveryThenInterruption(t *testing.T) {
-	f := setup(t)
-	f.signal("d1", "gateway", 0)
-	require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+time.Millisecond))
-	// It signals and falls silent again before the loop sees the recovery.
-	f.signal("d1", "", 6*time.Second)
-	f.clock.Set(f.t0.Add(11*time.Second + time.Millisecond))
-	// The recovery probe made the old incident due; claim only the deadlines first, as a wake-up may.
-	require.Equal(t, []string{"d1 interrupted 0", "d1 recovered 0"}, f.at(11*time.Second+time.Millisecond))
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		f.signal("d1", "gateway", 0)
+		require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+time.Millisecond))
+		// It signals and falls silent again before the loop sees the recovery.
+		f.signal("d1", "", 6*time.Second)
+		f.clock.Set(f.t0.Add(11*time.Second + time.Millisecond))
+		// The recovery probe made the old incident due; claim only the deadlines first, as a wake-up may.
+		require.Equal(t, []string{"d1 interrupted 0", "d1 recovered 0"}, f.at(11*time.Second+time.Millisecond))
+	})
 }
 
 // TestHoldBackIngestOutage: a source down for 2× the timeout raises no interruption for devices that were
 // signalling before it; devices already silent before it are still reported; devices that really fell
 // silent during it are reported once the grace after it has passed.
 func TestHoldBackIngestOutage(t *testing.T) {
-	f := setup(t)
-	ctx := context.Background()
-	var troubleSince atomic.Pointer[time.Time]
-	troubleSince.Store(&time.Time{})
-	hb := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r1", Now: f.clock.Now,
-		Grace:  func() time.Duration { return 10 * time.Second },
-		Probes: []Probe{{Name: "mqtt", Trouble: func(time.Time) (time.Time, string) { return *troubleSince.Load(), "disconnected" }}}})
-	require.NoError(t, hb.Start(ctx))
-	step := func(d time.Duration) []string {
-		f.clock.Set(f.t0.Add(d))
-		require.NoError(t, hb.tick(ctx))
-		return f.at(d, hb.Watermark(f.clock.Now()))
-	}
-	f.signal("early", "", -5*time.Second) // silent before the outage: deadline t0+5s
-	f.signal("busy", "", 5*time.Second)   // signals until the outage; its signals during it are lost
-	f.signal("quiet", "", 6*time.Second)  // really falls silent at t0+6s
-	require.Empty(t, step(4*time.Second))
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		var troubleSince atomic.Pointer[time.Time]
+		troubleSince.Store(&time.Time{})
+		hb := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r1", Now: f.clock.Now,
+			Grace:  func() time.Duration { return 10 * time.Second },
+			Probes: []Probe{{Name: "mqtt", Trouble: func(time.Time) (time.Time, string) { return *troubleSince.Load(), "disconnected" }}}})
+		require.NoError(t, hb.Start(ctx))
+		step := func(d time.Duration) []string {
+			f.clock.Set(f.t0.Add(d))
+			require.NoError(t, hb.tick(ctx))
+			return f.at(d, hb.Watermark(f.clock.Now()))
+		}
+		f.signal("early", "", -5*time.Second) // silent before the outage: deadline t0+5s
+		f.signal("busy", "", 5*time.Second)   // signals until the outage; its signals during it are lost
+		f.signal("quiet", "", 6*time.Second)  // really falls silent at t0+6s
+		require.Empty(t, step(4*time.Second))
 
-	start := f.t0.Add(8 * time.Second)
-	troubleSince.Store(&start)
-	require.Equal(t, []string{"early interrupted 0"}, step(12*time.Second), "already silent before the outage")
-	st := hb.Status()
-	require.True(t, st.Active)
-	require.Equal(t, start, st.Since)
-	require.Contains(t, st.Reason, "mqtt: disconnected")
-	require.Empty(t, step(20*time.Second))
-	require.Empty(t, step(27*time.Second))
+		start := f.t0.Add(8 * time.Second)
+		troubleSince.Store(&start)
+		require.Equal(t, []string{"early interrupted 0"}, step(12*time.Second), "already silent before the outage")
+		st := hb.Status()
+		require.True(t, st.Active)
+		require.Equal(t, start, st.Since)
+		require.Contains(t, st.Reason, "mqtt: disconnected")
+		require.Empty(t, step(20*time.Second))
+		require.Empty(t, step(27*time.Second))
 
-	troubleSince.Store(&time.Time{}) // back after 20s = 2× the timeout
-	require.Empty(t, step(28*time.Second))
-	require.Equal(t, f.t0.Add(38*time.Second), hb.Status().Until)
-	f.signal("busy", "", 29*time.Second) // the backlog and fresh signals land
-	require.Empty(t, step(37*time.Second), "grace")
-	require.Equal(t, []string{"quiet interrupted 0"}, step(38*time.Second+time.Millisecond), "still silent after the grace")
-	require.False(t, hb.Status().Active)
-	require.Empty(t, step(38*time.Second+500*time.Millisecond))
+		troubleSince.Store(&time.Time{}) // back after 20s = 2× the timeout
+		require.Empty(t, step(28*time.Second))
+		require.Equal(t, f.t0.Add(38*time.Second), hb.Status().Until)
+		f.signal("busy", "", 29*time.Second) // the backlog and fresh signals land
+		require.Empty(t, step(37*time.Second), "grace")
+		require.Equal(t, []string{"quiet interrupted 0"}, step(38*time.Second+time.Millisecond), "still silent after the grace")
+		require.False(t, hb.Status().Active)
+		require.Empty(t, step(38*time.Second+500*time.Millisecond))
+	})
 }
 
 // TestHoldBackServiceWasDown: heartbeatd down for 2× the timeout, then started again: no storm, grace
 // applied, still-silent devices reported after it.
 func TestHoldBackServiceWasDown(t *testing.T) {
-	f := setup(t)
-	ctx := context.Background()
-	grace := func() time.Duration { return 10 * time.Second }
-	first := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r1", Now: f.clock.Now, Grace: grace})
-	require.NoError(t, first.Start(ctx))
-	require.False(t, first.Status().Active, "a first start ever is not an outage")
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		grace := func() time.Duration { return 10 * time.Second }
+		first := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r1", Now: f.clock.Now, Grace: grace})
+		require.NoError(t, first.Start(ctx))
+		require.False(t, first.Status().Active, "a first start ever is not an outage")
 
-	f.signal("gone", "", -11*time.Second) // deadline t0-1s: silent before the stop
-	f.signal("a", "", -5*time.Second)     // deadline t0+5s: its signals during the stop would have been lost
-	f.signal("b", "", 2*time.Second)      // deadline t0+12s: really falls silent
-	// Down from t0 to t0+20s.
-	f.clock.Set(f.t0.Add(20 * time.Second))
-	hb := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r1", Now: f.clock.Now, Grace: grace})
-	require.NoError(t, hb.Start(ctx))
-	st := hb.Status()
-	require.True(t, st.Active)
-	require.Equal(t, f.t0, st.Since)
-	require.Equal(t, f.t0.Add(30*time.Second), st.Until)
-	require.Contains(t, st.Reason, "not running")
+		f.signal("gone", "", -11*time.Second) // deadline t0-1s: silent before the stop
+		f.signal("a", "", -5*time.Second)     // deadline t0+5s: its signals during the stop would have been lost
+		f.signal("b", "", 2*time.Second)      // deadline t0+12s: really falls silent
+		// Down from t0 to t0+20s.
+		f.clock.Set(f.t0.Add(20 * time.Second))
+		hb := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r1", Now: f.clock.Now, Grace: grace})
+		require.NoError(t, hb.Start(ctx))
+		st := hb.Status()
+		require.True(t, st.Active)
+		require.Equal(t, f.t0, st.Since)
+		require.Equal(t, f.t0.Add(30*time.Second), st.Until)
+		require.Contains(t, st.Reason, "not running")
 
-	step := func(d time.Duration) []string {
-		f.clock.Set(f.t0.Add(d))
-		require.NoError(t, hb.tick(ctx))
-		return f.at(d, hb.Watermark(f.clock.Now()))
-	}
-	require.Equal(t, []string{"gone interrupted 0"}, step(20*time.Second), "no storm: only the device silent before the stop")
-	f.signal("a", "", 21*time.Second) // its backlog arrives
+		step := func(d time.Duration) []string {
+			f.clock.Set(f.t0.Add(d))
+			require.NoError(t, hb.tick(ctx))
+			return f.at(d, hb.Watermark(f.clock.Now()))
+		}
+		require.Equal(t, []string{"gone interrupted 0"}, step(20*time.Second), "no storm: only the device silent before the stop")
+		f.signal("a", "", 21*time.Second) // its backlog arrives
 
-	// Another replica started meanwhile sees the same hold through Redis.
-	other := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r2", Now: f.clock.Now, Grace: grace})
-	require.Empty(t, step(25*time.Second))
-	require.NoError(t, other.Start(ctx))
-	require.True(t, other.Status().Active, "r1's outage holds r2 back too")
-	require.Equal(t, f.t0, other.Watermark(f.clock.Now()))
+		// Another replica started meanwhile sees the same hold through Redis.
+		other := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r2", Now: f.clock.Now, Grace: grace})
+		require.Empty(t, step(25*time.Second))
+		require.NoError(t, other.Start(ctx))
+		require.True(t, other.Status().Active, "r1's outage holds r2 back too")
+		require.Equal(t, f.t0, other.Watermark(f.clock.Now()))
 
-	require.Empty(t, step(29*time.Second))
-	require.Equal(t, []string{"b interrupted 0"}, step(30*time.Second+time.Millisecond))
+		require.Empty(t, step(29*time.Second))
+		require.Equal(t, []string{"b interrupted 0"}, step(30*time.Second+time.Millisecond))
 
+	})
 }
 
 func TestSilenceJSONRoundTrip(t *testing.T) {
