@@ -1,0 +1,490 @@
+// Package chaos is heartbeatd's fault suite: every scenario runs the real heartbeatd binary against real
+// redis-server and mosquitto processes and an in-process kfake cluster, injects one fault (a killed
+// daemon, a restarted server, a full Redis, bad input, …), and counts what was expected against what
+// arrived on the event or dead-letter topic. Each scenario prints one line,
+//
+//	chaos: <scenario> devices=N expected=E got=G lost=L false=F dup=D
+//
+// and fails when anything was lost or falsely reported. HB_CHAOS_DEVICES sets the fleet size (default
+// small so `go test ./...` stays quick; `make chaos` runs 10000).
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+const (
+	eventsTopic     = "heartbeat.events"
+	deadletterTopic = "heartbeat.deadletter"
+	// timeout is every device's timeout in the expiry scenarios: short, so a scenario lasts seconds, and
+	// long enough that a keeper signalling every timeout/5 never comes close to it on a loaded machine.
+	timeout = 2 * time.Second
+	// barrierDevices are signalled once after a fault is over; their interruptions prove that detection
+	// has scanned past every deadline of the fault window (a false interruption of a keeper would have
+	// been emitted by then). More than the slot count, so every slot holds one with high probability.
+	barrierDevices = 32
+)
+
+// fleetSize is HB_CHAOS_DEVICES, default 200: the whole package runs in about two minutes on two cores.
+func fleetSize(t *testing.T) int {
+	t.Helper()
+	v := os.Getenv("HB_CHAOS_DEVICES")
+	if v == "" {
+		return 200
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, "HB_CHAOS_DEVICES")
+	require.Positive(t, n, "HB_CHAOS_DEVICES")
+	return n
+}
+
+// scaled is a wait bound that grows with the fleet: base plus per device (a loaded 2-core machine moves
+// a few thousand devices a second through MQTT, Redis and Kafka).
+func scaled(n int, base time.Duration) time.Duration {
+	return base + time.Duration(n)*2*time.Millisecond
+}
+
+// ids names n devices prefix-0 … prefix-(n-1).
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + "-" + strconv.Itoa(i)
+	}
+	return out
+}
+
+// fleet is one scenario's servers and heartbeatd processes.
+type fleet struct {
+	t      *testing.T
+	redis  *testenv.Redis
+	broker *testenv.Mosquitto
+	kafka  *testenv.Kafka
+	events *collector
+}
+
+type fleetOptions struct {
+	redis testenv.RedisOptions
+}
+
+// startFleet starts Redis (AOF, so restarts lose nothing acknowledged), mosquitto and a persistent kfake
+// with the event and dead-letter topics, and a collector reading both topics from the start.
+func startFleet(t *testing.T, o fleetOptions) *fleet {
+	t.Helper()
+	o.redis.AOF = true
+	f := &fleet{t: t}
+	f.redis = testenv.StartRedis(t, o.redis)
+	f.broker = testenv.StartMosquitto(t)
+	f.kafka = testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic, deadletterTopic}, Persist: true})
+	f.events = newCollector(t, f.kafka)
+	return f
+}
+
+// daemonOptions vary the config between scenarios.
+type daemonOptions struct {
+	replica string        // replica id and MQTT client id; default "chaos"
+	timeout time.Duration // default timeout
+	grace   time.Duration // detection.grace_after_outage; default 1s
+}
+
+func (f *fleet) config(o daemonOptions) string {
+	if o.replica == "" {
+		o.replica = "chaos"
+	}
+	if o.timeout == 0 {
+		o.timeout = timeout
+	}
+	if o.grace == 0 {
+		o.grace = time.Second
+	}
+	// lease 2s: a killed daemon's claims are delivered again quickly. lag_threshold below the timeout:
+	// signals waiting in ingest (Redis down or full) count as an outage before a keeper's deadline can
+	// pass because of it. repeat_every 0: only interrupted events, which is what the suite counts.
+	return fmt.Sprintf(`
+redis: {addrs: [%q], slots: 16}
+types:
+  default: {timeout: %s, repeat_every: 0s}
+ingest:
+  mqtt:
+    brokers: [%q]
+    client_id: %q
+    subscriptions: [{topic: "devices/{device_id}/heartbeat"}]
+events:
+  kafka: {brokers: [%q], topic: %q, deadletter_topic: %q}
+detection: {grace_after_outage: %s, lease: 2s, lag_threshold: 1s}
+cluster: {replica_id: %q, replica_heartbeat: 250ms, slot_lease: 1s}
+log: {level: info, format: console}
+shutdown_timeout: 5s
+`, f.redis.Addr, o.timeout, f.broker.Addr, o.replica, strings.Join(f.kafka.Addrs, ","), eventsTopic, deadletterTopic,
+		o.grace, o.replica)
+}
+
+// startDaemon starts heartbeatd and waits until it is ready (its MQTT subscription exists, so signals
+// published from now on reach it).
+func (f *fleet) startDaemon(o daemonOptions) *testenv.Heartbeatd {
+	f.t.Helper()
+	hb := testenv.StartHeartbeatd(f.t, testenv.HeartbeatdOptions{Config: f.config(o)})
+	waitReady(f.t, hb)
+	return hb
+}
+
+func waitReady(t *testing.T, hb *testenv.Heartbeatd) {
+	t.Helper()
+	var last string
+	ok := poll(30*time.Second, func() bool {
+		code, body, err := hb.Get("/readyz")
+		last = fmt.Sprintf("%d %s %v", code, body, err)
+		return code == http.StatusOK
+	})
+	require.True(t, ok, "heartbeatd not ready: %s\n%s", last, hb.LogTail())
+}
+
+// poll calls cond until it is true or within passes; it reports the last answer.
+func poll(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// device is GET /v1/devices/{id}: its state, "" when heartbeatd does not know it.
+func device(t *testing.T, hb *testenv.Heartbeatd, id string) string {
+	t.Helper()
+	code, body, err := hb.Get("/v1/devices/" + id)
+	if err != nil || code == http.StatusNotFound {
+		return ""
+	}
+	var v struct {
+		State string `json:"state"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
+		return ""
+	}
+	if v.State == "unknown" {
+		return ""
+	}
+	return v.State
+}
+
+// stats is GET /v1/stats, the part the suite reads.
+type stats struct {
+	Devices struct {
+		Online      int64 `json:"online"`
+		Interrupted int64 `json:"interrupted"`
+	} `json:"devices"`
+	HoldBack struct {
+		Active bool `json:"active"`
+	} `json:"hold_back"`
+	OwnedSlots any `json:"owned_slots"`
+}
+
+func getStats(hb *testenv.Heartbeatd) (stats, error) {
+	var s stats
+	code, body, err := hb.Get("/v1/stats")
+	if err != nil {
+		return s, err
+	}
+	if code != http.StatusOK {
+		return s, fmt.Errorf("/v1/stats: %d %s", code, body)
+	}
+	return s, json.Unmarshal([]byte(body), &s)
+}
+
+// publisher is a device-side MQTT client. It reconnects quickly after a broker outage.
+type publisher struct {
+	c mqtt.Client
+}
+
+func (f *fleet) publisher(name string) *publisher {
+	f.t.Helper()
+	opts := mqtt.NewClientOptions().AddBroker(f.broker.Addr).SetClientID(name).
+		SetAutoReconnect(true).SetMaxReconnectInterval(250 * time.Millisecond).
+		SetConnectRetry(true).SetConnectRetryInterval(250 * time.Millisecond)
+	c := mqtt.NewClient(opts)
+	tok := c.Connect()
+	require.True(f.t, tok.WaitTimeout(10*time.Second), "mqtt connect %s", name)
+	require.NoError(f.t, tok.Error())
+	f.t.Cleanup(func() { c.Disconnect(0) })
+	return &publisher{c: c}
+}
+
+// window bounds QoS 1 publishes in flight: paho has 65535 packet ids.
+const window = 10000
+
+// signal publishes one QoS 1 signal per device (payload(id), nil = empty) and waits until the broker
+// acknowledged every one.
+func (p *publisher) signal(ids []string, payload func(id string) []byte) error {
+	for start := 0; start < len(ids); start += window {
+		end := min(start+window, len(ids))
+		toks := make([]mqtt.Token, 0, end-start)
+		for _, id := range ids[start:end] {
+			var b []byte
+			if payload != nil {
+				b = payload(id)
+			}
+			toks = append(toks, p.c.Publish("devices/"+id+"/heartbeat", 1, false, b))
+		}
+		for _, tok := range toks {
+			if !tok.WaitTimeout(30 * time.Second) {
+				return errors.New("chaos: publish not acknowledged within 30s")
+			}
+			if err := tok.Error(); err != nil {
+				return fmt.Errorf("chaos: publish: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// paced signals ids once each, spread in 20 chunks over span, so their deadlines pass one chunk at a
+// time over span (a fault injected meanwhile lands in the middle of a mass expiry). It returns at once;
+// the returned channel yields the outcome.
+func (p *publisher) paced(ids []string, span time.Duration) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		const chunks = 20
+		tick := time.NewTicker(span / chunks)
+		defer tick.Stop()
+		size := (len(ids) + chunks - 1) / chunks
+		for start := 0; start < len(ids); start += size {
+			if start > 0 {
+				<-tick.C
+			}
+			if err := p.signal(ids[start:min(start+size, len(ids))], nil); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
+}
+
+// keep makes devices signal every timeout/5 until the scenario ends: the devices that must never be
+// reported. While the broker is down a round fails and is retried at the next tick (that silence is the
+// outage hold-back's job). It returns how many rounds completed, for the scenario to await.
+func (f *fleet) keep(devices []string) *atomic.Int64 {
+	f.t.Helper()
+	p := f.publisher("keeper-" + f.t.Name())
+	var rounds atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(timeout / 5)
+		defer tick.Stop()
+		for {
+			if p.c.IsConnectionOpen() && p.signal(devices, nil) == nil {
+				rounds.Add(1)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	f.t.Cleanup(func() { cancel(); wg.Wait() })
+	// The first round is in before the scenario goes on, so every keeper is known to heartbeatd.
+	require.True(f.t, poll(30*time.Second, func() bool { return rounds.Load() > 0 }), "keepers never signalled")
+	return &rounds
+}
+
+// collector reads the event and dead-letter topics from the start for the whole scenario.
+type collector struct {
+	mu          sync.Mutex
+	copies      map[string]int       // event id → copies received
+	interrupted map[string]int       // device → interrupted events (all copies)
+	deadletters map[string][]string  // dead-letter topic field → reasons (all copies)
+	kinds       map[event.Kind]int   // events by kind
+	bad         []string             // values that did not decode
+	firstAt     map[string]time.Time // device → when its first interrupted arrived here
+}
+
+func newCollector(t *testing.T, k *testenv.Kafka) *collector {
+	t.Helper()
+	c := &collector{
+		copies: map[string]int{}, interrupted: map[string]int{}, deadletters: map[string][]string{},
+		kinds: map[event.Kind]int{}, firstAt: map[string]time.Time{},
+	}
+	cl := k.Client(t, kgo.ConsumeTopics(eventsTopic, deadletterTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fetches := cl.PollFetches(ctx)
+			fetches.EachRecord(c.add)
+		}
+	}()
+	// Registered after Client's own cleanup, so it runs first: the poller ends before the client closes.
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+func (c *collector) add(r *kgo.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.Topic == deadletterTopic {
+		d, err := event.DecodeDeadLetter(r.Value)
+		if err != nil {
+			c.bad = append(c.bad, string(r.Value))
+			return
+		}
+		c.deadletters[d.Topic] = append(c.deadletters[d.Topic], d.Reason)
+		return
+	}
+	e, err := event.Decode(r.Value)
+	if err != nil {
+		c.bad = append(c.bad, string(r.Value))
+		return
+	}
+	c.copies[e.ID]++
+	c.kinds[e.Kind]++
+	if e.Kind == event.Interrupted {
+		if c.interrupted[e.DeviceID] == 0 {
+			c.firstAt[e.DeviceID] = time.Now()
+		}
+		c.interrupted[e.DeviceID]++
+	}
+}
+
+// reported counts the devices of ids with at least one interrupted event.
+func (c *collector) reported(ids []string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if c.interrupted[id] > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// interruptedDevices is how many distinct devices were reported so far.
+func (c *collector) interruptedDevices() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.interrupted)
+}
+
+// awaitReported waits until every device of ids was reported or within passes; the caller's tally says
+// what was missing.
+func (c *collector) awaitReported(t *testing.T, ids []string, within time.Duration) {
+	t.Helper()
+	if !poll(within, func() bool { return c.reported(ids) == len(ids) }) {
+		t.Logf("chaos: %d of %d devices reported within %v", c.reported(ids), len(ids), within)
+	}
+}
+
+// tally is one scenario's count.
+type tally struct {
+	scenario                         string
+	devices                          int
+	expected, got, lost, falses, dup int
+	detail                           []string
+}
+
+// tallyInterrupted counts against the events: expected devices must each have an interrupted event;
+// every other device with one is a false interruption; dup is every extra copy of an event id.
+func (c *collector) tallyInterrupted(scenario string, devices int, expected []string) tally {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := make(map[string]bool, len(expected))
+	for _, id := range expected {
+		want[id] = true
+	}
+	r := tally{scenario: scenario, devices: devices, expected: len(expected)}
+	for _, id := range expected {
+		if c.interrupted[id] > 0 {
+			r.got++
+		} else if len(r.detail) < 10 {
+			r.detail = append(r.detail, "lost "+id)
+		}
+	}
+	for id := range c.interrupted {
+		if !want[id] {
+			r.falses++
+			if len(r.detail) < 20 {
+				r.detail = append(r.detail, "false "+id)
+			}
+		}
+	}
+	for _, n := range c.copies {
+		r.dup += n - 1
+	}
+	r.lost = r.expected - r.got
+	if len(c.bad) > 0 {
+		r.detail = append(r.detail, fmt.Sprintf("%d undecodable records, first %q", len(c.bad), c.bad[0]))
+	}
+	return r
+}
+
+// report prints the scenario's line (t.Log and stdout, so `make chaos` shows it) and fails the test
+// when anything was lost or false.
+func report(t *testing.T, r tally, logs ...func() string) {
+	t.Helper()
+	line := fmt.Sprintf("chaos: %s devices=%d expected=%d got=%d lost=%d false=%d dup=%d",
+		r.scenario, r.devices, r.expected, r.got, r.lost, r.falses, r.dup)
+	t.Log(line)
+	fmt.Println(line)
+	if r.lost != 0 || r.falses != 0 {
+		msg := strings.Join(r.detail, "\n")
+		for _, l := range logs {
+			msg += "\n" + l()
+		}
+		t.Errorf("%s\n%s", line, msg)
+	}
+}
+
+// barrier signals fresh devices once and waits for their interruptions: once they are in, detection
+// has scanned past every deadline older than theirs, so a false interruption of a keeper during the
+// fault would have arrived. It returns the barrier devices, which belong to the expected set.
+func (f *fleet) barrier(p *publisher, scenario string, within time.Duration) []string {
+	f.t.Helper()
+	b := ids("barrier-"+scenario, barrierDevices)
+	require.NoError(f.t, p.signal(b, nil))
+	f.events.awaitReported(f.t, b, within)
+	return b
+}
+
+// firstInterruption waits until some device was reported: the mass expiry has begun.
+func (f *fleet) firstInterruption(hb *testenv.Heartbeatd) {
+	f.t.Helper()
+	require.True(f.t, poll(30*time.Second, func() bool { return f.events.interruptedDevices() > 0 }),
+		"no interruption at all\n%s", hb.LogTail())
+}
+
+// concat joins id lists.
+func concat(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
