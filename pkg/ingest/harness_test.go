@@ -11,6 +11,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/stretchr/testify/require"
@@ -32,10 +33,25 @@ func timeoutOf(name string) time.Duration {
 
 func knownType(name string) bool { _, ok := policyTimeouts[name]; return ok }
 
-// newStore is a deadline store on a fresh redis-server.
-func newStore(tb testing.TB, srv *testenv.Redis) *deadline.Store {
+// TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// eachBackend runs test once per Redis deployment (standalone, cluster) as a subtest of that name, each
+// time on an empty Redis. The tests that write through every slot, hand messages over between consumers
+// or resume a backlog run on both: on a cluster a batch is split into one script call per slot, and an
+// acknowledgement must still wait for every one. Tests that kill Redis, or only exercise broker TLS and
+// dead letters, stay on a standalone server of their own (the cluster is shared by the package).
+func eachBackend(t *testing.T, test func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Helper()
+	for _, b := range testenv.RedisBackends(t) {
+		t.Run(b.Name, func(t *testing.T) { test(t, b.Client(t)) })
+	}
+}
+
+// newStore is a deadline store on rdb (16 slots).
+func newStore(tb testing.TB, rdb redis.UniversalClient) *deadline.Store {
 	tb.Helper()
-	store, err := deadline.New(srv.Client(tb), deadline.Options{Slots: 16, Timeout: timeoutOf})
+	store, err := deadline.New(rdb, deadline.Options{Slots: 16, Timeout: timeoutOf})
 	require.NoError(tb, err)
 	require.NoError(tb, store.Load(context.Background(), "default", "gateway", "sensor"))
 	return store

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
@@ -43,7 +44,7 @@ func TestKafkaNeverCommitsPastUnappliedMessages(t *testing.T) {
 	const partitions = 3
 	tr, k := newKafkaTransport(t, partitions)
 	srv := testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
-	p := startPipeline(t, newStore(t, srv), ingest.ChainOptions{Batch: 32})
+	p := startPipeline(t, newStore(t, srv.Client(t)), ingest.ChainOptions{Batch: 32})
 	p.run(t, tr.source(t, "a"))
 
 	ids := devices("commit", 900)
@@ -93,49 +94,51 @@ func TestKafkaNeverCommitsPastUnappliedMessages(t *testing.T) {
 
 // TestKafkaRebalance moves partitions between two replicas while signals flow; none is lost.
 func TestKafkaRebalance(t *testing.T) {
-	const partitions = 4
-	tr, k := newKafkaTransport(t, partitions)
-	store := newStore(t, testenv.StartRedis(t))
-	a, b := startPipeline(t, store, ingest.ChainOptions{}), startPipeline(t, store, ingest.ChainOptions{})
-	ids := devices("rebalance", 1500)
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		const partitions = 4
+		tr, k := newKafkaTransport(t, partitions)
+		store := newStore(t, rdb)
+		a, b := startPipeline(t, store, ingest.ChainOptions{}), startPipeline(t, store, ingest.ChainOptions{})
+		ids := devices("rebalance", 1500)
 
-	srcA := tr.source(t, "a")
-	a.run(t, srcA)
-	tr.send(t, rawFor(ids[:500], "")...)
-	a.waitApplied(t, ids[:500]...)
+		srcA := tr.source(t, "a")
+		a.run(t, srcA)
+		tr.send(t, rawFor(ids[:500], "")...)
+		a.waitApplied(t, ids[:500]...)
 
-	// b is connected before the group has rebalanced; until then a fetches everything. Keep signals
-	// flowing, a few at a time, until b applies some: it took partitions.
-	b.run(t, tr.source(t, "b"))
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for next := 500; next < 1000; next += 10 {
-		tr.send(t, rawFor(ids[next:next+10], "")...)
-		if b.rec.count() > 0 {
-			tr.send(t, rawFor(ids[next+10:1000], "")...)
-			break
-		}
-		<-tick.C
-	}
-	require.Positive(t, b.rec.count(), "the second replica took partitions while signals flowed")
-
-	require.NoError(t, a.stop(srcA))
-	tr.send(t, rawFor(ids[1000:], "")...)
-	require.Eventually(t, func() bool {
-		for _, id := range ids {
-			if !a.rec.has(id) && !b.rec.has(id) {
-				return false
+		// b is connected before the group has rebalanced; until then a fetches everything. Keep signals
+		// flowing, a few at a time, until b applies some: it took partitions.
+		b.run(t, tr.source(t, "b"))
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for next := 500; next < 1000; next += 10 {
+			tr.send(t, rawFor(ids[next:next+10], "")...)
+			if b.rec.count() > 0 {
+				tr.send(t, rawFor(ids[next+10:1000], "")...)
+				break
 			}
+			<-tick.C
 		}
-		return true
-	}, 30*time.Second, 10*time.Millisecond, "every signal applied by one replica or the other")
-	require.Eventually(t, func() bool {
-		var sum int64
-		for _, off := range committedOffsets(t, k.Addrs, partitions) {
-			sum += off
-		}
-		return sum == int64(len(ids))
-	}, 30*time.Second, 10*time.Millisecond)
+		require.Positive(t, b.rec.count(), "the second replica took partitions while signals flowed")
+
+		require.NoError(t, a.stop(srcA))
+		tr.send(t, rawFor(ids[1000:], "")...)
+		require.Eventually(t, func() bool {
+			for _, id := range ids {
+				if !a.rec.has(id) && !b.rec.has(id) {
+					return false
+				}
+			}
+			return true
+		}, 30*time.Second, 10*time.Millisecond, "every signal applied by one replica or the other")
+		require.Eventually(t, func() bool {
+			var sum int64
+			for _, off := range committedOffsets(t, k.Addrs, partitions) {
+				sum += off
+			}
+			return sum == int64(len(ids))
+		}, 30*time.Second, 10*time.Millisecond)
+	})
 }
 
 func TestKafkaTLSAndSASL(t *testing.T) {
@@ -162,7 +165,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 		t.Run(u.Mechanism, func(t *testing.T) {
 			mech, err := event.SASLMechanism(u.Mechanism, u.User, u.Pass)
 			require.NoError(t, err)
-			p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
+			p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 			src := kafkaSource(t, k.Addrs, clientTLS, mech)
 			p.run(t, src)
 			id := "tls-" + strings.ToLower(u.Mechanism)
@@ -179,7 +182,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 		"untrusted broker": kafkaSource(t, k.Addrs, &tls.Config{MinVersion: tls.VersionTLS12}, wrongPass),
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
+			p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			err := src.Run(ctx, p.chain)
@@ -198,7 +201,7 @@ func TestKafkaDeadLettersThroughPublisher(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 
-	store := newStore(t, testenv.StartRedis(t))
+	store := newStore(t, testenv.StartRedis(t).Client(t))
 	rec := newRecorder(store)
 	chain, err := ingest.NewChain(rec, pub, ingest.ChainOptions{})
 	require.NoError(t, err)

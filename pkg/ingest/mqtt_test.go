@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
@@ -27,52 +28,56 @@ func newMQTTSource(tb testing.TB, broker, id string, mod func(*ingest.MQTTOption
 }
 
 func TestMQTTTypeFromTopic(t *testing.T) {
-	broker := testenv.StartMosquitto(t)
-	p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
-	p.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", nil))
-	pub := mqttClient(t, broker.Addr, "publisher", nil)
-	for topic, payload := range map[string]string{
-		"fleet/gateway/gw-1/telemetry": `{"temp":21}`,
-		"fleet/gateway/gw-2/telemetry": `{"type":"sensor"}`, // the payload's type wins
-		"fleet/toaster/gw-3/telemetry": "",
-		"gateways/ingest":              `{"type":"gateway"}`, // no {device_id} level, none in the payload
-	} {
-		tok := pub.Publish(topic, 1, false, payload)
-		tok.Wait()
-		require.NoError(t, tok.Error())
-	}
-	p.waitApplied(t, "gw-1", "gw-2", "gw-3")
-	require.Equal(t, "gateway", p.device(t, "gw-1").Type)
-	require.Equal(t, "sensor", p.device(t, "gw-2").Type)
-	require.Equal(t, "toaster", p.device(t, "gw-3").Type)
-	require.Eventually(t, func() bool { return len(p.dl.letters()) == 1 }, 10*time.Second, 5*time.Millisecond)
-	require.Equal(t, ingest.ReasonNoDeviceID, p.dl.letters()[0].Reason)
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		broker := testenv.StartMosquitto(t)
+		p := startPipeline(t, newStore(t, rdb), ingest.ChainOptions{})
+		p.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", nil))
+		pub := mqttClient(t, broker.Addr, "publisher", nil)
+		for topic, payload := range map[string]string{
+			"fleet/gateway/gw-1/telemetry": `{"temp":21}`,
+			"fleet/gateway/gw-2/telemetry": `{"type":"sensor"}`, // the payload's type wins
+			"fleet/toaster/gw-3/telemetry": "",
+			"gateways/ingest":              `{"type":"gateway"}`, // no {device_id} level, none in the payload
+		} {
+			tok := pub.Publish(topic, 1, false, payload)
+			tok.Wait()
+			require.NoError(t, tok.Error())
+		}
+		p.waitApplied(t, "gw-1", "gw-2", "gw-3")
+		require.Equal(t, "gateway", p.device(t, "gw-1").Type)
+		require.Equal(t, "sensor", p.device(t, "gw-2").Type)
+		require.Equal(t, "toaster", p.device(t, "gw-3").Type)
+		require.Eventually(t, func() bool { return len(p.dl.letters()) == 1 }, 10*time.Second, 5*time.Millisecond)
+		require.Equal(t, ingest.ReasonNoDeviceID, p.dl.letters()[0].Reason)
+	})
 }
 
 // TestMQTTSessionBacklogAfterRestart: messages left unacknowledged by a heartbeatd that stopped while
 // Redis failed, and messages sent while no heartbeatd ran, all arrive at the next one with the same
 // client id.
 func TestMQTTSessionBacklogAfterRestart(t *testing.T) {
-	broker := testenv.StartMosquitto(t)
-	store := newStore(t, testenv.StartRedis(t))
-	ids := devices("backlog", 400)
-	send := newMQTTTransportOn(t, broker.Addr)
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		broker := testenv.StartMosquitto(t)
+		store := newStore(t, rdb)
+		ids := devices("backlog", 400)
+		send := newMQTTTransportOn(t, broker.Addr)
 
-	first := startPipeline(t, store, ingest.ChainOptions{})
-	first.rec.failing.Store(true)
-	src := newMQTTSource(t, broker.Addr, "heartbeatd", nil)
-	first.run(t, src)
-	send(t, rawFor(ids[:100], "")...)
-	require.Eventually(t, func() bool { return first.rec.calls.Load() >= 2 }, 10*time.Second, 5*time.Millisecond)
-	require.NoError(t, first.stop(src))
-	first.stopChain() // the process ends: what it held was never acknowledged
-	require.Zero(t, first.rec.count())
+		first := startPipeline(t, store, ingest.ChainOptions{})
+		first.rec.failing.Store(true)
+		src := newMQTTSource(t, broker.Addr, "heartbeatd", nil)
+		first.run(t, src)
+		send(t, rawFor(ids[:100], "")...)
+		require.Eventually(t, func() bool { return first.rec.calls.Load() >= 2 }, 10*time.Second, 5*time.Millisecond)
+		require.NoError(t, first.stop(src))
+		first.stopChain() // the process ends: what it held was never acknowledged
+		require.Zero(t, first.rec.count())
 
-	send(t, rawFor(ids[100:], "")...) // while no heartbeatd runs
+		send(t, rawFor(ids[100:], "")...) // while no heartbeatd runs
 
-	second := startPipeline(t, store, ingest.ChainOptions{})
-	second.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", nil))
-	second.waitApplied(t, ids...)
+		second := startPipeline(t, store, ingest.ChainOptions{})
+		second.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", nil))
+		second.waitApplied(t, ids...)
+	})
 }
 
 // newMQTTTransportOn returns a send function publishing to broker.
@@ -90,7 +95,7 @@ func newMQTTTransportOn(tb testing.TB, broker string) func(tb testing.TB, msgs .
 
 func TestMQTTSharedSubscriptionSplitsLoad(t *testing.T) {
 	broker := testenv.StartMosquitto(t)
-	store := newStore(t, testenv.StartRedis(t))
+	store := newStore(t, testenv.StartRedis(t).Client(t))
 	shared := func(o *ingest.MQTTOptions) {
 		o.Subscriptions = []ingest.Subscription{{Topic: "devices/{device_id}/heartbeat", SharedGroup: "heartbeatd"}}
 	}
@@ -124,7 +129,7 @@ func TestMQTTRetainedMessagesAreNotSignals(t *testing.T) {
 	tok.Wait()
 	require.NoError(t, tok.Error())
 
-	p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
+	p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	p.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", nil))
 	require.Eventually(t, func() bool {
 		return counter(t, p.reg, "heartbeatd_signals_total", map[string]string{"result": "retained"}) == 1
@@ -144,7 +149,7 @@ func TestMQTTTLS(t *testing.T) {
 	good := &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{clientCert}, MinVersion: tls.VersionTLS12}
 
 	t.Run("mutual TLS", func(t *testing.T) {
-		p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
+		p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 		p.run(t, newMQTTSource(t, broker.TLSAddr, "heartbeatd", func(o *ingest.MQTTOptions) { o.TLS = good }))
 		pub := mqttClient(t, broker.TLSAddr, "publisher", good)
 		tok := pub.Publish(mqttTopic("over-tls"), 1, false, "")
@@ -157,7 +162,7 @@ func TestMQTTTLS(t *testing.T) {
 		"no client cert":   {RootCAs: roots, MinVersion: tls.VersionTLS12},
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
+			p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 			src := newMQTTSource(t, broker.TLSAddr, "heartbeatd-"+name, func(o *ingest.MQTTOptions) { o.TLS = cfg })
 			err := src.Run(t.Context(), p.chain)
 			require.Error(t, err, "a TLS failure is a configuration error, not retried")

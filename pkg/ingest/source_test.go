@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
@@ -22,9 +23,19 @@ func forEachTransport(t *testing.T, body func(t *testing.T, tr *transport)) {
 	})
 }
 
+// forEachBackendAndTransport runs body over every Redis deployment and every source, each combination on
+// an empty Redis and a broker of its own (TestX/cluster/kafka).
+func forEachBackendAndTransport(t *testing.T, body func(t *testing.T, rdb redis.UniversalClient, tr *transport)) {
+	for _, b := range testenv.RedisBackends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			forEachTransport(t, func(t *testing.T, tr *transport) { body(t, b.Client(t), tr) })
+		})
+	}
+}
+
 func TestSourcesApplySignals(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr *transport) {
-		p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
+	forEachBackendAndTransport(t, func(t *testing.T, rdb redis.UniversalClient, tr *transport) {
+		p := startPipeline(t, newStore(t, rdb), ingest.ChainOptions{})
 		p.run(t, tr.source(t, "a"))
 
 		base := time.Now().Add(-time.Minute).Truncate(time.Second)
@@ -91,7 +102,7 @@ func TestSourcesApplySignals(t *testing.T) {
 
 func TestSourcesDeadLetterBadInputBesideValidInput(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr *transport) {
-		p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
+		p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 		p.run(t, tr.source(t, "a"))
 
 		oversize := `{"device_id":"x","pad":"` + strings.Repeat("x", ingest.MaxPayload) + `"}`
@@ -151,7 +162,7 @@ func TestSourcesDeadLetterBadInputBesideValidInput(t *testing.T) {
 func TestSourcesSurviveRedisOutage(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr *transport) {
 		srv := testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
-		p := startPipeline(t, newStore(t, srv), ingest.ChainOptions{Batch: 64})
+		p := startPipeline(t, newStore(t, srv.Client(t)), ingest.ChainOptions{Batch: 64})
 		src := tr.source(t, "a")
 		p.run(t, src)
 
@@ -180,8 +191,8 @@ func TestSourcesSurviveRedisOutage(t *testing.T) {
 
 // TestSourcesReconnectAfterBrokerRestart restarts the broker under a running source.
 func TestSourcesReconnectAfterBrokerRestart(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr *transport) {
-		p := startPipeline(t, newStore(t, testenv.StartRedis(t)), ingest.ChainOptions{})
+	forEachBackendAndTransport(t, func(t *testing.T, rdb redis.UniversalClient, tr *transport) {
+		p := startPipeline(t, newStore(t, rdb), ingest.ChainOptions{})
 		src := tr.source(t, "a")
 		p.run(t, src)
 		ids := devices("restart", 400)
