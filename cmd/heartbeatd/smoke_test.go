@@ -1,25 +1,37 @@
 package main_test
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// smokeConfig is a config for the real binary on the test's servers: gateways time out after 1s.
-func smokeConfig(redisAddr, mqttAddr string, kafka []string) string {
-	return fmt.Sprintf(`
-redis: {addrs: [%q], slots: 8}
+// smokeTypes are the types the smoke config starts with: gateways time out after 1s.
+const smokeTypes = `
 types:
   default: {timeout: 1s, repeat_every: 0s}
   gateway: {timeout: 1s}
+`
+
+// smokeConfig is a config for the real binary on the test's servers with the given types block.
+func smokeConfig(redisAddr, mqttAddr string, kafka []string, types string) string {
+	return fmt.Sprintf(`
+redis: {addrs: [%q], slots: 8}
+%s
 ingest:
   mqtt:
     brokers: [%q]
@@ -28,37 +40,194 @@ ingest:
 events:
   kafka: {brokers: [%q]}
 detection: {grace_after_outage: 100ms}
+shutdown_timeout: 5s
 log: {level: debug, format: console}
-`, redisAddr, mqttAddr, strings.Join(kafka, ","))
+`, redisAddr, types, mqttAddr, strings.Join(kafka, ","))
+}
+
+// smoke is one heartbeatd binary on real redis-server, mosquitto and kfake, with an MQTT device client.
+type smoke struct {
+	redis  *testenv.Redis
+	broker *testenv.Mosquitto
+	kafka  *testenv.Kafka
+	hb     *testenv.Heartbeatd
+	device mqtt.Client
+}
+
+func startSmoke(t *testing.T) *smoke {
+	t.Helper()
+	s := &smoke{redis: testenv.StartRedis(t), broker: testenv.StartMosquitto(t),
+		kafka: testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})}
+	s.hb = testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: s.config(smokeTypes)})
+	s.device = mqtt.NewClient(mqtt.NewClientOptions().AddBroker(s.broker.Addr).SetClientID("smoke-device"))
+	tok := s.device.Connect()
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	t.Cleanup(func() { s.device.Disconnect(0) })
+	s.awaitReady(t)
+	return s
+}
+
+func (s *smoke) config(types string) string {
+	return smokeConfig(s.redis.Addr, s.broker.Addr, s.kafka.Addrs, types)
+}
+
+// awaitReady waits for /readyz 200: only then is heartbeatd subscribed, so a signal published now counts.
+func (s *smoke) awaitReady(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		code, _, _ := s.hb.Get("/readyz")
+		return code == 200
+	}, 20*time.Second, 20*time.Millisecond, s.hb.LogTail())
+}
+
+func (s *smoke) publish(t *testing.T, device, payload string) {
+	t.Helper()
+	tok := s.device.Publish("devices/"+device+"/heartbeat", 1, false, payload)
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+}
+
+// awaitEvent reads the events topic from the start until device's event of kind shows up.
+func (s *smoke) awaitEvent(t *testing.T, device string, kind event.Kind) event.Event {
+	t.Helper()
+	cl := s.kafka.Client(t, kgo.ConsumeTopics("heartbeat.events"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		var found *event.Event
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			ev, err := event.Decode(r.Value)
+			require.NoError(t, err)
+			if found == nil && ev.DeviceID == device && ev.Kind == kind {
+				found = &ev
+			}
+		})
+		if found != nil {
+			return *found
+		}
+	}
+	t.Fatalf("no %s event for %s within 20s\n%s", kind, device, s.hb.LogTail())
+	return event.Event{}
+}
+
+// metric reads one unlabelled sample from /metrics; ok is false when it is missing.
+func (s *smoke) metric(t *testing.T, name string) (value float64, ok bool) {
+	t.Helper()
+	code, body, err := s.hb.Get("/metrics")
+	if err != nil || code != 200 {
+		return 0, false
+	}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		if v, found := strings.CutPrefix(sc.Text(), name+" "); found {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			return f, true
+		}
+	}
+	return 0, false
+}
+
+// deviceView is the part of GET /v1/devices/{id} the tests look at.
+type deviceView struct {
+	DeviceType string     `json:"device_type"`
+	Deadline   *time.Time `json:"deadline"`
+}
+
+// signalDeadline publishes a signal for a new device and returns the deadline heartbeatd recorded for it,
+// relative to the moment just before the publish.
+func (s *smoke) signalDeadline(t *testing.T, device, typ string) (time.Duration, deviceView) {
+	t.Helper()
+	before := time.Now()
+	s.publish(t, device, fmt.Sprintf(`{"type":%q}`, typ))
+	var v deviceView
+	require.Eventually(t, func() bool {
+		code, body, err := s.hb.Get("/v1/devices/" + device)
+		if err != nil || code != 200 {
+			return false
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &v))
+		return v.Deadline != nil
+	}, 10*time.Second, 20*time.Millisecond, s.hb.LogTail())
+	return v.Deadline.Sub(before), v
 }
 
 func TestSmokeSignalToInterrupted(t *testing.T) {
-	rdb := testenv.StartRedis(t)
-	broker := testenv.StartMosquitto(t)
-	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
-	hb := testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: smokeConfig(rdb.Addr, broker.Addr, kafka.Addrs)})
+	s := startSmoke(t)
+	s.publish(t, "dev-1", `{"type":"gateway"}`)
 
-	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.Addr).SetClientID("smoke-device"))
-	tok := c.Connect()
-	require.True(t, tok.WaitTimeout(10*time.Second))
-	require.NoError(t, tok.Error())
-	defer c.Disconnect(0)
+	ev := s.awaitEvent(t, "dev-1", event.Interrupted)
+	require.Equal(t, "gateway", ev.DeviceType)
+	require.Equal(t, 0, ev.Repeat)
+	require.GreaterOrEqual(t, ev.SilentForMs, int64(1000), "interrupted before the 1s timeout")
+
+	took, clean := s.hb.Stop(t)
+	require.True(t, clean, "SIGTERM must end heartbeatd with status 0\n%s", s.hb.LogTail())
+	require.Less(t, took, 5*time.Second, "SPEC: SIGTERM exits within 5s")
+	t.Logf("SIGTERM to exit: %v", took)
+}
+
+// TestSmokeReload: SIGHUP applies edited types without a restart; a bad file is rejected and the running
+// types stay.
+func TestSmokeReload(t *testing.T) {
+	s := startSmoke(t)
+	reloadOK := func() float64 {
+		v, ok := s.metric(t, "heartbeatd_config_last_reload_successful")
+		require.True(t, ok, "heartbeatd_config_last_reload_successful missing from /metrics")
+		return v
+	}
+	require.Equal(t, 1.0, reloadOK())
+	until, _ := s.signalDeadline(t, "gw-before", "gateway")
+	require.Less(t, until, time.Minute, "gateway timeout is 1s before any reload")
+
+	// A bad file: the reload fails visibly, heartbeatd keeps running on the old types.
+	require.NoError(t, os.WriteFile(s.hb.ConfigPath(), []byte(s.config(`
+types:
+  default: {timeout: 1s, repeat_every: 0s}
+  gateway: {timeout: 0s}
+`)), 0o600))
+	s.hb.Signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return reloadOK() == 0 }, 10*time.Second, 20*time.Millisecond, s.hb.LogTail())
+	require.Contains(t, s.hb.Log(), "types.gateway.timeout", "the rejection names the key")
+	until, _ = s.signalDeadline(t, "gw-after-bad", "gateway")
+	require.Less(t, until, time.Minute, "a rejected file must leave the running types in place")
+
+	// A good file: a longer gateway timeout and a new type, both in effect from the next signal.
+	require.NoError(t, os.WriteFile(s.hb.ConfigPath(), []byte(s.config(`
+types:
+  default: {timeout: 1s, repeat_every: 0s}
+  gateway: {timeout: 1h}
+  sensor: {timeout: 2h}
+`)), 0o600))
+	s.hb.Signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return reloadOK() == 1 }, 10*time.Second, 20*time.Millisecond, s.hb.LogTail())
+	until, _ = s.signalDeadline(t, "gw-after-good", "gateway")
+	require.Greater(t, until, 59*time.Minute, "the reloaded gateway timeout (1h) applies to the next signal")
+	until, v := s.signalDeadline(t, "sensor-1", "sensor")
+	require.Equal(t, "sensor", v.DeviceType)
+	require.Greater(t, until, 119*time.Minute, "the new type's timeout (2h) applies")
+	require.False(t, s.hb.Exited())
+}
+
+// TestSmokeReadyzFollowsRedis: /readyz says 503 (naming redis) while redis-server is down, 200 once it is
+// back, and detection works again afterwards, although the restarted Redis lost everything.
+func TestSmokeReadyzFollowsRedis(t *testing.T) {
+	s := startSmoke(t)
+	s.redis.Stop(t)
+	var body string
 	require.Eventually(t, func() bool {
-		code, body, _ := hb.Get("/readyz")
-		return code == 200 || !strings.Contains(body, "mqtt")
-	}, 20*time.Second, 50*time.Millisecond)
-	tok = c.Publish("devices/dev-1/heartbeat", 1, false, `{"type":"gateway"}`)
-	require.True(t, tok.WaitTimeout(10*time.Second))
-	require.NoError(t, tok.Error())
+		var code int
+		code, body, _ = s.hb.Get("/readyz")
+		return code == 503
+	}, 10*time.Second, 20*time.Millisecond, s.hb.LogTail())
+	require.Contains(t, body, "redis")
 
-	recs := kafka.ReadAll(t, "heartbeat.events", 1, 20*time.Second)
-	require.NotEmpty(t, recs, hb.LogTail())
-	ev, err := event.Decode(recs[0].Value)
-	require.NoError(t, err)
-	require.Equal(t, event.Interrupted, ev.Kind)
-	require.Equal(t, "dev-1", ev.DeviceID)
+	s.redis.Start(t)
+	s.awaitReady(t)
+	s.publish(t, "dev-after-outage", `{"type":"gateway"}`)
+	s.awaitEvent(t, "dev-after-outage", event.Interrupted)
 
-	took, clean := hb.Stop(t)
-	require.True(t, clean, hb.LogTail())
-	require.Less(t, took, 5*time.Second)
+	_, clean := s.hb.Stop(t)
+	require.True(t, clean, s.hb.LogTail())
 }

@@ -92,9 +92,10 @@ type HeartbeatdOptions struct {
 type Heartbeatd struct {
 	HTTP string // "http://127.0.0.1:port"
 
-	srv  server
-	args []string
-	addr string
+	srv     server
+	args    []string
+	addr    string
+	cfgPath string
 }
 
 // StartHeartbeatd starts heartbeatd and waits until /healthz answers.
@@ -107,8 +108,9 @@ func StartHeartbeatd(tb testing.TB, opts HeartbeatdOptions) *Heartbeatd {
 		tb.Fatalf("testenv: write heartbeatd config: %v", err)
 	}
 	h := &Heartbeatd{
-		srv:  server{name: "heartbeatd", path: bin, dir: dir, logPath: filepath.Join(dir, "heartbeatd.log")},
-		args: []string{"run", "-config", cfgPath},
+		srv:     server{name: "heartbeatd", path: bin, dir: dir, logPath: filepath.Join(dir, "heartbeatd.log")},
+		args:    []string{"run", "-config", cfgPath},
+		cfgPath: cfgPath,
 	}
 	firstStart(tb, &h.srv, func() ([]string, func() error, error) {
 		port, err := freePort()
@@ -193,6 +195,9 @@ func (h *Heartbeatd) Start(tb testing.TB) {
 		tb.Fatalf("%v", err)
 	}
 }
+
+// ConfigPath is the config file heartbeatd runs on: rewrite it and send SIGHUP to test a reload.
+func (h *Heartbeatd) ConfigPath() string { return h.cfgPath }
 
 // PID is the running process's id, 0 when it is not running.
 func (h *Heartbeatd) PID() int { return h.srv.pid() }

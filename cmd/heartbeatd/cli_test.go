@@ -1,0 +1,122 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+)
+
+// runBinary runs the real heartbeatd binary with args and returns its exit code and output.
+func runBinary(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.HeartbeatdBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	default:
+		t.Fatalf("run heartbeatd %v: %v", args, err)
+	}
+	return code, out.String(), errOut.String()
+}
+
+// Secrets the check-config cases carry; none may ever show in its output.
+const (
+	redisPassword = "redis-pw-8d1f"
+	httpToken     = "http-token-77c2"
+	mqttPassword  = "mqtt-pw-3b9e"
+)
+
+const goodConfig = `
+redis: {addrs: ["127.0.0.1:6379"], password: "` + redisPassword + `"}
+types:
+  default: {timeout: 60s, repeat_every: 5m, max_repeats: 12}
+  gateway: {timeout: 30s, repeat_every: 1m}
+  temperature-sensor: {timeout: 10m}
+ingest:
+  mqtt:
+    brokers: ["tcp://user:` + mqttPassword + `@127.0.0.1:1883"]
+    subscriptions: [{topic: "devices/{device_id}/heartbeat"}]
+events:
+  kafka: {brokers: ["127.0.0.1:9092"]}
+http: {token: "` + httpToken + `"}
+`
+
+func TestCheckConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		config string
+		env    []string
+		code   int
+		want   []string // in stdout on success, in stderr on failure
+	}{
+		{name: "good", config: goodConfig, code: 0,
+			want: []string{": ok", "TYPE", "gateway", "30s", "temperature-sensor", "10m"}},
+		{name: "env override", config: goodConfig, env: []string{"HEARTBEATD_REDIS_PASSWORD=" + redisPassword + "-env"}, code: 0,
+			want: []string{": ok"}},
+		{name: "zero batch", code: 1, config: goodConfig + "\n" + `
+detection: {batch: 0}
+`, want: []string{"detection.batch"}},
+		{name: "zero type timeout", code: 1,
+			config: regexp.MustCompile(`gateway: \{timeout: 30s`).ReplaceAllString(goodConfig, "gateway: {timeout: 0s"),
+			want:   []string{"types.gateway.timeout"}},
+		{name: "unknown key", code: 1, config: goodConfig + "\nredis_url: x\n", want: []string{"redis_url"}},
+		{name: "nested unknown key", code: 1,
+			config: regexp.MustCompile(`password: "`).ReplaceAllString(goodConfig, `pasword: "`), want: []string{"redis.pasword"}},
+		{name: "bad broker with a password", code: 1,
+			config: regexp.MustCompile(`tcp://user`).ReplaceAllString(goodConfig, "gopher://user"), want: []string{"ingest.mqtt.brokers[0]"}},
+		{name: "missing file", code: 1, want: []string{"missing.yaml"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "missing.yaml")
+			if tc.config != "" {
+				path = filepath.Join(t.TempDir(), "heartbeatd.yaml")
+				require.NoError(t, os.WriteFile(path, []byte(tc.config), 0o600))
+			}
+			code, stdout, stderr := runBinary(t, tc.env, "check-config", "-config", path)
+			require.Equal(t, tc.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			shown := stdout
+			if tc.code != 0 {
+				shown = stderr
+			}
+			for _, w := range tc.want {
+				require.Contains(t, shown, w)
+			}
+			for _, secret := range []string{redisPassword, httpToken, mqttPassword} {
+				require.NotContains(t, stdout+stderr, secret, "check-config printed a secret")
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, stdout, stderr := runBinary(t, nil, "version")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `^heartbeatd \S+ \(commit \S+, go1\.\d+[^,]*, \w+/\w+\)\n$`, stdout)
+	require.Contains(t, stdout, runtime.Version())
+}
+
+func TestUnknownCommand(t *testing.T) {
+	code, _, stderr := runBinary(t, nil, "frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `unknown command "frobnicate"`)
+	require.Contains(t, stderr, "Usage:")
+}
