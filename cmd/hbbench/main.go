@@ -1,20 +1,28 @@
 // Command hbbench measures heartbeatd against baselines measured in the same run: it starts its own
-// redis-server (and an in-process Kafka), runs named scenarios and prints a table and JSON.
+// redis-server (and mosquitto, in-process kfake brokers and, for rss, the heartbeatd binary), runs named
+// scenarios and prints a table and, with -json, JSON. Every child process is stopped at the end, on
+// error and on Ctrl-C; on Linux the kernel kills them too if hbbench itself dies.
 //
-//	go run ./cmd/hbbench                       # the make bench size
-//	go run ./cmd/hbbench -devices 1000000      # 1M devices
+//	go run ./cmd/hbbench                                        # the make bench size
+//	go run ./cmd/hbbench -devices 1000000 -scenarios lateness,memory,rss
 //	go run ./cmd/hbbench -scenarios refresh,lateness -json out.json
+//
+// Scenarios: refresh, memory, ingest, lateness (with the keyspace-notification baseline), expiry,
+// recovered, rss; see docs/benchmarks.md.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -28,18 +36,41 @@ type result struct {
 	Note     string  `json:"note,omitempty"`
 }
 
+// options are the sizes of one run.
+type options struct {
+	Devices        int           // memory, lateness, keyspace baseline, rss, refresh fleet
+	Window         time.Duration // lateness deadlines spread over it
+	Duration       time.Duration // each timed refresh load (and the redis-benchmark size)
+	Signals        int           // ingest backlog
+	ExpiryDevices  int
+	RecoverDevices int
+	RefreshRate    int // signals/s of the load beside the lateness scenario; 0 = unpaced
+	Scenarios      []string
+	HeartbeatdBin  string
+	Progress       io.Writer // a line per figure as it is measured
+}
+
+func defaultOptions() options {
+	return options{Devices: 100_000, Window: 10 * time.Second, Duration: 5 * time.Second, Signals: 200_000,
+		ExpiryDevices: 100_000, RecoverDevices: 10_000, RefreshRate: 50_000, Progress: os.Stderr}
+}
+
 type env struct {
-	ctx     context.Context
-	redis   *redisServer
-	devices int
-	window  time.Duration
-	results []result
+	ctx      context.Context
+	opts     options
+	redis    *redisServer
+	results  []result
+	versions map[string]string
+	cleanups []func()
 }
 
 func (e *env) add(scenario, metric string, value float64, unit, note string) {
 	e.results = append(e.results, result{scenario, metric, value, unit, note})
-	fmt.Fprintf(os.Stderr, "  %-22s %-34s %14.2f %s %s\n", scenario, metric, value, unit, note)
+	fmt.Fprintf(e.opts.Progress, "  %-10s %-34s %14.2f %-9s %s\n", scenario, metric, value, unit, note)
 }
+
+// cleanup registers f to run when the run ends, in reverse order.
+func (e *env) cleanup(f func()) { e.cleanups = append(e.cleanups, f) }
 
 type scenario struct {
 	name string
@@ -52,64 +83,122 @@ func register(name string, run func(e *env) error) {
 	scenarios = append(scenarios, scenario{name, run})
 }
 
-func main() {
-	devices := flag.Int("devices", 100_000, "fleet size for the lateness, expiry and memory scenarios")
-	window := flag.Duration("window", 10*time.Second, "deadlines of the lateness scenario spread over this window")
-	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+names())
-	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
-	flag.Parse()
+// report is what a run measured.
+type report struct {
+	Devices  int               `json:"devices"`
+	Cores    int               `json:"cores"`
+	Go       string            `json:"go"`
+	Versions map[string]string `json:"versions"`
+	Results  []result          `json:"results"`
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+// run starts redis-server, runs the selected scenarios (all when none are named) one after another on a
+// flushed Redis and stops everything it started. A failed scenario does not stop the others; their
+// errors are joined.
+func run(ctx context.Context, opts options) (report, error) {
+	rep := report{Devices: opts.Devices, Cores: runtime.NumCPU(), Go: runtime.Version()}
+	for _, name := range opts.Scenarios {
+		if !contains(names(), name) {
+			return rep, fmt.Errorf("hbbench: unknown scenario %q (have %s)", name, strings.Join(names(), ","))
+		}
+	}
 	srv, err := startRedis(ctx)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "hbbench:", err)
-		os.Exit(1)
+		return rep, err
 	}
-	defer srv.stop()
-	e := &env{ctx: ctx, redis: srv, devices: *devices, window: *window}
-	fmt.Fprintf(os.Stderr, "hbbench: %d devices, %s, %d cores, %s\n", *devices, srv.version, runtime.NumCPU(), runtime.Version())
-	failed := false
+	e := &env{ctx: ctx, opts: opts, redis: srv, versions: map[string]string{"redis": srv.version}}
+	defer func() {
+		for i := len(e.cleanups) - 1; i >= 0; i-- {
+			e.cleanups[i]()
+		}
+		srv.stop()
+	}()
+	fmt.Fprintf(opts.Progress, "hbbench: %d devices, %s, %d cores, %s\n", opts.Devices, srv.version, runtime.NumCPU(), runtime.Version())
+	var errs []error
 	for _, s := range scenarios {
-		if *only != "" && !contains(strings.Split(*only, ","), s.name) {
+		if len(opts.Scenarios) > 0 && !contains(opts.Scenarios, s.name) {
 			continue
 		}
 		if err := srv.flush(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "hbbench:", err)
-			os.Exit(1)
+			errs = append(errs, err)
+			break
 		}
+		start := time.Now()
 		if err := s.run(e); err != nil {
-			fmt.Fprintf(os.Stderr, "hbbench: %s: %v\n", s.name, err)
-			failed = true
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
 		}
+		fmt.Fprintf(opts.Progress, "hbbench: %s took %s\n", s.name, time.Since(start).Round(100*time.Millisecond))
 		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
 			break
 		}
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	rep.Versions, rep.Results = e.versions, e.results
+	return rep, errors.Join(errs...)
+}
+
+func main() {
+	os.Exit(mainCode())
+}
+
+// mainCode is main with an exit code, so every deferred stop runs before the process exits.
+func mainCode() int {
+	o := defaultOptions()
+	flag.IntVar(&o.Devices, "devices", o.Devices, "fleet size for the refresh, memory, lateness (and keyspace baseline) and rss scenarios")
+	flag.DurationVar(&o.Window, "window", o.Window, "deadlines of the lateness scenario spread over this window")
+	flag.DurationVar(&o.Duration, "duration", o.Duration, "length of each timed refresh load")
+	flag.IntVar(&o.Signals, "signals", o.Signals, "backlog size of the ingest scenario (Kafka and MQTT)")
+	flag.IntVar(&o.ExpiryDevices, "expiry-devices", o.ExpiryDevices, "simultaneous deadlines of the expiry scenario")
+	flag.IntVar(&o.RecoverDevices, "recover-devices", o.RecoverDevices, "recovering devices of the recovered scenario")
+	flag.IntVar(&o.RefreshRate, "refresh-rate", o.RefreshRate, "signals/s of the refresh load during the lateness scenario (0 = as fast as it goes)")
+	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss scenario (default: go build ./cmd/heartbeatd)")
+	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names(), ","))
+	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
+	flag.Parse()
+	if *only != "" {
+		for _, s := range strings.Split(*only, ",") {
+			o.Scenarios = append(o.Scenarios, strings.TrimSpace(s))
+		}
+	}
+	if o.Devices <= 0 || o.Signals <= 0 || o.ExpiryDevices <= 0 || o.RecoverDevices <= 0 || o.Window <= 0 || o.Duration <= 0 {
+		fmt.Fprintln(os.Stderr, "hbbench: sizes, -window and -duration must be positive")
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, o)
+	printTable(os.Stdout, rep.Results)
+	code := 0
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hbbench:", err)
+		code = 1
+	}
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "hbbench:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+func printTable(w io.Writer, results []result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tmetric\tvalue\tunit\tnote")
-	for _, r := range e.results {
+	for _, r := range results {
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%s\n", r.Scenario, r.Metric, r.Value, r.Unit, r.Note)
 	}
 	tw.Flush()
-	if *jsonOut != "" {
-		b, _ := json.MarshalIndent(map[string]any{"devices": *devices, "redis": srv.version, "cores": runtime.NumCPU(), "results": e.results}, "", "  ")
-		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "hbbench:", err)
-			failed = true
-		}
-	}
-	if failed {
-		os.Exit(1)
-	}
 }
 
-func names() string {
+func names() []string {
 	var n []string
 	for _, s := range scenarios {
 		n = append(n, s.name)
 	}
-	return strings.Join(n, ",")
+	return n
 }
 
 func contains(list []string, s string) bool {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -19,36 +18,33 @@ import (
 type redisServer struct {
 	addr    string
 	version string
-	cmd     *exec.Cmd
-	dir     string
+	proc    *child
 	client  *redis.Client
 }
 
 func startRedis(ctx context.Context) (*redisServer, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	path, err := findBinary("redis-server")
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "hbbench-redis-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	if err := cmd.Start(); err != nil {
+	proc, err := startChild("redis-server", path, []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, nil, dir)
+	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start redis-server (apt-get install redis-server): %w", err)
+		return nil, err
 	}
-	s := &redisServer{addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd, dir: dir}
+	s := &redisServer{addr: fmt.Sprintf("127.0.0.1:%d", port), proc: proc}
 	s.client = redis.NewClient(&redis.Options{Addr: s.addr, PoolSize: 64})
-	deadline := time.Now().Add(10 * time.Second)
-	for s.client.Ping(ctx).Err() != nil {
-		if time.Now().After(deadline) {
-			s.stop()
-			return nil, fmt.Errorf("redis-server on %s did not answer", s.addr)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := proc.waitReady(ctx, 10*time.Second, func() error { return s.client.Ping(ctx).Err() }); err != nil {
+		s.stop()
+		return nil, err
 	}
 	info, _ := s.client.Info(ctx, "server").Result()
 	if m := regexp.MustCompile(`redis_version:(\S+)`).FindStringSubmatch(info); m != nil {
@@ -61,11 +57,7 @@ func (s *redisServer) flush(ctx context.Context) error { return s.client.FlushAl
 
 func (s *redisServer) stop() {
 	s.client.Close()
-	if s.cmd.Process != nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-	}
-	os.RemoveAll(s.dir)
+	s.proc.stop(10 * time.Second)
 }
 
 func (s *redisServer) usedMemory(ctx context.Context) (int64, error) {
@@ -83,9 +75,15 @@ func (s *redisServer) usedMemory(ctx context.Context) (int64, error) {
 }
 
 // redisBenchmark runs redis-benchmark against the server and returns its requests/s.
-func (s *redisServer) redisBenchmark(args ...string) (float64, error) {
+func (s *redisServer) redisBenchmark(ctx context.Context, args ...string) (float64, error) {
+	path, err := findBinary("redis-benchmark")
+	if err != nil {
+		return 0, err
+	}
 	host, port, _ := strings.Cut(s.addr, ":")
-	out, err := exec.Command("redis-benchmark", append([]string{"-h", host, "-p", port, "-q"}, args...)...).Output()
+	cmd := exec.CommandContext(ctx, path, append([]string{"-h", host, "-p", port, "-q"}, args...)...)
+	cmd.SysProcAttr = sysProcAttr()
+	out, err := cmd.Output()
 	if err != nil {
 		return 0, fmt.Errorf("redis-benchmark: %w", err)
 	}

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// The detection scenarios (lateness, expiry, recovered) run heartbeatd's detection path as the daemon
+// wires it — a scanner over every slot handing claims to the alarm handler, which publishes to Kafka and
+// then acknowledges in Redis — on hbbench's redis-server and an in-process kfake broker, by the wall
+// clock. This is the approach of pkg/alarm/bench_test.go (BenchmarkDetectionLateness,
+// BenchmarkSimultaneousExpiry, BenchmarkRecoveredLatency), which stay as they are for `go test -bench`.
+
+const eventsTopic = "heartbeat.events"
+
+// detectPolicyYAML: one type whose timeout outlasts every scenario, so only the devices a scenario
+// schedules come due, and no repeats, so every device yields exactly one interrupted event.
+const detectPolicyYAML = `
+types:
+  default: {timeout: 30s, repeat_every: 0s}
+`
+
+// published is one event Kafka acknowledged, with the wall-clock time Publish returned.
+type published struct {
+	event.Event
+	acked time.Time
+}
+
+// ackedSink sits in front of the real publisher and records every event Kafka acknowledged.
+type ackedSink struct {
+	next  event.Sink
+	mu    sync.Mutex
+	got   []published
+	count map[event.Kind]int
+}
+
+func (s *ackedSink) Publish(ctx context.Context, events []event.Event) []error {
+	errs := s.next.Publish(ctx, events)
+	acked := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, e := range events {
+		if errs[i] == nil {
+			s.got = append(s.got, published{e, acked})
+			s.count[e.Kind]++
+		}
+	}
+	return errs
+}
+
+// waitFor polls until n events of kind were acknowledged and returns all events so far.
+func (s *ackedSink) waitFor(ctx context.Context, kind event.Kind, n int, timeout time.Duration) ([]published, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		s.mu.Lock()
+		count, got := s.count[kind], s.got
+		s.mu.Unlock()
+		if count >= n {
+			return got, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("hbbench: %d of %d %s events after %s", count, n, kind, timeout)
+		}
+		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (s *ackedSink) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got, s.count = nil, map[event.Kind]int{}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// detectRig is the store, publisher and policies of one detection scenario on a fresh kfake broker.
+type detectRig struct {
+	store    *deadline.Store
+	sink     *ackedSink
+	policies *config.Policies
+	pub      *event.Publisher
+	kafka    *kafkaBroker
+}
+
+func newDetectRig(e *env) (*detectRig, error) {
+	cfg, err := config.Parse([]byte(detectPolicyYAML), func(string) (string, bool) { return "", false })
+	if err != nil {
+		return nil, err
+	}
+	r := &detectRig{policies: cfg.Policies()}
+	timeout := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.Timeout }
+	if r.store, err = deadline.New(e.redis.client, deadline.Options{Slots: config.DefaultSlots, Timeout: timeout}); err != nil {
+		return nil, err
+	}
+	if err := r.store.Load(e.ctx, r.policies.Names()...); err != nil {
+		return nil, err
+	}
+	if r.kafka, err = startKafka(12, eventsTopic); err != nil {
+		return nil, err
+	}
+	if r.pub, err = event.NewPublisher(event.PublisherOptions{Brokers: r.kafka.addrs, Topic: eventsTopic}); err != nil {
+		r.kafka.stop()
+		return nil, err
+	}
+	r.sink = &ackedSink{next: r.pub, count: map[event.Kind]int{}}
+	return r, nil
+}
+
+func (r *detectRig) close() {
+	_ = r.pub.Close()
+	r.kafka.stop()
+}
+
+// timeout is the silence timeout of the rig's one type.
+func (r *detectRig) timeout() time.Duration { return r.policies.Default().Timeout }
+
+// startScanner runs a scanner over every slot with the daemon's detection defaults, handing claims to an
+// alarm handler; the returned function stops it and waits.
+func (r *detectRig) startScanner() (stop func() error) {
+	h := alarm.NewHandler(alarm.HandlerOptions{Store: r.store, Sink: r.sink, Policies: func() *config.Policies { return r.policies }})
+	slots := make([]int, r.store.Slots())
+	for i := range slots {
+		slots[i] = i
+	}
+	sc := deadline.NewScanner(deadline.ScannerOptions{Store: r.store, Slots: func() []int { return slots }, Handle: h.Handle,
+		MaxIdleWait: config.DefaultMaxIdleWait, Lease: config.DefaultLease, Batch: config.DefaultDetectionBatch})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	return func() error {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+}
+
+// schedule writes devices prefix0..n-1 so that device i's deadline is deadlineOf(i), in batches of 4096
+// typed signals.
+func (r *detectRig) schedule(ctx context.Context, prefix string, n int, deadlineOf func(i int) time.Time) error {
+	batch := make([]deadline.Signal, 0, 4096)
+	for i := range n {
+		batch = append(batch, deadline.Signal{Device: prefix + strconv.Itoa(i), Type: "default", Seen: deadlineOf(i).Add(-r.timeout())})
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := r.store.Refresh(ctx, batch); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	return nil
+}
+
+// firstDeadline leaves time to schedule n devices before the first of them is due (measured ≈300k
+// signals/s here; half that keeps a noisy machine clear of it).
+func firstDeadline(n int) time.Time {
+	return time.Now().Add(time.Second + time.Duration(n)*time.Second/150_000).Truncate(time.Millisecond)
+}
+
+// load describes a refresh load: batches of 256 signals for random devices prefix0..fleet-1.
+type load struct {
+	prefix  string
+	fleet   int
+	workers int
+	typed   bool
+	perSec  int // 0: as fast as Redis takes them
+}
+
+// refreshLoad sends the load until ctx ends and counts the signals Redis acknowledged in sent.
+func refreshLoad(ctx context.Context, st *deadline.Store, l load, sent *atomic.Int64) error {
+	const size = 256
+	var wg sync.WaitGroup
+	errs := make(chan error, l.workers)
+	start := time.Now()
+	for w := range l.workers {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(w), 7))
+			batch := make([]deadline.Signal, size)
+			for k := 0; ctx.Err() == nil; k++ {
+				if l.perSec > 0 {
+					// Batch k of this worker is due at k·size·workers/rate.
+					due := start.Add(time.Duration(k) * time.Duration(size*l.workers) * time.Second / time.Duration(l.perSec))
+					if sleepCtx(ctx, time.Until(due)) != nil {
+						return
+					}
+				}
+				now := time.Now()
+				for j := range batch {
+					d := rnd.IntN(l.fleet)
+					batch[j] = deadline.Signal{Device: l.prefix + strconv.Itoa(d), Seen: now}
+					if l.typed {
+						batch[j].Type = benchTypes[d%len(benchTypes)]
+					}
+				}
+				if err := st.Refresh(ctx, batch); err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				sent.Add(size)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// ms is a duration in milliseconds with µs precision.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// quantile returns the q-quantile of sorted (nearest rank).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+// latenessScenario: -devices devices whose deadlines are spread evenly over -window while a refresh load
+// (-refresh-rate signals/s) moves other devices' deadlines; then the keyspace baseline on the same server
+// with the same devices and window. Lateness is the event's time minus the deadline it reports (what
+// detection_lateness_seconds observes); "acked" adds the publish to Kafka. Goal: p99 ≤ 50 ms, max ≤
+// 250 ms, never early.
+func latenessScenario(e *env) error {
+	n, window := e.opts.Devices, e.opts.Window
+	r, err := newDetectRig(e)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	t0 := firstDeadline(n)
+	deadlineOf := func(i int) time.Time {
+		return t0.Add(time.Duration(i) * window / time.Duration(n)).Truncate(time.Millisecond)
+	}
+	if err := r.schedule(e.ctx, "device-", n, deadlineOf); err != nil {
+		return err
+	}
+	if !time.Now().Before(t0) {
+		return fmt.Errorf("hbbench: scheduling %d devices outlasted the margin before the first deadline", n)
+	}
+	stop := r.startScanner()
+	ctx, cancel := context.WithCancel(e.ctx)
+	var signals atomic.Int64
+	loadDone := make(chan error, 1)
+	loadStart := time.Now()
+	go func() {
+		loadDone <- refreshLoad(ctx, r.store, load{prefix: "busy-", fleet: max(n, 10_000), workers: 2, typed: true, perSec: e.opts.RefreshRate}, &signals)
+	}()
+	got, waitErr := r.sink.waitFor(e.ctx, event.Interrupted, n, window+time.Minute)
+	cancel()
+	loadErr := <-loadDone
+	loadTime := time.Since(loadStart)
+	if err := errors.Join(waitErr, loadErr, stop()); err != nil {
+		return err
+	}
+	var lateness, acked []time.Duration
+	early := 0
+	var last time.Time
+	for _, p := range got {
+		if p.Kind != event.Interrupted {
+			continue
+		}
+		i, err := strconv.Atoi(p.DeviceID[len("device-"):])
+		if err != nil {
+			return fmt.Errorf("hbbench: event for %q: %w", p.DeviceID, err)
+		}
+		if !p.Deadline.Equal(deadlineOf(i)) {
+			return fmt.Errorf("hbbench: device %d: deadline %s, scheduled %s", i, p.Deadline, deadlineOf(i))
+		}
+		l := p.At.Sub(p.Deadline)
+		if l < 0 || p.acked.Before(p.Deadline) {
+			early++
+		}
+		lateness = append(lateness, l)
+		acked = append(acked, p.acked.Sub(p.Deadline))
+		last = maxTime(last, p.acked)
+	}
+	slices.Sort(lateness)
+	slices.Sort(acked)
+	note := fmt.Sprintf("%d devices over %s", n, window)
+	e.add("lateness", "heartbeatd lateness p50", ms(quantile(lateness, 0.5)), "ms", note)
+	e.add("lateness", "heartbeatd lateness p99", ms(quantile(lateness, 0.99)), "ms", "goal ≤ 50")
+	e.add("lateness", "heartbeatd lateness max", ms(quantile(lateness, 1)), "ms", "goal ≤ 250")
+	e.add("lateness", "heartbeatd acked p99", ms(quantile(acked, 0.99)), "ms", "event acknowledged by Kafka")
+	e.add("lateness", "heartbeatd acked max", ms(quantile(acked, 1)), "ms", "")
+	e.add("lateness", "heartbeatd early events", float64(early), "count", "must be 0")
+	e.add("lateness", "heartbeatd events/s", float64(n)/last.Sub(t0).Seconds(), "events/s", "")
+	e.add("lateness", "concurrent refresh load", float64(signals.Load())/loadTime.Seconds(), "signals/s", fmt.Sprintf("other devices, target %d/s", e.opts.RefreshRate))
+	if err := e.redis.flush(e.ctx); err != nil {
+		return err
+	}
+	return keyspaceBaseline(e, "lateness", "keyspace SET PX ")
+}
+
+// expiryScenario: -expiry-devices devices with one and the same deadline; the time from that deadline
+// until Kafka acknowledged every interrupted event. Goal at 100k: ≤ 2 s.
+func expiryScenario(e *env) error {
+	n := e.opts.ExpiryDevices
+	r, err := newDetectRig(e)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	d := firstDeadline(n)
+	if err := r.schedule(e.ctx, "device-", n, func(int) time.Time { return d }); err != nil {
+		return err
+	}
+	if !time.Now().Before(d) {
+		return fmt.Errorf("hbbench: scheduling %d devices outlasted the margin before the deadline", n)
+	}
+	stop := r.startScanner()
+	got, waitErr := r.sink.waitFor(e.ctx, event.Interrupted, n, time.Minute)
+	if err := errors.Join(waitErr, stop()); err != nil {
+		return err
+	}
+	var last time.Time
+	early := 0
+	for _, p := range got {
+		if p.At.Before(d) {
+			early++
+		}
+		last = maxTime(last, p.acked)
+	}
+	total := last.Sub(d)
+	e.add("expiry", "all events acked after", total.Seconds(), "s", fmt.Sprintf("%d simultaneous deadlines; goal ≤ 2 at 100k", n))
+	e.add("expiry", "events/s", float64(n)/total.Seconds(), "events/s", "")
+	e.add("expiry", "early events", float64(early), "count", "must be 0")
+	return nil
+}
+
+// recoveredScenario: -recover-devices interrupted devices signal again (untyped, as a device's message
+// usually is), spread over two seconds in batches of 100; the time from each Refresh's return to Kafka
+// acknowledging that device's recovered event. Goal: p99 ≤ 1 s.
+func recoveredScenario(e *env) error {
+	n := e.opts.RecoverDevices
+	const size = 100
+	r, err := newDetectRig(e)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	d := firstDeadline(n)
+	if err := r.schedule(e.ctx, "device-", n, func(int) time.Time { return d }); err != nil {
+		return err
+	}
+	stop := r.startScanner()
+	if _, err := r.sink.waitFor(e.ctx, event.Interrupted, n, time.Minute); err != nil {
+		return errors.Join(err, stop())
+	}
+	r.sink.reset()
+	signalled := make(map[string]time.Time, n)
+	start := time.Now()
+	batches := (n + size - 1) / size
+	for k := range batches {
+		if err := sleepCtx(e.ctx, time.Until(start.Add(time.Duration(k)*2*time.Second/time.Duration(batches)))); err != nil {
+			return errors.Join(err, stop())
+		}
+		batch := make([]deadline.Signal, 0, size)
+		for i := k * size; i < min(n, (k+1)*size); i++ {
+			batch = append(batch, deadline.Signal{Device: "device-" + strconv.Itoa(i), Seen: time.Now()})
+		}
+		if err := r.store.Refresh(e.ctx, batch); err != nil {
+			return errors.Join(err, stop())
+		}
+		returned := time.Now()
+		for _, s := range batch {
+			signalled[s.Device] = returned
+		}
+	}
+	got, waitErr := r.sink.waitFor(e.ctx, event.Recovered, n, time.Minute)
+	if err := errors.Join(waitErr, stop()); err != nil {
+		return err
+	}
+	var latency []time.Duration
+	for _, p := range got {
+		if p.Kind != event.Recovered {
+			continue
+		}
+		at, ok := signalled[p.DeviceID]
+		if !ok {
+			return fmt.Errorf("hbbench: recovered event for %s, which did not signal", p.DeviceID)
+		}
+		latency = append(latency, p.acked.Sub(at))
+	}
+	slices.Sort(latency)
+	note := fmt.Sprintf("%d devices, signal → recovered acked by Kafka", n)
+	e.add("recovered", "latency p50", ms(quantile(latency, 0.5)), "ms", note)
+	e.add("recovered", "latency p99", ms(quantile(latency, 0.99)), "ms", "goal ≤ 1000")
+	e.add("recovered", "latency max", ms(quantile(latency, 1)), "ms", "")
+	return nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

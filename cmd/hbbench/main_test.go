@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+)
+
+// TestScenariosTiny runs every scenario at a tiny size so the bench command keeps working: each must
+// produce its figures, detection must never be early and no event may be missing. No figure is
+// compared with a goal here (a shared machine is too noisy); docs/benchmarks.md holds the measurements.
+func TestScenariosTiny(t *testing.T) {
+	for _, bin := range []string{"redis-server", "redis-benchmark", "mosquitto"} {
+		if _, err := findBinary(bin); err != nil {
+			testenv.Need(t, bin, err)
+		}
+	}
+	opts := options{Devices: 2000, Window: time.Second, Duration: 300 * time.Millisecond, Signals: 2000,
+		ExpiryDevices: 2000, RecoverDevices: 200, RefreshRate: 20_000, HeartbeatdBin: testenv.HeartbeatdBinary(t),
+		Progress: io.Discard}
+	if testing.Verbose() {
+		opts.Progress = testWriter{t}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := run(ctx, opts)
+	require.NoError(t, err)
+
+	got := map[string]map[string]float64{}
+	for _, r := range rep.Results {
+		if got[r.Scenario] == nil {
+			got[r.Scenario] = map[string]float64{}
+		}
+		got[r.Scenario][r.Metric] = r.Value
+	}
+	positive := map[string][]string{
+		"refresh":   {"redis-benchmark -P 64 ZADD GT", "deadline.Refresh typed", "deadline.Refresh untyped"},
+		"memory":    {"redis bytes per device"},
+		"ingest":    {"deadline.Refresh 256/call", "kafka → redis (from start)", "kafka → redis (from 1st write)", "mqtt plain QoS 1 subscriber", "mqtt → redis"},
+		"lateness":  {"heartbeatd lateness max", "heartbeatd acked max", "heartbeatd events/s", "concurrent refresh load", "keyspace SET PX lateness max"},
+		"expiry":    {"all events acked after", "events/s"},
+		"recovered": {"latency p50", "latency p99", "latency max"},
+		"rss":       {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
+	}
+	for _, s := range names() {
+		require.Contains(t, positive, s, "scenario %s has no expected figures in this test", s)
+	}
+	for s, metrics := range positive {
+		for _, m := range metrics {
+			require.Contains(t, got[s], m, "%s: %s not reported", s, m)
+			require.Greater(t, got[s][m], 0.0, "%s: %s", s, m)
+		}
+	}
+	require.Contains(t, got["lateness"], "heartbeatd lateness p99")
+	require.Contains(t, got["rss"], "RSS growth per device")
+	zero := map[string][]string{
+		"lateness": {"heartbeatd early events", "keyspace SET PX missing events"},
+		"expiry":   {"early events"},
+	}
+	for s, metrics := range zero {
+		for _, m := range metrics {
+			require.Contains(t, got[s], m, "%s: %s not reported", s, m)
+			require.Zero(t, got[s][m], "%s: %s", s, m)
+		}
+	}
+}
+
+func TestUnknownScenario(t *testing.T) {
+	_, err := run(context.Background(), options{Scenarios: []string{"nope"}, Progress: io.Discard})
+	require.ErrorContains(t, err, `unknown scenario "nope"`)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
