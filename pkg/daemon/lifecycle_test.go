@@ -1,0 +1,165 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// shutdownTimeout is the config's shutdown_timeout in these tests: Run must return within it.
+const shutdownTimeout = 5 * time.Second
+
+func writeConfig(t *testing.T, redisAddr, mqttAddr string, kafka []string, httpAddr string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "heartbeatd.yaml")
+	cfg := fmt.Sprintf(`
+redis: {addrs: [%q], slots: 4}
+types:
+  default: {timeout: 500ms, repeat_every: 0s}
+ingest:
+  mqtt:
+    brokers: [%q]
+    client_id: lifecycle
+    subscriptions: [{topic: "devices/{device_id}/heartbeat"}]
+events:
+  kafka: {brokers: [%q]}
+detection: {grace_after_outage: 100ms}
+http: {listen: %q}
+shutdown_timeout: %s
+`, redisAddr, mqttAddr, strings.Join(kafka, ","), httpAddr, shutdownTimeout)
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	return path
+}
+
+// runDaemon starts Run in a goroutine; the returned channel yields its result.
+func runDaemon(t *testing.T, ctx context.Context, path string, started func(string)) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{ConfigPath: path, Build: BuildInfo{Version: "test"}, Logger: zaptest.NewLogger(t),
+			Reload: make(chan struct{}), Started: started})
+	}()
+	return done
+}
+
+// awaitReturn asserts Run returns nil within the shutdown timeout (plus slack for a loaded machine).
+func awaitReturn(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(shutdownTimeout + 2*time.Second):
+		t.Fatalf("Run did not return within shutdown_timeout %v", shutdownTimeout)
+	}
+}
+
+// TestRunStopsCleanly runs the whole daemon on real servers, takes one signal to an interrupted event so
+// every component has done real work (connections, scanner, publisher), cancels, and checks that Run
+// returns nil and leaves no goroutine behind.
+func TestRunStopsCleanly(t *testing.T) {
+	rdb := testenv.StartRedis(t)
+	broker := testenv.StartMosquitto(t)
+	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	path := writeConfig(t, rdb.Addr, broker.Addr, kafka.Addrs, httpAddr)
+	// The servers' own goroutines (kfake runs in-process, testenv waits on its children) are not ours.
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan string, 1)
+	done := runDaemon(t, ctx, path, func(addr string) { started <- addr })
+	select {
+	case addr := <-started:
+		require.Equal(t, httpAddr, addr)
+	case err := <-done:
+		t.Fatalf("Run ended before it started: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not start within 20s")
+	}
+
+	// No keep-alive connection may outlive the test: its goroutines would count as a leak.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	require.Eventually(t, func() bool {
+		resp, err := client.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 20*time.Second, 20*time.Millisecond)
+
+	dev := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.Addr).SetClientID("lifecycle-device"))
+	tok := dev.Connect()
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	tok = dev.Publish("devices/dev-1/heartbeat", 1, false, "")
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	dev.Disconnect(0)
+
+	var ev event.Event
+	require.Eventually(t, func() bool {
+		for _, r := range kafka.ReadAll(t, "heartbeat.events", 1, 2*time.Second) {
+			e, err := event.Decode(r.Value)
+			require.NoError(t, err)
+			if e.DeviceID == "dev-1" {
+				ev = e
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, event.Interrupted, ev.Kind)
+
+	cancel()
+	awaitReturn(t, done)
+	_, err := client.Get("http://" + httpAddr + "/healthz")
+	require.Error(t, err, "the HTTP server must be closed once Run returns")
+}
+
+// TestRunStopsWhileWaitingForRedis: heartbeatd may start before Redis; a shutdown while it waits must not
+// hang in the retry loop or leave its HTTP server and clients behind.
+func TestRunStopsWhileWaitingForRedis(t *testing.T) {
+	broker := testenv.StartMosquitto(t)
+	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
+	noRedis := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	path := writeConfig(t, noRedis, broker.Addr, kafka.Addrs, httpAddr)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runDaemon(t, ctx, path, func(string) { t.Error("Started called without Redis") })
+
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := client.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == http.StatusServiceUnavailable
+	}, 20*time.Second, 20*time.Millisecond, "/readyz must answer 503 while Redis is awaited")
+	require.Contains(t, body, "redis")
+
+	cancel()
+	awaitReturn(t, done)
+}
