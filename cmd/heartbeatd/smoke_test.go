@@ -231,3 +231,28 @@ func TestSmokeReadyzFollowsRedis(t *testing.T) {
 	_, clean := s.hb.Stop(t)
 	require.True(t, clean, s.hb.LogTail())
 }
+
+// TestSmokeStopWhileRedisDown: SIGTERM while Redis is down and signals wait unacknowledged still ends
+// heartbeatd cleanly within 5s, and nothing is lost: the broker delivers the signals again to the next
+// run, which turns them into events.
+func TestSmokeStopWhileRedisDown(t *testing.T) {
+	s := startSmoke(t)
+	s.redis.Stop(t)
+	devices := []string{"held-1", "held-2", "held-3"}
+	for _, d := range devices {
+		s.publish(t, d, `{"type":"gateway"}`)
+	}
+	require.Eventually(t, func() bool { return strings.Contains(s.hb.Log(), "deadline refresh failed") },
+		10*time.Second, 20*time.Millisecond, s.hb.LogTail())
+
+	took, clean := s.hb.Stop(t)
+	t.Logf("SIGTERM with Redis down and signals held: %v", took)
+	require.True(t, clean, "heartbeatd must exit with status 0 within its shutdown timeout\n%s", s.hb.LogTail())
+	require.Less(t, took, 5*time.Second)
+
+	s.redis.Start(t)
+	s.hb.Start(t)
+	for _, d := range devices {
+		s.awaitEvent(t, d, event.Interrupted)
+	}
+}

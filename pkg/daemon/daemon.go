@@ -194,6 +194,11 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 
 func (d *daemon) buildSources() error {
 	in := d.cfg.Ingest
+	// A source waits at shutdown for its submitted messages to be acknowledged. Left at the sources'
+	// default (5s) that wait could use all of shutdown_timeout while Redis is down, and every stage after
+	// it would be cut off; half leaves the chain, scanners and clients the other half. What is not
+	// acknowledged by then is delivered again by the broker.
+	drain := d.cfg.ShutdownTimeout / 2
 	if in.MQTT.Enabled {
 		tlsCfg, err := in.MQTT.TLS.Build()
 		if err != nil {
@@ -205,7 +210,7 @@ func (d *daemon) buildSources() error {
 		}
 		src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: in.MQTT.Brokers, ClientID: in.MQTT.ClientID,
 			Username: in.MQTT.Username, Password: in.MQTT.Password, TLS: tlsCfg, QoS: byte(in.MQTT.QoS),
-			Subscriptions: subs, Logger: d.log})
+			Subscriptions: subs, DrainTimeout: drain, Logger: d.log})
 		if err != nil {
 			return err
 		}
@@ -221,7 +226,7 @@ func (d *daemon) buildSources() error {
 			return fmt.Errorf("ingest.kafka.sasl: %w", err)
 		}
 		src, err := ingest.NewKafkaSource(ingest.KafkaOptions{Brokers: in.Kafka.Brokers, Topics: in.Kafka.Topics,
-			GroupID: in.Kafka.GroupID, TLS: tlsCfg, SASL: mech, Logger: d.log})
+			GroupID: in.Kafka.GroupID, TLS: tlsCfg, SASL: mech, DrainTimeout: drain, Logger: d.log})
 		if err != nil {
 			return err
 		}

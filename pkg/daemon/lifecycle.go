@@ -72,7 +72,12 @@ func (l *lifecycle) run(ctx context.Context, timeout time.Duration) error {
 		l.log.Error("component failed; shutting down", zap.String("component", name))
 		cause = fmt.Errorf("%s failed", name)
 	}
-	deadline := time.Now().Add(timeout)
+	// The ordered stop gets most of the timeout. If a stage is still running when it is used up, every
+	// stage not yet stopped is cancelled at once and they share the rest: waiting for them one after
+	// another would report stages that were never even asked to stop as stuck, and leave them running.
+	grace := min(timeout/10, time.Second)
+	deadline := time.Now().Add(timeout - grace)
+	expired := false
 	var errs []error
 	if cause != nil {
 		errs = append(errs, cause)
@@ -80,12 +85,20 @@ func (l *lifecycle) run(ctx context.Context, timeout time.Duration) error {
 	for i := len(rs) - 1; i >= 0; i-- {
 		r, s := rs[i], l.stages[i]
 		r.cancel()
+		if !waitUntil(r.done, deadline) && !expired {
+			expired = true
+			for _, rest := range rs[:i] {
+				rest.cancel()
+			}
+			deadline = time.Now().Add(grace)
+			waitUntil(r.done, deadline)
+		}
 		select {
 		case <-r.done:
 			if r.err != nil && !errors.Is(r.err, context.Canceled) {
 				errs = append(errs, fmt.Errorf("%s: %w", s.name, r.err))
 			}
-		case <-time.After(time.Until(deadline)):
+		default:
 			errs = append(errs, fmt.Errorf("%s did not stop within the shutdown timeout", s.name))
 		}
 	}
@@ -96,4 +109,22 @@ func (l *lifecycle) run(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// waitUntil waits for done until deadline and reports whether it closed; a closed done wins over a
+// deadline already past.
+func waitUntil(done <-chan struct{}, deadline time.Time) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
