@@ -24,6 +24,7 @@ func TestChaosRedisFull(t *testing.T) {
 	f.keep(ids("keeper", max(n/10, 10)))
 
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "1").Err())
+	fullSince := time.Now()
 	full := ids("full", n)
 	require.NoError(t, p.signal(full, nil))
 
@@ -33,6 +34,7 @@ func TestChaosRedisFull(t *testing.T) {
 		ready = body
 		return code != http.StatusOK
 	}), "readyz stayed 200 while Redis refused writes: %s", ready)
+	t.Logf("readyz while Redis is full: %s", ready)
 	require.True(t, poll(30*time.Second, func() bool { return strings.Contains(hb.Log(), "OOM") }),
 		"no OOM error in the log\n%s", hb.LogTail())
 	// Nothing was stored while Redis was full; anything heartbeatd acknowledged meanwhile is gone for good.
@@ -44,6 +46,8 @@ func TestChaosRedisFull(t *testing.T) {
 	}
 	require.Zero(t, stored, "devices stored while Redis refused writes")
 
+	// Full for three timeouts at least: keepers' deadlines pass while their signals cannot be stored.
+	time.Sleep(time.Until(fullSince.Add(3 * timeout)))
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "0").Err())
 	waitReady(t, hb)
 	r := tally{scenario: "redis_full", devices: n, expected: n}
@@ -70,5 +74,5 @@ func TestChaosRedisFull(t *testing.T) {
 	ev := f.events.tallyInterrupted("redis_full", n, concat(full, bar))
 	r.falses, r.dup = ev.falses, ev.dup
 	r.detail = append(r.detail, ev.detail...)
-	report(t, r, hb.LogTail)
+	reportKnownBug(t, r, holdBackBug, hb.LogTail)
 }
