@@ -63,10 +63,11 @@ type HoldBack struct {
 	opts HoldBackOptions
 	log  *zap.Logger
 
-	mu      sync.Mutex
-	local   outage // this replica's
-	status  HoldBackStatus
-	changed chan struct{}
+	mu         sync.Mutex
+	local      outage    // this replica's
+	lastShared time.Time // when Redis last took this replica's view
+	status     HoldBackStatus
+	changed    chan struct{}
 }
 
 // outage is one replica's view: start zero = none; end zero = ongoing.
@@ -195,8 +196,17 @@ func (h *HoldBack) tick(ctx context.Context) error {
 	pipe.Set(ctx, h.opts.Keys.Alive(), now.UnixMilli(), 0)
 	all := pipe.HGetAll(ctx, h.opts.Keys.Health())
 	if _, err := pipe.Exec(ctx); err != nil {
+		h.redisDown(now)
 		return fmt.Errorf("alarm: share hold-back state: %w", err)
 	}
+	h.mu.Lock()
+	h.lastShared = now
+	if o := &h.local; o.reason == redisUnreachable && !o.start.IsZero() && o.end.IsZero() {
+		o.end = now
+		h.log.Info("Redis takes writes again; grace before claiming what fell inside the outage",
+			zap.Duration("lasted", now.Sub(o.start)), zap.Duration("grace", o.grace))
+	}
+	h.mu.Unlock()
 	var stale []string
 	status := HoldBackStatus{}
 	for replica, v := range all.Val() {
@@ -247,6 +257,45 @@ func (h *HoldBack) tick(ctx context.Context) error {
 	return nil
 }
 
+// redisUnreachable is the reason of an outage redisDown opened; the next successful tick ends it.
+const redisUnreachable = "redis unreachable"
+
+// redisDown opens (or keeps open) this replica's outage from the last time Redis took its view: while
+// Redis refuses writes the ingest chain stores no signal, so a deadline that passes meanwhile says nothing
+// about the device. The hold applies at once, locally, because the scanners may reach Redis again before
+// the next tick shares it; the next successful tick ends the outage and starts its grace, in which the
+// backlog the sources kept unacknowledged is stored.
+func (h *HoldBack) redisDown(now time.Time) {
+	h.mu.Lock()
+	since := h.lastShared
+	if since.IsZero() || since.After(now) {
+		since = now
+	}
+	o := &h.local
+	if !o.holding(now) || since.Before(o.start) {
+		if !o.holding(now) {
+			h.log.Warn("Redis refuses writes: holding detection back", zap.Time("since", since))
+		}
+		o.start = since
+	}
+	o.end, o.grace, o.reason = time.Time{}, h.opts.Grace(), redisUnreachable
+	wasActive := h.status.Active
+	if !h.status.Active || o.start.Before(h.status.Since) {
+		h.status.Since, h.status.Reason = o.start, o.reason
+	}
+	h.status.Active, h.status.Until = true, time.Time{}
+	h.mu.Unlock()
+	if !wasActive {
+		if h.opts.OnChange != nil {
+			h.opts.OnChange(true)
+		}
+		select {
+		case h.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // updateLocal folds the probes into this replica's outage: trouble opens one (or reopens one still in
 // its grace, keeping its start), health ends it, and an ended one is forgotten after its grace.
 func (h *HoldBack) updateLocal(now time.Time, grace time.Duration) {
@@ -274,7 +323,7 @@ func (h *HoldBack) updateLocal(now time.Time, grace time.Duration) {
 			h.log.Warn("ingest outage: holding detection back", zap.Time("since", since), zap.Strings("sources", why))
 		}
 		o.end, o.grace, o.reason = time.Time{}, grace, strings.Join(why, "; ")
-	case !o.start.IsZero() && o.end.IsZero():
+	case !o.start.IsZero() && o.end.IsZero() && o.reason != redisUnreachable:
 		o.end, o.grace = now, grace
 		h.log.Info("ingest outage over; grace before claiming what fell inside it", zap.Duration("lasted", now.Sub(o.start)), zap.Duration("grace", grace))
 	case !o.start.IsZero() && !o.holding(now):
