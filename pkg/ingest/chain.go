@@ -62,11 +62,14 @@ type Chain struct {
 	log       *zap.Logger
 	m         *metrics
 
-	in     chan item
-	dlq    chan dlJob
-	tokens chan struct{} // one per batch between dispatch and acknowledgement
-	freed  chan struct{} // a batch was released: the batcher may stop lingering
-	done   chan struct{} // closed when Run returns
+	in  chan item
+	dlq chan dlJob
+	// dlFailing is set while the dead-letter topic refuses writes: a full queue then drops at once
+	// instead of waiting for room that will not come.
+	dlFailing atomic.Bool
+	tokens    chan struct{} // one per batch between dispatch and acknowledgement
+	freed     chan struct{} // a batch was released: the batcher may stop lingering
+	done      chan struct{} // closed when Run returns
 
 	inFlight atomic.Int64
 	seq      uint64 // batcher only

@@ -335,6 +335,23 @@ func TestChainDeadLetterFailureDoesNotHoldUpInput(t *testing.T) {
 	require.Equal(t, 1.0, counter(t, f.reg, "heartbeatd_deadletters_lost_total", nil))
 }
 
+// TestChainDeadLettersAFloodLargerThanItsQueue: a burst of bad input far larger than the dead-letter
+// queue loses no dead letter while the topic takes writes, and the valid message after it is applied.
+func TestChainDeadLettersAFloodLargerThanItsQueue(t *testing.T) {
+	const bad = 5000
+	ref := &fakeRefresher{}
+	f := startChain(t, ref, ingest.ChainOptions{})
+	for i := range bad {
+		f.submit(t, i, ingest.Message{}) // no device id
+	}
+	f.submit(t, bad, ingest.Message{Key: []byte("ok")})
+	require.Eventually(t, func() bool { return f.acks.n() == bad+1 }, 20*time.Second, time.Millisecond)
+	require.Len(t, f.dl.letters(), bad, "every bad message has its dead letter")
+	require.Zero(t, counter(t, f.reg, "heartbeatd_deadletters_lost_total", nil))
+	_, c := f.acks.snapshot()
+	require.Equal(t, 1, c[bad], "the valid message is applied")
+}
+
 func TestChainStopsWithoutAcknowledgingUnwritten(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })

@@ -22,8 +22,12 @@ type batchDeadLetterSink interface {
 	PublishDeadLetters(ctx context.Context, ds []event.DeadLetter) []error
 }
 
-// deadLetter counts bad input and queues its dead letter. It never blocks the valid signals: when the
-// dead-letter queue is full the message is acknowledged without its dead letter (counted and logged).
+// deadLetter counts bad input and queues its dead letter. A burst larger than the queue waits for room
+// while the dead-letter topic takes writes (the writer drains thousands a second, so valid neighbours wait
+// for milliseconds, never for a broken topic): losing the dead letters of a flood would break SPEC §4's
+// promise that every bad message reaches the topic. While the topic refuses writes, or after waiting
+// DeadLetterTimeout, the message is acknowledged without its dead letter (counted and logged), so bad
+// input can never stall the good.
 func (c *Chain) deadLetter(ctx context.Context, m *Message, src *sourceMetrics, reason string, now time.Time) error {
 	src.deadLetter.Inc()
 	c.m.deadLetters.WithLabelValues(reason).Inc()
@@ -38,14 +42,28 @@ func (c *Chain) deadLetter(ctx context.Context, m *Message, src *sourceMetrics, 
 	if len(m.Key) > 0 {
 		d.Key = append([]byte(nil), m.Key...)
 	}
+	job := dlJob{dl: d, ack: m.Ack}
 	select {
-	case c.dlq <- dlJob{dl: d, ack: m.Ack}:
+	case c.dlq <- job:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("ingest: submit: %w", ctx.Err())
 	case <-c.done:
 		return ErrChainStopped
 	default:
+	}
+	if !c.dlFailing.Load() {
+		wait := time.NewTimer(c.opts.DeadLetterTimeout)
+		defer wait.Stop()
+		select {
+		case c.dlq <- job:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("ingest: submit: %w", ctx.Err())
+		case <-c.done:
+			return ErrChainStopped
+		case <-wait.C:
+		}
 	}
 	c.m.deadLetterLost.Inc()
 	c.log.Error("dead-letter queue full; acknowledging bad input without its dead letter",
@@ -59,7 +77,7 @@ func (c *Chain) deadLetter(ctx context.Context, m *Message, src *sourceMetrics, 
 // deadLetterLoop writes queued dead letters in bursts, each retried with backoff for at most
 // DeadLetterTimeout, then acknowledges their messages.
 func (c *Chain) deadLetterLoop(ctx context.Context) {
-	jobs := make([]dlJob, 0, 64)
+	jobs := make([]dlJob, 0, 256)
 	for {
 		select {
 		case <-ctx.Done():
@@ -116,6 +134,7 @@ func (c *Chain) publishDeadLetters(ctx context.Context, jobs []dlJob) bool {
 			failed = append(failed, j)
 		}
 		pending = failed
+		c.dlFailing.Store(len(failed) > 0)
 	}
 	for _, j := range pending {
 		c.m.deadLetterLost.Inc()

@@ -31,7 +31,9 @@
 //   - A new Kafka group starts at the oldest retained offset: replaying old signals never moves a
 //     deadline back, and skipping them could miss devices that went silent while no group existed.
 //   - Dead letters are retried for ChainOptions.DeadLetterTimeout, then the bad message is acknowledged
-//     without one (heartbeatd_deadletters_lost_total): bad input must never stall the good.
+//     without one (heartbeatd_deadletters_lost_total): bad input must never stall the good. A flood of
+//     bad input larger than the dead-letter queue waits for room while the topic takes writes (a few ms
+//     for valid neighbours), and is dropped at once while the topic refuses them.
 //
 // # Broker settings that matter
 //
