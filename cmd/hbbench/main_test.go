@@ -59,7 +59,7 @@ func TestScenariosTiny(t *testing.T) {
 	require.Contains(t, got["lateness"], "heartbeatd lateness p99")
 	require.Contains(t, got["rss"], "RSS growth per device")
 	zero := map[string][]string{
-		"lateness": {"heartbeatd early events", "heartbeatd missing events", "keyspace SET PX missing events"},
+		"lateness": {"heartbeatd early events", "heartbeatd missing events", "heartbeatd wrong-deadline events", "keyspace SET PX missing events"},
 		"expiry":   {"early events"},
 	}
 	for s, metrics := range zero {
