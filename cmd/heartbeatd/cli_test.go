@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,4 +120,25 @@ func TestUnknownCommand(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, `unknown command "frobnicate"`)
 	require.Contains(t, stderr, "Usage:")
+}
+
+// TestRunRefusesToStart: `heartbeatd run` on a bad config, or on an HTTP address already taken, exits 1
+// at once with a message naming the cause, instead of running half-configured.
+func TestRunRefusesToStart(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte(regexp.MustCompile(`gateway: \{timeout: 30s`).ReplaceAllString(goodConfig, "gateway: {timeout: 0s")), 0o600))
+	code, _, stderr := runBinary(t, nil, "run", "-config", bad)
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, "types.gateway.timeout")
+	require.NotContains(t, stderr, redisPassword)
+
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	good := filepath.Join(dir, "good.yaml")
+	require.NoError(t, os.WriteFile(good, []byte(goodConfig), 0o600))
+	code, _, stderr = runBinary(t, []string{"HEARTBEATD_HTTP_LISTEN=" + taken.Addr().String()}, "run", "-config", good)
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, "http.listen")
 }

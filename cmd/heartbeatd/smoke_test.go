@@ -249,6 +249,11 @@ func TestSmokeStopWhileRedisDown(t *testing.T) {
 	t.Logf("SIGTERM with Redis down and signals held: %v", took)
 	require.True(t, clean, "heartbeatd must exit with status 0 within its shutdown timeout\n%s", s.hb.LogTail())
 	require.Less(t, took, 5*time.Second)
+	// go-redis's own complaints go through the daemon's logger, not as bare "redis: …" lines that break
+	// a JSON log apart.
+	for _, line := range strings.Split(s.hb.Log(), "\n") {
+		require.False(t, strings.HasPrefix(line, "redis: "), "unstructured log line: %s", line)
+	}
 
 	s.redis.Start(t)
 	s.hb.Start(t)

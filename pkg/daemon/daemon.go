@@ -66,6 +66,11 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 		defer func() { _ = log.Sync() }()
+		// go-redis prints its connection errors with the standard log package: plain text between the
+		// JSON lines, dozens a second while Redis is down. Every failure it reports also fails a call
+		// the daemon logs with context, so its lines go into the log at debug. Only for the logger Run
+		// built itself: the setting is process-wide and must not outlive a caller's logger (tests).
+		redis.SetLogger(redisLogger{log.With(zap.String("component", "go-redis")).Sugar()})
 	}
 	log.Info("heartbeatd starting", zap.String("version", opts.Build.Version), zap.String("commit", opts.Build.Commit),
 		zap.String("config", opts.ConfigPath))
@@ -435,6 +440,11 @@ func (d *daemon) closeClients() {
 		_ = d.listener.Close()
 	}
 }
+
+// redisLogger hands go-redis's log lines to zap.
+type redisLogger struct{ log *zap.SugaredLogger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) { l.log.Debugf(format, v...) }
 
 func b2f(b bool) float64 {
 	if b {
