@@ -469,34 +469,6 @@ func report(t *testing.T, r tally, logs ...func() string) {
 	}
 }
 
-// holdBackBug is the heartbeatd bug the Redis-outage scenarios expose (see reportKnownBug).
-const holdBackBug = "pkg/alarm/holdback.go: when Redis refuses the hold-back's shared write (down or OOM), " +
-	"HoldBack.tick returns before updating h.status, so Watermark keeps the pre-outage 'not holding' view " +
-	"although this replica's own ingest outage is known locally, and Run backs off up to 5s; once Redis " +
-	"answers again the scanners claim every deadline that passed during the outage before the backlogged " +
-	"signals are stored or the hold-back is shared: every keeper is falsely reported"
-
-// deadLetterBug is the heartbeatd bug the malformed scenario exposes at large sizes.
-const deadLetterBug = "pkg/ingest/deadletter.go: Chain.deadLetter drops the dead letter and acknowledges the bad " +
-	"message when the 1024-entry dead-letter queue (chain.go) is full; a burst of bad input larger than the " +
-	"queue (written 64 per publish) loses dead letters, against SPEC section 4 (every bad message is written " +
-	"to the dead-letter topic)"
-
-// reportKnownBug is report for a scenario that can expose a known, named heartbeatd bug: when known says
-// this tally shows that bug and nothing else, it prints the line and skips naming the bug instead of
-// failing (HB_CHAOS_STRICT=1 fails anyway); otherwise it is report. Once the bug is fixed it passes.
-func reportKnownBug(t *testing.T, r tally, bug string, known bool, logs ...func() string) {
-	t.Helper()
-	if !known || os.Getenv("HB_CHAOS_STRICT") == "1" {
-		report(t, r, logs...)
-		return
-	}
-	line := r.line()
-	t.Log(line)
-	fmt.Println(line + " (known bug)")
-	t.Skipf("%s\nknown heartbeatd bug (HB_CHAOS_STRICT=1 fails on it): %s\n%s", line, bug, strings.Join(r.detail, "\n"))
-}
-
 // barrier signals fresh devices once and waits for their interruptions: once they are in, detection
 // has scanned past every deadline older than theirs, so a false interruption of a keeper during the
 // fault would have arrived. It returns the barrier devices, which belong to the expected set.

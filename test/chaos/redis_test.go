@@ -43,7 +43,7 @@ func TestChaosRedisRestart(t *testing.T) {
 			f.events.awaitReported(t, silent, scaled(n, 30*time.Second))
 			b := f.barrier(p, "redis", scaled(n, 30*time.Second))
 			r := f.events.tallyInterrupted("redis_restart_"+tc.name, n, concat(silent, b))
-			reportKnownBug(t, r, holdBackBug, r.lost == 0 && r.falses > 0, hb.LogTail)
+			report(t, r, hb.LogTail)
 		})
 	}
 }
