@@ -21,9 +21,10 @@ import (
 // runBinary runs the real heartbeatd binary with args and returns its exit code and output.
 func runBinary(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	bin := testenv.HeartbeatdBinary(t) // built first: the build must not eat the run's time limit
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.HeartbeatdBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -24,9 +24,10 @@ import (
 // they are taken, so it can run beside another dev stack or test.
 func TestDevShowsAnAlarm(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	bin := testenv.HeartbeatdBinary(t) // built first: the build must not eat the run's time limit
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.HeartbeatdBinary(t), "dev", "-http", httpAddr)
+	cmd := exec.CommandContext(ctx, bin, "dev", "-http", httpAddr)
 	cmd.WaitDelay = 5 * time.Second
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
