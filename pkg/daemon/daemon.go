@@ -276,6 +276,9 @@ func (d *daemon) trouble(src ingest.Source) func(now time.Time) (time.Time, stri
 // ready checks every dependency /readyz reports on.
 func (d *daemon) ready(ctx context.Context) map[string]error {
 	out := map[string]error{"redis": d.store.Ping(ctx), "events": d.publisher.Ready(ctx)}
+	if f := d.chain.WriteFailure(); f != nil && out["redis"] == nil {
+		out["redis"] = fmt.Errorf("refusing deadline writes since %s: %w", f.Since.UTC().Format(time.RFC3339), f.Err)
+	}
 	for _, src := range d.sources {
 		h := src.Health()
 		switch {

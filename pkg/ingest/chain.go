@@ -67,9 +67,11 @@ type Chain struct {
 	// dlFailing is set while the dead-letter topic refuses writes: a full queue then drops at once
 	// instead of waiting for room that will not come.
 	dlFailing atomic.Bool
-	tokens    chan struct{} // one per batch between dispatch and acknowledgement
-	freed     chan struct{} // a batch was released: the batcher may stop lingering
-	done      chan struct{} // closed when Run returns
+	// writeFailure is the refresh failure that is still being retried, nil while writes succeed.
+	writeFailure atomic.Pointer[WriteFailure]
+	tokens       chan struct{} // one per batch between dispatch and acknowledgement
+	freed        chan struct{} // a batch was released: the batcher may stop lingering
+	done         chan struct{} // closed when Run returns
 
 	inFlight atomic.Int64
 	seq      uint64 // batcher only
@@ -365,6 +367,7 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 		err := c.refresher.Refresh(ctx, b.sigs)
 		c.m.refresh.Observe(time.Since(start).Seconds())
 		if err == nil {
+			c.writeFailure.Store(nil)
 			if attempt > 0 {
 				c.log.Info("deadline refresh recovered", zap.Int("attempts", attempt+1), zap.Duration("after", time.Since(firstErr)))
 			}
@@ -376,6 +379,9 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 		c.m.refreshErrors.Inc()
 		if attempt == 0 {
 			firstErr = start
+			if c.writeFailure.Load() == nil {
+				c.writeFailure.Store(&WriteFailure{Since: start, Err: err})
+			}
 			c.log.Warn("deadline refresh failed; holding the batch unacknowledged and retrying", zap.Int("signals", len(b.sigs)), zap.Error(err))
 		} else if attempt%20 == 0 {
 			c.log.Warn("deadline refresh still failing", zap.Int("attempts", attempt+1), zap.Duration("for", time.Since(firstErr)), zap.Error(err))
@@ -385,6 +391,16 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 		}
 	}
 }
+
+// WriteFailure is a deadline write Redis keeps refusing (down, read-only, out of memory).
+type WriteFailure struct {
+	Since time.Time
+	Err   error
+}
+
+// WriteFailure reports the refresh failure being retried, or nil while Redis stores what it is sent.
+// Readiness reads it: a Redis that answers PING but refuses writes (maxmemory) stores no signal.
+func (c *Chain) WriteFailure() *WriteFailure { return c.writeFailure.Load() }
 
 // complete acknowledges batches strictly in dispatch order. A coalesced message relies on a write made
 // by its own or an earlier batch, so it may only be acknowledged once every earlier batch is stored;

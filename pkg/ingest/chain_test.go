@@ -352,6 +352,21 @@ func TestChainDeadLettersAFloodLargerThanItsQueue(t *testing.T) {
 	require.Equal(t, 1, c[bad], "the valid message is applied")
 }
 
+// TestChainReportsRefusedWrites: a Redis that answers but refuses writes is visible (readiness reads it)
+// for as long as the chain retries, and clears once a write succeeds.
+func TestChainReportsRefusedWrites(t *testing.T) {
+	ref := &fakeRefresher{}
+	ref.fail.Store(true)
+	f := startChain(t, ref, ingest.ChainOptions{})
+	require.Nil(t, f.chain.WriteFailure())
+	f.submit(t, 0, ingest.Message{Device: "d"})
+	require.Eventually(t, func() bool { return f.chain.WriteFailure() != nil }, 5*time.Second, time.Millisecond)
+	require.Zero(t, f.acks.n(), "nothing acknowledged that was not stored")
+	ref.fail.Store(false)
+	require.Eventually(t, func() bool { return f.acks.n() == 1 }, 10*time.Second, time.Millisecond)
+	require.Nil(t, f.chain.WriteFailure())
+}
+
 func TestChainStopsWithoutAcknowledgingUnwritten(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })

@@ -32,8 +32,8 @@ func TestChaosRedisFull(t *testing.T) {
 	require.True(t, poll(30*time.Second, func() bool {
 		code, body, _ := hb.Get("/readyz")
 		ready = body
-		return code != http.StatusOK
-	}), "readyz stayed 200 while Redis refused writes: %s", ready)
+		return code != http.StatusOK && strings.Contains(body, "refusing deadline writes")
+	}), "readyz did not report Redis refusing writes: %s", ready)
 	t.Logf("readyz while Redis is full: %s", ready)
 	require.True(t, poll(30*time.Second, func() bool { return strings.Contains(hb.Log(), "OOM") }),
 		"no OOM error in the log\n%s", hb.LogTail())
