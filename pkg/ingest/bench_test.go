@@ -106,30 +106,40 @@ func BenchmarkIngestKafka(b *testing.B) {
 	var elapsed time.Duration
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		cnt := &counting{next: store, done: make(chan struct{}), want: int64(n)}
-		chain, stopChain := runChain(b, cnt)
 		src, err := ingest.NewKafkaSource(ingest.KafkaOptions{Brokers: k.Addrs, Topics: []string{signalTopic}, GroupID: fmt.Sprintf("bench-%d", i)})
 		require.NoError(b, err)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		start := time.Now()
-		go func() { defer close(done); _ = src.Run(ctx, chain) }()
-		select {
-		case <-cnt.done:
-		case <-time.After(5 * time.Minute):
-			b.Fatalf("applied %d of %d", cnt.n.Load(), n)
-		}
-		elapsed += time.Since(start)
-		b.StopTimer()
-		cancel()
-		<-done
-		stopChain()
-		b.StartTimer()
+		elapsed += drain(b, store, src, n)
 	}
 	rate := float64(n*b.N) / elapsed.Seconds()
 	b.ReportMetric(rate, "signals/s")
 	b.ReportMetric(refresh, "refresh-signals/s")
 	b.ReportMetric(rate/refresh, "x-refresh")
+}
+
+// drain runs src through a fresh chain into store until n signals are applied and returns how long that
+// took from the source's start; setup and teardown stay outside the timer.
+func drain(b *testing.B, store *deadline.Store, src ingest.Source, n int) time.Duration {
+	b.Helper()
+	b.StopTimer()
+	cnt := &counting{next: store, done: make(chan struct{}), want: int64(n)}
+	chain, stopChain := runChain(b, cnt)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	b.StartTimer()
+	start := time.Now()
+	go func() { defer close(done); _ = src.Run(ctx, chain) }()
+	select {
+	case <-cnt.done:
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("applied %d of %d", cnt.n.Load(), n)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	<-done
+	stopChain()
+	b.StartTimer()
+	return elapsed
 }
 
 // BenchmarkIngestMQTT: signals/s from a persistent session's backlog on mosquitto through the MQTT source
@@ -170,26 +180,9 @@ func BenchmarkIngestMQTT(b *testing.B) {
 		// Create the session, leave, queue the backlog in it.
 		primeSession(b, broker.Addr, clientID)
 		publishBacklog()
-		cnt := &counting{next: store, done: make(chan struct{}), want: int64(n)}
-		chain, stopChain := runChain(b, cnt)
 		src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: []string{broker.Addr}, ClientID: clientID, QoS: 1, Subscriptions: mqttSubscriptions})
 		require.NoError(b, err)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		b.StartTimer()
-		start := time.Now()
-		go func() { defer close(done); _ = src.Run(ctx, chain) }()
-		select {
-		case <-cnt.done:
-		case <-time.After(5 * time.Minute):
-			b.Fatalf("applied %d of %d", cnt.n.Load(), n)
-		}
-		elapsed += time.Since(start)
-		b.StopTimer()
-		cancel()
-		<-done
-		stopChain()
-		b.StartTimer()
+		elapsed += drain(b, store, src, n)
 	}
 	rate := float64(n*b.N) / elapsed.Seconds()
 	b.ReportMetric(rate, "signals/s")

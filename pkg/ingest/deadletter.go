@@ -43,27 +43,14 @@ func (c *Chain) deadLetter(ctx context.Context, m *Message, src *sourceMetrics, 
 		d.Key = append([]byte(nil), m.Key...)
 	}
 	job := dlJob{dl: d, ack: m.Ack}
-	select {
-	case c.dlq <- job:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("ingest: submit: %w", ctx.Err())
-	case <-c.done:
-		return ErrChainStopped
-	default:
-	}
-	if !c.dlFailing.Load() {
+	queued, err := c.enqueueDeadLetter(ctx, job, nil)
+	if !queued && err == nil && !c.dlFailing.Load() {
 		wait := time.NewTimer(c.opts.DeadLetterTimeout)
 		defer wait.Stop()
-		select {
-		case c.dlq <- job:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("ingest: submit: %w", ctx.Err())
-		case <-c.done:
-			return ErrChainStopped
-		case <-wait.C:
-		}
+		queued, err = c.enqueueDeadLetter(ctx, job, wait.C)
+	}
+	if queued || err != nil {
+		return err
 	}
 	c.m.deadLetterLost.Inc()
 	c.log.Error("dead-letter queue full; acknowledging bad input without its dead letter",
@@ -72,6 +59,28 @@ func (c *Chain) deadLetter(ctx context.Context, m *Message, src *sourceMetrics, 
 		m.Ack()
 	}
 	return nil
+}
+
+// enqueueDeadLetter queues job, waiting for room until giveUp fires; a nil giveUp only tries.
+func (c *Chain) enqueueDeadLetter(ctx context.Context, job dlJob, giveUp <-chan time.Time) (bool, error) {
+	if giveUp == nil {
+		select {
+		case c.dlq <- job:
+			return true, nil
+		default:
+			return false, nil
+		}
+	}
+	select {
+	case c.dlq <- job:
+		return true, nil
+	case <-ctx.Done():
+		return false, fmt.Errorf("ingest: submit: %w", ctx.Err())
+	case <-c.done:
+		return false, ErrChainStopped
+	case <-giveUp:
+		return false, nil
+	}
 }
 
 // deadLetterLoop writes queued dead letters in bursts, each retried with backoff for at most
