@@ -119,7 +119,15 @@ type movedSignal struct {
 	newScore         float64 // 0 = none
 	oldScore         float64 // 0 = none
 	oldIncidentType  int     // -1 = none
+	oldIncidentAt    int64   // deadline (ms) of the old slot's open incident
 	hasIncidentState bool
+}
+
+// predatesIncident reports a replayed or late signal whose deadline is not past the old slot's open
+// incident: it says nothing new. Written to the new slot it would be claimed there as a fresh incident
+// (the incident's state lives in the old slot), so the outage would be reported again under a second id.
+func (m movedSignal) predatesIncident(score int64) bool {
+	return m.hasIncidentState && score/MaxTypes <= m.oldIncidentAt
 }
 
 type movedSignals map[int]movedSignal // index in the batch → what Redis holds
@@ -177,7 +185,7 @@ func (s *Store) resolveMoved(ctx context.Context, l *Layout, signals []Signal) (
 		m := movedSignal{oldSlot: lk.oldSlot, newScore: lk.newScore.Val(), oldScore: lk.oldScore.Val(), oldIncidentType: -1}
 		if v, err := lk.state.Result(); err == nil {
 			if st, err := DecodeState(v); err == nil {
-				m.hasIncidentState, m.oldIncidentType = true, st.TypeIndex
+				m.hasIncidentState, m.oldIncidentType, m.oldIncidentAt = true, st.TypeIndex, st.Deadline
 			}
 		}
 		out[i] = m

@@ -137,3 +137,32 @@ func TestDoublingUnderFlowingSignals(t *testing.T) {
 		require.Greater(t, cur[0].UnixMilli(), res.Claims[0].State.Deadline)
 	})
 }
+
+// TestReplayAfterDoublingDoesNotReopenIncident: a signal older than an open incident, replayed after a
+// doubling moved its device to a new slot, opens no second incident there (the incident's state lives in
+// the old slot): the outage is reported once, under one id.
+func TestReplayAfterDoublingDoesNotReopenIncident(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		_, err := f.store.SyncLayout(ctx, 8)
+		require.NoError(t, err)
+		dev := ""
+		for i := 0; dev == ""; i++ {
+			if d := fmt.Sprint("moved-", i); deadline.Slot(d, 8) != deadline.Slot(d, 16) {
+				dev = d
+			}
+		}
+		t0 := f.clock.Now()
+		c := claimOne(t, f, dev)
+		require.True(t, c.Fresh)
+		_, err = f.store.DoubleSlots(ctx)
+		require.NoError(t, err)
+
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: dev, Type: "gateway", Seen: t0.Add(-time.Second)}}))
+		f.clock.Advance(time.Minute)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		for _, cl := range res.Claims {
+			require.False(t, cl.Fresh, "a replay older than the open incident opened a new one: deadline %d", cl.State.Deadline)
+		}
+	})
+}

@@ -190,7 +190,9 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 		var score int64
 		switch {
 		case isMoved:
-			score = m.score(sig, s)
+			if score = m.score(sig, s); m.predatesIncident(score) {
+				continue
+			}
 		case sig.Type == "":
 			score = (sig.Seen.UnixMilli()+s.timeout(s.types.name(ctx, t)).Milliseconds())*MaxTypes + int64(t)
 		default:
