@@ -18,6 +18,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/zap"
 )
@@ -198,6 +199,17 @@ func (s *Stack) Close() {
 			s.kafka.Close()
 		}
 		if s.mqtt != nil {
+			// mochi-mqtt v2.7.9's own client close (Clients.GetByListener) read-locks the client map twice;
+			// a client reconnecting at that moment queues a write lock between the two and the broker
+			// deadlocks (seen in CI). Disconnecting the clients ourselves first, with one read lock, makes
+			// the listeners skip that path: each listener closes its clients only once.
+			s.mqtt.Listeners.CloseAll(func(listener string) {
+				for _, cl := range s.mqtt.Clients.GetAll() {
+					if cl.Net.Listener == listener {
+						_ = s.mqtt.DisconnectClient(cl, packets.ErrServerShuttingDown)
+					}
+				}
+			})
 			_ = s.mqtt.Close()
 		}
 		if s.redis != nil {
