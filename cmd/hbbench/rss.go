@@ -2,19 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
@@ -162,43 +160,15 @@ func heartbeatdBinary(e *env) (string, error) {
 	if p := os.Getenv("HB_HEARTBEATD_BIN"); p != "" {
 		return p, nil
 	}
-	root, err := moduleRoot()
-	if err != nil {
-		return "", err
-	}
 	dir, err := os.MkdirTemp("", "hbbench-bin-")
 	if err != nil {
 		return "", err
 	}
 	e.cleanup(func() { os.RemoveAll(dir) })
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
-	}
-	path := filepath.Join(dir, "heartbeatd")
-	cmd := exec.CommandContext(e.ctx, goBin, "build", "-o", path, "./cmd/heartbeatd")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("hbbench: go build ./cmd/heartbeatd: %w\n%s", err, out)
+	path, err := testenv.BuildHeartbeatd(e.ctx, dir)
+	if err != nil {
+		return "", fmt.Errorf("hbbench: %w (or pass -heartbeatd)", err)
 	}
 	e.opts.HeartbeatdBin = path
 	return path, nil
-}
-
-// moduleRoot is the directory holding go.mod, upwards from the working directory.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("hbbench: no go.mod above the working directory (run from the repository, or pass -heartbeatd)")
-		}
-		dir = parent
-	}
 }

@@ -33,31 +33,37 @@ func HeartbeatdBinary(tb testing.TB) string {
 	}
 	b := &heartbeatdBuild
 	b.once.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			b.err = err
-			return
-		}
 		dir, err := os.MkdirTemp("", "heartbeatd-bin-")
 		if err != nil {
 			b.err = err
 			return
 		}
-		b.path = filepath.Join(dir, "heartbeatd")
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			goBin = "go"
-		}
-		cmd := exec.Command(goBin, "build", "-o", b.path, "./cmd/heartbeatd")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build ./cmd/heartbeatd: %w\n%s", err, out)
-		}
+		b.path, b.err = BuildHeartbeatd(context.Background(), dir)
 	})
 	if b.err != nil {
 		tb.Fatalf("testenv: %v", b.err)
 	}
 	return b.path
+}
+
+// BuildHeartbeatd builds ./cmd/heartbeatd of the module the working directory is in into dir and returns
+// the binary's path. It is what HeartbeatdBinary and hbbench share.
+func BuildHeartbeatd(ctx context.Context, dir string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		goBin = "go"
+	}
+	path := filepath.Join(dir, "heartbeatd")
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", path, "./cmd/heartbeatd")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/heartbeatd: %w\n%s", err, out)
+	}
+	return path, nil
 }
 
 // moduleRoot finds the directory holding go.mod, upwards from the working directory (a package dir).
@@ -72,7 +78,7 @@ func moduleRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
+			return "", fmt.Errorf("no go.mod above the working directory (run from the repository)")
 		}
 		dir = parent
 	}
