@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/internal/eventrec"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -33,79 +34,6 @@ types:
   default: {timeout: 30s, repeat_every: 0s}
 `
 
-// published is one event Kafka acknowledged, with the wall-clock time Publish returned.
-type published struct {
-	event.Event
-	acked time.Time
-}
-
-// ackedSink sits in front of the real publisher and records every event Kafka acknowledged.
-type ackedSink struct {
-	next  event.Sink
-	mu    sync.Mutex
-	got   []published
-	count map[event.Kind]int
-}
-
-func (s *ackedSink) Publish(ctx context.Context, events []event.Event) []error {
-	errs := s.next.Publish(ctx, events)
-	acked := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, e := range events {
-		if errs[i] == nil {
-			s.got = append(s.got, published{e, acked})
-			s.count[e.Kind]++
-		}
-	}
-	return errs
-}
-
-// waitFor polls until n events of kind were acknowledged and returns all events so far.
-func (s *ackedSink) waitFor(ctx context.Context, kind event.Kind, n int, timeout time.Duration) ([]published, error) {
-	return s.waitForPrefix(ctx, kind, "", n, timeout)
-}
-
-// waitForPrefix is waitFor counting only the events of devices whose id starts with prefix.
-func (s *ackedSink) waitForPrefix(ctx context.Context, kind event.Kind, prefix string, n int, timeout time.Duration) ([]published, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		s.mu.Lock()
-		count, got := s.count[kind], s.got
-		s.mu.Unlock()
-		if prefix != "" && count >= n {
-			count = 0
-			for _, p := range got {
-				if p.Kind == kind && strings.HasPrefix(p.DeviceID, prefix) {
-					count++
-				}
-			}
-		}
-		if count >= n {
-			return got, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("hbbench: %d of %d %s events after %s", count, n, kind, timeout)
-		}
-		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// snapshot returns every event acknowledged so far.
-func (s *ackedSink) snapshot() []published {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.got
-}
-
-func (s *ackedSink) reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.got, s.count = nil, map[event.Kind]int{}
-}
-
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -120,7 +48,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // detectRig is the store, publisher and policies of one detection scenario on a fresh kfake broker.
 type detectRig struct {
 	store    *deadline.Store
-	sink     *ackedSink
+	sink     *eventrec.Recorder
 	policies *config.Policies
 	pub      *event.Publisher
 	kafka    *kafkaBroker
@@ -146,7 +74,7 @@ func newDetectRig(e *env) (*detectRig, error) {
 		r.kafka.stop()
 		return nil, err
 	}
-	r.sink = &ackedSink{next: r.pub, count: map[event.Kind]int{}}
+	r.sink = eventrec.New(r.pub)
 	return r, nil
 }
 
@@ -304,7 +232,7 @@ func latenessScenario(e *env) error {
 	go func() {
 		loadDone <- refreshLoad(ctx, r.store, load{prefix: "busy-", fleet: busyFleet(n, e.opts.RefreshRate), workers: 2, typed: true, perSec: e.opts.RefreshRate}, &signals)
 	}()
-	got, waitErr := r.sink.waitForPrefix(e.ctx, event.Interrupted, "device-", n, time.Until(t0)+window+time.Minute)
+	got, waitErr := r.sink.Wait(e.ctx, event.Interrupted, "device-", n, time.Until(t0)+window+time.Minute)
 	cancel()
 	loadErr := <-loadDone
 	loadTime := time.Since(loadStart)
@@ -316,7 +244,7 @@ func latenessScenario(e *env) error {
 		if e.ctx.Err() != nil {
 			return waitErr
 		}
-		got = r.sink.snapshot()
+		got = r.sink.Snapshot()
 	}
 	var lateness, acked []time.Duration
 	early, wrong, busy, firstWrong := 0, 0, 0, ""
@@ -343,12 +271,12 @@ func latenessScenario(e *env) error {
 			continue
 		}
 		l := p.At.Sub(p.Deadline)
-		if l < 0 || p.acked.Before(p.Deadline) {
+		if l < 0 || p.AckedAt.Before(p.Deadline) {
 			early++
 		}
 		lateness = append(lateness, l)
-		acked = append(acked, p.acked.Sub(p.Deadline))
-		last = maxTime(last, p.acked)
+		acked = append(acked, p.AckedAt.Sub(p.Deadline))
+		last = maxTime(last, p.AckedAt)
 	}
 	slices.Sort(lateness)
 	slices.Sort(acked)
@@ -395,7 +323,7 @@ func expiryScenario(e *env) error {
 		return fmt.Errorf("hbbench: scheduling %d devices outlasted the margin before the deadline", n)
 	}
 	stop := r.startScanner()
-	got, waitErr := r.sink.waitFor(e.ctx, event.Interrupted, n, time.Minute)
+	got, waitErr := r.sink.Wait(e.ctx, event.Interrupted, "", n, time.Minute)
 	if err := errors.Join(waitErr, stop()); err != nil {
 		return err
 	}
@@ -405,7 +333,7 @@ func expiryScenario(e *env) error {
 		if p.At.Before(d) {
 			early++
 		}
-		last = maxTime(last, p.acked)
+		last = maxTime(last, p.AckedAt)
 	}
 	total := last.Sub(d)
 	e.add("expiry", "all events acked after", total.Seconds(), "s", fmt.Sprintf("%d simultaneous deadlines; goal ≤ 2 at 100k", n))
@@ -430,10 +358,10 @@ func recoveredScenario(e *env) error {
 		return err
 	}
 	stop := r.startScanner()
-	if _, err := r.sink.waitFor(e.ctx, event.Interrupted, n, time.Minute); err != nil {
+	if _, err := r.sink.Wait(e.ctx, event.Interrupted, "", n, time.Minute); err != nil {
 		return errors.Join(err, stop())
 	}
-	r.sink.reset()
+	r.sink.Reset()
 	signalled := make(map[string]time.Time, n)
 	start := time.Now()
 	batches := (n + size - 1) / size
@@ -453,7 +381,7 @@ func recoveredScenario(e *env) error {
 			signalled[s.Device] = returned
 		}
 	}
-	got, waitErr := r.sink.waitFor(e.ctx, event.Recovered, n, time.Minute)
+	got, waitErr := r.sink.Wait(e.ctx, event.Recovered, "", n, time.Minute)
 	if err := errors.Join(waitErr, stop()); err != nil {
 		return err
 	}
@@ -466,7 +394,7 @@ func recoveredScenario(e *env) error {
 		if !ok {
 			return fmt.Errorf("hbbench: recovered event for %s, which did not signal", p.DeviceID)
 		}
-		latency = append(latency, p.acked.Sub(at))
+		latency = append(latency, p.AckedAt.Sub(at))
 	}
 	slices.Sort(latency)
 	note := fmt.Sprintf("%d devices, signal → recovered acked by Kafka", n)

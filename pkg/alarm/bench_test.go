@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/eventrec"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
@@ -59,63 +60,21 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return def
 }
 
-// published is one event Kafka acknowledged, with the wall-clock time Publish returned.
-type published struct {
-	event.Event
-	acked time.Time
-}
-
-// ackedSink sits in front of the real publisher and records every event Kafka acknowledged.
-type ackedSink struct {
-	next  event.Sink
-	mu    sync.Mutex
-	got   []published
-	count map[event.Kind]int
-}
-
-func (s *ackedSink) Publish(ctx context.Context, events []event.Event) []error {
-	errs := s.next.Publish(ctx, events)
-	acked := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, e := range events {
-		if errs[i] == nil {
-			s.got = append(s.got, published{e, acked})
-			s.count[e.Kind]++
-		}
-	}
-	return errs
-}
-
-// waitFor polls until n events of kind were acknowledged and returns all events so far.
-func (s *ackedSink) waitFor(tb testing.TB, kind event.Kind, n int, timeout time.Duration) []published {
+// waitFor waits until n events of kind were acknowledged and returns every event so far.
+func waitFor(tb testing.TB, rec *eventrec.Recorder, kind event.Kind, n int, timeout time.Duration) []eventrec.Published {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		s.mu.Lock()
-		count, got := s.count[kind], s.got
-		s.mu.Unlock()
-		if count >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%d of %d %s events after %s", count, n, kind, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
+	got, err := rec.Wait(context.Background(), kind, "", n, timeout)
+	if err != nil {
+		tb.Fatal(err)
 	}
-}
-
-func (s *ackedSink) reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.got, s.count = nil, map[event.Kind]int{}
+	return got
 }
 
 // rig is one redis-server, one kfake broker and the store, publisher and policies on them.
 type rig struct {
 	rdb      *redis.Client
 	store    *deadline.Store
-	sink     *ackedSink
+	sink     *eventrec.Recorder
 	policies *config.Policies
 }
 
@@ -132,7 +91,7 @@ func newRig(b *testing.B) *rig {
 	pub, err := event.NewPublisher(event.PublisherOptions{Brokers: kafka.Addrs, Topic: benchTopic})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = pub.Close() })
-	r.sink = &ackedSink{next: pub}
+	r.sink = eventrec.New(pub)
 	r.reset(b)
 	return r
 }
@@ -143,7 +102,7 @@ func (r *rig) reset(b *testing.B) {
 	ctx := context.Background()
 	require.NoError(b, r.rdb.FlushAll(ctx).Err())
 	require.NoError(b, r.store.Load(ctx, r.policies.Names()...))
-	r.sink.reset()
+	r.sink.Reset()
 }
 
 // timeout is the silence timeout of the benchmarks' one type.
@@ -271,7 +230,7 @@ func BenchmarkDetectionLateness(b *testing.B) {
 		loadStart := time.Now()
 		go func() { loadDone <- r.refreshLoad(ctx, max(n, 10_000), rate, &signals) }()
 		b.StartTimer()
-		got := r.sink.waitFor(b, event.Interrupted, n, window+time.Minute)
+		got := waitFor(b, r.sink, event.Interrupted, n, window+time.Minute)
 		b.StopTimer()
 		cancel()
 		require.NoError(b, <-loadDone)
@@ -286,13 +245,13 @@ func BenchmarkDetectionLateness(b *testing.B) {
 			require.NoError(b, err)
 			require.True(b, p.Deadline.Equal(deadlineOf(i)), "device %d: deadline %s, scheduled %s", i, p.Deadline, deadlineOf(i))
 			l := p.At.Sub(p.Deadline)
-			if l < 0 || p.acked.Before(p.Deadline) {
+			if l < 0 || p.AckedAt.Before(p.Deadline) {
 				early++
 			}
 			lateness = append(lateness, l)
-			acked = append(acked, p.acked.Sub(p.Deadline))
-			if p.acked.After(last) {
-				last = p.acked
+			acked = append(acked, p.AckedAt.Sub(p.Deadline))
+			if p.AckedAt.After(last) {
+				last = p.AckedAt
 			}
 		}
 		events += n
@@ -325,14 +284,14 @@ func BenchmarkSimultaneousExpiry(b *testing.B) {
 		require.True(b, time.Now().Before(d), "scheduling %d devices outlasted the margin before the deadline", n)
 		stop := r.startScanner(b)
 		b.StartTimer()
-		got := r.sink.waitFor(b, event.Interrupted, n, time.Minute)
+		got := waitFor(b, r.sink, event.Interrupted, n, time.Minute)
 		b.StopTimer()
 		stop()
 		var last time.Time
 		for _, p := range got {
 			require.False(b, p.At.Before(d), "early event")
-			if p.acked.After(last) {
-				last = p.acked
+			if p.AckedAt.After(last) {
+				last = p.AckedAt
 			}
 		}
 		total += last.Sub(d)
@@ -356,8 +315,8 @@ func BenchmarkRecoveredLatency(b *testing.B) {
 		d := firstDeadline(n)
 		r.schedule(b, "device-", n, func(int) time.Time { return d })
 		stop := r.startScanner(b)
-		r.sink.waitFor(b, event.Interrupted, n, time.Minute)
-		r.sink.reset()
+		waitFor(b, r.sink, event.Interrupted, n, time.Minute)
+		r.sink.Reset()
 		signalled := make(map[string]time.Time, n)
 		ctx := context.Background()
 		b.StartTimer()
@@ -375,7 +334,7 @@ func BenchmarkRecoveredLatency(b *testing.B) {
 				signalled[s.Device] = returned
 			}
 		}
-		got := r.sink.waitFor(b, event.Recovered, n, time.Minute)
+		got := waitFor(b, r.sink, event.Recovered, n, time.Minute)
 		b.StopTimer()
 		stop()
 		for _, p := range got {
@@ -384,7 +343,7 @@ func BenchmarkRecoveredLatency(b *testing.B) {
 			}
 			at, ok := signalled[p.DeviceID]
 			require.True(b, ok, fmt.Sprintf("recovered event for %s, which did not signal", p.DeviceID))
-			latency = append(latency, p.acked.Sub(at))
+			latency = append(latency, p.AckedAt.Sub(at))
 		}
 	}
 	slices.Sort(latency)

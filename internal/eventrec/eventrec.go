@@ -1,0 +1,93 @@
+// Package eventrec records the events Kafka acknowledged, with the time each publish returned, so the
+// detection benchmarks (pkg/alarm's Go benchmarks and cmd/hbbench) time them end to end the same way.
+package eventrec
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// Published is one event Kafka acknowledged, with the wall-clock time Publish returned.
+type Published struct {
+	event.Event
+	AckedAt time.Time
+}
+
+// Recorder sits in front of a real event.Sink and records every event it acknowledged.
+type Recorder struct {
+	next  event.Sink
+	mu    sync.Mutex
+	got   []Published
+	count map[event.Kind]int
+}
+
+// New returns a Recorder publishing through next.
+func New(next event.Sink) *Recorder {
+	return &Recorder{next: next, count: map[event.Kind]int{}}
+}
+
+// Publish implements event.Sink.
+func (r *Recorder) Publish(ctx context.Context, events []event.Event) []error {
+	errs := r.next.Publish(ctx, events)
+	acked := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, e := range events {
+		if errs[i] == nil {
+			r.got = append(r.got, Published{e, acked})
+			r.count[e.Kind]++
+		}
+	}
+	return errs
+}
+
+// Wait polls until n events of kind were acknowledged — counting only devices whose id starts with
+// prefix, when prefix is not empty — and returns every event so far.
+func (r *Recorder) Wait(ctx context.Context, kind event.Kind, prefix string, n int, timeout time.Duration) ([]Published, error) {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		r.mu.Lock()
+		count, got := r.count[kind], r.got
+		r.mu.Unlock()
+		if prefix != "" && count >= n {
+			count = 0
+			for _, p := range got {
+				if p.Kind == kind && strings.HasPrefix(p.DeviceID, prefix) {
+					count++
+				}
+			}
+		}
+		if count >= n {
+			return got, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("eventrec: %d of %d %s events after %s", count, n, kind, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// Snapshot returns every event acknowledged so far.
+func (r *Recorder) Snapshot() []Published {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.got
+}
+
+// Reset forgets what was recorded.
+func (r *Recorder) Reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got, r.count = nil, map[event.Kind]int{}
+}
