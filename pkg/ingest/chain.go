@@ -377,11 +377,12 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 			return false
 		}
 		c.m.refreshErrors.Inc()
+		// Set on every failed attempt (kept from the first): another batch's success may have cleared it.
+		if c.writeFailure.Load() == nil {
+			c.writeFailure.Store(&WriteFailure{Since: start, Err: err})
+		}
 		if attempt == 0 {
 			firstErr = start
-			if c.writeFailure.Load() == nil {
-				c.writeFailure.Store(&WriteFailure{Since: start, Err: err})
-			}
 			c.log.Warn("deadline refresh failed; holding the batch unacknowledged and retrying", zap.Int("signals", len(b.sigs)), zap.Error(err))
 		} else if attempt%20 == 0 {
 			c.log.Warn("deadline refresh still failing", zap.Int("attempts", attempt+1), zap.Duration("for", time.Since(firstErr)), zap.Error(err))
