@@ -95,7 +95,8 @@ func (r *detectRig) startScanner() (stop func() error) {
 		slots[i] = i
 	}
 	sc := deadline.NewScanner(deadline.ScannerOptions{Store: r.store, Slots: func() []int { return slots }, Handle: h.Handle,
-		MaxIdleWait: config.DefaultMaxIdleWait, Lease: config.DefaultLease, Batch: config.DefaultDetectionBatch})
+		MaxIdleWait: config.DefaultMaxIdleWait, Lease: config.DefaultLease, Batch: config.DefaultDetectionBatch,
+		Concurrency: config.DefaultScanners})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sc.Run(ctx) }()

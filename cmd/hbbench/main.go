@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -154,7 +155,21 @@ func mainCode() int {
 	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss scenario (default: go build ./cmd/heartbeatd)")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names(), ","))
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
+	cpuProfile := flag.String("cpuprofile", "", "write hbbench's own CPU profile (scanner, handler, publisher, kfake) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "hbbench:", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "hbbench:", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *only != "" {
 		for _, s := range strings.Split(*only, ",") {
 			o.Scenarios = append(o.Scenarios, strings.TrimSpace(s))

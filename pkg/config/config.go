@@ -161,6 +161,9 @@ type Detection struct {
 	MaxIdleWait time.Duration `yaml:"max_idle_wait"`
 	// Batch is the most devices claimed per script call.
 	Batch int `yaml:"batch"`
+	// Scanners is how many claim loops run at once in a replica, each over its own share of the owned
+	// slots, so Redis claims for one share while another share's events are on their way to Kafka.
+	Scanners int `yaml:"scanners"`
 	// GraceAfterOutage: 0 means the longest type timeout; use Config.GraceAfterOutage.
 	GraceAfterOutage time.Duration `yaml:"grace_after_outage"`
 	// Lease is how long a claim may stay unacknowledged before it is delivered again.
@@ -207,6 +210,7 @@ const (
 	DefaultIngestMaxInFlight  = 4
 	DefaultMaxIdleWait        = 50 * time.Millisecond
 	DefaultDetectionBatch     = 256
+	DefaultScanners           = 4
 	DefaultLease              = 30 * time.Second
 	DefaultMaxPublishAttempts = 10
 	DefaultLagThreshold       = 30 * time.Second
@@ -264,6 +268,7 @@ func Default() *Config {
 		Detection: Detection{
 			MaxIdleWait:        DefaultMaxIdleWait,
 			Batch:              DefaultDetectionBatch,
+			Scanners:           DefaultScanners,
 			Lease:              DefaultLease,
 			MaxPublishAttempts: DefaultMaxPublishAttempts,
 			LagThreshold:       DefaultLagThreshold,

@@ -320,6 +320,7 @@ func (c *Config) validateDetection(v *validator) {
 	d := c.Detection
 	v.positive("detection.max_idle_wait", d.MaxIdleWait)
 	v.positiveInt("detection.batch", int64(d.Batch))
+	v.positiveInt("detection.scanners", int64(d.Scanners))
 	v.nonNegative("detection.grace_after_outage", d.GraceAfterOutage)
 	v.positive("detection.lease", d.Lease)
 	v.positiveInt("detection.max_publish_attempts", int64(d.MaxPublishAttempts))

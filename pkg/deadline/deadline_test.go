@@ -426,12 +426,14 @@ func TestNextDue(t *testing.T) {
 		require.Equal(t, t0.Add(35*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
 		require.Equal(t, t0.Add(37*time.Second).UnixMilli(), res.NextAlarm.UnixMilli(), "the lease end is the next alarm")
 
-		wait := deadline.NextWait(f.clock.Now(), f.clock.Now(), res, 50*time.Millisecond)
+		wait := deadline.NextWait(f.clock.Now(), false, res, 50*time.Millisecond)
 		require.Equal(t, 50*time.Millisecond, wait, "capped by max idle wait")
-		wait = deadline.NextWait(t0.Add(34990*time.Millisecond), t0.Add(34990*time.Millisecond), res, 50*time.Millisecond)
+		wait = deadline.NextWait(t0.Add(34990*time.Millisecond), false, res, 50*time.Millisecond)
 		require.Equal(t, 10*time.Millisecond, wait)
-		wait = deadline.NextWait(t0.Add(40*time.Second), t0, res, 50*time.Millisecond)
+		wait = deadline.NextWait(t0.Add(40*time.Second), true, res, 50*time.Millisecond)
 		require.Equal(t, time.Duration(0), wait, "the overdue lease end is claimable at once")
+		wait = deadline.NextWait(t0.Add(34990*time.Millisecond), true, res, 50*time.Millisecond)
+		require.Equal(t, 50*time.Millisecond, wait, "held back: a deadline that may not be claimable does not wake")
 	})
 }
 
@@ -547,6 +549,51 @@ func TestClaimWhenOneNodeLostTheScripts(t *testing.T) {
 		f.clock.Advance(time.Minute)
 		res := f.claimAll(t, deadline.ClaimOptions{Batch: 1000})
 		require.Len(t, res.Claims, len(sigs), "every due device claimed in one wake-up")
+	})
+}
+
+// TestScannersSleepUntilTheNextDeadline: several claim loops over shares of the slots, with an idle cap of
+// an hour, must still wake for each deadline they learned of — and claim every device exactly once.
+func TestScannersSleepUntilTheNextDeadline(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		// Real time: the deadlines pass while the loops sleep.
+		store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Timeout: func(string) time.Duration { return 300 * time.Millisecond }})
+		require.NoError(t, err)
+		const n = 24
+		var sigs []deadline.Signal
+		start := time.Now()
+		for i := range n {
+			sigs = append(sigs, deadline.Signal{Device: fmt.Sprintf("dev-%02d", i), Seen: start.Add(time.Duration(i) * 40 * time.Millisecond)})
+		}
+		require.NoError(t, store.Refresh(ctx, sigs))
+		got := make(chan deadline.Claim, 2*n)
+		sc := deadline.NewScanner(deadline.ScannerOptions{
+			Store: store, Slots: func() []int { return allSlots(8) }, MaxIdleWait: time.Hour, Lease: time.Hour, Batch: 16,
+			Concurrency: 3,
+			Handle: func(_ context.Context, claims []deadline.Claim) error {
+				for _, c := range claims {
+					got <- c
+				}
+				return nil
+			},
+		})
+		done := make(chan error)
+		go func() { done <- sc.Run(ctx) }()
+		seen := map[string]int{}
+		for len(seen) < n {
+			select {
+			case c := <-got:
+				seen[c.Device]++
+				require.Equal(t, 1, seen[c.Device], "%s claimed twice", c.Device)
+				require.GreaterOrEqual(t, time.Now().UnixMilli(), c.State.Deadline, "%s claimed before its deadline", c.Device)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("only %d of %d devices claimed: a loop slept for its idle cap instead of until the next deadline", len(seen), n)
+			}
+		}
+		cancel()
+		require.NoError(t, <-done)
 	})
 }
 

@@ -2,6 +2,7 @@ package deadline
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,6 +30,11 @@ type ScannerOptions struct {
 	Wake <-chan struct{}
 	// OnError is told about every failed wake-up (for metrics); nil = ignore.
 	OnError func(error)
+	// Concurrency is how many claim loops run at once (detection.scanners), each over its own share of
+	// the slots (slot mod Concurrency). One loop leaves Redis idle while it publishes and Kafka idle while
+	// it claims; a few keep both busy. A slot always belongs to the same loop, so one device's claims are
+	// still handled one at a time and its events stay in order. 0 = 1.
+	Concurrency int
 }
 
 // Scanner finds the devices whose deadline passed in the slots this replica owns and hands them to the
@@ -61,6 +67,51 @@ func NewScanner(opts ScannerOptions) *Scanner {
 
 // Run scans until ctx is done; it returns nil then.
 func (s *Scanner) Run(ctx context.Context) error {
+	n := max(s.opts.Concurrency, 1)
+	if n == 1 {
+		return s.loop(ctx, s.opts.Slots, s.opts.Wake)
+	}
+	var wg sync.WaitGroup
+	wakes := make([]chan struct{}, n)
+	for i := range wakes {
+		wakes[i] = make(chan struct{}, 1)
+		share := func() []int { return shareOf(s.opts.Slots(), i, n) }
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.loop(ctx, share, wakes[i])
+		}()
+	}
+	// Every loop must hear a wake-up (slots changed, hold-back ended), not just the first to read it.
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-s.opts.Wake:
+			for _, w := range wakes {
+				select {
+				case w <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// shareOf returns the slots of share i of n: those congruent to i mod n.
+func shareOf(slots []int, i, n int) []int {
+	out := make([]int, 0, len(slots)/n+1)
+	for _, slot := range slots {
+		if slot%n == i {
+			out = append(out, slot)
+		}
+	}
+	return out
+}
+
+// loop claims over the slots slotsOf returns until ctx is done.
+func (s *Scanner) loop(ctx context.Context, slotsOf func() []int, wake <-chan struct{}) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	backoff := Backoff{Min: 10 * time.Millisecond, Max: time.Second}
@@ -70,9 +121,9 @@ func (s *Scanner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
-		case <-s.opts.Wake:
+		case <-wake:
 		}
-		wait, err := s.wakeUp(ctx)
+		wait, err := s.wakeUp(ctx, slotsOf())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -97,8 +148,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 }
 
 // wakeUp claims once, hands the claims over and returns how long to sleep.
-func (s *Scanner) wakeUp(ctx context.Context) (time.Duration, error) {
-	slots := s.opts.Slots()
+func (s *Scanner) wakeUp(ctx context.Context, slots []int) (time.Duration, error) {
 	if len(slots) == 0 {
 		return s.opts.MaxIdleWait, nil
 	}
@@ -119,13 +169,15 @@ func (s *Scanner) wakeUp(ctx context.Context) (time.Duration, error) {
 	if res.More {
 		return 0, nil
 	}
-	return NextWait(s.opts.Now(), wm, res, s.opts.MaxIdleWait), nil
+	return NextWait(s.opts.Now(), wm.Before(now), res, s.opts.MaxIdleWait), nil
 }
 
 // NextWait is how long to sleep after a claim: until the earliest alarm entry or claimable deadline,
-// at most maxIdle. While held back (watermark before now) the next deadline does not shorten the sleep:
-// it may be due but not claimable, and waking for it would spin.
-func NextWait(now, watermark time.Time, res ClaimResult, maxIdle time.Duration) time.Duration {
+// at most maxIdle. While held back (the claim's watermark was before its now) the next deadline does not
+// shorten the sleep: it may be due but not claimable, and waking for it would spin. heldBack must compare
+// the watermark with the claim's own now, not with the now after handling, or every sleep would be
+// maxIdle.
+func NextWait(now time.Time, heldBack bool, res ClaimResult, maxIdle time.Duration) time.Duration {
 	wait := maxIdle
 	consider := func(t time.Time) {
 		if !t.IsZero() {
@@ -133,7 +185,7 @@ func NextWait(now, watermark time.Time, res ClaimResult, maxIdle time.Duration) 
 		}
 	}
 	consider(res.NextAlarm)
-	if !watermark.Before(now) {
+	if !heldBack {
 		consider(res.NextDeadline)
 	}
 	return wait
