@@ -38,38 +38,75 @@ type Ack struct {
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] dead
 // ARGV[1] now (ms); then groups of five: op (R|X|P), device, claimed deadline (ms), next act (ms|+inf), state
 // Reply: per op 1 when applied, 0 when the incident was gone or replaced.
+//
+// It reads every state and deadline with one HMGET and one ZMSCORE, decides in Lua, and writes with one
+// command per kind: a redis.call costs more than the work it does for one device (measured with INFO
+// commandstats: a per-device HGET/HSET/ZSCORE/ZADD script took ≈ 10 µs of Redis time per ack). Ops on one
+// device apply in order, each seeing what the previous left.
 var ackScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
-local out = {}
-for i = 2, #ARGV, 5 do
+local ms = {}
+for i = 3, #ARGV, 5 do ms[#ms+1] = ARGV[i] end
+local stored = redis.call('HMGET', KEYS[3], unpack(ms))
+local scores = redis.call('ZMSCORE', KEYS[1], unpack(ms))
+local cur, fin, order, out = {}, {}, {}, {}
+for j = 1, #ms do
+  local i = 2 + (j - 1) * 5
   local op, m, dl, act, st = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), ARGV[i+3], ARGV[i+4]
-  local cur = redis.call('HGET', KEYS[3], m)
-  local cdl = cur and tonumber(string.match(cur, '^(%d+):'))
+  local c = cur[m]
+  if c == nil then c = stored[j] end
+  local cdl = c and tonumber(string.match(c, '^(%d+):'))
   if cdl ~= dl then
-    out[#out+1] = 0
-  elseif op == 'X' then
-    redis.call('HDEL', KEYS[3], m)
-    redis.call('ZREM', KEYS[2], m)
-    redis.call('ZREM', KEYS[4], m)
-    out[#out+1] = 1
+    out[j] = 0
   else
-    if string.match(cur, '^%d+:%d+:%d+:1:') then
-      st = (string.gsub(st, '^(%d+:%d+:%d+:)0:', '%11:'))
-    end
-    redis.call('HSET', KEYS[3], m, st)
-    if op == 'P' then
-      redis.call('ZREM', KEYS[2], m)
-      redis.call('ZADD', KEYS[4], now, m)
+    if not fin[m] then order[#order+1] = m end
+    if op == 'X' then
+      fin[m] = {op}
+      cur[m] = false
     else
-      local sc = redis.call('ZSCORE', KEYS[1], m)
-      if sc and math.floor(tonumber(sc) / 1024) > dl then act = now end
-      redis.call('ZADD', KEYS[2], act, m)
+      if string.match(c, '^%d+:%d+:%d+:1:') then
+        st = (string.gsub(st, '^(%d+:%d+:%d+:)0:', '%11:'))
+      end
+      local sc = scores[j]
+      if op == 'R' and sc and math.floor(tonumber(sc) / 1024) > dl then act = now end
+      fin[m] = {op, st, act}
+      cur[m] = st
     end
-    out[#out+1] = 1
+    out[j] = 1
   end
 end
+local hset, hdel, alarms, unalarm, dead, undead = {}, {}, {}, {}, {}, {}
+for _, m in ipairs(order) do
+  local f = fin[m]
+  if f[1] == 'X' then
+    hdel[#hdel+1] = m
+    unalarm[#unalarm+1] = m
+    undead[#undead+1] = m
+  else
+    hset[#hset+1] = m
+    hset[#hset+1] = f[2]
+    if f[1] == 'P' then
+      unalarm[#unalarm+1] = m
+      dead[#dead+1] = now
+      dead[#dead+1] = m
+    else
+      alarms[#alarms+1] = f[3]
+      alarms[#alarms+1] = m
+    end
+  end
+end
+if #hdel > 0 then redis.call('HDEL', KEYS[3], unpack(hdel)) end
+if #unalarm > 0 then redis.call('ZREM', KEYS[2], unpack(unalarm)) end
+if #undead > 0 then redis.call('ZREM', KEYS[4], unpack(undead)) end
+if #hset > 0 then redis.call('HSET', KEYS[3], unpack(hset)) end
+if #alarms > 0 then redis.call('ZADD', KEYS[2], unpack(alarms)) end
+if #dead > 0 then redis.call('ZADD', KEYS[4], unpack(dead)) end
 return out
 `)
+
+// maxAcksPerCall bounds one ackScript call: Lua's unpack takes at most ≈ 8000 values, and a call blocks
+// Redis for its whole length.
+const maxAcksPerCall = 1000
 
 // Acknowledge applies acks, one script call per slot, in one round trip. applied[i] reports whether
 // acks[i] took effect (false: the incident had ended or been replaced meanwhile — not an error).
@@ -82,14 +119,16 @@ func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, er
 		args []any
 		idx  []int
 	}
-	bySlot := map[int]*group{}
-	var order []int
+	var groups []*group
+	var slotOf []int         // slotOf[k] = slot of groups[k]
+	open := map[int]*group{} // slot → its group still taking acks
 	for i, a := range acks {
-		g := bySlot[a.Slot]
-		if g == nil {
+		g := open[a.Slot]
+		if g == nil || len(g.idx) == maxAcksPerCall {
 			g = &group{args: []any{now}}
-			bySlot[a.Slot] = g
-			order = append(order, a.Slot)
+			open[a.Slot] = g
+			groups = append(groups, g)
+			slotOf = append(slotOf, a.Slot)
 		}
 		next := "+inf"
 		if a.Op == Reschedule && !a.Dormant {
@@ -98,22 +137,23 @@ func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, er
 		g.args = append(g.args, string(a.Op), a.Device, a.Claimed, next, a.State.Encode())
 		g.idx = append(g.idx, i)
 	}
-	calls := make([]scriptCall, len(order))
-	for i, slot := range order {
-		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.Dead(slot)}, args: bySlot[slot].args}
+	calls := make([]scriptCall, len(groups))
+	for k, g := range groups {
+		slot := slotOf[k]
+		calls[k] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.Dead(slot)}, args: g.args}
 	}
 	cmds, err := s.runAll(ctx, ackScript, calls)
 	if err != nil {
 		return nil, fmt.Errorf("deadline: acknowledge: %w", err)
 	}
 	applied = make([]bool, len(acks))
-	for i, slot := range order {
-		res, err := cmds[i].Int64Slice()
+	for k, g := range groups {
+		res, err := cmds[k].Int64Slice()
 		if err != nil {
-			return nil, fmt.Errorf("deadline: acknowledge slot %d: %w", slot, err)
+			return nil, fmt.Errorf("deadline: acknowledge slot %d: %w", slotOf[k], err)
 		}
 		for j, v := range res {
-			applied[bySlot[slot].idx[j]] = v == 1
+			applied[g.idx[j]] = v == 1
 		}
 	}
 	return applied, nil
