@@ -313,6 +313,30 @@ func TestAcknowledgeRescheduleRemovePark(t *testing.T) {
 	})
 }
 
+// TestAcksOfOneDeviceInOneCallApplyInOrder: a slot's acks go to Redis as one call; two for the same
+// device must behave as if sent one after the other, and the batch must span more than one call.
+func TestAcksOfOneDeviceInOneCallApplyInOrder(t *testing.T) {
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		c := claimOne(t, f, "d")
+		st := c.State
+		st.Next = 1
+		resched := deadline.Ack{Device: "d", Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: f.clock.Now().Add(time.Hour), State: st}
+		remove := deadline.Ack{Device: "d", Slot: c.Slot, Op: deadline.Remove, Claimed: c.State.Deadline}
+		acks := []deadline.Ack{resched, remove, resched}
+		for range 1500 { // past one call's limit: the rest must still apply, and in order
+			acks = append(acks, deadline.Ack{Device: "d", Slot: c.Slot, Op: deadline.Remove, Claimed: c.State.Deadline})
+		}
+		applied, err := f.store.Acknowledge(ctx, acks)
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, true, false}, applied[:3], "the reschedule applies, the remove ends the incident, the repeat finds it gone")
+		require.NotContains(t, applied[3:], true)
+		_, found, err := f.store.Device(ctx, "d")
+		require.NoError(t, err)
+		require.False(t, found, "removed, and not resurrected by the later reschedule")
+	})
+}
+
 func TestAckDoesNotClobberSignalArrivedMeanwhile(t *testing.T) {
 	eachBackend(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
