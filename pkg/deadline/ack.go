@@ -36,7 +36,8 @@ type Ack struct {
 // ack never clobbers a newer incident, an operator's ack, or a signal that arrived meanwhile.
 //
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] dead
-// ARGV[1] now (ms); then groups of five: op (R|X|P), device, claimed deadline (ms), next act (ms|+inf), state
+// ARGV[1] now (ms), ARGV[2], ARGV[3] StateGuardField and its value; then groups of five: op (R|X|P),
+// device, claimed deadline (ms), next act (ms|+inf), state
 // Reply: per op 1 when applied, 0 when the incident was gone or replaced.
 //
 // It reads every state and deadline with one HMGET and one ZMSCORE, decides in Lua, and writes with one
@@ -46,12 +47,12 @@ type Ack struct {
 var ackScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local ms = {}
-for i = 3, #ARGV, 5 do ms[#ms+1] = ARGV[i] end
+for i = 5, #ARGV, 5 do ms[#ms+1] = ARGV[i] end
 local stored = redis.call('HMGET', KEYS[3], unpack(ms))
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ms))
 local cur, fin, order, out = {}, {}, {}, {}
 for j = 1, #ms do
-  local i = 2 + (j - 1) * 5
+  local i = 4 + (j - 1) * 5
   local op, m, dl, act, st = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), ARGV[i+3], ARGV[i+4]
   local c = cur[m]
   if c == nil then c = stored[j] end
@@ -98,7 +99,11 @@ end
 if #hdel > 0 then redis.call('HDEL', KEYS[3], unpack(hdel)) end
 if #unalarm > 0 then redis.call('ZREM', KEYS[2], unpack(unalarm)) end
 if #undead > 0 then redis.call('ZREM', KEYS[4], unpack(undead)) end
-if #hset > 0 then redis.call('HSET', KEYS[3], unpack(hset)) end
+if #hset > 0 then
+  hset[#hset+1] = ARGV[2]
+  hset[#hset+1] = ARGV[3]
+  redis.call('HSET', KEYS[3], unpack(hset))
+end
 if #alarms > 0 then redis.call('ZADD', KEYS[2], unpack(alarms)) end
 if #dead > 0 then redis.call('ZADD', KEYS[4], unpack(dead)) end
 return out
@@ -125,7 +130,7 @@ func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, er
 	for i, a := range acks {
 		g := open[a.Slot]
 		if g == nil || len(g.idx) == maxAcksPerCall {
-			g = &group{args: []any{now}}
+			g = &group{args: []any{now, StateGuardField, stateGuardValue}}
 			open[a.Slot] = g
 			groups = append(groups, g)
 			slotOf = append(slotOf, a.Slot)

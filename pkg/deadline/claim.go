@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,15 +39,19 @@ type ClaimResult struct {
 //
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
-// ARGV[3] lease (ms)  ARGV[4] batch
-// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, then per claim: device, "F"|"A", state, replaced state or ""}
+// ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5], ARGV[6] StateGuardField and its value
+// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, number of fresh claims F, then F triples
+// (device, deadline score, replaced state or false), then pairs (device, state) of due alarm entries}
 //
 // Fresh claims leave the deadlines set, get a state and an alarm entry leased until now+lease. A device
 // whose deadline is not newer than its open incident's is a replayed old signal and is dropped. Due alarm
 // entries are leased again and returned with their state; entries without state are orphans and removed.
+// A fresh claim's state follows from its score, so only the score goes back: every reply element and
+// command argument costs Redis more than the Lua around it (INFO commandstats), so the script returns and
+// passes as few as it can — the claimed members leave by rank, not by name.
 var claimScript = redis.NewScript(`
 local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local out = {-1, -1, 0}
+local out = {-1, -1, 0, 0}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', wm * 1024 + 1023), 'LIMIT', 0, batch, 'WITHSCORES')
 local n = #due / 2
 if n == batch then out[3] = 1 end
@@ -54,25 +59,28 @@ if n > 0 then
   local rem, hset, zadd = {}, {}, {}
   for i = 1, #due, 2 do rem[#rem+1] = due[i] end
   local prevs = redis.call('HMGET', KEYS[3], unpack(rem))
+  local fresh = 0
   for i = 1, #due, 2 do
     local m, sc = due[i], tonumber(due[i+1])
     local dl = math.floor(sc / 1024)
     local prev = prevs[(i + 1) / 2]
     local pdl = prev and tonumber(string.match(prev, '^(%d+):'))
     if not (pdl and pdl >= dl) then
-      local st = string.format('%.0f:%d:0:0:0:0:0:', dl, sc - dl * 1024)
       hset[#hset+1] = m
-      hset[#hset+1] = st
+      hset[#hset+1] = string.format('%.0f:%d:0:0:0:0:0:', dl, sc - dl * 1024)
       zadd[#zadd+1] = now + lease
       zadd[#zadd+1] = m
       out[#out+1] = m
-      out[#out+1] = 'F'
-      out[#out+1] = st
-      out[#out+1] = prev or ''
+      out[#out+1] = due[i+1]
+      out[#out+1] = prev
+      fresh = fresh + 1
     end
   end
-  redis.call('ZREM', KEYS[1], unpack(rem))
+  out[4] = fresh
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
   if #hset > 0 then
+    hset[#hset+1] = ARGV[5]
+    hset[#hset+1] = ARGV[6]
     redis.call('HSET', KEYS[3], unpack(hset))
     redis.call('ZADD', KEYS[2], unpack(zadd))
   end
@@ -86,9 +94,7 @@ if left > 0 then
     if st then
       redis.call('ZADD', KEYS[2], now + lease, m)
       out[#out+1] = m
-      out[#out+1] = 'A'
       out[#out+1] = st
-      out[#out+1] = ''
     else
       redis.call('ZREM', KEYS[2], m)
     end
@@ -122,7 +128,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	if wm.IsZero() || wm.After(opts.Now) {
 		wm = opts.Now
 	}
-	args := []any{opts.Now.UnixMilli(), wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch}
+	args := []any{opts.Now.UnixMilli(), wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, StateGuardField, stateGuardValue}
 	calls := make([]scriptCall, len(slots))
 	for i, slot := range slots {
 		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot)}, args: args}
@@ -134,14 +140,25 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	var nextDeadline, nextAlarm int64 = -1, -1
 	for i, cmd := range cmds {
 		reply, err := cmd.Slice()
-		if err != nil || len(reply) < 3 {
+		if err != nil || len(reply) < 4 {
 			return res, fmt.Errorf("deadline: claim slot %d: unexpected reply %v: %w", slots[i], reply, err)
 		}
 		nextDeadline = earliest(nextDeadline, reply[0].(int64))
 		nextAlarm = earliest(nextAlarm, reply[1].(int64))
 		res.More = res.More || reply[2].(int64) == 1
-		for j := 3; j+4 <= len(reply); j += 4 {
-			c, err := s.decodeClaim(ctx, slots[i], reply[j:j+4])
+		fresh := 3 * int(reply[3].(int64))
+		if 4+fresh > len(reply) {
+			return res, fmt.Errorf("deadline: claim slot %d: reply of %d elements announces %d fresh claims", slots[i], len(reply), fresh/3)
+		}
+		for j := 4; j < 4+fresh; j += 3 {
+			c, err := s.decodeFresh(ctx, slots[i], reply[j:j+3])
+			if err != nil {
+				return res, err
+			}
+			res.Claims = append(res.Claims, c)
+		}
+		for j := 4 + fresh; j+2 <= len(reply); j += 2 {
+			c, err := s.decodeDue(ctx, slots[i], reply[j:j+2])
 			if err != nil {
 				return res, err
 			}
@@ -162,17 +179,17 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	return res, nil
 }
 
-func (s *Store) decodeClaim(ctx context.Context, slot int, f []any) (Claim, error) {
+// decodeFresh reads a fresh claim: device, deadline score, replaced state or nil.
+func (s *Store) decodeFresh(ctx context.Context, slot int, f []any) (Claim, error) {
 	device, _ := f[0].(string)
-	kind, _ := f[1].(string)
-	enc, _ := f[2].(string)
-	prev, _ := f[3].(string)
-	st, err := DecodeState(enc)
+	score, _ := f[1].(string)
+	v, err := strconv.ParseFloat(score, 64)
 	if err != nil {
-		return Claim{}, err
+		return Claim{}, fmt.Errorf("deadline: claim slot %d: score %q of %q: %w", slot, score, device, err)
 	}
-	c := Claim{Device: device, Slot: slot, State: st, Fresh: kind == "F", Type: s.types.name(ctx, st.TypeIndex)}
-	if prev != "" {
+	st := State{Deadline: int64(v) / MaxTypes, TypeIndex: int(int64(v) % MaxTypes)}
+	c := Claim{Device: device, Slot: slot, State: st, Fresh: true, Type: s.types.name(ctx, st.TypeIndex)}
+	if prev, _ := f[2].(string); prev != "" {
 		p, err := DecodeState(prev)
 		if err != nil {
 			return Claim{}, err
@@ -180,6 +197,17 @@ func (s *Store) decodeClaim(ctx context.Context, slot int, f []any) (Claim, erro
 		c.Replaced = &p
 	}
 	return c, nil
+}
+
+// decodeDue reads a due alarm entry's claim: device, state.
+func (s *Store) decodeDue(ctx context.Context, slot int, f []any) (Claim, error) {
+	device, _ := f[0].(string)
+	enc, _ := f[1].(string)
+	st, err := DecodeState(enc)
+	if err != nil {
+		return Claim{}, err
+	}
+	return Claim{Device: device, Slot: slot, State: st, Type: s.types.name(ctx, st.TypeIndex)}, nil
 }
 
 func earliest(a, b int64) int64 {

@@ -521,6 +521,15 @@ func TestListCountDelete(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, map[string]int64{"sensor": 100}, online)
 		require.Equal(t, map[string]int64{"gateway": 200}, interrupted)
+		counts, err := f.store.Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(200), counts.Interrupted, "the state hashes' guard field is not an incident")
+		// Lookups in a listpack-encoded hash are linear scans; the guard keeps every state hash a hashtable.
+		for slot := range 4 {
+			enc, err := f.rdb.ObjectEncoding(ctx, f.store.Keys().State(slot)).Result()
+			require.NoError(t, err)
+			require.Equal(t, "hashtable", enc, "slot %d", slot)
+		}
 		_, _, err = f.store.List(ctx, deadline.ListOptions{Cursor: "garbage"})
 		require.ErrorIs(t, err, deadline.ErrBadCursor)
 
@@ -530,7 +539,7 @@ func TestListCountDelete(t *testing.T) {
 		ok, err = f.store.Delete(ctx, "d1")
 		require.NoError(t, err)
 		require.False(t, ok)
-		counts, err := f.store.Count(ctx)
+		counts, err = f.store.Count(ctx)
 		require.NoError(t, err)
 		require.Equal(t, deadline.Counts{Online: 100, Interrupted: 199, Pending: 199}, counts)
 	})

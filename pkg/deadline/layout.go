@@ -293,7 +293,7 @@ func (s *Store) migrateSlot(ctx context.Context, l Layout, old int) error {
 		for i := 0; i+1 < len(kv); i += 2 {
 			dev, st := kv[i], kv[i+1]
 			to := Slot(dev, l.Slots)
-			if to == old {
+			if to == old || dev == StateGuardField {
 				continue
 			}
 			pipe := s.rdb.Pipeline()

@@ -121,6 +121,9 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 			return nil, "", fmt.Errorf("deadline: list slot %d: %w", slot, err)
 		}
 		for i := 0; i+1 < len(keys); i += 2 {
+			if keys[i] == StateGuardField {
+				continue
+			}
 			d := Device{ID: keys[i]}
 			if opts.Interrupted {
 				st, err := DecodeState(keys[i+1])
@@ -180,12 +183,16 @@ type Counts struct {
 // Count totals the slots in one round trip (O(slots) cardinality reads).
 func (s *Store) Count(ctx context.Context) (Counts, error) {
 	pipe := s.rdb.Pipeline()
-	type slotCmds struct{ online, state, dead, alarms *redis.IntCmd }
+	type slotCmds struct {
+		online, state, dead, alarms *redis.IntCmd
+		guarded                     *redis.BoolCmd
+	}
 	cmds := make([]slotCmds, s.Slots())
 	for slot := range cmds {
 		cmds[slot] = slotCmds{
 			pipe.ZCard(ctx, s.keys.Deadlines(slot)), pipe.HLen(ctx, s.keys.State(slot)),
 			pipe.ZCard(ctx, s.keys.Dead(slot)), pipe.ZCard(ctx, s.keys.Alarms(slot)),
+			pipe.HExists(ctx, s.keys.State(slot), StateGuardField),
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -195,6 +202,9 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	for _, sc := range cmds {
 		c.Online += sc.online.Val()
 		c.Interrupted += sc.state.Val()
+		if sc.guarded.Val() {
+			c.Interrupted--
+		}
 		c.Parked += sc.dead.Val()
 		c.Pending += sc.alarms.Val()
 	}
