@@ -50,27 +50,29 @@ local ms = {}
 for i = 5, #ARGV, 5 do ms[#ms+1] = ARGV[i] end
 local stored = redis.call('HMGET', KEYS[3], unpack(ms))
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ms))
-local cur, fin, order, out = {}, {}, {}, {}
+local cur, fop, fst, fact, order, out = {}, {}, {}, {}, {}, {}
+local find, byte = string.find, string.byte
 for j = 1, #ms do
   local i = 4 + (j - 1) * 5
-  local op, m, dl, act, st = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), ARGV[i+3], ARGV[i+4]
+  local op, m, dl = ARGV[i], ms[j], ARGV[i+2]
   local c = cur[m]
   if c == nil then c = stored[j] end
-  local cdl = c and tonumber(string.match(c, '^(%d+):'))
-  if cdl ~= dl then
+  -- The incident is the one claimed when its state starts with the claimed deadline and a colon.
+  if not (c and find(c, dl, 1, true) == 1 and byte(c, #dl + 1) == 58) then
     out[j] = 0
   else
-    if not fin[m] then order[#order+1] = m end
+    if not fop[m] then order[#order+1] = m end
+    fop[m] = op
     if op == 'X' then
-      fin[m] = {op}
       cur[m] = false
     else
-      if string.match(c, '^%d+:%d+:%d+:1:') then
+      local st, act = ARGV[i+4], ARGV[i+3]
+      if find(c, '^%d+:%d+:%d+:1:') then
         st = (string.gsub(st, '^(%d+:%d+:%d+:)0:', '%11:'))
       end
       local sc = scores[j]
-      if op == 'R' and sc and math.floor(tonumber(sc) / 1024) > dl then act = now end
-      fin[m] = {op, st, act}
+      if op == 'R' and sc and math.floor(tonumber(sc) / 1024) > tonumber(dl) then act = now end
+      fst[m], fact[m] = st, act
       cur[m] = st
     end
     out[j] = 1
@@ -78,20 +80,20 @@ for j = 1, #ms do
 end
 local hset, hdel, alarms, unalarm, dead, undead = {}, {}, {}, {}, {}, {}
 for _, m in ipairs(order) do
-  local f = fin[m]
-  if f[1] == 'X' then
+  local op = fop[m]
+  if op == 'X' then
     hdel[#hdel+1] = m
     unalarm[#unalarm+1] = m
     undead[#undead+1] = m
   else
     hset[#hset+1] = m
-    hset[#hset+1] = f[2]
-    if f[1] == 'P' then
+    hset[#hset+1] = fst[m]
+    if op == 'P' then
       unalarm[#unalarm+1] = m
       dead[#dead+1] = now
       dead[#dead+1] = m
     else
-      alarms[#alarms+1] = f[3]
+      alarms[#alarms+1] = fact[m]
       alarms[#alarms+1] = m
     end
   end
@@ -139,7 +141,11 @@ func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, er
 		if a.Op == Reschedule && !a.Dormant {
 			next = fmt.Sprint(a.Next.UnixMilli())
 		}
-		g.args = append(g.args, string(a.Op), a.Device, a.Claimed, next, a.State.Encode())
+		state := "" // a removal writes none
+		if a.Op != Remove {
+			state = a.State.Encode()
+		}
+		g.args = append(g.args, string(a.Op), a.Device, a.Claimed, next, state)
 		g.idx = append(g.idx, i)
 	}
 	calls := make([]scriptCall, len(groups))
