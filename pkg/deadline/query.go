@@ -241,18 +241,30 @@ func (s *Store) CountByType(ctx context.Context) (online, interrupted map[string
 // CurrentDeadlines returns, for each claim, the device's deadline in the deadlines set now (zero when it
 // is not there): the re-check that tells a recovered device from a silent one. One ZMSCORE per slot, one
 // round trip. While a doubling settles, a device's new slot is looked at too (it writes there now).
+//
+// Fresh claims are not looked up outside a doubling: the claim script took them out of the deadlines set
+// a moment ago, so the re-check would cost a round trip per batch to find almost always nothing. A signal
+// that did arrive since is not lost: the acknowledgement sees it and makes the device due at once, so
+// `recovered` follows the `interrupted` within one wake-up.
 func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Time, error) {
 	out := make([]time.Time, len(claims))
 	if len(claims) == 0 {
 		return out, nil
 	}
-	slots := s.Slots()
+	layout := s.layout.Load()
+	slots := layout.Slots
 	bySlot := map[int][]int{}
 	for i, c := range claims {
+		if c.Fresh && !layout.Moving() {
+			continue
+		}
 		bySlot[c.Slot] = append(bySlot[c.Slot], i)
 		if now := Slot(c.Device, slots); now != c.Slot {
 			bySlot[now] = append(bySlot[now], i)
 		}
+	}
+	if len(bySlot) == 0 {
+		return out, nil
 	}
 	pipe := s.rdb.Pipeline()
 	cmds := make(map[int]*redis.FloatSliceCmd, len(bySlot))
