@@ -142,13 +142,19 @@ end
 return probed
 `)
 
-// Refresh moves the deadlines of a batch of signals forward in one round trip and returns only after
-// Redis acknowledged every write, so callers may then acknowledge the signals' source messages. A device
-// appearing twice keeps its latest deadline.
+// Refresh moves the deadlines of a batch of signals forward, in one round trip in the steady state, and
+// returns only after Redis acknowledged every write, so callers may then acknowledge the signals' source
+// messages. A device appearing twice keeps its latest deadline.
 //
-// Signals that name their type are written with plain pipelined commands — per slot one ZADD GT into the
-// deadlines and one ZADD XX LT CH probe into the alarms — because the Lua interpreter costs more than
-// the writes themselves (measured: ≈2× the throughput). Untyped signals need the type recorded in Redis to
+// Signals that name their type are written with plain pipelined commands, one ZADD GT per slot into the
+// deadlines, because the Lua interpreter costs more than the writes themselves (measured: ≈2× the
+// throughput). The recovery probe (ZADD XX LT CH into the alarms) is needed only for a device that was
+// not in the deadlines set — an interrupted device, which its claim took out of it — so it is sent, in a
+// second round trip, only for the slots whose ZADD reports an added member (a recovering or a new device).
+// A device already in the deadlines set cannot be waiting for its recovery to be noticed: its alarm entry,
+// if any, was made due when the signal that put it back arrived, or is caught by the claim's
+// acknowledgement, which compares with the deadlines set. Skipping the probe halves the commands Redis
+// runs per batch. Untyped signals need the type recorded in Redis to
 // compute their deadline and go through refreshScript: one call per batch on a standalone server, one per
 // slot on Redis Cluster (a script's keys must share a hash slot there).
 func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
@@ -164,7 +170,12 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 			return err
 		}
 	}
-	type typedSlot struct{ deadlines, probes []redis.Z }
+	type typedSlot struct {
+		deadlines, probes []redis.Z
+		// probeNow: probe in the first round trip. A moved device may already have its deadline in the
+		// new slot while its open incident still lives in the old one, so its probes never wait.
+		probeNow bool
+	}
 	typed := map[int]*typedSlot{}
 	slotOf := func(slot int) *typedSlot {
 		ts := typed[slot]
@@ -209,15 +220,19 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 			// The open incident, if any, still lives in the old slot until the layout retires.
 			old := slotOf(m.oldSlot)
 			old.probes = append(old.probes, redis.Z{Score: float64(now), Member: sig.Device})
+			ts.probeNow, old.probeNow = true, true
 			oldEntries[m.oldSlot] = append(oldEntries[m.oldSlot], sig.Device)
 		}
 	}
 	pipe := s.rdb.Pipeline()
+	added := make(map[int]*redis.IntCmd, len(typed))
 	for slot, ts := range typed {
 		if len(ts.deadlines) > 0 {
-			pipe.ZAddArgs(ctx, s.keys.Deadlines(slot), redis.ZAddArgs{GT: true, Members: ts.deadlines})
+			added[slot] = pipe.ZAddArgs(ctx, s.keys.Deadlines(slot), redis.ZAddArgs{GT: true, Members: ts.deadlines})
 		}
-		pipe.ZAddArgs(ctx, s.keys.Alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: ts.probes})
+		if ts.probeNow {
+			s.probe(ctx, pipe, slot, ts.probes)
+		}
 	}
 	for slot, devs := range oldEntries {
 		pipe.ZRem(ctx, s.keys.Deadlines(slot), devs...)
@@ -235,7 +250,24 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 			return fmt.Errorf("deadline: refresh: %w", err)
 		}
 	}
+	probes := s.rdb.Pipeline()
+	for slot, cmd := range added {
+		if ts := typed[slot]; cmd.Val() > 0 && !ts.probeNow {
+			s.probe(ctx, probes, slot, ts.probes)
+		}
+	}
+	if probes.Len() > 0 {
+		if _, err := probes.Exec(ctx); err != nil {
+			return fmt.Errorf("deadline: refresh: recovery probe: %w", err)
+		}
+	}
 	return nil
+}
+
+// probe makes the alarm entries of the members that have one due now (XX: only existing entries; LT:
+// only earlier), so the scanner reports their recovery within one wake-up.
+func (s *Store) probe(ctx context.Context, pipe redis.Pipeliner, slot int, members []redis.Z) {
+	pipe.ZAddArgs(ctx, s.keys.Alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: members})
 }
 
 // recordedTypes reads, with one ZMSCORE per slot, the type recorded in the scores of the devices whose
