@@ -128,8 +128,12 @@ type KafkaIngest struct {
 	Brokers []string `yaml:"brokers"`
 	Topics  []string `yaml:"topics"`
 	GroupID string   `yaml:"group_id"`
-	TLS     TLS      `yaml:"tls"`
-	SASL    SASL     `yaml:"sasl"`
+	// SessionTimeout is how long the group coordinator waits for a silent member before giving its
+	// partitions to the others: the longest a killed replica's partitions go unread, and the longest a
+	// restarted replica waits for its first assignment (its previous self still holds them).
+	SessionTimeout time.Duration `yaml:"session_timeout"`
+	TLS            TLS           `yaml:"tls"`
+	SASL           SASL          `yaml:"sasl"`
 }
 
 // SASL is every sasl block; Mechanism builds the kafka-go mechanism.
@@ -202,22 +206,24 @@ type Log struct {
 
 // Built-in defaults (SPEC §3 and the tuning keys).
 const (
-	DefaultSlots              = 64
-	DefaultKeyPrefix          = "hb"
-	DefaultMaxClockSkew       = 5 * time.Second
-	DefaultIngestBatch        = 256
-	DefaultIngestLinger       = 2 * time.Millisecond
-	DefaultIngestMaxInFlight  = 4
-	DefaultMaxIdleWait        = 50 * time.Millisecond
-	DefaultDetectionBatch     = 256
-	DefaultScanners           = 4
-	DefaultLease              = 30 * time.Second
-	DefaultMaxPublishAttempts = 10
-	DefaultLagThreshold       = 30 * time.Second
-	DefaultReplicaHeartbeat   = time.Second
-	DefaultSlotLease          = 3 * time.Second
-	DefaultMaxBodyBytes       = 1 << 20
-	DefaultShutdownTimeout    = 10 * time.Second
+	DefaultSlots             = 64
+	DefaultKeyPrefix         = "hb"
+	DefaultMaxClockSkew      = 5 * time.Second
+	DefaultIngestBatch       = 256
+	DefaultIngestLinger      = 2 * time.Millisecond
+	DefaultIngestMaxInFlight = 4
+	DefaultMaxIdleWait       = 50 * time.Millisecond
+	DefaultDetectionBatch    = 256
+	DefaultScanners          = 4
+	// DefaultKafkaSessionTimeout: Kafka brokers accept 6s–30min by default (group.min/max.session.timeout.ms).
+	DefaultKafkaSessionTimeout = 10 * time.Second
+	DefaultLease               = 30 * time.Second
+	DefaultMaxPublishAttempts  = 10
+	DefaultLagThreshold        = 30 * time.Second
+	DefaultReplicaHeartbeat    = time.Second
+	DefaultSlotLease           = 3 * time.Second
+	DefaultMaxBodyBytes        = 1 << 20
+	DefaultShutdownTimeout     = 10 * time.Second
 
 	// MaxSlots is Redis Cluster's hash slot count: more deadline slots could not spread any further.
 	MaxSlots = 16384
@@ -255,9 +261,10 @@ func Default() *Config {
 				},
 			},
 			Kafka: KafkaIngest{
-				Brokers: []string{"127.0.0.1:9092"},
-				Topics:  []string{"device-signals"},
-				GroupID: "heartbeatd",
+				Brokers:        []string{"127.0.0.1:9092"},
+				Topics:         []string{"device-signals"},
+				GroupID:        "heartbeatd",
+				SessionTimeout: DefaultKafkaSessionTimeout,
 			},
 		},
 		Events: Events{Kafka: EventsKafka{

@@ -251,6 +251,7 @@ func (c *Config) validateIngest(v *validator) {
 			v.required(fmt.Sprintf("ingest.kafka.topics[%d]", i), t)
 		}
 		v.required("ingest.kafka.group_id", k.GroupID)
+		v.positive("ingest.kafka.session_timeout", k.SessionTimeout)
 	}
 	validateTLS(v, "ingest.kafka.tls", k.TLS)
 	validateSASL(v, "ingest.kafka.sasl", k.SASL)

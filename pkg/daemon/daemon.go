@@ -231,7 +231,8 @@ func (d *daemon) buildSources() error {
 			return fmt.Errorf("ingest.kafka.sasl: %w", err)
 		}
 		src, err := ingest.NewKafkaSource(ingest.KafkaOptions{Brokers: in.Kafka.Brokers, Topics: in.Kafka.Topics,
-			GroupID: in.Kafka.GroupID, TLS: tlsCfg, SASL: mech, DrainTimeout: drain, Logger: d.log})
+			GroupID: in.Kafka.GroupID, SessionTimeout: in.Kafka.SessionTimeout, HeartbeatInterval: in.Kafka.SessionTimeout / 3,
+			TLS: tlsCfg, SASL: mech, DrainTimeout: drain, Logger: d.log})
 		if err != nil {
 			return err
 		}

@@ -277,7 +277,23 @@ func startPipeline(tb testing.TB, store *deadline.Store, opts ingest.ChainOption
 }
 
 // run starts a source on the chain and waits until it is connected.
+// run starts src and waits until it reports itself connected.
 func (p *pipeline) run(tb testing.TB, src ingest.Source) {
+	tb.Helper()
+	done := p.start(tb, src)
+	require.Eventually(tb, func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			require.NoError(tb, err, "source stopped before connecting")
+		default:
+		}
+		return src.Health().Connected
+	}, 20*time.Second, 5*time.Millisecond, "%s source connects", src.Name())
+}
+
+// start starts src; the channel receives what its Run returned.
+func (p *pipeline) start(tb testing.TB, src ingest.Source) chan error {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -291,15 +307,7 @@ func (p *pipeline) run(tb testing.TB, src ingest.Source) {
 	p.mu.Lock()
 	p.sources[src] = stop
 	p.mu.Unlock()
-	require.Eventually(tb, func() bool {
-		select {
-		case err := <-done:
-			done <- err
-			require.NoError(tb, err, "source stopped before connecting")
-		default:
-		}
-		return src.Health().Connected
-	}, 20*time.Second, 5*time.Millisecond, "%s source connects", src.Name())
+	return done
 }
 
 // stop stops a source and returns what its Run returned.

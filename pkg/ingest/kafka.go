@@ -146,7 +146,6 @@ func (s *KafkaSource) Run(ctx context.Context, chain *Chain) error {
 			return nil
 		}
 	}
-	s.setConnected(chain, true)
 
 	reader := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:     s.opts.Brokers,
@@ -183,7 +182,7 @@ func (s *KafkaSource) Run(ctx context.Context, chain *Chain) error {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); s.commitLoop(bg, reader) }()
-	go func() { defer wg.Done(); s.probeLoop(bg, chain) }()
+	go func() { defer wg.Done(); s.probeLoop(bg, chain, reader) }()
 
 	s.fetchLoop(ctx, reader, chain)
 
@@ -270,26 +269,48 @@ func (s *KafkaSource) commit(ctx context.Context, reader *kafka.Reader) error {
 	return nil
 }
 
-func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain) {
-	t := time.NewTicker(s.opts.ProbeInterval)
+// joinPoll is how often a reader that has not joined its group yet is asked whether it has.
+const joinPoll = 50 * time.Millisecond
+
+// probeLoop reports the source connected while the brokers answer and the reader has joined its consumer
+// group. Joining is not immediate: after a restart the coordinator keeps the partitions with the previous
+// process until its session times out (ingest.kafka.session_timeout), and until then nothing is read.
+// Reporting that time as connected would let detection run on deadlines that the unread signals would
+// have moved; reported as an outage, hold-back covers it.
+func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain, reader *kafka.Reader) {
+	t := time.NewTicker(joinPoll)
 	defer t.Stop()
+	joined, reachable := false, true // Run probed the brokers just before
+	lastProbe := time.Now()
+	s.log.Info("waiting for the consumer group to assign partitions", zap.String("group_id", s.opts.GroupID))
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		err := s.probe(ctx)
-		if ctx.Err() != nil {
-			return
+		if !joined && reader.Stats().Rebalances > 0 {
+			joined = true
+			s.log.Info("joined the consumer group", zap.String("group_id", s.opts.GroupID),
+				zap.Duration("after", time.Since(lastProbe).Round(time.Millisecond)))
+			t.Reset(s.opts.ProbeInterval)
 		}
-		if s.setConnected(chain, err == nil) {
-			if err != nil {
-				s.log.Warn("kafka brokers unreachable", zap.Error(err))
-			} else {
-				s.log.Info("kafka brokers reachable again")
+		if time.Since(lastProbe) >= s.opts.ProbeInterval {
+			lastProbe = time.Now()
+			err := s.probe(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if up := err == nil; up != reachable {
+				reachable = up
+				if err != nil {
+					s.log.Warn("kafka brokers unreachable", zap.Error(err))
+				} else {
+					s.log.Info("kafka brokers reachable again")
+				}
 			}
 		}
+		s.setConnected(chain, reachable && joined)
 	}
 }
 

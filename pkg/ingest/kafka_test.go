@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -232,4 +234,39 @@ func TestKafkaDeadLettersThroughPublisher(t *testing.T) {
 	require.Equal(t, []byte(`{"ts":"soon"}`), d.Payload)
 	require.Equal(t, []byte("dev-1"), d.Key)
 	require.Equal(t, "dev-1", string(recs[0].Key), "keyed by the input's key")
+}
+
+// TestKafkaNotConnectedUntilTheGroupAssignsPartitions: a restarted replica's group keeps the partitions
+// with its previous process until that session times out, and meanwhile nothing is read. The source must
+// report that time as an outage (so hold-back covers it), not as connected — even though every broker
+// answers.
+func TestKafkaNotConnectedUntilTheGroupAssignsPartitions(t *testing.T) {
+	tr, k := newKafkaTransport(t, 2)
+	store := newStore(t, testenv.StartRedis(t).Client(t))
+	p := startPipeline(t, store, ingest.ChainOptions{})
+
+	// The coordinator holds the first JoinGroup, as it does while a dead member's session runs out.
+	release, held := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	k.Cluster().ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		once.Do(func() { close(held) })
+		k.Cluster().SleepControl(func() { <-release })
+		return nil, nil, false // then the cluster answers it as usual
+	})
+	src := tr.source(t, "restarted")
+	p.start(t, src)
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the source never asked to join its group")
+	}
+	// The brokers answer the source's probes (every 100 ms here) all along; only the join is pending.
+	require.Never(t, func() bool { return src.Health().Connected }, time.Second, 20*time.Millisecond,
+		"connected while no partition is assigned")
+
+	close(release)
+	require.Eventually(t, func() bool { return src.Health().Connected }, 30*time.Second, 20*time.Millisecond,
+		"connected once the group assigned partitions")
+	tr.send(t, rawFor([]string{"after-join"}, "")...)
+	p.waitApplied(t, "after-join")
 }
