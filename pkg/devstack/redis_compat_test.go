@@ -158,7 +158,7 @@ func TestDeadlineStoreOnStackRedis(t *testing.T) {
 	require.Equal(t, ms(10*time.Second), res.NextDeadline.UnixMilli())
 	require.Equal(t, ms(39*time.Second), res.NextAlarm.UnixMilli(), "the claim's lease")
 	gw1 := res.Claims[0]
-	cur, err := store.CurrentDeadlines(ctx, res.Claims)
+	cur, err := store.CurrentDeadlines(ctx, asRepeats(res.Claims))
 	require.NoError(t, err)
 	require.True(t, cur[0].IsZero(), "gw1 is silent")
 
@@ -200,7 +200,7 @@ func TestDeadlineStoreOnStackRedis(t *testing.T) {
 
 	// d3 signals again: the recovery probe (ZADD XX LT CH) makes its alarm entry due; ZMSCORE sees it back.
 	require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: "d3", Seen: clk.Now()}}))
-	cur, err = store.CurrentDeadlines(ctx, all)
+	cur, err = store.CurrentDeadlines(ctx, asRepeats(all))
 	require.NoError(t, err)
 	require.Equal(t, ms(22*time.Second), cur[0].UnixMilli())
 	require.True(t, cur[1].IsZero())
@@ -352,4 +352,14 @@ func TestZAddRepeatedMemberOnStackRedis(t *testing.T) {
 			require.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// asRepeats returns copies of claims as an alarm entry's claims would come (not fresh), which
+// CurrentDeadlines re-checks with ZMSCORE; it skips fresh ones outside a doubling.
+func asRepeats(claims []deadline.Claim) []deadline.Claim {
+	out := append([]deadline.Claim(nil), claims...)
+	for i := range out {
+		out[i].Fresh = false
+	}
+	return out
 }
