@@ -6,7 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,9 +90,15 @@ func TestMQTTKeepsQoS1BacklogOfPersistentSession(t *testing.T) {
 	s := startStack(t)
 	ctx := context.Background()
 	const backlog = 12000
-	var got atomic.Int64
+	var mu sync.Mutex
+	got := map[string]bool{} // topics delivered; QoS 1 may deliver one twice
+	delivered := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
 	opts := paho.NewClientOptions().AddBroker(s.MQTTBroker).SetClientID("daemon").SetCleanSession(false).
-		SetAutoReconnect(false).SetDefaultPublishHandler(func(paho.Client, paho.Message) { got.Add(1) })
+		SetAutoReconnect(false).SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
+		mu.Lock()
+		got[m.Topic()] = true
+		mu.Unlock()
+	})
 	sub := paho.NewClient(opts)
 	require.NoError(t, waitToken(ctx, sub.Connect(), 5*time.Second))
 	require.NoError(t, waitToken(ctx, sub.Subscribe("devices/+/heartbeat", 1, nil), 5*time.Second))
@@ -111,9 +117,12 @@ func TestMQTTKeepsQoS1BacklogOfPersistentSession(t *testing.T) {
 		}
 	}
 
-	sub = paho.NewClient(opts)
+	// Resume as the daemon does, reconnecting when the connection drops: mochi resends the whole backlog
+	// before it reads the first PUBACK, and under load that resend can fail and close the connection
+	// (seen in CI: 0 of 12000). The session keeps what was not acknowledged for the next connection.
+	sub = paho.NewClient(opts.SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(time.Second))
 	require.NoError(t, waitToken(ctx, sub.Connect(), 5*time.Second))
 	defer sub.Disconnect(100)
-	require.Eventually(t, func() bool { return got.Load() == backlog }, 20*time.Second, 20*time.Millisecond,
-		"got %d of %d", got.Load(), backlog)
+	require.Eventually(t, func() bool { return delivered() == backlog }, 30*time.Second, 20*time.Millisecond,
+		"got %d of %d; broker: %+v", delivered(), backlog, s.mqtt.Info.Clone())
 }
