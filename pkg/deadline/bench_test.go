@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"regexp"
@@ -61,11 +62,15 @@ func benchRefresh(b *testing.B, rdb redis.UniversalClient) {
 	ctx := context.Background()
 	require.NoError(b, store.Load(ctx, benchTypes...))
 	preload(b, store, n, time.Now())
-	batches := make([][]deadline.Signal, 64)
+	// Every device of the fleet once, in random order, as a fleet's periodic signals arrive: a small set
+	// of devices cycled over and over would keep Redis's working set in the CPU cache (measured: 1.36×
+	// the baseline with 16k distinct devices against 0.9× with the whole fleet).
+	order := rand.Perm(n)
+	batches := make([][]deadline.Signal, max(n/256, 1))
 	for i := range batches {
 		batches[i] = make([]deadline.Signal, 256)
 		for j := range batches[i] {
-			k := (i*256 + j) * 7919 % n
+			k := order[(i*256+j)%n]
 			batches[i][j] = deadline.Signal{Device: fmt.Sprintf("device-%08d", k), Type: benchTypes[k%3]}
 		}
 	}
