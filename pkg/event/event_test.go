@@ -221,3 +221,27 @@ func TestDeadLetterTruncatesHugePayload(t *testing.T) {
 	require.False(t, exact.PayloadTruncated)
 	require.Zero(t, exact.PayloadSize)
 }
+
+// TestMarshalJSONMatchesEncodingJSON: the hand-written encoder writes exactly what encoding/json writes
+// for the wire form, for plain ids and for every kind of character that needs escaping.
+func TestMarshalJSONMatchesEncodingJSON(t *testing.T) {
+	at := time.Date(2026, 11, 23, 14, 3, 7, 120_000_000, time.UTC)
+	ids := []string{"sensor-0042", `quote"d`, `back\slash`, "tab\there", "ünïcödé-✓", "<html>&amp;", "line\u2028sep",
+		"bad\xffutf8", "del\x7f", ""}
+	for _, id := range ids {
+		for _, e := range []Event{
+			New(Interrupted, id, "gateway", at.Add(-time.Second), at.Add(-time.Minute), at, 0),
+			New(Recovered, id, id, at, time.Time{}, at.Add(1500*time.Microsecond), 3),
+		} {
+			want, err := marshalNoHTMLEscape(wireEvent{
+				Schema: e.Schema, ID: e.ID, Kind: e.Kind, DeviceID: e.DeviceID, DeviceType: e.DeviceType,
+				LastSeen: wireTime(e.LastSeen), Deadline: wireTime(e.Deadline), At: wireTime(e.At),
+				SilentForMs: e.SilentForMs, Repeat: e.Repeat,
+			})
+			require.NoError(t, err)
+			got, err := e.MarshalJSON()
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(got), "device %q", id)
+		}
+	}
+}
