@@ -170,14 +170,53 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// appendWireTime appends t as wireTime.MarshalJSON writes it.
+// appendWireTime appends t quoted in timeLayout, or null for the zero time. The digits are written
+// directly: time.AppendFormat parses the layout on every call and was most of an event's encoding cost.
 func appendWireTime(b []byte, t time.Time) []byte {
 	if t.IsZero() {
 		return append(b, "null"...)
 	}
+	t = normalizeTime(t)
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		b = append(b, '"')
+		b = t.AppendFormat(b, timeLayout)
+		return append(b, '"')
+	}
+	hour, minute, sec := t.Clock()
 	b = append(b, '"')
-	b = normalizeTime(t).AppendFormat(b, timeLayout)
-	return append(b, '"')
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	if ms := t.Nanosecond() / int(time.Millisecond); ms != 0 {
+		// ".999": up to three digits, trailing zeros dropped.
+		b = append(b, '.')
+		digits := 3
+		for ms%10 == 0 {
+			ms /= 10
+			digits--
+		}
+		b = appendDigits(b, ms, digits)
+	}
+	return append(b, 'Z', '"')
+}
+
+// appendDigits appends n (≥ 0) zero-padded to width digits.
+func appendDigits(b []byte, n, width int) []byte {
+	var buf [4]byte
+	for i := width - 1; i >= 0; i-- {
+		buf[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return append(b, buf[:width]...)
 }
 
 // UnmarshalJSON reads the SPEC §5 form; any RFC 3339 time is accepted.

@@ -245,3 +245,23 @@ func TestMarshalJSONMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestWireTimeMatchesLayout: the hand-written time encoder writes what time.AppendFormat writes for
+// timeLayout, for every millisecond pattern and across the years the format can hold.
+func TestWireTimeMatchesLayout(t *testing.T) {
+	times := []time.Time{
+		time.Date(2026, 11, 23, 14, 3, 7, 0, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 1_000_000, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 500_000_000, time.UTC),
+		time.Date(2026, 3, 9, 8, 5, 0, 0, time.FixedZone("CET", 3600)),
+	}
+	for ms := range 1000 {
+		times = append(times, time.Date(2026, 2, 28, 23, 59, 59, ms*1_000_000+123_456, time.UTC))
+	}
+	for _, tt := range times {
+		want := `"` + normalizeTime(tt).Format(timeLayout) + `"`
+		require.Equal(t, want, string(appendWireTime(nil, tt)), "%v", tt)
+	}
+	require.Equal(t, "null", string(appendWireTime(nil, time.Time{})))
+}
