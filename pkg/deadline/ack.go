@@ -57,8 +57,10 @@ for j = 1, #ms do
   local op, m, dl = ARGV[i], ms[j], ARGV[i+2]
   local c = cur[m]
   if c == nil then c = stored[j] end
-  -- The incident is the one claimed when its state starts with the claimed deadline and a colon.
-  if not (c and find(c, dl, 1, true) == 1 and byte(c, #dl + 1) == 58) then
+  -- The incident is the one claimed when its state starts with the claimed deadline and a colon, or,
+  -- as the claim stored it, is the bare deadline score (see DecodeState).
+  if not (c and ((find(c, dl, 1, true) == 1 and byte(c, #dl + 1) == 58) or
+      (not find(c, ':', 1, true) and math.floor(tonumber(c) / 1024) == tonumber(dl)))) then
     out[j] = 0
   else
     if not fop[m] then order[#order+1] = m end
@@ -178,6 +180,12 @@ func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, er
 var setAckedScript = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
+if not string.find(cur, ':', 1, true) then
+  -- A bare deadline score: the claim's state, nothing sent yet (see DecodeState).
+  local sc = tonumber(cur)
+  local dl = math.floor(sc / 1024)
+  cur = string.format('%.0f:%d:0:0:0:0:0:', dl, sc - dl * 1024)
+end
 redis.call('HSET', KEYS[1], ARGV[1], (string.gsub(cur, '^(%d+:%d+:%d+:)0:', '%11:')))
 return 1
 `)

@@ -3,7 +3,7 @@ package deadline
 import (
 	"context"
 	"fmt"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,43 +40,57 @@ type ClaimResult struct {
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
 // ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5], ARGV[6] StateGuardField and its value
-// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, number of fresh claims F, then F triples
-// (device, deadline score, replaced state or false), then pairs (device, state) of due alarm entries}
+// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, number of replacing fresh claims R,
+// the other fresh claims packed as "device\nscore\ndevice\nscore…" ("" when none), then R triples
+// (device, deadline score, replaced state), then pairs (device, state) of due alarm entries}
 //
 // Fresh claims leave the deadlines set, get a state and an alarm entry leased until now+lease. A device
 // whose deadline is not newer than its open incident's is a replayed old signal and is dropped. Due alarm
 // entries are leased again and returned with their state; entries without state are orphans and removed.
-// A fresh claim's state follows from its score, so only the score goes back: every reply element and
-// command argument costs Redis more than the Lua around it (INFO commandstats), so the script returns and
-// passes as few as it can — the claimed members leave by rank, not by name.
+// Every reply element and command argument costs Redis more than the Lua around it (INFO commandstats:
+// formatting a state per claim and returning three elements for it took a third of the script's time), so
+// a fresh claim's state is its score as Redis returned it (see DecodeState), the fresh claims go back as
+// one string (device ids hold no control characters), and the claimed members leave by rank, not by name.
 var claimScript = redis.NewScript(`
 local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local out = {-1, -1, 0, 0}
+local out = {-1, -1, 0, 0, ''}
+-- Formatted once: Redis turns a Lua number argument into text with %.17g for every element.
+local leased = string.format('%.0f', now + lease)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', wm * 1024 + 1023), 'LIMIT', 0, batch, 'WITHSCORES')
 local n = #due / 2
 if n == batch then out[3] = 1 end
 if n > 0 then
-  local rem, hset, zadd = {}, {}, {}
+  local rem, hset, zadd, packed = {}, {}, {}, {}
   for i = 1, #due, 2 do rem[#rem+1] = due[i] end
   local prevs = redis.call('HMGET', KEYS[3], unpack(rem))
-  local fresh = 0
+  local replacing = 0
   for i = 1, #due, 2 do
-    local m, sc = due[i], tonumber(due[i+1])
-    local dl = math.floor(sc / 1024)
+    local m, sc = due[i], due[i+1]
     local prev = prevs[(i + 1) / 2]
-    local pdl = prev and tonumber(string.match(prev, '^(%d+):'))
-    if not (pdl and pdl >= dl) then
+    local keep = true
+    if prev then
+      -- A full state starts with its deadline and a colon; a fresh claim's state is its bare score.
+      local pdl = tonumber(string.match(prev, '^(%d+):')) or math.floor(tonumber(prev) / 1024)
+      keep = pdl < math.floor(tonumber(sc) / 1024)
+      if keep then
+        out[#out+1] = m
+        out[#out+1] = sc
+        out[#out+1] = prev
+        replacing = replacing + 1
+      end
+    else
+      packed[#packed+1] = m
+      packed[#packed+1] = sc
+    end
+    if keep then
       hset[#hset+1] = m
-      hset[#hset+1] = string.format('%.0f:%d:0:0:0:0:0:', dl, sc - dl * 1024)
-      zadd[#zadd+1] = now + lease
+      hset[#hset+1] = sc
+      zadd[#zadd+1] = leased
       zadd[#zadd+1] = m
-      out[#out+1] = m
-      out[#out+1] = due[i+1]
-      out[#out+1] = prev
-      fresh = fresh + 1
     end
   end
-  out[4] = fresh
+  out[4] = replacing
+  out[5] = table.concat(packed, '\n')
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
   if #hset > 0 then
     hset[#hset+1] = ARGV[5]
@@ -92,7 +106,7 @@ if left > 0 then
   for _, m in ipairs(due2) do
     local st = redis.call('HGET', KEYS[3], m)
     if st then
-      redis.call('ZADD', KEYS[2], now + lease, m)
+      redis.call('ZADD', KEYS[2], leased, m)
       out[#out+1] = m
       out[#out+1] = st
     else
@@ -146,18 +160,32 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		nextDeadline = earliest(nextDeadline, reply[0].(int64))
 		nextAlarm = earliest(nextAlarm, reply[1].(int64))
 		res.More = res.More || reply[2].(int64) == 1
-		fresh := 3 * int(reply[3].(int64))
-		if 4+fresh > len(reply) {
-			return res, fmt.Errorf("deadline: claim slot %d: reply of %d elements announces %d fresh claims", slots[i], len(reply), fresh/3)
+		replacing := 3 * int(reply[3].(int64))
+		packed, _ := reply[4].(string)
+		if len(reply) < 5 || 5+replacing > len(reply) {
+			return res, fmt.Errorf("deadline: claim slot %d: reply of %d elements announces %d replacing claims", slots[i], len(reply), replacing/3)
 		}
-		for j := 4; j < 4+fresh; j += 3 {
-			c, err := s.decodeFresh(ctx, slots[i], reply[j:j+3])
+		for rest := packed; rest != ""; {
+			var device, score string
+			device, rest, _ = strings.Cut(rest, "\n")
+			score, rest, _ = strings.Cut(rest, "\n")
+			c, err := s.decodeFresh(ctx, slots[i], device, score, "")
 			if err != nil {
 				return res, err
 			}
 			res.Claims = append(res.Claims, c)
 		}
-		for j := 4 + fresh; j+2 <= len(reply); j += 2 {
+		for j := 5; j < 5+replacing; j += 3 {
+			device, _ := reply[j].(string)
+			score, _ := reply[j+1].(string)
+			prev, _ := reply[j+2].(string)
+			c, err := s.decodeFresh(ctx, slots[i], device, score, prev)
+			if err != nil {
+				return res, err
+			}
+			res.Claims = append(res.Claims, c)
+		}
+		for j := 5 + replacing; j+2 <= len(reply); j += 2 {
 			c, err := s.decodeDue(ctx, slots[i], reply[j:j+2])
 			if err != nil {
 				return res, err
@@ -179,17 +207,14 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	return res, nil
 }
 
-// decodeFresh reads a fresh claim: device, deadline score, replaced state or nil.
-func (s *Store) decodeFresh(ctx context.Context, slot int, f []any) (Claim, error) {
-	device, _ := f[0].(string)
-	score, _ := f[1].(string)
-	v, err := strconv.ParseFloat(score, 64)
+// decodeFresh reads a fresh claim: device, deadline score, replaced state ("" when none).
+func (s *Store) decodeFresh(ctx context.Context, slot int, device, score, prev string) (Claim, error) {
+	st, err := stateOfScore(score)
 	if err != nil {
-		return Claim{}, fmt.Errorf("deadline: claim slot %d: score %q of %q: %w", slot, score, device, err)
+		return Claim{}, fmt.Errorf("deadline: claim slot %d: device %q: %w", slot, device, err)
 	}
-	st := State{Deadline: int64(v) / MaxTypes, TypeIndex: int(int64(v) % MaxTypes)}
 	c := Claim{Device: device, Slot: slot, State: st, Fresh: true, Type: s.types.name(ctx, st.TypeIndex)}
-	if prev, _ := f[2].(string); prev != "" {
+	if prev != "" {
 		p, err := DecodeState(prev)
 		if err != nil {
 			return Claim{}, err

@@ -133,6 +133,41 @@ func TestUntypedSignalKeepsRecordedType(t *testing.T) {
 	})
 }
 
+// An interrupted device whose claim nothing has acted on yet keeps its type for an untyped signal: the
+// claim stores its state as the bare deadline score, and the refresh reads the type from that too.
+func TestUntypedSignalOfJustClaimedDeviceKeepsItsType(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "s", Type: "sensor", Seen: f.clock.Now()}}))
+		f.clock.Advance(11 * time.Minute)
+		c := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		require.Len(t, c, 1)
+		require.Equal(t, "sensor", c[0].Type)
+		seen := f.clock.Now()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "s", Seen: seen}}))
+		d, _, err := f.store.Device(ctx, "s")
+		require.NoError(t, err)
+		require.Equal(t, "sensor", d.Type)
+		require.Equal(t, seen.Add(10*time.Minute).UnixMilli(), d.Deadline.UnixMilli(), "the sensor timeout, not the default")
+		require.NotNil(t, d.Incident, "the incident stays open until the alarm loop reports recovery")
+		require.Equal(t, c[0].State, *d.Incident)
+	})
+}
+
+func TestDecodeStateReadsFullAndClaimForms(t *testing.T) {
+	full := deadline.State{Deadline: 1_763_800_031_000, TypeIndex: 2, Next: 3, Acked: true, InterruptedAt: 1_763_800_031_005, Failures: 1, Reason: "kafka: a:b"}
+	got, err := deadline.DecodeState(full.Encode())
+	require.NoError(t, err)
+	require.Equal(t, full, got)
+	got, err = deadline.DecodeState(fmt.Sprint(1_763_800_031_000*deadline.MaxTypes + 2))
+	require.NoError(t, err)
+	require.Equal(t, deadline.State{Deadline: 1_763_800_031_000, TypeIndex: 2}, got)
+	for _, bad := range []string{"", "x", "-5", "1:2"} {
+		_, err := deadline.DecodeState(bad)
+		require.Error(t, err, "%q", bad)
+	}
+}
+
 func TestTypeRegistryIsSharedBetweenStores(t *testing.T) {
 	eachBackend(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()

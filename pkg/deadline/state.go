@@ -35,8 +35,13 @@ func flag(b bool) string {
 	return "0"
 }
 
-// DecodeState parses an encoded State.
+// DecodeState parses an encoded State: the full form Encode writes, or the bare deadline score
+// ("deadline*MaxTypes+type") the claim script stores for an incident nothing has acted on yet, which
+// saves Redis formatting a state per claim.
 func DecodeState(v string) (State, error) {
+	if !strings.Contains(v, ":") {
+		return stateOfScore(v)
+	}
 	f := strings.SplitN(v, ":", 8)
 	if len(f) != 8 {
 		return State{}, fmt.Errorf("deadline: state %q: want 8 fields, got %d", v, len(f))
@@ -63,3 +68,16 @@ func DecodeState(v string) (State, error) {
 
 // DeadlineTime is the incident's deadline as a time.
 func (s State) DeadlineTime() time.Time { return time.UnixMilli(s.Deadline) }
+
+// stateOfScore is the state of a just-claimed incident, from its deadlines-set score as Redis replies it.
+func stateOfScore(score string) (State, error) {
+	v, err := strconv.ParseInt(score, 10, 64)
+	if err != nil { // Redis formats a score with %.17g: digits for any deadline before the year 2200
+		f, ferr := strconv.ParseFloat(score, 64)
+		v, err = int64(f), ferr
+	}
+	if err != nil || v < 0 {
+		return State{}, fmt.Errorf("deadline: state %q: not a deadline score", score)
+	}
+	return State{Deadline: v / MaxTypes, TypeIndex: int(v % MaxTypes)}, nil
+}

@@ -115,7 +115,8 @@ for i = 3, #ARGV, 4 do
       t = tonumber(cur) % 1024
     else
       local st = redis.call('HGET', KEYS[base+3], m)
-      if st then t = tonumber(string.match(st, '^%d+:(%d+):')) or 0 end
+      -- A full state holds the type second; a claim's bare deadline score holds it in its low bits.
+      if st then t = tonumber(string.match(st, '^%d+:(%d+):') or (tonumber(st) % 1024)) or 0 end
     end
     if not timeouts then
       timeouts = {}
