@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -138,7 +139,7 @@ func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, er
 		inGroup[member{g, a.Device}] = true
 		next := "+inf"
 		if a.Op == Reschedule && !a.Dormant {
-			next = fmt.Sprint(a.Next.UnixMilli())
+			next = strconv.FormatInt(a.Next.UnixMilli(), 10)
 		}
 		state := "" // a removal writes none
 		if a.Op != Remove {

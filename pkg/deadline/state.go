@@ -23,16 +23,27 @@ type State struct {
 }
 
 // Encode renders s in the form the scripts read.
+// It appends digits instead of formatting: the alarm loop encodes a state for every acknowledgement.
 func (s State) Encode() string {
-	return fmt.Sprintf("%d:%d:%d:%s:%s:%d:%d:%s", s.Deadline, s.TypeIndex, s.Next, flag(s.Acked), flag(s.Exhausted),
-		s.InterruptedAt, s.Failures, s.Reason)
+	b := make([]byte, 0, 48+len(s.Reason))
+	b = strconv.AppendInt(b, s.Deadline, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(s.TypeIndex), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(s.Next), 10)
+	b = append(b, ':', flag(s.Acked), ':', flag(s.Exhausted), ':')
+	b = strconv.AppendInt(b, s.InterruptedAt, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(s.Failures), 10)
+	b = append(b, ':')
+	return string(append(b, s.Reason...))
 }
 
-func flag(b bool) string {
+func flag(b bool) byte {
 	if b {
-		return "1"
+		return '1'
 	}
-	return "0"
+	return '0'
 }
 
 // DecodeState parses an encoded State: the full form Encode writes, or the bare deadline score
