@@ -103,15 +103,23 @@ local left = batch - n
 if left > 0 then
   local due2 = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
   if #due2 == left then out[3] = 1 end
-  for _, m in ipairs(due2) do
-    local st = redis.call('HGET', KEYS[3], m)
-    if st then
-      redis.call('ZADD', KEYS[2], leased, m)
-      out[#out+1] = m
-      out[#out+1] = st
-    else
-      redis.call('ZREM', KEYS[2], m)
+  if #due2 > 0 then
+    -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
+    local states = redis.call('HMGET', KEYS[3], unpack(due2))
+    local lease, orphans = {}, {}
+    for j, m in ipairs(due2) do
+      local st = states[j]
+      if st then
+        lease[#lease+1] = leased
+        lease[#lease+1] = m
+        out[#out+1] = m
+        out[#out+1] = st
+      else
+        orphans[#orphans+1] = m
+      end
     end
+    if #lease > 0 then redis.call('ZADD', KEYS[2], unpack(lease)) end
+    if #orphans > 0 then redis.call('ZREM', KEYS[2], unpack(orphans)) end
   end
 end
 local nd = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -301,6 +301,34 @@ func claimOne(t *testing.T, f fixture, dev string) deadline.Claim {
 	return res.Claims[0]
 }
 
+// Due alarm entries come back with their state in one claim; an entry whose state is gone (an orphan
+// left by an interrupted delete) is dropped, not handed out, and does not hide the others.
+func TestDueAlarmEntriesClaimedAndOrphansDropped(t *testing.T) {
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		for _, dev := range []string{"a", "b"} {
+			c := claimOne(t, f, dev)
+			st := c.State
+			st.Next = 1
+			applied, err := f.store.Acknowledge(ctx, []deadline.Ack{{Device: dev, Slot: c.Slot, Op: deadline.Reschedule, Claimed: st.Deadline, Next: f.clock.Now().Add(time.Minute), State: st}})
+			require.NoError(t, err)
+			require.Equal(t, []bool{true}, applied)
+		}
+		alarms := f.store.Keys().Alarms(0)
+		require.NoError(t, f.rdb.ZAdd(ctx, alarms, redis.Z{Score: float64(f.clock.Now().UnixMilli()), Member: "orphan"}).Err())
+		f.clock.Advance(2 * time.Minute)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.ElementsMatch(t, []string{"a", "b"}, devices(res.Claims))
+		for _, c := range res.Claims {
+			require.False(t, c.Fresh)
+			require.Equal(t, 1, c.State.Next, "%s: the state the ack wrote", c.Device)
+		}
+		n, err := f.rdb.ZScore(ctx, alarms, "orphan").Result()
+		require.ErrorIs(t, err, redis.Nil, "orphan still in the alarms set with score %v", n)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "the returned entries are leased")
+	})
+}
+
 func TestAcknowledgeRescheduleRemovePark(t *testing.T) {
 	eachBackend(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
