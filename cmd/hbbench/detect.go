@@ -74,7 +74,8 @@ func newDetectRig(e *env) (*detectRig, error) {
 		r.kafka.stop()
 		return nil, err
 	}
-	r.sink = eventrec.New(r.pub)
+	// Room for the largest scenario's events (the recovered scenario records interrupted and recovered).
+	r.sink = eventrec.New(r.pub, max(e.opts.Devices, e.opts.ExpiryDevices, 2*e.opts.RecoverDevices))
 	return r, nil
 }
 

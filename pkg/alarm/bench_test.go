@@ -78,7 +78,8 @@ type rig struct {
 	policies *config.Policies
 }
 
-func newRig(b *testing.B) *rig {
+// newRig starts the servers; expected is how many events one iteration records.
+func newRig(b *testing.B, expected int) *rig {
 	b.Helper()
 	srv := testenv.StartRedis(b)
 	kafka := testenv.StartKafka(b, testenv.KafkaOptions{Topics: []string{benchTopic}, Partitions: 12})
@@ -91,7 +92,7 @@ func newRig(b *testing.B) *rig {
 	pub, err := event.NewPublisher(event.PublisherOptions{Brokers: kafka.Addrs, Topic: benchTopic})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = pub.Close() })
-	r.sink = eventrec.New(pub)
+	r.sink = eventrec.New(pub, expected)
 	r.reset(b)
 	return r
 }
@@ -209,7 +210,7 @@ func BenchmarkDetectionLateness(b *testing.B) {
 	n := envInt("HB_BENCH_DEVICES", 100_000)
 	window := envDuration("HB_BENCH_WINDOW", 10*time.Second)
 	rate := envInt("HB_BENCH_REFRESH_RATE", 50_000)
-	r := newRig(b)
+	r := newRig(b, n)
 	var lateness, acked []time.Duration
 	var early, events int
 	var spent time.Duration
@@ -277,7 +278,7 @@ func BenchmarkDetectionLateness(b *testing.B) {
 // from that deadline until Kafka acknowledged every interrupted event. Goal at 100k: ≤ 2 s.
 func BenchmarkSimultaneousExpiry(b *testing.B) {
 	n := envInt("HB_BENCH_EXPIRY_DEVICES", 100_000)
-	r := newRig(b)
+	r := newRig(b, n)
 	var total time.Duration
 	b.ResetTimer()
 	for range b.N {
@@ -310,7 +311,7 @@ func BenchmarkSimultaneousExpiry(b *testing.B) {
 func BenchmarkRecoveredLatency(b *testing.B) {
 	n := envInt("HB_BENCH_RECOVER_DEVICES", 10_000)
 	const size = 100
-	r := newRig(b)
+	r := newRig(b, 2*n) // interrupted, then recovered
 	var latency []time.Duration
 	b.ResetTimer()
 	for range b.N {
