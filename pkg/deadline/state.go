@@ -10,7 +10,8 @@ import (
 // State is what Redis keeps about an interrupted device, encoded compactly in the slot's state hash as
 // "deadline:type:next:acked:exhausted:interrupted_at:failures:reason". The deadline comes first because
 // the scripts compare it to guard against acknowledging a stale incident; reason comes last because it is
-// free text.
+// free text. Until the alarm loop first acknowledges an incident, its state is the bare deadlines-set
+// score "deadline×MaxTypes+type" that the claim moved (no colon): every other field is zero then.
 type State struct {
 	Deadline      int64  // ms; identifies the incident
 	TypeIndex     int    // index in the type registry
