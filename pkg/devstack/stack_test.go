@@ -117,6 +117,14 @@ func TestMQTTKeepsQoS1BacklogOfPersistentSession(t *testing.T) {
 		}
 	}
 
+	// Every message must sit in the away session before it is resumed: the publisher's last PUBACK can
+	// come before the broker queued that message for the session, and a takeover racing that last
+	// delivery left the resumed session with nothing (seen under load: 11999 queued, 0 delivered).
+	require.Eventually(t, func() bool {
+		cl, ok := s.mqtt.Clients.Get("daemon")
+		return ok && cl.State.Inflight.Len() == backlog
+	}, 10*time.Second, 5*time.Millisecond, "the broker never queued the whole backlog for the away session")
+
 	// Resume as the daemon does, reconnecting when the connection drops: mochi resends the whole backlog
 	// before it reads the first PUBACK, and under load that resend can fail and close the connection
 	// (seen in CI: 0 of 12000). The session keeps what was not acknowledged for the next connection.
