@@ -151,4 +151,5 @@ func (s *sharedServers) close() {
 			fmt.Fprintf(os.Stderr, "testenv: remove %s: %v\n", s.dir, err)
 		}
 	}
+	removeHeartbeatdBuild()
 }

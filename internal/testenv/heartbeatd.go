@@ -20,8 +20,27 @@ import (
 // process-level test, and every test wants the same binary.
 var heartbeatdBuild struct {
 	once sync.Once
+	dir  string // the temporary directory holding the binary; removed by removeHeartbeatdBuild
 	path string
 	err  error
+}
+
+// MainWithBinary is TestMain for packages whose tests run the real binary: it runs the tests, then removes
+// the binary HeartbeatdBinary built (35 MB in a temporary directory per test process, which would pile
+// up with every run).
+func MainWithBinary(m *testing.M) {
+	code := m.Run()
+	removeHeartbeatdBuild()
+	os.Exit(code)
+}
+
+// removeHeartbeatdBuild deletes the binary HeartbeatdBinary built, if it built one.
+func removeHeartbeatdBuild() {
+	if dir := heartbeatdBuild.dir; dir != "" {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: remove %s: %v\n", dir, err)
+		}
+	}
 }
 
 // HeartbeatdBinary builds ./cmd/heartbeatd (once per test process) and returns the binary's path.
@@ -38,6 +57,7 @@ func HeartbeatdBinary(tb testing.TB) string {
 			b.err = err
 			return
 		}
+		b.dir = dir
 		b.path, b.err = BuildHeartbeatd(context.Background(), dir)
 	})
 	if b.err != nil {
