@@ -172,7 +172,10 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 		}
 	}
 	type typedSlot struct {
-		deadlines, probes []redis.Z
+		deadlines []redis.Z
+		// incidents: moved devices whose open incident, if any, still lives in this (old) slot; they are
+		// probed here besides the slot's own deadlines.
+		incidents []any
 		// probeNow: probe in the first round trip. A moved device may already have its deadline in the
 		// new slot while its open incident still lives in the old one, so its probes never wait.
 		probeNow bool
@@ -216,11 +219,10 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 		}
 		ts := slotOf(Slot(sig.Device, layout.Slots))
 		ts.deadlines = append(ts.deadlines, redis.Z{Score: float64(score), Member: sig.Device})
-		ts.probes = append(ts.probes, redis.Z{Score: float64(now), Member: sig.Device})
 		if isMoved {
 			// The open incident, if any, still lives in the old slot until the layout retires.
 			old := slotOf(m.oldSlot)
-			old.probes = append(old.probes, redis.Z{Score: float64(now), Member: sig.Device})
+			old.incidents = append(old.incidents, sig.Device)
 			ts.probeNow, old.probeNow = true, true
 			oldEntries[m.oldSlot] = append(oldEntries[m.oldSlot], sig.Device)
 		}
@@ -232,7 +234,7 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 			added[slot] = pipe.ZAddArgs(ctx, s.keys.Deadlines(slot), redis.ZAddArgs{GT: true, Members: ts.deadlines})
 		}
 		if ts.probeNow {
-			s.probe(ctx, pipe, slot, ts.probes)
+			s.probe(ctx, pipe, slot, now, ts.deadlines, ts.incidents)
 		}
 	}
 	for slot, devs := range oldEntries {
@@ -254,7 +256,7 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 	probes := s.rdb.Pipeline()
 	for slot, cmd := range added {
 		if ts := typed[slot]; cmd.Val() > 0 && !ts.probeNow {
-			s.probe(ctx, probes, slot, ts.probes)
+			s.probe(ctx, probes, slot, now, ts.deadlines, ts.incidents)
 		}
 	}
 	if probes.Len() > 0 {
@@ -265,9 +267,18 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 	return nil
 }
 
-// probe makes the alarm entries of the members that have one due now (XX: only existing entries; LT:
-// only earlier), so the scanner reports their recovery within one wake-up.
-func (s *Store) probe(ctx context.Context, pipe redis.Pipeliner, slot int, members []redis.Z) {
+// probe makes the alarm entries, in slot, of the devices just written to its deadlines and of the moved
+// devices whose incident lives there due now (XX: only existing entries; LT: only earlier), so the scanner
+// reports their recovery within one wake-up. The list is built here, not per signal: most batches send
+// no probe at all.
+func (s *Store) probe(ctx context.Context, pipe redis.Pipeliner, slot int, now int64, deadlines []redis.Z, incidents []any) {
+	members := make([]redis.Z, 0, len(deadlines)+len(incidents))
+	for _, z := range deadlines {
+		members = append(members, redis.Z{Score: float64(now), Member: z.Member})
+	}
+	for _, dev := range incidents {
+		members = append(members, redis.Z{Score: float64(now), Member: dev})
+	}
 	pipe.ZAddArgs(ctx, s.keys.Alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: members})
 }
 
