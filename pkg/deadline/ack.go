@@ -121,22 +121,18 @@ func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, er
 		idx  []int
 	}
 	var groups []*group
-	var slotOf []int         // slotOf[k] = slot of groups[k]
-	open := map[int]*group{} // slot → its group still taking acks
-	type member struct {
-		group  *group
-		device string
-	}
-	inGroup := make(map[member]bool, len(acks))
+	var slotOf []int                           // slotOf[k] = slot of groups[k]
+	open := map[int]*group{}                   // slot → its group still taking acks
+	last := make(map[string]*group, len(acks)) // device → the group of its latest ack
 	for i, a := range acks {
 		g := open[a.Slot]
-		if g == nil || len(g.idx) == maxAcksPerCall || inGroup[member{g, a.Device}] {
+		if g == nil || len(g.idx) == maxAcksPerCall || last[a.Device] == g {
 			g = &group{args: []any{now, StateGuardField, stateGuardValue}}
 			open[a.Slot] = g
 			groups = append(groups, g)
 			slotOf = append(slotOf, a.Slot)
 		}
-		inGroup[member{g, a.Device}] = true
+		last[a.Device] = g
 		next := "+inf"
 		if a.Op == Reschedule && !a.Dormant {
 			next = strconv.FormatInt(a.Next.UnixMilli(), 10)
