@@ -54,7 +54,8 @@ type detectRig struct {
 	kafka    *kafkaBroker
 }
 
-func newDetectRig(e *env) (*detectRig, error) {
+// newDetectRig starts a rig whose recorder has room for expected events.
+func newDetectRig(e *env, expected int) (*detectRig, error) {
 	cfg, err := config.Parse([]byte(detectPolicyYAML), func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, err
@@ -74,8 +75,7 @@ func newDetectRig(e *env) (*detectRig, error) {
 		r.kafka.stop()
 		return nil, err
 	}
-	// Room for the largest scenario's events (the recovered scenario records interrupted and recovered).
-	r.sink = eventrec.New(r.pub, max(e.opts.Devices, e.opts.ExpiryDevices, 2*e.opts.RecoverDevices))
+	r.sink = eventrec.New(r.pub, expected)
 	return r, nil
 }
 
@@ -211,7 +211,7 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 // 250 ms, never early.
 func latenessScenario(e *env) error {
 	n, window := e.opts.Devices, e.opts.Window
-	r, err := newDetectRig(e)
+	r, err := newDetectRig(e, n)
 	if err != nil {
 		return err
 	}
@@ -312,7 +312,7 @@ func latenessScenario(e *env) error {
 // until Kafka acknowledged every interrupted event. Goal at 100k: ≤ 2 s.
 func expiryScenario(e *env) error {
 	n := e.opts.ExpiryDevices
-	r, err := newDetectRig(e)
+	r, err := newDetectRig(e, n)
 	if err != nil {
 		return err
 	}
@@ -350,7 +350,7 @@ func expiryScenario(e *env) error {
 func recoveredScenario(e *env) error {
 	n := e.opts.RecoverDevices
 	const size = 100
-	r, err := newDetectRig(e)
+	r, err := newDetectRig(e, 2*n) // interrupted, then recovered
 	if err != nil {
 		return err
 	}
