@@ -162,7 +162,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	var nextDeadline, nextAlarm int64 = -1, -1
 	for i, cmd := range cmds {
 		reply, err := cmd.Slice()
-		if err != nil || len(reply) < 4 {
+		if err != nil || len(reply) < 5 {
 			return res, fmt.Errorf("deadline: claim slot %d: unexpected reply %v: %w", slots[i], reply, err)
 		}
 		nextDeadline = earliest(nextDeadline, reply[0].(int64))
@@ -170,7 +170,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		res.More = res.More || reply[2].(int64) == 1
 		replacing := 3 * int(reply[3].(int64))
 		packed, _ := reply[4].(string)
-		if len(reply) < 5 || 5+replacing > len(reply) {
+		if 5+replacing > len(reply) {
 			return res, fmt.Errorf("deadline: claim slot %d: reply of %d elements announces %d replacing claims", slots[i], len(reply), replacing/3)
 		}
 		for rest := packed; rest != ""; {
