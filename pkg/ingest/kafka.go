@@ -281,7 +281,8 @@ func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain, reader *kafka
 	t := time.NewTicker(joinPoll)
 	defer t.Stop()
 	joined, reachable := false, true // Run probed the brokers just before
-	lastProbe := time.Now()
+	started := time.Now()
+	lastProbe := started
 	s.log.Info("waiting for the consumer group to assign partitions", zap.String("group_id", s.opts.GroupID))
 	for {
 		select {
@@ -292,7 +293,7 @@ func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain, reader *kafka
 		if !joined && reader.Stats().Rebalances > 0 {
 			joined = true
 			s.log.Info("joined the consumer group", zap.String("group_id", s.opts.GroupID),
-				zap.Duration("after", time.Since(lastProbe).Round(time.Millisecond)))
+				zap.Duration("after", time.Since(started).Round(time.Millisecond)))
 			t.Reset(s.opts.ProbeInterval)
 		}
 		if time.Since(lastProbe) >= s.opts.ProbeInterval {
