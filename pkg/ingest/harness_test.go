@@ -276,7 +276,6 @@ func startPipeline(tb testing.TB, store *deadline.Store, opts ingest.ChainOption
 	return p
 }
 
-// run starts a source on the chain and waits until it is connected.
 // run starts src and waits until it reports itself connected.
 func (p *pipeline) run(tb testing.TB, src ingest.Source) {
 	tb.Helper()
