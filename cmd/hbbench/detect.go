@@ -62,7 +62,8 @@ func newDetectRig(e *env, expected int) (*detectRig, error) {
 	}
 	r := &detectRig{policies: cfg.Policies()}
 	timeout := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.Timeout }
-	if r.store, err = deadline.New(e.redis.client, deadline.Options{Slots: config.DefaultSlots, Timeout: timeout}); err != nil {
+	repeat := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.RepeatEvery }
+	if r.store, err = deadline.New(e.redis.client, deadline.Options{Slots: config.DefaultSlots, Timeout: timeout, RepeatEvery: repeat}); err != nil {
 		return nil, err
 	}
 	if err := r.store.Load(e.ctx, r.policies.Names()...); err != nil {

@@ -119,7 +119,8 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	f.clock = &clock{t: f.t0}
 	f.policies.Store(parsePolicies(t, policyYAML))
 	timeout := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.Timeout }
-	store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeout})
+	repeat := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.RepeatEvery }
+	store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeout, RepeatEvery: repeat})
 	require.NoError(t, err)
 	require.NoError(t, store.Load(context.Background(), f.policies.Load().Names()...))
 	f.store = store

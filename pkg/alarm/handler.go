@@ -68,6 +68,14 @@ func NewHandler(opts HandlerOptions) *Handler {
 // errCrashed is what a test-stopped handler returns.
 var errCrashed = errors.New("alarm: stopped between publish and acknowledge")
 
+// asCommitted tells whether the claim script already stored what d decided for c: a committed claim
+// (see Commit in pkg/deadline) whose decision is the plain `interrupted` with the repeat interval the
+// claim used. Anything else (a silence, a recovery, a reloaded interval) is acknowledged as usual.
+func asCommitted(c deadline.Claim, d Decision, pol config.Policy) bool {
+	return c.Record != "" && d.Reason == ReasonInterrupted && d.Ack.Op == deadline.Reschedule &&
+		max(pol.RepeatEvery, 0).Truncate(time.Millisecond) == c.CommittedRepeat
+}
+
 // Handle processes one wake-up's claims. An error leaves the claims leased: they come back when the
 // lease runs out and are published again with the same event ids (at-least-once).
 func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
@@ -87,6 +95,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	now := h.opts.Now()
 	policies := h.opts.Policies()
 	decisions := make([]Decision, len(claims))
+	committed := make([]bool, len(claims)) // decided as the claim committed it: the record's release acks it
 	var events []event.Event
 	owner := make([]int, 0, len(claims)) // owner[j] = claim index of events[j]
 	for i, c := range claims {
@@ -100,6 +109,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, c.Type, now)
 		}
 		decisions[i] = Decide(in)
+		committed[i] = asCommitted(c, decisions[i], in.Policy)
 		for _, e := range decisions[i].Events {
 			events = append(events, e)
 			owner = append(owner, i)
@@ -118,23 +128,32 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 		return errCrashed
 	}
 
-	acks := make([]deadline.Ack, len(claims))
+	var acks []deadline.Ack
+	var records []deadline.Record
+	seen := map[deadline.Record]bool{}
 	ackNow := h.opts.Now()
 	for i, c := range claims {
+		if r := (deadline.Record{Slot: c.Slot, Name: c.Record}); c.Record != "" && !seen[r] {
+			seen[r] = true
+			records = append(records, r)
+		}
 		if err := failed[i]; err != nil {
-			acks[i] = Failed(c, err, h.opts.MaxPublishAttempts, ackNow)
+			a := Failed(c, err, h.opts.MaxPublishAttempts, ackNow)
+			acks = append(acks, a)
 			m.PublishFailures.Inc()
 			lvl := h.log.Warn
-			if acks[i].Op == deadline.Park {
+			if a.Op == deadline.Park {
 				lvl = h.log.Error
 			}
-			lvl("publishing failed", zap.String("device_id", c.Device), zap.Int("failures", acks[i].State.Failures),
-				zap.Bool("parked", acks[i].Op == deadline.Park), zap.Error(err))
+			lvl("publishing failed", zap.String("device_id", c.Device), zap.Int("failures", a.State.Failures),
+				zap.Bool("parked", a.Op == deadline.Park), zap.Error(err))
 			continue
 		}
-		acks[i] = decisions[i].Ack
+		if !committed[i] {
+			acks = append(acks, decisions[i].Ack)
+		}
 	}
-	if _, err := h.opts.Store.Acknowledge(ctx, acks); err != nil {
+	if _, err := h.opts.Store.Settle(ctx, acks, records); err != nil {
 		return fmt.Errorf("alarm: acknowledge: %w", err)
 	}
 	for j, e := range events {

@@ -129,7 +129,8 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
 		TLSConfig: redisTLS, PoolSize: cfg.Redis.PoolSize,
 	})
-	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout})
+	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout,
+		RepeatEvery: d.repeatEvery})
 	if err != nil {
 		return fail(err)
 	}
@@ -248,6 +249,12 @@ func (d *daemon) buildSources() error {
 func (d *daemon) timeout(typeName string) time.Duration {
 	p, _ := d.policies.Load().Lookup(typeName)
 	return p.Timeout
+}
+
+// repeatEvery is a type's repeat interval under the current policies, for the claims to commit with.
+func (d *daemon) repeatEvery(typeName string) time.Duration {
+	p, _ := d.policies.Load().Lookup(typeName)
+	return p.RepeatEvery
 }
 
 // applyTypes swaps in a reloaded policy table; the scanners and the ingest chain read it at their next

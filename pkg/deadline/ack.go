@@ -36,9 +36,10 @@ type Ack struct {
 // ackScript applies one slot's acknowledgements, each guarded by the claimed incident's deadline so an
 // ack never clobbers a newer incident, an operator's ack, or a signal that arrived meanwhile.
 //
-// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] dead
-// ARGV[1] now (ms), ARGV[2], ARGV[3] StateGuardField and its value; then groups of five: op (R|X|P),
-// device, claimed deadline (ms), next act (ms|+inf), state
+// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] dead  KEYS[5] in-flight records
+// ARGV[1] now (ms), ARGV[2], ARGV[3] StateGuardField and its value, ARGV[4] in-flight records to release
+// after the acks, "\n"-separated; then groups of five: op (R|X|P), device, claimed deadline (ms), next
+// act (ms|+inf), state
 // Reply: per op 1 when applied, 0 when the incident was gone or replaced.
 //
 // It reads every state and deadline with one HMGET and one ZMSCORE, decides in Lua, and writes with one
@@ -49,16 +50,19 @@ type Ack struct {
 var ackScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local ms = {}
-for i = 5, #ARGV, 5 do ms[#ms+1] = ARGV[i] end
-local stored = redis.call('HMGET', KEYS[3], unpack(ms))
-local scores = redis.call('ZMSCORE', KEYS[1], unpack(ms))
+for i = 6, #ARGV, 5 do ms[#ms+1] = ARGV[i] end
+local stored, scores = {}, {}
+if #ms > 0 then
+  stored = redis.call('HMGET', KEYS[3], unpack(ms))
+  scores = redis.call('ZMSCORE', KEYS[1], unpack(ms))
+end
 local out, hset, hdel, alarms, unalarm, dead, undead = {}, {}, {}, {}, {}, {}, {}
 local find, byte, floor = string.find, string.byte, math.floor
 for j = 1, #ms do
-  local i = 4 + (j - 1) * 5
+  local i = 5 + (j - 1) * 5
   local m, dl, c = ms[j], ARGV[i+2], stored[j]
   -- The incident is the one claimed when its state starts with the claimed deadline and a colon, or,
-  -- as the claim stored it, is the bare deadline score (see DecodeState).
+  -- as a claim committed it, is the bare deadline score (see DecodeState).
   local bare = c and not find(c, ':', 1, true)
   if not (c and ((not bare and find(c, dl, 1, true) == 1 and byte(c, #dl + 1) == 58) or
       (bare and floor(tonumber(c) / 1024) == tonumber(dl)))) then
@@ -102,6 +106,12 @@ if #hset > 0 then
 end
 if #alarms > 0 then redis.call('ZADD', KEYS[2], unpack(alarms)) end
 if #dead > 0 then redis.call('ZADD', KEYS[4], unpack(dead)) end
+local released = {}
+for r in string.gmatch(ARGV[4], '[^\n]+') do released[#released+1] = r end
+if #released > 0 then
+  redis.call('ZREM', KEYS[2], unpack(released))
+  redis.call('HDEL', KEYS[5], unpack(released))
+end
 return out
 `)
 
@@ -109,10 +119,26 @@ return out
 // Redis for its whole length.
 const maxAcksPerCall = 1000
 
+// Record is the in-flight record of the committed claims (see Commit in claim.go) of one slot in one
+// claim; Claim.Record names it.
+type Record struct {
+	Slot int
+	Name string
+}
+
 // Acknowledge applies acks, one script call per slot, in one round trip. applied[i] reports whether
 // acks[i] took effect (false: the incident had ended or been replaced meanwhile — not an error).
 func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, err error) {
-	if len(acks) == 0 {
+	return s.Settle(ctx, acks, nil)
+}
+
+// Settle finishes a wake-up: it applies acks as Acknowledge does, then releases records, the in-flight
+// records of the committed claims, which need no ack of their own. A slot's acks and releases go in one
+// script call, so a record is never released before the acks of claims it leases; a slot with releases
+// only costs two plain commands. A record whose lease ran out was handed out again: releasing it is a
+// no-op, and so is, guarded, an ack of a claim the new holder has acted on.
+func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (applied []bool, err error) {
+	if len(acks) == 0 && len(records) == 0 {
 		return nil, nil
 	}
 	now := s.now().UnixMilli()
@@ -127,7 +153,7 @@ func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, er
 	for i, a := range acks {
 		g := open[a.Slot]
 		if g == nil || len(g.idx) == maxAcksPerCall || last[a.Device] == g {
-			g = &group{args: []any{now, StateGuardField, stateGuardValue}}
+			g = &group{args: []any{now, StateGuardField, stateGuardValue, ""}}
 			open[a.Slot] = g
 			groups = append(groups, g)
 			slotOf = append(slotOf, a.Slot)
@@ -144,23 +170,51 @@ func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, er
 		g.args = append(g.args, string(a.Op), a.Device, a.Claimed, next, state)
 		g.idx = append(g.idx, i)
 	}
-	calls := make([]scriptCall, len(groups))
-	for k, g := range groups {
-		slot := slotOf[k]
-		calls[k] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.Dead(slot)}, args: g.args}
-	}
-	cmds, err := s.runAll(ctx, ackScript, calls)
-	if err != nil {
-		return nil, fmt.Errorf("deadline: acknowledge: %w", err)
+	plain := map[int][]string{} // slot → records released without a script
+	for _, r := range records {
+		if g := open[r.Slot]; g != nil {
+			// The slot's last group runs after its others: its records go with it.
+			if g.args[3] != "" {
+				g.args[3] = g.args[3].(string) + "\n"
+			}
+			g.args[3] = g.args[3].(string) + r.Name
+			continue
+		}
+		plain[r.Slot] = append(plain[r.Slot], r.Name)
 	}
 	applied = make([]bool, len(acks))
-	for k, g := range groups {
-		res, err := cmds[k].Int64Slice()
-		if err != nil {
-			return nil, fmt.Errorf("deadline: acknowledge slot %d: %w", slotOf[k], err)
+	if len(groups) > 0 {
+		calls := make([]scriptCall, len(groups))
+		for k, g := range groups {
+			slot := slotOf[k]
+			calls[k] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.Dead(slot), s.keys.InFlight(slot)}, args: g.args}
 		}
-		for j, v := range res {
-			applied[g.idx[j]] = v == 1
+		cmds, err := s.runAll(ctx, ackScript, calls)
+		if err != nil {
+			return nil, fmt.Errorf("deadline: acknowledge: %w", err)
+		}
+		for k, g := range groups {
+			res, err := cmds[k].Int64Slice()
+			if err != nil {
+				return nil, fmt.Errorf("deadline: acknowledge slot %d: %w", slotOf[k], err)
+			}
+			for j, v := range res {
+				applied[g.idx[j]] = v == 1
+			}
+		}
+	}
+	if len(plain) > 0 {
+		pipe := s.rdb.Pipeline()
+		for slot, names := range plain {
+			members := make([]any, len(names))
+			for i, n := range names {
+				members[i] = n
+			}
+			pipe.ZRem(ctx, s.keys.Alarms(slot), members...)
+			pipe.HDel(ctx, s.keys.InFlight(slot), names...)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("deadline: release in-flight records: %w", err)
 		}
 	}
 	return applied, nil
@@ -175,10 +229,10 @@ var setAckedScript = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
 if not string.find(cur, ':', 1, true) then
-  -- A bare deadline score: the claim's state, nothing sent yet (see DecodeState).
+  -- A bare deadline score: a committed incident, interrupted sent (see DecodeState).
   local sc = tonumber(cur)
   local dl = math.floor(sc / 1024)
-  cur = string.format('%.0f:%d:0:0:0:0:0:', dl, sc - dl * 1024)
+  cur = string.format('%.0f:%d:1:0:0:%.0f:0:', dl, sc - dl * 1024, dl)
 end
 redis.call('HSET', KEYS[1], ARGV[1], (string.gsub(cur, '^(%d+:%d+:%d+:)0:', '%11:')))
 return 1

@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Claim is one device handed to the alarm loop. Until it is acknowledged its alarm entry is leased: if
-// the process dies, the entry becomes due again when the lease runs out and the same incident is claimed
-// again (same deadline, so the same event id).
+// Claim is one device handed to the alarm loop. Until it is acknowledged it is leased: if the process
+// dies, it becomes due again when the lease runs out and the same incident is claimed again (same
+// deadline, so the same event id).
 type Claim struct {
 	Device string
 	Slot   int
@@ -23,6 +23,13 @@ type Claim struct {
 	// Replaced is an earlier incident of the same device that was still open when this one began: the
 	// device signalled (so it recovered) and fell silent again before `recovered` went out.
 	Replaced *State
+	// Record is set on a committed claim: the claim already stored the incident as the alarm loop records
+	// it after publishing `interrupted` (see Commit), and Record, the in-flight record that leases it,
+	// is its whole acknowledgement once the event is out: Settle releases it. "" on other claims.
+	Record string
+	// CommittedRepeat is the repeat interval the committed next act time was computed with (0: dormant,
+	// no repeats). The alarm loop acknowledges a committed claim it decided otherwise as any other.
+	CommittedRepeat time.Duration
 }
 
 // ClaimResult is what one wake-up found.
@@ -35,62 +42,95 @@ type ClaimResult struct {
 	NextDeadline, NextAlarm time.Time
 }
 
+// Commit: a plain fresh claim (a deadline passed, no open incident) is stored by the claim itself as the
+// incident the alarm loop almost always makes of it — `interrupted` sent, the next act one repeat
+// interval of its type from now (never, without repeats) — instead of being leased in the alarms set and
+// rewritten by an acknowledgement. The claim leases the slot's whole batch instead, as one in-flight
+// record (the packed claims in the slot's in-flight hash, a member "\x00claims:…" in its alarms set with
+// the lease end as score); the loop releases it once the events are out. A record whose lease runs out
+// comes due like an alarm entry and its claims are handed out again — those whose state is still the one
+// committed — so a crash between claim and publish loses nothing. The alarm loop acknowledges the few
+// claims it decided otherwise (a silence, a failed publish, a recovery) as before, guarded as always.
+// Measured at 1M deadlines over 10 s (docs/benchmarks.md, session 5): the per-device acknowledgement
+// was 45% of Redis's time per event.
+
 // claimScript moves up to batch due devices of one slot into the alarm loop's hands.
 //
-// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state
+// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
 // ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5], ARGV[6] StateGuardField and its value
+// ARGV[7] the record of this call's committed claims  ARGV[8] repeat interval (ms, 0 = none) per type
+// index, comma-separated, or one value for every type
 // Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, number of replacing fresh claims R,
-// the other fresh claims packed as "device\nscore\ndevice\nscore…" ("" when none), then R triples
-// (device, deadline score, replaced state), then pairs (device, state) of due alarm entries}
+// committed fresh claims packed as "device\nscore\ndevice\nscore…" ("" when none), the same for the
+// claims of expired records handed out again, then R triples (device, deadline score, replaced state),
+// then pairs (device, state) of due alarm entries}
 //
-// Fresh claims leave the deadlines set, get a state and an alarm entry leased until now+lease. A device
-// whose deadline is not newer than its open incident's is a replayed old signal and is dropped. Due alarm
+// A committed claim's state is its bare deadlines-set score (see DecodeState); its alarm entry is its next
+// act. A fresh claim that replaces an open incident is not committed: it gets a full state with nothing
+// sent and an alarm entry leased until now+lease, and the loop acknowledges it per device. A device whose
+// deadline is not newer than its open incident's is a replayed old signal and is dropped. Due alarm
 // entries are leased again and returned with their state; entries without state are orphans and removed.
 // Every reply element and command argument costs Redis more than the Lua around it (INFO commandstats:
 // formatting a state per claim and returning three elements for it took a third of the script's time), so
-// a fresh claim's state is its score as Redis returned it (see DecodeState), the fresh claims go back as
-// one string (device ids hold no control characters), and the claimed members leave by rank, not by name.
+// the fresh claims go back as one string (device ids hold no control characters), and the claimed members
+// leave by rank, not by name.
 var claimScript = redis.NewScript(`
 local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local out = {-1, -1, 0, 0, ''}
+local rec = ARGV[7]
+local out = {-1, -1, 0, 0, '', ''}
+local floor, byte = math.floor, string.byte
 -- Formatted once: Redis turns a Lua number argument into text with %.17g for every element.
 local leased = string.format('%.0f', now + lease)
+local packed = {}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', wm * 1024 + 1023), 'LIMIT', 0, batch, 'WITHSCORES')
 local n = #due / 2
 if n == batch then out[3] = 1 end
 if n > 0 then
-  local rem, hset, zadd, packed = {}, {}, {}, {}
+  -- The committed next act per type index: one for all, or a table.
+  local function actAt(ms)
+    ms = tonumber(ms) or 0
+    if ms <= 0 then return '+inf' end
+    return string.format('%.0f', now + ms)
+  end
+  local uniform, acts = nil, {}
+  if not string.find(ARGV[8], ',', 1, true) then
+    uniform = actAt(ARGV[8])
+  else
+    for v in string.gmatch(ARGV[8], '[^,]+') do acts[#acts+1] = actAt(v) end
+  end
+  local rem, hset, zadd = {}, {}, {}
   for i = 1, #due, 2 do rem[#rem+1] = due[i] end
   local prevs = redis.call('HMGET', KEYS[3], unpack(rem))
   local replacing = 0
   for i = 1, #due, 2 do
     local m, sc = due[i], due[i+1]
     local prev = prevs[(i + 1) / 2]
-    local keep = true
     if prev then
-      -- A full state starts with its deadline and a colon; a fresh claim's state is its bare score.
-      local pdl = tonumber(string.match(prev, '^(%d+):')) or math.floor(tonumber(prev) / 1024)
-      keep = pdl < math.floor(tonumber(sc) / 1024)
-      if keep then
+      -- A full state starts with its deadline and a colon; a committed one is its bare score.
+      local pdl = tonumber(string.match(prev, '^(%d+):')) or floor(tonumber(prev) / 1024)
+      local s = tonumber(sc)
+      local dl = floor(s / 1024)
+      if pdl < dl then
         out[#out+1] = m
         out[#out+1] = sc
         out[#out+1] = prev
         replacing = replacing + 1
+        hset[#hset+1] = m
+        hset[#hset+1] = string.format('%.0f:%d:0:0:0:0:0:', dl, s - dl * 1024)
+        zadd[#zadd+1] = leased
+        zadd[#zadd+1] = m
       end
     else
       packed[#packed+1] = m
       packed[#packed+1] = sc
-    end
-    if keep then
       hset[#hset+1] = m
       hset[#hset+1] = sc
-      zadd[#zadd+1] = leased
+      zadd[#zadd+1] = uniform or acts[floor(tonumber(sc) % 1024) + 1] or acts[1]
       zadd[#zadd+1] = m
     end
   end
   out[4] = replacing
-  out[5] = table.concat(packed, '\n')
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
   if #hset > 0 then
     hset[#hset+1] = ARGV[5]
@@ -99,6 +139,7 @@ if n > 0 then
     redis.call('ZADD', KEYS[2], unpack(zadd))
   end
 end
+local again = {}
 local left = batch - n
 if left > 0 then
   local due2 = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
@@ -116,14 +157,46 @@ if left > 0 then
         out[#out+1] = st
       else
         orphans[#orphans+1] = m
+        if byte(m, 1) == 0 then
+          -- An in-flight record whose lease ran out: hand out again the claims still as committed.
+          local data = redis.call('HGET', KEYS[4], m)
+          redis.call('HDEL', KEYS[4], m)
+          if data then
+            local devs, scs = {}, {}
+            for d, s in string.gmatch(data, '([^\n]+)\n([^\n]+)') do
+              devs[#devs+1] = d
+              scs[#scs+1] = s
+            end
+            if #devs > 0 then
+              local cur = redis.call('HMGET', KEYS[3], unpack(devs))
+              for k = 1, #devs do
+                if cur[k] == scs[k] then
+                  again[#again+1] = devs[k]
+                  again[#again+1] = scs[k]
+                end
+              end
+            end
+          end
+        end
       end
     end
     if #lease > 0 then redis.call('ZADD', KEYS[2], unpack(lease)) end
     if #orphans > 0 then redis.call('ZREM', KEYS[2], unpack(orphans)) end
   end
 end
+if #packed + #again > 0 then
+  out[5] = table.concat(packed, '\n')
+  out[6] = table.concat(again, '\n')
+  local all = out[5]
+  if #again > 0 then
+    if all ~= '' then all = all .. '\n' end
+    all = all .. out[6]
+  end
+  redis.call('HSET', KEYS[4], rec, all)
+  redis.call('ZADD', KEYS[2], leased, rec)
+end
 local nd = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if nd[2] then out[1] = math.floor(tonumber(nd[2]) / 1024) end
+if nd[2] then out[1] = floor(tonumber(nd[2]) / 1024) end
 local na = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if na[2] then
   local v = tonumber(na[2])
@@ -150,10 +223,12 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	if wm.IsZero() || wm.After(opts.Now) {
 		wm = opts.Now
 	}
-	args := []any{opts.Now.UnixMilli(), wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, StateGuardField, stateGuardValue}
+	repeats, repeatOf := s.types.msTable(s.repeatEvery)
+	record := s.newRecord()
+	args := []any{opts.Now.UnixMilli(), wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, StateGuardField, stateGuardValue, record, repeats}
 	calls := make([]scriptCall, len(slots))
 	for i, slot := range slots {
-		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot)}, args: args}
+		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.InFlight(slot)}, args: args}
 	}
 	cmds, err := s.runAll(ctx, claimScript, calls)
 	if err != nil {
@@ -162,28 +237,31 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	var nextDeadline, nextAlarm int64 = -1, -1
 	for i, cmd := range cmds {
 		reply, err := cmd.Slice()
-		if err != nil || len(reply) < 5 {
+		if err != nil || len(reply) < 6 {
 			return res, fmt.Errorf("deadline: claim slot %d: unexpected reply %v: %w", slots[i], reply, err)
 		}
 		nextDeadline = earliest(nextDeadline, reply[0].(int64))
 		nextAlarm = earliest(nextAlarm, reply[1].(int64))
 		res.More = res.More || reply[2].(int64) == 1
 		replacing := 3 * int(reply[3].(int64))
-		packed, _ := reply[4].(string)
-		if 5+replacing > len(reply) {
+		if 6+replacing > len(reply) {
 			return res, fmt.Errorf("deadline: claim slot %d: reply of %d elements announces %d replacing claims", slots[i], len(reply), replacing/3)
 		}
-		for rest := packed; rest != ""; {
-			var device, score string
-			device, rest, _ = strings.Cut(rest, "\n")
-			score, rest, _ = strings.Cut(rest, "\n")
-			c, err := s.decodeFresh(ctx, slots[i], device, score, "")
-			if err != nil {
-				return res, err
+		for k, fresh := range []bool{true, false} { // committed fresh claims, then those handed out again
+			packed, _ := reply[4+k].(string)
+			for rest := packed; rest != ""; {
+				var device, score string
+				device, rest, _ = strings.Cut(rest, "\n")
+				score, rest, _ = strings.Cut(rest, "\n")
+				c, err := s.decodeFresh(ctx, slots[i], device, score, "")
+				if err != nil {
+					return res, err
+				}
+				c.Fresh, c.Record, c.CommittedRepeat = fresh, record, repeatOf(c.State.TypeIndex)
+				res.Claims = append(res.Claims, c)
 			}
-			res.Claims = append(res.Claims, c)
 		}
-		for j := 5; j < 5+replacing; j += 3 {
+		for j := 6; j < 6+replacing; j += 3 {
 			device, _ := reply[j].(string)
 			score, _ := reply[j+1].(string)
 			prev, _ := reply[j+2].(string)
@@ -193,7 +271,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 			}
 			res.Claims = append(res.Claims, c)
 		}
-		for j := 5 + replacing; j+2 <= len(reply); j += 2 {
+		for j := 6 + replacing; j+2 <= len(reply); j += 2 {
 			c, err := s.decodeDue(ctx, slots[i], reply[j:j+2])
 			if err != nil {
 				return res, err

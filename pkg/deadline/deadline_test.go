@@ -150,7 +150,9 @@ func TestUntypedSignalOfJustClaimedDeviceKeepsItsType(t *testing.T) {
 		require.Equal(t, "sensor", d.Type)
 		require.Equal(t, seen.Add(10*time.Minute).UnixMilli(), d.Deadline.UnixMilli(), "the sensor timeout, not the default")
 		require.NotNil(t, d.Incident, "the incident stays open until the alarm loop reports recovery")
-		require.Equal(t, c[0].State, *d.Incident)
+		want := c[0].State
+		want.Next, want.InterruptedAt = 1, want.Deadline // committed by the claim (see DecodeState)
+		require.Equal(t, want, *d.Incident)
 	})
 }
 
@@ -161,7 +163,8 @@ func TestDecodeStateReadsFullAndClaimForms(t *testing.T) {
 	require.Equal(t, full, got)
 	got, err = deadline.DecodeState(fmt.Sprint(1_763_800_031_000*deadline.MaxTypes + 2))
 	require.NoError(t, err)
-	require.Equal(t, deadline.State{Deadline: 1_763_800_031_000, TypeIndex: 2}, got)
+	require.Equal(t, deadline.State{Deadline: 1_763_800_031_000, TypeIndex: 2, Next: 1, InterruptedAt: 1_763_800_031_000}, got,
+		"a committed incident: interrupted sent, repeats timed from the deadline")
 	for _, bad := range []string{"", "x", "-5", "1:2"} {
 		_, err := deadline.DecodeState(bad)
 		require.Error(t, err, "%q", bad)
@@ -288,6 +291,124 @@ func TestUnacknowledgedClaimIsRedeliveredAfterLease(t *testing.T) {
 		if diff := cmp.Diff(first.Claims[0].State, again.Claims[0].State); diff != "" {
 			t.Fatalf("redelivered state differs (-first +again):\n%s", diff)
 		}
+	})
+}
+
+// withRepeats is f with a store that commits gateway incidents with a one-minute repeat interval and
+// every other type without repeats, as the daemon's policies would.
+func withRepeats(t *testing.T, f fixture) fixture {
+	t.Helper()
+	store, err := deadline.New(f.rdb, deadline.Options{Slots: f.store.Slots(), Now: f.clock.Now, Timeout: timeoutOf,
+		RepeatEvery: func(typ string) time.Duration {
+			if typ == "gateway" {
+				return time.Minute
+			}
+			return 0
+		}})
+	require.NoError(t, err)
+	require.NoError(t, store.Load(context.Background(), "default", "gateway", "sensor"))
+	f.store = store
+	return f
+}
+
+// records returns the in-flight records of claims, once each.
+func records(claims []deadline.Claim) []deadline.Record {
+	var out []deadline.Record
+	seen := map[deadline.Record]bool{}
+	for _, c := range claims {
+		if r := (deadline.Record{Slot: c.Slot, Name: c.Record}); c.Record != "" && !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// A plain fresh claim is stored as the interruption the alarm loop sends: releasing its record is its
+// whole acknowledgement, after which nothing is redelivered and the next act is one repeat away.
+func TestCommittedClaimIsSettledByReleasingItsRecord(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		f = withRepeats(t, f)
+		ctx := context.Background()
+		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{
+			{Device: "g", Type: "gateway", Seen: f.clock.Now()}, {Device: "d", Type: "default", Seen: f.clock.Now()}}))
+		f.clock.Advance(61 * time.Second)
+		claimedAt := f.clock.Now()
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 2)
+		for _, c := range res.Claims {
+			require.True(t, c.Fresh)
+			require.NotEmpty(t, c.Record, "%s: committed", c.Device)
+			require.Zero(t, c.State.Next, "%s: handed out as nothing sent yet", c.Device)
+		}
+		_, err := f.store.Settle(ctx, nil, records(res.Claims))
+		require.NoError(t, err)
+
+		g, _, err := f.store.Device(ctx, "g")
+		require.NoError(t, err)
+		require.Equal(t, 1, g.Incident.Next, "interrupted recorded as sent")
+		require.Equal(t, claimedAt.Add(time.Minute).UnixMilli(), g.NextAct.UnixMilli(), "the first repeat one interval away")
+		d, _, err := f.store.Device(ctx, "d")
+		require.NoError(t, err)
+		require.True(t, d.NextAct.IsZero(), "no repeats: dormant until it recovers")
+		c, err := f.store.Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, deadline.Counts{Interrupted: 2, Pending: 2}, c)
+
+		f.clock.Advance(59 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "released: nothing redelivered after the lease")
+		f.clock.Advance(time.Second)
+		again := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		require.Equal(t, []string{"g"}, devices(again), "the repeat comes due")
+		require.False(t, again[0].Fresh)
+		require.Equal(t, 1, again[0].State.Next)
+		require.Empty(t, again[0].Record)
+	})
+}
+
+// A record whose lease ran out (its holder crashed before publishing) hands out again the claims still
+// stored as committed, with their deadlines; claims that were acknowledged otherwise or deleted meanwhile
+// are not handed out again.
+func TestExpiredRecordRedeliversTheClaimsStillCommitted(t *testing.T) {
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		f = withRepeats(t, f)
+		ctx := context.Background()
+		var sigs []deadline.Signal
+		for _, dev := range []string{"a", "b", "c"} {
+			sigs = append(sigs, deadline.Signal{Device: dev, Type: "gateway", Seen: f.clock.Now()})
+		}
+		require.NoError(t, f.store.Refresh(ctx, sigs))
+		f.clock.Advance(31 * time.Second)
+		first := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		require.Equal(t, []string{"a", "b", "c"}, devices(first.Claims))
+		byDevice := map[string]deadline.Claim{}
+		for _, c := range first.Claims {
+			byDevice[c.Device] = c
+		}
+		deleted, err := f.store.Delete(ctx, "b")
+		require.NoError(t, err)
+		require.True(t, deleted)
+		c := byDevice["c"]
+		st := c.State
+		st.Failures, st.Reason = 1, "kafka down"
+		applied, err := f.store.Acknowledge(ctx, []deadline.Ack{{Device: "c", Slot: c.Slot, Op: deadline.Reschedule, Claimed: st.Deadline, Next: f.clock.Now().Add(time.Hour), State: st}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, applied)
+
+		f.clock.Advance(4 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "still leased")
+		f.clock.Advance(time.Second)
+		again := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		require.Equal(t, []string{"a"}, devices(again.Claims))
+		require.False(t, again.Claims[0].Fresh, "a redelivery, re-checked like any due entry")
+		require.NotEmpty(t, again.Claims[0].Record, "leased by a new record")
+		if diff := cmp.Diff(byDevice["a"].State, again.Claims[0].State); diff != "" {
+			t.Fatalf("redelivered state differs (-first +again):\n%s", diff)
+		}
+		_, err = f.store.Settle(ctx, nil, records(again.Claims))
+		require.NoError(t, err)
+		f.clock.Advance(10 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "settled")
 	})
 }
 

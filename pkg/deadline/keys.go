@@ -35,6 +35,10 @@ func (k Keyspace) Deadlines(slot int) string { return k.slotKey(slot, "deadlines
 // Alarms is the ZSET device → next act time (ms) of interrupted devices; also the lease of a claim.
 func (k Keyspace) Alarms(slot int) string { return k.slotKey(slot, "alarms") }
 
+// InFlight is the HASH record → packed claims of the in-flight records of slot's committed claims; each
+// record's lease is its member in the slot's alarms set (see Commit in claim.go).
+func (k Keyspace) InFlight(slot int) string { return k.slotKey(slot, "inflight") }
+
 // State is the HASH device → encoded State of an interrupted device, plus StateGuardField.
 func (k Keyspace) State(slot int) string { return k.slotKey(slot, "state") }
 

@@ -177,22 +177,22 @@ type Counts struct {
 	Online      int64 // devices in the deadlines sets
 	Interrupted int64 // open incidents
 	Parked      int64 // claims parked in the dead sets
-	Pending     int64 // alarm entries (interrupted devices waiting for their next act, incl. in-flight claims)
+	Pending     int64 // alarm entries (interrupted devices waiting for their next act, incl. leased claims)
 }
 
 // Count totals the slots in one round trip (O(slots) cardinality reads).
 func (s *Store) Count(ctx context.Context) (Counts, error) {
 	pipe := s.rdb.Pipeline()
 	type slotCmds struct {
-		online, state, dead, alarms *redis.IntCmd
-		guarded                     *redis.BoolCmd
+		online, state, dead, alarms, records *redis.IntCmd
+		guarded                              *redis.BoolCmd
 	}
 	cmds := make([]slotCmds, s.Slots())
 	for slot := range cmds {
 		cmds[slot] = slotCmds{
 			pipe.ZCard(ctx, s.keys.Deadlines(slot)), pipe.HLen(ctx, s.keys.State(slot)),
 			pipe.ZCard(ctx, s.keys.Dead(slot)), pipe.ZCard(ctx, s.keys.Alarms(slot)),
-			pipe.HExists(ctx, s.keys.State(slot), StateGuardField),
+			pipe.HLen(ctx, s.keys.InFlight(slot)), pipe.HExists(ctx, s.keys.State(slot), StateGuardField),
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -206,7 +206,8 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 			c.Interrupted--
 		}
 		c.Parked += sc.dead.Val()
-		c.Pending += sc.alarms.Val()
+		// An in-flight record's lease is a member of the alarms set too, one per record in the hash.
+		c.Pending += max(sc.alarms.Val()-sc.records.Val(), 0)
 	}
 	return c, nil
 }

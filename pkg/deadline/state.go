@@ -10,8 +10,9 @@ import (
 // State is what Redis keeps about an interrupted device, encoded compactly in the slot's state hash as
 // "deadline:type:next:acked:exhausted:interrupted_at:failures:reason". The deadline comes first because
 // the scripts compare it to guard against acknowledging a stale incident; reason comes last because it is
-// free text. Until the alarm loop first acknowledges an incident, its state is the bare deadlines-set
-// score "deadline×MaxTypes+type" that the claim moved (no colon): every other field is zero then.
+// free text. A committed incident (see Commit in claim.go) is stored as the bare deadlines-set score
+// "deadline×MaxTypes+type" that the claim moved (no colon): `interrupted` sent (or in flight, leased by
+// its record), the next repeat 1, timed from the deadline.
 type State struct {
 	Deadline      int64  // ms; identifies the incident
 	TypeIndex     int    // index in the type registry
@@ -48,11 +49,14 @@ func flag(b bool) byte {
 }
 
 // DecodeState parses an encoded State: the full form Encode writes, or the bare deadline score
-// ("deadline*MaxTypes+type") the claim script stores for an incident nothing has acted on yet, which
-// saves Redis formatting a state per claim.
+// ("deadline*MaxTypes+type") the claim script stores for a committed incident, which saves Redis
+// formatting a state per claim. A committed incident's repeats are timed from its deadline: the claim
+// that committed it came within the detection lateness of it.
 func DecodeState(v string) (State, error) {
 	if !strings.Contains(v, ":") {
-		return stateOfScore(v)
+		s, err := stateOfScore(v)
+		s.Next, s.InterruptedAt = 1, s.Deadline
+		return s, err
 	}
 	f := strings.SplitN(v, ":", 8)
 	if len(f) != 8 {
@@ -81,7 +85,8 @@ func DecodeState(v string) (State, error) {
 // DeadlineTime is the incident's deadline as a time.
 func (s State) DeadlineTime() time.Time { return time.UnixMilli(s.Deadline) }
 
-// stateOfScore is the state of a just-claimed incident, from its deadlines-set score as Redis replies it.
+// stateOfScore is the state of a just-claimed incident, nothing sent yet, from its deadlines-set score as
+// Redis replies it.
 func stateOfScore(score string) (State, error) {
 	v, err := strconv.ParseInt(score, 10, 64)
 	if err != nil { // Redis formats a score with %.17g: digits for any deadline before the year 2200

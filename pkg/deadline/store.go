@@ -2,8 +2,11 @@ package deadline
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,7 +22,13 @@ type Store struct {
 	types  *typeRegistry
 	now    func() time.Time
 
-	timeout func(typeName string) time.Duration
+	timeout     func(typeName string) time.Duration
+	repeatEvery func(typeName string) time.Duration
+
+	// recordPrefix and records name the in-flight records of this store's claims uniquely across
+	// replicas and restarts.
+	recordPrefix string
+	records      atomic.Uint64
 }
 
 // Options configures a Store.
@@ -30,6 +39,10 @@ type Options struct {
 	// Timeout returns the silence timeout of a device type (its policy lives outside this package). It is
 	// asked on every refresh, so a reloaded policy applies from each device's next signal. Required.
 	Timeout func(typeName string) time.Duration
+	// RepeatEvery returns the repeat interval of a device type (≤ 0: none). A claim commits each fresh
+	// incident with its next act one interval away (see Commit); nil commits them without repeats, and
+	// the alarm loop then acknowledges every claim of a type that has repeats itself.
+	RepeatEvery func(typeName string) time.Duration
 }
 
 // New returns a Store on rdb. It checks nothing on Redis: call Ping to know Redis answers.
@@ -45,9 +58,24 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("deadline: Options.Timeout is required")
 	}
 	keys := NewKeyspace(opts.KeyPrefix)
-	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout}
+	repeatEvery := opts.RepeatEvery
+	if repeatEvery == nil {
+		repeatEvery = func(string) time.Duration { return 0 }
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("deadline: record names: %w", err)
+	}
+	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout,
+		repeatEvery: repeatEvery, recordPrefix: "\x00claims:" + hex.EncodeToString(id[:]) + ":"}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
+}
+
+// newRecord names the in-flight record of one claim: a control character first, so it never collides
+// with a device in the alarms set (SPEC §4), and unique to this store.
+func (s *Store) newRecord() string {
+	return s.recordPrefix + strconv.FormatUint(s.records.Add(1), 36)
 }
 
 // Keys returns the store's key builder, for the packages that keep their own keys beside the slots.
@@ -329,7 +357,7 @@ func (s *Store) untypedCalls(signals []Signal, now int64) []scriptCall {
 		return nil
 	}
 	_, cluster := s.rdb.(*redis.ClusterClient)
-	timeouts := s.types.timeoutTable(s.timeout)
+	timeouts, _ := s.types.msTable(s.timeout)
 	slots := s.Slots()
 	var calls []scriptCall
 	callOf := map[int]int{}   // slot → call index

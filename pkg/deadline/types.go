@@ -118,25 +118,42 @@ func (r *typeRegistry) reload(ctx context.Context) error {
 	return nil
 }
 
-// timeoutTable renders the timeout (ms) of every known type index, comma-separated, for the refresh
-// script; an index this replica does not know yet gets the default timeout.
-func (r *typeRegistry) timeoutTable(timeout func(string) time.Duration) string {
+// msTable renders fn (a duration per type name, in ms) for every known type index, comma-separated, for
+// the scripts; an index this replica does not know yet gets the default type's. When every type has the
+// same value it renders that one value, which the claim script then applies without a lookup per device.
+// It also returns fn by index as the table holds it.
+func (r *typeRegistry) msTable(fn func(string) time.Duration) (string, func(idx int) time.Duration) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	maxIdx := 0
 	for i := range r.byIdx {
 		maxIdx = max(maxIdx, i)
 	}
-	var b strings.Builder
-	for i := 0; i <= maxIdx; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
+	values := make([]time.Duration, maxIdx+1)
+	uniform := true
+	for i := range values {
 		name, ok := r.byIdx[i]
 		if !ok {
 			name = DefaultType
 		}
-		b.WriteString(strconv.FormatInt(timeout(name).Milliseconds(), 10))
+		values[i] = max(fn(name), 0).Truncate(time.Millisecond)
+		uniform = uniform && values[i] == values[0]
 	}
-	return b.String()
+	of := func(idx int) time.Duration {
+		if idx < 0 || idx >= len(values) {
+			return values[0]
+		}
+		return values[idx]
+	}
+	if uniform {
+		values = values[:1]
+	}
+	var b strings.Builder
+	for i, v := range values {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(v.Milliseconds(), 10))
+	}
+	return b.String(), of
 }
