@@ -339,6 +339,32 @@ types:
 	})
 }
 
+// A claim commits the interruption with the interval in force when it claimed; a reload before the loop
+// handles it makes the loop acknowledge that claim itself, so the first repeat follows the new interval.
+func TestReloadBetweenClaimAndPublishAcknowledgesTheNewInterval(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		f.signal("g", "gateway", 0)
+		f.clock.Set(f.t0.Add(5 * time.Second))
+		res, err := f.store.Claim(ctx, allSlots(f.store.Slots()), deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
+		require.NoError(t, err)
+		require.Len(t, res.Claims, 1)
+		require.Equal(t, 30*time.Second, res.Claims[0].CommittedRepeat)
+		f.policies.Store(parsePolicies(t, `
+types:
+  default: {timeout: 10s, repeat_every: 1m, max_repeats: 2}
+  gateway: {timeout: 5s, repeat_every: 2m, max_repeats: 0}
+`))
+		require.NoError(t, f.handler.Handle(ctx, res.Claims))
+		require.Equal(t, []string{"g interrupted 0"}, ids(f.sink.take()))
+		d, _, err := f.store.Device(ctx, "g")
+		require.NoError(t, err)
+		require.Equal(t, f.t0.Add(2*time.Minute+5*time.Second).UnixMilli(), d.NextAct.UnixMilli(), "acknowledged with the reloaded interval")
+		require.Empty(t, f.at(35*time.Second), "nothing at the interval the claim committed")
+		require.Equal(t, []string{"g alarm 1"}, f.at(2*time.Minute+5*time.Second))
+	})
+}
+
 func TestCrashBetweenPublishAndAckRepublishesSameID(t *testing.T) {
 	eachBackend(t, func(t *testing.T, f *fixture) {
 		f.signal("d1", "", 0)
