@@ -87,7 +87,8 @@ func newRig(b *testing.B, expected int) *rig {
 	require.NoError(b, err)
 	r := &rig{rdb: srv.Client(b), policies: cfg.Policies()}
 	timeout := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.Timeout }
-	r.store, err = deadline.New(r.rdb, deadline.Options{Slots: config.DefaultSlots, Timeout: timeout})
+	repeat := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.RepeatEvery }
+	r.store, err = deadline.New(r.rdb, deadline.Options{Slots: config.DefaultSlots, Timeout: timeout, RepeatEvery: repeat})
 	require.NoError(b, err)
 	pub, err := event.NewPublisher(event.PublisherOptions{Brokers: kafka.Addrs, Topic: benchTopic})
 	require.NoError(b, err)
