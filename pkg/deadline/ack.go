@@ -39,7 +39,7 @@ type Ack struct {
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] dead  KEYS[5] in-flight records
 // ARGV[1] now (ms), ARGV[2], ARGV[3] StateGuardField and its value, ARGV[4] in-flight records to release
 // after the acks, "\n"-separated; then groups of five: op (R|X|P), device, claimed deadline (ms), next
-// act (ms|+inf), state
+// act (ms, or a dormant score: see DormantAfter), state
 // Reply: per op 1 when applied, 0 when the incident was gone or replaced.
 //
 // It reads every state and deadline with one HMGET and one ZMSCORE, decides in Lua, and writes with one
@@ -142,6 +142,7 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 		return nil, nil
 	}
 	now := s.now().UnixMilli()
+	dormant := dormantScore(now)
 	type group struct {
 		args []any
 		idx  []int
@@ -159,7 +160,7 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 			slotOf = append(slotOf, a.Slot)
 		}
 		last[a.Device] = g
-		next := "+inf"
+		next := dormant
 		if a.Op == Reschedule && !a.Dormant {
 			next = strconv.FormatInt(a.Next.UnixMilli(), 10)
 		}

@@ -90,7 +90,8 @@ if n > 0 then
   -- The committed next act per type index: one for all, or a table.
   local function actAt(ms)
     ms = tonumber(ms) or 0
-    if ms <= 0 then return '+inf' end
+    -- Without repeats: dormant, scored DormantAfter + now (see keys.go), never +inf.
+    if ms <= 0 then return string.format('%.0f', 1e15 + now) end
     return string.format('%.0f', now + ms)
   end
   local uniform, acts = nil, {}
@@ -200,7 +201,7 @@ if nd[2] then out[1] = floor(tonumber(nd[2]) / 1024) end
 local na = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if na[2] then
   local v = tonumber(na[2])
-  if v and v < 1e300 then out[2] = v end
+  if v and v < 1e15 then out[2] = v end -- a dormant entry (DormantAfter) is never due
 end
 return out
 `)

@@ -3,6 +3,7 @@ package deadline_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"testing"
@@ -409,6 +410,35 @@ func TestExpiredRecordRedeliversTheClaimsStillCommitted(t *testing.T) {
 		require.NoError(t, err)
 		f.clock.Advance(10 * time.Second)
 		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "settled")
+	})
+}
+
+// Dormant incidents (no repeats here) are scored DormantAfter + the time they went dormant, and an
+// entry an older version scored +inf reads the same: neither is ever due nor shown as a next act.
+func TestDormantEntriesAreNeverDue(t *testing.T) {
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		c := claimOne(t, f, "new")
+		_, err := f.store.Settle(ctx, nil, records([]deadline.Claim{c}))
+		require.NoError(t, err)
+		act, err := f.rdb.ZScore(ctx, f.store.Keys().Alarms(0), "new").Result()
+		require.NoError(t, err)
+		require.Equal(t, float64(deadline.DormantAfter+f.clock.Now().UnixMilli()), act)
+
+		old := claimOne(t, f, "old")
+		_, err = f.store.Settle(ctx, nil, records([]deadline.Claim{old}))
+		require.NoError(t, err)
+		require.NoError(t, f.rdb.ZAdd(ctx, f.store.Keys().Alarms(0), redis.Z{Score: math.Inf(1), Member: "old"}).Err())
+
+		for _, dev := range []string{"new", "old"} {
+			d, _, err := f.store.Device(ctx, dev)
+			require.NoError(t, err)
+			require.True(t, d.NextAct.IsZero(), "%s: dormant", dev)
+		}
+		f.clock.Advance(100 * 365 * 24 * time.Hour)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Empty(t, res.Claims, "dormant entries are never due")
+		require.True(t, res.NextAlarm.IsZero(), "and never the next alarm")
 	})
 }
 

@@ -35,6 +35,17 @@ func (k Keyspace) Deadlines(slot int) string { return k.slotKey(slot, "deadlines
 // Alarms is the ZSET device → next act time (ms) of interrupted devices; also the lease of a claim.
 func (k Keyspace) Alarms(slot int) string { return k.slotKey(slot, "alarms") }
 
+// DormantAfter: an alarm entry scored at or above it is dormant (acknowledged, exhausted, no repeats):
+// never due, it waits for the device's recovery. A dormant entry is scored DormantAfter + the time it
+// went dormant (ms), not +inf: Redis orders members of equal score by name, so a set of 15k +inf entries
+// made every insertion compare device names along the skip list (measured at 1M incidents: ≈ 6 µs per
+// ZADD against ≈ 2 µs for scores that grow with time, docs/benchmarks.md session 5). 1e15 ms is beyond
+// the year 30,000 and leaves every score exact in a float64. Older +inf entries read as dormant too.
+const DormantAfter = 1_000_000_000_000_000
+
+// dormantScore is the alarm score of an incident going dormant at now (ms).
+func dormantScore(now int64) string { return strconv.FormatInt(DormantAfter+now, 10) }
+
 // InFlight is the HASH record → packed claims of the in-flight records of slot's committed claims; each
 // record's lease is its member in the slot's alarms set (see Commit in claim.go).
 func (k Keyspace) InFlight(slot int) string { return k.slotKey(slot, "inflight") }

@@ -80,7 +80,7 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 			typeIdx = st.TypeIndex
 		}
 	}
-	if v, err := act.Result(); err == nil && !math.IsInf(v, 1) {
+	if v, err := act.Result(); err == nil && v < DormantAfter {
 		d.NextAct = time.UnixMilli(int64(v))
 	}
 	d.Parked = dead.Err() == nil
