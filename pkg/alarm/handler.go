@@ -129,14 +129,8 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	}
 
 	var acks []deadline.Ack
-	var records []deadline.Record
-	seen := map[deadline.Record]bool{}
 	ackNow := h.opts.Now()
 	for i, c := range claims {
-		if r := (deadline.Record{Slot: c.Slot, Name: c.Record}); c.Record != "" && !seen[r] {
-			seen[r] = true
-			records = append(records, r)
-		}
 		if err := failed[i]; err != nil {
 			a := Failed(c, err, h.opts.MaxPublishAttempts, ackNow)
 			acks = append(acks, a)
@@ -153,7 +147,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 			acks = append(acks, decisions[i].Ack)
 		}
 	}
-	if _, err := h.opts.Store.Settle(ctx, acks, records); err != nil {
+	if _, err := h.opts.Store.Settle(ctx, acks, deadline.RecordsOf(claims)); err != nil {
 		return fmt.Errorf("alarm: acknowledge: %w", err)
 	}
 	for j, e := range events {

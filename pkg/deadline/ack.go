@@ -126,6 +126,20 @@ type Record struct {
 	Name string
 }
 
+// RecordsOf returns the in-flight records of claims, each once: what Settle releases once the claims'
+// events are out.
+func RecordsOf(claims []Claim) []Record {
+	var out []Record
+	seen := map[Record]bool{}
+	for _, c := range claims {
+		if r := (Record{Slot: c.Slot, Name: c.Record}); c.Record != "" && !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Acknowledge applies acks, one script call per slot, in one round trip. applied[i] reports whether
 // acks[i] took effect (false: the incident had ended or been replaced meanwhile — not an error).
 func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, err error) {

@@ -312,19 +312,6 @@ func withRepeats(t *testing.T, f fixture) fixture {
 	return f
 }
 
-// records returns the in-flight records of claims, once each.
-func records(claims []deadline.Claim) []deadline.Record {
-	var out []deadline.Record
-	seen := map[deadline.Record]bool{}
-	for _, c := range claims {
-		if r := (deadline.Record{Slot: c.Slot, Name: c.Record}); c.Record != "" && !seen[r] {
-			seen[r] = true
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // A plain fresh claim is stored as the interruption the alarm loop sends: releasing its record is its
 // whole acknowledgement, after which nothing is redelivered and the next act is one repeat away.
 func TestCommittedClaimIsSettledByReleasingItsRecord(t *testing.T) {
@@ -342,7 +329,7 @@ func TestCommittedClaimIsSettledByReleasingItsRecord(t *testing.T) {
 			require.NotEmpty(t, c.Record, "%s: committed", c.Device)
 			require.Zero(t, c.State.Next, "%s: handed out as nothing sent yet", c.Device)
 		}
-		_, err := f.store.Settle(ctx, nil, records(res.Claims))
+		_, err := f.store.Settle(ctx, nil, deadline.RecordsOf(res.Claims))
 		require.NoError(t, err)
 
 		g, _, err := f.store.Device(ctx, "g")
@@ -406,7 +393,7 @@ func TestExpiredRecordRedeliversTheClaimsStillCommitted(t *testing.T) {
 		if diff := cmp.Diff(byDevice["a"].State, again.Claims[0].State); diff != "" {
 			t.Fatalf("redelivered state differs (-first +again):\n%s", diff)
 		}
-		_, err = f.store.Settle(ctx, nil, records(again.Claims))
+		_, err = f.store.Settle(ctx, nil, deadline.RecordsOf(again.Claims))
 		require.NoError(t, err)
 		f.clock.Advance(10 * time.Second)
 		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "settled")
@@ -419,14 +406,14 @@ func TestDormantEntriesAreNeverDue(t *testing.T) {
 	eachBackend(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		c := claimOne(t, f, "new")
-		_, err := f.store.Settle(ctx, nil, records([]deadline.Claim{c}))
+		_, err := f.store.Settle(ctx, nil, deadline.RecordsOf([]deadline.Claim{c}))
 		require.NoError(t, err)
 		act, err := f.rdb.ZScore(ctx, f.store.Keys().Alarms(0), "new").Result()
 		require.NoError(t, err)
 		require.Equal(t, float64(deadline.DormantAfter+f.clock.Now().UnixMilli()), act)
 
 		old := claimOne(t, f, "old")
-		_, err = f.store.Settle(ctx, nil, records([]deadline.Claim{old}))
+		_, err = f.store.Settle(ctx, nil, deadline.RecordsOf([]deadline.Claim{old}))
 		require.NoError(t, err)
 		require.NoError(t, f.rdb.ZAdd(ctx, f.store.Keys().Alarms(0), redis.Z{Score: math.Inf(1), Member: "old"}).Err())
 
