@@ -329,7 +329,10 @@ func TestCommittedClaimIsSettledByReleasingItsRecord(t *testing.T) {
 			require.NotEmpty(t, c.Record, "%s: committed", c.Device)
 			require.Zero(t, c.State.Next, "%s: handed out as nothing sent yet", c.Device)
 		}
-		_, err := f.store.Settle(ctx, nil, deadline.RecordsOf(res.Claims))
+		inFlight, err := f.store.Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, deadline.Counts{Interrupted: 2, Pending: 2}, inFlight, "the in-flight records are not counted as devices")
+		_, err = f.store.Settle(ctx, nil, deadline.RecordsOf(res.Claims))
 		require.NoError(t, err)
 
 		g, _, err := f.store.Device(ctx, "g")
