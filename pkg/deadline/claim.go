@@ -52,8 +52,8 @@ type ClaimResult struct {
 // committed — so a crash between claim and publish loses nothing. The alarm loop acknowledges the few
 // claims it decided otherwise (a silence, a failed publish, a recovery) as before, guarded as always.
 // Measured at 1M deadlines over 10 s (docs/benchmarks.md, session 5): the scripts' Redis time fell by a
-// sixth (the acknowledgement script's reads and writes per device are gone) and so did a round trip per
-// wake-up; detection then kept the 100k events/s pace it had fallen short of.
+// sixth (the acknowledgement script's reads and writes per device are gone), a round trip per wake-up
+// went away, and detection then kept the 100k events/s pace it had fallen short of.
 
 // claimScript moves up to batch due devices of one slot into the alarm loop's hands.
 //
