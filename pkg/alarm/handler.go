@@ -73,7 +73,7 @@ var errCrashed = errors.New("alarm: stopped between publish and acknowledge")
 // claim used. Anything else (a silence, a recovery, a reloaded interval) is acknowledged as usual.
 func asCommitted(c deadline.Claim, d Decision, pol config.Policy) bool {
 	return c.Record != "" && d.Reason == ReasonInterrupted && d.Ack.Op == deadline.Reschedule &&
-		max(pol.RepeatEvery, 0).Truncate(time.Millisecond) == c.CommittedRepeat
+		deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat
 }
 
 // Handle processes one wake-up's claims. An error leaves the claims leased: they come back when the

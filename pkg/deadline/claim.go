@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,8 +61,9 @@ type ClaimResult struct {
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
 // ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5], ARGV[6] StateGuardField and its value
-// ARGV[7] the record of this call's committed claims  ARGV[8] repeat interval (ms, 0 = none) per type
-// index, comma-separated, or one value for every type
+// ARGV[7] the record of this call's committed claims  ARGV[8] a committed claim's next act score per type
+// index (now + its repeat interval, or a dormant score), comma-separated, or one for every type
+// ARGV[9] DormantAfter
 // Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, number of replacing fresh claims R,
 // committed fresh claims packed as "device\nscore\ndevice\nscore…" ("" when none), the same for the
 // claims of expired records handed out again, then R triples (device, deadline score, replaced state),
@@ -88,19 +90,10 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', w
 local n = #due / 2
 if n == batch then out[3] = 1 end
 if n > 0 then
-  -- The committed next act per type index: one for all, or a table.
-  local function actAt(ms)
-    ms = tonumber(ms) or 0
-    -- Without repeats: dormant, scored DormantAfter + now (see keys.go), never +inf.
-    if ms <= 0 then return string.format('%.0f', 1e15 + now) end
-    return string.format('%.0f', now + ms)
-  end
-  local uniform, acts = nil, {}
-  if not string.find(ARGV[8], ',', 1, true) then
-    uniform = actAt(ARGV[8])
-  else
-    for v in string.gmatch(ARGV[8], '[^,]+') do acts[#acts+1] = actAt(v) end
-  end
+  -- The committed next act per type index: one for every type, or a table.
+  local acts = {}
+  for v in string.gmatch(ARGV[8], '[^,]+') do acts[#acts+1] = v end
+  local uniform = #acts == 1 and acts[1]
   local rem, hset, zadd = {}, {}, {}
   for i = 1, #due, 2 do rem[#rem+1] = due[i] end
   local prevs = redis.call('HMGET', KEYS[3], unpack(rem))
@@ -202,7 +195,7 @@ if nd[2] then out[1] = floor(tonumber(nd[2]) / 1024) end
 local na = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if na[2] then
   local v = tonumber(na[2])
-  if v and v < 1e15 then out[2] = v end -- a dormant entry (DormantAfter) is never due
+  if v and v < tonumber(ARGV[9]) then out[2] = v end -- a dormant entry is never due
 end
 return out
 `)
@@ -225,9 +218,16 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	if wm.IsZero() || wm.After(opts.Now) {
 		wm = opts.Now
 	}
-	repeats, repeatOf := s.types.msTable(s.repeatEvery)
+	now := opts.Now.UnixMilli()
+	repeats := s.types.byIndex(s.repeatEvery)
+	acts := repeats.render(func(every time.Duration) string {
+		if every == 0 {
+			return dormantScore(now)
+		}
+		return strconv.FormatInt(now+every.Milliseconds(), 10)
+	})
 	record := s.newRecord()
-	args := []any{opts.Now.UnixMilli(), wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, StateGuardField, stateGuardValue, record, repeats}
+	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, StateGuardField, stateGuardValue, record, acts, DormantAfter}
 	calls := make([]scriptCall, len(slots))
 	for i, slot := range slots {
 		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.InFlight(slot)}, args: args}
@@ -259,7 +259,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 				if err != nil {
 					return res, err
 				}
-				c.Fresh, c.Record, c.CommittedRepeat = fresh, record, repeatOf(c.State.TypeIndex)
+				c.Fresh, c.Record, c.CommittedRepeat = fresh, record, repeats.of(c.State.TypeIndex)
 				res.Claims = append(res.Claims, c)
 			}
 		}

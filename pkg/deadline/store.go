@@ -357,7 +357,7 @@ func (s *Store) untypedCalls(signals []Signal, now int64) []scriptCall {
 		return nil
 	}
 	_, cluster := s.rdb.(*redis.ClusterClient)
-	timeouts, _ := s.types.msTable(s.timeout)
+	timeouts := s.types.byIndex(s.timeout).render(millis)
 	slots := s.Slots()
 	var calls []scriptCall
 	callOf := map[int]int{}   // slot → call index

@@ -118,42 +118,60 @@ func (r *typeRegistry) reload(ctx context.Context) error {
 	return nil
 }
 
-// msTable renders fn (a duration per type name, in ms) for every known type index, comma-separated, for
-// the scripts; an index this replica does not know yet gets the default type's. When every type has the
-// same value it renders that one value, which the claim script then applies without a lookup per device.
-// It also returns fn by index as the table holds it.
-func (r *typeRegistry) msTable(fn func(string) time.Duration) (string, func(idx int) time.Duration) {
+// AsStored is a duration as the scripts hold it: whole milliseconds, never negative.
+func AsStored(d time.Duration) time.Duration { return max(d, 0).Truncate(time.Millisecond) }
+
+// byIndex returns fn (a duration per type name) AsStored for every known type index; an index this
+// replica does not know yet gets the default type's.
+func (r *typeRegistry) byIndex(fn func(string) time.Duration) typeTable {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	maxIdx := 0
 	for i := range r.byIdx {
 		maxIdx = max(maxIdx, i)
 	}
-	values := make([]time.Duration, maxIdx+1)
-	uniform := true
-	for i := range values {
+	t := make(typeTable, maxIdx+1)
+	for i := range t {
 		name, ok := r.byIdx[i]
 		if !ok {
 			name = DefaultType
 		}
-		values[i] = max(fn(name), 0).Truncate(time.Millisecond)
-		uniform = uniform && values[i] == values[0]
+		t[i] = AsStored(fn(name))
 	}
-	of := func(idx int) time.Duration {
-		if idx < 0 || idx >= len(values) {
-			return values[0]
-		}
-		return values[idx]
+	return t
+}
+
+// typeTable is a duration per type index.
+type typeTable []time.Duration
+
+// of returns the value of type index idx, the default type's for an index out of the table.
+func (t typeTable) of(idx int) time.Duration {
+	if idx < 0 || idx >= len(t) {
+		return t[0]
+	}
+	return t[idx]
+}
+
+// render writes the table for a script, comma-separated by type index, each value through format; when
+// every type has the same value it writes that one value, which the scripts then apply without a lookup
+// per device.
+func (t typeTable) render(format func(time.Duration) string) string {
+	uniform := true
+	for _, v := range t {
+		uniform = uniform && v == t[0]
 	}
 	if uniform {
-		values = values[:1]
+		return format(t[0])
 	}
 	var b strings.Builder
-	for i, v := range values {
+	for i, v := range t {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.FormatInt(v.Milliseconds(), 10))
+		b.WriteString(format(v))
 	}
-	return b.String(), of
+	return b.String()
 }
+
+// millis renders a duration in ms, as the refresh script reads timeouts.
+func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
