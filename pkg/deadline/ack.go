@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -185,17 +186,16 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 		g.args = append(g.args, string(a.Op), a.Device, a.Claimed, next, state)
 		g.idx = append(g.idx, i)
 	}
-	plain := map[int][]string{} // slot → records released without a script
+	released := map[int][]string{} // slot → its records
 	for _, r := range records {
-		if g := open[r.Slot]; g != nil {
+		released[r.Slot] = append(released[r.Slot], r.Name)
+	}
+	for slot, names := range released {
+		if g := open[slot]; g != nil {
 			// The slot's last group runs after its others: its records go with it.
-			if g.args[3] != "" {
-				g.args[3] = g.args[3].(string) + "\n"
-			}
-			g.args[3] = g.args[3].(string) + r.Name
-			continue
+			g.args[3] = strings.Join(names, "\n")
+			delete(released, slot)
 		}
-		plain[r.Slot] = append(plain[r.Slot], r.Name)
 	}
 	applied = make([]bool, len(acks))
 	if len(groups) > 0 {
@@ -218,9 +218,9 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 			}
 		}
 	}
-	if len(plain) > 0 {
+	if len(released) > 0 { // slots with releases only: no script
 		pipe := s.rdb.Pipeline()
-		for slot, names := range plain {
+		for slot, names := range released {
 			members := make([]any, len(names))
 			for i, n := range names {
 				members[i] = n
