@@ -339,6 +339,27 @@ types:
 	})
 }
 
+// One wake-up's claims of one slot, one acknowledged per device (silenced) and one as committed: the
+// in-flight record goes with the acknowledgement, so nothing comes back when the lease runs out.
+func TestMixedBatchReleasesItsRecordWithTheAcks(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		quiet, loud := "q0", ""
+		for i := 1; loud == ""; i++ {
+			if d := fmt.Sprintf("l%d", i); deadline.Slot(d, f.store.Slots()) == deadline.Slot(quiet, f.store.Slots()) {
+				loud = d
+			}
+		}
+		_, err := f.silences.Create(ctx, Silence{DeviceID: quiet, Ends: f.t0.Add(5 * time.Minute)})
+		require.NoError(t, err)
+		f.signal(quiet, "", 0) // default: timeout 10s, repeat 1m
+		f.signal(loud, "", 0)
+		require.Equal(t, []string{loud + " interrupted 0"}, f.at(10*time.Second+time.Millisecond))
+		require.Empty(t, f.at(45*time.Second), "past the 30s lease: the record was released, nothing is handed out again")
+		require.Equal(t, []string{loud + " alarm 1"}, f.at(70*time.Second+time.Millisecond))
+	})
+}
+
 // A claim commits the interruption with the interval in force when it claimed; a reload before the loop
 // handles it makes the loop acknowledge that claim itself, so the first repeat follows the new interval.
 func TestReloadBetweenClaimAndPublishAcknowledgesTheNewInterval(t *testing.T) {
