@@ -33,12 +33,14 @@ func benchDevices() int {
 
 var benchTypes = []string{"default", "gateway", "sensor"}
 
-func preload(b *testing.B, store *deadline.Store, n int, seen time.Time) {
+// preload writes n devices whose last signals spread evenly over the spread before seen (0: all at seen).
+func preload(b *testing.B, store *deadline.Store, n int, seen time.Time, spread time.Duration) {
 	b.Helper()
 	ctx := context.Background()
 	batch := make([]deadline.Signal, 0, 4096)
 	for i := range n {
-		batch = append(batch, deadline.Signal{Device: fmt.Sprintf("device-%08d", i), Type: benchTypes[i%3], Seen: seen})
+		at := seen.Add(-spread * time.Duration(i) / time.Duration(n))
+		batch = append(batch, deadline.Signal{Device: fmt.Sprintf("device-%08d", i), Type: benchTypes[i%3], Seen: at})
 		if len(batch) == cap(batch) || i == n-1 {
 			require.NoError(b, store.Refresh(ctx, batch))
 			batch = batch[:0]
@@ -62,7 +64,10 @@ func benchRefresh(b *testing.B, rdb redis.UniversalClient) {
 	n := benchDevices()
 	ctx := context.Background()
 	require.NoError(b, store.Load(ctx, benchTypes...))
-	preload(b, store, n, time.Now())
+	// Last signals spread over the past minute, as a live fleet's are: one instant for the whole fleet
+	// leaves each slot with three distinct scores, and Redis orders equal scores by member name, so every
+	// skip-list step then compares device names (measured: 0.65× against 1.2–1.3× on the same host).
+	preload(b, store, n, time.Now(), time.Minute)
 	// Every device of the fleet once, in random order, as a fleet's periodic signals arrive: a small set
 	// of devices cycled over and over would keep Redis's working set in the CPU cache (measured: 1.36×
 	// the baseline with 16k distinct devices against 0.9× with the whole fleet).
@@ -176,7 +181,7 @@ func BenchmarkClaim(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				require.NoError(b, rdb.FlushAll(ctx).Err())
-				preload(b, store, n, time.Now().Add(-time.Hour))
+				preload(b, store, n, time.Now().Add(-time.Hour), 0)
 				b.StartTimer()
 				start := time.Now()
 				var wg sync.WaitGroup
@@ -220,7 +225,7 @@ func BenchmarkMemoryPerDevice(b *testing.B) {
 		require.NoError(b, rdb.FlushAll(ctx).Err())
 		before := usedMemory(b, srv)
 		b.StartTimer()
-		preload(b, store, n, time.Now())
+		preload(b, store, n, time.Now(), 0)
 		b.StopTimer()
 		b.ReportMetric(float64(usedMemory(b, srv)-before)/float64(n), "bytes/device")
 		b.StartTimer()
