@@ -141,6 +141,9 @@ type load struct {
 	workers int
 	typed   bool
 	perSec  int // 0: as fast as Redis takes them
+	// periodic: devices signal in index order, over and over, as a fleet on a fixed period and phase
+	// does (preload writes them in that order); otherwise each signal is from a device drawn at random.
+	periodic bool
 }
 
 // refreshLoad sends the load until ctx ends and counts the signals Redis acknowledged in sent.
@@ -148,6 +151,7 @@ func refreshLoad(ctx context.Context, st *deadline.Store, l load, sent *atomic.I
 	const size = 256
 	var wg sync.WaitGroup
 	errs := make(chan error, l.workers)
+	var next atomic.Int64 // the periodic order's position
 	start := time.Now()
 	for w := range l.workers {
 		wg.Go(func() {
@@ -162,8 +166,12 @@ func refreshLoad(ctx context.Context, st *deadline.Store, l load, sent *atomic.I
 					}
 				}
 				now := time.Now()
+				pos := int(next.Add(size)) - size
 				for j := range batch {
 					d := rnd.IntN(l.fleet)
+					if l.periodic {
+						d = (pos + j) % l.fleet
+					}
 					batch[j] = deadline.Signal{Device: l.prefix + strconv.Itoa(d), Seen: now}
 					if l.typed {
 						batch[j].Type = benchTypes[d%len(benchTypes)]

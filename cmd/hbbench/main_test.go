@@ -39,7 +39,7 @@ func TestScenariosTiny(t *testing.T) {
 		got[r.Scenario][r.Metric] = r.Value
 	}
 	positive := map[string][]string{
-		"refresh":   {"redis-benchmark -P 64 ZADD GT", "deadline.Refresh typed", "deadline.Refresh untyped"},
+		"refresh":   {"redis-benchmark -P 64 ZADD GT", "deadline.Refresh typed, periodic", "deadline.Refresh typed, random", "deadline.Refresh untyped, periodic", "deadline.Refresh untyped, random"},
 		"memory":    {"redis bytes per device"},
 		"ingest":    {"deadline.Refresh 256/call", "kafka → redis (from start)", "kafka → redis (from 1st write)", "mqtt plain QoS 1 subscriber", "mqtt → redis"},
 		"lateness":  {"heartbeatd lateness max", "heartbeatd acked max", "heartbeatd events/s", "concurrent refresh load", "keyspace SET PX lateness max"},
