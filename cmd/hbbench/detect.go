@@ -166,11 +166,16 @@ func refreshLoad(ctx context.Context, st *deadline.Store, l load, sent *atomic.I
 					}
 				}
 				now := time.Now()
-				pos := int(next.Add(size)) - size
+				var pos int
+				if l.periodic {
+					pos = int(next.Add(size)) - size
+				}
 				for j := range batch {
-					d := rnd.IntN(l.fleet)
+					var d int
 					if l.periodic {
 						d = (pos + j) % l.fleet
+					} else {
+						d = rnd.IntN(l.fleet)
 					}
 					batch[j] = deadline.Signal{Device: l.prefix + strconv.Itoa(d), Seen: now}
 					if l.typed {
