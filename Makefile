@@ -15,21 +15,26 @@ help: ## list the targets
 dev: ## run heartbeatd with in-process Redis, MQTT and Kafka and a simulated fleet
 	$(GO) run ./cmd/heartbeatd dev
 
-deps: ## install redis-server and mosquitto (apt) when they are missing; the tests start their own
+# command → Debian package, for every server and tool the tests start.
+TEST_TOOLS := redis-server:redis-server mosquitto:mosquitto promtool:prometheus \
+	prometheus-alertmanager:prometheus-alertmanager chromium:chromium faketime:faketime
+
+deps: ## install the servers and tools the tests start (apt-get) when they are missing
 	@missing=""; \
-	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
-	command -v mosquitto >/dev/null 2>&1 || missing="$$missing mosquitto"; \
+	for pair in $(TEST_TOOLS); do \
+		command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
+	done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	echo "deps: missing$$missing"; \
 	if ! command -v apt-get >/dev/null 2>&1; then \
-		echo "deps: no apt-get here; install redis-server and mosquitto with your package manager" >&2; exit 1; \
+		echo "deps: no apt-get here; install$$missing with your package manager" >&2; exit 1; \
 	fi; \
 	sudo=""; \
 	if [ "$$(id -u)" != 0 ]; then \
 		if command -v sudo >/dev/null 2>&1; then sudo=sudo; \
-		else echo "deps: not root and no sudo; install redis-server and mosquitto as root" >&2; exit 1; fi; \
+		else echo "deps: not root and no sudo; install$$missing as root" >&2; exit 1; fi; \
 	fi; \
-	$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server mosquitto
+	$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
 
 test: deps ## race-enabled tests, then every benchmark once so they keep working (PKG=./pkg/x/... to narrow)
 	$(GO) test -race $(PKG)
