@@ -11,6 +11,14 @@ RUN CGO_ENABLED=0 go build -trimpath \
       -o /out/heartbeatd ./cmd/heartbeatd
 
 FROM gcr.io/distroless/static-debian12:nonroot
+ARG VERSION=dev
+ARG COMMIT=unknown
+LABEL org.opencontainers.image.title="heartbeatd" \
+      org.opencontainers.image.description="Alarms when IoT devices fall silent: deadlines in Redis, events to Kafka" \
+      org.opencontainers.image.source="https://github.com/heartbeatd/heartbeatd" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}"
 COPY --from=build /out/heartbeatd /usr/local/bin/heartbeatd
 COPY configs/ /etc/heartbeatd/
 USER nonroot:nonroot
