@@ -1,7 +1,7 @@
 // Command heartbeatd watches an IoT fleet for silence: see README.md.
 //
 // main is thin on purpose: it parses flags, wires OS signals to a context and a reload channel, and
-// hands over to pkg/daemon.
+// hands over to pkg/daemon (pkg/devstack for dev and simulate).
 package main
 
 import (
@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/pkg/daemon"
+	"github.com/heartbeatd/heartbeatd/pkg/devstack"
 )
 
 // Set with -ldflags "-X main.version=… -X main.commit=…"; build info fills them otherwise.
@@ -104,9 +105,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "run":
 		err = daemon.Run(ctx, daemon.Options{ConfigPath: *configPath, Env: os.LookupEnv, Build: info, Reload: reloads})
 	case "dev":
-		err = daemon.Dev(ctx, daemon.DevOptions{HTTPListen: *httpListen, Build: info, Stdout: stdout, Reload: reloads})
+		err = devstack.Dev(ctx, devstack.DevOptions{HTTPListen: *httpListen, Build: info, Stdout: stdout, Reload: reloads})
 	case "simulate":
-		err = daemon.Simulate(ctx, *broker, *devices)
+		err = devstack.Simulate(ctx, *broker, *devices)
 	default:
 		fmt.Fprintf(stderr, "heartbeatd: unknown command %q\n\n%s", cmd, usage)
 		return 2

@@ -1,4 +1,4 @@
-package daemon
+package devstack
 
 import (
 	"context"
@@ -15,13 +15,13 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/configs"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
-	"github.com/heartbeatd/heartbeatd/pkg/devstack"
+	"github.com/heartbeatd/heartbeatd/pkg/daemon"
 )
 
 // DevOptions configure `heartbeatd dev`.
 type DevOptions struct {
 	HTTPListen string
-	Build      BuildInfo
+	Build      daemon.BuildInfo
 	Stdout     io.Writer
 	Reload     <-chan struct{}
 	// AnyPorts takes free ports instead of the well-known dev ones (tests).
@@ -41,7 +41,7 @@ func Dev(ctx context.Context, opts DevOptions) error {
 	log := consoleLogger(opts.Stdout)
 	defer func() { _ = log.Sync() }()
 
-	stack, err := devstack.Start(ctx, devstack.Options{Logger: log, AnyPorts: opts.AnyPorts})
+	stack, err := Start(ctx, Options{Logger: log, AnyPorts: opts.AnyPorts})
 	if err != nil {
 		return err
 	}
@@ -69,8 +69,8 @@ func Dev(ctx context.Context, opts DevOptions) error {
 		config.EnvName("cluster.replica_id"):            "dev",
 		config.EnvName("ingest.mqtt.client_id"):         "heartbeatd-dev",
 		config.EnvName("ingest.kafka.group_id"):         "heartbeatd-dev",
-		config.EnvName("events.kafka.topic"):            devstack.TopicEvents,
-		config.EnvName("events.kafka.deadletter_topic"): devstack.TopicDeadletter,
+		config.EnvName("events.kafka.topic"):            TopicEvents,
+		config.EnvName("events.kafka.deadletter_topic"): TopicDeadletter,
 	}
 	env := func(key string) (string, bool) {
 		if v, ok := overrides[key]; ok && v != "" {
@@ -82,7 +82,7 @@ func Dev(ctx context.Context, opts DevOptions) error {
 	g, gctx := errgroup.WithContext(ctx)
 	started := make(chan string, 1)
 	g.Go(func() error {
-		return Run(gctx, Options{ConfigPath: path, Env: env, Build: opts.Build, Reload: opts.Reload, Logger: log,
+		return daemon.Run(gctx, daemon.Options{ConfigPath: path, Env: env, Build: opts.Build, Reload: opts.Reload, Logger: log,
 			Started: func(addr string) { started <- addr }})
 	})
 	g.Go(func() error {
@@ -92,14 +92,14 @@ func Dev(ctx context.Context, opts DevOptions) error {
 			return nil
 		case addr = <-started:
 		}
-		fmt.Fprintf(opts.Stdout, "\n%s\n  config: %s (edit it and send SIGHUP to reload the types)\n\n", devstack.Banner(stack, addr), path)
+		fmt.Fprintf(opts.Stdout, "\n%s\n  config: %s (edit it and send SIGHUP to reload the types)\n\n", Banner(stack, addr), path)
 		if opts.Started != nil {
 			opts.Started(addr)
 		}
-		fleet := devstack.FleetOptions{Broker: stack.MQTTBroker, Devices: opts.Devices, Logger: log}
+		fleet := FleetOptions{Broker: stack.MQTTBroker, Devices: opts.Devices, Logger: log}
 		pg, pctx := errgroup.WithContext(gctx)
-		pg.Go(func() error { return devstack.RunFleet(pctx, fleet) })
-		pg.Go(func() error { return devstack.PrintEvents(pctx, stack.KafkaBrokers, devstack.TopicEvents, log) })
+		pg.Go(func() error { return RunFleet(pctx, fleet) })
+		pg.Go(func() error { return PrintEvents(pctx, stack.KafkaBrokers, TopicEvents, log) })
 		return pg.Wait()
 	})
 	err = g.Wait()
@@ -114,7 +114,7 @@ func Simulate(ctx context.Context, broker string, devices int) error {
 	log := consoleLogger(os.Stdout)
 	defer func() { _ = log.Sync() }()
 	log.Info("simulating a fleet", zap.String("broker", broker), zap.Int("devices", devices))
-	err := devstack.RunFleet(ctx, devstack.FleetOptions{Broker: broker, Devices: devices, Logger: log})
+	err := RunFleet(ctx, FleetOptions{Broker: broker, Devices: devices, Logger: log})
 	if ctx.Err() != nil {
 		return nil
 	}

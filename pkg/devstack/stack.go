@@ -1,9 +1,12 @@
-// Package devstack is everything `heartbeatd dev` runs besides the daemon itself: an in-process
-// Redis-protocol server (miniredis), MQTT broker (mochi-mqtt) and Kafka-protocol broker (kfake) on
-// loopback, a simulated fleet in which some devices fall silent, and a printer that turns the events topic
-// into one readable log line per event. Nothing has to be installed: every server runs inside the process.
+// Package devstack is `heartbeatd dev`: Dev runs an in-process Redis-protocol server (miniredis), MQTT
+// broker (mochi-mqtt) and Kafka-protocol broker (kfake) on loopback, the daemon on them, a simulated fleet
+// in which some devices fall silent, and a printer that turns the events topic into one readable log line
+// per event. Nothing has to be installed: every server runs inside the process. Simulate runs the fleet
+// alone against a real broker.
 //
-// None of it is meant for production: the servers keep everything in memory and vanish on exit.
+// None of it is meant for production: the servers keep everything in memory and vanish on exit. The
+// package sits above pkg/daemon, which never imports it, so the production packages do not link the
+// in-process servers.
 package devstack
 
 import (

@@ -1,4 +1,4 @@
-package main_test
+package devstack
 
 import (
 	"bufio"
@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,40 +16,41 @@ import (
 )
 
 // TestDevShowsAnAlarm: `heartbeatd dev` needs nothing installed and shows an interrupted event within a
-// minute (SPEC §2), answers on the HTTP address it was given, and stops cleanly on SIGTERM.
-//
-// Dev mode prefers fixed ports (devstack.RedisPort, MQTTPort, KafkaPort) and falls back to free ones when
-// they are taken, so it can run beside another dev stack or test.
+// minute (SPEC §2), answers on the HTTP address it was given, and stops cleanly when its context ends
+// (the command cancels it on SIGTERM).
 func TestDevShowsAnAlarm(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	bin := testenv.HeartbeatdBinary(t) // built first: the build must not eat the run's time limit
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "dev", "-http", httpAddr)
-	cmd.WaitDelay = 5 * time.Second
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
+	stdout, w := io.Pipe()
 	start := time.Now()
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
+	var devErr error
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		devErr = Dev(ctx, DevOptions{HTTPListen: httpAddr, Stdout: w, AnyPorts: true})
+		_ = w.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			t.Error("Dev did not return within 10s of its context ending")
+		}
+	})
 	lines := make(chan string, 1024)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			select {
 			case lines <- sc.Text():
-			default: // the test stopped reading; keep draining so the process never blocks on its stdout
+			default: // the test stopped reading; keep draining so Dev never blocks on its stdout
 			}
 		}
 		close(lines)
-		exited <- cmd.Wait()
+		_, _ = io.Copy(io.Discard, stdout) // a line too long for the scanner must not block Dev either
 	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
-	})
 
 	// The event printer's line, "INTERRUPTED <device> (<type>) silent …". A plain "interrupted" would also
 	// match the banner's `curl …?state=interrupted` hint.
@@ -61,7 +60,7 @@ func TestDevShowsAnAlarm(t *testing.T) {
 	for alarm == "" {
 		select {
 		case line, ok := <-lines:
-			require.True(t, ok, "heartbeatd dev exited before an alarm:\n%s", strings.Join(output, "\n"))
+			require.True(t, ok, "Dev returned before an alarm:\n%s", strings.Join(output, "\n"))
 			output = append(output, line)
 			if strings.Contains(line, "INTERRUPTED ") {
 				alarm = line
@@ -78,14 +77,14 @@ func TestDevShowsAnAlarm(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 200, code)
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	cancel()
 	stopped := time.Now()
 	select {
-	case err := <-exited:
-		require.NoError(t, err, "heartbeatd dev must exit with status 0 on SIGTERM")
-		t.Logf("SIGTERM to exit: %v", time.Since(stopped).Round(time.Millisecond))
+	case <-exited:
+		require.NoError(t, devErr, "Dev must return nil when its context ends")
+		t.Logf("cancel to return: %v", time.Since(stopped).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
-		t.Fatal("heartbeatd dev did not exit within 10s of SIGTERM")
+		t.Fatal("Dev did not return within 10s of its context ending")
 	}
 }
 
