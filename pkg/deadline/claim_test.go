@@ -1,0 +1,322 @@
+package deadline_test
+
+import (
+	"context"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+func TestRefreshedDeviceIsNeverClaimed(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		for range 5 {
+			f.refresh(t, deadline.Signal{Device: "alive", Type: "gateway", Seen: f.clock.Now()})
+			f.clock.Advance(29 * time.Second)
+			res := f.claimAll(t, deadline.ClaimOptions{})
+			require.Empty(t, res.Claims)
+		}
+	})
+}
+
+func TestSilentDeviceClaimedOnceWithDeadlineAndType(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "s1", Type: "gateway", Seen: t0})
+		f.clock.Advance(30 * time.Second)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 1)
+		c := res.Claims[0]
+		require.Equal(t, "s1", c.Device)
+		require.Equal(t, "gateway", c.Type)
+		require.True(t, c.Fresh)
+		require.Equal(t, t0.Add(30*time.Second).UnixMilli(), c.State.Deadline)
+		require.Equal(t, deadline.Slot("s1", 8), c.Slot)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "claimed once")
+	})
+}
+
+func TestWatermarkHoldsBackLaterDeadlines(t *testing.T) {
+	eachBackend(t, 4, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		f.refresh(t,
+			deadline.Signal{Device: "early", Type: "gateway", Seen: t0},
+			deadline.Signal{Device: "late", Type: "gateway", Seen: t0.Add(10 * time.Second)})
+		f.clock.Advance(time.Minute)
+		res := f.claimAll(t, deadline.ClaimOptions{Watermark: t0.Add(35 * time.Second)})
+		require.Equal(t, []string{"early"}, devices(res.Claims))
+		require.Equal(t, []string{"late"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims))
+	})
+}
+
+func TestConcurrentClaimersClaimEachDeviceOnce(t *testing.T) {
+	const n = 100_000
+	eachBackend(t, 64, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		for batch := range slices.Chunk(fleet(n, "dev-", f.clock.Now(), gateways), 1000) {
+			f.refresh(t, batch...)
+		}
+		f.clock.Advance(time.Minute)
+		var mu sync.Mutex
+		seen := make(map[string]int, n)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for {
+					res, err := f.store.Claim(ctx, allSlots(64), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 128})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					for _, c := range res.Claims {
+						seen[c.Device]++
+					}
+					mu.Unlock()
+					if len(res.Claims) == 0 && !res.More {
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		require.Len(t, seen, n)
+		for d, k := range seen {
+			if k != 1 {
+				t.Fatalf("%s claimed %d times", d, k)
+			}
+		}
+	})
+}
+
+// requireSameState fails the test when a redelivered claim's state differs from the first delivery's.
+func requireSameState(t *testing.T, first, again deadline.State) {
+	t.Helper()
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Fatalf("redelivered state differs (-first +again):\n%s", diff)
+	}
+}
+
+func TestUnacknowledgedClaimIsRedeliveredAfterLease(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.clock.Now()})
+		f.clock.Advance(31 * time.Second)
+		first := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		require.Len(t, first.Claims, 1)
+		f.clock.Advance(4 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "still leased")
+		f.clock.Advance(time.Second)
+		again := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		require.Len(t, again.Claims, 1)
+		require.False(t, again.Claims[0].Fresh)
+		requireSameState(t, first.Claims[0].State, again.Claims[0].State)
+	})
+}
+
+// A plain fresh claim is stored as the interruption the alarm loop sends: releasing its record is its
+// whole acknowledgement, after which nothing is redelivered and the next act is one repeat away.
+func TestCommittedClaimIsSettledByReleasingItsRecord(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		f = withRepeats(t, f)
+		ctx := context.Background()
+		f.refresh(t, deadline.Signal{Device: "g", Type: "gateway", Seen: f.clock.Now()}, deadline.Signal{Device: "d", Type: "default", Seen: f.clock.Now()})
+		f.clock.Advance(61 * time.Second)
+		claimedAt := f.clock.Now()
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 2)
+		for _, c := range res.Claims {
+			require.True(t, c.Fresh)
+			require.NotEmpty(t, c.Record, "%s: committed", c.Device)
+			require.Zero(t, c.State.Next, "%s: handed out as nothing sent yet", c.Device)
+		}
+		inFlight, err := f.store.Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, deadline.Counts{Interrupted: 2, Pending: 2}, inFlight, "the in-flight records are not counted as devices")
+		f.settle(t, res.Claims...)
+
+		g, _ := f.device(t, "g")
+		require.Equal(t, 1, g.Incident.Next, "interrupted recorded as sent")
+		require.Equal(t, claimedAt.Add(time.Minute).UnixMilli(), g.NextAct.UnixMilli(), "the first repeat one interval away")
+		d, _ := f.device(t, "d")
+		require.True(t, d.NextAct.IsZero(), "no repeats: dormant until it recovers")
+		c, err := f.store.Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, deadline.Counts{Interrupted: 2, Pending: 2}, c)
+
+		f.clock.Advance(59 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "released: nothing redelivered after the lease")
+		f.clock.Advance(time.Second)
+		again := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		require.Equal(t, []string{"g"}, devices(again), "the repeat comes due")
+		require.False(t, again[0].Fresh)
+		require.Equal(t, 1, again[0].State.Next)
+		require.Empty(t, again[0].Record)
+	})
+}
+
+// A record whose lease ran out (its holder crashed before publishing) hands out again the claims still
+// stored as committed, with their deadlines; claims that were acknowledged otherwise or deleted meanwhile
+// are not handed out again.
+func TestExpiredRecordRedeliversTheClaimsStillCommitted(t *testing.T) {
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		f = withRepeats(t, f)
+		var sigs []deadline.Signal
+		for _, dev := range []string{"a", "b", "c"} {
+			sigs = append(sigs, deadline.Signal{Device: dev, Type: "gateway", Seen: f.clock.Now()})
+		}
+		f.refresh(t, sigs...)
+		f.clock.Advance(31 * time.Second)
+		first := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		require.Equal(t, []string{"a", "b", "c"}, devices(first.Claims))
+		byDevice := map[string]deadline.Claim{}
+		for _, c := range first.Claims {
+			byDevice[c.Device] = c
+		}
+		deleted, err := f.store.Delete(context.Background(), "b")
+		require.NoError(t, err)
+		require.True(t, deleted)
+		c := byDevice["c"]
+		st := c.State
+		st.Failures, st.Reason = 1, "kafka down"
+		require.Equal(t, []bool{true}, f.ack(t, reschedule(c, st, f.clock.Now().Add(time.Hour))))
+
+		f.clock.Advance(4 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "still leased")
+		f.clock.Advance(time.Second)
+		again := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		require.Equal(t, []string{"a"}, devices(again.Claims))
+		require.False(t, again.Claims[0].Fresh, "a redelivery, re-checked like any due entry")
+		require.NotEmpty(t, again.Claims[0].Record, "leased by a new record")
+		requireSameState(t, byDevice["a"].State, again.Claims[0].State)
+		f.settle(t, again.Claims...)
+		f.clock.Advance(10 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "settled")
+	})
+}
+
+// Dormant incidents (no repeats here) are scored DormantAfter + the time they went dormant, and an
+// entry an older version scored +inf reads the same: neither is ever due nor shown as a next act.
+func TestDormantEntriesAreNeverDue(t *testing.T) {
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		f.settle(t, claimOne(t, f, "new"))
+		act, err := f.rdb.ZScore(ctx, f.store.Keys().Alarms(0), "new").Result()
+		require.NoError(t, err)
+		require.Equal(t, float64(deadline.DormantAfter+f.clock.Now().UnixMilli()), act)
+
+		f.settle(t, claimOne(t, f, "old"))
+		require.NoError(t, f.rdb.ZAdd(ctx, f.store.Keys().Alarms(0), redis.Z{Score: math.Inf(1), Member: "old"}).Err())
+
+		for _, dev := range []string{"new", "old"} {
+			d, _ := f.device(t, dev)
+			require.True(t, d.NextAct.IsZero(), "%s: dormant", dev)
+		}
+		f.clock.Advance(100 * 365 * 24 * time.Hour)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Empty(t, res.Claims, "dormant entries are never due")
+		require.True(t, res.NextAlarm.IsZero(), "and never the next alarm")
+	})
+}
+
+// Due alarm entries come back with their state in one claim; an entry whose state is gone (an orphan
+// left by an interrupted delete) is dropped, not handed out, and does not hide the others.
+func TestDueAlarmEntriesClaimedAndOrphansDropped(t *testing.T) {
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		for _, dev := range []string{"a", "b"} {
+			c := claimOne(t, f, dev)
+			require.Equal(t, []bool{true}, f.ack(t, reschedule(c, sentOnce(c), f.clock.Now().Add(time.Minute))))
+		}
+		alarms := f.store.Keys().Alarms(0)
+		require.NoError(t, f.rdb.ZAdd(ctx, alarms, redis.Z{Score: float64(f.clock.Now().UnixMilli()), Member: "orphan"}).Err())
+		f.clock.Advance(2 * time.Minute)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.ElementsMatch(t, []string{"a", "b"}, devices(res.Claims))
+		for _, c := range res.Claims {
+			require.False(t, c.Fresh)
+			require.Equal(t, 1, c.State.Next, "%s: the state the ack wrote", c.Device)
+		}
+		n, err := f.rdb.ZScore(ctx, alarms, "orphan").Result()
+		require.ErrorIs(t, err, redis.Nil, "orphan still in the alarms set with score %v", n)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "the returned entries are leased")
+	})
+}
+
+func TestReplayedOldSignalDoesNotOpenIncident(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		c := claimOne(t, f, "d")
+		// A replay of a signal older than the open incident puts the device back with a passed deadline.
+		f.refresh(t, deadline.Signal{Device: "d", Seen: t0.Add(-time.Minute)})
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		for _, cl := range res.Claims {
+			require.False(t, cl.Fresh, "no new incident from a replay")
+			require.Equal(t, c.State.Deadline, cl.State.Deadline)
+		}
+	})
+}
+
+func TestNewIncidentReportsReplacedOne(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		c := claimOne(t, f, "d")
+		f.ack(t, reschedule(c, sentOnce(c), f.clock.Now().Add(time.Hour)))
+		// Signals, then falls silent again before the recovery was handled.
+		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
+		f.clock.Advance(31 * time.Second)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 1)
+		require.True(t, res.Claims[0].Fresh)
+		require.NotNil(t, res.Claims[0].Replaced)
+		require.Equal(t, c.State.Deadline, res.Claims[0].Replaced.Deadline)
+		require.Equal(t, 1, res.Claims[0].Replaced.Next)
+	})
+}
+
+func TestNextDue(t *testing.T) {
+	eachBackend(t, 4, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		f.refresh(t,
+			deadline.Signal{Device: "a", Type: "gateway", Seen: t0},
+			deadline.Signal{Device: "b", Type: "gateway", Seen: t0.Add(5 * time.Second)},
+			deadline.Signal{Device: "c", Type: "default", Seen: t0})
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Equal(t, t0.Add(30*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
+		require.True(t, res.NextAlarm.IsZero())
+		f.clock.Advance(30 * time.Second)
+		res = f.claimAll(t, deadline.ClaimOptions{Lease: 7 * time.Second})
+		require.Equal(t, []string{"a"}, devices(res.Claims))
+		require.Equal(t, t0.Add(35*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
+		require.Equal(t, t0.Add(37*time.Second).UnixMilli(), res.NextAlarm.UnixMilli(), "the lease end is the next alarm")
+
+		wait := deadline.NextWait(f.clock.Now(), false, res, 50*time.Millisecond)
+		require.Equal(t, 50*time.Millisecond, wait, "capped by max idle wait")
+		wait = deadline.NextWait(t0.Add(34990*time.Millisecond), false, res, 50*time.Millisecond)
+		require.Equal(t, 10*time.Millisecond, wait)
+		wait = deadline.NextWait(t0.Add(40*time.Second), true, res, 50*time.Millisecond)
+		require.Equal(t, time.Duration(0), wait, "the overdue lease end is claimable at once")
+		wait = deadline.NextWait(t0.Add(34990*time.Millisecond), true, res, 50*time.Millisecond)
+		require.Equal(t, 50*time.Millisecond, wait, "held back: a deadline that may not be claimable does not wake")
+	})
+}
+
+func TestBatchLimitReportsMore(t *testing.T) {
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		f.refresh(t, fleet(10, "d", f.clock.Now(), gateways)...)
+		f.clock.Advance(time.Minute)
+		res := f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		require.Len(t, res.Claims, 4)
+		require.True(t, res.More)
+		res = f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		require.Len(t, res.Claims, 4)
+		res = f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		require.Len(t, res.Claims, 2)
+		require.False(t, res.More)
+	})
+}

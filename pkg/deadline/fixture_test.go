@@ -1,0 +1,185 @@
+package deadline_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+// clock is a settable time source shared by the store and the test.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+var timeouts = map[string]time.Duration{"default": 60 * time.Second, "gateway": 30 * time.Second, "sensor": 10 * time.Minute}
+
+func timeoutOf(name string) time.Duration {
+	if d, ok := timeouts[name]; ok {
+		return d
+	}
+	return timeouts["default"]
+}
+
+type fixture struct {
+	store *deadline.Store
+	rdb   redis.UniversalClient
+	clock *clock
+}
+
+// TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// eachBackend runs test once per Redis deployment (standalone, cluster) as a subtest of that name, each
+// time on an empty Redis with a store of slots slots.
+func eachBackend(t *testing.T, slots int, test func(t *testing.T, f fixture)) {
+	t.Helper()
+	for _, b := range testenv.RedisBackends(t) {
+		t.Run(b.Name, func(t *testing.T) { test(t, setup(t, b.Client(t), slots)) })
+	}
+}
+
+func setup(tb testing.TB, rdb redis.UniversalClient, slots int) fixture {
+	tb.Helper()
+	c := &clock{t: time.UnixMilli(1_763_800_000_000)}
+	return fixture{store: newStore(tb, rdb, slots, c.Now, nil), rdb: rdb, clock: c}
+}
+
+// newStore returns a store on rdb with the test types registered; repeatEvery nil commits without repeats.
+func newStore(tb testing.TB, rdb redis.UniversalClient, slots int, now func() time.Time, repeatEvery func(string) time.Duration) *deadline.Store {
+	tb.Helper()
+	store, err := deadline.New(rdb, deadline.Options{Slots: slots, Now: now, Timeout: timeoutOf, RepeatEvery: repeatEvery})
+	require.NoError(tb, err)
+	require.NoError(tb, store.Load(context.Background(), "default", "gateway", "sensor"))
+	return store
+}
+
+// withRepeats is f with a store that commits gateway incidents with a one-minute repeat interval and
+// every other type without repeats, as the daemon's policies would.
+func withRepeats(t *testing.T, f fixture) fixture {
+	t.Helper()
+	f.store = newStore(t, f.rdb, f.store.Slots(), f.clock.Now, func(typ string) time.Duration {
+		if typ == "gateway" {
+			return time.Minute
+		}
+		return 0
+	})
+	return f
+}
+
+func (f fixture) claimAll(t *testing.T, opts deadline.ClaimOptions) deadline.ClaimResult {
+	t.Helper()
+	if opts.Now.IsZero() {
+		opts.Now = f.clock.Now()
+	}
+	if opts.Lease == 0 {
+		opts.Lease = 30 * time.Second
+	}
+	if opts.Batch == 0 {
+		opts.Batch = 256
+	}
+	res, err := f.store.Claim(context.Background(), allSlots(f.store.Slots()), opts)
+	require.NoError(t, err)
+	return res
+}
+
+// claimOne makes dev silent and claims it.
+func claimOne(t *testing.T, f fixture, dev string) deadline.Claim {
+	t.Helper()
+	f.refresh(t, deadline.Signal{Device: dev, Type: "gateway", Seen: f.clock.Now()})
+	f.clock.Advance(31 * time.Second)
+	res := f.claimAll(t, deadline.ClaimOptions{})
+	require.Len(t, res.Claims, 1)
+	return res.Claims[0]
+}
+
+// refresh stores signals.
+func (f fixture) refresh(t *testing.T, signals ...deadline.Signal) {
+	t.Helper()
+	require.NoError(t, f.store.Refresh(context.Background(), signals))
+}
+
+// fleet is n signals of devices prefix0, prefix1, … seen at seen, device i of type typeOf(i).
+func fleet(n int, prefix string, seen time.Time, typeOf func(i int) string) []deadline.Signal {
+	sigs := make([]deadline.Signal, n)
+	for i := range sigs {
+		sigs[i] = deadline.Signal{Device: fmt.Sprint(prefix, i), Type: typeOf(i), Seen: seen}
+	}
+	return sigs
+}
+
+// gateways is a fleet type function: every device a gateway.
+func gateways(int) string { return "gateway" }
+
+// device returns what Redis knows of id and whether it knows anything.
+func (f fixture) device(t *testing.T, id string) (deadline.Device, bool) {
+	t.Helper()
+	d, found, err := f.store.Device(context.Background(), id)
+	require.NoError(t, err)
+	return d, found
+}
+
+// ack applies acks and returns which of them took effect.
+func (f fixture) ack(t *testing.T, acks ...deadline.Ack) []bool {
+	t.Helper()
+	applied, err := f.store.Acknowledge(context.Background(), acks)
+	require.NoError(t, err)
+	return applied
+}
+
+// reschedule is the ack that keeps c's incident open with state st and acts on it again at next.
+func reschedule(c deadline.Claim, st deadline.State, next time.Time) deadline.Ack {
+	return deadline.Ack{Device: c.Device, Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: next, State: st}
+}
+
+// remove is the ack that ends c's incident.
+func remove(c deadline.Claim) deadline.Ack {
+	return deadline.Ack{Device: c.Device, Slot: c.Slot, Op: deadline.Remove, Claimed: c.State.Deadline}
+}
+
+// sentOnce is c's state once its interruption is published: repeat 1 is next.
+func sentOnce(c deadline.Claim) deadline.State {
+	st := c.State
+	st.Next = 1
+	return st
+}
+
+// settle releases the in-flight records of claims, their whole acknowledgement when committed.
+func (f fixture) settle(t *testing.T, claims ...deadline.Claim) {
+	t.Helper()
+	_, err := f.store.Settle(context.Background(), nil, deadline.RecordsOf(claims))
+	require.NoError(t, err)
+}
+
+func allSlots(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+func devices(claims []deadline.Claim) []string {
+	var out []string
+	for _, c := range claims {
+		out = append(out, c.Device)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,94 @@
+package deadline_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+// realTimeStore is a store on f's Redis with every timeout d and the real clock: the scanner must wake for
+// the deadlines by itself.
+func realTimeStore(t *testing.T, f fixture, d time.Duration) *deadline.Store {
+	t.Helper()
+	store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Timeout: func(string) time.Duration { return d }})
+	require.NoError(t, err)
+	return store
+}
+
+// runScanner runs a scanner over all 8 slots until ctx is done; got receives every claim it hands over
+// (buffered for buffer claims) and done its Run's result.
+func runScanner(ctx context.Context, opts deadline.ScannerOptions, buffer int) (got <-chan deadline.Claim, done <-chan error) {
+	claims := make(chan deadline.Claim, buffer)
+	opts.Slots = func() []int { return allSlots(8) }
+	opts.Handle = func(_ context.Context, cs []deadline.Claim) error {
+		for _, c := range cs {
+			claims <- c
+		}
+		return nil
+	}
+	sc := deadline.NewScanner(opts)
+	result := make(chan error)
+	go func() { result <- sc.Run(ctx) }()
+	return claims, result
+}
+
+// TestScannersSleepUntilTheNextDeadline: several claim loops over shares of the slots, with an idle cap of
+// an hour, must still wake for each deadline they learned of — and claim every device exactly once.
+func TestScannersSleepUntilTheNextDeadline(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		// Real time: the deadlines pass while the loops sleep.
+		store := realTimeStore(t, f, 300*time.Millisecond)
+		const n = 24
+		var sigs []deadline.Signal
+		start := time.Now()
+		for i := range n {
+			sigs = append(sigs, deadline.Signal{Device: fmt.Sprintf("dev-%02d", i), Seen: start.Add(time.Duration(i) * 40 * time.Millisecond)})
+		}
+		require.NoError(t, store.Refresh(ctx, sigs))
+		got, done := runScanner(ctx, deadline.ScannerOptions{Store: store, MaxIdleWait: time.Hour, Lease: time.Hour, Batch: 16, Concurrency: 3}, 2*n)
+		seen := map[string]int{}
+		for len(seen) < n {
+			select {
+			case c := <-got:
+				seen[c.Device]++
+				require.Equal(t, 1, seen[c.Device], "%s claimed twice", c.Device)
+				require.GreaterOrEqual(t, time.Now().UnixMilli(), c.State.Deadline, "%s claimed before its deadline", c.Device)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("only %d of %d devices claimed: a loop slept for its idle cap instead of until the next deadline", len(seen), n)
+			}
+		}
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+func TestScannerHandsClaimsAndStops(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		// Real time here: the scanner must wake at the deadline by itself.
+		store := realTimeStore(t, f, 200*time.Millisecond)
+		got, done := runScanner(ctx, deadline.ScannerOptions{Store: store, MaxIdleWait: time.Second, Lease: time.Minute, Batch: 16}, 10)
+		require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: "quiet", Seen: time.Now()}}))
+		select {
+		case c := <-got:
+			require.Equal(t, "quiet", c.Device)
+		case <-time.After(10 * time.Second):
+			t.Fatal("scanner never claimed the silent device")
+		}
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("scanner did not stop on cancel")
+		}
+	})
+}
