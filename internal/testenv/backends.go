@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -88,7 +89,6 @@ type sharedServers struct {
 
 	startOnce sync.Once
 	cluster   *RedisCluster
-	dir       string
 	err       error
 
 	mu     sync.Mutex
@@ -103,16 +103,12 @@ func sharedCluster(tb testing.TB) *RedisCluster {
 		// Nothing would stop a shared cluster: give the test one of its own.
 		return StartRedisCluster(tb)
 	}
-	bins := clusterBinaries(tb)
 	shared.startOnce.Do(func() {
 		shared.cond = sync.NewCond(&shared.mu)
-		if shared.dir, shared.err = os.MkdirTemp("", "testenv-redis-cluster-"); shared.err != nil {
-			return
-		}
-		shared.cluster, shared.err = startRedisCluster(RedisClusterOptions{}, bins, shared.dir)
+		shared.cluster, shared.err = LaunchRedisCluster(context.Background())
 	})
 	if shared.err != nil {
-		tb.Fatalf("testenv: shared redis cluster: %v", shared.err)
+		check(tb, fmt.Errorf("testenv: shared redis cluster: %w", shared.err))
 	}
 	acquireShared(tb)
 	shared.cluster.Flush(tb)
@@ -144,12 +140,7 @@ func acquireShared(tb testing.TB) {
 func (s *sharedServers) close() {
 	s.enabled.Store(false)
 	if s.cluster != nil {
-		s.cluster.stop()
-	}
-	if s.dir != "" {
-		if err := os.RemoveAll(s.dir); err != nil {
-			fmt.Fprintf(os.Stderr, "testenv: remove %s: %v\n", s.dir, err)
-		}
+		s.cluster.Close()
 	}
 	removeHeartbeatdBuild()
 }

@@ -34,7 +34,10 @@ func MainWithBinary(m *testing.M) {
 	os.Exit(code)
 }
 
-// removeHeartbeatdBuild deletes the binary HeartbeatdBinary built, if it built one.
+// RemoveHeartbeatdBuild deletes the binary HeartbeatdBinary or LaunchHeartbeatd built, if they built one:
+// a program that launched heartbeatd calls it before it exits, as MainWithBinary does for tests.
+func RemoveHeartbeatdBuild() { removeHeartbeatdBuild() }
+
 func removeHeartbeatdBuild() {
 	if dir := heartbeatdBuild.dir; dir != "" {
 		if err := os.RemoveAll(dir); err != nil {
@@ -47,8 +50,16 @@ func removeHeartbeatdBuild() {
 // HB_HEARTBEATD_BIN names a prebuilt binary instead.
 func HeartbeatdBinary(tb testing.TB) string {
 	tb.Helper()
+	path, err := heartbeatdBinary()
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	return path
+}
+
+func heartbeatdBinary() (string, error) {
 	if p := os.Getenv("HB_HEARTBEATD_BIN"); p != "" {
-		return p
+		return p, nil
 	}
 	b := &heartbeatdBuild
 	b.once.Do(func() {
@@ -61,9 +72,9 @@ func HeartbeatdBinary(tb testing.TB) string {
 		b.path, b.err = BuildHeartbeatd(context.Background(), dir)
 	})
 	if b.err != nil {
-		tb.Fatalf("testenv: %v", b.err)
+		return "", fmt.Errorf("testenv: %w", b.err)
 	}
-	return b.path
+	return b.path, nil
 }
 
 // BuildHeartbeatd builds ./cmd/heartbeatd of the module the working directory is in into dir and returns
@@ -111,56 +122,97 @@ type HeartbeatdOptions struct {
 	Config string
 	// Env adds HEARTBEATD_* (or any) variables, "KEY=value".
 	Env []string
+	// Binary is the heartbeatd binary to run; "" means HeartbeatdBinary's.
+	Binary string
 }
 
-// Heartbeatd is the real heartbeatd binary run as a subprocess: `heartbeatd run -config <file>`. It is
-// stopped (SIGKILL) by tb.Cleanup; Stop, Kill and Start restart it on the same config and HTTP port.
+// Heartbeatd is the real heartbeatd binary run as a subprocess: `heartbeatd run -config <file>`. Stop,
+// Kill and Start restart it on the same config and HTTP port; PID, Dir and LogTail are the process's.
 type Heartbeatd struct {
 	HTTP string // "http://127.0.0.1:port"
 
-	srv     server
-	args    []string
+	*server
 	addr    string
 	cfgPath string
 }
 
-// StartHeartbeatd starts heartbeatd and waits until /healthz answers.
+// StartHeartbeatd starts heartbeatd and waits until /healthz answers. tb.Cleanup kills it.
 func StartHeartbeatd(tb testing.TB, opts HeartbeatdOptions) *Heartbeatd {
 	tb.Helper()
-	bin := HeartbeatdBinary(tb)
-	dir := tb.TempDir()
-	cfgPath := filepath.Join(dir, "heartbeatd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(opts.Config), 0o600); err != nil {
-		tb.Fatalf("testenv: write heartbeatd config: %v", err)
+	return start(tb, func(dir string) (*Heartbeatd, error) { return launchHeartbeatd(context.Background(), dir, opts) })
+}
+
+// LaunchHeartbeatd is StartHeartbeatd without a test: heartbeatd runs in a temporary directory until
+// Close.
+func LaunchHeartbeatd(ctx context.Context, opts HeartbeatdOptions) (*Heartbeatd, error) {
+	return launchHeartbeatd(ctx, "", opts)
+}
+
+func launchHeartbeatd(ctx context.Context, dir string, opts HeartbeatdOptions) (*Heartbeatd, error) {
+	bin := opts.Binary
+	if bin == "" {
+		var err error
+		if bin, err = heartbeatdBinary(); err != nil {
+			return nil, err
+		}
 	}
-	h := &Heartbeatd{
-		srv:     server{name: "heartbeatd", path: bin, dir: dir, logPath: filepath.Join(dir, "heartbeatd.log")},
-		args:    []string{"run", "-config", cfgPath},
-		cfgPath: cfgPath,
+	dir, own, err := serverDir(dir, "heartbeatd")
+	if err != nil {
+		return nil, err
 	}
-	firstStart(tb, &h.srv, func() ([]string, func() error, error) {
+	h := &Heartbeatd{server: newServer("heartbeatd", bin, dir, own, "heartbeatd.log"), cfgPath: filepath.Join(dir, "heartbeatd.yaml")}
+	h.args, h.probe = []string{"run", "-config", h.cfgPath}, h.healthy
+	if err := os.WriteFile(h.cfgPath, []byte(opts.Config), 0o600); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("testenv: write heartbeatd config: %w", err)
+	}
+	return h, h.firstLaunch(ctx, func() error {
 		port, err := freePort()
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		h.addr = "127.0.0.1:" + strconv.Itoa(port)
 		h.HTTP = "http://" + h.addr
-		h.srv.env = append(append(os.Environ(), opts.Env...), "HEARTBEATD_HTTP_LISTEN="+h.addr)
-		return h.args, h.healthy, nil
+		h.env = append(append(os.Environ(), opts.Env...), "HEARTBEATD_HTTP_LISTEN="+h.addr)
+		return nil
 	})
-	return h
 }
 
 // healthy probes /healthz.
-func (h *Heartbeatd) healthy() error {
-	status, _, err := h.get("/healthz")
+func (h *Heartbeatd) healthy() error { return h.answers("/healthz") }
+
+// answers is nil once path answers 200.
+func (h *Heartbeatd) answers(path string) error {
+	status, body, err := h.get(path)
 	if err != nil {
 		return err
 	}
 	if status != http.StatusOK {
-		return fmt.Errorf("/healthz answered %d", status)
+		return fmt.Errorf("%s answered %d %s", path, status, body)
 	}
 	return nil
+}
+
+// AwaitReady polls /readyz until it answers 200 (heartbeatd's sources are connected and Redis answers),
+// ctx ends or within passes; the error has the last answer and the tail of the log.
+func (h *Heartbeatd) AwaitReady(ctx context.Context, within time.Duration) error {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		last := h.answers("/readyz")
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("testenv: heartbeatd not ready within %v: %w\n%s", within, last, h.LogTail())
+		case <-tick.C:
+		}
+	}
 }
 
 func (h *Heartbeatd) get(path string) (int, string, error) {
@@ -185,9 +237,7 @@ func (h *Heartbeatd) Get(path string) (int, string, error) { return h.get(path) 
 // Signal sends sig (SIGHUP: reload) to the running process.
 func (h *Heartbeatd) Signal(tb testing.TB, sig syscall.Signal) {
 	tb.Helper()
-	h.srv.mu.Lock()
-	p := h.srv.proc
-	h.srv.mu.Unlock()
+	p := h.running()
 	if p == nil || p.exited() {
 		tb.Fatalf("testenv: heartbeatd is not running\n%s", h.LogTail())
 	}
@@ -196,13 +246,17 @@ func (h *Heartbeatd) Signal(tb testing.TB, sig syscall.Signal) {
 	}
 }
 
+func (h *Heartbeatd) running() *process {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.proc
+}
+
 // Stop sends SIGTERM and waits for the exit (killing it after the stop timeout). It returns how long the
 // exit took and whether heartbeatd exited cleanly (status 0, on SIGTERM alone).
 func (h *Heartbeatd) Stop(tb testing.TB) (took time.Duration, clean bool) {
 	tb.Helper()
-	h.srv.mu.Lock()
-	p := h.srv.proc
-	h.srv.mu.Unlock()
+	p := h.running()
 	if p == nil {
 		return 0, false
 	}
@@ -211,31 +265,14 @@ func (h *Heartbeatd) Stop(tb testing.TB) (took time.Duration, clean bool) {
 	return time.Since(start), onSignal && p.err == nil
 }
 
-// Kill sends SIGKILL: the process dies at once, with whatever it held in flight.
-func (h *Heartbeatd) Kill(tb testing.TB) { tb.Helper(); h.srv.stop(syscall.SIGKILL) }
-
-// Start restarts a stopped heartbeatd on the same config and HTTP address.
-func (h *Heartbeatd) Start(tb testing.TB) {
-	tb.Helper()
-	if err := h.srv.launch(h.args, h.healthy); err != nil {
-		tb.Fatalf("%v", err)
-	}
-}
-
 // ConfigPath is the config file heartbeatd runs on: rewrite it and send SIGHUP to test a reload.
 func (h *Heartbeatd) ConfigPath() string { return h.cfgPath }
 
-// PID is the running process's id, 0 when it is not running.
-func (h *Heartbeatd) PID() int { return h.srv.pid() }
-
-// LogTail is the end of heartbeatd's log (every run appended), for failure messages.
-func (h *Heartbeatd) LogTail() string { return logTail(h.srv.logPath) }
-
 // Log is heartbeatd's whole log so far.
 func (h *Heartbeatd) Log() string {
-	b, _ := os.ReadFile(h.srv.logPath)
+	b, _ := os.ReadFile(h.logPath)
 	return string(b)
 }
 
 // Exited reports whether the process has ended (crashed or stopped).
-func (h *Heartbeatd) Exited() bool { return h.srv.pid() == 0 }
+func (h *Heartbeatd) Exited() bool { return h.PID() == 0 }

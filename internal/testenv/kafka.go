@@ -43,6 +43,8 @@ type KafkaOptions struct {
 	// Persist keeps the cluster's data in its directory (kfake's DataDir) across Stop and Start.
 	// Without it a restarted cluster is empty.
 	Persist bool
+	// BrokerConfigs are broker settings ("log.segment.bytes": "1048576"), as kfake.BrokerConfigs takes.
+	BrokerConfigs map[string]string
 }
 
 // Kafka is an in-process kfake cluster of one broker on a fixed loopback port, so it can be stopped and
@@ -53,6 +55,7 @@ type Kafka struct {
 	opts    KafkaOptions
 	ports   []int
 	dir     string
+	ownDir  bool // made by the launcher, removed by Close
 	logPath string
 
 	mu      sync.Mutex
@@ -63,10 +66,14 @@ type Kafka struct {
 // StartKafka starts a kfake cluster with the topics, closed by tb.Cleanup.
 func StartKafka(tb testing.TB, opts ...KafkaOptions) *Kafka {
 	tb.Helper()
-	k := &Kafka{}
-	if len(opts) > 0 {
-		k.opts = opts[0]
-	}
+	return start(tb, func(dir string) (*Kafka, error) { return launchKafka(dir, first(opts)) })
+}
+
+// LaunchKafka is StartKafka without a test: the cluster logs to a temporary directory until Close.
+func LaunchKafka(opts ...KafkaOptions) (*Kafka, error) { return launchKafka("", first(opts)) }
+
+func launchKafka(dir string, opts KafkaOptions) (*Kafka, error) {
+	k := &Kafka{opts: opts}
 	if k.opts.Partitions <= 0 {
 		k.opts.Partitions = 3
 	}
@@ -74,12 +81,14 @@ func StartKafka(tb testing.TB, opts ...KafkaOptions) *Kafka {
 		switch u.Mechanism {
 		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 		default:
-			tb.Fatalf("testenv: SASL mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", u.Mechanism)
+			return nil, fmt.Errorf("testenv: SASL mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", u.Mechanism)
 		}
 	}
-	k.dir = tb.TempDir()
-	k.logPath = filepath.Join(k.dir, "kfake.log")
 	var err error
+	if k.dir, k.ownDir, err = serverDir(dir, "kafka"); err != nil {
+		return nil, err
+	}
+	k.logPath = filepath.Join(k.dir, "kfake.log")
 	for range 5 {
 		var port int
 		if port, err = freePort(); err != nil {
@@ -91,11 +100,12 @@ func StartKafka(tb testing.TB, opts ...KafkaOptions) *Kafka {
 		}
 	}
 	if err != nil {
-		tb.Fatalf("testenv: start kafka: %v\n%s", err, logTail(k.logPath))
+		err = fmt.Errorf("testenv: start kafka: %w\n%s", err, logTail(k.logPath))
+		k.Close()
+		return nil, err
 	}
 	k.Addrs = k.cluster.ListenAddrs()
-	tb.Cleanup(k.Stop)
-	return k
+	return k, nil
 }
 
 func isAddrInUse(err error) bool {
@@ -134,6 +144,9 @@ func (k *Kafka) start() error {
 	if k.opts.Persist {
 		opts = append(opts, kfake.DataDir(filepath.Join(k.dir, "data")))
 	}
+	if len(k.opts.BrokerConfigs) > 0 {
+		opts = append(opts, kfake.BrokerConfigs(k.opts.BrokerConfigs))
+	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		_ = logFile.Close()
@@ -155,6 +168,14 @@ func (k *Kafka) Stop() {
 	// kfake's goroutines may still log a line after Close; writes to a closed file only fail.
 	_ = k.logFile.Close()
 	k.cluster, k.logFile = nil, nil
+}
+
+// Close stops the cluster and removes its directory when its launcher made it.
+func (k *Kafka) Close() {
+	k.Stop()
+	if k.ownDir {
+		_ = os.RemoveAll(k.dir)
+	}
 }
 
 // Start starts a new cluster on the same port with the topics created again. The new cluster is empty

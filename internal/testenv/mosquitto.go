@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -10,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -25,11 +26,15 @@ type MosquittoOptions struct {
 	// Stop and Start. Mosquitto writes them at a graceful stop (and every autosave_interval, 1800s), so
 	// Kill loses what changed since the last save.
 	Persistence bool
+	// MaxQueued is max_queued_messages, the QoS 1 messages queued per client before mosquitto drops
+	// them; 0 means 1000000.
+	MaxQueued int
 }
 
-// Mosquitto is a mosquitto process of one test, on its own ports and directory. Its configuration
-// lifts the queue limits whose defaults (max_queued_messages 1000, 20 in flight) silently drop QoS 1
-// messages under load.
+// Mosquitto is a mosquitto process on its own ports and directory. Its configuration lifts the queue
+// limits whose defaults (max_queued_messages 1000, 20 in flight) silently drop QoS 1 messages under
+// load. Stop (with Persistence mosquitto saves its sessions first), Kill, Start, PID, Dir and LogTail
+// control the process.
 type Mosquitto struct {
 	Addr    string // "tcp://127.0.0.1:port"
 	TLSAddr string // "ssl://127.0.0.1:port" with MosquittoOptions.TLS, else ""
@@ -38,45 +43,59 @@ type Mosquitto struct {
 	port     int
 	tlsPort  int
 	confPath string
-	srv      *server
+	*server
 }
 
 // StartMosquitto starts mosquitto on free ports with a generated configuration in its own tb.TempDir and
 // waits until it accepts an MQTT connection on each listener. tb.Cleanup kills it.
 func StartMosquitto(tb testing.TB, opts ...MosquittoOptions) *Mosquitto {
 	tb.Helper()
-	m := &Mosquitto{srv: &server{name: "mosquitto", path: lookPath(tb, "mosquitto")}}
-	if len(opts) > 0 {
-		m.opts = opts[0]
+	return start(tb, func(dir string) (*Mosquitto, error) {
+		return launchMosquitto(context.Background(), dir, first(opts))
+	})
+}
+
+// LaunchMosquitto is StartMosquitto without a test: the server runs in a temporary directory until Close.
+func LaunchMosquitto(ctx context.Context, opts ...MosquittoOptions) (*Mosquitto, error) {
+	return launchMosquitto(ctx, "", first(opts))
+}
+
+func launchMosquitto(ctx context.Context, dir string, opts MosquittoOptions) (*Mosquitto, error) {
+	path, err := LookPath("mosquitto")
+	if err != nil {
+		return nil, err
 	}
-	m.srv.dir = tb.TempDir()
-	m.srv.logPath = filepath.Join(m.srv.dir, "mosquitto.log")
-	m.confPath = filepath.Join(m.srv.dir, "mosquitto.conf")
 	var tlsConf *tls.Config
-	if m.opts.TLS != nil {
-		tlsConf = m.opts.TLS.ClientConfig(tb)
+	if opts.TLS != nil {
+		if tlsConf, err = opts.TLS.clientConfig(); err != nil {
+			return nil, err
+		}
 	}
-	firstStart(tb, m.srv, func() ([]string, func() error, error) {
-		var err error
+	dir, own, err := serverDir(dir, "mosquitto")
+	if err != nil {
+		return nil, err
+	}
+	m := &Mosquitto{opts: opts, server: newServer("mosquitto", path, dir, own, "mosquitto.log")}
+	m.confPath = filepath.Join(dir, "mosquitto.conf")
+	m.args = []string{"-c", m.confPath}
+	return m, m.firstLaunch(ctx, func() error {
 		if m.port, err = freePort(); err != nil {
-			return nil, nil, fmt.Errorf("testenv: find a free port: %w", err)
+			return fmt.Errorf("testenv: find a free port: %w", err)
 		}
 		m.Addr = "tcp://127.0.0.1:" + strconv.Itoa(m.port)
 		if m.opts.TLS != nil {
 			if m.tlsPort, err = freePort(); err != nil {
-				return nil, nil, fmt.Errorf("testenv: find a free port: %w", err)
+				return fmt.Errorf("testenv: find a free port: %w", err)
 			}
 			m.TLSAddr = "ssl://127.0.0.1:" + strconv.Itoa(m.tlsPort)
 		}
 		if err := os.WriteFile(m.confPath, []byte(m.config()), 0o644); err != nil {
-			return nil, nil, fmt.Errorf("testenv: write mosquitto config: %w", err)
+			return fmt.Errorf("testenv: write mosquitto config: %w", err)
 		}
-		return m.args(), m.probe(tlsConf), nil
+		m.probe = m.listening(tlsConf)
+		return nil
 	})
-	return m
 }
-
-func (m *Mosquitto) args() []string { return []string{"-c", m.confPath} }
 
 func (m *Mosquitto) config() string {
 	var b strings.Builder
@@ -94,13 +113,13 @@ func (m *Mosquitto) config() string {
 	w("set_tcp_nodelay true")
 	// Defaults drop QoS 1 messages past 1000 queued per client; tests publish far more into sessions
 	// that are offline on purpose.
-	w("max_queued_messages 1000000")
+	w("max_queued_messages %d", cmp.Or(m.opts.MaxQueued, 1_000_000))
 	w("max_queued_bytes 0")
 	w("max_inflight_messages 1000")
 	w("max_inflight_bytes 0")
 	if m.opts.Persistence {
 		w("persistence true")
-		w("persistence_location %s/", m.srv.dir)
+		w("persistence_location %s/", m.dir)
 	} else {
 		w("persistence false")
 	}
@@ -115,8 +134,8 @@ func (m *Mosquitto) config() string {
 	return b.String()
 }
 
-// probe answers nil once every listener accepts an MQTT CONNECT.
-func (m *Mosquitto) probe(tlsConf *tls.Config) func() error {
+// listening is the readiness probe: nil once every listener accepts an MQTT CONNECT.
+func (m *Mosquitto) listening(tlsConf *tls.Config) func() error {
 	plain := "127.0.0.1:" + strconv.Itoa(m.port)
 	secure := "127.0.0.1:" + strconv.Itoa(m.tlsPort)
 	return func() error {
@@ -162,37 +181,3 @@ func mqttPing(addr string, tlsConf *tls.Config) error {
 	_, _ = conn.Write([]byte{0xe0, 0})
 	return nil
 }
-
-// Stop sends SIGTERM and waits for the exit; with Persistence mosquitto saves its sessions first.
-func (m *Mosquitto) Stop(tb testing.TB) {
-	tb.Helper()
-	m.srv.stop(syscall.SIGTERM)
-}
-
-// Kill sends SIGKILL and waits for the exit: a crash, nothing is saved.
-func (m *Mosquitto) Kill(tb testing.TB) {
-	tb.Helper()
-	m.srv.stop(syscall.SIGKILL)
-}
-
-// Start restarts a stopped server on the same ports and directory and waits until it accepts
-// connections. Starting a running server fails the test.
-func (m *Mosquitto) Start(tb testing.TB) {
-	tb.Helper()
-	var tlsConf *tls.Config
-	if m.opts.TLS != nil {
-		tlsConf = m.opts.TLS.ClientConfig(tb)
-	}
-	if err := m.srv.launch(m.args(), m.probe(tlsConf)); err != nil {
-		tb.Fatalf("%v", err)
-	}
-}
-
-// PID is the server's process id, 0 while it is stopped.
-func (m *Mosquitto) PID() int { return m.srv.pid() }
-
-// Dir is the server's working directory (configuration, persistence file, log).
-func (m *Mosquitto) Dir() string { return m.srv.dir }
-
-// LogTail is the end of the server's log, for failure messages of the caller's own.
-func (m *Mosquitto) LogTail() string { return logTail(m.srv.logPath) }

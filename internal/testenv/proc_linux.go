@@ -2,8 +2,9 @@ package testenv
 
 import "syscall"
 
-// sysProcAttr kills the server when the test binary dies without running its cleanups (a test timeout's
-// panic, a SIGKILL), so no orphans keep ports and memory on a shared machine.
-func sysProcAttr() *syscall.SysProcAttr {
+// SysProcAttr is what testenv starts its children with: the kernel kills a child when the process that
+// started it dies without running its cleanups (a test timeout's panic, a SIGKILL), so no orphans keep
+// ports and memory on a shared machine. Programs that start their own children can use it too.
+func SysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

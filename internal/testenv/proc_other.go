@@ -4,4 +4,5 @@ package testenv
 
 import "syscall"
 
-func sysProcAttr() *syscall.SysProcAttr { return nil }
+// SysProcAttr: only Linux ties a child's life to its parent; elsewhere the cleanups stop the children.
+func SysProcAttr() *syscall.SysProcAttr { return nil }

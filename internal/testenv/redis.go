@@ -2,11 +2,10 @@ package testenv
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,42 +22,56 @@ type RedisOptions struct {
 	MaxMemory string
 }
 
-// Redis is a redis-server process of one test, on its own port and directory.
+// Redis is a redis-server process on its own port and directory. Stop, Kill, Start, PID, Dir and LogTail
+// control the process.
 type Redis struct {
 	Addr string // "127.0.0.1:port"
 
 	opts RedisOptions
 	port int
-	srv  *server
+	*server
 }
 
 // StartRedis starts redis-server on a free port with its own tb.TempDir and waits until it answers
 // PING. tb.Cleanup kills it. Each call is a fresh, empty server: no flushing between tests is needed.
 func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
 	tb.Helper()
-	r := &Redis{srv: &server{name: "redis-server", path: lookPath(tb, "redis-server")}}
-	if len(opts) > 0 {
-		r.opts = opts[0]
+	return start(tb, func(dir string) (*Redis, error) { return launchRedis(context.Background(), dir, first(opts)) })
+}
+
+// LaunchRedis is StartRedis without a test: the server runs in a temporary directory until Close.
+func LaunchRedis(ctx context.Context, opts ...RedisOptions) (*Redis, error) {
+	return launchRedis(ctx, "", first(opts))
+}
+
+func launchRedis(ctx context.Context, dir string, opts RedisOptions) (*Redis, error) {
+	path, err := LookPath("redis-server")
+	if err != nil {
+		return nil, err
 	}
-	r.srv.dir = tb.TempDir()
-	r.srv.logPath = filepath.Join(r.srv.dir, "redis.log")
-	firstStart(tb, r.srv, func() ([]string, func() error, error) {
+	dir, own, err := serverDir(dir, "redis")
+	if err != nil {
+		return nil, err
+	}
+	r := &Redis{opts: opts, server: newServer("redis-server", path, dir, own, "redis.log")}
+	r.probe = r.ping
+	return r, r.firstLaunch(ctx, func() error {
 		port, err := freePort()
 		if err != nil {
-			return nil, nil, fmt.Errorf("testenv: find a free port: %w", err)
+			return fmt.Errorf("testenv: find a free port: %w", err)
 		}
 		r.port = port
 		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		return r.args(), r.ping, nil
+		r.args = r.arguments()
+		return nil
 	})
-	return r
 }
 
-func (r *Redis) args() []string {
+func (r *Redis) arguments() []string {
 	args := []string{
 		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
-		"--dir", r.srv.dir,
+		"--dir", r.dir,
 		"--daemonize", "no",
 		"--logfile", "", // stdout, which goes to redis.log
 		"--save", "", // no RDB snapshots: no forks in tests, and AOF alone decides what survives
@@ -77,8 +90,11 @@ func (r *Redis) args() []string {
 }
 
 // ping answers nil once the server replies +PONG; while it loads the AOF it replies -LOADING instead.
-func (r *Redis) ping() error {
-	conn, err := net.DialTimeout("tcp", r.Addr, time.Second)
+func (r *Redis) ping() error { return pingAddr(r.Addr) }
+
+// pingAddr answers nil once the server at addr replies +PONG.
+func pingAddr(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return err
 	}
@@ -101,39 +117,11 @@ func (r *Redis) ping() error {
 // server (go-redis reconnects).
 func (r *Redis) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	return closedBy(tb, redis.NewClient(&redis.Options{Addr: r.Addr}))
+}
+
+// closedBy registers c's Close with tb.Cleanup and returns c.
+func closedBy[C interface{ Close() error }](tb testing.TB, c C) C {
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
-
-// Stop sends SIGTERM and waits for the exit (a kill after 10s). The directory stays: with AOF the data
-// survives into the next Start. Stopping a stopped server does nothing.
-func (r *Redis) Stop(tb testing.TB) {
-	tb.Helper()
-	r.srv.stop(syscall.SIGTERM)
-}
-
-// Kill sends SIGKILL and waits for the exit: a crash. With AOF (appendfsync always) every acknowledged
-// write survives it.
-func (r *Redis) Kill(tb testing.TB) {
-	tb.Helper()
-	r.srv.stop(syscall.SIGKILL)
-}
-
-// Start restarts a stopped server on the same port and directory and waits until PING answers (after the
-// AOF is loaded). Starting a running server fails the test.
-func (r *Redis) Start(tb testing.TB) {
-	tb.Helper()
-	if err := r.srv.launch(r.args(), r.ping); err != nil {
-		tb.Fatalf("%v", err)
-	}
-}
-
-// PID is the server's process id, 0 while it is stopped.
-func (r *Redis) PID() int { return r.srv.pid() }
-
-// Dir is the server's working directory (AOF, log).
-func (r *Redis) Dir() string { return r.srv.dir }
-
-// LogTail is the end of the server's log, for failure messages of the caller's own.
-func (r *Redis) LogTail() string { return logTail(r.srv.logPath) }

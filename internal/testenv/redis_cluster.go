@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,12 +31,13 @@ type RedisClusterOptions struct {
 type RedisCluster struct {
 	Addrs []string // "127.0.0.1:port" of every master
 
-	dir   string
-	nodes []*clusterNode
+	dir    string
+	ownDir bool // made by the launcher, removed by Close
+	nodes  []*clusterNode
 }
 
 type clusterNode struct {
-	srv           *server
+	*server
 	port, busPort int
 	addr          string
 }
@@ -49,76 +51,74 @@ type clusterNode struct {
 // RedisBackends instead.
 func StartRedisCluster(tb testing.TB, opts ...RedisClusterOptions) *RedisCluster {
 	tb.Helper()
-	var o RedisClusterOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	bins := clusterBinaries(tb)
-	c, err := startRedisCluster(o, bins, tb.TempDir())
-	// Registered after tb.TempDir's cleanup, so the nodes stop before their directories are removed.
-	if c != nil {
-		tb.Cleanup(c.stop)
-	}
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	return c
+	return start(tb, func(dir string) (*RedisCluster, error) {
+		return launchRedisCluster(context.Background(), dir, first(opts))
+	})
 }
 
-type clusterBins struct{ server, cli string }
-
-func clusterBinaries(tb testing.TB) clusterBins {
-	tb.Helper()
-	return clusterBins{server: lookPath(tb, "redis-server"), cli: lookPath(tb, "redis-cli")}
+// LaunchRedisCluster is StartRedisCluster without a test: the nodes run in a temporary directory until
+// Close.
+func LaunchRedisCluster(ctx context.Context, opts ...RedisClusterOptions) (*RedisCluster, error) {
+	return launchRedisCluster(ctx, "", first(opts))
 }
 
-// startRedisCluster does the work of StartRedisCluster without a test, so a cluster can outlive one
-// (see RedisBackends). On error the returned cluster, if not nil, has nodes to stop.
-func startRedisCluster(opts RedisClusterOptions, bins clusterBins, dir string) (*RedisCluster, error) {
-	n := opts.Masters
-	if n == 0 {
-		n = 3
-	}
+func launchRedisCluster(ctx context.Context, dir string, opts RedisClusterOptions) (*RedisCluster, error) {
+	n := cmp.Or(opts.Masters, 3)
 	if n < 3 {
 		return nil, fmt.Errorf("testenv: a redis cluster needs at least 3 masters, not %d", n)
 	}
-	c := &RedisCluster{dir: dir}
+	srvPath, err := LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	cli, err := LookPath("redis-cli")
+	if err != nil {
+		return nil, err
+	}
+	c := &RedisCluster{}
+	if c.dir, c.ownDir, err = serverDir(dir, "redis-cluster"); err != nil {
+		return nil, err
+	}
+	if err := c.launch(ctx, n, srvPath, cli); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *RedisCluster) launch(ctx context.Context, n int, srvPath, cli string) error {
 	taken := map[int]bool{}
 	for i := range n {
-		node := &clusterNode{srv: &server{name: fmt.Sprintf("redis-server (cluster node %d)", i), path: bins.server}}
-		node.srv.dir = filepath.Join(dir, "node"+strconv.Itoa(i))
-		if err := os.MkdirAll(node.srv.dir, 0o755); err != nil {
-			return c, fmt.Errorf("testenv: redis cluster: %w", err)
+		dir := filepath.Join(c.dir, "node"+strconv.Itoa(i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("testenv: redis cluster: %w", err)
 		}
-		node.srv.logPath = filepath.Join(node.srv.dir, "redis.log")
+		node := &clusterNode{server: newServer(fmt.Sprintf("redis-server (cluster node %d)", i), srvPath, dir, false, "redis.log")}
+		node.probe = func() error { return pingAddr(node.addr) }
 		c.nodes = append(c.nodes, node)
-		var err error
-		for range 5 {
-			// Two distinct ports that nothing else of this cluster holds: Redis' default bus port
-			// (port+10000) may be taken or past 65535, so it is chosen here too (cluster-port, Redis ≥ 7).
+		// Two distinct ports that nothing else of this cluster holds: Redis' default bus port
+		// (port+10000) may be taken or past 65535, so it is chosen here too (cluster-port, Redis ≥ 7).
+		err := node.firstLaunch(ctx, func() error {
+			var err error
 			if node.port, err = distinctFreePort(taken); err != nil {
-				break
+				return err
 			}
 			if node.busPort, err = distinctFreePort(taken); err != nil {
-				break
+				return err
 			}
 			node.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(node.port))
-			if err = node.srv.launch(node.args(), func() error { return pingAddr(node.addr) }); !errors.Is(err, errAddrInUse) {
-				break
-			}
-		}
+			node.args = node.arguments()
+			return nil
+		})
 		if err != nil {
-			return c, err
+			return err
 		}
 		c.Addrs = append(c.Addrs, node.addr)
 	}
-	if err := c.create(bins.cli); err != nil {
-		return c, err
+	if err := c.create(ctx, cli); err != nil {
+		return err
 	}
-	if err := c.awaitOK(); err != nil {
-		return c, err
-	}
-	return c, nil
+	return c.awaitOK(ctx)
 }
 
 func distinctFreePort(taken map[int]bool) (int, error) {
@@ -135,12 +135,12 @@ func distinctFreePort(taken map[int]bool) (int, error) {
 	return 0, errors.New("testenv: no distinct free port")
 }
 
-func (n *clusterNode) args() []string {
+func (n *clusterNode) arguments() []string {
 	return []string{
 		"--port", strconv.Itoa(n.port),
 		"--cluster-port", strconv.Itoa(n.busPort),
 		"--bind", "127.0.0.1",
-		"--dir", n.srv.dir,
+		"--dir", n.dir,
 		"--daemonize", "no",
 		"--logfile", "",
 		"--save", "",
@@ -153,8 +153,8 @@ func (n *clusterNode) args() []string {
 }
 
 // create assigns the hash slots with redis-cli, which also waits until the nodes have met.
-func (c *RedisCluster) create(cli string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+func (c *RedisCluster) create(ctx context.Context, cli string) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
@@ -167,7 +167,7 @@ func (c *RedisCluster) create(cli string) error {
 
 // awaitOK polls CLUSTER INFO on every node until each reports cluster_state:ok and knows every master:
 // only then do all nodes route every slot the same way.
-func (c *RedisCluster) awaitOK() error {
+func (c *RedisCluster) awaitOK(ctx context.Context) error {
 	deadline := time.Now().Add(startTimeout)
 	var last error
 	for _, addr := range c.Addrs {
@@ -177,6 +177,9 @@ func (c *RedisCluster) awaitOK() error {
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("testenv: redis cluster not ok within %v: %w\n%s", startTimeout, last, c.LogTail())
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
 			time.Sleep(pollInterval)
 		}
@@ -202,23 +205,22 @@ func clusterOK(addr string, masters int) error {
 	return nil
 }
 
-// pingAddr answers nil once the server at addr replies +PONG.
-func pingAddr(addr string) error {
-	return (&Redis{Addr: addr}).ping()
-}
-
 // Client returns a go-redis cluster client, closed by tb.Cleanup.
 func (c *RedisCluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
-	tb.Cleanup(func() { _ = rdb.Close() })
-	return rdb
+	return closedBy(tb, redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs}))
 }
 
 // Flush empties every master (FLUSHALL) and forgets their scripts (SCRIPT FLUSH), so the cluster looks
 // like a freshly started one.
 func (c *RedisCluster) Flush(tb testing.TB) {
 	tb.Helper()
+	if err := c.flush(); err != nil {
+		tb.Fatalf("%v", err)
+	}
+}
+
+func (c *RedisCluster) flush() error {
 	for _, addr := range c.Addrs {
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -229,16 +231,17 @@ func (c *RedisCluster) Flush(tb testing.TB) {
 		cancel()
 		_ = rdb.Close()
 		if err != nil {
-			tb.Fatalf("testenv: flush redis cluster node %s: %v", addr, err)
+			return fmt.Errorf("testenv: flush redis cluster node %s: %w", addr, err)
 		}
 	}
+	return nil
 }
 
 // PIDs are the nodes' process ids (0 for a stopped node).
 func (c *RedisCluster) PIDs() []int {
 	var pids []int
 	for _, n := range c.nodes {
-		pids = append(pids, n.srv.pid())
+		pids = append(pids, n.PID())
 	}
 	return pids
 }
@@ -247,21 +250,20 @@ func (c *RedisCluster) PIDs() []int {
 func (c *RedisCluster) LogTail() string {
 	var b strings.Builder
 	for _, n := range c.nodes {
-		b.WriteString(logTail(n.srv.logPath))
+		b.WriteString(n.LogTail())
 		b.WriteByte('\n')
 	}
 	return b.String()
 }
 
-// stop kills every node: the data is thrown away with the directory.
-func (c *RedisCluster) stop() {
+// Close kills every node (the data is thrown away) and removes the directory when its launcher made it.
+func (c *RedisCluster) Close() {
 	var wg sync.WaitGroup
 	for _, n := range c.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n.srv.stop(syscall.SIGKILL)
-		}()
+		wg.Go(func() { n.stop(syscall.SIGKILL) })
 	}
 	wg.Wait()
+	if c.ownDir {
+		_ = os.RemoveAll(c.dir)
+	}
 }

@@ -1,16 +1,22 @@
-// Package testenv starts the servers heartbeatd's tests run against: real redis-server and mosquitto
-// processes on free loopback ports (each in its own tb.TempDir), and an in-process kfake Kafka cluster.
-// Every server is stopped by tb.Cleanup; the processes by their PID.
+// Package testenv starts the servers heartbeatd's tests and benchmarks run against: real redis-server,
+// mosquitto and heartbeatd processes on free loopback ports, each in its own directory, and an in-process
+// kfake Kafka cluster.
 //
-// A missing server binary skips the test on a developer machine and fails it with CI=true (see Need), so
-// CI can never go green by skipping. A server that is installed but does not start always fails the test,
-// with the tail of its log in the message.
+// Every server has a launcher that returns an error (LaunchRedis, LaunchMosquitto, LaunchKafka,
+// LaunchRedisCluster, LaunchHeartbeatd), for plain programs such as cmd/hbbench: the caller stops the
+// server with Close. The Start functions wrap them for tests: the server lives in tb.TempDir and is
+// stopped by tb.Cleanup; the processes by their PID.
 //
-// The methods take a testing.TB and call its Fatalf: call them from the test's goroutine.
+// In a test, a missing server binary skips the test on a developer machine and fails it with CI=true (see
+// Need), so CI can never go green by skipping. A server that is installed but does not start always fails
+// the test, with the tail of its log in the message.
+//
+// The methods that take a testing.TB call its Fatalf: call them from the test's goroutine.
 package testenv
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -63,22 +69,76 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// lookPath finds a server binary or reports it missing through Need (which does not return). Debian
-// installs mosquitto in /usr/sbin, which is not on an ordinary user's PATH, so the sbin directories are
-// tried too.
-func lookPath(tb testing.TB, bin string) string {
-	tb.Helper()
+// MissingError is a launcher's error when a server binary is not installed: a test skips on it, or fails
+// with CI=true (see Need).
+type MissingError struct {
+	Bin string
+	Err error // exec.LookPath's
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("testenv: %s not found on PATH nor in the sbin directories: %v", e.Bin, e.Err)
+}
+
+func (e *MissingError) Unwrap() error { return e.Err }
+
+// LookPath finds a server binary, or returns a *MissingError. Debian installs mosquitto in /usr/sbin,
+// which is not on an ordinary user's PATH, so the sbin directories are tried too.
+func LookPath(bin string) (string, error) {
 	path, err := exec.LookPath(bin)
 	if err == nil {
-		return path
+		return path, nil
 	}
 	for _, dir := range []string{"/usr/sbin", "/usr/local/sbin", "/sbin"} {
 		if p, err2 := exec.LookPath(filepath.Join(dir, bin)); err2 == nil {
-			return p
+			return p, nil
 		}
 	}
-	Need(tb, bin, err)
-	return ""
+	return "", &MissingError{Bin: bin, Err: err}
+}
+
+// check ends tb on a launcher's error: a missing binary through Need, anything else with Fatalf.
+func check(tb testing.TB, err error) {
+	tb.Helper()
+	if missing := (*MissingError)(nil); errors.As(err, &missing) {
+		Need(tb, missing.Bin, missing.Err)
+	}
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+}
+
+// start is every Start function: the server launched in tb.TempDir, closed by tb.Cleanup, and a failed
+// launch ending tb (see check).
+func start[S interface{ Close() }](tb testing.TB, launch func(dir string) (S, error)) S {
+	tb.Helper()
+	s, err := launch(tb.TempDir())
+	check(tb, err)
+	// Registered after tb.TempDir's own cleanup, so it runs first: the server stops before its
+	// directory is removed.
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// first is the optional options argument of the launchers.
+func first[O any](opts []O) O {
+	var o O
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	return o
+}
+
+// serverDir is dir, or a new temporary directory that the server owns (removes at Close) when dir is "".
+func serverDir(dir, name string) (string, bool, error) {
+	if dir != "" {
+		return dir, false, nil
+	}
+	dir, err := os.MkdirTemp("", "testenv-"+name+"-")
+	if err != nil {
+		return "", false, fmt.Errorf("testenv: %s directory: %w", name, err)
+	}
+	return dir, true, nil
 }
 
 // errAddrInUse marks a start that failed because another process took the port first.
@@ -105,7 +165,7 @@ func startProcess(path string, args, env []string, dir, logPath string) (*proces
 	cmd.Env = env // nil: the test process's own environment
 	cmd.Stdout = logf
 	cmd.Stderr = logf
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = SysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -145,8 +205,8 @@ func (p *process) stop(sig syscall.Signal, timeout time.Duration) bool {
 	}
 }
 
-// waitReady polls probe until it succeeds, the process exits, or startTimeout passes.
-func (p *process) waitReady(probe func() error) error {
+// waitReady polls probe until it succeeds, the process exits, ctx ends or startTimeout passes.
+func (p *process) waitReady(ctx context.Context, probe func() error) error {
 	deadline := time.NewTimer(startTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(pollInterval)
@@ -161,6 +221,8 @@ func (p *process) waitReady(probe func() error) error {
 			return fmt.Errorf("exited before answering (%v); last probe: %w", p.err, last)
 		case <-deadline.C:
 			return fmt.Errorf("no answer within %v: %w", startTimeout, last)
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), last)
 		case <-tick.C:
 		}
 	}
@@ -204,33 +266,41 @@ func fileSize(path string) int64 {
 	return fi.Size()
 }
 
-// server is what Redis and Mosquitto share: a binary restarted on the same ports and directory.
+// server is what the process-backed servers share: a binary restarted with the same arguments on the
+// same ports and directory. Its exported methods are promoted to Redis, Mosquitto and Heartbeatd.
 type server struct {
 	name    string // for messages: "redis-server", "mosquitto"
 	path    string
 	dir     string
+	ownDir  bool // made by the launcher, removed by Close
 	logPath string
 	env     []string // nil: the test process's own environment
+	args    []string
+	probe   func() error // readiness
 
 	mu   sync.Mutex
 	proc *process
 }
 
+func newServer(name, path, dir string, ownDir bool, logName string) *server {
+	return &server{name: name, path: path, dir: dir, ownDir: ownDir, logPath: filepath.Join(dir, logName)}
+}
+
 // launch starts the binary and waits until probe answers. A start that lost its port to another process
 // returns an error wrapping errAddrInUse, so first starts can pick another port.
-func (s *server) launch(args []string, probe func() error) error {
+func (s *server) launch(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proc != nil && !s.proc.exited() {
 		return fmt.Errorf("testenv: %s is already running (pid %d)", s.name, s.proc.cmd.Process.Pid)
 	}
 	offset := fileSize(s.logPath)
-	p, err := startProcess(s.path, args, s.env, s.dir, s.logPath)
+	p, err := startProcess(s.path, s.args, s.env, s.dir, s.logPath)
 	if err != nil {
 		return fmt.Errorf("testenv: start %s: %w", s.name, err)
 	}
 	s.proc = p
-	if err := p.waitReady(probe); err != nil {
+	if err := p.waitReady(ctx, s.probe); err != nil {
 		p.stop(syscall.SIGKILL, stopTimeout)
 		if addrInUse(s.logPath, offset) {
 			return fmt.Errorf("testenv: start %s: %w: %v", s.name, errAddrInUse, err)
@@ -249,7 +319,57 @@ func (s *server) stop(sig syscall.Signal) {
 	}
 }
 
-func (s *server) pid() int {
+// firstLaunch starts a server on fresh ports, retrying when another process took a port first. configure
+// picks the ports (and writes any config) and sets the arguments and the readiness probe. On error the
+// server is stopped and its directory removed when it owns it.
+func (s *server) firstLaunch(ctx context.Context, configure func() error) error {
+	var err error
+	for range 5 {
+		if err = configure(); err != nil {
+			break
+		}
+		if err = s.launch(ctx); !errors.Is(err, errAddrInUse) {
+			break
+		}
+	}
+	if err != nil {
+		s.Close()
+	}
+	return err
+}
+
+// Stop sends SIGTERM and waits for the exit (a kill after 10s). The directory stays, and with it what
+// the server saved. Stopping a stopped server does nothing.
+func (s *server) Stop(tb testing.TB) {
+	tb.Helper()
+	s.stop(syscall.SIGTERM)
+}
+
+// Kill sends SIGKILL and waits for the exit: a crash, nothing more is saved.
+func (s *server) Kill(tb testing.TB) {
+	tb.Helper()
+	s.stop(syscall.SIGKILL)
+}
+
+// Start restarts a stopped server on the same ports and directory and waits until it answers. Starting a
+// running server fails the test.
+func (s *server) Start(tb testing.TB) {
+	tb.Helper()
+	if err := s.launch(context.Background()); err != nil {
+		tb.Fatalf("%v", err)
+	}
+}
+
+// Close kills the server (its data is thrown away) and removes its directory when its launcher made it.
+func (s *server) Close() {
+	s.stop(syscall.SIGKILL)
+	if s.ownDir {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// PID is the server's process id, 0 while it is stopped.
+func (s *server) PID() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proc == nil || s.proc.exited() {
@@ -258,25 +378,8 @@ func (s *server) pid() int {
 	return s.proc.cmd.Process.Pid
 }
 
-// firstStart starts a server on fresh ports, retrying when another process took a port first. configure
-// picks the ports (and writes any config) and returns the arguments and the readiness probe.
-func firstStart(tb testing.TB, s *server, configure func() ([]string, func() error, error)) {
-	tb.Helper()
-	var err error
-	for range 5 {
-		var args []string
-		var probe func() error
-		if args, probe, err = configure(); err != nil {
-			break
-		}
-		if err = s.launch(args, probe); !errors.Is(err, errAddrInUse) {
-			break
-		}
-	}
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	// Registered after tb.TempDir's own cleanup, so it runs first: the server stops before its
-	// directory is removed. SIGKILL because the directory is thrown away anyway.
-	tb.Cleanup(func() { s.stop(syscall.SIGKILL) })
-}
+// Dir is the server's working directory (configuration, data, log).
+func (s *server) Dir() string { return s.dir }
+
+// LogTail is the end of the server's log (every run appended), for failure messages of the caller's own.
+func (s *server) LogTail() string { return logTail(s.logPath) }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -72,22 +73,23 @@ func run(t *testing.T, f func(tb testing.TB)) *recordingTB {
 
 func TestNeed(t *testing.T) {
 	missing := fmt.Errorf("exec: %q: executable file not found in $PATH", "redis-server")
-	t.Run("skip outside CI", func(t *testing.T) {
-		t.Setenv("CI", "")
-		r := run(t, func(tb testing.TB) { testenv.Need(tb, "redis-server", missing) })
-		require.True(t, r.skipf)
-		require.False(t, r.fatalf)
-		require.Contains(t, r.skip, "redis-server")
-		require.Contains(t, r.skip, "executable file not found")
-	})
-	t.Run("fail in CI", func(t *testing.T) {
-		t.Setenv("CI", "true")
-		r := run(t, func(tb testing.TB) { testenv.Need(tb, "redis-server", missing) })
-		require.True(t, r.fatalf)
-		require.False(t, r.skipf)
-		require.Contains(t, r.fatal, "redis-server")
-		require.Contains(t, r.fatal, "executable file not found")
-	})
+	for _, tc := range []struct {
+		name, ci string
+		fatal    bool
+	}{{"skip outside CI", "", false}, {"fail in CI", "true", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("CI", tc.ci)
+			r := run(t, func(tb testing.TB) { testenv.Need(tb, "redis-server", missing) })
+			require.Equal(t, tc.fatal, r.fatalf)
+			require.Equal(t, !tc.fatal, r.skipf)
+			msg := r.skip
+			if tc.fatal {
+				msg = r.fatal
+			}
+			require.Contains(t, msg, "redis-server")
+			require.Contains(t, msg, "executable file not found")
+		})
+	}
 	t.Run("missing binary", func(t *testing.T) {
 		t.Setenv("CI", "true")
 		t.Setenv("PATH", t.TempDir())
@@ -95,6 +97,29 @@ func TestNeed(t *testing.T) {
 		require.True(t, r.fatalf)
 		require.Contains(t, r.fatal, "redis-server")
 	})
+}
+
+// The launchers serve programs without a test: errors are returned, a missing binary as a MissingError,
+// and Close stops the server and removes the directory the launcher made.
+func TestLaunchWithoutTest(t *testing.T) {
+	ctx := context.Background()
+	r, err := testenv.LaunchRedis(ctx)
+	if missing := (*testenv.MissingError)(nil); errors.As(err, &missing) {
+		testenv.Need(t, missing.Bin, missing.Err)
+	}
+	require.NoError(t, err)
+	pid, dir := r.PID(), r.Dir()
+	require.True(t, alive(pid))
+	require.DirExists(t, dir)
+	r.Close()
+	require.False(t, alive(pid))
+	require.NoDirExists(t, dir)
+
+	t.Setenv("PATH", t.TempDir())
+	_, err = testenv.LaunchRedis(ctx)
+	var missing *testenv.MissingError
+	require.ErrorAs(t, err, &missing)
+	require.Equal(t, "redis-server", missing.Bin)
 }
 
 func TestFreePort(t *testing.T) {

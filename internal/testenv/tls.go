@@ -8,6 +8,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -115,41 +117,42 @@ func GenerateTLS(tb testing.TB, hosts ...string) *TLSFiles {
 	return f
 }
 
-func (f *TLSFiles) pool(tb testing.TB) *x509.CertPool {
-	tb.Helper()
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(f.CAPEM) {
-		tb.Fatalf("testenv: no certificate in CAPEM")
-	}
-	return pool
-}
-
 // ServerConfig is a server-side tls.Config with the server certificate. Client certificates are verified
 // against the CA when a client presents one, and not required.
 func (f *TLSFiles) ServerConfig(tb testing.TB) *tls.Config {
 	tb.Helper()
-	cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+	c, err := f.config(f.CertFile, f.KeyFile)
 	if err != nil {
-		tb.Fatalf("testenv: load server certificate: %v", err)
+		tb.Fatalf("%v", err)
 	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		ClientCAs:    f.pool(tb),
-		ClientAuth:   tls.VerifyClientCertIfGiven,
-		MinVersion:   tls.VersionTLS12,
-	}
+	c.ClientCAs, c.ClientAuth = c.RootCAs, tls.VerifyClientCertIfGiven
+	c.RootCAs = nil
+	return c
 }
 
 // ClientConfig is a client-side tls.Config trusting the CA and presenting the client certificate.
 func (f *TLSFiles) ClientConfig(tb testing.TB) *tls.Config {
 	tb.Helper()
-	cert, err := tls.LoadX509KeyPair(f.ClientCertFile, f.ClientKeyFile)
+	c, err := f.clientConfig()
 	if err != nil {
-		tb.Fatalf("testenv: load client certificate: %v", err)
+		tb.Fatalf("%v", err)
 	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		RootCAs:      f.pool(tb),
-		MinVersion:   tls.VersionTLS12,
+	return c
+}
+
+func (f *TLSFiles) clientConfig() (*tls.Config, error) {
+	return f.config(f.ClientCertFile, f.ClientKeyFile)
+}
+
+// config presents the certificate in certFile and keyFile and trusts the CA (as RootCAs).
+func (f *TLSFiles) config(certFile, keyFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: load certificate %s: %w", certFile, err)
 	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(f.CAPEM) {
+		return nil, errors.New("testenv: no certificate in CAPEM")
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
