@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -126,27 +127,12 @@ func (h *HoldBack) Start(ctx context.Context) error {
 // Run probes and shares the outage state every Interval until ctx is done; Redis errors back off and keep
 // the last known state (scanners cannot claim without Redis anyway).
 func (h *HoldBack) Run(ctx context.Context) error {
-	backoff := deadline.Backoff{Min: h.opts.Interval, Max: 5 * time.Second}
-	wait := h.opts.Interval
-	for {
-		select {
-		case <-ctx.Done():
-			h.release()
-			return nil
-		case <-time.After(wait):
-		}
-		if err := h.tick(ctx); err != nil {
-			if ctx.Err() != nil {
-				h.release()
-				return nil
-			}
-			wait = backoff.Next()
-			h.log.Debug("hold-back tick failed", zap.Error(err))
-			continue
-		}
-		backoff.Reset()
-		wait = h.opts.Interval
-	}
+	// Not Immediate: Start ran the first tick.
+	loop.Every(ctx, loop.Options{Interval: h.opts.Interval, MaxBackoff: 5 * time.Second,
+		OnError: func(err error, _ int, _ time.Duration) { h.log.Debug("hold-back tick failed", zap.Error(err)) }},
+		h.tick)
+	h.release()
+	return nil
 }
 
 // release removes this replica's entry on a graceful stop; the alive mark stays, so a full stop of the

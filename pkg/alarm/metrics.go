@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -53,27 +54,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // RunCounts refreshes devices{state} and dead_claims from Redis every interval until ctx is done.
 // Counting is O(slots), so it is cheap at any fleet size.
 func (m *Metrics) RunCounts(ctx context.Context, store *deadline.Store, every time.Duration, log *zap.Logger) error {
-	backoff := deadline.Backoff{Min: every, Max: time.Minute}
-	wait := time.Duration(0)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-		c, err := store.Count(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+	loop.Every(ctx, loop.Options{Interval: every, Immediate: true, MaxBackoff: time.Minute,
+		OnError: func(err error, _ int, _ time.Duration) { log.Debug("counting devices failed", zap.Error(err)) }},
+		func(ctx context.Context) error {
+			c, err := store.Count(ctx)
+			if err != nil {
+				return err
 			}
-			wait = backoff.Next()
-			log.Debug("counting devices failed", zap.Error(err))
-			continue
-		}
-		backoff.Reset()
-		wait = every
-		m.Devices.WithLabelValues("online").Set(float64(c.Online))
-		m.Devices.WithLabelValues("interrupted").Set(float64(c.Interrupted))
-		m.DeadClaims.Set(float64(c.Parked))
-	}
+			m.Devices.WithLabelValues("online").Set(float64(c.Online))
+			m.Devices.WithLabelValues("interrupted").Set(float64(c.Interrupted))
+			m.DeadClaims.Set(float64(c.Parked))
+			return nil
+		})
+	return nil
 }

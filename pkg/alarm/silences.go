@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -163,26 +164,18 @@ func (s *Silences) Load(ctx context.Context) error {
 
 // Run reloads the index every Refresh and removes silences that ended, until ctx is done.
 func (s *Silences) Run(ctx context.Context) error {
-	backoff := deadline.Backoff{Min: s.opts.Refresh, Max: 30 * time.Second}
-	wait := time.Duration(0)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-		if err := s.Load(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
+	loop.Every(ctx, loop.Options{Interval: s.opts.Refresh, Immediate: true, MaxBackoff: 30 * time.Second,
+		OnError: func(err error, _ int, retryIn time.Duration) {
+			s.log.Warn("reading silences failed; keeping the last copy", zap.Error(err), zap.Duration("retry_in", retryIn))
+		}},
+		func(ctx context.Context) error {
+			if err := s.Load(ctx); err != nil {
+				return err
 			}
-			wait = backoff.Next()
-			s.log.Warn("reading silences failed; keeping the last copy", zap.Error(err), zap.Duration("retry_in", wait))
-			continue
-		}
-		backoff.Reset()
-		wait = s.opts.Refresh
-		s.purge(ctx)
-	}
+			s.purge(ctx)
+			return nil
+		})
+	return nil
 }
 
 // purge deletes silences that ended more than a minute ago, so the hash does not grow forever.
