@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -307,20 +308,11 @@ func (d *daemon) ready(ctx context.Context) map[string]error {
 // prepare waits for Redis (retrying with backoff, so heartbeatd may start before it), registers the
 // types, brings the slot layout in line with redis.slots and notices a service outage for the hold-back.
 func (d *daemon) prepare(ctx context.Context) error {
-	backoff := deadline.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
-	for {
-		err := d.prepareOnce(ctx)
-		if err == nil || errors.Is(err, deadline.ErrHalving) {
-			return err
-		}
-		wait := backoff.Next()
-		d.log.Warn("waiting for Redis", zap.Strings("addrs", d.cfg.Redis.Addrs), zap.Error(err), zap.Duration("retry_in", wait))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-	}
+	return loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second},
+		Permanent: func(err error) bool { return errors.Is(err, deadline.ErrHalving) },
+		OnError: func(err error, _ int, retryIn time.Duration) {
+			d.log.Warn("waiting for Redis", zap.Strings("addrs", d.cfg.Redis.Addrs), zap.Error(err), zap.Duration("retry_in", retryIn))
+		}}, d.prepareOnce)
 }
 
 func (d *daemon) prepareOnce(ctx context.Context) error {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 )
 
 // Assign returns the slots replica wins by rendezvous hashing over replicas: each slot goes to the
@@ -126,28 +128,19 @@ func (o *Ownership) Slots() []int {
 func (o *Ownership) Changed() <-chan struct{} { return o.changed }
 
 // Run renews ownership every heartbeat until ctx is done, then releases every lease and leaves the live
-// set, so the other replicas take the slots over at once.
+// set, so the other replicas take the slots over at once. A failed renewal is retried within a heartbeat
+// (jittered, not backed off further): leases lapse after SlotLease, so waiting longer only moves slots.
 func (o *Ownership) Run(ctx context.Context) error {
-	ticker := time.NewTicker(o.opts.Heartbeat)
-	defer ticker.Stop()
-	failing := false
-	for {
-		if err := o.tick(ctx); err != nil && ctx.Err() == nil {
-			if !failing {
+	loop.Every(ctx, loop.Options{Interval: o.opts.Heartbeat, Immediate: true,
+		OnError: func(err error, failures int, _ time.Duration) {
+			if failures == 1 {
 				o.log.Error("slot ownership renewal failed; keeping leases until they lapse", zap.Error(err))
 			}
-			failing = true
-		} else if failing && err == nil {
-			failing = false
-			o.log.Info("slot ownership renewal works again")
-		}
-		select {
-		case <-ctx.Done():
-			o.release()
-			return nil
-		case <-ticker.C:
-		}
-	}
+		},
+		OnRecover: func(int) { o.log.Info("slot ownership renewal works again") }},
+		o.tick)
+	o.release()
+	return nil
 }
 
 func (o *Ownership) tick(ctx context.Context) error {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 )
 
 // ScannerOptions configures a Scanner.
@@ -114,7 +116,7 @@ func shareOf(slots []int, i, n int) []int {
 func (s *Scanner) loop(ctx context.Context, slotsOf func() []int, wake <-chan struct{}) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	backoff := Backoff{Min: 10 * time.Millisecond, Max: time.Second}
+	backoff := loop.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	failing := false
 	for {
 		select {
@@ -190,28 +192,3 @@ func NextWait(now time.Time, heldBack bool, res ClaimResult, maxIdle time.Durati
 	}
 	return wait
 }
-
-// Backoff is an exponential backoff between Min and Max; the zero value backs off from 10ms to 1s.
-type Backoff struct {
-	Min, Max time.Duration
-	cur      time.Duration
-}
-
-// Next returns the next wait, doubling each time up to Max.
-func (b *Backoff) Next() time.Duration {
-	if b.Min <= 0 {
-		b.Min = 10 * time.Millisecond
-	}
-	if b.Max <= 0 {
-		b.Max = time.Second
-	}
-	if b.cur == 0 {
-		b.cur = b.Min
-	} else {
-		b.cur = min(2*b.cur, b.Max)
-	}
-	return b.cur
-}
-
-// Reset starts the backoff over.
-func (b *Backoff) Reset() { b.cur = 0 }
