@@ -38,8 +38,8 @@ type Ack struct {
 // ack never clobbers a newer incident, an operator's ack, or a signal that arrived meanwhile.
 //
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] dead  KEYS[5] in-flight records
-// ARGV[1] now (ms), ARGV[2], ARGV[3] StateGuardField and its value, ARGV[4] in-flight records to release
-// after the acks, "\n"-separated; then groups of five: op (R|X|P), device, claimed deadline (ms), next
+// ARGV[1] now (ms), ARGV[2] in-flight records to release after the acks, packed (packSep-separated);
+// then groups of five: op (R|X|P), device, claimed deadline (ms), next
 // act (ms, or a dormant score: see DormantAfter), state
 // Reply: per op 1 when applied, 0 when the incident was gone or replaced.
 //
@@ -48,10 +48,10 @@ type Ack struct {
 // commandstats: a per-device HGET/HSET/ZSCORE/ZADD script took ≈ 10 µs of Redis time per ack). A device
 // appears at most once per call (Acknowledge starts another call for a second ack of the same device,
 // and calls run in order), so the script needs no per-device tables: keeping them took a fifth of its time.
-var ackScript = redis.NewScript(`
+var ackScript = newScript(`
 local now = tonumber(ARGV[1])
 local ms = {}
-for i = 6, #ARGV, 5 do ms[#ms+1] = ARGV[i] end
+for i = 4, #ARGV, 5 do ms[#ms+1] = ARGV[i] end
 local stored, scores = {}, {}
 if #ms > 0 then
   stored = redis.call('HMGET', KEYS[3], unpack(ms))
@@ -60,13 +60,13 @@ end
 local out, hset, hdel, alarms, unalarm, dead, undead = {}, {}, {}, {}, {}, {}, {}
 local find, byte, floor = string.find, string.byte, math.floor
 for j = 1, #ms do
-  local i = 5 + (j - 1) * 5
+  local i = 3 + (j - 1) * 5
   local m, dl, c = ms[j], ARGV[i+2], stored[j]
   -- The incident is the one claimed when its state starts with the claimed deadline and a colon, or,
   -- as a claim committed it, is the bare deadline score (see DecodeState).
-  local bare = c and not find(c, ':', 1, true)
-  if not (c and ((not bare and find(c, dl, 1, true) == 1 and byte(c, #dl + 1) == 58) or
-      (bare and floor(tonumber(c) / 1024) == tonumber(dl)))) then
+  local bare = c and not find(c, ${stateSep}, 1, true)
+  if not (c and ((not bare and find(c, dl, 1, true) == 1 and byte(c, #dl + 1) == ${stateSepByte}) or
+      (bare and floor(tonumber(c) / ${MaxTypes}) == tonumber(dl)))) then
     out[j] = 0
   else
     out[j] = 1
@@ -78,8 +78,8 @@ for j = 1, #ms do
     else
       local st = ARGV[i+4]
       -- An operator's ack (the acked flag) made meanwhile is kept.
-      if not bare and find(c, '^%d+:%d+:%d+:1:') then
-        st = (string.gsub(st, '^(%d+:%d+:%d+:)0:', '%11:'))
+      if not bare and find(c, ${stateAckedPattern}) then
+        st = (string.gsub(st, ${stateUnackedPattern}, ${stateSetAcked}))
       end
       hset[#hset+1] = m
       hset[#hset+1] = st
@@ -90,7 +90,7 @@ for j = 1, #ms do
       else
         local act, sc = ARGV[i+3], scores[j]
         -- The device signalled since its claim: act now, so its recovery is reported.
-        if op == 'R' and sc and floor(tonumber(sc) / 1024) > tonumber(dl) then act = now end
+        if op == 'R' and sc and floor(tonumber(sc) / ${MaxTypes}) > tonumber(dl) then act = now end
         alarms[#alarms+1] = act
         alarms[#alarms+1] = m
       end
@@ -101,14 +101,14 @@ if #hdel > 0 then redis.call('HDEL', KEYS[3], unpack(hdel)) end
 if #unalarm > 0 then redis.call('ZREM', KEYS[2], unpack(unalarm)) end
 if #undead > 0 then redis.call('ZREM', KEYS[4], unpack(undead)) end
 if #hset > 0 then
-  hset[#hset+1] = ARGV[2]
-  hset[#hset+1] = ARGV[3]
+  hset[#hset+1] = ${StateGuardField}
+  hset[#hset+1] = ${stateGuardValue}
   redis.call('HSET', KEYS[3], unpack(hset))
 end
 if #alarms > 0 then redis.call('ZADD', KEYS[2], unpack(alarms)) end
 if #dead > 0 then redis.call('ZADD', KEYS[4], unpack(dead)) end
 local released = {}
-for r in string.gmatch(ARGV[4], '[^\n]+') do released[#released+1] = r end
+for r in string.gmatch(ARGV[2], ${packedItem}) do released[#released+1] = r end
 if #released > 0 then
   redis.call('ZREM', KEYS[2], unpack(released))
   redis.call('HDEL', KEYS[5], unpack(released))
@@ -169,7 +169,7 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 	for i, a := range acks {
 		g := open[a.Slot]
 		if g == nil || len(g.idx) == maxAcksPerCall || last[a.Device] == g {
-			g = &group{args: []any{now, StateGuardField, stateGuardValue, ""}}
+			g = &group{args: []any{now, ""}}
 			open[a.Slot] = g
 			groups = append(groups, g)
 			slotOf = append(slotOf, a.Slot)
@@ -193,7 +193,7 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 	for slot, names := range released {
 		if g := open[slot]; g != nil {
 			// The slot's last group runs after its others: its records go with it.
-			g.args[3] = strings.Join(names, "\n")
+			g.args[1] = strings.Join(names, packSep)
 			delete(released, slot)
 		}
 	}
@@ -240,16 +240,16 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 // KEYS[1] state
 // ARGV[1] device
 // Reply: 1 when the device has an open incident, 0 otherwise.
-var setAckedScript = redis.NewScript(`
+var setAckedScript = newScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
-if not string.find(cur, ':', 1, true) then
+if not string.find(cur, ${stateSep}, 1, true) then
   -- A bare deadline score: a committed incident, interrupted sent (see DecodeState).
   local sc = tonumber(cur)
-  local dl = math.floor(sc / 1024)
-  cur = string.format('%.0f:%d:1:0:0:%.0f:0:', dl, sc - dl * 1024, dl)
+  local dl = math.floor(sc / ${MaxTypes})
+  cur = string.format(${stateCommittedFormat}, dl, sc - dl * ${MaxTypes}, dl)
 end
-redis.call('HSET', KEYS[1], ARGV[1], (string.gsub(cur, '^(%d+:%d+:%d+:)0:', '%11:')))
+redis.call('HSET', KEYS[1], ARGV[1], (string.gsub(cur, ${stateUnackedPattern}, ${stateSetAcked})))
 return 1
 `)
 

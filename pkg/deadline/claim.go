@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Claim is one device handed to the alarm loop. Until it is acknowledged it is leased: if the process
@@ -60,10 +58,9 @@ type ClaimResult struct {
 //
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
-// ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5], ARGV[6] StateGuardField and its value
-// ARGV[7] the record of this call's committed claims  ARGV[8] a committed claim's next act score per type
-// index (now + its repeat interval, or a dormant score), comma-separated, or one for every type
-// ARGV[9] DormantAfter
+// ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5] the record of this call's committed claims
+// ARGV[6] a committed claim's next act score per type index (now + its repeat interval, or a dormant
+// score), listSep-separated, or one for every type
 // Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, number of replacing fresh claims R,
 // committed fresh claims packed as "device\nscore\ndevice\nscore…" ("" when none), the same for the
 // claims of expired records handed out again, then R triples (device, deadline score, replaced state),
@@ -78,21 +75,21 @@ type ClaimResult struct {
 // formatting a state per claim and returning three elements for it took a third of the script's time), so
 // the fresh claims go back as one string (device ids hold no control characters), and the claimed members
 // leave by rank, not by name.
-var claimScript = redis.NewScript(`
+var claimScript = newScript(`
 local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local rec = ARGV[7]
+local rec = ARGV[5]
 local out = {-1, -1, 0, 0, '', ''}
 local floor, byte = math.floor, string.byte
 -- Formatted once: Redis turns a Lua number argument into text with %.17g for every element.
 local leased = string.format('%.0f', now + lease)
 local packed = {}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', wm * 1024 + 1023), 'LIMIT', 0, batch, 'WITHSCORES')
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', wm * ${MaxTypes} + ${MaxTypes} - 1), 'LIMIT', 0, batch, 'WITHSCORES')
 local n = #due / 2
 if n == batch then out[3] = 1 end
 if n > 0 then
   -- The committed next act per type index: one for every type, or a table.
   local acts = {}
-  for v in string.gmatch(ARGV[8], '[^,]+') do acts[#acts+1] = v end
+  for v in string.gmatch(ARGV[6], ${listItem}) do acts[#acts+1] = v end
   local uniform = #acts == 1 and acts[1]
   local rem, hset, zadd = {}, {}, {}
   for i = 1, #due, 2 do rem[#rem+1] = due[i] end
@@ -103,16 +100,16 @@ if n > 0 then
     local prev = prevs[(i + 1) / 2]
     if prev then
       -- A full state starts with its deadline and a colon; a committed one is its bare score.
-      local pdl = tonumber(string.match(prev, '^(%d+):')) or floor(tonumber(prev) / 1024)
+      local pdl = tonumber(string.match(prev, ${stateDeadlinePattern})) or floor(tonumber(prev) / ${MaxTypes})
       local s = tonumber(sc)
-      local dl = floor(s / 1024)
+      local dl = floor(s / ${MaxTypes})
       if pdl < dl then
         out[#out+1] = m
         out[#out+1] = sc
         out[#out+1] = prev
         replacing = replacing + 1
         hset[#hset+1] = m
-        hset[#hset+1] = string.format('%.0f:%d:0:0:0:0:0:', dl, s - dl * 1024)
+        hset[#hset+1] = string.format(${stateOpenFormat}, dl, s - dl * ${MaxTypes})
         zadd[#zadd+1] = leased
         zadd[#zadd+1] = m
       end
@@ -121,15 +118,15 @@ if n > 0 then
       packed[#packed+1] = sc
       hset[#hset+1] = m
       hset[#hset+1] = sc
-      zadd[#zadd+1] = uniform or acts[floor(tonumber(sc) % 1024) + 1] or acts[1]
+      zadd[#zadd+1] = uniform or acts[floor(tonumber(sc) % ${MaxTypes}) + 1] or acts[1]
       zadd[#zadd+1] = m
     end
   end
   out[4] = replacing
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
   if #hset > 0 then
-    hset[#hset+1] = ARGV[5]
-    hset[#hset+1] = ARGV[6]
+    hset[#hset+1] = ${StateGuardField}
+    hset[#hset+1] = ${stateGuardValue}
     redis.call('HSET', KEYS[3], unpack(hset))
     redis.call('ZADD', KEYS[2], unpack(zadd))
   end
@@ -152,13 +149,13 @@ if left > 0 then
         out[#out+1] = st
       else
         orphans[#orphans+1] = m
-        if byte(m, 1) == 0 then
+        if byte(m, 1) == ${recordMarkByte} then
           -- An in-flight record whose lease ran out: hand out again the claims still as committed.
           local data = redis.call('HGET', KEYS[4], m)
           redis.call('HDEL', KEYS[4], m)
           if data then
             local devs, scs = {}, {}
-            for d, s in string.gmatch(data, '([^\n]+)\n([^\n]+)') do
+            for d, s in string.gmatch(data, ${packedPair}) do
               devs[#devs+1] = d
               scs[#scs+1] = s
             end
@@ -180,22 +177,22 @@ if left > 0 then
   end
 end
 if #packed + #again > 0 then
-  out[5] = table.concat(packed, '\n')
-  out[6] = table.concat(again, '\n')
+  out[5] = table.concat(packed, ${packSep})
+  out[6] = table.concat(again, ${packSep})
   local all = out[5]
   if #again > 0 then
-    if all ~= '' then all = all .. '\n' end
+    if all ~= '' then all = all .. ${packSep} end
     all = all .. out[6]
   end
   redis.call('HSET', KEYS[4], rec, all)
   redis.call('ZADD', KEYS[2], leased, rec)
 end
 local nd = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if nd[2] then out[1] = floor(tonumber(nd[2]) / 1024) end
+if nd[2] then out[1] = floor(tonumber(nd[2]) / ${MaxTypes}) end
 local na = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if na[2] then
   local v = tonumber(na[2])
-  if v and v < tonumber(ARGV[9]) then out[2] = v end -- a dormant entry is never due
+  if v and v < ${DormantAfter} then out[2] = v end -- a dormant entry is never due
 end
 return out
 `)
@@ -227,7 +224,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		return strconv.FormatInt(now+every.Milliseconds(), 10)
 	})
 	record := s.newRecord()
-	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, StateGuardField, stateGuardValue, record, acts, DormantAfter}
+	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts}
 	calls := make([]scriptCall, len(slots))
 	for i, slot := range slots {
 		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.InFlight(slot)}, args: args}
@@ -253,8 +250,8 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 			packed, _ := reply[4+k].(string)
 			for rest := packed; rest != ""; {
 				var device, score string
-				device, rest, _ = strings.Cut(rest, "\n")
-				score, rest, _ = strings.Cut(rest, "\n")
+				device, rest, _ = strings.Cut(rest, packSep)
+				score, rest, _ = strings.Cut(rest, packSep)
 				c, err := s.decodeFresh(ctx, slots[i], device, score, "")
 				if err != nil {
 					return res, err

@@ -7,12 +7,10 @@ import (
 	"time"
 )
 
-// State is what Redis keeps about an interrupted device, encoded compactly in the slot's state hash as
-// "deadline:type:next:acked:exhausted:interrupted_at:failures:reason". The deadline comes first because
-// the scripts compare it to guard against acknowledging a stale incident; reason comes last because it is
-// free text. A committed incident (see Commit in claim.go) is stored as the bare deadlines-set score
-// "deadline×MaxTypes+type" that the claim moved (no colon): `interrupted` sent (or in flight, leased by
-// its record), the next repeat 1, timed from the deadline.
+// State is what Redis keeps about an interrupted device (an incident; see doc.go), encoded in the slot's
+// state hash as its fields in order, separated by stateSep (Encode). The deadline comes first because the
+// scripts compare it to guard against acknowledging a stale incident; the reason comes last because it is
+// free text. A committed incident is stored as the bare deadlines-set score instead (see DecodeState).
 type State struct {
 	Deadline      int64  // ms; identifies the incident
 	TypeIndex     int    // index in the type registry
@@ -24,20 +22,68 @@ type State struct {
 	Reason        string // why the claim was parked, if it was
 }
 
-// Encode renders s in the form the scripts read.
+// The fields of an encoded State, in order. Encode and DecodeState write and read them; the Lua patterns
+// and formats below are derived from the same order.
+const (
+	fieldDeadline = iota
+	fieldType
+	fieldNext
+	fieldAcked
+	fieldExhausted
+	fieldInterruptedAt
+	fieldFailures
+	fieldReason
+	stateFields
+)
+
+// stateSep separates the fields of an encoded State. A committed incident's bare score has none.
+const stateSep = ":"
+
+// The Lua side of the encoding (see scripts.go): patterns that read one field of a full state, and
+// string.format formats that write one. Every field before the acked flag is a number.
+var (
+	stateDeadlinePattern = stateFieldPattern(fieldDeadline) // captures the deadline
+	stateTypePattern     = stateFieldPattern(fieldType)     // captures the type index
+	stateAckedPattern    = "^" + strings.Repeat(`%d+`+stateSep, fieldAcked) + "1" + stateSep
+	// stateUnackedPattern captures what precedes a cleared acked flag; gsub with stateSetAcked sets it.
+	stateUnackedPattern = "^(" + strings.Repeat(`%d+`+stateSep, fieldAcked) + ")0" + stateSep
+	stateSetAcked       = "%1" + "1" + stateSep
+	// stateOpenFormat(deadline, type index): a fresh incident, nothing sent.
+	stateOpenFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d"})
+	// stateCommittedFormat(deadline, type index, deadline): a committed incident spelled in full, as
+	// DecodeState reads its bare score.
+	stateCommittedFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldNext: "1", fieldInterruptedAt: "%.0f"})
+)
+
+// stateFieldPattern is the Lua pattern that captures numeric field i of a full state.
+func stateFieldPattern(i int) string {
+	return "^" + strings.Repeat(`%d+`+stateSep, i) + `(%d+)` + stateSep
+}
+
+// stateFormat is a full state for string.format: the given fields, every other one 0 (reason: empty).
+func stateFormat(fields map[int]string) string {
+	f := make([]string, stateFields)
+	for i := range f {
+		if v, ok := fields[i]; ok {
+			f[i] = v
+		} else if i != fieldReason {
+			f[i] = "0"
+		}
+	}
+	return strings.Join(f, stateSep)
+}
+
+// Encode renders s in the form the scripts read, its fields in order (fieldDeadline, …, fieldReason).
 // It appends digits instead of formatting: the alarm loop encodes a state for every acknowledgement.
 func (s State) Encode() string {
 	b := make([]byte, 0, 48+len(s.Reason))
-	b = strconv.AppendInt(b, s.Deadline, 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(s.TypeIndex), 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(s.Next), 10)
-	b = append(b, ':', flag(s.Acked), ':', flag(s.Exhausted), ':')
-	b = strconv.AppendInt(b, s.InterruptedAt, 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(s.Failures), 10)
-	b = append(b, ':')
+	b = append(strconv.AppendInt(b, s.Deadline, 10), stateSep...)
+	b = append(strconv.AppendInt(b, int64(s.TypeIndex), 10), stateSep...)
+	b = append(strconv.AppendInt(b, int64(s.Next), 10), stateSep...)
+	b = append(append(b, flag(s.Acked)), stateSep...)
+	b = append(append(b, flag(s.Exhausted)), stateSep...)
+	b = append(strconv.AppendInt(b, s.InterruptedAt, 10), stateSep...)
+	b = append(strconv.AppendInt(b, int64(s.Failures), 10), stateSep...)
 	return string(append(b, s.Reason...))
 }
 
@@ -49,36 +95,40 @@ func flag(b bool) byte {
 }
 
 // DecodeState parses an encoded State: the full form Encode writes, or the bare deadline score
-// ("deadline*MaxTypes+type") the claim script stores for a committed incident, which saves Redis
-// formatting a state per claim. A committed incident's repeats are timed from its deadline: the claim
-// that committed it came within the detection lateness of it.
+// (deadline×MaxTypes + type index) the claim stores for a committed incident, which saves Redis formatting
+// a state per claim. A committed incident's `interrupted` counts as sent, and its repeats are timed from
+// its deadline: the claim that committed it came within the detection lateness of it.
 func DecodeState(v string) (State, error) {
-	if !strings.Contains(v, ":") {
+	if !strings.Contains(v, stateSep) {
 		s, err := stateOfScore(v)
 		s.Next, s.InterruptedAt = 1, s.Deadline
 		return s, err
 	}
-	f := strings.SplitN(v, ":", 8)
-	if len(f) != 8 {
-		return State{}, fmt.Errorf("deadline: state %q: want 8 fields, got %d", v, len(f))
+	f := strings.SplitN(v, stateSep, stateFields)
+	if len(f) != stateFields {
+		return State{}, fmt.Errorf("deadline: state %q: want %d fields, got %d", v, stateFields, len(f))
 	}
-	var s State
 	var err error
-	ints := []*int64{&s.Deadline, nil, nil, nil, nil, &s.InterruptedAt}
-	for i, p := range ints {
-		if p == nil {
-			continue
+	num := func(i int) int64 {
+		n, perr := strconv.ParseInt(f[i], 10, 64)
+		if perr != nil && err == nil {
+			err = fmt.Errorf("deadline: state %q field %d: %w", v, i, perr)
 		}
-		if *p, err = strconv.ParseInt(f[i], 10, 64); err != nil {
-			return State{}, fmt.Errorf("deadline: state %q field %d: %w", v, i, err)
-		}
+		return n
 	}
-	for i, p := range map[int]*int{1: &s.TypeIndex, 2: &s.Next, 6: &s.Failures} {
-		if *p, err = strconv.Atoi(f[i]); err != nil {
-			return State{}, fmt.Errorf("deadline: state %q field %d: %w", v, i, err)
-		}
+	s := State{
+		Deadline:      num(fieldDeadline),
+		TypeIndex:     int(num(fieldType)),
+		Next:          int(num(fieldNext)),
+		Acked:         f[fieldAcked] == "1",
+		Exhausted:     f[fieldExhausted] == "1",
+		InterruptedAt: num(fieldInterruptedAt),
+		Failures:      int(num(fieldFailures)),
+		Reason:        f[fieldReason],
 	}
-	s.Acked, s.Exhausted, s.Reason = f[3] == "1", f[4] == "1", f[7]
+	if err != nil {
+		return State{}, err
+	}
 	return s, nil
 }
 

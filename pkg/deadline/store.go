@@ -67,13 +67,16 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("deadline: record names: %w", err)
 	}
 	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout,
-		repeatEvery: repeatEvery, recordPrefix: "\x00claims:" + hex.EncodeToString(id[:]) + ":"}
+		repeatEvery: repeatEvery, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":"}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
 }
 
-// newRecord names the in-flight record of one claim: a control character first, so it never collides
-// with a device in the alarms set (SPEC §4), and unique to this store.
+// recordMark starts the name of every in-flight record: a control character, so a record never collides
+// with a device in the alarms set (SPEC §4), and the claim script tells the two apart by it.
+const recordMark = "\x00claims:"
+
+// newRecord names the in-flight record of one claim, unique to this store.
 func (s *Store) newRecord() string {
 	return s.recordPrefix + strconv.FormatUint(s.records.Add(1), 36)
 }
@@ -129,7 +132,7 @@ type Signal struct {
 // MaxTypes), so an untyped signal costs one ZSCORE here instead of a round trip from Go. Interrupted devices
 // are in the alarms set; making their entry due now (XX LT: only existing entries, only earlier) lets the
 // scanner emit ` + "`recovered`" + ` within one wake-up without a per-device lookup here.
-var refreshScript = redis.NewScript(`
+var refreshScript = newScript(`
 local zargs, pargs = {}, {}
 local now = ARGV[1]
 local timeouts
@@ -140,15 +143,15 @@ for i = 3, #ARGV, 4 do
     t = 0
     local cur = redis.call('ZSCORE', KEYS[base+1], m)
     if cur then
-      t = tonumber(cur) % 1024
+      t = tonumber(cur) % ${MaxTypes}
     else
       local st = redis.call('HGET', KEYS[base+3], m)
       -- A full state holds the type second; a claim's bare deadline score holds it in its low bits.
-      if st then t = tonumber(string.match(st, '^%d+:(%d+):') or (tonumber(st) % 1024)) or 0 end
+      if st then t = tonumber(string.match(st, ${stateTypePattern}) or (tonumber(st) % ${MaxTypes})) or 0 end
     end
     if not timeouts then
       timeouts = {}
-      for v in string.gmatch(ARGV[2], '[^,]+') do timeouts[#timeouts+1] = tonumber(v) end
+      for v in string.gmatch(ARGV[2], ${listItem}) do timeouts[#timeouts+1] = tonumber(v) end
     end
     dl = dl + (timeouts[t+1] or timeouts[1])
   end
@@ -157,7 +160,7 @@ for i = 3, #ARGV, 4 do
     z, p = {}, {}
     zargs[k], pargs[k] = z, p
   end
-  z[#z+1] = string.format('%.0f', dl * 1024 + t)
+  z[#z+1] = string.format('%.0f', dl * ${MaxTypes} + t)
   z[#z+1] = m
   p[#p+1] = now
   p[#p+1] = m

@@ -25,15 +25,15 @@ const DefaultType = "default"
 // KEYS[1] type registry hash
 // ARGV[1] type name
 // Reply: the index, or -1 when the registry is full.
-var registerTypeScript = redis.NewScript(`
+var registerTypeScript = newScript(`
 local i = redis.call('HGET', KEYS[1], ARGV[1])
 if i then return tonumber(i) end
 local n = redis.call('HLEN', KEYS[1])
-if n == 0 and ARGV[1] ~= 'default' then
-  redis.call('HSET', KEYS[1], 'default', 0)
+if n == 0 and ARGV[1] ~= ${DefaultType} then
+  redis.call('HSET', KEYS[1], ${DefaultType}, 0)
   n = 1
 end
-if n >= 1024 then return -1 end
+if n >= ${MaxTypes} then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], n)
 return n
 `)
@@ -166,7 +166,7 @@ func (t typeTable) render(format func(time.Duration) string) string {
 	var b strings.Builder
 	for i, v := range t {
 		if i > 0 {
-			b.WriteByte(',')
+			b.WriteString(listSep)
 		}
 		b.WriteString(format(v))
 	}
