@@ -17,6 +17,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
 
 // The detection scenarios (lateness, expiry, recovered) run heartbeatd's detection path as the daemon
@@ -50,7 +51,7 @@ type detectRig struct {
 	store    *deadline.Store
 	sink     *eventrec.Recorder
 	policies *config.Policies
-	pub      *event.Publisher
+	pub      *kafka.Publisher
 	kafka    *kafkaBroker
 }
 
@@ -72,7 +73,7 @@ func newDetectRig(e *env, expected int) (*detectRig, error) {
 	if r.kafka, err = startKafka(12, eventsTopic); err != nil {
 		return nil, err
 	}
-	if r.pub, err = event.NewPublisher(event.PublisherOptions{Brokers: r.kafka.addrs, Topic: eventsTopic}); err != nil {
+	if r.pub, err = kafka.NewPublisher(kafka.PublisherOptions{Brokers: r.kafka.addrs, Topic: eventsTopic}); err != nil {
 		r.kafka.stop()
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
 
 const eventsTopic = "heartbeat.events"
@@ -124,7 +125,7 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	require.NoError(t, err)
 	require.NoError(t, store.Load(context.Background(), f.policies.Load().Names()...))
 	f.store = store
-	pub, err := event.NewPublisher(event.PublisherOptions{Brokers: kafka.Addrs, Topic: eventsTopic, Logger: zaptest.NewLogger(t)})
+	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: kafka.Addrs, Topic: eventsTopic, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	f.sink = &recorder{next: pub}

@@ -21,6 +21,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
 
 // The benchmarks below run heartbeatd's detection path as the daemon wires it — a scanner over every slot
@@ -90,7 +91,7 @@ func newRig(b *testing.B, expected int) *rig {
 	repeat := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.RepeatEvery }
 	r.store, err = deadline.New(r.rdb, deadline.Options{Slots: config.DefaultSlots, Timeout: timeout, RepeatEvery: repeat})
 	require.NoError(b, err)
-	pub, err := event.NewPublisher(event.PublisherOptions{Brokers: kafka.Addrs, Topic: benchTopic})
+	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: kafka.Addrs, Topic: benchTopic})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = pub.Close() })
 	r.sink = eventrec.New(pub, expected)

@@ -22,7 +22,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
-	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
@@ -100,7 +100,7 @@ type daemon struct {
 
 	rdb       redis.UniversalClient
 	store     *deadline.Store
-	publisher *event.Publisher
+	publisher *kafka.Publisher
 	silences  *alarm.Silences
 	metrics   *alarm.Metrics
 	ownership *deadline.Ownership
@@ -144,7 +144,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	if err != nil {
 		return fail(fmt.Errorf("events.kafka.sasl: %w", err))
 	}
-	d.publisher, err = event.NewPublisher(event.PublisherOptions{Brokers: cfg.Events.Kafka.Brokers, Topic: cfg.Events.Kafka.Topic,
+	d.publisher, err = kafka.NewPublisher(kafka.PublisherOptions{Brokers: cfg.Events.Kafka.Brokers, Topic: cfg.Events.Kafka.Topic,
 		DeadLetterTopic: cfg.Events.Kafka.DeadletterTopic, TLS: eventsTLS, SASL: eventsSASL, Logger: log})
 	if err != nil {
 		return fail(err)

@@ -1,7 +1,7 @@
-// Package event holds what heartbeatd publishes (the alarm events of SPEC §5 and the dead letters of bad
-// input) and the Kafka publisher that carries them. Consumers written in Go import this package to decode
-// the events; heartbeatd's alarm and ingest packages depend only on the Sink interfaces so their tests can
-// use fakes.
+// Package event holds what heartbeatd publishes: the alarm events of SPEC §5 and the dead letters of bad
+// input. Consumers written in Go import this package to decode the events; it links no Kafka client (the
+// publisher is pkg/event/kafka). heartbeatd's alarm and ingest packages depend only on the Sink interfaces
+// so their tests can use fakes.
 package event
 
 import (

@@ -16,6 +16,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
@@ -199,7 +200,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 // dead-letter topic.
 func TestKafkaDeadLettersThroughPublisher(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalTopic, "heartbeat.events", "heartbeat.deadletter"}, Partitions: 1})
-	pub, err := event.NewPublisher(event.PublisherOptions{Brokers: k.Addrs, Topic: "heartbeat.events", DeadLetterTopic: "heartbeat.deadletter"})
+	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: k.Addrs, Topic: "heartbeat.events", DeadLetterTopic: "heartbeat.deadletter"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 

@@ -1,4 +1,9 @@
-package event
+// Package kafka publishes heartbeatd's events and dead letters (pkg/event) to Kafka through kafka-go.
+//
+// It is apart from pkg/event so that a consumer importing pkg/event to decode events does not link a
+// Kafka client and a logger. The alarm and ingest packages depend only on event.Sink and
+// event.DeadLetterSink; the daemon wires a Publisher in.
+package kafka
 
 import (
 	"context"
@@ -11,19 +16,9 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
-
-// Sink is where the alarm loop sends events. Publish is synchronous and returns one error per event,
-// aligned with the input, nil where the event was acknowledged by all in-sync replicas: only those may be
-// acknowledged in Redis (DESIGN "Publish then acknowledge").
-type Sink interface {
-	Publish(ctx context.Context, events []Event) []error
-}
-
-// DeadLetterSink is where ingest sends bad input.
-type DeadLetterSink interface {
-	PublishDeadLetter(ctx context.Context, d DeadLetter) error
-}
 
 // PublisherOptions configures a Publisher (config: events.kafka).
 type PublisherOptions struct {
@@ -31,7 +26,7 @@ type PublisherOptions struct {
 	Topic           string // events; required
 	DeadLetterTopic string // dead letters; PublishDeadLetter fails when empty
 	TLS             *tls.Config
-	SASL            sasl.Mechanism // see SASLMechanism
+	SASL            sasl.Mechanism // see event.SASLMechanism
 	// BatchTimeout is how long the writer waits for a partition's batch to fill. kafka-go waits the whole
 	// of it whenever a batch does not fill, which is nearly every synchronous publish, so it is pure added
 	// latency; a Publish adds all its messages at once and needs no waiting to batch them. Default 10µs:
@@ -54,8 +49,8 @@ type Publisher struct {
 }
 
 var (
-	_ Sink           = (*Publisher)(nil)
-	_ DeadLetterSink = (*Publisher)(nil)
+	_ event.Sink           = (*Publisher)(nil)
+	_ event.DeadLetterSink = (*Publisher)(nil)
 )
 
 // NewPublisher builds a publisher. It does not connect: Ready tells whether the brokers answer.
@@ -132,7 +127,7 @@ func newTransport(opts PublisherOptions) *kafka.Transport {
 // until they are acknowledged or the write timeout passes. The result is aligned with events: nil where
 // the event was delivered. An event reported failed may still arrive later (a cancelled write is not
 // recalled); that is the at-least-once duplicate the event id lets consumers drop.
-func (p *Publisher) Publish(ctx context.Context, events []Event) []error {
+func (p *Publisher) Publish(ctx context.Context, events []event.Event) []error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -159,13 +154,13 @@ func (p *Publisher) Publish(ctx context.Context, events []Event) []error {
 }
 
 // PublishDeadLetter writes one dead letter to the dead-letter topic.
-func (p *Publisher) PublishDeadLetter(ctx context.Context, d DeadLetter) error {
-	return p.PublishDeadLetters(ctx, []DeadLetter{d})[0]
+func (p *Publisher) PublishDeadLetter(ctx context.Context, d event.DeadLetter) error {
+	return p.PublishDeadLetters(ctx, []event.DeadLetter{d})[0]
 }
 
 // PublishDeadLetters writes dead letters in one round trip; the result is aligned with the input. The
 // message key is the input's own key when it had one (a device's bad input stays together), else none.
-func (p *Publisher) PublishDeadLetters(ctx context.Context, ds []DeadLetter) []error {
+func (p *Publisher) PublishDeadLetters(ctx context.Context, ds []event.DeadLetter) []error {
 	if len(ds) == 0 {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package event_test
+package kafka_test
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
 
 const (
@@ -45,7 +46,7 @@ func startKafka(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	return c
 }
 
-func newPublisher(tb testing.TB, opts event.PublisherOptions) *event.Publisher {
+func newPublisher(tb testing.TB, opts kafka.PublisherOptions) *kafka.Publisher {
 	tb.Helper()
 	if opts.Topic == "" {
 		opts.Topic = eventsTopic
@@ -58,7 +59,7 @@ func newPublisher(tb testing.TB, opts event.PublisherOptions) *event.Publisher {
 			opts.Logger = zaptest.NewLogger(t)
 		}
 	}
-	p, err := event.NewPublisher(opts)
+	p, err := kafka.NewPublisher(opts)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, p.Close()) })
 	return p
@@ -106,7 +107,7 @@ func requireAllNil(tb testing.TB, errs []error) {
 
 func TestPublishRoundTrip(t *testing.T) {
 	c := startKafka(t, kfake.SeedTopics(partitions, "kgo.compare"))
-	p := newPublisher(t, event.PublisherOptions{Brokers: c.ListenAddrs()})
+	p := newPublisher(t, kafka.PublisherOptions{Brokers: c.ListenAddrs()})
 	require.NoError(t, p.Ready(context.Background()))
 
 	const n, devices = 500, 50
@@ -161,7 +162,7 @@ func uniq(m map[string]int32) map[int32]bool {
 
 func TestPublishEmptyAndInvalid(t *testing.T) {
 	c := startKafka(t)
-	p := newPublisher(t, event.PublisherOptions{Brokers: c.ListenAddrs()})
+	p := newPublisher(t, kafka.PublisherOptions{Brokers: c.ListenAddrs()})
 	require.Empty(t, p.Publish(context.Background(), nil))
 
 	good := event.New(event.Interrupted, "dev-1", "", time.UnixMilli(1000), time.UnixMilli(0), time.UnixMilli(1001), 0)
@@ -177,7 +178,7 @@ func TestPublishBrokerDownThenBack(t *testing.T) {
 	addrs := c.ListenAddrs()
 	_, port, err := net.SplitHostPort(addrs[0])
 	require.NoError(t, err)
-	p := newPublisher(t, event.PublisherOptions{Brokers: addrs, WriteTimeout: time.Second})
+	p := newPublisher(t, kafka.PublisherOptions{Brokers: addrs, WriteTimeout: time.Second})
 	events := makeEvents(20, 5, time.Now())
 	requireAllNil(t, p.Publish(context.Background(), events))
 
@@ -208,19 +209,19 @@ func TestPublishBrokerDownThenBack(t *testing.T) {
 
 func TestPublishUnknownTopic(t *testing.T) {
 	c := startKafka(t)
-	p := newPublisher(t, event.PublisherOptions{Brokers: c.ListenAddrs(), Topic: "no.such.topic", WriteTimeout: time.Second})
+	p := newPublisher(t, kafka.PublisherOptions{Brokers: c.ListenAddrs(), Topic: "no.such.topic", WriteTimeout: time.Second})
 	require.ErrorContains(t, p.Ready(context.Background()), "no.such.topic")
 	for _, err := range p.Publish(context.Background(), makeEvents(3, 3, time.Now())) {
 		require.Error(t, err)
 	}
 
-	p2 := newPublisher(t, event.PublisherOptions{Brokers: c.ListenAddrs(), DeadLetterTopic: "no.such.dlq"})
+	p2 := newPublisher(t, kafka.PublisherOptions{Brokers: c.ListenAddrs(), DeadLetterTopic: "no.such.dlq"})
 	require.ErrorContains(t, p2.Ready(context.Background()), "no.such.dlq", "a missing dead-letter topic is not ready either")
 }
 
 func TestPublishAfterClose(t *testing.T) {
 	c := startKafka(t)
-	p, err := event.NewPublisher(event.PublisherOptions{Brokers: c.ListenAddrs(), Topic: eventsTopic})
+	p, err := kafka.NewPublisher(kafka.PublisherOptions{Brokers: c.ListenAddrs(), Topic: eventsTopic})
 	require.NoError(t, err)
 	require.NoError(t, p.Close())
 	for _, err := range p.Publish(context.Background(), makeEvents(2, 2, time.Now())) {
@@ -229,15 +230,15 @@ func TestPublishAfterClose(t *testing.T) {
 }
 
 func TestNewPublisherValidates(t *testing.T) {
-	_, err := event.NewPublisher(event.PublisherOptions{Topic: "t"})
+	_, err := kafka.NewPublisher(kafka.PublisherOptions{Topic: "t"})
 	require.ErrorContains(t, err, "broker")
-	_, err = event.NewPublisher(event.PublisherOptions{Brokers: []string{"127.0.0.1:1"}})
+	_, err = kafka.NewPublisher(kafka.PublisherOptions{Brokers: []string{"127.0.0.1:1"}})
 	require.ErrorContains(t, err, "topic")
 }
 
 func TestDeadLetterRoundTrip(t *testing.T) {
 	c := startKafka(t)
-	p := newPublisher(t, event.PublisherOptions{Brokers: c.ListenAddrs()})
+	p := newPublisher(t, kafka.PublisherOptions{Brokers: c.ListenAddrs()})
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
 
 	withKey := event.NewDeadLetter("bad_json", event.SourceKafka, "device-signals", []byte("{not json"), at)
@@ -259,7 +260,7 @@ func TestDeadLetterRoundTrip(t *testing.T) {
 }
 
 func TestDeadLetterTopicUnset(t *testing.T) {
-	p, err := event.NewPublisher(event.PublisherOptions{Brokers: []string{"127.0.0.1:1"}, Topic: eventsTopic})
+	p, err := kafka.NewPublisher(kafka.PublisherOptions{Brokers: []string{"127.0.0.1:1"}, Topic: eventsTopic})
 	require.NoError(t, err)
 	defer p.Close()
 	require.ErrorContains(t, p.PublishDeadLetter(context.Background(), event.DeadLetter{}), "no dead-letter topic")
@@ -281,7 +282,7 @@ func TestPublishTLSAndSASL(t *testing.T) {
 			c := startKafka(t, kfake.TLS(serverTLS), kfake.EnableSASL(), kfake.Superuser(mech.kafka, user, pass))
 			m, err := event.SASLMechanism(mech.config, user, pass)
 			require.NoError(t, err)
-			p := newPublisher(t, event.PublisherOptions{Brokers: c.ListenAddrs(), TLS: clientTLS.Clone(), SASL: m})
+			p := newPublisher(t, kafka.PublisherOptions{Brokers: c.ListenAddrs(), TLS: clientTLS.Clone(), SASL: m})
 			require.NoError(t, p.Ready(context.Background()))
 			events := makeEvents(10, 10, time.Now())
 			requireAllNil(t, p.Publish(context.Background(), events))
@@ -290,10 +291,10 @@ func TestPublishTLSAndSASL(t *testing.T) {
 
 			bad, err := event.SASLMechanism(mech.config, user, "wrong")
 			require.NoError(t, err)
-			pBad := newPublisher(t, event.PublisherOptions{Brokers: c.ListenAddrs(), TLS: clientTLS.Clone(), SASL: bad, WriteTimeout: time.Second})
+			pBad := newPublisher(t, kafka.PublisherOptions{Brokers: c.ListenAddrs(), TLS: clientTLS.Clone(), SASL: bad, WriteTimeout: time.Second})
 			require.Error(t, pBad.Ready(context.Background()), "a wrong password is not ready")
 
-			noTLS := newPublisher(t, event.PublisherOptions{Brokers: c.ListenAddrs(), SASL: m, WriteTimeout: time.Second})
+			noTLS := newPublisher(t, kafka.PublisherOptions{Brokers: c.ListenAddrs(), SASL: m, WriteTimeout: time.Second})
 			require.Error(t, noTLS.Ready(context.Background()), "plaintext against a TLS listener is not ready")
 		})
 	}
