@@ -43,11 +43,10 @@ type Ack struct {
 // act (ms, or a dormant score: see DormantAfter), state
 // Reply: per op 1 when applied, 0 when the incident was gone or replaced.
 //
-// It reads every state and deadline with one HMGET and one ZMSCORE, decides in Lua, and writes with one
-// command per kind: a redis.call costs more than the work it does for one device (measured with INFO
-// commandstats: a per-device HGET/HSET/ZSCORE/ZADD script took ≈ 10 µs of Redis time per ack). A device
-// appears at most once per call (Acknowledge starts another call for a second ack of the same device,
-// and calls run in order), so the script needs no per-device tables: keeping them took a fifth of its time.
+// It reads every state and deadline with one HMGET and one ZMSCORE and writes with one command per kind:
+// a redis.call costs more than the work it does for one device. A device appears at most once per call
+// (Settle starts another call for a second ack of the same device, and calls run in order), so the
+// script keeps no per-device tables.
 var ackScript = newScript(`
 local now = tonumber(ARGV[1])
 local ms = {}
@@ -62,7 +61,7 @@ local find, byte, floor = string.find, string.byte, math.floor
 for j = 1, #ms do
   local i = 3 + (j - 1) * 5
   local m, dl, c = ms[j], ARGV[i+2], stored[j]
-  -- The incident is the one claimed when its state starts with the claimed deadline and a colon, or,
+  -- The incident is the one claimed when its state starts with the claimed deadline and stateSep, or,
   -- as a claim committed it, is the bare deadline score (see DecodeState).
   local bare = c and not find(c, ${stateSep}, 1, true)
   if not (c and ((not bare and find(c, dl, 1, true) == 1 and byte(c, #dl + 1) == ${stateSepByte}) or
@@ -120,8 +119,8 @@ return out
 // Redis for its whole length.
 const maxAcksPerCall = 1000
 
-// Record is the in-flight record of the committed claims (see Commit in claim.go) of one slot in one
-// claim; Claim.Record names it.
+// Record is an in-flight record (doc.go): the committed claims of one slot in one claim call.
+// Claim.Record names it.
 type Record struct {
 	Slot int
 	Name string
@@ -147,11 +146,10 @@ func (s *Store) Acknowledge(ctx context.Context, acks []Ack) (applied []bool, er
 	return s.Settle(ctx, acks, nil)
 }
 
-// Settle finishes a wake-up: it applies acks as Acknowledge does, then releases records, the in-flight
-// records of the committed claims, which need no ack of their own. A slot's acks and releases go in one
-// script call, so a record is never released before the acks of claims it leases; a slot with releases
-// only costs two plain commands. A record whose lease ran out was handed out again: releasing it is a
-// no-op, and so is, guarded, an ack of a claim the new holder has acted on.
+// Settle finishes a wake-up (doc.go): it applies acks as Acknowledge does, then releases records. A
+// slot's acks and releases go in one script call, so a record is never released before the acks of the
+// claims it leases; a slot with releases only costs two plain commands. Releasing a record whose lease
+// ran out (it was handed out again) is a no-op, and so is, guarded, an ack the new holder overtook.
 func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (applied []bool, err error) {
 	if len(acks) == 0 && len(records) == 0 {
 		return nil, nil

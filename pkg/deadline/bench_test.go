@@ -67,18 +67,16 @@ func benchRefresh(b *testing.B, rdb redis.UniversalClient) {
 	require.NoError(b, store.Load(ctx, benchTypes...))
 	// Last signals spread over the past minute, as a live fleet's are: one instant for the whole fleet
 	// leaves each slot with three distinct scores, and Redis orders equal scores by member name, so every
-	// skip-list step then compares device names (measured: 0.65× against 1.2–1.3× on the same host).
+	// skip-list step would compare device names.
 	preload(b, store, n, time.Now(), time.Minute)
 	// Every device of the fleet once per pass, each pass a permutation of it: a small set of devices
-	// cycled over and over would keep Redis's working set in the CPU cache (measured: 1.36× the baseline
-	// with 16k distinct devices against 0.9× with the whole fleet). Two orders of arrival:
+	// cycled over and over would keep Redis's working set in the CPU cache. Two orders of arrival:
 	//   - periodic: every pass in the same order, as devices that signal at a fixed period and phase do;
 	//     each signal moves the member with about the earliest deadline of its type, near the head of the
 	//     slot's skip list, which stays in the CPU cache;
 	//   - random: each pass in another order than the last (two permutations alternately), as devices
-	//     that signal at random moments do; each signal moves a member from anywhere in the skip list.
-	// Measured (docs/benchmarks.md, session 6): Redis spends 2.56 µs per signal in the random order's
-	// ZADDs against 1.07 µs in the periodic order's.
+	//     that signal at random moments do; each signal moves a member from anywhere in the skip list,
+	//     which costs Redis more (docs/benchmarks.md, "What limits it").
 	batchesOf := func(order []int) [][]deadline.Signal {
 		out := make([][]deadline.Signal, max(n/256, 1))
 		for i := range out {
@@ -138,13 +136,13 @@ func withSeen(dst, batch []deadline.Signal, seen time.Time, typed bool) []deadli
 }
 
 // benchRefreshBatches refreshes batches in turn, 4 in flight as ingest sends them (ingest.max_in_flight's
-// default; measured: 8 gave the same rate), and reports the rate beside redis-benchmark's.
+// default), and reports the rate beside redis-benchmark's.
 func benchRefreshBatches(b *testing.B, store *deadline.Store, rdb redis.UniversalClient, batches [][]deadline.Signal, next *atomic.Int64, typed bool, n int) {
 	ctx := context.Background()
 	// RunParallel starts parallelism × GOMAXPROCS goroutines.
 	b.SetParallelism(max(1, 4/runtime.GOMAXPROCS(0)))
-	// The baseline runs right before and right after, and the ratio uses their mean: on a shared
-	// machine whose speed drifts, one baseline a minute away measured a different machine.
+	// The baseline runs right before and right after, and the ratio uses their mean: a shared machine's
+	// speed drifts within a minute.
 	b.StopTimer()
 	before := redisBenchmarkZaddGT(b, rdb, n)
 	b.StartTimer()

@@ -202,7 +202,7 @@ func TestExpiredRecordRedeliversTheClaimsStillCommitted(t *testing.T) {
 }
 
 // Dormant incidents (no repeats here) are scored DormantAfter + the time they went dormant, and an
-// entry an older version scored +inf reads the same: neither is ever due nor shown as a next act.
+// entry scored +inf reads the same: neither is ever due nor shown as a next act.
 func TestDormantEntriesAreNeverDue(t *testing.T) {
 	eachBackend(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()

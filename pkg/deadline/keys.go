@@ -1,8 +1,3 @@
-// Package deadline is the Redis side of heartbeatd: it stores every device's deadline in per-slot sorted
-// sets, claims the devices whose deadline passed, and acknowledges what the alarm loop did with them.
-//
-// It knows nothing of MQTT, Kafka or policies: it stores and claims. Policy lives in pkg/alarm and
-// pkg/config.
 package deadline
 
 import (
@@ -29,36 +24,33 @@ func (k Keyspace) slotKey(slot int, name string) string {
 	return k.prefix + ":{" + strconv.Itoa(slot) + "}:" + name
 }
 
-// Deadlines is the ZSET device → deadline_ms×1024 + type index of every online device in slot.
+// Deadlines is the ZSET device → deadline_ms×MaxTypes + type index of every online device in slot.
 func (k Keyspace) Deadlines(slot int) string { return k.slotKey(slot, "deadlines") }
 
-// Alarms is the ZSET device → next act time (ms) of interrupted devices; also the lease of a claim.
+// Alarms is the ZSET device → next act time (ms) of slot's incidents; also the lease of a claim and of
+// an in-flight record.
 func (k Keyspace) Alarms(slot int) string { return k.slotKey(slot, "alarms") }
 
-// DormantAfter: an alarm entry scored at or above it is dormant (acknowledged, exhausted, no repeats):
-// never due, it waits for the device's recovery. A dormant entry is scored DormantAfter + the time it
-// went dormant (ms), not +inf: Redis orders members of equal score by name, so a set of 15k +inf entries
-// made every insertion compare device names along the skip list (measured at 1M incidents: ≈ 6 µs per
-// ZADD against ≈ 2 µs for scores that grow with time, docs/benchmarks.md session 5). 1e15 ms is beyond
-// the year 30,000 and leaves every score exact in a float64. Older +inf entries read as dormant too.
+// DormantAfter: an alarm entry scored at or above it is dormant, never due. A dormant entry is scored
+// DormantAfter + the time it went dormant (ms), not +inf: Redis orders equal scores by member name, which
+// makes every insertion among many +inf entries compare device names. 1e15 ms is beyond the year 30,000
+// and keeps every score exact in a float64; +inf entries still read as dormant.
 const DormantAfter = 1_000_000_000_000_000
 
 // dormantScore is the alarm score of an incident going dormant at now (ms).
 func dormantScore(now int64) string { return strconv.FormatInt(DormantAfter+now, 10) }
 
-// InFlight is the HASH record → packed claims of the in-flight records of slot's committed claims; each
-// record's lease is its member in the slot's alarms set (see Commit in claim.go).
+// InFlight is the HASH record → packed committed claims of slot's in-flight records (doc.go); each
+// record's lease is its member in the slot's alarms set.
 func (k Keyspace) InFlight(slot int) string { return k.slotKey(slot, "inflight") }
 
 // State is the HASH device → encoded State of an interrupted device, plus StateGuardField.
 func (k Keyspace) State(slot int) string { return k.slotKey(slot, "state") }
 
 // StateGuardField is a field the claim and ack scripts keep in every state hash, with a value longer than
-// any hash-max-listpack-value, so Redis stores the hash as a hashtable and never as a listpack. Redis
-// keeps hashes of up to 512 fields as a listpack by default, where every field lookup is a linear scan:
-// measured here, one HMGET of 256 devices on a 256-field listpack took 610 µs against 7.5 µs on a
-// hashtable, and listpack lookups were 40% of the claim script's Redis time. A control character cannot
-// be part of a device id (SPEC §4), so the field never collides with a device.
+// any hash-max-listpack-value, so Redis keeps the hash a hashtable: a listpack (the default up to 512
+// fields) looks every field up by a linear scan. A control character cannot be part of a device id
+// (SPEC §4), so the field never collides with a device.
 const StateGuardField = "\x00hashtable"
 
 // stateGuardValue is StateGuardField's value: longer than hash-max-listpack-value (64 by default) even

@@ -39,8 +39,8 @@ type Options struct {
 	// Timeout returns the silence timeout of a device type (its policy lives outside this package). It is
 	// asked on every refresh, so a reloaded policy applies from each device's next signal. Required.
 	Timeout func(typeName string) time.Duration
-	// RepeatEvery returns the repeat interval of a device type (≤ 0: none). A claim commits each fresh
-	// incident with its next act one interval away (see Commit); nil commits them without repeats, and
+	// RepeatEvery returns the repeat interval of a device type (≤ 0: none). A claim commits each plain
+	// fresh incident with its next act one interval away (doc.go); nil commits them without repeats, and
 	// the alarm loop then acknowledges every claim of a type that has repeats itself.
 	RepeatEvery func(typeName string) time.Duration
 }
@@ -119,7 +119,7 @@ type Signal struct {
 // refreshScript moves the deadlines of devices forward in one call and probes for recovery.
 //
 // KEYS: triples deadlines, alarms, state — one per slot in the call (one slot on Redis Cluster, every
-// slot of the batch on a standalone server, where a single call per batch is measured several times faster)
+// slot of the batch on a standalone server, where one call per batch saves a call per slot)
 // ARGV[1] now (ms)
 // ARGV[2] timeout (ms) per type index, comma-separated ("" when every signal names its type)
 // then quads: key triple number (1-based), device, ms, type index. With a type index ms is the deadline;
@@ -127,8 +127,8 @@ type Signal struct {
 // (default when none).
 // Reply: the number of devices whose alarm entry was made due now (recovery candidates).
 //
-// One ZADD GT per slot carries every member (measured: faster than single ZADDs), so deadlines only move
-// forward: out-of-order and replayed signals are harmless. The type is recorded in the score (see
+// One ZADD GT per slot carries every member, so deadlines only move forward: out-of-order and replayed
+// signals are harmless. The type is recorded in the score (see
 // MaxTypes), so an untyped signal costs one ZSCORE here instead of a round trip from Go. Interrupted devices
 // are in the alarms set; making their entry due now (XX LT: only existing entries, only earlier) lets the
 // scanner emit ` + "`recovered`" + ` within one wake-up without a per-device lookup here.
@@ -179,8 +179,7 @@ return probed
 // messages. A device appearing twice keeps its latest deadline.
 //
 // Signals that name their type are written with plain pipelined commands, one ZADD GT per slot into the
-// deadlines, because the Lua interpreter costs more than the writes themselves (measured: ≈2× the
-// throughput). The recovery probe (ZADD XX LT CH into the alarms) is needed only for a device that was
+// deadlines, because the Lua interpreter costs more than the writes themselves. The recovery probe (ZADD XX LT CH into the alarms) is needed only for a device that was
 // not in the deadlines set — an interrupted device, which its claim took out of it — so it is sent, in a
 // second round trip, only for the slots whose ZADD reports an added member (a recovering or a new device).
 // A device already in the deadlines set cannot be waiting for its recovery to be noticed: its alarm entry,
@@ -315,7 +314,7 @@ func (s *Store) probe(ctx context.Context, pipe redis.Pipeliner, slot int, now i
 
 // recordedTypes reads, with one ZMSCORE per slot, the type recorded in the scores of the devices whose
 // signals name no type (index in the batch → type index). Plain reads and writes beat the script, whose
-// interpreter costs more than the commands it runs (measured: ≈2×); devices not in the deadlines set
+// interpreter costs more than the commands it runs; devices not in the deadlines set
 // (new, or interrupted with their type in the incident) are left to the script. Another replica changing
 // a device's type between this read and the write is the one race: the write then keeps the older type
 // once, and the device's next typed signal records the new one.

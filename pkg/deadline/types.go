@@ -12,9 +12,9 @@ import (
 )
 
 // MaxTypes is how many type names fit in the 10 bits folded into each deadline score
-// (score = deadline_ms × 1024 + type index; exact in a float64 until the year 2248). Folding the type into
-// the score keeps a refresh a single ZADD and costs no memory per device (measured: a HASH field per device
-// would add ≈ 88 B to the ZSET's ≈ 110 B).
+// (score = deadline_ms × MaxTypes + type index; exact in a float64 until the year 2248). Folding the type
+// into the score keeps a refresh a single ZADD and costs no memory per device, where a hash field per
+// device would (docs/benchmarks.md). The scripts read it from here (scripts.go).
 const MaxTypes = 1024
 
 // DefaultType always has index 0, so a device whose type was never recorded resolves to it.
