@@ -66,13 +66,16 @@ type Kafka struct {
 // StartKafka starts a kfake cluster with the topics, closed by tb.Cleanup.
 func StartKafka(tb testing.TB, opts ...KafkaOptions) *Kafka {
 	tb.Helper()
-	return start(tb, func(dir string) (*Kafka, error) { return launchKafka(dir, first(opts)) })
+	return start(tb, launchKafka, opts)
 }
 
 // LaunchKafka is StartKafka without a test: the cluster logs to a temporary directory until Close.
-func LaunchKafka(opts ...KafkaOptions) (*Kafka, error) { return launchKafka("", first(opts)) }
+func LaunchKafka(opts ...KafkaOptions) (*Kafka, error) {
+	return launchKafka(context.Background(), "", first(opts))
+}
 
-func launchKafka(dir string, opts KafkaOptions) (*Kafka, error) {
+// launchKafka takes a context like the other launchers; kfake starts at once, in process.
+func launchKafka(_ context.Context, dir string, opts KafkaOptions) (*Kafka, error) {
 	k := &Kafka{opts: opts}
 	if k.opts.Partitions <= 0 {
 		k.opts.Partitions = 3

@@ -50,9 +50,7 @@ type Mosquitto struct {
 // waits until it accepts an MQTT connection on each listener. tb.Cleanup kills it.
 func StartMosquitto(tb testing.TB, opts ...MosquittoOptions) *Mosquitto {
 	tb.Helper()
-	return start(tb, func(dir string) (*Mosquitto, error) {
-		return launchMosquitto(context.Background(), dir, first(opts))
-	})
+	return start(tb, launchMosquitto, opts)
 }
 
 // LaunchMosquitto is StartMosquitto without a test: the server runs in a temporary directory until Close.
@@ -80,12 +78,12 @@ func launchMosquitto(ctx context.Context, dir string, opts MosquittoOptions) (*M
 	m.args = []string{"-c", m.confPath}
 	return m, m.firstLaunch(ctx, func() error {
 		if m.port, err = freePort(); err != nil {
-			return fmt.Errorf("testenv: find a free port: %w", err)
+			return err
 		}
 		m.Addr = "tcp://127.0.0.1:" + strconv.Itoa(m.port)
 		if m.opts.TLS != nil {
 			if m.tlsPort, err = freePort(); err != nil {
-				return fmt.Errorf("testenv: find a free port: %w", err)
+				return err
 			}
 			m.TLSAddr = "ssl://127.0.0.1:" + strconv.Itoa(m.tlsPort)
 		}

@@ -36,7 +36,7 @@ type Redis struct {
 // PING. tb.Cleanup kills it. Each call is a fresh, empty server: no flushing between tests is needed.
 func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
 	tb.Helper()
-	return start(tb, func(dir string) (*Redis, error) { return launchRedis(context.Background(), dir, first(opts)) })
+	return start(tb, launchRedis, opts)
 }
 
 // LaunchRedis is StartRedis without a test: the server runs in a temporary directory until Close.
@@ -56,12 +56,10 @@ func launchRedis(ctx context.Context, dir string, opts RedisOptions) (*Redis, er
 	r := &Redis{opts: opts, server: newServer("redis-server", path, dir, own, "redis.log")}
 	r.probe = r.ping
 	return r, r.firstLaunch(ctx, func() error {
-		port, err := freePort()
-		if err != nil {
-			return fmt.Errorf("testenv: find a free port: %w", err)
+		if r.port, err = freePort(); err != nil {
+			return err
 		}
-		r.port = port
-		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
 		r.args = r.arguments()
 		return nil
 	})

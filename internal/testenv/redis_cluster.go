@@ -3,16 +3,13 @@ package testenv
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,9 +48,7 @@ type clusterNode struct {
 // RedisBackends instead.
 func StartRedisCluster(tb testing.TB, opts ...RedisClusterOptions) *RedisCluster {
 	tb.Helper()
-	return start(tb, func(dir string) (*RedisCluster, error) {
-		return launchRedisCluster(context.Background(), dir, first(opts))
-	})
+	return start(tb, launchRedisCluster, opts)
 }
 
 // LaunchRedisCluster is StartRedisCluster without a test: the nodes run in a temporary directory until
@@ -106,7 +101,7 @@ func (c *RedisCluster) launch(ctx context.Context, n int, srvPath, cli string) e
 			if node.busPort, err = distinctFreePort(taken); err != nil {
 				return err
 			}
-			node.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(node.port))
+			node.addr = "127.0.0.1:" + strconv.Itoa(node.port)
 			node.args = node.arguments()
 			return nil
 		})
@@ -119,20 +114,6 @@ func (c *RedisCluster) launch(ctx context.Context, n int, srvPath, cli string) e
 		return err
 	}
 	return c.awaitOK(ctx)
-}
-
-func distinctFreePort(taken map[int]bool) (int, error) {
-	for range 20 {
-		p, err := freePort()
-		if err != nil {
-			return 0, err
-		}
-		if !taken[p] {
-			taken[p] = true
-			return p, nil
-		}
-	}
-	return 0, errors.New("testenv: no distinct free port")
 }
 
 func (n *clusterNode) arguments() []string {
@@ -260,7 +241,7 @@ func (c *RedisCluster) LogTail() string {
 func (c *RedisCluster) Close() {
 	var wg sync.WaitGroup
 	for _, n := range c.nodes {
-		wg.Go(func() { n.stop(syscall.SIGKILL) })
+		wg.Go(n.Close)
 	}
 	wg.Wait()
 	if c.ownDir {

@@ -54,19 +54,32 @@ func Need(tb testing.TB, what string, err error) {
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	port, err := freePort()
-	if err != nil {
-		tb.Fatalf("testenv: find a free port: %v", err)
-	}
+	check(tb, err)
 	return port
 }
 
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("testenv: find a free port: %w", err)
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// distinctFreePort is a free port that taken does not hold yet, and adds it to taken.
+func distinctFreePort(taken map[int]bool) (int, error) {
+	for range 20 {
+		p, err := freePort()
+		if err != nil {
+			return 0, err
+		}
+		if !taken[p] {
+			taken[p] = true
+			return p, nil
+		}
+	}
+	return 0, errors.New("testenv: no distinct free port")
 }
 
 // MissingError is a launcher's error when a server binary is not installed: a test skips on it, or fails
@@ -108,11 +121,11 @@ func check(tb testing.TB, err error) {
 	}
 }
 
-// start is every Start function: the server launched in tb.TempDir, closed by tb.Cleanup, and a failed
-// launch ending tb (see check).
-func start[S interface{ Close() }](tb testing.TB, launch func(dir string) (S, error)) S {
+// start is every Start function: launch's server in tb.TempDir, closed by tb.Cleanup, and a failed launch
+// ending tb (see check). launch gets dir "" from the Launch functions: a directory of the server's own.
+func start[O any, S interface{ Close() }](tb testing.TB, launch func(ctx context.Context, dir string, o O) (S, error), opts []O) S {
 	tb.Helper()
-	s, err := launch(tb.TempDir())
+	s, err := launch(context.Background(), tb.TempDir(), first(opts))
 	check(tb, err)
 	// Registered after tb.TempDir's own cleanup, so it runs first: the server stops before its
 	// directory is removed.
