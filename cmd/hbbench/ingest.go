@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,8 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/heartbeatd/heartbeatd/internal/benchrig"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
@@ -74,18 +78,11 @@ func ingestDevices(n int) []string {
 // plainRefreshRate is deadline.Store.Refresh alone on the same Redis and devices: batches of 256 signals,
 // one at a time, as BenchmarkRefresh in pkg/deadline does. The ingest rates are read against it.
 func plainRefreshRate(ctx context.Context, store *deadline.Store, ids []string) (float64, error) {
-	batch := make([]deadline.Signal, 0, 256)
 	start := time.Now()
-	for i, id := range ids {
-		batch = append(batch, deadline.Signal{Device: id, Type: "gateway", Seen: time.Now()})
-		if len(batch) == cap(batch) || i == len(ids)-1 {
-			if err := store.Refresh(ctx, batch); err != nil {
-				return 0, err
-			}
-			batch = batch[:0]
-		}
-	}
-	return float64(len(ids)) / time.Since(start).Seconds(), nil
+	err := benchrig.RefreshBatches(ctx, store, 256, len(ids), func(i int) deadline.Signal {
+		return deadline.Signal{Device: ids[i], Type: "gateway", Seen: time.Now()}
+	})
+	return float64(len(ids)) / time.Since(start).Seconds(), err
 }
 
 // runChain runs a chain on refresher until the returned stop is called.
@@ -141,26 +138,15 @@ func ingestScenario(e *env) error {
 }
 
 func ingestKafka(e *env, store *deadline.Store, ids []string, refresh float64) error {
-	k, err := startKafka(4, signalTopic)
+	k, err := benchrig.Kafka(4, signalTopic)
 	if err != nil {
 		return err
 	}
-	defer k.stop()
-	w := &kafka.Writer{Addr: kafka.TCP(k.addrs...), Topic: signalTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond,
-		BatchSize: 5000, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
-	msgs := make([]kafka.Message, 0, 10_000)
-	ts := time.Now().UnixMilli()
-	for i, id := range ids {
-		msgs = append(msgs, kafka.Message{Key: []byte(id), Value: fmt.Appendf(nil, signalPayload, ts)})
-		if len(msgs) == cap(msgs) || i == len(ids)-1 {
-			if err := w.WriteMessages(e.ctx, msgs...); err != nil {
-				return fmt.Errorf("hbbench: write signal backlog: %w", err)
-			}
-			msgs = msgs[:0]
-		}
+	defer k.Close()
+	if err := writeSignals(e.ctx, k.Addrs, len(ids), func(i int) string { return ids[i] }); err != nil {
+		return err
 	}
-	src, err := ingest.NewKafkaSource(ingest.KafkaOptions{Brokers: k.addrs, Topics: []string{signalTopic}, GroupID: "hbbench"})
+	src, err := ingest.NewKafkaSource(ingest.KafkaOptions{Brokers: k.Addrs, Topics: []string{signalTopic}, GroupID: "hbbench"})
 	if err != nil {
 		return err
 	}
@@ -177,13 +163,14 @@ func ingestKafka(e *env, store *deadline.Store, ids []string, refresh float64) e
 var mqttSubscriptions = []ingest.Subscription{{Topic: "devices/{device_id}/heartbeat"}}
 
 func ingestMQTT(e *env, store *deadline.Store, ids []string, refresh float64) error {
-	broker, err := startMosquitto(e.ctx)
+	// The default queue limit (1000 per client) would silently drop most of a QoS 1 backlog.
+	broker, err := testenv.LaunchMosquitto(e.ctx, testenv.MosquittoOptions{MaxQueued: 10_000_000})
 	if err != nil {
 		return err
 	}
-	defer broker.stop()
-	e.versions["mosquitto"] = broker.version
-	pub, err := mqttConnect(broker.addr, mqtt.NewClientOptions().SetClientID("hbbench-publisher"))
+	defer broker.Close()
+	e.versions["mosquitto"] = mosquittoVersion()
+	pub, err := mqttConnect(broker.Addr, mqtt.NewClientOptions().SetClientID("hbbench-publisher"))
 	if err != nil {
 		return err
 	}
@@ -213,7 +200,7 @@ func ingestMQTT(e *env, store *deadline.Store, ids []string, refresh float64) er
 	}
 
 	// Baseline: a bare paho QoS 1 subscriber (auto-ack, no work) drains the same backlog.
-	if err := primeSession(broker.addr, "plain-subscriber"); err != nil {
+	if err := primeSession(broker.Addr, "plain-subscriber"); err != nil {
 		return err
 	}
 	if err := publishBacklog(); err != nil {
@@ -222,7 +209,7 @@ func ingestMQTT(e *env, store *deadline.Store, ids []string, refresh float64) er
 	var got atomic.Int64
 	plainDone := make(chan struct{})
 	start := time.Now()
-	plain, err := mqttConnect(broker.addr, mqtt.NewClientOptions().SetClientID("plain-subscriber").SetCleanSession(false).
+	plain, err := mqttConnect(broker.Addr, mqtt.NewClientOptions().SetClientID("plain-subscriber").SetCleanSession(false).
 		SetOrderMatters(false).SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) {
 		if got.Add(1) == int64(len(ids)) {
 			close(plainDone)
@@ -243,13 +230,13 @@ func ingestMQTT(e *env, store *deadline.Store, ids []string, refresh float64) er
 	}
 	e.add("ingest", "mqtt plain QoS 1 subscriber", plainRate, "msgs/s", "baseline, same run and broker")
 
-	if err := primeSession(broker.addr, "heartbeatd-hbbench"); err != nil {
+	if err := primeSession(broker.Addr, "heartbeatd-hbbench"); err != nil {
 		return err
 	}
 	if err := publishBacklog(); err != nil {
 		return err
 	}
-	src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: []string{broker.addr}, ClientID: "heartbeatd-hbbench", QoS: 1, Subscriptions: mqttSubscriptions})
+	src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: []string{broker.Addr}, ClientID: "heartbeatd-hbbench", QoS: 1, Subscriptions: mqttSubscriptions})
 	if err != nil {
 		return err
 	}
@@ -286,4 +273,33 @@ func primeSession(broker, clientID string) error {
 		return errors.New("hbbench: mqtt subscribe timed out")
 	}
 	return tok.Error()
+}
+
+// mosquittoVersion is the first line of `mosquitto -h`, which exits non-zero after printing it.
+func mosquittoVersion() string {
+	path, err := testenv.LookPath("mosquitto")
+	if err != nil {
+		return ""
+	}
+	out, _ := exec.Command(path, "-h").Output()
+	line, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(line)
+}
+
+// writeSignals writes a signal for devices id(0) … id(n-1) to the signal topic, 10000 per write.
+func writeSignals(ctx context.Context, brokers []string, n int, id func(i int) string) error {
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: signalTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond,
+		BatchSize: 5000, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	msgs := make([]kafka.Message, 0, 10_000)
+	for i := range n {
+		msgs = append(msgs, kafka.Message{Key: []byte(id(i)), Value: fmt.Appendf(nil, signalPayload, time.Now().UnixMilli())})
+		if len(msgs) == cap(msgs) || i == n-1 {
+			if err := w.WriteMessages(ctx, msgs...); err != nil {
+				return fmt.Errorf("hbbench: write signals: %w", err)
+			}
+			msgs = msgs[:0]
+		}
+	}
+	return nil
 }

@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
 // result is one measured figure.
@@ -62,16 +64,12 @@ type env struct {
 	redis    *redisServer
 	results  []result
 	versions map[string]string
-	cleanups []func()
 }
 
 func (e *env) add(scenario, metric string, value float64, unit, note string) {
 	e.results = append(e.results, result{scenario, metric, value, unit, note})
 	fmt.Fprintf(e.opts.Progress, "  %-10s %-34s %14.2f %-9s %s\n", scenario, metric, value, unit, note)
 }
-
-// cleanup registers f to run when the run ends, in reverse order.
-func (e *env) cleanup(f func()) { e.cleanups = append(e.cleanups, f) }
 
 type scenario struct {
 	name string
@@ -108,12 +106,7 @@ func run(ctx context.Context, opts options) (report, error) {
 		return rep, err
 	}
 	e := &env{ctx: ctx, opts: opts, redis: srv, versions: map[string]string{"redis": srv.version}}
-	defer func() {
-		for i := len(e.cleanups) - 1; i >= 0; i-- {
-			e.cleanups[i]()
-		}
-		srv.stop()
-	}()
+	defer srv.stop()
 	fmt.Fprintf(opts.Progress, "hbbench: %d devices, %s, %d cores, %s\n", opts.Devices, srv.version, runtime.NumCPU(), runtime.Version())
 	var errs []error
 	for _, s := range scenarios {
@@ -182,6 +175,8 @@ func mainCode() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The rss scenario builds the binary when -heartbeatd names none.
+	defer testenv.RemoveHeartbeatdBuild()
 	rep, err := run(ctx, o)
 	printTable(os.Stdout, rep.Results)
 	code := 0

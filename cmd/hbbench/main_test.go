@@ -16,7 +16,7 @@ import (
 // compared with a goal here (a shared machine is too noisy); docs/benchmarks.md holds the measurements.
 func TestScenariosTiny(t *testing.T) {
 	for _, bin := range []string{"redis-server", "redis-benchmark", "mosquitto"} {
-		if _, err := findBinary(bin); err != nil {
+		if _, err := testenv.LookPath(bin); err != nil {
 			testenv.Need(t, bin, err)
 		}
 	}

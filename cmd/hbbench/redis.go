@@ -4,48 +4,30 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
-// redisServer is the redis-server hbbench starts for itself on a free loopback port.
+// redisServer is the redis-server hbbench starts for itself on a free loopback port, with a client whose
+// pool has room for every load worker.
 type redisServer struct {
-	addr    string
+	*testenv.Redis
 	version string
-	proc    *child
 	client  *redis.Client
 }
 
 func startRedis(ctx context.Context) (*redisServer, error) {
-	path, err := findBinary("redis-server")
+	srv, err := testenv.LaunchRedis(ctx)
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "hbbench-redis-")
-	if err != nil {
-		return nil, err
-	}
-	proc, err := startChild("redis-server", path, []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, nil, dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	s := &redisServer{addr: fmt.Sprintf("127.0.0.1:%d", port), proc: proc}
-	s.client = redis.NewClient(&redis.Options{Addr: s.addr, PoolSize: 64})
-	if err := proc.waitReady(ctx, 10*time.Second, func() error { return s.client.Ping(ctx).Err() }); err != nil {
-		s.stop()
-		return nil, err
-	}
+	s := &redisServer{Redis: srv, client: redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})}
 	info, _ := s.client.Info(ctx, "server").Result()
 	if m := regexp.MustCompile(`redis_version:(\S+)`).FindStringSubmatch(info); m != nil {
 		s.version = "Redis " + m[1]
@@ -57,7 +39,7 @@ func (s *redisServer) flush(ctx context.Context) error { return s.client.FlushAl
 
 func (s *redisServer) stop() {
 	s.client.Close()
-	s.proc.stop(10 * time.Second)
+	s.Close()
 }
 
 func (s *redisServer) usedMemory(ctx context.Context) (int64, error) {
@@ -71,25 +53,25 @@ func (s *redisServer) usedMemory(ctx context.Context) (int64, error) {
 			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return 0, fmt.Errorf("no used_memory in INFO")
+	return 0, fmt.Errorf("hbbench: no used_memory in INFO")
 }
 
 // redisBenchmark runs redis-benchmark against the server and returns its requests/s.
 func (s *redisServer) redisBenchmark(ctx context.Context, args ...string) (float64, error) {
-	path, err := findBinary("redis-benchmark")
+	path, err := testenv.LookPath("redis-benchmark")
 	if err != nil {
 		return 0, err
 	}
-	host, port, _ := strings.Cut(s.addr, ":")
+	host, port, _ := strings.Cut(s.Addr, ":")
 	cmd := exec.CommandContext(ctx, path, append([]string{"-h", host, "-p", port, "-q"}, args...)...)
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = testenv.SysProcAttr()
 	out, err := cmd.Output()
 	if err != nil {
-		return 0, fmt.Errorf("redis-benchmark: %w", err)
+		return 0, fmt.Errorf("hbbench: redis-benchmark: %w", err)
 	}
 	m := regexp.MustCompile(`([0-9.]+) requests per second`).FindStringSubmatch(string(out))
 	if m == nil {
-		return 0, fmt.Errorf("redis-benchmark output not understood: %q", out)
+		return 0, fmt.Errorf("hbbench: redis-benchmark output not understood: %q", out)
 	}
 	return strconv.ParseFloat(m[1], 64)
 }

@@ -1,17 +1,16 @@
 package main
 
 import (
-	"context"
+	"bufio"
 	"fmt"
-	"net/http"
 	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
+	"github.com/heartbeatd/heartbeatd/internal/benchrig"
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -23,24 +22,11 @@ import (
 // heartbeatd's own memory should not grow with the fleet; this scenario checks that it does not.
 func rssScenario(e *env) (err error) {
 	n := e.opts.Devices
-	bin, err := heartbeatdBinary(e)
+	k, err := benchrig.Kafka(4, signalTopic, benchrig.EventsTopic, "heartbeat.deadletter")
 	if err != nil {
 		return err
 	}
-	k, err := startKafka(4, signalTopic, eventsTopic, "heartbeat.deadletter")
-	if err != nil {
-		return err
-	}
-	defer k.stop()
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	listen := "127.0.0.1:" + strconv.Itoa(port)
-	dir, err := os.MkdirTemp("", "hbbench-heartbeatd-")
-	if err != nil {
-		return err
-	}
+	defer k.Close()
 	cfg := fmt.Sprintf(`
 redis: {addrs: [%q], slots: %d}
 types:
@@ -51,55 +37,38 @@ ingest:
   kafka: {enabled: true, brokers: [%q], topics: [%q], group_id: hbbench-rss}
 events:
   kafka: {brokers: [%q]}
-http: {listen: %q}
 log: {level: warn}
-`, e.redis.addr, config.DefaultSlots, strings.Join(k.addrs, ","), signalTopic, strings.Join(k.addrs, ","), listen)
-	cfgPath := filepath.Join(dir, "heartbeatd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		os.RemoveAll(dir)
-		return err
-	}
-	hb, err := startChild("heartbeatd", bin, []string{"run", "-config", cfgPath}, os.Environ(), dir)
+`, e.redis.Addr, config.DefaultSlots, strings.Join(k.Addrs, ","), signalTopic, strings.Join(k.Addrs, ","))
+	// Binary "" builds ./cmd/heartbeatd (HB_HEARTBEATD_BIN names a prebuilt one).
+	hb, err := testenv.LaunchHeartbeatd(e.ctx, testenv.HeartbeatdOptions{Config: cfg, Binary: e.opts.HeartbeatdBin})
 	if err != nil {
-		os.RemoveAll(dir)
-		return err
+		return fmt.Errorf("hbbench: %w (-heartbeatd names a prebuilt binary)", err)
 	}
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("%w\nheartbeatd log:\n%s", err, hb.logTail())
+			err = fmt.Errorf("%w\nheartbeatd log:\n%s", err, hb.LogTail())
 		}
-		hb.stop(10 * time.Second)
+		hb.Close()
 	}()
-	if err := hb.waitReady(e.ctx, 30*time.Second, func() error { return httpOK("http://" + listen + "/readyz") }); err != nil {
+	if err := hb.AwaitReady(e.ctx, 30*time.Second); err != nil {
 		return err
 	}
-	idle, err := procStatus(hb.pid(), "VmRSS")
+	idle, err := procStatus(hb.PID(), "VmRSS")
 	if err != nil {
 		return err
 	}
 
-	w := &kafka.Writer{Addr: kafka.TCP(k.addrs...), Topic: signalTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond,
-		BatchSize: 5000, RequiredAcks: kafka.RequireAll}
-	defer w.Close()
 	store, err := deadline.New(e.redis.client, deadline.Options{Slots: config.DefaultSlots, Timeout: benchTimeout})
 	if err != nil {
 		return err
 	}
-	msgs := make([]kafka.Message, 0, 10_000)
 	start := time.Now()
-	for i := range n {
-		id := deviceID(i)
-		msgs = append(msgs, kafka.Message{Key: []byte(id), Value: fmt.Appendf(nil, signalPayload, time.Now().UnixMilli())})
-		if len(msgs) == cap(msgs) || i == n-1 {
-			if err := w.WriteMessages(e.ctx, msgs...); err != nil {
-				return fmt.Errorf("hbbench: write signals: %w", err)
-			}
-			msgs = msgs[:0]
-		}
+	if err := writeSignals(e.ctx, k.Addrs, n, deviceID); err != nil {
+		return err
 	}
 	var peak int64
 	for {
-		st, err := procStatus(hb.pid(), "VmRSS")
+		st, err := procStatus(hb.PID(), "VmRSS")
 		if err != nil {
 			return err
 		}
@@ -114,12 +83,12 @@ log: {level: warn}
 		if time.Since(start) > 5*time.Minute {
 			return fmt.Errorf("hbbench: heartbeatd stored %d of %d devices after 5 minutes", c.Online, n)
 		}
-		if err := sleepCtx(e.ctx, 50*time.Millisecond); err != nil {
-			return err
+		if !loop.Sleep(e.ctx, 50*time.Millisecond) {
+			return e.ctx.Err()
 		}
 	}
 	took := time.Since(start)
-	after, err := procStatus(hb.pid(), "VmRSS", "VmHWM")
+	after, err := procStatus(hb.PID(), "VmRSS", "VmHWM")
 	if err != nil {
 		return err
 	}
@@ -133,42 +102,25 @@ log: {level: warn}
 	return nil
 }
 
-func httpOK(url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+// procStatus reads fields of /proc/pid/status in kB (VmRSS, VmHWM).
+func procStatus(pid int, fields ...string) (map[string]int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
+	defer f.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || !slices.Contains(fields, k) {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("hbbench: %s: %q: %w", k, v, err)
+		}
+		out[k] = kb
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s answered %d", url, resp.StatusCode)
-	}
-	return nil
-}
-
-// heartbeatdBinary is -heartbeatd (or HB_HEARTBEATD_BIN), else ./cmd/heartbeatd built once into a
-// temporary directory removed at exit.
-func heartbeatdBinary(e *env) (string, error) {
-	if e.opts.HeartbeatdBin != "" {
-		return e.opts.HeartbeatdBin, nil
-	}
-	if p := os.Getenv("HB_HEARTBEATD_BIN"); p != "" {
-		return p, nil
-	}
-	dir, err := os.MkdirTemp("", "hbbench-bin-")
-	if err != nil {
-		return "", err
-	}
-	e.cleanup(func() { os.RemoveAll(dir) })
-	path, err := testenv.BuildHeartbeatd(e.ctx, dir)
-	if err != nil {
-		return "", fmt.Errorf("hbbench: %w (or pass -heartbeatd)", err)
-	}
-	e.opts.HeartbeatdBin = path
-	return path, nil
+	return out, sc.Err()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/internal/benchrig"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -47,19 +48,11 @@ func newStore(e *env, slots int, now func() time.Time) (*deadline.Store, error) 
 
 func deviceID(i int) string { return "device-" + strconv.Itoa(i) }
 
-// preload writes n devices whose deadlines are given by deadlineOf, 4096 per refresh.
-func preload(ctx context.Context, st *deadline.Store, n int, seenOf func(i int) time.Time) error {
-	batch := make([]deadline.Signal, 0, 4096)
-	for i := range n {
-		batch = append(batch, deadline.Signal{Device: deviceID(i), Type: benchTypes[i%len(benchTypes)], Seen: seenOf(i)})
-		if len(batch) == cap(batch) || i == n-1 {
-			if err := st.Refresh(ctx, batch); err != nil {
-				return err
-			}
-			batch = batch[:0]
-		}
-	}
-	return nil
+// preload writes n devices of the bench types that last signalled now, 4096 per refresh.
+func preload(ctx context.Context, st *deadline.Store, n int) error {
+	return benchrig.RefreshBatches(ctx, st, 4096, n, func(i int) deadline.Signal {
+		return deadline.Signal{Device: deviceID(i), Type: benchTypes[i%len(benchTypes)], Seen: time.Now()}
+	})
 }
 
 // refreshScenario compares deadline.Refresh (batches of 256 over 64 slots, 4 in flight, as ingest sends
@@ -70,7 +63,7 @@ func refreshScenario(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := preload(e.ctx, st, n, func(int) time.Time { return time.Now() }); err != nil {
+	if err := preload(e.ctx, st, n); err != nil {
 		return err
 	}
 	// As many requests as redis-benchmark sends in about -duration at the ≈300k/s measured here.
@@ -98,7 +91,7 @@ func refreshScenario(e *env) error {
 	if err != nil {
 		return err
 	}
-	// Both orders of arrival (see docs/benchmarks.md, session 6): a fixed-period fleet's signals move
+	// Both orders of arrival (see docs/benchmarks.md): a fixed-period fleet's signals move
 	// the members nearest the head of each skip list, a random one's members from anywhere.
 	type refreshCase struct {
 		name            string
@@ -114,7 +107,11 @@ func refreshScenario(e *env) error {
 		var count atomic.Int64
 		ctx, cancel := context.WithTimeout(e.ctx, e.opts.Duration)
 		start := time.Now()
-		err := refreshLoad(ctx, st, load{prefix: "device-", fleet: n, workers: 4, typed: c.typed, periodic: c.periodic}, &count)
+		l := benchrig.Load{Prefix: "device-", Fleet: n, Workers: 4, Periodic: c.periodic}
+		if c.typed {
+			l.Types = benchTypes
+		}
+		err := benchrig.RefreshLoad(ctx, st, l, &count)
 		cancel()
 		if err != nil {
 			return err
@@ -159,7 +156,7 @@ func memoryScenario(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := preload(e.ctx, st, e.opts.Devices, func(int) time.Time { return time.Now() }); err != nil {
+	if err := preload(e.ctx, st, e.opts.Devices); err != nil {
 		return err
 	}
 	after, err := e.redis.usedMemory(e.ctx)
@@ -186,7 +183,7 @@ func keyspaceBaseline(e *env, scenario, prefix string) error {
 		return err
 	}
 	n, window := e.opts.Devices, e.opts.Window
-	start := firstDeadline(n).Add(time.Second)
+	start := benchrig.FirstDeadline(n).Add(time.Second)
 	expiry := func(i int) time.Time { return start.Add(time.Duration(i) * window / time.Duration(n)) }
 	lateness := make([]time.Duration, 0, n)
 	done := make(chan struct{})
@@ -227,12 +224,7 @@ func keyspaceBaseline(e *env, scenario, prefix string) error {
 // reportLateness adds p50/p99/max and the early and missing counts of a lateness sample.
 func reportLateness(e *env, scenario, prefix string, lateness []time.Duration, expected int) {
 	slices.Sort(lateness)
-	pct := func(p float64) float64 {
-		if len(lateness) == 0 {
-			return 0
-		}
-		return float64(lateness[min(len(lateness)-1, int(p*float64(len(lateness))))].Microseconds()) / 1000
-	}
+	pct := func(q float64) float64 { return benchrig.Ms(benchrig.Quantile(lateness, q)) }
 	early := 0
 	for _, l := range lateness {
 		if l < 0 {

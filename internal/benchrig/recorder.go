@@ -1,6 +1,4 @@
-// Package eventrec records the events Kafka acknowledged, with the time each publish returned, so the
-// detection benchmarks (pkg/alarm's Go benchmarks and cmd/hbbench) time them end to end the same way.
-package eventrec
+package benchrig
 
 import (
 	"context"
@@ -30,8 +28,8 @@ type Recorder struct {
 	count map[event.Kind]int
 }
 
-// New returns a Recorder publishing through next, with room for expected events before it grows.
-func New(next event.Sink, expected int) *Recorder {
+// NewRecorder returns a Recorder publishing through next, with room for expected events before it grows.
+func NewRecorder(next event.Sink, expected int) *Recorder {
 	return &Recorder{next: next, got: make([]Published, 0, expected), count: map[event.Kind]int{}}
 }
 
@@ -72,7 +70,7 @@ func (r *Recorder) Wait(ctx context.Context, kind event.Kind, prefix string, n i
 			return got, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("eventrec: %d of %d %s events after %s", count, n, kind, timeout)
+			return nil, fmt.Errorf("benchrig: %d of %d %s events after %s", count, n, kind, timeout)
 		}
 		select {
 		case <-ctx.Done():

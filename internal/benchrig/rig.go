@@ -1,0 +1,159 @@
+// Package benchrig is the rig of heartbeatd's detection benchmarks, shared by pkg/alarm's Go benchmarks
+// and cmd/hbbench: the detection path wired as pkg/daemon wires it (a deadline store, a scanner over every
+// slot handing claims to the alarm handler, which publishes to Kafka and then acknowledges in Redis), on
+// the caller's Redis and an in-process kfake broker of its own, timed by the wall clock through a Recorder
+// in front of the publisher. It also holds the refresh load both use.
+package benchrig
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
+)
+
+// EventsTopic is the topic the rig publishes to.
+const EventsTopic = "heartbeat.events"
+
+// policyYAML: one type whose timeout outlasts every run, so only the devices a run schedules come due,
+// and no repeats, so every device yields exactly one interrupted event.
+const policyYAML = `
+types:
+  default: {timeout: 30s, repeat_every: 0s}
+`
+
+// kafkaSegmentBytes rolls kfake's in-memory log segments at 1 MiB instead of Kafka's 100 MiB default:
+// kfake grows a segment by copying it whole, which took 10% of hbbench's CPU at 1M events (a real broker
+// appends to the page cache), and the detection figures are heartbeatd's, not the test broker's.
+const kafkaSegmentBytes = "1048576"
+
+// Kafka starts the benchmarks' kfake broker with the topics, partitions each; the caller closes it.
+func Kafka(partitions int, topics ...string) (*testenv.Kafka, error) {
+	return testenv.LaunchKafka(testenv.KafkaOptions{Topics: topics, Partitions: partitions,
+		BrokerConfigs: map[string]string{"log.segment.bytes": kafkaSegmentBytes}})
+}
+
+// Rig is the detection path on one Redis and a kfake broker of its own.
+type Rig struct {
+	Store  *deadline.Store
+	Events *Recorder // every event Kafka acknowledged
+
+	rdb      redis.UniversalClient
+	policies *config.Policies
+	kafka    *testenv.Kafka
+	pub      *eventkafka.Publisher
+}
+
+// New builds a rig on rdb whose recorder has room for expected events; Close stops it. Every run starts
+// by flushing rdb.
+func New(rdb redis.UniversalClient, expected int) (*Rig, error) {
+	cfg, err := config.Parse([]byte(policyYAML), func(string) (string, bool) { return "", false })
+	if err != nil {
+		return nil, err
+	}
+	r := &Rig{rdb: rdb, policies: cfg.Policies()}
+	timeout := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.Timeout }
+	repeat := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.RepeatEvery }
+	if r.Store, err = deadline.New(rdb, deadline.Options{Slots: config.DefaultSlots, Timeout: timeout, RepeatEvery: repeat}); err != nil {
+		return nil, err
+	}
+	if r.kafka, err = Kafka(12, EventsTopic); err != nil {
+		return nil, err
+	}
+	if r.pub, err = eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: r.kafka.Addrs, Topic: EventsTopic}); err != nil {
+		r.kafka.Close()
+		return nil, err
+	}
+	r.Events = NewRecorder(r.pub, expected)
+	return r, nil
+}
+
+// Close stops the publisher and the broker.
+func (r *Rig) Close() {
+	_ = r.pub.Close()
+	r.kafka.Close()
+}
+
+// reset empties Redis and the recorder before a run.
+func (r *Rig) reset(ctx context.Context) error {
+	if err := r.rdb.FlushAll(ctx).Err(); err != nil {
+		return err
+	}
+	r.Events.Reset()
+	return r.Store.Load(ctx, r.policies.Names()...)
+}
+
+// timeout is the silence timeout of the rig's one type.
+func (r *Rig) timeout() time.Duration { return r.policies.Default().Timeout }
+
+// startScanner runs a scanner over every slot with the daemon's detection defaults, handing claims to an
+// alarm handler; the returned function stops it and waits.
+func (r *Rig) startScanner() (stop func() error) {
+	h := alarm.NewHandler(alarm.HandlerOptions{Store: r.Store, Sink: r.Events, Policies: func() *config.Policies { return r.policies }})
+	slots := make([]int, r.Store.Slots())
+	for i := range slots {
+		slots[i] = i
+	}
+	sc := deadline.NewScanner(deadline.ScannerOptions{Store: r.Store, Slots: func() []int { return slots }, Handle: h.Handle,
+		MaxIdleWait: config.DefaultMaxIdleWait, Lease: config.DefaultLease, Batch: config.DefaultDetectionBatch,
+		Concurrency: config.DefaultScanners})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	return func() error {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+}
+
+// schedule writes devices prefix0..n-1 so that device i's deadline is deadlineOf(i), in batches of 4096
+// typed signals.
+func (r *Rig) schedule(ctx context.Context, prefix string, n int, deadlineOf func(i int) time.Time) error {
+	return RefreshBatches(ctx, r.Store, 4096, n, func(i int) deadline.Signal {
+		return deadline.Signal{Device: prefix + strconv.Itoa(i), Type: config.DefaultType, Seen: deadlineOf(i).Add(-r.timeout())}
+	})
+}
+
+// RefreshBatches refreshes the signals signal(0..n-1) in batches of size, one batch at a time.
+func RefreshBatches(ctx context.Context, st *deadline.Store, size, n int, signal func(i int) deadline.Signal) error {
+	batch := make([]deadline.Signal, 0, size)
+	for i := range n {
+		batch = append(batch, signal(i))
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := st.Refresh(ctx, batch); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	return nil
+}
+
+// FirstDeadline leaves time to schedule n devices before the first of them is due. Scheduling runs at
+// ≈300k signals/s on a quiet machine, but 1M devices outlasted a 150k/s margin on a shared one, so the
+// margin assumes 60k/s.
+func FirstDeadline(n int) time.Time {
+	return time.Now().Add(time.Second + time.Duration(n)*time.Second/60_000).Truncate(time.Millisecond)
+}
+
+// Ms is a duration in milliseconds with µs precision.
+func Ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Quantile returns the q-quantile of sorted (nearest rank).
+func Quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
