@@ -1,8 +1,9 @@
 // Package config loads heartbeatd's YAML configuration (SPEC §3): built-in defaults, then a strict
 // decode of the file (an unknown key is an error naming the key and its line), then HEARTBEATD_<PATH>
 // environment overrides, then secrets read from *_file keys, then validation that names every bad key
-// at once. It also resolves the per-type alarm policies, builds TLS and SASL settings for the Redis,
-// MQTT and Kafka clients, redacts secrets for printing, and coordinates reloads (SIGHUP, POST /-/reload).
+// at once. It also resolves the per-type alarm policies, builds TLS settings for the Redis, MQTT and
+// Kafka clients (SASL settings stay plain strings), redacts secrets for printing, and coordinates reloads
+// (SIGHUP, POST /-/reload).
 //
 // configs/heartbeatd.yaml is the documented reference of every key; a test keeps it loadable.
 //
@@ -136,7 +137,8 @@ type KafkaIngest struct {
 	SASL           SASL          `yaml:"sasl"`
 }
 
-// SASL is every sasl block; Mechanism builds the kafka-go mechanism.
+// SASL is every sasl block, as plain data: internal/kafkaclient.SASLMechanism builds the kafka-go
+// mechanism from it.
 type SASL struct {
 	// MechanismName is "", plain, scram-sha-256 or scram-sha-512 (case-insensitive).
 	MechanismName string `yaml:"mechanism"`

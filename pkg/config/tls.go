@@ -7,10 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-
-	"github.com/segmentio/kafka-go/sasl"
-
-	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
 // Build returns the client TLS configuration of a tls block, or nil when it is disabled. Errors name
@@ -63,26 +59,13 @@ func (t TLS) configured() bool {
 	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify
 }
 
-// SASL mechanism names.
+// SASL mechanism names; internal/kafkaclient builds the kafka-go mechanism of each.
 const (
 	SASLNone        = ""
 	SASLPlain       = "plain"
 	SASLScramSHA256 = "scram-sha-256"
 	SASLScramSHA512 = "scram-sha-512"
 )
-
-// Mechanism returns the kafka-go SASL mechanism of a sasl block, or nil when mechanism is "".
-//
-// PLAIN is kafka-go's sasl/plain. SCRAM comes from pkg/event, which speaks it the way Kafka brokers do
-// without kafka-go/sasl/scram's extra module (see event.SASLMechanism); one implementation serves the
-// event producer and the ingest consumer alike.
-func (s SASL) Mechanism() (sasl.Mechanism, error) {
-	m, err := event.SASLMechanism(s.MechanismName, s.Username, s.Password)
-	if err != nil {
-		return nil, fmt.Errorf("config: sasl: %w", err)
-	}
-	return m, nil
-}
 
 func validSASLMechanism(name string) bool {
 	switch strings.ToLower(name) {

@@ -85,24 +85,3 @@ func TestTLSBuild(t *testing.T) {
 		})
 	}
 }
-
-func TestSASLMechanism(t *testing.T) {
-	tests := []struct{ mechanism, name string }{
-		{"", ""},
-		{"plain", "PLAIN"},
-		{"scram-sha-256", "SCRAM-SHA-256"},
-		{"SCRAM-SHA-512", "SCRAM-SHA-512"},
-	}
-	for _, tt := range tests {
-		m, err := SASL{MechanismName: tt.mechanism, Username: "u", Password: "p"}.Mechanism()
-		require.NoError(t, err, tt.mechanism)
-		if tt.name == "" {
-			assert.Nil(t, m)
-			continue
-		}
-		require.NotNil(t, m, tt.mechanism)
-		assert.Equal(t, tt.name, m.Name())
-	}
-	_, err := SASL{MechanismName: "gssapi"}.Mechanism()
-	assert.ErrorContains(t, err, "config: sasl:")
-}

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
@@ -140,7 +141,8 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	if err != nil {
 		return fail(fmt.Errorf("events.kafka.tls: %w", err))
 	}
-	eventsSASL, err := cfg.Events.Kafka.SASL.Mechanism()
+	eventsSASL, err := kafkaclient.SASLMechanism(cfg.Events.Kafka.SASL.MechanismName, cfg.Events.Kafka.SASL.Username,
+		cfg.Events.Kafka.SASL.Password)
 	if err != nil {
 		return fail(fmt.Errorf("events.kafka.sasl: %w", err))
 	}
@@ -228,7 +230,7 @@ func (d *daemon) buildSources() error {
 		if err != nil {
 			return fmt.Errorf("ingest.kafka.tls: %w", err)
 		}
-		mech, err := in.Kafka.SASL.Mechanism()
+		mech, err := kafkaclient.SASLMechanism(in.Kafka.SASL.MechanismName, in.Kafka.SASL.Username, in.Kafka.SASL.Password)
 		if err != nil {
 			return fmt.Errorf("ingest.kafka.sasl: %w", err)
 		}

@@ -20,7 +20,7 @@ type KafkaOptions struct {
 	Topics  []string
 	GroupID string
 	TLS     *tls.Config    // nil: plaintext
-	SASL    sasl.Mechanism // nil: none; see event.SASLMechanism
+	SASL    sasl.Mechanism // nil: none; see internal/kafkaclient
 	// CommitInterval is the least time between two offset commits (default 100ms): commits are
 	// coalesced, and a crash replays at most this much (harmless: deadlines only move forward).
 	CommitInterval time.Duration

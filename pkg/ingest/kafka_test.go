@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
@@ -159,14 +160,14 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 		TLS: files.ServerConfig(t), ClientTLS: files.ClientConfig(t),
 		SASL: users,
 	})
-	admin, err := event.SASLMechanism(users[0].Mechanism, users[0].User, users[0].Pass)
+	admin, err := kafkaclient.SASLMechanism(users[0].Mechanism, users[0].User, users[0].Pass)
 	require.NoError(t, err)
 	w := kafkaWriter(k.Addrs, clientTLS, admin)
 	t.Cleanup(func() { _ = w.Close() })
 
 	for _, u := range users {
 		t.Run(u.Mechanism, func(t *testing.T) {
-			mech, err := event.SASLMechanism(u.Mechanism, u.User, u.Pass)
+			mech, err := kafkaclient.SASLMechanism(u.Mechanism, u.User, u.Pass)
 			require.NoError(t, err)
 			p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 			src := kafkaSource(t, k.Addrs, clientTLS, mech)
@@ -178,7 +179,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 		})
 	}
 
-	wrongPass, err := event.SASLMechanism("scram-sha-256", "scram256", "wrong")
+	wrongPass, err := kafkaclient.SASLMechanism("scram-sha-256", "scram256", "wrong")
 	require.NoError(t, err)
 	for name, src := range map[string]*ingest.KafkaSource{
 		"wrong password":   kafkaSource(t, k.Addrs, clientTLS, wrongPass),

@@ -26,7 +26,7 @@ type PublisherOptions struct {
 	Topic           string // events; required
 	DeadLetterTopic string // dead letters; PublishDeadLetter fails when empty
 	TLS             *tls.Config
-	SASL            sasl.Mechanism // see event.SASLMechanism
+	SASL            sasl.Mechanism // heartbeatd builds it with internal/kafkaclient
 	// BatchTimeout is how long the writer waits for a partition's batch to fill. kafka-go waits the whole
 	// of it whenever a batch does not fill, which is nearly every synchronous publish, so it is pure added
 	// latency; a Publish adds all its messages at once and needs no waiting to batch them. Default 10µs:

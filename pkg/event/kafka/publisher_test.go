@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
@@ -280,7 +281,7 @@ func TestPublishTLSAndSASL(t *testing.T) {
 	} {
 		t.Run(mech.config, func(t *testing.T) {
 			c := startKafka(t, kfake.TLS(serverTLS), kfake.EnableSASL(), kfake.Superuser(mech.kafka, user, pass))
-			m, err := event.SASLMechanism(mech.config, user, pass)
+			m, err := kafkaclient.SASLMechanism(mech.config, user, pass)
 			require.NoError(t, err)
 			p := newPublisher(t, kafka.PublisherOptions{Brokers: c.ListenAddrs(), TLS: clientTLS.Clone(), SASL: m})
 			require.NoError(t, p.Ready(context.Background()))
@@ -289,7 +290,7 @@ func TestPublishTLSAndSASL(t *testing.T) {
 			recs := readAll(t, c.ListenAddrs(), eventsTopic, len(events), kgo.DialTLSConfig(clientTLS.Clone()), kgo.SASL(mech.kgo))
 			require.Len(t, recs, len(events))
 
-			bad, err := event.SASLMechanism(mech.config, user, "wrong")
+			bad, err := kafkaclient.SASLMechanism(mech.config, user, "wrong")
 			require.NoError(t, err)
 			pBad := newPublisher(t, kafka.PublisherOptions{Brokers: c.ListenAddrs(), TLS: clientTLS.Clone(), SASL: bad, WriteTimeout: time.Second})
 			require.Error(t, pBad.Ready(context.Background()), "a wrong password is not ready")

@@ -1,4 +1,9 @@
-package event
+// Package kafkaclient is what heartbeatd's Kafka clients share: SASLMechanism turns a config sasl block
+// into the kafka-go mechanism that both the event publisher (pkg/event/kafka) and the ingest Kafka source
+// (pkg/ingest) log in with; pkg/daemon builds one for each. It stands apart from both so that ingest does
+// not depend on the publisher to authenticate, and pkg/config keeps SASL settings as plain strings that
+// name no client library. It is internal: the SCRAM client is heartbeatd's own, not an API it offers.
+package kafkaclient
 
 import (
 	"bytes"
@@ -20,8 +25,7 @@ import (
 )
 
 // SASLMechanism returns the kafka-go SASL mechanism for a config's sasl block (SPEC §3): mechanism ""
-// (no SASL: nil, nil), "plain", "scram-sha-256" or "scram-sha-512", case-insensitive. The ingest Kafka
-// source uses it too.
+// (no SASL: nil, nil), "plain", "scram-sha-256" or "scram-sha-512", case-insensitive.
 //
 // SCRAM is implemented here rather than through kafka-go/sasl/scram, which pulls in a further module for
 // SASLprep. Kafka itself does not SASLprep: its brokers derive the salted password from the password's
@@ -38,7 +42,7 @@ func SASLMechanism(mechanism, username, password string) (sasl.Mechanism, error)
 	case "scram-sha-512":
 		return &scram{name: "SCRAM-SHA-512", hash: sha512.New, user: username, pass: password}, nil
 	}
-	return nil, fmt.Errorf("event: unknown SASL mechanism %q (want plain, scram-sha-256 or scram-sha-512)", mechanism)
+	return nil, fmt.Errorf("kafkaclient: unknown SASL mechanism %q (want plain, scram-sha-256 or scram-sha-512)", mechanism)
 }
 
 // scram is a SCRAM client (RFC 5802, RFC 7677) without channel binding, as Kafka speaks it.
@@ -96,11 +100,11 @@ func (s *scramSession) clientFinal(serverFirst []byte) ([]byte, error) {
 	var nonce, salt64, iter string
 	for i, attr := range strings.Split(string(serverFirst), ",") {
 		if len(attr) < 2 || attr[1] != '=' {
-			return nil, fmt.Errorf("event: SCRAM: malformed server-first-message")
+			return nil, fmt.Errorf("kafkaclient: SCRAM: malformed server-first-message")
 		}
 		switch v := attr[2:]; {
 		case i == 0 && attr[0] == 'm':
-			return nil, fmt.Errorf("event: SCRAM: server requires an unsupported extension")
+			return nil, fmt.Errorf("kafkaclient: SCRAM: server requires an unsupported extension")
 		case attr[0] == 'r':
 			nonce = v
 		case attr[0] == 's':
@@ -108,25 +112,25 @@ func (s *scramSession) clientFinal(serverFirst []byte) ([]byte, error) {
 		case attr[0] == 'i':
 			iter = v
 		case attr[0] == 'e':
-			return nil, fmt.Errorf("event: SCRAM: server error %q", v)
+			return nil, fmt.Errorf("kafkaclient: SCRAM: server error %q", v)
 		}
 	}
 	if !strings.HasPrefix(nonce, s.clientNonce) || len(nonce) == len(s.clientNonce) {
-		return nil, fmt.Errorf("event: SCRAM: server nonce does not extend ours")
+		return nil, fmt.Errorf("kafkaclient: SCRAM: server nonce does not extend ours")
 	}
 	salt, err := base64.StdEncoding.DecodeString(salt64)
 	if err != nil || len(salt) == 0 {
-		return nil, fmt.Errorf("event: SCRAM: bad salt")
+		return nil, fmt.Errorf("kafkaclient: SCRAM: bad salt")
 	}
 	iterations, err := strconv.Atoi(iter)
 	if err != nil || iterations < 1 || iterations > scramMaxIterations {
-		return nil, fmt.Errorf("event: SCRAM: bad iteration count %q", iter)
+		return nil, fmt.Errorf("kafkaclient: SCRAM: bad iteration count %q", iter)
 	}
 
 	h := s.m.hash
 	salted, err := pbkdf2.Key(h, s.m.pass, salt, iterations, h().Size())
 	if err != nil {
-		return nil, fmt.Errorf("event: SCRAM: %w", err)
+		return nil, fmt.Errorf("kafkaclient: SCRAM: %w", err)
 	}
 	clientKey := hmacSum(h, salted, []byte("Client Key"))
 	storedKey := h()
@@ -146,18 +150,18 @@ func (s *scramSession) clientFinal(serverFirst []byte) ([]byte, error) {
 // this is what stops an impostor broker from accepting us.
 func (s *scramSession) verifyServerFinal(serverFinal []byte) error {
 	if v, ok := bytes.CutPrefix(serverFinal, []byte("e=")); ok {
-		return fmt.Errorf("event: SCRAM: server error %q", v)
+		return fmt.Errorf("kafkaclient: SCRAM: server error %q", v)
 	}
 	v, ok := bytes.CutPrefix(serverFinal, []byte("v="))
 	if !ok {
-		return errors.New("event: SCRAM: malformed server-final-message")
+		return errors.New("kafkaclient: SCRAM: malformed server-final-message")
 	}
 	if i := bytes.IndexByte(v, ','); i >= 0 { // extensions may follow
 		v = v[:i]
 	}
 	sig, err := base64.StdEncoding.DecodeString(string(v))
 	if err != nil || !hmac.Equal(sig, s.serverSignature) {
-		return errors.New("event: SCRAM: server signature does not match; the broker does not know our credentials")
+		return errors.New("kafkaclient: SCRAM: server signature does not match; the broker does not know our credentials")
 	}
 	return nil
 }

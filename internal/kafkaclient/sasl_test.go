@@ -1,10 +1,12 @@
-package event
+package kafkaclient
 
 import (
 	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // The example exchange of RFC 7677 §3 (SCRAM-SHA-256, user "user", password "pencil").
@@ -79,7 +81,15 @@ func TestSASLMechanismNames(t *testing.T) {
 		require.Equal(t, want, m.Name())
 	}
 	_, err = SASLMechanism("gssapi", "u", "p")
-	require.ErrorContains(t, err, "event: unknown SASL mechanism")
+	require.ErrorContains(t, err, "kafkaclient: unknown SASL mechanism")
+}
+
+// Every mechanism pkg/config accepts builds.
+func TestSASLMechanismOfEveryConfigName(t *testing.T) {
+	for _, name := range []string{config.SASLNone, config.SASLPlain, config.SASLScramSHA256, config.SASLScramSHA512} {
+		_, err := SASLMechanism(name, "u", "p")
+		require.NoError(t, err, name)
+	}
 }
 
 // Escaping of ',' and '=' in the user name (RFC 5802 saslname).
