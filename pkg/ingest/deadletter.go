@@ -16,8 +16,8 @@ type dlJob struct {
 	ack func()
 }
 
-// batchDeadLetterSink is the optional batch form of event.DeadLetterSink (event.Publisher has it): one
-// round trip for a burst of bad input.
+// batchDeadLetterSink is the optional batch form of event.DeadLetterSink (the pkg/event/kafka Publisher
+// has it): one round trip for a burst of bad input.
 type batchDeadLetterSink interface {
 	PublishDeadLetters(ctx context.Context, ds []event.DeadLetter) []error
 }
