@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
-// Claim is one device handed to the alarm loop. Until it is acknowledged it is leased: if the process
-// dies, it becomes due again when the lease runs out and the same incident is claimed again (same
-// deadline, so the same event id).
+// Claim is one device handed to the alarm loop (doc.go: claim, lease, commit).
 type Claim struct {
 	Device string
 	Slot   int
@@ -22,12 +19,11 @@ type Claim struct {
 	// Replaced is an earlier incident of the same device that was still open when this one began: the
 	// device signalled (so it recovered) and fell silent again before `recovered` went out.
 	Replaced *State
-	// Record is set on a committed claim: the claim already stored the incident as the alarm loop records
-	// it after publishing `interrupted` (see Commit), and Record, the in-flight record that leases it,
-	// is its whole acknowledgement once the event is out: Settle releases it. "" on other claims.
+	// Record names the in-flight record of a committed claim, "" on others. State is handed out as
+	// nothing sent yet, though Redis already holds the committed outcome; releasing the record settles it.
 	Record string
-	// CommittedRepeat is the repeat interval the committed next act time was computed with (0: dormant,
-	// no repeats). The alarm loop acknowledges a committed claim it decided otherwise as any other.
+	// CommittedRepeat is the repeat interval the committed next act was computed with (0: dormant), so
+	// alarm.Decide can tell whether the commit stands under the policy in force.
 	CommittedRepeat time.Duration
 }
 
@@ -41,88 +37,72 @@ type ClaimResult struct {
 	NextDeadline, NextAlarm time.Time
 }
 
-// Commit: a plain fresh claim (a deadline passed, no open incident) is stored by the claim itself as the
-// incident the alarm loop almost always makes of it — `interrupted` sent, the next act one repeat
-// interval of its type from now (never, without repeats) — instead of being leased in the alarms set and
-// rewritten by an acknowledgement. The claim leases the slot's whole batch instead, as one in-flight
-// record (the packed claims in the slot's in-flight hash, a member "\x00claims:…" in its alarms set with
-// the lease end as score); the loop releases it once the events are out. A record whose lease runs out
-// comes due like an alarm entry and its claims are handed out again — those whose state is still the one
-// committed — so a crash between claim and publish loses nothing. The alarm loop acknowledges the few
-// claims it decided otherwise (a silence, a failed publish, a recovery) as before, guarded as always.
-// Measured at 1M deadlines over 10 s (docs/benchmarks.md, session 5): the scripts' Redis time fell by a
-// sixth (the acknowledgement script's reads and writes per device are gone), a round trip per wake-up
-// went away, and detection then kept the 100k events/s pace it had fallen short of.
-
-// claimScript moves up to batch due devices of one slot into the alarm loop's hands.
+// claimScript claims up to batch due devices of one slot, in four sections: (1) fresh claims, (2) due
+// alarm entries, (3) the in-flight record, (4) the next due scores.
 //
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
 // ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5] the record of this call's committed claims
-// ARGV[6] a committed claim's next act score per type index (now + its repeat interval, or a dormant
-// score), listSep-separated, or one for every type
-// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, number of replacing fresh claims R,
-// committed fresh claims packed as "device\nscore\ndevice\nscore…" ("" when none), the same for the
-// claims of expired records handed out again, then R triples (device, deadline score, replaced state),
-// then pairs (device, state) of due alarm entries}
+// ARGV[6] a committed claim's next act per type index (now + its repeat interval, or a dormant score),
+// listSep-separated, or one value for every type
+// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due}, where
+// committed and again are flat pairs (device, deadlines-set score) packed into one packSep-separated
+// string: the committed fresh claims, and the claims of expired records handed out again; replacing is
+// flat triples (device, deadlines-set score, replaced state); due is flat pairs (device, state).
 //
-// A committed claim's state is its bare deadlines-set score (see DecodeState); its alarm entry is its next
-// act. A fresh claim that replaces an open incident is not committed: it gets a full state with nothing
-// sent and an alarm entry leased until now+lease, and the loop acknowledges it per device. A device whose
-// deadline is not newer than its open incident's is a replayed old signal and is dropped. Due alarm
-// entries are leased again and returned with their state; entries without state are orphans and removed.
-// Every reply element and command argument costs Redis more than the Lua around it (INFO commandstats:
-// formatting a state per claim and returning three elements for it took a third of the script's time), so
-// the fresh claims go back as one string (device ids hold no control characters), and the claimed members
-// leave by rank, not by name.
+// A plain fresh claim is committed (doc.go). A fresh claim whose device has an open incident replaces it
+// when its deadline is newer: it gets a full state with nothing sent and a leased alarm entry, and the
+// alarm loop acknowledges it per device; an older deadline is a replayed old signal and is dropped. Every
+// reply element costs Redis more than the Lua around it, so committed claims go back packed into one
+// string, and claimed members leave the deadlines set by rank, not by name.
 var claimScript = newScript(`
 local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local rec = ARGV[5]
-local out = {-1, -1, 0, 0, '', ''}
+local record, actsByType = ARGV[5], ARGV[6]
 local floor, byte = math.floor, string.byte
--- Formatted once: Redis turns a Lua number argument into text with %.17g for every element.
+-- Formatted once: Redis turns a Lua number into text with %.17g for every element.
 local leased = string.format('%.0f', now + lease)
-local packed = {}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', wm * ${MaxTypes} + ${MaxTypes} - 1), 'LIMIT', 0, batch, 'WITHSCORES')
-local n = #due / 2
-if n == batch then out[3] = 1 end
-if n > 0 then
-  -- The committed next act per type index: one for every type, or a table.
+
+-- (1) Fresh claims: up to batch members of the deadlines set due by the watermark. Returns the committed
+-- claims (flat pairs), the replacing ones (flat triples) and how many members were due.
+local function claimFresh()
+  local committed, replacing = {}, {}
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', wm * ${MaxTypes} + ${MaxTypes} - 1),
+    'LIMIT', 0, batch, 'WITHSCORES')
+  local n = #due / 2
+  if n == 0 then return committed, replacing, 0 end
   local acts = {}
-  for v in string.gmatch(ARGV[6], ${listItem}) do acts[#acts+1] = v end
+  for v in string.gmatch(actsByType, ${listItem}) do acts[#acts+1] = v end
   local uniform = #acts == 1 and acts[1]
-  local rem, hset, zadd = {}, {}, {}
-  for i = 1, #due, 2 do rem[#rem+1] = due[i] end
-  local prevs = redis.call('HMGET', KEYS[3], unpack(rem))
-  local replacing = 0
+  local members, hset, zadd = {}, {}, {}
+  for i = 1, #due, 2 do members[#members+1] = due[i] end
+  local open = redis.call('HMGET', KEYS[3], unpack(members))
   for i = 1, #due, 2 do
     local m, sc = due[i], due[i+1]
-    local prev = prevs[(i + 1) / 2]
-    if prev then
-      -- A full state starts with its deadline and a colon; a committed one is its bare score.
+    local prev = open[(i + 1) / 2]
+    if not prev then
+      -- Commit: the state is the bare score, the alarm entry the next act.
+      committed[#committed+1] = m
+      committed[#committed+1] = sc
+      hset[#hset+1] = m
+      hset[#hset+1] = sc
+      zadd[#zadd+1] = uniform or acts[floor(tonumber(sc) % ${MaxTypes}) + 1] or acts[1]
+      zadd[#zadd+1] = m
+    else
+      -- An open incident: a full state starts with its deadline, a committed one is its bare score.
       local pdl = tonumber(string.match(prev, ${stateDeadlinePattern})) or floor(tonumber(prev) / ${MaxTypes})
       local s = tonumber(sc)
       local dl = floor(s / ${MaxTypes})
       if pdl < dl then
-        out[#out+1] = m
-        out[#out+1] = sc
-        out[#out+1] = prev
-        replacing = replacing + 1
+        replacing[#replacing+1] = m
+        replacing[#replacing+1] = sc
+        replacing[#replacing+1] = prev
         hset[#hset+1] = m
         hset[#hset+1] = string.format(${stateOpenFormat}, dl, s - dl * ${MaxTypes})
         zadd[#zadd+1] = leased
         zadd[#zadd+1] = m
       end
-    else
-      packed[#packed+1] = m
-      packed[#packed+1] = sc
-      hset[#hset+1] = m
-      hset[#hset+1] = sc
-      zadd[#zadd+1] = uniform or acts[floor(tonumber(sc) % ${MaxTypes}) + 1] or acts[1]
-      zadd[#zadd+1] = m
     end
   end
-  out[4] = replacing
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
   if #hset > 0 then
     hset[#hset+1] = ${StateGuardField}
@@ -130,71 +110,89 @@ if n > 0 then
     redis.call('HSET', KEYS[3], unpack(hset))
     redis.call('ZADD', KEYS[2], unpack(zadd))
   end
+  return committed, replacing, n
 end
-local again = {}
-local left = batch - n
-if left > 0 then
-  local due2 = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
-  if #due2 == left then out[3] = 1 end
-  if #due2 > 0 then
-    -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
-    local states = redis.call('HMGET', KEYS[3], unpack(due2))
-    local lease, orphans = {}, {}
-    for j, m in ipairs(due2) do
-      local st = states[j]
-      if st then
-        lease[#lease+1] = leased
-        lease[#lease+1] = m
-        out[#out+1] = m
-        out[#out+1] = st
-      else
-        orphans[#orphans+1] = m
-        if byte(m, 1) == ${recordMarkByte} then
-          -- An in-flight record whose lease ran out: hand out again the claims still as committed.
-          local data = redis.call('HGET', KEYS[4], m)
-          redis.call('HDEL', KEYS[4], m)
-          if data then
-            local devs, scs = {}, {}
-            for d, s in string.gmatch(data, ${packedPair}) do
-              devs[#devs+1] = d
-              scs[#scs+1] = s
-            end
-            if #devs > 0 then
-              local cur = redis.call('HMGET', KEYS[3], unpack(devs))
-              for k = 1, #devs do
-                if cur[k] == scs[k] then
-                  again[#again+1] = devs[k]
-                  again[#again+1] = scs[k]
-                end
-              end
-            end
-          end
-        end
-      end
+
+-- An expired in-flight record: its claims whose state is still as committed go to again (flat pairs).
+local function handOutAgain(expired, again)
+  local data = redis.call('HGET', KEYS[4], expired)
+  redis.call('HDEL', KEYS[4], expired)
+  if not data then return end
+  local devs, scores = {}, {}
+  for d, s in string.gmatch(data, ${packedPair}) do
+    devs[#devs+1] = d
+    scores[#scores+1] = s
+  end
+  if #devs == 0 then return end
+  local cur = redis.call('HMGET', KEYS[3], unpack(devs))
+  for k = 1, #devs do
+    if cur[k] == scores[k] then
+      again[#again+1] = devs[k]
+      again[#again+1] = scores[k]
     end
-    if #lease > 0 then redis.call('ZADD', KEYS[2], unpack(lease)) end
-    if #orphans > 0 then redis.call('ZREM', KEYS[2], unpack(orphans)) end
   end
 end
-if #packed + #again > 0 then
-  out[5] = table.concat(packed, ${packSep})
-  out[6] = table.concat(again, ${packSep})
-  local all = out[5]
-  if #again > 0 then
-    if all ~= '' then all = all .. ${packSep} end
-    all = all .. out[6]
+
+-- (2) Due alarm entries, up to left: leased again and returned with their state. An entry without a state
+-- is removed: an orphan, or an expired record. Returns the entries (flat pairs), the claims handed out
+-- again (flat pairs) and whether left entries were due.
+local function claimDue(left)
+  local entries, again = {}, {}
+  if left <= 0 then return entries, again, false end
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
+  if #due == 0 then return entries, again, false end
+  -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
+  local states = redis.call('HMGET', KEYS[3], unpack(due))
+  local lease, orphans = {}, {}
+  for j, m in ipairs(due) do
+    local st = states[j]
+    if st then
+      lease[#lease+1] = leased
+      lease[#lease+1] = m
+      entries[#entries+1] = m
+      entries[#entries+1] = st
+    else
+      orphans[#orphans+1] = m
+      if byte(m, 1) == ${recordMarkByte} then handOutAgain(m, again) end
+    end
   end
-  redis.call('HSET', KEYS[4], rec, all)
-  redis.call('ZADD', KEYS[2], leased, rec)
+  if #lease > 0 then redis.call('ZADD', KEYS[2], unpack(lease)) end
+  if #orphans > 0 then redis.call('ZREM', KEYS[2], unpack(orphans)) end
+  return entries, again, #due == left
 end
-local nd = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if nd[2] then out[1] = floor(tonumber(nd[2]) / ${MaxTypes}) end
-local na = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if na[2] then
-  local v = tonumber(na[2])
-  if v and v < ${DormantAfter} then out[2] = v end -- a dormant entry is never due
+
+-- (3) The in-flight record leasing this call's committed claims and those handed out again. Returns both
+-- lists packed.
+local function leaseRecord(committed, again)
+  if #committed + #again == 0 then return '', '' end
+  local c, a = table.concat(committed, ${packSep}), table.concat(again, ${packSep})
+  local all = c
+  if c == '' then all = a elseif a ~= '' then all = c .. ${packSep} .. a end
+  redis.call('HSET', KEYS[4], record, all)
+  redis.call('ZADD', KEYS[2], leased, record)
+  return c, a
 end
-return out
+
+-- (4) The earliest deadline and act left in the slot (-1: none), so the scanner sleeps until then.
+local function nextDue()
+  local nd, na = -1, -1
+  local d = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if d[2] then nd = floor(tonumber(d[2]) / ${MaxTypes}) end
+  local a = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if a[2] then
+    local v = tonumber(a[2])
+    if v and v < ${DormantAfter} then na = v end -- a dormant entry is never due
+  end
+  return nd, na
+end
+
+local committed, replacing, n = claimFresh()
+local due, again, dueFull = claimDue(batch - n)
+local packed, packedAgain = leaseRecord(committed, again)
+local nd, na = nextDue()
+local more = 0
+if n == batch or dueFull then more = 1 end
+return {nd, na, more, packed, packedAgain, replacing, due}
 `)
 
 // ClaimOptions bounds one claim.
@@ -206,6 +204,9 @@ type ClaimOptions struct {
 }
 
 // Claim claims the due devices of slots in one round trip.
+//
+// The act a committed claim stores is alarm.Decide's usual outcome for a fresh incident, carried out
+// ahead of time with the repeat interval in force; Decide alone says whether it stands.
 func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (ClaimResult, error) {
 	var res ClaimResult
 	if len(slots) == 0 {
@@ -235,43 +236,34 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	}
 	var nextDeadline, nextAlarm int64 = -1, -1
 	for i, cmd := range cmds {
-		reply, err := cmd.Slice()
-		if err != nil || len(reply) < 6 {
-			return res, fmt.Errorf("deadline: claim slot %d: unexpected reply %v: %w", slots[i], reply, err)
+		slot := slots[i]
+		r, err := decodeClaimReply(cmd.Val())
+		if err != nil {
+			return res, fmt.Errorf("%w (slot %d)", err, slot)
 		}
-		nextDeadline = earliest(nextDeadline, reply[0].(int64))
-		nextAlarm = earliest(nextAlarm, reply[1].(int64))
-		res.More = res.More || reply[2].(int64) == 1
-		replacing := 3 * int(reply[3].(int64))
-		if 6+replacing > len(reply) {
-			return res, fmt.Errorf("deadline: claim slot %d: reply of %d elements announces %d replacing claims", slots[i], len(reply), replacing/3)
-		}
-		for k, fresh := range []bool{true, false} { // committed fresh claims, then those handed out again
-			packed, _ := reply[4+k].(string)
-			for rest := packed; rest != ""; {
-				var device, score string
-				device, rest, _ = strings.Cut(rest, packSep)
-				score, rest, _ = strings.Cut(rest, packSep)
-				c, err := s.decodeFresh(ctx, slots[i], device, score, "")
+		nextDeadline = earliest(nextDeadline, r.nextDeadline)
+		nextAlarm = earliest(nextAlarm, r.nextAlarm)
+		res.More = res.More || r.more
+		// Committed fresh claims, then the claims of expired records handed out again (no longer fresh).
+		for k, pairs := range [][]string{r.committed, r.again} {
+			for j := 0; j < len(pairs); j += 2 {
+				c, err := s.freshClaim(ctx, slot, pairs[j], pairs[j+1], "")
 				if err != nil {
 					return res, err
 				}
-				c.Fresh, c.Record, c.CommittedRepeat = fresh, record, repeats.of(c.State.TypeIndex)
+				c.Fresh, c.Record, c.CommittedRepeat = k == 0, record, repeats.of(c.State.TypeIndex)
 				res.Claims = append(res.Claims, c)
 			}
 		}
-		for j := 6; j < 6+replacing; j += 3 {
-			device, _ := reply[j].(string)
-			score, _ := reply[j+1].(string)
-			prev, _ := reply[j+2].(string)
-			c, err := s.decodeFresh(ctx, slots[i], device, score, prev)
+		for j := 0; j < len(r.replacing); j += 3 {
+			c, err := s.freshClaim(ctx, slot, r.replacing[j], r.replacing[j+1], r.replacing[j+2])
 			if err != nil {
 				return res, err
 			}
 			res.Claims = append(res.Claims, c)
 		}
-		for j := 6 + replacing; j+2 <= len(reply); j += 2 {
-			c, err := s.decodeDue(ctx, slots[i], reply[j:j+2])
+		for j := 0; j < len(r.due); j += 2 {
+			c, err := s.dueClaim(ctx, slot, r.due[j], r.due[j+1])
 			if err != nil {
 				return res, err
 			}
@@ -292,8 +284,8 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	return res, nil
 }
 
-// decodeFresh reads a fresh claim: device, deadline score, replaced state ("" when none).
-func (s *Store) decodeFresh(ctx context.Context, slot int, device, score, prev string) (Claim, error) {
+// freshClaim reads a fresh claim: device, deadlines-set score, replaced state ("" when none).
+func (s *Store) freshClaim(ctx context.Context, slot int, device, score, prev string) (Claim, error) {
 	st, err := stateOfScore(score)
 	if err != nil {
 		return Claim{}, fmt.Errorf("deadline: claim slot %d: device %q: %w", slot, device, err)
@@ -309,11 +301,9 @@ func (s *Store) decodeFresh(ctx context.Context, slot int, device, score, prev s
 	return c, nil
 }
 
-// decodeDue reads a due alarm entry's claim: device, state.
-func (s *Store) decodeDue(ctx context.Context, slot int, f []any) (Claim, error) {
-	device, _ := f[0].(string)
-	enc, _ := f[1].(string)
-	st, err := DecodeState(enc)
+// dueClaim reads a due alarm entry's claim: device, state.
+func (s *Store) dueClaim(ctx context.Context, slot int, device, state string) (Claim, error) {
+	st, err := DecodeState(state)
 	if err != nil {
 		return Claim{}, err
 	}
@@ -325,4 +315,33 @@ func earliest(a, b int64) int64 {
 		return b
 	}
 	return a
+}
+
+// claimReply is one slot's claimScript reply, every field checked by decodeClaimReply: the flat lists
+// hold whole pairs and triples, so they can be indexed without further checks.
+type claimReply struct {
+	nextDeadline, nextAlarm int64 // ms; -1 when none
+	more                    bool
+	committed, again        []string // pairs: device, deadlines-set score
+	replacing               []string // triples: device, deadlines-set score, replaced state
+	due                     []string // pairs: device, state
+}
+
+// decodeClaimReply reads v, a claimScript reply as go-redis returns it.
+func decodeClaimReply(v any) (claimReply, error) {
+	r := replyReader{script: "claim"}
+	f := r.fields(v, 7)
+	if r.err != nil {
+		return claimReply{}, r.err
+	}
+	out := claimReply{
+		nextDeadline: r.int(f[0], "next deadline"),
+		nextAlarm:    r.int(f[1], "next alarm"),
+		more:         r.int(f[2], "more") == 1,
+		committed:    r.packed(f[3], "committed", 2),
+		again:        r.packed(f[4], "again", 2),
+		replacing:    r.strings(f[5], "replacing", 3),
+		due:          r.strings(f[6], "due", 2),
+	}
+	return out, r.err
 }

@@ -102,6 +102,9 @@ func (s *Store) runLayout(ctx context.Context, slots int, op string) (Layout, er
 	if err != nil {
 		return s.Layout(), fmt.Errorf("deadline: slot layout: %w", err)
 	}
+	if len(v) != 3 {
+		return s.Layout(), fmt.Errorf("deadline: slot layout reply: want 3 fields, got %d", len(v))
+	}
 	l := Layout{Slots: int(v[0]), Previous: int(v[1])}
 	if v[2] > 0 {
 		l.ChangedAt = time.UnixMilli(v[2])
