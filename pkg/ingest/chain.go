@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -362,6 +362,7 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 		return true
 	}
 	var firstErr time.Time
+	backoff := loop.Backoff{Min: 20 * time.Millisecond, Max: 2 * time.Second}
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		err := c.refresher.Refresh(ctx, b.sigs)
@@ -387,7 +388,7 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 		} else if attempt%20 == 0 {
 			c.log.Warn("deadline refresh still failing", zap.Int("attempts", attempt+1), zap.Duration("for", time.Since(firstErr)), zap.Error(err))
 		}
-		if !sleepCtx(ctx, backoff(attempt, 20*time.Millisecond, 2*time.Second)) {
+		if !loop.Sleep(ctx, backoff.Next()) {
 			return false
 		}
 	}
@@ -438,25 +439,5 @@ func (c *Chain) complete(b *batch) {
 		case c.freed <- struct{}{}:
 		default:
 		}
-	}
-}
-
-// backoff is an exponential delay with jitter, capped.
-func backoff(attempt int, lo, hi time.Duration) time.Duration {
-	d := lo << min(attempt, 16)
-	if d > hi || d <= 0 {
-		d = hi
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

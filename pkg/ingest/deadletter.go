@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -115,13 +116,14 @@ func (c *Chain) publishDeadLetters(ctx context.Context, jobs []dlJob) bool {
 	giveUp := time.Now().Add(c.opts.DeadLetterTimeout)
 	pending := jobs
 	var lastErr error
+	backoff := loop.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt > 0 {
-			wait := backoff(attempt-1, 50*time.Millisecond, time.Second)
+			wait := backoff.Next()
 			if time.Now().Add(wait).After(giveUp) {
 				break
 			}
-			if !sleepCtx(ctx, wait) {
+			if !loop.Sleep(ctx, wait) {
 				return false
 			}
 		}

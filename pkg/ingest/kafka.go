@@ -12,6 +12,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 )
 
 // KafkaOptions configures the Kafka source (config: ingest.kafka).
@@ -127,24 +129,19 @@ func (s *KafkaSource) Health() Health {
 // Run implements Source.
 func (s *KafkaSource) Run(ctx context.Context, chain *Chain) error {
 	defer s.setConnected(chain, false)
-	for attempt := 0; ; attempt++ {
-		err := s.probe(ctx)
-		if err == nil {
-			break
-		}
+	err := loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second},
+		Permanent: permanentKafkaError,
+		OnError: func(err error, failures int, _ time.Duration) {
+			if failures%10 == 1 {
+				s.log.Warn("kafka brokers unreachable; retrying", zap.Int("attempt", failures), zap.Error(err))
+			}
+		}}, s.probe)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if permanentKafkaError(err) {
-			s.log.Error("kafka connection refused", zap.Error(err))
-			return err
-		}
-		if attempt == 0 || attempt%10 == 0 {
-			s.log.Warn("kafka brokers unreachable; retrying", zap.Int("attempt", attempt+1), zap.Error(err))
-		}
-		if !sleepCtx(ctx, backoff(attempt, 200*time.Millisecond, 10*time.Second)) {
-			return nil
-		}
+		s.log.Error("kafka connection refused", zap.Error(err))
+		return err
 	}
 
 	reader := kafka.NewReader(kafka.ReaderConfig{
@@ -202,20 +199,20 @@ func (s *KafkaSource) Run(ctx context.Context, chain *Chain) error {
 }
 
 func (s *KafkaSource) fetchLoop(ctx context.Context, reader *kafka.Reader, chain *Chain) {
-	for attempt := 0; ; {
+	backoff := loop.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for {
 		m, err := reader.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			s.log.Warn("kafka fetch failed", zap.Error(err))
-			if !sleepCtx(ctx, backoff(attempt, 100*time.Millisecond, 5*time.Second)) {
+			if !loop.Sleep(ctx, backoff.Next()) {
 				return
 			}
-			attempt++
 			continue
 		}
-		attempt = 0
+		backoff.Reset()
 		ack := s.offsets.add(m.Topic, m.Partition, m.Offset, m.Time)
 		s.health.begin()
 		err = chain.Submit(ctx, Message{
@@ -244,7 +241,7 @@ func (s *KafkaSource) commitLoop(ctx context.Context, reader *kafka.Reader) {
 			s.log.Warn("kafka offset commit failed; retrying", zap.Error(err))
 			s.offsets.signal()
 		}
-		if !sleepCtx(ctx, s.opts.CommitInterval) {
+		if !loop.Sleep(ctx, s.opts.CommitInterval) {
 			return
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
 	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 )
 
 // Subscription is one MQTT topic template (config: ingest.mqtt.subscriptions).
@@ -167,34 +169,40 @@ const mqttWorkers = 4
 // that retrying cannot fix (credentials, an untrusted or rejected certificate) is returned. After the
 // first connection paho reconnects by itself and OnConnect re-subscribes.
 func (s *MQTTSource) connect(ctx context.Context, chain *Chain) (mqtt.Client, error) {
-	for attempt := 0; ; attempt++ {
-		client := mqtt.NewClient(s.clientOptions(chain))
-		tok := client.Connect()
-		select {
-		case <-tok.Done():
-		case <-ctx.Done():
-			client.Disconnect(0)
-			return nil, nil
-		}
-		err := tok.Error()
-		if err == nil {
-			s.mu.Lock()
-			s.client = client
-			s.mu.Unlock()
-			return client, nil
-		}
-		err = fmt.Errorf("ingest: mqtt broker %s: %w", strings.Join(s.opts.Brokers, ","), err)
-		if permanentConnError(err) {
-			s.log.Error("mqtt connection refused", zap.Error(err))
-			return nil, err
-		}
-		if attempt == 0 || attempt%10 == 0 {
-			s.log.Warn("mqtt broker unreachable; retrying", zap.Int("attempt", attempt+1), zap.Error(err))
-		}
-		if !sleepCtx(ctx, backoff(attempt, 200*time.Millisecond, s.opts.MaxReconnectInterval)) {
-			return nil, nil
-		}
+	var client mqtt.Client
+	err := loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: s.opts.MaxReconnectInterval},
+		Permanent: permanentConnError,
+		OnError: func(err error, failures int, _ time.Duration) {
+			if failures%10 == 1 {
+				s.log.Warn("mqtt broker unreachable; retrying", zap.Int("attempt", failures), zap.Error(err))
+			}
+		}},
+		func(ctx context.Context) error {
+			c := mqtt.NewClient(s.clientOptions(chain))
+			tok := c.Connect()
+			select {
+			case <-tok.Done():
+			case <-ctx.Done():
+				c.Disconnect(0)
+				return ctx.Err()
+			}
+			if err := tok.Error(); err != nil {
+				return fmt.Errorf("ingest: mqtt broker %s: %w", strings.Join(s.opts.Brokers, ","), err)
+			}
+			client = c
+			return nil
+		})
+	switch {
+	case err == nil:
+		s.mu.Lock()
+		s.client = client
+		s.mu.Unlock()
+		return client, nil
+	case ctx.Err() != nil:
+		return nil, nil
 	}
+	s.log.Error("mqtt connection refused", zap.Error(err))
+	return nil, err
 }
 
 func (s *MQTTSource) clientOptions(chain *Chain) *mqtt.ClientOptions {
