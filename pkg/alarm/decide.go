@@ -51,6 +51,9 @@ type Decision struct {
 	Events []event.Event // in publication order; may be empty
 	Ack    deadline.Ack
 	Reason Reason
+	// Committed: the claim already stored Ack (a committed claim decided as committed), so the Handler
+	// carries it out by releasing the claim's record (deadline.Store.Settle), not by acknowledging.
+	Committed bool
 }
 
 // Decide applies the alarm policy to one claim.
@@ -68,6 +71,10 @@ type Decision struct {
 //
 // Repeats are timed from the first interruption (no drift); a repeat that comes due late (after a silence
 // or an outage) is sent once and the next one is timed from now, never as a burst.
+//
+// Decide is the one place that decides an incident's next act. The claim only carries out ahead of time
+// what Decide decides for a plain fresh incident (deadline doc.go, "commit"): `interrupted`, then the next
+// act one repeat interval away. Decision.Committed tells whether this decision is that one.
 func Decide(in Input) Decision {
 	c, st, now := in.Claim, in.Claim.State, in.Now
 	dl := st.DeadlineTime()
@@ -147,6 +154,8 @@ func Decide(in Input) Decision {
 		}
 		d.Ack.Next = due
 	}
+	// A claim commits with the interval in force when it claimed; a reload since makes it stale.
+	d.Committed = c.Record != "" && d.Reason == ReasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat
 	return d
 }
 

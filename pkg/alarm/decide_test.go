@@ -27,13 +27,18 @@ func TestDecide(t *testing.T) {
 		return func(s *deadline.State) { s.Next, s.InterruptedAt = next, t0.Add(10*time.Millisecond).UnixMilli() }
 	}
 	type want struct {
-		kinds   []event.Kind
-		repeats []int
-		op      deadline.AckOp
-		next    time.Time
-		dormant bool
-		reason  Reason
-		state   func(*testing.T, deadline.State)
+		kinds     []event.Kind
+		repeats   []int
+		op        deadline.AckOp
+		next      time.Time
+		dormant   bool
+		reason    Reason
+		committed bool // the claim already stored this decision: no ack
+		state     func(*testing.T, deadline.State)
+	}
+	// committed is a plain fresh claim the claim stored as `interrupted` sent with the repeat interval every.
+	committed := func(every time.Duration) deadline.Claim {
+		return deadline.Claim{State: open(nil), Fresh: true, Record: "\x00claims:r:1", CommittedRepeat: every}
 	}
 	tests := []struct {
 		name string
@@ -128,6 +133,35 @@ func TestDecide(t *testing.T) {
 		in:   Input{Claim: deadline.Claim{State: open(func(s *deadline.State) { s.Failures, s.Reason = 3, "kafka down" }), Fresh: true}, Policy: pol, Now: t0},
 		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, next: t0.Add(time.Minute), reason: ReasonInterrupted,
 			state: func(t *testing.T, s deadline.State) { require.Zero(t, s.Failures); require.Empty(t, s.Reason) }},
+	}, {
+		name: "committed claim decided as the claim stored it: nothing to acknowledge",
+		in:   Input{Claim: committed(time.Minute), Policy: pol, Now: t0.Add(10 * time.Millisecond)},
+		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule,
+			next: t0.Add(10*time.Millisecond + time.Minute), reason: ReasonInterrupted, committed: true},
+	}, {
+		name: "committed claim without repeats: stored dormant, nothing to acknowledge",
+		in:   Input{Claim: committed(0), Policy: config.Policy{Timeout: 30 * time.Second}, Now: t0},
+		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, dormant: true,
+			reason: ReasonInterrupted, committed: true},
+	}, {
+		name: "committed claim of an expired record, handed out again: published again, still as stored",
+		in: Input{Claim: deadline.Claim{State: open(nil), Record: "\x00claims:r:2", CommittedRepeat: time.Minute}, Policy: pol,
+			Now: t0.Add(31 * time.Second)},
+		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule,
+			next: t0.Add(31*time.Second + time.Minute), reason: ReasonInterrupted, committed: true},
+	}, {
+		name: "committed claim, interval reloaded since the claim: acknowledged with the new one",
+		in:   Input{Claim: committed(30 * time.Second), Policy: pol, Now: t0},
+		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, next: t0.Add(time.Minute),
+			reason: ReasonInterrupted},
+	}, {
+		name: "committed claim under a silence: acknowledged, nothing sent",
+		in:   Input{Claim: committed(time.Minute), Policy: pol, Now: t0, SilencedUntil: t0.Add(time.Hour)},
+		want: want{op: deadline.Reschedule, next: t0.Add(time.Hour), reason: ReasonSilenced},
+	}, {
+		name: "committed claim whose device signalled again: removed quietly",
+		in:   Input{Claim: committed(time.Minute), Policy: pol, Now: t0, Current: t0.Add(20 * time.Second)},
+		want: want{op: deadline.Remove, reason: ReasonQuietEnd},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,6 +181,7 @@ func TestDecide(t *testing.T) {
 			require.Equal(t, tt.want.reason, got.Reason)
 			require.Equal(t, tt.want.op, got.Ack.Op)
 			require.Equal(t, tt.want.dormant, got.Ack.Dormant)
+			require.Equal(t, tt.want.committed, got.Committed)
 			if !tt.want.next.IsZero() {
 				require.Equal(t, tt.want.next.UnixMilli(), got.Ack.Next.UnixMilli())
 			}

@@ -68,14 +68,6 @@ func NewHandler(opts HandlerOptions) *Handler {
 // errCrashed is what a test-stopped handler returns.
 var errCrashed = errors.New("alarm: stopped between publish and acknowledge")
 
-// asCommitted tells whether the claim script already stored what d decided for c: a committed claim
-// (see Commit in pkg/deadline) whose decision is the plain `interrupted` with the repeat interval the
-// claim used. Anything else (a silence, a recovery, a reloaded interval) is acknowledged as usual.
-func asCommitted(c deadline.Claim, d Decision, pol config.Policy) bool {
-	return c.Record != "" && d.Reason == ReasonInterrupted && d.Ack.Op == deadline.Reschedule &&
-		deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat
-}
-
 // Handle processes one wake-up's claims. An error leaves the claims leased: they come back when the
 // lease runs out and are published again with the same event ids (at-least-once).
 func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
@@ -95,7 +87,6 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	now := h.opts.Now()
 	policies := h.opts.Policies()
 	decisions := make([]Decision, len(claims))
-	committed := make([]bool, len(claims)) // decided as the claim committed it: the record's release acks it
 	var events []event.Event
 	owner := make([]int, 0, len(claims)) // owner[j] = claim index of events[j]
 	for i, c := range claims {
@@ -109,7 +100,6 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, c.Type, now)
 		}
 		decisions[i] = Decide(in)
-		committed[i] = asCommitted(c, decisions[i], in.Policy)
 		for _, e := range decisions[i].Events {
 			events = append(events, e)
 			owner = append(owner, i)
@@ -143,7 +133,9 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 				zap.Bool("parked", a.Op == deadline.Park), zap.Error(err))
 			continue
 		}
-		if !committed[i] {
+		// Decide decided; this only carries it out. A committed decision is already stored: releasing
+		// the claim's record below acknowledges it.
+		if !decisions[i].Committed {
 			acks = append(acks, decisions[i].Ack)
 		}
 	}

@@ -206,7 +206,8 @@ type ClaimOptions struct {
 // Claim claims the due devices of slots in one round trip.
 //
 // The act a committed claim stores is alarm.Decide's usual outcome for a fresh incident, carried out
-// ahead of time with the repeat interval in force; Decide alone says whether it stands.
+// ahead of time with the repeat interval in force; Decide alone says whether it stands
+// (alarm.Decision.Committed), and the alarm loop acknowledges the claims where it does not.
 func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (ClaimResult, error) {
 	var res ClaimResult
 	if len(slots) == 0 {
