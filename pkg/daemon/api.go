@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -56,7 +57,7 @@ func NewAPI(opts APIOptions) http.Handler {
 		opts.Now = time.Now
 	}
 	if opts.MaxBodySize <= 0 {
-		opts.MaxBodySize = 1 << 20
+		opts.MaxBodySize = config.DefaultMaxBodyBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()

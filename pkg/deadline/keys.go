@@ -4,6 +4,8 @@ import (
 	"hash/crc32"
 	"strconv"
 	"strings"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // Keyspace builds every Redis key heartbeatd uses. Keys are never concatenated at call sites: all keys
@@ -12,10 +14,10 @@ type Keyspace struct {
 	prefix string
 }
 
-// NewKeyspace returns the key builder for prefix (config redis.key_prefix, "hb" by default).
+// NewKeyspace returns the key builder for prefix (config redis.key_prefix; "" = its default).
 func NewKeyspace(prefix string) Keyspace {
 	if prefix == "" {
-		prefix = "hb"
+		prefix = config.DefaultKeyPrefix
 	}
 	return Keyspace{prefix: prefix}
 }

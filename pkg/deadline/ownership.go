@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // Assign returns the slots replica wins by rendezvous hashing over replicas: each slot goes to the
@@ -106,10 +107,13 @@ type Ownership struct {
 // NewOwnership returns the ownership of store's slots for one replica; Run maintains it.
 func NewOwnership(store *Store, opts OwnershipOptions) *Ownership {
 	if opts.Heartbeat <= 0 {
-		opts.Heartbeat = 500 * time.Millisecond
+		opts.Heartbeat = config.DefaultReplicaHeartbeat
+	}
+	if opts.SlotLease <= 0 {
+		opts.SlotLease = config.DefaultSlotLease
 	}
 	if opts.SlotLease <= opts.Heartbeat {
-		opts.SlotLease = 4 * opts.Heartbeat
+		opts.SlotLease = 4 * opts.Heartbeat // a lease must outlive its renewal
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // ScannerOptions configures a Scanner.
@@ -56,13 +57,13 @@ func NewScanner(opts ScannerOptions) *Scanner {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.MaxIdleWait <= 0 {
-		opts.MaxIdleWait = 50 * time.Millisecond
+		opts.MaxIdleWait = config.DefaultMaxIdleWait
 	}
 	if opts.Batch <= 0 {
-		opts.Batch = 256
+		opts.Batch = config.DefaultDetectionBatch
 	}
 	if opts.Lease <= 0 {
-		opts.Lease = 30 * time.Second
+		opts.Lease = config.DefaultLease
 	}
 	return &Scanner{opts: opts, log: opts.Logger.With(zap.String("component", "scanner"))}
 }

@@ -12,33 +12,25 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// Chain defaults.
-const (
-	DefaultBatch        = 256
-	DefaultLinger       = 2 * time.Millisecond
-	DefaultMaxInFlight  = 4
-	DefaultMaxClockSkew = 5 * time.Second
-)
-
-// ChainOptions configures a Chain (config: ingest.*).
+// ChainOptions configures a Chain (config: ingest.*; a zero value takes the config.Default* of its key).
 type ChainOptions struct {
 	// MaxClockSkew: a ts further than this past the receive time is replaced by the receive time.
-	// Default 5s.
 	MaxClockSkew time.Duration
 	// Coalesce > 0 skips a device's deadline write while its signal time is less than this past the last
 	// one written and its type did not change (ingest.coalesce).
 	Coalesce time.Duration
-	// Batch is the most messages one refresh carries (default 256); Linger the longest a partial batch
-	// waits for more while another batch is in flight (default 2ms; with nothing in flight a batch is sent
-	// as soon as the input is drained, so a quiet fleet pays no linger).
+	// Batch is the most messages one refresh carries; Linger the longest a partial batch waits for more
+	// while another batch is in flight (with nothing in flight a batch is sent as soon as the input is
+	// drained, so a quiet fleet pays no linger).
 	Batch  int
 	Linger time.Duration
-	// MaxInFlight bounds the batches between dispatch and acknowledgement (default 4). When all are
-	// taken, Submit blocks: that is the backpressure that stops the sources while Redis is down.
+	// MaxInFlight bounds the batches between dispatch and acknowledgement. When all are taken, Submit
+	// blocks: that is the backpressure that stops the sources while Redis is down.
 	MaxInFlight int
 	// KnownType reports whether a type name has a configured policy; nil treats every name as known.
 	KnownType func(string) bool
@@ -115,19 +107,19 @@ func NewChain(refresher Refresher, deadLetters event.DeadLetterSink, opts ChainO
 		return nil, errors.New("ingest: chain needs a refresher")
 	}
 	if opts.MaxClockSkew <= 0 {
-		opts.MaxClockSkew = DefaultMaxClockSkew
+		opts.MaxClockSkew = config.DefaultMaxClockSkew
 	}
 	if opts.Coalesce < 0 {
 		return nil, fmt.Errorf("ingest: coalesce %v is negative", opts.Coalesce)
 	}
 	if opts.Batch <= 0 {
-		opts.Batch = DefaultBatch
+		opts.Batch = config.DefaultIngestBatch
 	}
 	if opts.Linger <= 0 {
-		opts.Linger = DefaultLinger
+		opts.Linger = config.DefaultIngestLinger
 	}
 	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = DefaultMaxInFlight
+		opts.MaxInFlight = config.DefaultIngestMaxInFlight
 	}
 	if opts.DeadLetterTimeout <= 0 {
 		opts.DeadLetterTimeout = 5 * time.Second

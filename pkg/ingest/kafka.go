@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // KafkaOptions configures the Kafka source (config: ingest.kafka).
@@ -28,8 +29,10 @@ type KafkaOptions struct {
 	CommitInterval time.Duration
 	// ProbeInterval is how often the connection to the brokers is checked for Health (default 2s).
 	ProbeInterval time.Duration
-	// SessionTimeout and RebalanceTimeout of the consumer group (defaults 30s and 30s);
-	// HeartbeatInterval default 3s.
+	// SessionTimeout of the consumer group (default config.DefaultKafkaSessionTimeout). RebalanceTimeout
+	// defaults to it: the coordinator waits this long for members to rejoin a rebalance, a killed member
+	// never does, so it bounds a restarted replica's first assignment as much as the session does.
+	// HeartbeatInterval defaults to a third of the session, Kafka's advice.
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration
@@ -74,13 +77,13 @@ func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
 		opts.ProbeInterval = 2 * time.Second
 	}
 	if opts.SessionTimeout <= 0 {
-		opts.SessionTimeout = 30 * time.Second
+		opts.SessionTimeout = config.DefaultKafkaSessionTimeout
 	}
 	if opts.RebalanceTimeout <= 0 {
-		opts.RebalanceTimeout = 30 * time.Second
+		opts.RebalanceTimeout = opts.SessionTimeout
 	}
 	if opts.HeartbeatInterval <= 0 {
-		opts.HeartbeatInterval = 3 * time.Second
+		opts.HeartbeatInterval = opts.SessionTimeout / 3
 	}
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = 10 * time.Second
