@@ -433,8 +433,12 @@ func isNoScript(cmd *redis.Cmd) bool {
 }
 
 // Load reads the type registry so that the types other replicas registered resolve from the start, and
-// registers names (the configured types) so they have indexes before the first signal needs them.
+// registers names (the configured types) so they have indexes before the first signal needs them. It
+// refuses more names than MaxTypes: their devices could not be told apart in a deadline score.
 func (s *Store) Load(ctx context.Context, names ...string) error {
+	if len(names) > MaxTypes {
+		return fmt.Errorf("deadline: %d types: at most %d fit in a deadline score", len(names), MaxTypes)
+	}
 	if err := s.types.reload(ctx); err != nil {
 		return err
 	}

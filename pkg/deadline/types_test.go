@@ -2,10 +2,13 @@ package deadline_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -19,4 +22,23 @@ func TestTypeRegistryIsSharedBetweenStores(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "brand-new-type", d.Type, "a replica that never saw the name resolves it from Redis")
 	})
+}
+
+// Config validates the type count without Redis (check-config) and cannot import this package: its copy of
+// the limit must be the score's.
+func TestConfigKnowsTheScoresTypeLimit(t *testing.T) {
+	require.Equal(t, deadline.MaxTypes, config.MaxTypes)
+}
+
+func TestLoadRefusesMoreTypesThanFitInAScore(t *testing.T) {
+	// Refused before Redis is asked anything: nothing listens there.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store, err := deadline.New(rdb, deadline.Options{Slots: 8, Timeout: timeoutOf})
+	require.NoError(t, err)
+	names := make([]string, deadline.MaxTypes+1)
+	for i := range names {
+		names[i] = fmt.Sprint("type-", i)
+	}
+	require.ErrorContains(t, store.Load(context.Background(), names...), "1025 types: at most 1024 fit in a deadline score")
 }
