@@ -267,27 +267,39 @@ func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Ti
 	if len(bySlot) == 0 {
 		return out, nil
 	}
+	err := s.deadlineScores(ctx, bySlot, func(i int) string { return claims[i].Device }, func(i int, score float64) {
+		if dl, _ := scoreDeadline(score); dl.After(out[i]) {
+			out[i] = dl
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deadline: current deadlines: %w", err)
+	}
+	return out, nil
+}
+
+// deadlineScores reads, with one ZMSCORE per slot in one round trip, the deadlines-set scores of the
+// devices bySlot lists (slot → indexes, deviceOf(i) naming index i), and calls found for each one there.
+func (s *Store) deadlineScores(ctx context.Context, bySlot map[int][]int, deviceOf func(i int) string, found func(i int, score float64)) error {
 	pipe := s.rdb.Pipeline()
 	cmds := make(map[int]*redis.FloatSliceCmd, len(bySlot))
 	for slot, idx := range bySlot {
 		members := make([]string, len(idx))
 		for j, i := range idx {
-			members[j] = claims[i].Device
+			members[j] = deviceOf(i)
 		}
 		cmds[slot] = pipe.ZMScore(ctx, s.keys.Deadlines(slot), members...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("deadline: current deadlines: %w", err)
+		return err
 	}
 	for slot, idx := range bySlot {
 		// go-redis reports a missing member as 0.
 		for j, v := range cmds[slot].Val() {
 			if v > 0 {
-				if dl, _ := scoreDeadline(v); dl.After(out[idx[j]]) {
-					out[idx[j]] = dl
-				}
+				found(idx[j], v)
 			}
 		}
 	}
-	return out, nil
+	return nil
 }

@@ -329,26 +329,12 @@ func (s *Store) recordedTypes(ctx context.Context, l *Layout, signals []Signal, 
 	if len(bySlot) == 0 {
 		return nil, nil
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make(map[int]*redis.FloatSliceCmd, len(bySlot))
-	for slot, idx := range bySlot {
-		members := make([]string, len(idx))
-		for j, i := range idx {
-			members[j] = signals[i].Device
-		}
-		cmds[slot] = pipe.ZMScore(ctx, s.keys.Deadlines(slot), members...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("deadline: refresh: read recorded types: %w", err)
-	}
 	out := make(map[int]int, len(signals))
-	for slot, idx := range bySlot {
-		for j, v := range cmds[slot].Val() {
-			if v > 0 {
-				_, t := scoreDeadline(v)
-				out[idx[j]] = t
-			}
-		}
+	err := s.deadlineScores(ctx, bySlot, func(i int) string { return signals[i].Device }, func(i int, score float64) {
+		_, out[i] = scoreDeadline(score)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deadline: refresh: read recorded types: %w", err)
 	}
 	return out, nil
 }
