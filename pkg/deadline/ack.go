@@ -38,9 +38,9 @@ type Ack struct {
 // ack never clobbers a newer incident, an operator's ack, or a signal that arrived meanwhile.
 //
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] dead  KEYS[5] in-flight records
-// ARGV[1] now (ms), ARGV[2] in-flight records to release after the acks, packed (packSep-separated);
-// then groups of five: op (R|X|P), device, claimed deadline (ms), next
-// act (ms, or a dormant score: see DormantAfter), state
+// ARGV[1] now (ms)  ARGV[2] in-flight records to release after the acks, packSep-separated
+// then groups of five: op (R|X|P), device, claimed deadline (ms), next act (ms, or a dormant score: see
+// DormantAfter), state
 // Reply: per op 1 when applied, 0 when the incident was gone or replaced.
 //
 // It reads every state and deadline with one HMGET and one ZMSCORE and writes with one command per kind:
