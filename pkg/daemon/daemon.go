@@ -173,7 +173,8 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 	var probes []alarm.Probe
 	for _, src := range d.sources {
-		probes = append(probes, alarm.Probe{Name: src.Name(), Trouble: d.trouble(src)})
+		trouble := func(now time.Time) (time.Time, string) { return d.trouble(src, now) }
+		probes = append(probes, alarm.Probe{Name: src.Name(), Trouble: trouble})
 	}
 	d.holdBack = alarm.NewHoldBack(alarm.HoldBackOptions{Client: d.rdb, Keys: d.store.Keys(), ReplicaID: replica, Probes: probes,
 		Grace:    func() time.Duration { return d.coord.Current().GraceAfterOutage() },
@@ -273,18 +274,18 @@ func (d *daemon) applyTypes(cfg *config.Config) error {
 	return nil
 }
 
-// trouble turns a source's health into the hold-back's view of it.
-func (d *daemon) trouble(src ingest.Source) func(now time.Time) (time.Time, string) {
-	return func(now time.Time) (time.Time, string) {
-		h := src.Health()
-		switch {
-		case !h.Connected:
-			return h.Since, "disconnected"
-		case h.Lag > d.cfg.Detection.LagThreshold:
-			return now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
-		}
-		return time.Time{}, ""
+// trouble says what keeps a source from delivering signals in time at now: since when (deadlines after
+// it may have missed signals) and why; why is "" while the source is healthy. The hold-back and /readyz
+// both read it, so they never disagree about a source.
+func (d *daemon) trouble(src ingest.Source, now time.Time) (since time.Time, why string) {
+	h := src.Health()
+	switch {
+	case !h.Connected:
+		return h.Since, "disconnected"
+	case h.Lag > d.cfg.Detection.LagThreshold:
+		return now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
 	}
+	return time.Time{}, ""
 }
 
 // ready checks every dependency /readyz reports on.
@@ -294,14 +295,9 @@ func (d *daemon) ready(ctx context.Context) map[string]error {
 		out["redis"] = fmt.Errorf("refusing deadline writes since %s: %w", f.Since.UTC().Format(time.RFC3339), f.Err)
 	}
 	for _, src := range d.sources {
-		h := src.Health()
-		switch {
-		case !h.Connected:
-			out[src.Name()] = fmt.Errorf("disconnected since %s", h.Since.UTC().Format(time.RFC3339))
-		case h.Lag > d.cfg.Detection.LagThreshold:
-			out[src.Name()] = fmt.Errorf("lagging %s behind", h.Lag.Round(time.Millisecond))
-		default:
-			out[src.Name()] = nil
+		out[src.Name()] = nil
+		if since, why := d.trouble(src, time.Now()); why != "" {
+			out[src.Name()] = fmt.Errorf("%s since %s", why, since.UTC().Format(time.RFC3339))
 		}
 	}
 	return out
