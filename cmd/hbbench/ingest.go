@@ -164,13 +164,13 @@ var mqttSubscriptions = []ingest.Subscription{{Topic: "devices/{device_id}/heart
 
 func ingestMQTT(e *env, store *deadline.Store, ids []string, refresh float64) error {
 	// The default queue limit (1000 per client) would silently drop most of a QoS 1 backlog.
-	broker, err := testenv.LaunchMosquitto(e.ctx, testenv.MosquittoOptions{MaxQueued: 10_000_000})
+	broker, err := testenv.LaunchMosquitto(e.ctx, "", testenv.MosquittoOptions{MaxQueued: 10_000_000})
 	if err != nil {
 		return err
 	}
 	defer broker.Close()
 	e.versions["mosquitto"] = mosquittoVersion()
-	pub, err := mqttConnect(broker.Addr, mqtt.NewClientOptions().SetClientID("hbbench-publisher"))
+	pub, err := testenv.ConnectMQTT(broker.Addr, mqtt.NewClientOptions().SetClientID("hbbench-publisher"))
 	if err != nil {
 		return err
 	}
@@ -209,7 +209,7 @@ func ingestMQTT(e *env, store *deadline.Store, ids []string, refresh float64) er
 	var got atomic.Int64
 	plainDone := make(chan struct{})
 	start := time.Now()
-	plain, err := mqttConnect(broker.Addr, mqtt.NewClientOptions().SetClientID("plain-subscriber").SetCleanSession(false).
+	plain, err := testenv.ConnectMQTT(broker.Addr, mqtt.NewClientOptions().SetClientID("plain-subscriber").SetCleanSession(false).
 		SetOrderMatters(false).SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) {
 		if got.Add(1) == int64(len(ids)) {
 			close(plainDone)
@@ -248,22 +248,10 @@ func ingestMQTT(e *env, store *deadline.Store, ids []string, refresh float64) er
 	return nil
 }
 
-func mqttConnect(broker string, o *mqtt.ClientOptions) (mqtt.Client, error) {
-	c := mqtt.NewClient(o.AddBroker(broker))
-	tok := c.Connect()
-	if !tok.WaitTimeout(10 * time.Second) {
-		return nil, errors.New("hbbench: mqtt connect timed out")
-	}
-	if err := tok.Error(); err != nil {
-		return nil, fmt.Errorf("hbbench: mqtt connect: %w", err)
-	}
-	return c, nil
-}
-
 // primeSession connects clientID with a persistent session subscribed to the signal topic, then leaves,
 // so the broker queues what is published next.
 func primeSession(broker, clientID string) error {
-	c, err := mqttConnect(broker, mqtt.NewClientOptions().SetClientID(clientID).SetCleanSession(false))
+	c, err := testenv.ConnectMQTT(broker, mqtt.NewClientOptions().SetClientID(clientID).SetCleanSession(false))
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ type redisServer struct {
 }
 
 func startRedis(ctx context.Context) (*redisServer, error) {
-	srv, err := testenv.LaunchRedis(ctx)
+	srv, err := testenv.LaunchRedis(ctx, "", testenv.RedisOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ events:
 log: {level: warn}
 `, e.redis.Addr, config.DefaultSlots, strings.Join(k.Addrs, ","), signalTopic, strings.Join(k.Addrs, ","))
 	// Binary "" builds ./cmd/heartbeatd (HB_HEARTBEATD_BIN names a prebuilt one).
-	hb, err := testenv.LaunchHeartbeatd(e.ctx, testenv.HeartbeatdOptions{Config: cfg, Binary: e.opts.HeartbeatdBin})
+	hb, err := testenv.LaunchHeartbeatd(e.ctx, "", testenv.HeartbeatdOptions{Config: cfg, Binary: e.opts.HeartbeatdBin})
 	if err != nil {
 		return fmt.Errorf("hbbench: %w (-heartbeatd names a prebuilt binary)", err)
 	}

@@ -66,11 +66,10 @@ func refreshScenario(e *env) error {
 	if err := preload(e.ctx, st, n); err != nil {
 		return err
 	}
-	// As many requests as redis-benchmark sends in about -duration at the ≈300k/s measured here.
+	// As many requests as redis-benchmark sends in about -duration at ≈300k/s (docs/benchmarks.md).
 	requests := max(20_000, int(300_000*e.opts.Duration.Seconds()))
 	// The baseline runs before and again after the measured runs, on an emptied key, and the ratios use
-	// the mean: this shared machine's speed drifts, and one baseline taken before ten seconds of other
-	// runs measured a different machine.
+	// the mean: a shared machine's speed drifts within a run.
 	baseline := func(key string) (float64, error) {
 		rate, err := e.redis.redisBenchmark(e.ctx, "-P", "64", "-n", strconv.Itoa(requests), "-r", strconv.Itoa(n), "zadd", key, "GT", "__rand_int__", "m:__rand_int__")
 		if err != nil {

@@ -79,8 +79,8 @@ func RefreshLoad(ctx context.Context, st *deadline.Store, l Load, sent *atomic.I
 }
 
 // busyFleet sizes the lateness run's load fleet so each of its devices is refreshed about every 2 s
-// (P(silent for the 30 s timeout) ≈ e^-15): a 1M fleet at 50k signals/s left a fifth of it silent past
-// its timeout, and those events were counted as the measured devices'.
+// (P(silent for the 30 s timeout) ≈ e^-15): at 50k signals/s a 1M fleet would leave a fifth of it silent
+// past its timeout, and its events would load the scanner beside the measured devices'.
 func busyFleet(n, perSec int) int {
 	if perSec <= 0 {
 		return max(n, 10_000)

@@ -31,13 +31,13 @@ types:
 `
 
 // kafkaSegmentBytes rolls kfake's in-memory log segments at 1 MiB instead of Kafka's 100 MiB default:
-// kfake grows a segment by copying it whole, which took 10% of hbbench's CPU at 1M events (a real broker
-// appends to the page cache), and the detection figures are heartbeatd's, not the test broker's.
+// kfake grows a segment by copying it whole, ≈10% of hbbench's CPU at 1M events (a real broker appends
+// to the page cache), and the detection figures are heartbeatd's, not the test broker's.
 const kafkaSegmentBytes = "1048576"
 
 // Kafka starts the benchmarks' kfake broker with the topics, partitions each; the caller closes it.
 func Kafka(partitions int, topics ...string) (*testenv.Kafka, error) {
-	return testenv.LaunchKafka(testenv.KafkaOptions{Topics: topics, Partitions: partitions,
+	return testenv.LaunchKafka(context.Background(), "", testenv.KafkaOptions{Topics: topics, Partitions: partitions,
 		BrokerConfigs: map[string]string{"log.segment.bytes": kafkaSegmentBytes}})
 }
 
@@ -141,8 +141,7 @@ func RefreshBatches(ctx context.Context, st *deadline.Store, size, n int, signal
 }
 
 // FirstDeadline leaves time to schedule n devices before the first of them is due. Scheduling runs at
-// ≈300k signals/s on a quiet machine, but 1M devices outlasted a 150k/s margin on a shared one, so the
-// margin assumes 60k/s.
+// ≈300k signals/s on a quiet machine and far slower on a busy shared one, so the margin assumes 60k/s.
 func FirstDeadline(n int) time.Time {
 	return time.Now().Add(time.Second + time.Duration(n)*time.Second/60_000).Truncate(time.Millisecond)
 }

@@ -105,7 +105,7 @@ func sharedCluster(tb testing.TB) *RedisCluster {
 	}
 	shared.startOnce.Do(func() {
 		shared.cond = sync.NewCond(&shared.mu)
-		shared.cluster, shared.err = LaunchRedisCluster(context.Background())
+		shared.cluster, shared.err = LaunchRedisCluster(context.Background(), "", RedisClusterOptions{})
 	})
 	if shared.err != nil {
 		check(tb, fmt.Errorf("testenv: shared redis cluster: %w", shared.err))

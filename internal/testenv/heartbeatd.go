@@ -50,9 +50,7 @@ func removeHeartbeatdBuild() {
 // HB_HEARTBEATD_BIN names a prebuilt binary instead.
 func HeartbeatdBinary(tb testing.TB) string {
 	tb.Helper()
-	path, err := heartbeatdBinary()
-	check(tb, err)
-	return path
+	return must(tb, heartbeatdBinary)
 }
 
 func heartbeatdBinary() (string, error) {
@@ -134,19 +132,8 @@ type Heartbeatd struct {
 	cfgPath string
 }
 
-// StartHeartbeatd starts heartbeatd and waits until /healthz answers. tb.Cleanup kills it.
-func StartHeartbeatd(tb testing.TB, opts HeartbeatdOptions) *Heartbeatd {
-	tb.Helper()
-	return start(tb, launchHeartbeatd, []HeartbeatdOptions{opts})
-}
-
-// LaunchHeartbeatd is StartHeartbeatd without a test: heartbeatd runs in a temporary directory until
-// Close.
-func LaunchHeartbeatd(ctx context.Context, opts HeartbeatdOptions) (*Heartbeatd, error) {
-	return launchHeartbeatd(ctx, "", opts)
-}
-
-func launchHeartbeatd(ctx context.Context, dir string, opts HeartbeatdOptions) (*Heartbeatd, error) {
+// LaunchHeartbeatd is StartHeartbeatd without a test (see the package comment for dir).
+func LaunchHeartbeatd(ctx context.Context, dir string, opts HeartbeatdOptions) (*Heartbeatd, error) {
 	bin := opts.Binary
 	if bin == "" {
 		var err error
@@ -154,11 +141,11 @@ func launchHeartbeatd(ctx context.Context, dir string, opts HeartbeatdOptions) (
 			return nil, err
 		}
 	}
-	dir, own, err := serverDir(dir, "heartbeatd")
+	srv, err := newServerAt("heartbeatd", bin, dir, "heartbeatd.log")
 	if err != nil {
 		return nil, err
 	}
-	h := &Heartbeatd{server: newServer("heartbeatd", bin, dir, own, "heartbeatd.log"), cfgPath: filepath.Join(dir, "heartbeatd.yaml")}
+	h := &Heartbeatd{server: srv, cfgPath: filepath.Join(srv.dir, "heartbeatd.yaml")}
 	h.args, h.probe = []string{"run", "-config", h.cfgPath}, h.healthy
 	if err := os.WriteFile(h.cfgPath, []byte(opts.Config), 0o600); err != nil {
 		h.Close()
@@ -274,3 +261,9 @@ func (h *Heartbeatd) Log() string {
 
 // Exited reports whether the process has ended (crashed or stopped).
 func (h *Heartbeatd) Exited() bool { return h.PID() == 0 }
+
+// StartHeartbeatd starts heartbeatd and waits until /healthz answers. tb.Cleanup kills it.
+func StartHeartbeatd(tb testing.TB, opts HeartbeatdOptions) *Heartbeatd {
+	tb.Helper()
+	return start(tb, LaunchHeartbeatd, []HeartbeatdOptions{opts})
+}

@@ -63,19 +63,10 @@ type Kafka struct {
 	logFile *os.File
 }
 
-// StartKafka starts a kfake cluster with the topics, closed by tb.Cleanup.
-func StartKafka(tb testing.TB, opts ...KafkaOptions) *Kafka {
-	tb.Helper()
-	return start(tb, launchKafka, opts)
-}
-
-// LaunchKafka is StartKafka without a test: the cluster logs to a temporary directory until Close.
-func LaunchKafka(opts ...KafkaOptions) (*Kafka, error) {
-	return launchKafka(context.Background(), "", first(opts))
-}
-
-// launchKafka takes a context like the other launchers; kfake starts at once, in process.
-func launchKafka(_ context.Context, dir string, opts KafkaOptions) (*Kafka, error) {
+// LaunchKafka is StartKafka without a test (see the package comment for dir; the cluster logs there, and
+// keeps its data there with Persist). It takes a context like the other launchers; kfake starts at once,
+// in process.
+func LaunchKafka(_ context.Context, dir string, opts KafkaOptions) (*Kafka, error) {
 	k := &Kafka{opts: opts}
 	if k.opts.Partitions <= 0 {
 		k.opts.Partitions = 3
@@ -246,11 +237,33 @@ func (k *Kafka) Client(tb testing.TB, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-// Record is one Kafka record as ReadAll returns it.
+// Consume reads topics from their start on a client of its own and hands every record to handle, on one
+// goroutine, until tb ends.
+func (k *Kafka) Consume(tb testing.TB, handle func(Record), topics ...string) {
+	tb.Helper()
+	cl := k.Client(tb, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { handle(record(r)) })
+		}
+	}()
+	// Registered after Client's own cleanup, so it runs first: the poller ends before the client closes.
+	tb.Cleanup(func() { cancel(); <-done })
+}
+
+// Record is one Kafka record as ReadAll and Consume hand it over.
 type Record struct {
+	Topic      string
 	Key, Value []byte
 	Partition  int32
 	Offset     int64
+}
+
+func record(r *kgo.Record) Record {
+	return Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Partition: r.Partition, Offset: r.Offset}
 }
 
 // ReadAll reads topic from the beginning of every partition until it has at least min records or timeout
@@ -258,6 +271,24 @@ type Record struct {
 // test on a short read, so the caller's assertion says what was expected; it logs why it stopped. With
 // min <= 0 it reads for the whole timeout.
 func (k *Kafka) ReadAll(tb testing.TB, topic string, min int, timeout time.Duration) []Record {
+	tb.Helper()
+	out, lastErr := k.read(tb, topic, timeout, func(recs []Record) bool { return min > 0 && len(recs) >= min })
+	if min > 0 && len(out) < min {
+		tb.Logf("testenv: ReadAll %s: %d of %d records within %v (last fetch error: %v)", topic, len(out), min, timeout, lastErr)
+	}
+	return out
+}
+
+// ReadUntil reads topic as ReadAll does until enough says so of what it read so far (asked after every
+// fetch, on the caller's goroutine) or timeout passes, and returns what it read.
+func (k *Kafka) ReadUntil(tb testing.TB, topic string, timeout time.Duration, enough func([]Record) bool) []Record {
+	tb.Helper()
+	out, _ := k.read(tb, topic, timeout, enough)
+	return out
+}
+
+// read is ReadAll and ReadUntil, with the last fetch error.
+func (k *Kafka) read(tb testing.TB, topic string, timeout time.Duration, enough func([]Record) bool) ([]Record, error) {
 	tb.Helper()
 	cl, err := kgo.NewClient(append(k.ClientOpts(),
 		kgo.ConsumeTopics(topic),
@@ -271,7 +302,7 @@ func (k *Kafka) ReadAll(tb testing.TB, topic string, min int, timeout time.Durat
 	defer cancel()
 	var out []Record
 	var lastErr error
-	for min <= 0 || len(out) < min {
+	for !enough(out) {
 		fetches := cl.PollFetches(ctx)
 		fetches.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
@@ -279,14 +310,17 @@ func (k *Kafka) ReadAll(tb testing.TB, topic string, min int, timeout time.Durat
 			}
 		})
 		fetches.EachRecord(func(r *kgo.Record) {
-			out = append(out, Record{Key: r.Key, Value: r.Value, Partition: r.Partition, Offset: r.Offset})
+			out = append(out, record(r))
 		})
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	if min > 0 && len(out) < min {
-		tb.Logf("testenv: ReadAll %s: %d of %d records within %v (last fetch error: %v)", topic, len(out), min, timeout, lastErr)
-	}
-	return out
+	return out, lastErr
+}
+
+// StartKafka starts a kfake cluster with the topics, closed by tb.Cleanup.
+func StartKafka(tb testing.TB, opts ...KafkaOptions) *Kafka {
+	tb.Helper()
+	return start(tb, LaunchKafka, opts)
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
 // MosquittoOptions configures StartMosquitto.
@@ -46,35 +48,21 @@ type Mosquitto struct {
 	*server
 }
 
-// StartMosquitto starts mosquitto on free ports with a generated configuration in its own tb.TempDir and
-// waits until it accepts an MQTT connection on each listener. tb.Cleanup kills it.
-func StartMosquitto(tb testing.TB, opts ...MosquittoOptions) *Mosquitto {
-	tb.Helper()
-	return start(tb, launchMosquitto, opts)
-}
-
-// LaunchMosquitto is StartMosquitto without a test: the server runs in a temporary directory until Close.
-func LaunchMosquitto(ctx context.Context, opts ...MosquittoOptions) (*Mosquitto, error) {
-	return launchMosquitto(ctx, "", first(opts))
-}
-
-func launchMosquitto(ctx context.Context, dir string, opts MosquittoOptions) (*Mosquitto, error) {
-	path, err := LookPath("mosquitto")
-	if err != nil {
-		return nil, err
-	}
+// LaunchMosquitto is StartMosquitto without a test (see the package comment for dir).
+func LaunchMosquitto(ctx context.Context, dir string, opts MosquittoOptions) (*Mosquitto, error) {
 	var tlsConf *tls.Config
+	var err error
 	if opts.TLS != nil {
 		if tlsConf, err = opts.TLS.clientConfig(); err != nil {
 			return nil, err
 		}
 	}
-	dir, own, err := serverDir(dir, "mosquitto")
+	srv, err := newServer("mosquitto", dir, "mosquitto.log")
 	if err != nil {
 		return nil, err
 	}
-	m := &Mosquitto{opts: opts, server: newServer("mosquitto", path, dir, own, "mosquitto.log")}
-	m.confPath = filepath.Join(dir, "mosquitto.conf")
+	m := &Mosquitto{opts: opts, server: srv}
+	m.confPath = filepath.Join(srv.dir, "mosquitto.conf")
 	m.args = []string{"-c", m.confPath}
 	return m, m.firstLaunch(ctx, func() error {
 		if m.port, err = freePort(); err != nil {
@@ -147,6 +135,28 @@ func (m *Mosquitto) listening(tlsConf *tls.Config) func() error {
 	}
 }
 
+// ConnectMQTT connects a paho client with o to broker ("tcp://…", "ssl://…") and waits up to 10s for
+// the broker's answer.
+func ConnectMQTT(broker string, o *mqtt.ClientOptions) (mqtt.Client, error) {
+	c := mqtt.NewClient(o.AddBroker(broker))
+	tok := c.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		return nil, fmt.Errorf("testenv: mqtt connect to %s timed out", broker)
+	}
+	if err := tok.Error(); err != nil {
+		return nil, fmt.Errorf("testenv: mqtt connect to %s: %w", broker, err)
+	}
+	return c, nil
+}
+
+// Connect is a paho client with o on the plain listener (ConnectMQTT), disconnected by tb.Cleanup.
+func (m *Mosquitto) Connect(tb testing.TB, o *mqtt.ClientOptions) mqtt.Client {
+	tb.Helper()
+	c := must(tb, func() (mqtt.Client, error) { return ConnectMQTT(m.Addr, o) })
+	tb.Cleanup(func() { c.Disconnect(0) })
+	return c
+}
+
 // mqttPing connects with a clean MQTT 3.1.1 session, expects CONNACK accepted, and disconnects. It is
 // written out by hand so readiness does not depend on the client library under test.
 func mqttPing(addr string, tlsConf *tls.Config) error {
@@ -178,4 +188,11 @@ func mqttPing(addr string, tlsConf *tls.Config) error {
 	}
 	_, _ = conn.Write([]byte{0xe0, 0})
 	return nil
+}
+
+// StartMosquitto starts mosquitto on free ports with a generated configuration in its own tb.TempDir and
+// waits until it accepts an MQTT connection on each listener. tb.Cleanup kills it.
+func StartMosquitto(tb testing.TB, opts ...MosquittoOptions) *Mosquitto {
+	tb.Helper()
+	return start(tb, LaunchMosquitto, opts)
 }

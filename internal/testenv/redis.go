@@ -32,28 +32,13 @@ type Redis struct {
 	*server
 }
 
-// StartRedis starts redis-server on a free port with its own tb.TempDir and waits until it answers
-// PING. tb.Cleanup kills it. Each call is a fresh, empty server: no flushing between tests is needed.
-func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
-	tb.Helper()
-	return start(tb, launchRedis, opts)
-}
-
-// LaunchRedis is StartRedis without a test: the server runs in a temporary directory until Close.
-func LaunchRedis(ctx context.Context, opts ...RedisOptions) (*Redis, error) {
-	return launchRedis(ctx, "", first(opts))
-}
-
-func launchRedis(ctx context.Context, dir string, opts RedisOptions) (*Redis, error) {
-	path, err := LookPath("redis-server")
+// LaunchRedis is StartRedis without a test (see the package comment for dir).
+func LaunchRedis(ctx context.Context, dir string, opts RedisOptions) (*Redis, error) {
+	srv, err := newServer("redis-server", dir, "redis.log")
 	if err != nil {
 		return nil, err
 	}
-	dir, own, err := serverDir(dir, "redis")
-	if err != nil {
-		return nil, err
-	}
-	r := &Redis{opts: opts, server: newServer("redis-server", path, dir, own, "redis.log")}
+	r := &Redis{opts: opts, server: srv}
 	r.probe = r.ping
 	return r, r.firstLaunch(ctx, func() error {
 		if r.port, err = freePort(); err != nil {
@@ -118,8 +103,9 @@ func (r *Redis) Client(tb testing.TB) *redis.Client {
 	return closedBy(tb, redis.NewClient(&redis.Options{Addr: r.Addr}))
 }
 
-// closedBy registers c's Close with tb.Cleanup and returns c.
-func closedBy[C interface{ Close() error }](tb testing.TB, c C) C {
-	tb.Cleanup(func() { _ = c.Close() })
-	return c
+// StartRedis starts redis-server on a free port with its own tb.TempDir and waits until it answers
+// PING. tb.Cleanup kills it. Each call is a fresh, empty server: no flushing between tests is needed.
+func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
+	tb.Helper()
+	return start(tb, LaunchRedis, opts)
 }

@@ -39,25 +39,9 @@ type clusterNode struct {
 	addr          string
 }
 
-// StartRedisCluster starts opts.Masters cluster-enabled redis-servers on free loopback ports, joins them
-// with `redis-cli --cluster create … --cluster-replicas 0 --cluster-yes`, and waits until every node
-// reports cluster_state:ok. tb.Cleanup kills the nodes. A missing redis-server or redis-cli skips the
-// test, or fails it with CI=true (see Need).
-//
-// Starting a cluster takes about a second; suites that run every test on it share one through
-// RedisBackends instead.
-func StartRedisCluster(tb testing.TB, opts ...RedisClusterOptions) *RedisCluster {
-	tb.Helper()
-	return start(tb, launchRedisCluster, opts)
-}
-
-// LaunchRedisCluster is StartRedisCluster without a test: the nodes run in a temporary directory until
-// Close.
-func LaunchRedisCluster(ctx context.Context, opts ...RedisClusterOptions) (*RedisCluster, error) {
-	return launchRedisCluster(ctx, "", first(opts))
-}
-
-func launchRedisCluster(ctx context.Context, dir string, opts RedisClusterOptions) (*RedisCluster, error) {
+// LaunchRedisCluster is StartRedisCluster without a test (see the package comment for dir); the nodes
+// live in subdirectories.
+func LaunchRedisCluster(ctx context.Context, dir string, opts RedisClusterOptions) (*RedisCluster, error) {
 	n := cmp.Or(opts.Masters, 3)
 	if n < 3 {
 		return nil, fmt.Errorf("testenv: a redis cluster needs at least 3 masters, not %d", n)
@@ -88,12 +72,16 @@ func (c *RedisCluster) launch(ctx context.Context, n int, srvPath, cli string) e
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("testenv: redis cluster: %w", err)
 		}
-		node := &clusterNode{server: newServer(fmt.Sprintf("redis-server (cluster node %d)", i), srvPath, dir, false, "redis.log")}
+		srv, err := newServerAt(fmt.Sprintf("redis-server (cluster node %d)", i), srvPath, dir, "redis.log")
+		if err != nil {
+			return err
+		}
+		node := &clusterNode{server: srv}
 		node.probe = func() error { return pingAddr(node.addr) }
 		c.nodes = append(c.nodes, node)
 		// Two distinct ports that nothing else of this cluster holds: Redis' default bus port
 		// (port+10000) may be taken or past 65535, so it is chosen here too (cluster-port, Redis ≥ 7).
-		err := node.firstLaunch(ctx, func() error {
+		err = node.firstLaunch(ctx, func() error {
 			var err error
 			if node.port, err = distinctFreePort(taken); err != nil {
 				return err
@@ -247,4 +235,16 @@ func (c *RedisCluster) Close() {
 	if c.ownDir {
 		_ = os.RemoveAll(c.dir)
 	}
+}
+
+// StartRedisCluster starts opts.Masters cluster-enabled redis-servers on free loopback ports, joins them
+// with `redis-cli --cluster create … --cluster-replicas 0 --cluster-yes`, and waits until every node
+// reports cluster_state:ok. tb.Cleanup kills the nodes. A missing redis-server or redis-cli skips the
+// test, or fails it with CI=true (see Need).
+//
+// Starting a cluster takes about a second; suites that run every test on it share one through
+// RedisBackends instead.
+func StartRedisCluster(tb testing.TB, opts ...RedisClusterOptions) *RedisCluster {
+	tb.Helper()
+	return start(tb, LaunchRedisCluster, opts)
 }

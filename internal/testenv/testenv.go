@@ -3,9 +3,10 @@
 // kfake Kafka cluster.
 //
 // Every server has a launcher that returns an error (LaunchRedis, LaunchMosquitto, LaunchKafka,
-// LaunchRedisCluster, LaunchHeartbeatd), for plain programs such as cmd/hbbench: the caller stops the
-// server with Close. The Start functions wrap them for tests: the server lives in tb.TempDir and is
-// stopped by tb.Cleanup; the processes by their PID.
+// LaunchRedisCluster, LaunchHeartbeatd), for plain programs such as cmd/hbbench: the server lives in the
+// directory it is given, or in a temporary one of its own when that is "", and the caller stops it with
+// Close. The Start functions wrap them for tests: the server lives in tb.TempDir and is stopped by
+// tb.Cleanup; the processes by their PID.
 //
 // In a test, a missing server binary skips the test on a developer machine and fails it with CI=true (see
 // Need), so CI can never go green by skipping. A server that is installed but does not start always fails
@@ -53,9 +54,7 @@ func Need(tb testing.TB, what string, err error) {
 // it before the caller binds it; the Start functions retry on a fresh port when that happens.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	port, err := freePort()
-	check(tb, err)
-	return port
+	return must(tb, freePort)
 }
 
 func freePort() (int, error) {
@@ -121,25 +120,33 @@ func check(tb testing.TB, err error) {
 	}
 }
 
+// must is f's value, or the end of tb on its error (see check).
+func must[T any](tb testing.TB, f func() (T, error)) T {
+	tb.Helper()
+	v, err := f()
+	check(tb, err)
+	return v
+}
+
 // start is every Start function: launch's server in tb.TempDir, closed by tb.Cleanup, and a failed launch
-// ending tb (see check). launch gets dir "" from the Launch functions: a directory of the server's own.
+// ending tb (see check).
 func start[O any, S interface{ Close() }](tb testing.TB, launch func(ctx context.Context, dir string, o O) (S, error), opts []O) S {
 	tb.Helper()
-	s, err := launch(context.Background(), tb.TempDir(), first(opts))
-	check(tb, err)
+	var o O
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s := must(tb, func() (S, error) { return launch(context.Background(), tb.TempDir(), o) })
 	// Registered after tb.TempDir's own cleanup, so it runs first: the server stops before its
 	// directory is removed.
 	tb.Cleanup(s.Close)
 	return s
 }
 
-// first is the optional options argument of the launchers.
-func first[O any](opts []O) O {
-	var o O
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	return o
+// closedBy registers c's Close with tb.Cleanup and returns c.
+func closedBy[C interface{ Close() error }](tb testing.TB, c C) C {
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // serverDir is dir, or a new temporary directory that the server owns (removes at Close) when dir is "".
@@ -295,8 +302,21 @@ type server struct {
 	proc *process
 }
 
-func newServer(name, path, dir string, ownDir bool, logName string) *server {
-	return &server{name: name, path: path, dir: dir, ownDir: ownDir, logPath: filepath.Join(dir, logName)}
+// newServer finds bin and the server's directory (see serverDir); its output goes to logName there.
+func newServer(bin, dir, logName string) (*server, error) {
+	path, err := LookPath(bin)
+	if err != nil {
+		return nil, err
+	}
+	return newServerAt(bin, path, dir, logName)
+}
+
+func newServerAt(name, path, dir, logName string) (*server, error) {
+	dir, own, err := serverDir(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return &server{name: name, path: path, dir: dir, ownDir: own, logPath: filepath.Join(dir, logName)}, nil
 }
 
 // launch starts the binary and waits until probe answers. A start that lost its port to another process

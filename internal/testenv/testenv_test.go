@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -103,7 +102,7 @@ func TestNeed(t *testing.T) {
 // and Close stops the server and removes the directory the launcher made.
 func TestLaunchWithoutTest(t *testing.T) {
 	ctx := context.Background()
-	r, err := testenv.LaunchRedis(ctx)
+	r, err := testenv.LaunchRedis(ctx, "", testenv.RedisOptions{})
 	if missing := (*testenv.MissingError)(nil); errors.As(err, &missing) {
 		testenv.Need(t, missing.Bin, missing.Err)
 	}
@@ -116,7 +115,7 @@ func TestLaunchWithoutTest(t *testing.T) {
 	require.NoDirExists(t, dir)
 
 	t.Setenv("PATH", t.TempDir())
-	_, err = testenv.LaunchRedis(ctx)
+	_, err = testenv.LaunchRedis(ctx, "", testenv.RedisOptions{})
 	var missing *testenv.MissingError
 	require.ErrorAs(t, err, &missing)
 	require.Equal(t, "redis-server", missing.Bin)
@@ -245,7 +244,7 @@ func TestRedisCluster(t *testing.T) {
 }
 
 func TestRedisClusterNeedsRedisCli(t *testing.T) {
-	server, err := exec.LookPath("redis-server")
+	server, err := testenv.LookPath("redis-server")
 	if err != nil {
 		testenv.Need(t, "redis-server", err)
 	}
@@ -302,7 +301,7 @@ func TestRedisBackends(t *testing.T) {
 // mqttConnect connects a paho client; sessionID "" means a clean session with a generated id.
 func mqttConnect(t *testing.T, broker, sessionID string, tlsConf *tls.Config, onMessage mqtt.MessageHandler) (mqtt.Client, error) {
 	t.Helper()
-	o := mqtt.NewClientOptions().AddBroker(broker).SetAutoReconnect(false).SetConnectRetry(false).
+	o := mqtt.NewClientOptions().SetAutoReconnect(false).SetConnectRetry(false).
 		SetConnectTimeout(5 * time.Second).SetOrderMatters(false)
 	if sessionID == "" {
 		o.SetClientID(fmt.Sprintf("testenv-%d", time.Now().UnixNano())).SetCleanSession(true)
@@ -316,12 +315,8 @@ func mqttConnect(t *testing.T, broker, sessionID string, tlsConf *tls.Config, on
 	if onMessage != nil {
 		o.SetDefaultPublishHandler(onMessage)
 	}
-	c := mqtt.NewClient(o)
-	tok := c.Connect()
-	if !tok.WaitTimeout(10 * time.Second) {
-		return nil, fmt.Errorf("connect to %s timed out", broker)
-	}
-	if err := tok.Error(); err != nil {
+	c, err := testenv.ConnectMQTT(broker, o)
+	if err != nil {
 		return nil, err
 	}
 	t.Cleanup(func() { c.Disconnect(0) })
