@@ -52,6 +52,15 @@ func newRig(b *testing.B, expected int) *benchrig.Rig {
 	return r
 }
 
+// iterations runs iteration b.N times, each with b's timer stopped: the rig's runs time what they measure.
+func iterations(b *testing.B, iteration func()) {
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		iteration()
+	}
+}
+
 // BenchmarkDetectionLateness: HB_BENCH_DEVICES devices whose deadlines are spread evenly over
 // HB_BENCH_WINDOW while a refresh load moves other devices' deadlines. Lateness is the event's time
 // minus the deadline it reports (what detection_lateness_seconds observes); "acked" adds the publish to
@@ -64,9 +73,7 @@ func BenchmarkDetectionLateness(b *testing.B) {
 	var early, events int
 	var spent, loadTime time.Duration
 	var signals int64
-	b.ResetTimer()
-	for range b.N {
-		b.StopTimer()
+	iterations(b, func() {
 		res, err := r.Lateness(context.Background(), o, b)
 		require.NoError(b, err)
 		require.Zero(b, res.Busy, "events for load devices, which must keep signalling")
@@ -76,7 +83,7 @@ func BenchmarkDetectionLateness(b *testing.B) {
 		spent += res.Last.Sub(res.First)
 		signals += res.Signals
 		loadTime += res.LoadTime
-	}
+	})
 	reportMs(b, lateness, "", 0.5, 0.99, 1)
 	reportMs(b, acked, "acked-", 0.99, 1)
 	b.ReportMetric(float64(early), "early")
@@ -90,14 +97,12 @@ func BenchmarkSimultaneousExpiry(b *testing.B) {
 	n := envInt("HB_BENCH_EXPIRY_DEVICES", 100_000)
 	r := newRig(b, n)
 	var total time.Duration
-	b.ResetTimer()
-	for range b.N {
-		b.StopTimer()
+	iterations(b, func() {
 		res, err := r.Expiry(context.Background(), n, b)
 		require.NoError(b, err)
 		require.Zero(b, res.Early, "early events")
 		total += res.Last.Sub(res.Deadline)
-	}
+	})
 	b.ReportMetric(total.Seconds()/float64(b.N), "s-to-all-acked")
 	b.ReportMetric(float64(n*b.N)/total.Seconds(), "events/s")
 }
@@ -109,13 +114,11 @@ func BenchmarkRecoveredLatency(b *testing.B) {
 	n := envInt("HB_BENCH_RECOVER_DEVICES", 10_000)
 	r := newRig(b, 2*n) // interrupted, then recovered
 	var latency []time.Duration
-	b.ResetTimer()
-	for range b.N {
-		b.StopTimer()
+	iterations(b, func() {
 		l, err := r.Recovered(context.Background(), n, b)
 		require.NoError(b, err)
 		latency = append(latency, l...)
-	}
+	})
 	reportMs(b, latency, "", 0.5, 0.99, 1)
 }
 
