@@ -14,7 +14,6 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -59,11 +58,7 @@ func startSmoke(t *testing.T) *smoke {
 	s := &smoke{redis: testenv.StartRedis(t), broker: testenv.StartMosquitto(t),
 		kafka: testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})}
 	s.hb = testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: s.config(smokeTypes)})
-	s.device = mqtt.NewClient(mqtt.NewClientOptions().AddBroker(s.broker.Addr).SetClientID("smoke-device"))
-	tok := s.device.Connect()
-	require.True(t, tok.WaitTimeout(10*time.Second))
-	require.NoError(t, tok.Error())
-	t.Cleanup(func() { s.device.Disconnect(0) })
+	s.device = s.broker.Connect(t, mqtt.NewClientOptions().SetClientID("smoke-device"))
 	s.awaitReady(t)
 	return s
 }
@@ -75,10 +70,7 @@ func (s *smoke) config(types string) string {
 // awaitReady waits for /readyz 200: only then is heartbeatd subscribed, so a signal published now counts.
 func (s *smoke) awaitReady(t *testing.T) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		code, _, _ := s.hb.Get("/readyz")
-		return code == 200
-	}, 20*time.Second, 20*time.Millisecond, s.hb.LogTail())
+	require.NoError(t, s.hb.AwaitReady(context.Background(), 20*time.Second), s.hb.LogTail())
 }
 
 func (s *smoke) publish(t *testing.T, device, payload string) {
@@ -88,27 +80,26 @@ func (s *smoke) publish(t *testing.T, device, payload string) {
 	require.NoError(t, tok.Error())
 }
 
-// awaitEvent reads the events topic from the start until device's event of kind shows up.
+// awaitEvent reads the events topic from the start until device's event of kind shows up; every event
+// before it must decode.
 func (s *smoke) awaitEvent(t *testing.T, device string, kind event.Kind) event.Event {
 	t.Helper()
-	cl := s.kafka.Client(t, kgo.ConsumeTopics("heartbeat.events"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
-		var found *event.Event
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-			ev, err := event.Decode(r.Value)
+	var found *event.Event
+	decoded := 0
+	s.kafka.ReadUntil(t, "heartbeat.events", 20*time.Second, func(recs []testenv.Record) bool {
+		for ; found == nil && decoded < len(recs); decoded++ {
+			ev, err := event.Decode(recs[decoded].Value)
 			require.NoError(t, err)
-			if found == nil && ev.DeviceID == device && ev.Kind == kind {
+			if ev.DeviceID == device && ev.Kind == kind {
 				found = &ev
 			}
-		})
-		if found != nil {
-			return *found
 		}
+		return found != nil
+	})
+	if found == nil {
+		t.Fatalf("no %s event for %s within 20s\n%s", kind, device, s.hb.LogTail())
 	}
-	t.Fatalf("no %s event for %s within 20s\n%s", kind, device, s.hb.LogTail())
-	return event.Event{}
+	return *found
 }
 
 // metric reads one unlabelled sample from /metrics; ok is false when it is missing.
