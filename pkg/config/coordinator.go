@@ -31,8 +31,11 @@ type Coordinator struct {
 
 // NewCoordinator returns a coordinator for the file at path, looking up HEARTBEATD_* overrides with env
 // (nil: none; the daemon passes os.LookupEnv). It registers its gauges with reg unless reg is nil.
-// Nothing is loaded until the first Reload.
-func NewCoordinator(path string, env func(string) (string, bool), logger *zap.Logger, reg prometheus.Registerer) *Coordinator {
+// initial, when not nil, is the configuration the caller already loaded from path and env: it is the
+// running one from the start, as if a first Reload had accepted it, so the file is read once at start-up.
+// With nil, nothing is loaded until the first Reload.
+func NewCoordinator(path string, env func(string) (string, bool), logger *zap.Logger, reg prometheus.Registerer,
+	initial *Config) *Coordinator {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -52,6 +55,9 @@ func NewCoordinator(path string, env func(string) (string, bool), logger *zap.Lo
 	if reg != nil {
 		reg.MustRegister(c.lastSuccess, c.lastSuccessTime)
 	}
+	if initial != nil {
+		c.adopt(initial)
+	}
 	return c
 }
 
@@ -65,7 +71,8 @@ func (c *Coordinator) Subscribe(fn func(*Config) error) {
 	c.subscribers = append(c.subscribers, fn)
 }
 
-// Current is the running configuration, nil before the first successful Reload. Read-only.
+// Current is the running configuration, nil before the first successful Reload unless NewCoordinator
+// was given one. Read-only.
 func (c *Coordinator) Current() *Config { return c.current.Load() }
 
 // Reload loads the file. On success every subscriber gets the new configuration and it becomes
@@ -99,11 +106,16 @@ func (c *Coordinator) Reload() error {
 		c.logger.Error(msg, zap.String("file", c.path), zap.Error(err))
 		return err
 	}
+	c.adopt(next)
+	return nil
+}
+
+// adopt makes an accepted configuration the running one.
+func (c *Coordinator) adopt(next *Config) {
 	c.current.Store(next)
 	c.lastSuccess.Set(1)
 	c.lastSuccessTime.SetToCurrentTime()
 	c.logger.Info("configuration loaded", zap.String("file", c.path), zap.Int("types", len(next.Types)))
-	return nil
 }
 
 // runtimeChange turns a freshly loaded configuration into the one the running process can adopt: the

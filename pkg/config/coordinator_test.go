@@ -32,7 +32,7 @@ func newCoordFixture(t *testing.T, initial string, env map[string]string) *coord
 	core, logs := observer.New(zapcore.InfoLevel)
 	f.logs = logs
 	f.reg = prometheus.NewRegistry()
-	f.c = NewCoordinator(f.path, envMap(env), zap.New(core), f.reg)
+	f.c = NewCoordinator(f.path, envMap(env), zap.New(core), f.reg, nil)
 	f.c.Subscribe(func(c *Config) error { f.seen = append(f.seen, c); return nil })
 	return f
 }
@@ -162,9 +162,41 @@ func TestCoordinatorSubscriberError(t *testing.T) {
 
 func TestCoordinatorMissingFile(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	c := NewCoordinator(filepath.Join(t.TempDir(), "nope.yaml"), nil, nil, reg)
+	c := NewCoordinator(filepath.Join(t.TempDir(), "nope.yaml"), nil, nil, reg, nil)
 	err := c.Reload()
 	require.Error(t, err)
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	assert.Equal(t, 0.0, gauge(t, reg, "heartbeatd_config_last_reload_successful"))
+}
+
+func TestCoordinatorSeededWithTheLoadedConfig(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "heartbeatd.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("types: {default: {timeout: 30s}}\nredis: {slots: 64}\n"), 0o600))
+	initial, err := LoadEnv(path, nil)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	core, logs := observer.New(zapcore.InfoLevel)
+
+	before := time.Now().Unix()
+	c := NewCoordinator(path, nil, zap.New(core), reg, initial)
+	assert.Same(t, initial, c.Current(), "the loaded configuration runs without a second read")
+	assert.Equal(t, 1.0, gauge(t, reg, "heartbeatd_config_last_reload_successful"))
+	ts := gauge(t, reg, "heartbeatd_config_last_reload_success_timestamp_seconds")
+	assert.True(t, float64(before) <= ts && ts < float64(time.Now().Unix()+1), "timestamp %v not within the start", ts)
+	assert.Equal(t, 1, logs.FilterMessage("configuration loaded").Len())
+
+	// A later reload treats the seed as the running configuration.
+	require.NoError(t, os.WriteFile(path, []byte("types: {default: {timeout: 45s}}\nredis: {slots: 128}\n"), 0o600))
+	var seen []*Config
+	c.Subscribe(func(c *Config) error { seen = append(seen, c); return nil })
+	require.NoError(t, c.Reload())
+	require.Len(t, seen, 1)
+	assert.Equal(t, 45*time.Second, timeout(t, c.Current(), "default"))
+	assert.Equal(t, 64, c.Current().Redis.Slots, "other keys wait for a restart")
+
+	require.NoError(t, os.WriteFile(path, []byte("types: [\n"), 0o600))
+	require.Error(t, c.Reload())
+	assert.Same(t, seen[0], c.Current())
+	assert.Equal(t, 1, logs.FilterMessage("configuration reload rejected; keeping the running configuration").Len())
 }

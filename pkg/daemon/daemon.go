@@ -79,11 +79,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	coord := config.NewCoordinator(opts.ConfigPath, opts.Env, log, reg)
-	if err := coord.Reload(); err != nil {
-		return err
-	}
-	cfg = coord.Current()
+	coord := config.NewCoordinator(opts.ConfigPath, opts.Env, log, reg, cfg)
 	d, err := build(cfg, coord, reg, log, opts)
 	if err != nil {
 		return err
