@@ -232,11 +232,8 @@ func (d *daemon) buildSources() error {
 			return fmt.Errorf("ingest.kafka.sasl: %w", err)
 		}
 		src, err := ingest.NewKafkaSource(ingest.KafkaOptions{Brokers: in.Kafka.Brokers, Topics: in.Kafka.Topics,
-			GroupID: in.Kafka.GroupID, SessionTimeout: in.Kafka.SessionTimeout, HeartbeatInterval: in.Kafka.SessionTimeout / 3,
-			// The coordinator waits this long for members to rejoin a rebalance; a killed member never
-			// does, so it bounds a restarted replica's first assignment as much as the session does.
-			RebalanceTimeout: in.Kafka.SessionTimeout,
-			TLS:              tlsCfg, SASL: mech, DrainTimeout: drain, Logger: d.log})
+			GroupID: in.Kafka.GroupID, SessionTimeout: in.Kafka.SessionTimeout, // heartbeat and rebalance follow it
+			TLS: tlsCfg, SASL: mech, DrainTimeout: drain, Logger: d.log})
 		if err != nil {
 			return err
 		}
