@@ -41,9 +41,13 @@ func TestDefaults(t *testing.T) {
 // The reference config documents the defaults: it must load, state exactly the built-in values, and
 // mention every key.
 func TestReferenceConfigs(t *testing.T) {
+	// compose.yaml reads the secrets docker-compose.yml mounts (TestComposeConfigNeedsItsSecrets).
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("stand-in-for-a-mounted-secret\n"), 0o600))
+	env := map[string]map[string]string{"compose.yaml": {"HEARTBEATD_HTTP_TOKEN_FILE": secret, "HEARTBEATD_INGEST_MQTT_PASSWORD_FILE": secret}}
 	for _, name := range []string{"heartbeatd.yaml", "dev.yaml", "compose.yaml"} {
 		t.Run(name, func(t *testing.T) {
-			cfg, err := LoadEnv(filepath.Join("..", "..", "configs", name), nil)
+			cfg, err := LoadEnv(filepath.Join("..", "..", "configs", name), envMap(env[name]))
 			require.NoError(t, err)
 			assert.Contains(t, cfg.Types, "default")
 		})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -99,11 +100,22 @@ func (c *Config) validateRedis(v *validator) {
 	validateTLS(v, "redis.tls", r.TLS)
 }
 
-func hostPort(v *validator, key, addr string) {
+func hostPort(v *validator, key, addr string) bool {
 	// An empty host is fine: for a listener it means every interface.
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-		v.add(key, "%q: want host:port", addr)
+		v.add(key, "%q: want host:port", redactAddr(addr))
+		return false
 	}
+	return true
+}
+
+// redactAddr hides whatever precedes an "@" in an address: credentials written into a host:port by
+// mistake must not reach the error that rejects it.
+func redactAddr(addr string) string {
+	if i := strings.LastIndex(addr, "@"); i >= 0 {
+		return Redaction + addr[i:]
+	}
+	return addr
 }
 
 func validateTLS(v *validator, key string, t TLS) {
@@ -218,12 +230,12 @@ func (c *Config) validateIngest(v *validator) {
 				v.add(key, "%q: want scheme://host:port", redactURL(b))
 				continue
 			}
-			switch u.Scheme {
-			case "tcp", "mqtt", "ws":
+			switch {
+			case plaintextMQTT(u.Scheme):
 				if m.TLS.Enabled {
 					v.add(key, "%q is plaintext but ingest.mqtt.tls.enabled is true: use ssl://, mqtts:// or wss://", redactURL(b))
 				}
-			case "ssl", "tls", "mqtts", "tcps", "wss":
+			case slices.Contains([]string{"ssl", "tls", "mqtts", "tcps", "wss"}, u.Scheme):
 			default:
 				v.add(key, "%q: scheme must be tcp, mqtt, ssl, tls, mqtts, tcps, ws or wss", redactURL(b))
 			}
@@ -344,8 +356,105 @@ func (c *Config) validateCluster(v *validator) {
 
 func (c *Config) validateHTTP(v *validator) {
 	h := c.HTTP
-	if v.required("http.listen", h.Listen) {
-		hostPort(v, "http.listen", h.Listen)
+	if v.required("http.listen", h.Listen) && hostPort(v, "http.listen", h.Listen) && h.Token == "" && !loopback(h.Listen) {
+		// Without a token anyone who reaches the port can ack, delete and silence the whole fleet.
+		v.add("http.listen", "%q accepts connections from other hosts, but no API token is set: set http.token or "+
+			"http.token_file (HEARTBEATD_HTTP_TOKEN_FILE), or listen on 127.0.0.1", h.Listen)
+	}
+	if h.Token != "" && (strings.TrimSpace(h.Token) != h.Token || strings.IndexFunc(h.Token, unicode.IsControl) >= 0) {
+		// HTTP trims a header value's surrounding spaces and cannot carry control characters: no
+		// request could ever present such a token.
+		v.add("http.token", "must not start or end with spaces or contain control characters")
 	}
 	v.positiveInt("http.max_body_bytes", h.MaxBodyBytes)
+}
+
+// loopback reports whether a listen address (host:port) accepts connections from this host only. An
+// empty host, 0.0.0.0, :: and any name other than localhost mean other hosts may connect.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Warning is a setting that works but weakens security; the daemon logs each once at start.
+type Warning struct {
+	Key     string // the key at fault, as in validation errors
+	Message string
+}
+
+// Warnings lists the settings that expose credentials or traffic: certificate checks turned off, and
+// passwords or SASL over plaintext connections. Sources that are off are not looked at.
+func (c *Config) Warnings() []Warning {
+	var out []Warning
+	warn := func(key, format string, args ...any) {
+		out = append(out, Warning{Key: key, Message: fmt.Sprintf(format, args...)})
+	}
+	skipVerify := func(key string, t TLS) {
+		if t.Enabled && t.InsecureSkipVerify {
+			warn(key+".insecure_skip_verify", "true: the server's certificate is not checked, so anyone on the path can "+
+				"pose as the server and read the traffic, credentials included")
+		}
+	}
+	sasl := func(key string, s SASL, t TLS) {
+		switch strings.ToLower(s.MechanismName) {
+		case SASLNone:
+		case SASLPlain:
+			if !t.Enabled {
+				warn(key+".mechanism", "plain without TLS (%s.enabled is false): the password crosses the network in clear text", tlsKey(key))
+			}
+		default:
+			if !t.Enabled {
+				warn(key+".mechanism", "%s without TLS (%s.enabled is false): the password is not sent, but the "+
+					"connection is unencrypted and can be read or taken over", strings.ToLower(s.MechanismName), tlsKey(key))
+			}
+		}
+	}
+
+	skipVerify("redis.tls", c.Redis.TLS)
+	if c.Redis.Password != "" && !c.Redis.TLS.Enabled {
+		warn("redis.password", "sent in clear text: redis.tls.enabled is false")
+	}
+
+	if m := c.Ingest.MQTT; m.Enabled {
+		skipVerify("ingest.mqtt.tls", m.TLS)
+		for i, b := range m.Brokers {
+			u, err := url.Parse(b)
+			if err != nil {
+				continue // a validation error already
+			}
+			_, inURL := u.User.Password()
+			if (m.Password == "" && !inURL) || !plaintextMQTT(u.Scheme) {
+				continue
+			}
+			warn(fmt.Sprintf("ingest.mqtt.brokers[%d]", i), "%q is plaintext: the MQTT password crosses the network in "+
+				"clear text (use ssl://, mqtts:// or wss://)", redactURL(b))
+		}
+	}
+	if k := c.Ingest.Kafka; k.Enabled {
+		skipVerify("ingest.kafka.tls", k.TLS)
+		sasl("ingest.kafka.sasl", k.SASL, k.TLS)
+	}
+	skipVerify("events.kafka.tls", c.Events.Kafka.TLS)
+	sasl("events.kafka.sasl", c.Events.Kafka.SASL, c.Events.Kafka.TLS)
+	return out
+}
+
+// tlsKey is the tls block beside a sasl block ("events.kafka.sasl" → "events.kafka.tls").
+func tlsKey(saslKey string) string {
+	return strings.TrimSuffix(saslKey, "sasl") + "tls"
+}
+
+func plaintextMQTT(scheme string) bool {
+	switch scheme {
+	case "tcp", "mqtt", "ws":
+		return true
+	}
+	return false
 }
