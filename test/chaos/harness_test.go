@@ -18,17 +18,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
 const (
@@ -80,17 +77,12 @@ type fleet struct {
 	events *collector
 }
 
-type fleetOptions struct {
-	redis testenv.RedisOptions
-}
-
 // startFleet starts Redis (AOF, so restarts lose nothing acknowledged), mosquitto and a persistent kfake
 // with the event and dead-letter topics, and a collector reading both topics from the start.
-func startFleet(t *testing.T, o fleetOptions) *fleet {
+func startFleet(t *testing.T) *fleet {
 	t.Helper()
-	o.redis.AOF = true
 	f := &fleet{t: t}
-	f.redis = testenv.StartRedis(t, o.redis)
+	f.redis = testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
 	f.broker = testenv.StartMosquitto(t)
 	f.kafka = testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic, deadletterTopic}, Persist: true})
 	f.events = newCollector(t, f.kafka)
@@ -147,13 +139,45 @@ func (f *fleet) startDaemon(o daemonOptions) *testenv.Heartbeatd {
 
 func waitReady(t *testing.T, hb *testenv.Heartbeatd) {
 	t.Helper()
-	var last string
-	ok := poll(30*time.Second, func() bool {
-		code, body, err := hb.Get("/readyz")
-		last = fmt.Sprintf("%d %s %v", code, body, err)
-		return code == http.StatusOK
-	})
-	require.True(t, ok, "heartbeatd not ready: %s\n%s", last, hb.LogTail())
+	require.NoError(t, hb.AwaitReady(context.Background(), 30*time.Second), hb.LogTail())
+}
+
+// scenario is one fault scenario's fleet, daemon and device publisher, and its n silent devices: the
+// ones that must each be reported.
+type scenario struct {
+	*fleet
+	n      int
+	hb     *testenv.Heartbeatd
+	p      *publisher
+	silent []string
+}
+
+// startScenario starts the fleet, one daemon with o, and the device publisher, for HB_CHAOS_DEVICES
+// silent devices.
+func startScenario(t *testing.T, o daemonOptions) *scenario {
+	t.Helper()
+	s := &scenario{fleet: startFleet(t), n: fleetSize(t)}
+	s.hb = s.startDaemon(o)
+	s.p = s.publisher("devices")
+	s.silent = ids("silent", s.n)
+	return s
+}
+
+// keepers makes max(n/share, 10) devices signal all along (see keep) and returns them.
+func (s *scenario) keepers(share int) []string {
+	s.t.Helper()
+	k := ids("keeper", max(s.n/share, 10))
+	s.keep(k)
+	return k
+}
+
+// finish awaits every silent device's report (within scaled(n, within)), proves with a barrier that
+// detection scanned past the fault, and reports the tally under name, with the daemon's log on failure.
+func (s *scenario) finish(name, barrier string, within time.Duration) {
+	s.t.Helper()
+	s.events.awaitReported(s.t, s.silent, scaled(s.n, within))
+	b := s.barrier(s.p, barrier, scaled(s.n, 30*time.Second))
+	report(s.t, s.events.tallyInterrupted(name, s.n, concat(s.silent, b)), s.hb.LogTail)
 }
 
 // poll calls cond until it is true or within passes; it reports the last answer.
@@ -220,15 +244,9 @@ type publisher struct {
 
 func (f *fleet) publisher(name string) *publisher {
 	f.t.Helper()
-	opts := mqtt.NewClientOptions().AddBroker(f.broker.Addr).SetClientID(name).
-		SetAutoReconnect(true).SetMaxReconnectInterval(250 * time.Millisecond).
-		SetConnectRetry(true).SetConnectRetryInterval(250 * time.Millisecond)
-	c := mqtt.NewClient(opts)
-	tok := c.Connect()
-	require.True(f.t, tok.WaitTimeout(10*time.Second), "mqtt connect %s", name)
-	require.NoError(f.t, tok.Error())
-	f.t.Cleanup(func() { c.Disconnect(0) })
-	return &publisher{c: c}
+	return &publisher{c: f.broker.Connect(f.t, mqtt.NewClientOptions().SetClientID(name).
+		SetAutoReconnect(true).SetMaxReconnectInterval(250*time.Millisecond).
+		SetConnectRetry(true).SetConnectRetryInterval(250*time.Millisecond))}
 }
 
 // window bounds QoS 1 publishes in flight: paho has 65535 packet ids.
@@ -291,10 +309,9 @@ func (f *fleet) keep(devices []string) *atomic.Int64 {
 	p := f.publisher("keeper-" + f.t.Name())
 	var rounds atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		tick := time.NewTicker(timeout / 5)
 		defer tick.Stop()
 		for {
@@ -308,165 +325,10 @@ func (f *fleet) keep(devices []string) *atomic.Int64 {
 			}
 		}
 	}()
-	f.t.Cleanup(func() { cancel(); wg.Wait() })
+	f.t.Cleanup(func() { cancel(); <-done })
 	// The first round is in before the scenario goes on, so every keeper is known to heartbeatd.
 	require.True(f.t, poll(30*time.Second, func() bool { return rounds.Load() > 0 }), "keepers never signalled")
 	return &rounds
-}
-
-// collector reads the event and dead-letter topics from the start for the whole scenario.
-type collector struct {
-	mu          sync.Mutex
-	copies      map[string]int         // event id → copies received
-	interrupted map[string]int         // device → interrupted events (all copies)
-	deadletters map[string][]string    // dead-letter topic field → reasons (all copies)
-	kinds       map[event.Kind]int     // events by kind
-	bad         []string               // values that did not decode
-	first       map[string]event.Event // device → its first interrupted event
-}
-
-func newCollector(t *testing.T, k *testenv.Kafka) *collector {
-	t.Helper()
-	c := &collector{
-		copies: map[string]int{}, interrupted: map[string]int{}, deadletters: map[string][]string{},
-		kinds: map[event.Kind]int{}, first: map[string]event.Event{},
-	}
-	cl := k.Client(t, kgo.ConsumeTopics(eventsTopic, deadletterTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			fetches := cl.PollFetches(ctx)
-			fetches.EachRecord(c.add)
-		}
-	}()
-	// Registered after Client's own cleanup, so it runs first: the poller ends before the client closes.
-	t.Cleanup(func() { cancel(); <-done })
-	return c
-}
-
-func (c *collector) add(r *kgo.Record) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r.Topic == deadletterTopic {
-		d, err := event.DecodeDeadLetter(r.Value)
-		if err != nil {
-			c.bad = append(c.bad, string(r.Value))
-			return
-		}
-		c.deadletters[d.Topic] = append(c.deadletters[d.Topic], d.Reason)
-		return
-	}
-	e, err := event.Decode(r.Value)
-	if err != nil {
-		c.bad = append(c.bad, string(r.Value))
-		return
-	}
-	c.copies[e.ID]++
-	c.kinds[e.Kind]++
-	if e.Kind == event.Interrupted {
-		if c.interrupted[e.DeviceID] == 0 {
-			c.first[e.DeviceID] = e
-		}
-		c.interrupted[e.DeviceID]++
-	}
-}
-
-// reported counts the devices of ids with at least one interrupted event.
-func (c *collector) reported(ids []string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, id := range ids {
-		if c.interrupted[id] > 0 {
-			n++
-		}
-	}
-	return n
-}
-
-// interruptedDevices is how many distinct devices were reported so far.
-func (c *collector) interruptedDevices() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.interrupted)
-}
-
-// awaitReported waits until every device of ids was reported or within passes; the caller's tally says
-// what was missing.
-func (c *collector) awaitReported(t *testing.T, ids []string, within time.Duration) {
-	t.Helper()
-	if !poll(within, func() bool { return c.reported(ids) == len(ids) }) {
-		t.Logf("chaos: %d of %d devices reported within %v", c.reported(ids), len(ids), within)
-	}
-}
-
-// tally is one scenario's count.
-type tally struct {
-	scenario                         string
-	devices                          int
-	expected, got, lost, falses, dup int
-	detail                           []string
-}
-
-// tallyInterrupted counts against the events: expected devices must each have an interrupted event;
-// every other device with one is a false interruption; dup is every extra copy of an event id.
-func (c *collector) tallyInterrupted(scenario string, devices int, expected []string) tally {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	want := make(map[string]bool, len(expected))
-	for _, id := range expected {
-		want[id] = true
-	}
-	r := tally{scenario: scenario, devices: devices, expected: len(expected)}
-	for _, id := range expected {
-		if c.interrupted[id] > 0 {
-			r.got++
-		} else if len(r.detail) < 10 {
-			r.detail = append(r.detail, "lost "+id)
-		}
-	}
-	for id := range c.interrupted {
-		if !want[id] {
-			r.falses++
-			if len(r.detail) < 20 {
-				e := c.first[id]
-				r.detail = append(r.detail, fmt.Sprintf("false %s (deadline %s, raised %s)", id,
-					e.Deadline.Format(time.RFC3339Nano), e.At.Format(time.RFC3339Nano)))
-			}
-		}
-	}
-	for _, n := range c.copies {
-		r.dup += n - 1
-	}
-	r.lost = r.expected - r.got
-	if len(c.bad) > 0 {
-		r.detail = append(r.detail, fmt.Sprintf("%d undecodable records, first %q", len(c.bad), c.bad[0]))
-	}
-	return r
-}
-
-// line is the scenario's one-line summary.
-func (r tally) line() string {
-	return fmt.Sprintf("chaos: %s devices=%d expected=%d got=%d lost=%d false=%d dup=%d",
-		r.scenario, r.devices, r.expected, r.got, r.lost, r.falses, r.dup)
-}
-
-// report prints the scenario's line (t.Log and stdout, so `make chaos` shows it) and fails the test
-// when anything was lost or false.
-func report(t *testing.T, r tally, logs ...func() string) {
-	t.Helper()
-	line := r.line()
-	t.Log(line)
-	fmt.Println(line)
-	if r.lost != 0 || r.falses != 0 {
-		msg := strings.Join(r.detail, "\n")
-		for _, l := range logs {
-			msg += "\n" + l()
-		}
-		t.Errorf("%s\n%s", line, msg)
-	}
 }
 
 // barrier signals fresh devices once and waits for their interruptions: once they are in, detection
@@ -480,11 +342,19 @@ func (f *fleet) barrier(p *publisher, scenario string, within time.Duration) []s
 	return b
 }
 
+// awaitQuarter waits until a quarter of the silent devices were reported: the expiry is under way, with
+// claims in flight.
+func (s *scenario) awaitQuarter() {
+	s.t.Helper()
+	require.True(s.t, poll(scaled(s.n, 30*time.Second), func() bool { return s.events.reported(s.silent) >= len(s.silent)/4 }),
+		"expiry never got going\n%s", s.hb.LogTail())
+}
+
 // firstInterruption waits until some device was reported: the mass expiry has begun.
-func (f *fleet) firstInterruption(hb *testenv.Heartbeatd) {
-	f.t.Helper()
-	require.True(f.t, poll(30*time.Second, func() bool { return f.events.interruptedDevices() > 0 }),
-		"no interruption at all\n%s", hb.LogTail())
+func (s *scenario) firstInterruption() {
+	s.t.Helper()
+	require.True(s.t, poll(30*time.Second, func() bool { return s.events.interruptedDevices() > 0 }),
+		"no interruption at all\n%s", s.hb.LogTail())
 }
 
 // concat joins id lists.

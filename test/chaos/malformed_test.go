@@ -22,11 +22,9 @@ var badPayloads = []struct{ reason, payload string }{
 // TestChaosMalformed mixes N bad messages into N valid ones: every valid signal is stored, every bad one
 // is dead-lettered with its reason (and not stored), none twice.
 func TestChaosMalformed(t *testing.T) {
-	n := fleetSize(t)
-	f := startFleet(t, fleetOptions{})
 	// A long timeout: the valid devices must still be online when they are checked.
-	hb := f.startDaemon(daemonOptions{timeout: 10 * time.Minute})
-	p := f.publisher("devices")
+	s := startScenario(t, daemonOptions{timeout: 10 * time.Minute})
+	n, hb, f := s.n, s.hb, s.fleet
 	good, bad := ids("ok", n), ids("bad", n)
 	index := make(map[string]int, n)
 	mixed := make([]string, 0, 2*n)
@@ -34,7 +32,7 @@ func TestChaosMalformed(t *testing.T) {
 		index[bad[i]] = i
 		mixed = append(mixed, good[i], bad[i])
 	}
-	require.NoError(t, p.signal(mixed, func(id string) []byte {
+	require.NoError(t, s.p.signal(mixed, func(id string) []byte {
 		if i, ok := index[id]; ok {
 			return []byte(badPayloads[i%len(badPayloads)].payload)
 		}

@@ -12,28 +12,20 @@ import (
 // heard again. Devices that went silent before the outage (their deadlines also pass inside it) are
 // still reported once the hold-back's grace is over.
 func TestChaosMQTTOutage(t *testing.T) {
-	n := fleetSize(t)
-	f := startFleet(t, fleetOptions{})
-	hb := f.startDaemon(daemonOptions{grace: 2 * time.Second})
-	p := f.publisher("devices")
-	keepers := ids("keeper", max(n/2, 10))
-	f.keep(keepers)
-	silent := ids("silent", n)
-	require.NoError(t, p.signal(silent, nil))
+	s := startScenario(t, daemonOptions{grace: 2 * time.Second})
+	keepers := s.keepers(2)
+	require.NoError(t, s.p.signal(s.silent, nil))
 	// Stored before the broker goes (mosquitto here keeps no sessions across a restart).
-	require.True(t, poll(scaled(n, 30*time.Second), func() bool {
-		s, err := getStats(hb)
-		return err == nil && s.Devices.Online >= int64(len(silent)+len(keepers))
-	}), "signals not stored\n%s", hb.LogTail())
+	require.True(t, poll(scaled(s.n, 30*time.Second), func() bool {
+		st, err := getStats(s.hb)
+		return err == nil && st.Devices.Online >= int64(len(s.silent)+len(keepers))
+	}), "signals not stored\n%s", s.hb.LogTail())
 
-	f.broker.Stop(t)
+	s.broker.Stop(t)
 	time.Sleep(2 * timeout) // the outage itself
-	f.broker.Start(t)
-	waitReady(t, hb)
+	s.broker.Start(t)
+	waitReady(t, s.hb)
 	// The fault took effect: detection was held back (else the scenario proves nothing).
-	require.Contains(t, hb.Log(), "detection held back")
-
-	f.events.awaitReported(t, silent, scaled(n, 30*time.Second))
-	b := f.barrier(p, "mqtt", scaled(n, 30*time.Second))
-	report(t, f.events.tallyInterrupted("mqtt_outage", n, concat(silent, b)), hb.LogTail)
+	require.Contains(t, s.hb.Log(), "detection held back")
+	s.finish("mqtt_outage", "mqtt", 30*time.Second)
 }

@@ -15,18 +15,15 @@ import (
 // not store; signals held meanwhile are stored once memory is freed, and the keepers, whose deadlines
 // could not move while Redis was full, are not reported.
 func TestChaosRedisFull(t *testing.T) {
-	n := fleetSize(t)
-	f := startFleet(t, fleetOptions{})
-	hb := f.startDaemon(daemonOptions{})
-	rdb := f.redis.Client(t)
+	s := startScenario(t, daemonOptions{})
+	n, hb, full := s.n, s.hb, s.silent // the devices that signal while Redis is full
+	rdb := s.redis.Client(t)
 	ctx := context.Background()
-	p := f.publisher("devices")
-	f.keep(ids("keeper", max(n/10, 10)))
+	s.keepers(10)
 
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "1").Err())
 	fullSince := time.Now()
-	full := ids("full", n)
-	require.NoError(t, p.signal(full, nil))
+	require.NoError(t, s.p.signal(full, nil))
 
 	var ready string
 	require.True(t, poll(30*time.Second, func() bool {
@@ -69,9 +66,9 @@ func TestChaosRedisFull(t *testing.T) {
 	}
 	// Keepers: the full devices go silent from here and are reported after the timeout; the barrier
 	// proves that detection has gone past the OOM window; every other interruption is false.
-	bar := f.barrier(p, "full", scaled(n, 30*time.Second))
-	f.events.awaitReported(t, full, scaled(n, 30*time.Second))
-	ev := f.events.tallyInterrupted("redis_full", n, concat(full, bar))
+	bar := s.barrier(s.p, "full", scaled(n, 30*time.Second))
+	s.events.awaitReported(t, full, scaled(n, 30*time.Second))
+	ev := s.events.tallyInterrupted("redis_full", n, concat(full, bar))
 	r.falses, r.dup = ev.falses, ev.dup
 	r.detail = append(r.detail, ev.detail...)
 	report(t, r, hb.LogTail)

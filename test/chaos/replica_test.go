@@ -14,7 +14,7 @@ import (
 // no keeper is.
 func TestChaosReplicaFailover(t *testing.T) {
 	n := fleetSize(t)
-	f := startFleet(t, fleetOptions{})
+	f := startFleet(t)
 	a := f.startDaemon(daemonOptions{replica: "replica-a"})
 	b := f.startDaemon(daemonOptions{replica: "replica-b"})
 	owns := func(hb *testenv.Heartbeatd) bool {
@@ -33,17 +33,13 @@ func TestChaosReplicaFailover(t *testing.T) {
 	// Both scan: the victim holds slots (and so claims) when it dies.
 	require.True(t, poll(30*time.Second, func() bool { return owns(a) && owns(b) }), "slots not shared\n%s\n%s", a.LogTail(), b.LogTail())
 
-	p := f.publisher("devices")
-	silent := ids("silent", n)
-	f.keep(ids("keeper", max(n/10, 10)))
-	sent := p.paced(silent, timeout)
-	require.True(t, poll(scaled(n, 30*time.Second), func() bool { return f.events.reported(silent) >= len(silent)/4 }),
-		"expiry never got going\n%s", a.LogTail())
+	// The survivor's log goes with a failure.
+	s := &scenario{fleet: f, n: n, hb: b, p: f.publisher("devices"), silent: ids("silent", n)}
+	s.keepers(10)
+	sent := s.p.paced(s.silent, timeout)
+	s.awaitQuarter()
 	a.Kill(t)
 	require.NoError(t, <-sent)
-
-	f.events.awaitReported(t, silent, scaled(n, 30*time.Second))
-	bar := f.barrier(p, "failover", scaled(n, 30*time.Second))
+	s.finish("replica_failover", "failover", 30*time.Second)
 	require.True(t, owns(b))
-	report(t, f.events.tallyInterrupted("replica_failover", n, concat(silent, bar)), b.LogTail)
 }
