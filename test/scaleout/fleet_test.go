@@ -38,7 +38,7 @@ const (
 	spread = 2 * time.Second
 )
 
-// fleetSize is the number of devices, HB_SCALEOUT_DEVICES (default 2000; the figure is 10000):
+// fleetSize is the number of devices, HB_SCALEOUT_DEVICES (default 2000; docs/scaling.md uses 10000):
 // a fifth expire around a SIGKILL, a fifth during the slot doubling, the rest keep signalling.
 func fleetSize(t *testing.T) int {
 	if v := os.Getenv("HB_SCALEOUT_DEVICES"); v != "" {
@@ -222,21 +222,16 @@ type events struct {
 	bad   []string
 }
 
-func (e *events) run(ctx context.Context, cl *kgo.Client) {
-	for ctx.Err() == nil {
-		fs := cl.PollFetches(ctx)
-		fs.EachRecord(func(r *kgo.Record) {
-			ev, err := event.Decode(r.Value)
-			e.mu.Lock()
-			defer e.mu.Unlock()
-			if err != nil {
-				e.bad = append(e.bad, err.Error())
-				return
-			}
-			e.byDev[ev.DeviceID] = append(e.byDev[ev.DeviceID], ev)
-			e.total++
-		})
+func (e *events) add(r testenv.Record) {
+	ev, err := event.Decode(r.Value)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.bad = append(e.bad, err.Error())
+		return
 	}
+	e.byDev[ev.DeviceID] = append(e.byDev[ev.DeviceID], ev)
+	e.total++
 }
 
 // missing returns the devices with no interrupted event yet.

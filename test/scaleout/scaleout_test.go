@@ -3,7 +3,6 @@ package scaleout
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -126,13 +125,11 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 		}
 	}
 	ev := &events{byDev: map[string][]event.Event{}}
-	consumer := k.Client(t, kgo.ConsumeTopics(eventsTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	k.Consume(t, ev.add, eventsTopic)
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); f.run(ctx) }()
-	go func() { defer wg.Done(); ev.run(ctx, consumer) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	done := make(chan struct{})
+	go func() { defer close(done); f.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 
 	require.Eventually(t, func() bool {
 		s, err := c.replicas[0].stats()
