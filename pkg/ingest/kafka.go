@@ -316,9 +316,8 @@ func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain, reader *kafka
 }
 
 func (s *KafkaSource) setConnected(chain *Chain, up bool) bool {
-	changed := s.health.set(up)
-	chain.setConnected(SourceKafka, up)
-	return changed
+	chain.setConnected(SourceKafka, up) // gauge first, as in MQTTSource.setConnected
+	return s.health.set(up)
 }
 
 // probe connects the way the reader does (TLS, SASL) and reads the partitions of the signal topics.

@@ -271,11 +271,13 @@ func (s *MQTTSource) onConnect(chain *Chain, c mqtt.Client) {
 	s.log.Info("mqtt connected and subscribed", zap.Strings("filters", s.Filters()))
 }
 
+// setConnected moves the gauge before the health, so whoever sees the health change (hold-back, a test)
+// also reads the gauge that goes with it.
 func (s *MQTTSource) setConnected(chain *Chain, up bool) {
-	s.health.set(up)
 	if chain != nil {
 		chain.setConnected(SourceMQTT, up)
 	}
+	s.health.set(up)
 }
 
 func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
