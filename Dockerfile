@@ -24,4 +24,8 @@ COPY configs/ /etc/heartbeatd/
 USER nonroot:nonroot
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/heartbeatd"]
+# compose.yaml serves the API on 0.0.0.0, so this refuses to start without a token: mount one and set
+# HEARTBEATD_HTTP_TOKEN_FILE to its path (docker-compose.yml does, from deploy/secrets/api-token), or set
+# HEARTBEATD_HTTP_TOKEN. It also reads the MQTT password from /run/secrets/mqtt-password
+# (HEARTBEATD_INGEST_MQTT_PASSWORD_FILE moves it). Another config: -config, or mount over /etc/heartbeatd.
 CMD ["run", "-config", "/etc/heartbeatd/compose.yaml"]

@@ -1,0 +1,203 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+)
+
+// TestComposeDeployment runs heartbeatd with configs/compose.yaml against a mosquitto configured by
+// deploy/mosquitto.conf, its password file built the way docker-compose.yml builds it and secrets made by
+// deploy/secrets/init.sh: anonymous clients are refused, heartbeatd logs in with the configured user and
+// becomes ready, and its API wants the token.
+func TestComposeDeployment(t *testing.T) {
+	dir := t.TempDir()
+	secrets := initSecrets(t, dir)
+	broker := startDeployMosquitto(t, dir, secrets["mqtt-password"])
+
+	anon := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker).SetClientID("anonymous").SetConnectRetry(false))
+	tok := anon.Connect()
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.Error(t, tok.Error(), "deploy/mosquitto.conf must refuse anonymous clients")
+
+	rdb := testenv.StartRedis(t)
+	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"device-signals", "heartbeat.events", "heartbeat.deadletter"}})
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	env := map[string]string{
+		"HEARTBEATD_REDIS_ADDRS":               rdb.Addr,
+		"HEARTBEATD_INGEST_MQTT_BROKERS":       broker,
+		"HEARTBEATD_INGEST_KAFKA_BROKERS":      strings.Join(kafka.Addrs, ","),
+		"HEARTBEATD_EVENTS_KAFKA_BROKERS":      strings.Join(kafka.Addrs, ","),
+		"HEARTBEATD_HTTP_LISTEN":               httpAddr,
+		"HEARTBEATD_HTTP_TOKEN_FILE":           filepath.Join(dir, "api-token"),
+		"HEARTBEATD_INGEST_MQTT_PASSWORD_FILE": filepath.Join(dir, "mqtt-password"),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{ConfigPath: filepath.Join("..", "..", "configs", "compose.yaml"), Build: BuildInfo{Version: "test"},
+			Env: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Logger: zaptest.NewLogger(t), Reload: make(chan struct{})})
+	}()
+
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	get := func(path, token string) int {
+		req, err := http.NewRequest(http.MethodGet, "http://"+httpAddr+path, nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	ended := false
+	var runErr error
+	require.Eventually(t, func() bool {
+		select {
+		case runErr = <-done:
+			ended = true
+			return true
+		default:
+		}
+		return get("/readyz", "") == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "ready: logged in to mosquitto, Redis and Kafka reached")
+	require.False(t, ended, "Run ended before it was ready: %v", runErr)
+	require.Equal(t, http.StatusUnauthorized, get("/v1/stats", ""))
+	require.Equal(t, http.StatusOK, get("/v1/stats", secrets["api-token"]))
+
+	cancel()
+	awaitReturn(t, done)
+}
+
+// initSecrets runs deploy/secrets/init.sh on a copy in dir and checks what it made: random hex secrets,
+// readable by the containers' users, kept on a second run.
+func initSecrets(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	script, err := os.ReadFile(filepath.Join("..", "..", "deploy", "secrets", "init.sh"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "init.sh"), script, 0o755))
+	run := func() {
+		out, err := exec.Command("sh", filepath.Join(dir, "init.sh")).CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	run()
+	out := map[string]string{}
+	for _, name := range []string{"api-token", "mqtt-password"} {
+		p := filepath.Join(dir, name)
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{64}$`), string(b), name)
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o644), st.Mode().Perm(), name)
+		out[name] = string(b)
+	}
+	run()
+	for name, v := range out {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		require.Equal(t, v, string(b), "a second run keeps %s", name)
+	}
+	return out
+}
+
+// startDeployMosquitto runs mosquitto with deploy/mosquitto.conf, its container paths and listener moved
+// into dir and onto a free loopback port, and a password file for "heartbeatd" made with
+// mosquitto_passwd as docker-compose.yml makes it. It returns the broker URL.
+func startDeployMosquitto(t *testing.T, dir, password string) string {
+	t.Helper()
+	bin, err := testenv.LookPath("mosquitto")
+	if err != nil {
+		testenv.Need(t, "mosquitto", err)
+	}
+	passwdBin, err := testenv.LookPath("mosquitto_passwd")
+	if err != nil {
+		testenv.Need(t, "mosquitto_passwd", err)
+	}
+	passwd := filepath.Join(dir, "passwd")
+	out, err := exec.Command(passwdBin, "-c", "-b", passwd, "heartbeatd", password).CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	conf, err := os.ReadFile(filepath.Join("..", "..", "deploy", "mosquitto.conf"))
+	require.NoError(t, err)
+	port := testenv.FreePort(t)
+	moved := map[string]string{
+		"listener":             fmt.Sprintf("listener %d 127.0.0.1", port),
+		"password_file":        "password_file " + passwd,
+		"persistence_location": "persistence_location " + dir + "/",
+		"log_dest":             "log_dest stderr",
+	}
+	var lines []string
+	if os.Geteuid() == 0 {
+		lines = append(lines, "user root") // the mosquitto user could not read the test's directory
+	}
+	seen := map[string]bool{}
+	for _, l := range strings.Split(string(conf), "\n") {
+		key, _, _ := strings.Cut(l, " ")
+		if r, ok := moved[key]; ok {
+			l, seen[key] = r, true
+		}
+		lines = append(lines, l)
+	}
+	for key := range moved {
+		require.True(t, seen[key], "deploy/mosquitto.conf no longer sets %s", key)
+	}
+	require.Contains(t, string(conf), "\nallow_anonymous false\n")
+	confPath := filepath.Join(dir, "mosquitto.conf")
+	require.NoError(t, os.WriteFile(confPath, []byte(strings.Join(lines, "\n")), 0o600))
+
+	logf, err := os.Create(filepath.Join(dir, "mosquitto.log"))
+	require.NoError(t, err)
+	defer logf.Close()
+	cmd := exec.Command(bin, "-c", confPath)
+	cmd.Stdout, cmd.Stderr, cmd.SysProcAttr = logf, logf, testenv.SysProcAttr()
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	up := func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	}
+	require.Eventually(t, func() bool {
+		select {
+		case <-exited:
+			return true
+		default:
+			return up()
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+	select {
+	case <-exited:
+		b, _ := os.ReadFile(filepath.Join(dir, "mosquitto.log"))
+		t.Fatalf("mosquitto exited:\n%s", b)
+	default:
+	}
+	return "tcp://" + addr
+}
