@@ -32,6 +32,22 @@ type Silence struct {
 // ErrInvalidSilence is wrapped by Create for a silence that cannot be stored; the message says why.
 var ErrInvalidSilence = errors.New("invalid silence")
 
+// MaxSilences bounds the stored silences (ended ones count until they are purged, a minute after their
+// end): every replica re-reads all of them every second and checks them on every claim.
+const MaxSilences = 1000
+
+// ErrTooManySilences is wrapped by Create when MaxSilences are stored.
+var ErrTooManySilences = errors.New("too many silences")
+
+// createSilenceScript stores a silence unless the hash is full, in one step, so concurrent creates
+// through several replicas cannot overshoot the bound.
+//
+// KEYS[1] silences hash; ARGV[1] bound, ARGV[2] id, ARGV[3] JSON. Reply: 1 stored, 0 full.
+var createSilenceScript = redis.NewScript(`
+if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+return 1`)
+
 // SilencesOptions configures a Silences store.
 type SilencesOptions struct {
 	// Refresh is how often the in-memory copy is re-read, so a silence created through another replica
@@ -100,8 +116,12 @@ func (s *Silences) Create(ctx context.Context, sil Silence) (Silence, error) {
 	if err != nil {
 		return Silence{}, err
 	}
-	if err := s.rdb.HSet(ctx, s.key, sil.ID, b).Err(); err != nil {
+	stored, err := createSilenceScript.Run(ctx, s.rdb, []string{s.key}, MaxSilences, sil.ID, b).Int()
+	if err != nil {
 		return Silence{}, fmt.Errorf("alarm: store silence: %w", err)
+	}
+	if stored == 0 {
+		return Silence{}, fmt.Errorf("%w: %d are stored, the most allowed; delete some first", ErrTooManySilences, MaxSilences)
 	}
 	s.log.Info("silence created", zap.String("id", sil.ID), zap.String("device_id", sil.DeviceID),
 		zap.String("device_type", sil.DeviceType), zap.Time("ends", sil.Ends))
