@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,21 +36,33 @@ type APIOptions struct {
 	Store    *deadline.Store
 	Silences Silences
 	HoldBack func() alarm.HoldBackStatus
-	// Ready checks each dependency; a non-nil error names what is not working.
-	Ready       func(ctx context.Context) map[string]error
+	// Health holds the last readiness checks; /readyz never runs a check itself.
+	Health      *Health
 	Reload      func() error
 	OwnedSlots  func() []int
 	Timeout     func(typeName string) time.Duration // for last_seen = deadline − timeout
 	Token       string
 	Gatherer    prometheus.Gatherer
 	MaxBodySize int64
-	Now         func() time.Time
-	Logger      *zap.Logger
+	// TypeCountsTTL is how long per-type counts (/v1/stats?by_type=true) are served from memory before
+	// the next request scans the fleet again; default DefaultTypeCountsTTL.
+	TypeCountsTTL time.Duration
+	Now           func() time.Time
+	Logger        *zap.Logger
 }
+
+// DefaultTypeCountsTTL: per-type counts scan every device, so they are at most this stale and cost at
+// most one scan per this long, however many callers ask.
+const DefaultTypeCountsTTL = 5 * time.Second
+
+// typeCountsTimeout bounds one scan; it runs on past the request that started it, for the others waiting.
+const typeCountsTimeout = 50 * time.Second
 
 type api struct {
 	APIOptions
-	log *zap.Logger
+	log        *zap.Logger
+	mux        *http.ServeMux
+	typeCounts typeCountsCache
 }
 
 // NewAPI returns the HTTP handler of SPEC §6.
@@ -62,8 +76,12 @@ func NewAPI(opts APIOptions) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.TypeCountsTTL <= 0 {
+		opts.TypeCountsTTL = DefaultTypeCountsTTL
+	}
 	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http"))}
 	mux := http.NewServeMux()
+	a.mux = mux
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
 	})
@@ -78,22 +96,62 @@ func NewAPI(opts APIOptions) http.Handler {
 	mux.HandleFunc("POST /v1/silences", a.auth(a.createSilence))
 	mux.HandleFunc("GET /v1/silences", a.auth(a.listSilences))
 	mux.HandleFunc("DELETE /v1/silences/{id}", a.auth(a.deleteSilence))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no route "+r.Method+" "+r.URL.Path)
-	})
-	return mux
+	return a
 }
 
-// auth requires the bearer token when one is configured; the comparison takes constant time.
+// routeMethods are the methods tried to fill a 405's Allow header.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// ServeHTTP routes a request, answering a path no route knows with a JSON 404 and a known path asked
+// with the wrong method with a JSON 405 and its Allow header (RFC 9110 §15.5.6).
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := a.mux.Handler(r); pattern != "" {
+		a.mux.ServeHTTP(w, r) // sets the path values, which Handler does not
+		return
+	}
+	var allow []string
+	for _, m := range routeMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := a.mux.Handler(probe); pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		writeError(w, http.StatusNotFound, "no route "+r.URL.Path)
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+}
+
+// authorized reports whether r may use the API: no token is configured (then the listener is loopback
+// only, see config), or r carries it. The comparison takes constant time.
+func (a *api) authorized(r *http.Request) bool {
+	if a.Token == "" {
+		return true
+	}
+	got, ok := bearerToken(r.Header.Get("Authorization"))
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) == 1
+}
+
+// bearerToken reads "Bearer <token>"; the scheme is case-insensitive (RFC 9110 §11.1).
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	return token, token != ""
+}
+
+// auth requires the bearer token when one is configured and bounds the request body.
 func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if a.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="heartbeatd"`)
-				writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-				return
-			}
+		if !a.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="heartbeatd"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, a.MaxBodySize)
 		h(w, r)
@@ -115,18 +173,29 @@ func (a *api) internal(w http.ResponseWriter, err error) {
 	writeError(w, http.StatusServiceUnavailable, err.Error())
 }
 
+// readyz answers from the last background check (Health): probes are unauthenticated, so they must cost
+// the dependencies nothing, and their answer names what is not ready but shows the reason (addresses,
+// broker errors) only to a caller the API would admit.
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	checks := a.Ready(ctx)
+	rd, checked := a.Health.Current()
+	if !checked {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+		return
+	}
+	detail := a.authorized(r)
 	body := map[string]any{}
 	status := http.StatusOK
-	for name, err := range checks {
-		if err != nil {
-			body[name] = err.Error()
-			status = http.StatusServiceUnavailable
-		} else {
+	for name, err := range rd.Checks {
+		switch {
+		case err == nil:
 			body[name] = "ok"
+		case detail:
+			body[name] = err.Error()
+		default:
+			body[name] = "not ready"
+		}
+		if err != nil {
+			status = http.StatusServiceUnavailable
 		}
 	}
 	if hb := a.HoldBack(); hb.Active {
@@ -283,16 +352,74 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 		"owned_slots":    a.OwnedSlots(),
 		"slots":          a.Store.Slots(),
 	}
-	// Per-type counts scan every device: only on request.
+	// Per-type counts scan every device: only on request, and shared (typeCountsCache).
 	if r.URL.Query().Get("by_type") == "true" {
-		online, interrupted, err := a.Store.CountByType(r.Context())
+		tc, err := a.typeCounts.get(r.Context(), a.Now, a.TypeCountsTTL, a.Store.CountByType)
 		if err != nil {
 			a.internal(w, err)
 			return
 		}
-		body["by_type"] = map[string]any{"online": online, "interrupted": interrupted}
+		body["by_type"] = map[string]any{"online": tc.online, "interrupted": tc.interrupted, "as_of": tc.at.UTC()}
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// typeCountsCache keeps the last per-type counts and runs at most one scan at a time: callers within the
+// TTL get the kept counts, callers during a scan wait for it and share its result (or error).
+type typeCountsCache struct {
+	mu      sync.Mutex
+	last    *typeCounts
+	running *typeCountsRun
+}
+
+type typeCounts struct {
+	online, interrupted map[string]int64
+	at                  time.Time
+}
+
+type typeCountsRun struct {
+	done chan struct{}
+	val  *typeCounts
+	err  error
+}
+
+func (c *typeCountsCache) get(ctx context.Context, now func() time.Time, ttl time.Duration,
+	count func(context.Context) (online, interrupted map[string]int64, err error)) (*typeCounts, error) {
+	c.mu.Lock()
+	if c.last != nil && now().Sub(c.last.at) < ttl {
+		last := c.last
+		c.mu.Unlock()
+		return last, nil
+	}
+	run := c.running
+	if run == nil {
+		run = &typeCountsRun{done: make(chan struct{})}
+		c.running = run
+		c.mu.Unlock()
+		// Not the request's context: the others waiting for this scan must not fail with its caller.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), typeCountsTimeout)
+		online, interrupted, err := count(sctx)
+		cancel()
+		run.err = err
+		if err == nil {
+			run.val = &typeCounts{online: online, interrupted: interrupted, at: now()}
+		}
+		c.mu.Lock()
+		if err == nil {
+			c.last = run.val
+		}
+		c.running = nil
+		c.mu.Unlock()
+		close(run.done)
+	} else {
+		c.mu.Unlock()
+	}
+	select {
+	case <-run.done:
+		return run.val, run.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("daemon: waiting for the per-type counts: %w", ctx.Err())
+	}
 }
 
 // silenceRequest is the body of POST /v1/silences.
@@ -306,10 +433,7 @@ type silenceRequest struct {
 
 func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 	var req silenceRequest
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+	if !a.decodeBody(w, r, &req) {
 		return
 	}
 	if (req.DeviceID == "") == (req.DeviceType == "") {
@@ -349,11 +473,41 @@ func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if errors.Is(err, alarm.ErrTooManySilences) {
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	}
 	if err != nil {
 		a.internal(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, created)
+}
+
+// decodeBody reads exactly one JSON object with known fields into v; on failure it has answered: 413
+// when the body is larger than MaxBodySize, else 400.
+func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var tooLarge *http.MaxBytesError
+	if err == nil {
+		if _, next := dec.Token(); !errors.Is(next, io.EOF) {
+			err = errors.New("one JSON object expected, more follows it")
+			if errors.As(next, &tooLarge) {
+				err = next
+			}
+		}
+	}
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: larger than %d bytes", tooLarge.Limit))
+		return false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return false
+	}
+	return true
 }
 
 func (a *api) listSilences(w http.ResponseWriter, r *http.Request) {

@@ -76,6 +76,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	log.Info("heartbeatd starting", zap.String("version", opts.Build.Version), zap.String("commit", opts.Build.Commit),
 		zap.String("config", opts.ConfigPath))
+	for _, w := range cfg.Warnings() {
+		log.Warn("insecure setting", zap.String("component", "config"), zap.String("key", w.Key), zap.String("why", w.Message))
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -106,6 +109,7 @@ type daemon struct {
 	chain     *ingest.Chain
 	sources   []ingest.Source
 	listener  net.Listener
+	health    *Health
 	server    *http.Server
 
 	slotsOwned prometheus.Gauge
@@ -185,8 +189,9 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	if err != nil {
 		return fail(fmt.Errorf("http.listen: %w", err))
 	}
+	d.health = NewHealth(d.ready, HealthOptions{Logger: log})
 	d.server = &http.Server{
-		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Ready: d.ready,
+		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health,
 			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Token: cfg.HTTP.Token,
 			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Logger: log}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -334,9 +339,11 @@ func (d *daemon) prepareOnce(ctx context.Context) error {
 // the server, publisher and Redis.
 func (d *daemon) run(ctx context.Context) error {
 	serveErr := make(chan error, 1)
+	stopHealth := d.health.Start(ctx) // /readyz answers from it, also while Redis is awaited
 	go func() { serveErr <- d.server.Serve(d.listener) }()
 	d.log.Info("http listening", zap.String("addr", d.listener.Addr().String()))
 	stopServer := func() error {
+		stopHealth()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		err := d.server.Shutdown(sctx)

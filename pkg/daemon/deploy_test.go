@@ -15,7 +15,10 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
@@ -46,12 +49,14 @@ func TestComposeDeployment(t *testing.T) {
 		"HEARTBEATD_HTTP_TOKEN_FILE":           filepath.Join(dir, "api-token"),
 		"HEARTBEATD_INGEST_MQTT_PASSWORD_FILE": filepath.Join(dir, "mqtt-password"),
 	}
+	warnings, logs := observer.New(zap.WarnLevel)
+	logger := zaptest.NewLogger(t, zaptest.WrapOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, warnings) })))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Options{ConfigPath: filepath.Join("..", "..", "configs", "compose.yaml"), Build: BuildInfo{Version: "test"},
-			Env: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Logger: zaptest.NewLogger(t), Reload: make(chan struct{})})
+			Env: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Logger: logger, Reload: make(chan struct{})})
 	}()
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
@@ -80,6 +85,9 @@ func TestComposeDeployment(t *testing.T) {
 		return get("/readyz", "") == http.StatusOK
 	}, 60*time.Second, 50*time.Millisecond, "ready: logged in to mosquitto, Redis and Kafka reached")
 	require.False(t, ended, "Run ended before it was ready: %v", runErr)
+	insecure := logs.FilterMessage("insecure setting").All()
+	require.Len(t, insecure, 1, "warned once, at start")
+	require.Equal(t, "ingest.mqtt.brokers[0]", insecure[0].ContextMap()["key"], "the MQTT password goes over plaintext")
 	require.Equal(t, http.StatusUnauthorized, get("/v1/stats", ""))
 	require.Equal(t, http.StatusOK, get("/v1/stats", secrets["api-token"]))
 
