@@ -104,7 +104,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // TypeName resolves a type index found in a score or state to its name.
 func (s *Store) TypeName(ctx context.Context, idx int) string { return s.types.name(ctx, idx) }
 
-// TypeIndex registers (once) and returns name's index.
+// TypeIndex returns name's index: the default type's for a name Load was not given.
 func (s *Store) TypeIndex(ctx context.Context, name string) (int, error) {
 	return s.types.index(ctx, name)
 }
@@ -245,7 +245,11 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 			if err != nil {
 				return err
 			}
-			score = (sig.Seen.UnixMilli()+s.timeout(sig.Type).Milliseconds())*MaxTypes + int64(t)
+			name := sig.Type
+			if t == 0 {
+				name = DefaultType // an unconfigured name is recorded, and timed, as the default type
+			}
+			score = (sig.Seen.UnixMilli()+s.timeout(name).Milliseconds())*MaxTypes + int64(t)
 		}
 		ts := slotOf(Slot(sig.Device, layout.Slots))
 		ts.deadlines = append(ts.deadlines, redis.Z{Score: float64(score), Member: sig.Device})
@@ -419,8 +423,9 @@ func isNoScript(cmd *redis.Cmd) bool {
 }
 
 // Load reads the type registry so that the types other replicas registered resolve from the start, and
-// registers names (the configured types) so they have indexes before the first signal needs them. It
-// refuses more names than MaxTypes: their devices could not be told apart in a deadline score.
+// registers names (the configured types) so they have indexes before the first signal needs them; from
+// then on only these names are recorded (types.go). It refuses more names than MaxTypes: their devices
+// could not be told apart in a deadline score.
 func (s *Store) Load(ctx context.Context, names ...string) error {
 	if len(names) > MaxTypes {
 		return fmt.Errorf("deadline: %d types: at most %d fit in a deadline score", len(names), MaxTypes)
@@ -429,9 +434,10 @@ func (s *Store) Load(ctx context.Context, names ...string) error {
 		return err
 	}
 	for _, n := range names {
-		if _, err := s.types.index(ctx, n); err != nil {
+		if _, err := s.types.register(ctx, n); err != nil {
 			return err
 		}
 	}
+	s.types.configure(names)
 	return nil
 }

@@ -39,45 +39,72 @@ return n
 `)
 
 // typeRegistry maps type names to the small indexes stored in scores, shared by every replica through
-// one Redis hash and cached here: a name never changes index once registered.
+// one Redis hash and cached here: a name never changes index once registered. Only configured names (the
+// last Load) are registered: device type names are not trusted to grow Redis or this cache, so any other
+// name resolves to the default type's index without a round trip.
 type typeRegistry struct {
 	rdb redis.UniversalClient
 	key string
 
-	mu     sync.RWMutex
-	byName map[string]int
-	byIdx  map[int]string
+	mu         sync.RWMutex
+	byName     map[string]int  // every name the registry holds (at most MaxTypes)
+	byIdx      map[int]string  // the same, by index
+	configured map[string]bool // the names of the last Load; nil before it (then every name is unknown)
 }
 
 func newTypeRegistry(rdb redis.UniversalClient, key string) *typeRegistry {
 	return &typeRegistry{rdb: rdb, key: key, byName: map[string]int{DefaultType: 0}, byIdx: map[int]string{0: DefaultType}}
 }
 
-// index returns name's index, registering it in Redis the first time. A full registry maps new names to
-// the default type's index: their devices keep being watched, under the default policy.
+// configure sets the configured names: from now on only they resolve to their own index. Load calls it
+// once every name is registered.
+func (r *typeRegistry) configure(names []string) {
+	set := make(map[string]bool, len(names)+1)
+	set[DefaultType] = true
+	for _, n := range names {
+		set[n] = true
+	}
+	r.mu.Lock()
+	r.configured = set
+	r.mu.Unlock()
+}
+
+// index returns name's index. A name that is not configured gets the default type's index and touches
+// neither Redis nor the cache; a configured one is normally cached since Load registered it.
 func (r *typeRegistry) index(ctx context.Context, name string) (int, error) {
 	if name == "" {
 		return 0, nil
 	}
 	r.mu.RLock()
 	i, ok := r.byName[name]
+	known := r.configured[name]
 	r.mu.RUnlock()
-	if ok {
+	switch {
+	case !known:
+		return 0, nil
+	case ok:
 		return i, nil
 	}
+	return r.register(ctx, name)
+}
+
+// register gives name an index in Redis (or reads the one it has) and caches it. A full registry (names
+// an older version recorded from devices) maps the name to the default type's index, cached so its
+// signals do not ask again: its devices keep being watched, under the default policy, and Load tries
+// again.
+func (r *typeRegistry) register(ctx context.Context, name string) (int, error) {
 	n, err := registerTypeScript.Run(ctx, r.rdb, []string{r.key}, name).Int()
 	if err != nil {
 		return 0, fmt.Errorf("deadline: register type %q: %w", name, err)
 	}
-	if n < 0 {
-		n = 0
-	}
 	r.mu.Lock()
-	r.byName[name] = n
-	if n != 0 {
-		r.byIdx[n] = name
+	defer r.mu.Unlock()
+	if n < 0 {
+		r.byName[name] = 0
+		return 0, nil
 	}
-	r.mu.Unlock()
+	r.byName[name] = n
+	r.byIdx[n] = name
 	return n, nil
 }
 

@@ -3,11 +3,16 @@ package deadline_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
@@ -15,6 +20,7 @@ import (
 func TestTypeRegistryIsSharedBetweenStores(t *testing.T) {
 	eachBackend(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
+		require.NoError(t, f.store.Load(ctx, "default", "gateway", "sensor", "brand-new-type"))
 		f.refresh(t, deadline.Signal{Device: "x", Type: "brand-new-type", Seen: f.clock.Now()})
 		other, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeoutOf})
 		require.NoError(t, err)
@@ -41,4 +47,125 @@ func TestLoadRefusesMoreTypesThanFitInAScore(t *testing.T) {
 		names[i] = fmt.Sprint("type-", i)
 	}
 	require.ErrorContains(t, store.Load(context.Background(), names...), "1025 types: at most 1024 fit in a deadline score")
+}
+
+// TestOnlyConfiguredTypesAreRecorded floods the store with device-chosen type names: none reaches the
+// registry or costs a script call, their devices get the default policy, and a name added to the
+// configuration later takes effect from its device's next signal.
+func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	rdb := srv.Client(t)
+	now := time.UnixMilli(1_763_800_000_000) // Refresh runs on this goroutine: a plain variable is the clock
+	timeouts := map[string]time.Duration{"default": time.Minute, "gateway": 30 * time.Second, "random-7": time.Hour}
+	store, err := deadline.New(rdb, deadline.Options{Slots: 8, Now: func() time.Time { return now },
+		Timeout: func(name string) time.Duration {
+			if d, ok := timeouts[name]; ok {
+				return d
+			}
+			return timeouts["default"]
+		}})
+	require.NoError(t, err)
+	require.NoError(t, store.Load(ctx, "default", "gateway"))
+	scripts := func() int64 { return commandCalls(t, rdb, "evalsha") + commandCalls(t, rdb, "eval") }
+	before := scripts()
+
+	const names = 5000
+	sigs := make([]deadline.Signal, 0, names+1)
+	for i := range names {
+		sigs = append(sigs, deadline.Signal{Device: fmt.Sprint("dev-", i), Type: fmt.Sprint("random-", i), Seen: now})
+	}
+	sigs = append(sigs, deadline.Signal{Device: "gw", Type: "gateway", Seen: now})
+	for chunk := range slices.Chunk(sigs, 256) {
+		require.NoError(t, store.Refresh(ctx, chunk))
+	}
+	require.Equal(t, before, scripts(), "a new name costs no script call")
+	registry, err := rdb.HGetAll(ctx, store.Keys().Types()).Result()
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"default": "0", "gateway": "1"}, registry, "only configured names are recorded")
+	mem, err := rdb.MemoryUsage(ctx, store.Keys().Types()).Result()
+	require.NoError(t, err)
+	t.Logf("type registry after %d device-chosen names: %d fields, %d bytes", names, len(registry), mem)
+
+	device := func(id string) deadline.Device {
+		t.Helper()
+		d, found, err := store.Device(ctx, id)
+		require.NoError(t, err)
+		require.True(t, found, id)
+		return d
+	}
+	require.Equal(t, "gateway", device("gw").Type, "configured types keep their policy")
+	require.Equal(t, now.Add(30*time.Second).UnixMilli(), device("gw").Deadline.UnixMilli())
+	d7 := device("dev-7")
+	require.Equal(t, "default", d7.Type)
+	require.Equal(t, now.Add(time.Minute).UnixMilli(), d7.Deadline.UnixMilli(), "an unknown name gets the default policy")
+
+	// A reload adds random-7: its device's next signal records it, with its own timeout.
+	require.NoError(t, store.Load(ctx, "default", "gateway", "random-7"))
+	require.Equal(t, "default", device("dev-7").Type, "nothing changes before the device signals again")
+	now = now.Add(time.Second)
+	require.NoError(t, store.Refresh(ctx, []deadline.Signal{
+		{Device: "dev-7", Type: "random-7", Seen: now},
+		{Device: "dev-8", Type: "random-8", Seen: now},
+	}))
+	d7 = device("dev-7")
+	require.Equal(t, "random-7", d7.Type)
+	require.Equal(t, now.Add(time.Hour).UnixMilli(), d7.Deadline.UnixMilli())
+	require.Equal(t, "default", device("dev-8").Type)
+	registry, err = rdb.HGetAll(ctx, store.Keys().Types()).Result()
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"default": "0", "gateway": "1", "random-7": "2"}, registry)
+
+	// Untyped signals keep the recorded type, the added one included.
+	now = now.Add(time.Second)
+	require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: "dev-7", Seen: now}, {Device: "gw", Seen: now}}))
+	require.Equal(t, "random-7", device("dev-7").Type)
+	require.Equal(t, now.Add(time.Hour).UnixMilli(), device("dev-7").Deadline.UnixMilli())
+	require.Equal(t, now.Add(30*time.Second).UnixMilli(), device("gw").Deadline.UnixMilli())
+}
+
+// commandCalls is how often Redis ran cmd, from INFO commandstats.
+func commandCalls(t *testing.T, rdb redis.UniversalClient, cmd string) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\r\n") {
+		rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		require.NoError(t, err)
+		return n
+	}
+	return 0
+}
+
+// TestFullRegistryFallsBackToDefault: a registry an older version filled with device-chosen names has no
+// index left for a newly configured type; its devices are watched under the default policy, and their
+// signals do not ask Redis again.
+func TestFullRegistryFallsBackToDefault(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.StartRedis(t).Client(t)
+	store, err := deadline.New(rdb, deadline.Options{Slots: 8, Timeout: func(string) time.Duration { return time.Minute }})
+	require.NoError(t, err)
+	legacy := make([]any, 0, 2*deadline.MaxTypes)
+	for i := range deadline.MaxTypes {
+		name := fmt.Sprint("legacy-", i)
+		if i == 0 {
+			name = deadline.DefaultType
+		}
+		legacy = append(legacy, name, i)
+	}
+	require.NoError(t, rdb.HSet(ctx, store.Keys().Types(), legacy...).Err())
+	require.NoError(t, store.Load(ctx, "default", "gateway"))
+	before := commandCalls(t, rdb, "evalsha") + commandCalls(t, rdb, "eval")
+	for i := range 3 {
+		require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: fmt.Sprint("gw-", i), Type: "gateway", Seen: time.Now()}}))
+	}
+	require.Equal(t, before, commandCalls(t, rdb, "evalsha")+commandCalls(t, rdb, "eval"))
+	d, found, err := store.Device(ctx, "gw-0")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, deadline.DefaultType, d.Type)
 }

@@ -32,7 +32,8 @@ type ChainOptions struct {
 	// MaxInFlight bounds the batches between dispatch and acknowledgement. When all are taken, Submit
 	// blocks: that is the backpressure that stops the sources while Redis is down.
 	MaxInFlight int
-	// KnownType reports whether a type name has a configured policy; nil treats every name as known.
+	// KnownType reports whether a type name has a configured policy. A signal naming another type is
+	// counted, logged (MaxLoggedTypes) and written as the default type. nil treats every name as known.
 	KnownType func(string) bool
 	// DeadLetterTimeout bounds the retries of one dead letter (default 5s). After it the bad message is
 	// acknowledged without its dead letter (counted): bad input must never hold up valid input.
@@ -73,8 +74,7 @@ type Chain struct {
 	release uint64   // seq of the next batch to acknowledge
 	pool    sync.Pool
 
-	unknown      sync.Map // type names already logged as unknown
-	unknownCount atomic.Int64
+	unknown *unknownTypes
 
 	wg      sync.WaitGroup
 	running atomic.Bool
@@ -148,6 +148,7 @@ func NewChain(refresher Refresher, deadLetters event.DeadLetterSink, opts ChainO
 		done:      make(chan struct{}),
 		ring:      make([]*batch, opts.MaxInFlight),
 	}
+	c.unknown = newUnknownTypes(c.log)
 	c.pool.New = func() any {
 		return &batch{sigs: make([]deadline.Signal, 0, opts.Batch), items: make([]ackItem, 0, opts.Batch)}
 	}
@@ -199,7 +200,9 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 		}
 	}
 	if d.typ != "" && c.opts.KnownType != nil && !c.opts.KnownType(d.typ) {
-		c.unknownType(d.typ, d.device)
+		c.m.unknownTypes.Inc()
+		c.unknown.note(d.typ, d.device, now)
+		d.typ = deadline.DefaultType // a device-chosen name is never recorded (SPEC §4)
 	}
 	select {
 	case c.in <- item{sig: deadline.Signal{Device: d.device, Type: d.typ, Seen: seen}, ack: m.Ack, src: src}:
@@ -211,18 +214,58 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 	}
 }
 
-// unknownType counts a signal of an unconfigured type and logs each name once (up to a bound, so a
-// fleet sending random names cannot grow memory without limit).
-func (c *Chain) unknownType(name, device string) {
-	c.m.unknownTypes.Inc()
-	if c.unknownCount.Load() >= 1000 {
+// MaxLoggedTypes is how many unknown type names are logged one by one (each once), so a fleet inventing
+// names cannot grow memory; past it the signals naming other unknown names are summarised in one line
+// at most every unknownSummaryEvery. heartbeatd_signals_unknown_type_total counts them all.
+const MaxLoggedTypes = 1024
+
+const unknownSummaryEvery = time.Minute
+
+// unknownTypes remembers the unknown type names already logged.
+type unknownTypes struct {
+	log *zap.Logger
+
+	mu       sync.Mutex
+	logged   map[string]struct{}
+	unlogged int64     // signals since the summary window began whose name was not logged
+	window   time.Time // when it began
+}
+
+func newUnknownTypes(log *zap.Logger) *unknownTypes {
+	return &unknownTypes{log: log, logged: map[string]struct{}{}}
+}
+
+// note logs an unknown type name the first time it is seen, while the set has room.
+func (u *unknownTypes) note(name, device string, now time.Time) {
+	u.mu.Lock()
+	if _, seen := u.logged[name]; seen {
+		u.mu.Unlock()
 		return
 	}
-	if _, seen := c.unknown.LoadOrStore(name, struct{}{}); !seen {
-		if c.unknownCount.Add(1) == 1000 {
-			c.log.Warn("unknown device types: logging no more names")
+	if len(u.logged) < MaxLoggedTypes {
+		u.logged[name] = struct{}{}
+		full := len(u.logged) == MaxLoggedTypes
+		u.mu.Unlock()
+		u.log.Warn("unknown device type; the default policy applies", zap.String("type", name), zap.String("device", device))
+		if full {
+			u.log.Warn("unknown device types: the names logged reached the limit; further names are summarised",
+				zap.Int("names", MaxLoggedTypes), zap.Duration("every", unknownSummaryEvery))
 		}
-		c.log.Warn("unknown device type; the default policy applies", zap.String("type", name), zap.String("device", device))
+		return
+	}
+	if u.unlogged == 0 {
+		u.window = now
+	}
+	u.unlogged++
+	var signals int64
+	window := u.window
+	if now.Sub(window) >= unknownSummaryEvery {
+		signals, u.unlogged = u.unlogged, 0
+	}
+	u.mu.Unlock()
+	if signals > 0 {
+		u.log.Warn("signals named unknown device types not logged one by one; the default policy applied",
+			zap.Int64("signals", signals), zap.Duration("over", now.Sub(window)), zap.String("example", name))
 	}
 }
 
@@ -355,9 +398,10 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 	}
 	var firstErr time.Time
 	backoff := loop.Backoff{Min: 20 * time.Millisecond, Max: 2 * time.Second}
+	refresh := c.refresher.Refresh
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		err := c.refresher.Refresh(ctx, b.sigs)
+		err := refresh(ctx, b.sigs)
 		c.m.refresh.Observe(time.Since(start).Seconds())
 		if err == nil {
 			c.writeFailure.Store(nil)
@@ -383,7 +427,17 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 		if !loop.Sleep(ctx, backoff.Next()) {
 			return false
 		}
+		// The failed attempt may have stored part of the batch: a retry must not skip a recovery probe
+		// because its own write finds the device already there (deadline.Store.RefreshRetry).
+		if r, ok := c.refresher.(retryRefresher); ok {
+			refresh = r.RefreshRetry
+		}
 	}
+}
+
+// retryRefresher is a Refresher that knows a batch is sent again (*deadline.Store).
+type retryRefresher interface {
+	RefreshRetry(ctx context.Context, signals []deadline.Signal) error
 }
 
 // WriteFailure is a deadline write Redis keeps refusing (down, read-only, out of memory).

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -288,19 +290,61 @@ func TestChainCoalesces(t *testing.T) {
 	require.Equal(t, 4.0, counter(t, f.reg, "heartbeatd_signals_total", map[string]string{"result": "applied"}))
 }
 
-func TestChainUnknownTypesAreCountedAndStillRecorded(t *testing.T) {
+func TestChainUnknownTypesGetTheDefaultType(t *testing.T) {
 	ref := &fakeRefresher{}
 	f := startChain(t, ref, ingest.ChainOptions{KnownType: func(s string) bool { return s == "gateway" }})
 	f.submit(t, 0, ingest.Message{Device: "a", Type: "gateway"})
 	f.submit(t, 1, ingest.Message{Device: "b", Type: "toaster"})
 	f.submit(t, 2, ingest.Message{Device: "c", Type: "toaster"})
-	require.Eventually(t, func() bool { return f.acks.n() == 3 }, 5*time.Second, time.Millisecond)
+	f.submit(t, 3, ingest.Message{Device: "d"})
+	require.Eventually(t, func() bool { return f.acks.n() == 4 }, 5*time.Second, time.Millisecond)
 	types := map[string]string{}
 	for _, s := range ref.signals() {
 		types[s.Device] = s.Type
 	}
-	require.Equal(t, map[string]string{"a": "gateway", "b": "toaster", "c": "toaster"}, types)
+	require.Equal(t, map[string]string{"a": "gateway", "b": "default", "c": "default", "d": ""}, types,
+		"an unknown name is written as the default type; an untyped signal keeps the recorded one")
 	require.Equal(t, 2.0, counter(t, f.reg, "heartbeatd_signals_unknown_type_total", nil))
+	require.Equal(t, 4.0, counter(t, f.reg, "heartbeatd_signals_total", map[string]string{"result": "applied"}))
+}
+
+// TestChainLogsUnknownTypesWithBoundedMemory floods the chain with invented type names: each of the first
+// names is logged once, the set of logged names stops growing at its limit, and the rest are summarised
+// once per window.
+func TestChainLogsUnknownTypesWithBoundedMemory(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	var now atomic.Int64 // Unix ms; Submit reads the clock on the test's goroutine
+	now.Store(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC).UnixMilli())
+	ref := &nopRefresher{}
+	reg := prometheus.NewRegistry()
+	c, err := ingest.NewChain(ref, nil, ingest.ChainOptions{KnownType: func(s string) bool { return s == "gateway" },
+		Now: func() time.Time { return time.UnixMilli(now.Load()) }, Logger: zap.New(core), Registerer: reg})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	const names = 5000
+	submit := func(i int, typ string) {
+		require.NoError(t, c.Submit(ctx, ingest.Message{Source: ingest.SourceMQTT, Device: fmt.Sprint("d-", i), Type: typ}))
+	}
+	for i := range names {
+		submit(i, fmt.Sprint("invented-", i))
+		submit(i, fmt.Sprint("invented-", i)) // the same name again: never logged twice
+	}
+	perName := logs.FilterMessage("unknown device type; the default policy applies")
+	require.Equal(t, ingest.MaxLoggedTypes, perName.Len(), "one line per name, up to the limit")
+	require.Equal(t, 1, logs.FilterMessageSnippet("reached the limit").Len())
+	summaries := func() []observer.LoggedEntry { return logs.FilterMessageSnippet("not logged one by one").All() }
+	require.Empty(t, summaries(), "no summary before its window has passed")
+
+	now.Add(time.Minute.Milliseconds())
+	submit(names, "invented-late")
+	require.Len(t, summaries(), 1)
+	require.EqualValues(t, 2*(names-ingest.MaxLoggedTypes)+1, summaries()[0].ContextMap()["signals"])
+	require.Equal(t, ingest.MaxLoggedTypes, logs.FilterMessage("unknown device type; the default policy applies").Len())
+	require.Equal(t, float64(2*names+1), counter(t, reg, "heartbeatd_signals_unknown_type_total", nil))
 }
 
 func TestChainDeadLettersBadInputBesideValidInput(t *testing.T) {

@@ -3,13 +3,18 @@ package ingest_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
@@ -46,10 +51,74 @@ func TestMQTTTypeFromTopic(t *testing.T) {
 		p.waitApplied(t, "gw-1", "gw-2", "gw-3")
 		require.Equal(t, "gateway", p.device(t, "gw-1").Type)
 		require.Equal(t, "sensor", p.device(t, "gw-2").Type)
-		require.Equal(t, "toaster", p.device(t, "gw-3").Type)
+		require.Equal(t, "default", p.device(t, "gw-3").Type, "an unknown name gets the default type")
 		require.Eventually(t, func() bool { return len(p.dl.letters()) == 1 }, 10*time.Second, 5*time.Millisecond)
 		require.Equal(t, ingest.ReasonNoDeviceID, p.dl.letters()[0].Reason)
 	})
+}
+
+// TestMQTTInventedTypeNamesThenReload: a publisher inventing a type name per message on the default
+// fleet/{device_type}/... subscription records none of them; the configured types keep their policies,
+// and a name added by a reload takes effect from its device's next signal.
+func TestMQTTInventedTypeNamesThenReload(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	broker := testenv.StartMosquitto(t)
+	ctx := t.Context()
+	store, err := deadline.New(rdb, deadline.Options{Slots: 16, Timeout: func(name string) time.Duration {
+		if name == "invented-7" {
+			return time.Hour
+		}
+		return timeoutOf(name)
+	}})
+	require.NoError(t, err)
+	configured := []string{"default", "gateway"}
+	require.NoError(t, store.Load(ctx, configured...))
+	var known atomic.Pointer[[]string]
+	known.Store(&configured)
+	p := startPipeline(t, store, ingest.ChainOptions{KnownType: func(name string) bool { return slices.Contains(*known.Load(), name) }})
+	p.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", nil))
+	pub := mqttClient(t, broker.Addr, "publisher", nil)
+	publish := func(topic string) mqtt.Token { return pub.Publish(topic, 1, false, "") }
+
+	const invented = 2000
+	toks := []mqtt.Token{publish("fleet/gateway/gw/telemetry")}
+	ids := []string{"gw"}
+	for i := range invented {
+		ids = append(ids, fmt.Sprint("dev-", i))
+		toks = append(toks, publish(fmt.Sprintf("fleet/invented-%d/dev-%d/telemetry", i, i)))
+	}
+	for _, tok := range toks {
+		require.True(t, tok.WaitTimeout(30*time.Second))
+		require.NoError(t, tok.Error())
+	}
+	p.waitApplied(t, ids...)
+	sent := time.Now()
+	registry, err := rdb.HKeys(ctx, store.Keys().Types()).Result()
+	require.NoError(t, err)
+	require.ElementsMatch(t, configured, registry, "Redis records only configured names")
+	require.Equal(t, "gateway", p.device(t, "gw").Type)
+	require.WithinDuration(t, sent.Add(30*time.Second), p.device(t, "gw").Deadline, 10*time.Second)
+	require.Equal(t, "default", p.device(t, "dev-7").Type)
+	require.WithinDuration(t, sent.Add(time.Minute), p.device(t, "dev-7").Deadline, 10*time.Second)
+	require.Equal(t, float64(invented), counter(t, p.reg, "heartbeatd_signals_unknown_type_total", nil))
+
+	// The reload: Redis first, then the policies the chain reads, as the daemon does.
+	reloaded := append(slices.Clone(configured), "invented-7")
+	require.NoError(t, store.Load(ctx, reloaded...))
+	known.Store(&reloaded)
+	require.Equal(t, "default", p.device(t, "dev-7").Type, "nothing changes before the device signals again")
+	tok := publish("fleet/invented-7/dev-7/telemetry")
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.Eventually(t, func() bool {
+		p.rec.mu.Lock()
+		defer p.rec.mu.Unlock()
+		return p.rec.applied["dev-7"] == 2
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, "invented-7", p.device(t, "dev-7").Type)
+	require.WithinDuration(t, time.Now().Add(time.Hour), p.device(t, "dev-7").Deadline, 10*time.Second)
+	registry, err = rdb.HKeys(ctx, store.Keys().Types()).Result()
+	require.NoError(t, err)
+	require.ElementsMatch(t, reloaded, registry)
 }
 
 // TestMQTTSessionBacklogAfterRestart: messages left unacknowledged by a heartbeatd that stopped while

@@ -88,7 +88,7 @@ func TestSourcesApplySignals(t *testing.T) {
 			types[id] = p.device(t, id).Type
 		}
 		require.Equal(t, map[string]string{"plain": "default", "from-payload": "gateway", "typed": "sensor",
-			"unknown-type": "toaster", "ts-rfc3339": "gateway"}, types)
+			"unknown-type": "default", "ts-rfc3339": "gateway"}, types)
 		_, found, err := p.store.Device(t.Context(), "key-or-topic")
 		require.NoError(t, err)
 		require.False(t, found, "the payload's device_id wins over the topic or key")
