@@ -391,35 +391,34 @@ func (c *typeCountsCache) get(ctx context.Context, now func() time.Time, ttl tim
 		c.mu.Unlock()
 		return last, nil
 	}
-	run := c.running
-	if run == nil {
-		run = &typeCountsRun{done: make(chan struct{})}
-		c.running = run
+	if run := c.running; run != nil {
 		c.mu.Unlock()
-		// Not the request's context: the others waiting for this scan must not fail with its caller.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), typeCountsTimeout)
-		online, interrupted, err := count(sctx)
-		cancel()
-		run.err = err
-		if err == nil {
-			run.val = &typeCounts{online: online, interrupted: interrupted, at: now()}
+		select {
+		case <-run.done:
+			return run.val, run.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("daemon: waiting for the per-type counts: %w", ctx.Err())
 		}
-		c.mu.Lock()
-		if err == nil {
-			c.last = run.val
-		}
-		c.running = nil
-		c.mu.Unlock()
-		close(run.done)
-	} else {
-		c.mu.Unlock()
 	}
-	select {
-	case <-run.done:
-		return run.val, run.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("daemon: waiting for the per-type counts: %w", ctx.Err())
+	run := &typeCountsRun{done: make(chan struct{})}
+	c.running = run
+	c.mu.Unlock()
+	// Not the request's context: the others waiting for this scan must not fail with its caller.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), typeCountsTimeout)
+	online, interrupted, err := count(sctx)
+	cancel()
+	run.err = err
+	if err == nil {
+		run.val = &typeCounts{online: online, interrupted: interrupted, at: now()}
 	}
+	c.mu.Lock()
+	if err == nil {
+		c.last = run.val
+	}
+	c.running = nil
+	c.mu.Unlock()
+	close(run.done)
+	return run.val, run.err
 }
 
 // silenceRequest is the body of POST /v1/silences.
@@ -466,6 +465,11 @@ func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 	}
 	if !s.Ends.After(now) {
 		writeError(w, http.StatusBadRequest, "the silence would end in the past")
+		return
+	}
+	if s.Ends.UTC().Year() > 9999 {
+		// RFC 3339, which stores and shows it, has four-digit years.
+		writeError(w, http.StatusBadRequest, "until: after the year 9999")
 		return
 	}
 	created, err := a.Silences.Create(r.Context(), s)

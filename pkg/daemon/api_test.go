@@ -23,6 +23,7 @@ import (
 
 type apiFixture struct {
 	srv      *httptest.Server
+	handler  http.Handler
 	rdb      *redis.Client
 	store    *deadline.Store
 	silences *alarm.Silences
@@ -35,7 +36,7 @@ type apiFixture struct {
 	redisErr error
 }
 
-func newAPIFixture(t *testing.T, token string) *apiFixture {
+func newAPIFixture(t testing.TB, token string) *apiFixture {
 	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
 	f := &apiFixture{rdb: rdb, now: time.Now().Truncate(time.Millisecond)}
@@ -76,6 +77,7 @@ func newAPIFixture(t *testing.T, token string) *apiFixture {
 		Timeout:    timeout, Token: token, Gatherer: reg, MaxBodySize: 1024,
 		Now: func() time.Time { return f.now },
 	})
+	f.handler = h
 	f.srv = httptest.NewServer(h)
 	t.Cleanup(f.srv.Close)
 	return f
@@ -102,14 +104,14 @@ func (f *apiFixture) call(t *testing.T, method, path, token, body string) (int, 
 	return resp.StatusCode, out
 }
 
-func (f *apiFixture) signal(t *testing.T, device, typ string, seen time.Time) {
+func (f *apiFixture) signal(t testing.TB, device, typ string, seen time.Time) {
 	t.Helper()
 	require.NoError(t, f.store.Refresh(context.Background(), []deadline.Signal{{Device: device, Type: typ, Seen: seen}}))
 }
 
 // interrupt opens an incident for every device whose deadline passed by now and records the
 // interruption as sent, as the alarm loop would.
-func (f *apiFixture) interrupt(t *testing.T) {
+func (f *apiFixture) interrupt(t testing.TB) {
 	t.Helper()
 	res, err := f.store.Claim(context.Background(), []int{0, 1, 2, 3}, deadline.ClaimOptions{Now: f.now, Lease: time.Minute, Batch: 100})
 	require.NoError(t, err)
