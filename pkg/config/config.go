@@ -28,6 +28,7 @@
 package config
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -97,8 +98,11 @@ type Ingest struct {
 	Batch       int           `yaml:"batch"`
 	Linger      time.Duration `yaml:"linger"`
 	MaxInFlight int           `yaml:"max_in_flight"`
-	MQTT        MQTT          `yaml:"mqtt"`
-	Kafka       KafkaIngest   `yaml:"kafka"`
+	// MaxLag: a source whose signals reach Redis later than this (record age, or a message waiting for
+	// its write) is blind for detection: its hold-back window opens at now − lag.
+	MaxLag time.Duration `yaml:"max_lag"`
+	MQTT   MQTT          `yaml:"mqtt"`
+	Kafka  KafkaIngest   `yaml:"kafka"`
 }
 
 // MQTT is the MQTT signal source.
@@ -176,8 +180,16 @@ type Detection struct {
 	Lease time.Duration `yaml:"lease"`
 	// MaxPublishAttempts: a claim that failed to publish this often is parked in the dead set.
 	MaxPublishAttempts int `yaml:"max_publish_attempts"`
-	// LagThreshold: ingest lag beyond this counts as an outage for hold-back.
-	LagThreshold time.Duration `yaml:"lag_threshold"`
+	// Stall: a pause of heartbeatd itself (process stop, GC, VM freeze, clock jump) longer than this is
+	// a blind window of its own.
+	Stall time.Duration `yaml:"stall"`
+	// MaxHoldBack bounds every hold-back: past it detection resumes, flagged degraded.
+	MaxHoldBack time.Duration `yaml:"max_hold_back"`
+	// MaxClockOffset: a replica whose clock is further than this from Redis TIME stops scanning.
+	MaxClockOffset time.Duration `yaml:"max_clock_offset"`
+	// LagThreshold is the deprecated name of ingest.max_lag, still read (Deprecations says so); nil
+	// when not written.
+	LagThreshold *time.Duration `yaml:"lag_threshold,omitempty"`
 }
 
 // Cluster is how replicas share slots.
@@ -221,11 +233,19 @@ const (
 	DefaultKafkaSessionTimeout = 10 * time.Second
 	DefaultLease               = 30 * time.Second
 	DefaultMaxPublishAttempts  = 10
-	DefaultLagThreshold        = 30 * time.Second
+	DefaultMaxLag              = 2 * time.Second
+	DefaultStall               = time.Second
+	DefaultMaxHoldBack         = 10 * time.Minute
+	DefaultMaxClockOffset      = 250 * time.Millisecond
 	DefaultReplicaHeartbeat    = time.Second
 	DefaultSlotLease           = 3 * time.Second
 	DefaultMaxBodyBytes        = 1 << 20
 	DefaultShutdownTimeout     = 10 * time.Second
+
+	// StallTick is how often heartbeatd checks that it is not paused; a stall shorter than MinStall could
+	// not be told from a late tick.
+	StallTick = 100 * time.Millisecond
+	MinStall  = 3 * StallTick
 
 	// MaxSlots is Redis Cluster's hash slot count: more deadline slots could not spread any further.
 	MaxSlots = 16384
@@ -252,6 +272,7 @@ func Default() *Config {
 			Batch:        DefaultIngestBatch,
 			Linger:       DefaultIngestLinger,
 			MaxInFlight:  DefaultIngestMaxInFlight,
+			MaxLag:       DefaultMaxLag,
 			MQTT: MQTT{
 				Enabled:  true,
 				Brokers:  []string{"tcp://127.0.0.1:1883"},
@@ -280,7 +301,9 @@ func Default() *Config {
 			Scanners:           DefaultScanners,
 			Lease:              DefaultLease,
 			MaxPublishAttempts: DefaultMaxPublishAttempts,
-			LagThreshold:       DefaultLagThreshold,
+			Stall:              DefaultStall,
+			MaxHoldBack:        DefaultMaxHoldBack,
+			MaxClockOffset:     DefaultMaxClockOffset,
 		},
 		Cluster: Cluster{
 			ReplicaHeartbeat: DefaultReplicaHeartbeat,
@@ -293,4 +316,19 @@ func Default() *Config {
 		Log:             Log{Level: "info", Format: "json"},
 		ShutdownTimeout: DefaultShutdownTimeout,
 	}
+}
+
+// deprecatedKeys maps each key still read under an old name to its new name. The reference config
+// documents only the new one.
+var deprecatedKeys = map[string]string{"detection.lag_threshold": "ingest.max_lag"}
+
+// Deprecations lists the deprecated keys the configuration sets; the daemon logs each once at start.
+func (c *Config) Deprecations() []Warning {
+	var out []Warning
+	if c.Detection.LagThreshold != nil {
+		const key = "detection.lag_threshold"
+		out = append(out, Warning{Key: key, Message: fmt.Sprintf("deprecated name of %s (now %s): write %[1]s instead",
+			deprecatedKeys[key], FormatDuration(c.Ingest.MaxLag))})
+	}
+	return out
 }

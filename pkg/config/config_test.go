@@ -66,7 +66,7 @@ func TestReferenceConfigs(t *testing.T) {
 	collectPaths(root.Content[0], "", written)
 	var missing []string
 	for _, k := range leafKeys(reflect.TypeOf(Config{}), "", map[reflect.Type]bool{}) {
-		if !written[k] {
+		if _, old := deprecatedKeys[k]; !written[k] && !old {
 			missing = append(missing, k)
 		}
 	}
@@ -275,6 +275,13 @@ func TestValidation(t *testing.T) {
 			[]string{"config: detection.batch: must be > 0", "config: detection.lease: must be > 0",
 				"config: detection.max_publish_attempts: must be > 0", "config: detection.lag_threshold: must be > 0",
 				"config: detection.grace_after_outage: -1s must not be negative"}},
+		{"blind windows", minimal + "detection: {stall: 0s, max_hold_back: 0s, max_clock_offset: -1ms}\ningest: {max_lag: 0s}",
+			[]string{"config: detection.stall: must be > 0", "config: detection.max_hold_back: must be > 0",
+				"config: detection.max_clock_offset: must be > 0", "config: ingest.max_lag: must be > 0"}},
+		{"stall below the tick", minimal + "detection: {stall: 100ms}",
+			[]string{"config: detection.stall: 100ms must be at least 300ms (the stall check ticks every 100ms)"}},
+		{"lag alias disagrees", minimal + "detection: {lag_threshold: 1s}\ningest: {max_lag: 3s}",
+			[]string{"config: detection.lag_threshold: deprecated name of ingest.max_lag, and the two disagree (1s, 3s)"}},
 		{"qos", minimal + "ingest: {mqtt: {qos: 3}}", []string{"config: ingest.mqtt.qos: must be 0, 1 or 2"}},
 		{"log format", minimal + "log: {format: text}", []string{"config: log.format: must be json or console"}},
 		{"log level", minimal + "log: {level: verbose}", []string{"config: log.level: must be debug, info, warn or error"}},
@@ -330,6 +337,29 @@ func TestValidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// detection.lag_threshold still sets the lag bound under its new name, ingest.max_lag, and says so.
+func TestDeprecatedLagThreshold(t *testing.T) {
+	cfg, err := Parse([]byte(minimal+"detection: {lag_threshold: 1s}"), noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, cfg.Ingest.MaxLag)
+	require.Len(t, cfg.Deprecations(), 1)
+	assert.Equal(t, "detection.lag_threshold", cfg.Deprecations()[0].Key)
+	assert.Contains(t, cfg.Deprecations()[0].Message, "write ingest.max_lag instead")
+
+	cfg, err = Parse([]byte(minimal+"detection: {lag_threshold: 5s}\ningest: {max_lag: 5s}"), noEnv)
+	require.NoError(t, err, "both written, agreeing")
+	assert.Equal(t, 5*time.Second, cfg.Ingest.MaxLag)
+
+	cfg, err = Parse([]byte(minimal), envMap(map[string]string{"HEARTBEATD_DETECTION_LAG_THRESHOLD": "750ms"}))
+	require.NoError(t, err)
+	assert.Equal(t, 750*time.Millisecond, cfg.Ingest.MaxLag, "the old variable too")
+
+	cfg, err = Parse([]byte(minimal), noEnv)
+	require.NoError(t, err)
+	assert.Empty(t, cfg.Deprecations())
+	assert.Equal(t, DefaultMaxLag, cfg.Ingest.MaxLag)
 }
 
 func TestValidationReportsEverything(t *testing.T) {

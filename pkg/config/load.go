@@ -41,11 +41,20 @@ func Parse(data []byte, env func(string) (string, bool)) (*Config, error) {
 	if env != nil {
 		errs = append(errs, applyEnv(cfg, env))
 	}
+	applyDeprecated(cfg)
 	errs = append(errs, readSecretFiles(cfg), cfg.Validate())
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// applyDeprecated carries a key still written under its old name to the new one, unless the new one was
+// changed from its default too (Validate then reports the disagreement).
+func applyDeprecated(cfg *Config) {
+	if d := cfg.Detection.LagThreshold; d != nil && *d > 0 && cfg.Ingest.MaxLag == DefaultMaxLag {
+		cfg.Ingest.MaxLag = *d
+	}
 }
 
 // decodeStrict decodes the first YAML document of data into cfg with unknown keys as errors.

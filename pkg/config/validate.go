@@ -217,6 +217,7 @@ func (c *Config) validateIngest(v *validator) {
 	v.positiveInt("ingest.batch", int64(in.Batch))
 	v.nonNegative("ingest.linger", in.Linger)
 	v.positiveInt("ingest.max_in_flight", int64(in.MaxInFlight))
+	v.positive("ingest.max_lag", in.MaxLag)
 
 	m := in.MQTT
 	if m.Enabled {
@@ -337,7 +338,20 @@ func (c *Config) validateDetection(v *validator) {
 	v.nonNegative("detection.grace_after_outage", d.GraceAfterOutage)
 	v.positive("detection.lease", d.Lease)
 	v.positiveInt("detection.max_publish_attempts", int64(d.MaxPublishAttempts))
-	v.positive("detection.lag_threshold", d.LagThreshold)
+	v.positive("detection.stall", d.Stall)
+	if d.Stall > 0 && d.Stall < MinStall {
+		v.add("detection.stall", "%s must be at least %s (the stall check ticks every %s)", FormatDuration(d.Stall),
+			FormatDuration(MinStall), FormatDuration(StallTick))
+	}
+	v.positive("detection.max_hold_back", d.MaxHoldBack)
+	v.positive("detection.max_clock_offset", d.MaxClockOffset)
+	if d.LagThreshold != nil {
+		v.positive("detection.lag_threshold", *d.LagThreshold)
+		if *d.LagThreshold > 0 && *d.LagThreshold != c.Ingest.MaxLag {
+			v.add("detection.lag_threshold", "deprecated name of ingest.max_lag, and the two disagree (%s, %s): keep only ingest.max_lag",
+				FormatDuration(*d.LagThreshold), FormatDuration(c.Ingest.MaxLag))
+		}
+	}
 }
 
 func (c *Config) validateCluster(v *validator) {

@@ -280,7 +280,7 @@ func (d *daemon) trouble(src ingest.Source, now time.Time) (since time.Time, why
 	switch {
 	case !h.Connected:
 		return h.Since, "disconnected"
-	case h.Lag > d.cfg.Detection.LagThreshold:
+	case h.Lag > d.cfg.Ingest.MaxLag:
 		return now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
 	}
 	return time.Time{}, ""

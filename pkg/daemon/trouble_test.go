@@ -21,7 +21,7 @@ func (h healthOnly) Health() ingest.Health                        { return inges
 func TestTrouble(t *testing.T) {
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	cfg := config.Default()
-	cfg.Detection.LagThreshold = 30 * time.Second
+	cfg.Ingest.MaxLag = 30 * time.Second
 	d := &daemon{cfg: cfg}
 	for _, tc := range []struct {
 		name      string
