@@ -277,6 +277,7 @@ func TestRefreshDuplicateInBatchOnStackRedis(t *testing.T) {
 	t0 := time.UnixMilli(1_763_800_000_000)
 	store, err := deadline.New(rdb, deadline.Options{Slots: 4, Now: func() time.Time { return t0 }, Timeout: compatTimeout})
 	require.NoError(t, err)
+	require.NoError(t, store.Load(ctx, "default", "gateway", "sensor"))
 	require.NoError(t, store.Refresh(ctx, []deadline.Signal{
 		{Device: "later-first", Type: "gateway", Seen: t0.Add(time.Second)},
 		{Device: "later-first", Type: "gateway", Seen: t0},
