@@ -17,10 +17,15 @@ const (
 	ReasonMalformedJSON = "malformed_json"
 	ReasonBadTS         = "bad_ts"
 	ReasonOversize      = "oversize"
+	// ReasonIDMismatch is a payload device_id that differs from the device the MQTT topic or Kafka key
+	// names: identity is bound by the transport (SPEC §4), so a publisher allowed on one topic cannot
+	// keep another device alive.
+	ReasonIDMismatch = "id_mismatch"
 )
 
 // Reasons lists every dead-letter reason, for dashboards and tests.
-var Reasons = []string{ReasonNoDeviceID, ReasonInvalidDeviceID, ReasonInvalidType, ReasonMalformedJSON, ReasonBadTS, ReasonOversize}
+var Reasons = []string{ReasonNoDeviceID, ReasonInvalidDeviceID, ReasonInvalidType, ReasonMalformedJSON, ReasonBadTS, ReasonOversize,
+	ReasonIDMismatch}
 
 // Limits (SPEC §4).
 const (
@@ -39,8 +44,10 @@ type decoded struct {
 	ts     time.Time // zero: the payload carries no ts
 }
 
-// decode reads a message: the payload's fields win over what the topic or key named. It returns the
-// dead-letter reason for bad input, "" for a valid signal.
+// decode reads a message. The device is the one the MQTT topic or the Kafka key names; a payload
+// device_id must then be the same (else id_mismatch), and names the device only where neither names one.
+// The payload's type wins over the topic's. It returns the dead-letter reason for bad input, "" for a
+// valid signal.
 func decode(m *Message) (decoded, string) {
 	if len(m.Payload) > MaxPayload {
 		return decoded{}, ReasonOversize
@@ -52,21 +59,31 @@ func decode(m *Message) (decoded, string) {
 			return decoded{}, reason
 		}
 		d = decoded{device: f.device, typ: f.typ, ts: f.ts}
+		if d.device != "" && !validID(d.device) {
+			return decoded{}, ReasonInvalidDeviceID // the field itself is wrong, whatever the transport names
+		}
 	}
-	if d.device == "" {
+	switch {
+	case m.Device != "":
+		if !validID(m.Device) {
+			return decoded{}, ReasonInvalidDeviceID
+		}
+		if d.device != "" && d.device != m.Device {
+			return decoded{}, ReasonIDMismatch
+		}
 		d.device = m.Device
-	}
-	if d.device == "" && len(m.Key) > 0 {
+	case len(m.Key) > 0:
 		if !validIDBytes(m.Key) {
 			return decoded{}, ReasonInvalidDeviceID
 		}
-		d.device = string(m.Key)
-	}
-	if d.device == "" {
+		if d.device != "" && d.device != string(m.Key) {
+			return decoded{}, ReasonIDMismatch
+		}
+		if d.device == "" {
+			d.device = string(m.Key)
+		}
+	case d.device == "":
 		return decoded{}, ReasonNoDeviceID
-	}
-	if !validID(d.device) {
-		return decoded{}, ReasonInvalidDeviceID
 	}
 	if d.typ == "" {
 		d.typ = m.Type

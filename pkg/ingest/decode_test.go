@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -24,8 +25,9 @@ func TestDecode(t *testing.T) {
 		{name: "JSON array is opaque", msg: Message{Device: "d1", Payload: []byte(`[1,2]`)}, want: decoded{device: "d1"}},
 		{name: "topic type", msg: Message{Device: "d1", Type: "gateway"}, want: decoded{device: "d1", typ: "gateway"}},
 		{name: "kafka key", msg: Message{Key: []byte("k1")}, want: decoded{device: "k1"}},
-		{name: "payload device wins over key", msg: Message{Key: []byte("k1"), Payload: []byte(`{"device_id":"p1"}`)}, want: decoded{device: "p1"}},
-		{name: "payload device wins over topic", msg: Message{Device: "t1", Payload: []byte(`{"device_id":"p1"}`)}, want: decoded{device: "p1"}},
+		{name: "payload device names it without topic or key", msg: Message{Payload: []byte(`{"device_id":"p1"}`)}, want: decoded{device: "p1"}},
+		{name: "payload device equal to key", msg: Message{Key: []byte("k1"), Payload: []byte(`{"device_id":"k1"}`)}, want: decoded{device: "k1"}},
+		{name: "payload device equal to topic", msg: Message{Device: "t1", Payload: []byte(`{"device_id":"t1"}`)}, want: decoded{device: "t1"}},
 		{name: "payload type wins over topic", msg: Message{Device: "d", Type: "a", Payload: []byte(`{"type":"b"}`)}, want: decoded{device: "d", typ: "b"}},
 		{name: "null and empty fields are absent", msg: Message{Key: []byte("k"), Payload: []byte(`{"device_id":null,"type":"","ts":null}`)}, want: decoded{device: "k"}},
 		{name: "escaped id", msg: Message{Payload: []byte(`{"device_id":"d\u00e9v"}`)}, want: decoded{device: "dév"}},
@@ -52,6 +54,13 @@ func TestDecode(t *testing.T) {
 		{name: "device not a string", msg: Message{Payload: []byte(`{"device_id":42}`)}, reason: ReasonInvalidDeviceID},
 		{name: "type not a string", msg: Message{Device: "d", Payload: []byte(`{"type":["a"]}`)}, reason: ReasonInvalidType},
 		{name: "type with control char", msg: Message{Device: "d", Payload: []byte(`{"type":"a\tb"}`)}, reason: ReasonInvalidType},
+		{name: "payload device differs from key", msg: Message{Key: []byte("k1"), Payload: []byte(`{"device_id":"p1"}`)}, reason: ReasonIDMismatch},
+		{name: "payload device differs from topic", msg: Message{Device: "t1", Payload: []byte(`{"device_id":"p1"}`)}, reason: ReasonIDMismatch},
+		{name: "ids compare exactly", msg: Message{Device: "dev", Payload: []byte(`{"device_id":"DEV"}`)}, reason: ReasonIDMismatch},
+		{name: "payload device differs from topic and key", msg: Message{Device: "t1", Key: []byte("t1"), Payload: []byte(`{"device_id":"p1"}`)}, reason: ReasonIDMismatch},
+		{name: "invalid key with a payload device", msg: Message{Key: []byte(strings.Repeat("k", MaxIDLen+1)), Payload: []byte(`{"device_id":"p1"}`)}, reason: ReasonInvalidDeviceID},
+		{name: "invalid topic device with the same payload device", msg: Message{Device: "a\x01", Payload: []byte(`{"device_id":"a\u0001"}`)}, reason: ReasonInvalidDeviceID},
+		{name: "invalid payload device beside a topic device", msg: Message{Device: "t1", Payload: []byte(`{"device_id":"a\u0000"}`)}, reason: ReasonInvalidDeviceID},
 		{name: "malformed JSON", msg: Message{Device: "d", Payload: []byte(`{"device_id":"d"`)}, reason: ReasonMalformedJSON},
 		{name: "trailing garbage", msg: Message{Device: "d", Payload: []byte(`{"device_id":"d"} x`)}, reason: ReasonMalformedJSON},
 		{name: "ts garbage string", msg: Message{Device: "d", Payload: []byte(`{"ts":"yesterday"}`)}, reason: ReasonBadTS},
@@ -152,8 +161,10 @@ func FuzzDecodePayload(f *testing.F) {
 		`{"type":{"a":1}}`, ` {"device_id":"a"`, `[{"device_id":"d"}]`, `{"device_id":"d","device_id":"e"}`,
 		`{"device_id":5,"device_id":"d"}`, `{"dev\u0069ce_id":"esc"}`, `{"a":[1,-0.5e+3,true,null,"\ud83d\ude00"]}`,
 		`{"Device_ID":"case"}`, `{"a":01}`, `{"a":1.}`, `{"a":"\x"}`, "{\"a\":\"\x01\"}",
+		`{"device_id":"topic-dev"}`, `{"device_id":"key"}`, `{"device_id":"other","type":"gateway"}`,
 	} {
 		f.Add([]byte(seed), "topic-dev", []byte("key"))
+		f.Add([]byte(seed), "", []byte("key"))
 		f.Add([]byte(seed), "", []byte(nil))
 	}
 	f.Fuzz(func(t *testing.T, payload []byte, topicDevice string, key []byte) {
@@ -171,12 +182,20 @@ func FuzzDecodePayload(f *testing.F) {
 		}
 		m := Message{Device: topicDevice, Key: key, Payload: payload}
 		d, reason := decode(&m)
+		named := cmp.Or(topicDevice, string(key))
 		if reason != "" {
 			require.Contains(t, Reasons, reason)
+			if reason == ReasonIDMismatch && named == "" {
+				t.Fatalf("id_mismatch without a device named by the transport: %q", payload)
+			}
 			return
 		}
 		if !validID(d.device) || !utf8.ValidString(d.device) {
 			t.Fatalf("accepted invalid device id %q", d.device)
+		}
+		// Identity is bound by the transport: where the topic or key names a device, that is the device.
+		if named != "" && d.device != named {
+			t.Fatalf("accepted device %q where the transport names %q", d.device, named)
 		}
 		if d.typ != "" && !validID(d.typ) {
 			t.Fatalf("accepted invalid type %q", d.typ)

@@ -15,8 +15,10 @@
 //
 // # Rules where SPEC §4 is silent
 //
-//   - Precedence: the payload's device_id and type win over what the MQTT topic or Kafka key names (a
-//     gateway may publish for its children on its own topic). A JSON null or "" counts as absent.
+//   - Identity is bound by the transport (SPEC §4): where the MQTT topic or the Kafka key names the device,
+//     a payload device_id must name the same one (else id_mismatch, a seventh reason); it names the device
+//     only on a topic without {device_id} or a record without a key (how a gateway publishes for its
+//     children). The payload's type wins over the topic's. A JSON null or "" counts as absent.
 //   - A payload is a JSON object when its first non-space byte is '{'; anything else (empty, binary, other
 //     JSON values) is an opaque heartbeat. Keys match exactly (case-sensitive); a duplicate key's last
 //     value wins.
@@ -25,7 +27,8 @@
 //     max_clock_skew past the receive time is replaced by the receive time; an old ts is kept (the
 //     deadline just does not move back).
 //   - A type name follows the device-id rules; one that does not, or a `type` that is not a string, is
-//     dead-lettered as invalid_type (a sixth reason beside SPEC §4's five).
+//     dead-lettered as invalid_type (a sixth reason beside SPEC §4's five). A valid name without a
+//     configured policy is written as the default type: only configured names reach Redis.
 //   - MQTT retained messages are acknowledged and counted (result "retained") but never applied: a broker
 //     replays them on every subscribe, so they would mark long-silent devices alive at each reconnect.
 //   - A new Kafka group starts at the oldest retained offset: replaying old signals never moves a

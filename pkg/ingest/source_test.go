@@ -45,7 +45,7 @@ func TestSourcesApplySignals(t *testing.T) {
 			msg("plain", ""),
 			msg("opaque", "\x00\xffnot json"),
 			msg("", `{"device_id":"from-payload","type":"gateway"}`),
-			msg("key-or-topic", `{"device_id":"payload-wins"}`),
+			msg("key-or-topic", `{"device_id":"key-or-topic"}`), // the same id in both: fine
 			msg("typed", `{"type":"sensor"}`),
 			msg("unknown-type", `{"type":"toaster"}`),
 			msg("ts-seconds", fmt.Sprintf(`{"ts":%d}`, base.Unix())),
@@ -54,7 +54,7 @@ func TestSourcesApplySignals(t *testing.T) {
 			msg("future", fmt.Sprintf(`{"ts":%d}`, time.Now().Add(time.Hour).UnixMilli())),
 			msg("out-of-order", fmt.Sprintf(`{"ts":%d}`, ms(10*time.Second))),
 		)
-		p.waitApplied(t, "plain", "opaque", "from-payload", "payload-wins", "typed", "unknown-type", "ts-seconds",
+		p.waitApplied(t, "plain", "opaque", "from-payload", "key-or-topic", "typed", "unknown-type", "ts-seconds",
 			"ts-millis", "ts-rfc3339", "future", "out-of-order")
 		// The older signal comes second and must not move the deadline back; a replay changes nothing.
 		tr.send(t, msg("out-of-order", fmt.Sprintf(`{"ts":%d}`, ms(0))), msg("out-of-order", fmt.Sprintf(`{"ts":%d}`, ms(10*time.Second))))
@@ -76,7 +76,7 @@ func TestSourcesApplySignals(t *testing.T) {
 		}
 		// Signals without ts (and the clamped future one) count from their receive time.
 		for id, timeout := range map[string]time.Duration{
-			"plain": time.Minute, "opaque": time.Minute, "from-payload": 30 * time.Second, "payload-wins": time.Minute,
+			"plain": time.Minute, "opaque": time.Minute, "from-payload": 30 * time.Second, "key-or-topic": time.Minute,
 			"typed": 10 * time.Minute, "unknown-type": time.Minute, "future": time.Minute,
 		} {
 			dl := p.device(t, id).Deadline
@@ -89,10 +89,6 @@ func TestSourcesApplySignals(t *testing.T) {
 		}
 		require.Equal(t, map[string]string{"plain": "default", "from-payload": "gateway", "typed": "sensor",
 			"unknown-type": "default", "ts-rfc3339": "gateway"}, types)
-		_, found, err := p.store.Device(t.Context(), "key-or-topic")
-		require.NoError(t, err)
-		require.False(t, found, "the payload's device_id wins over the topic or key")
-
 		require.Equal(t, 1.0, counter(t, p.reg, "heartbeatd_signals_clamped_total", map[string]string{"source": tr.name}))
 		require.Equal(t, 1.0, counter(t, p.reg, "heartbeatd_signals_unknown_type_total", nil))
 		require.Equal(t, 13.0, counter(t, p.reg, "heartbeatd_signals_total", map[string]string{"source": tr.name, "result": "applied"}))
@@ -120,6 +116,8 @@ func TestSourcesDeadLetterBadInputBesideValidInput(t *testing.T) {
 			{msg("dev", `{"ts":-5}`), ingest.ReasonBadTS},
 			{msg("dev", `{"type":["gateway"]}`), ingest.ReasonInvalidType},
 			{msg("dev", oversize), ingest.ReasonOversize},
+			// The topic or key names "dev": a payload speaking for another device is refused.
+			{msg("dev", `{"device_id":"victim"}`), ingest.ReasonIDMismatch},
 		}
 		var stream []raw
 		var valid, wantReasons []string
@@ -150,7 +148,11 @@ func TestSourcesDeadLetterBadInputBesideValidInput(t *testing.T) {
 		_, found, err := p.store.Device(t.Context(), "dev")
 		require.NoError(t, err)
 		require.False(t, found, "no bad message wrote a deadline")
-		for r, n := range map[string]float64{ingest.ReasonNoDeviceID: 2, ingest.ReasonInvalidDeviceID: 3, ingest.ReasonBadTS: 2, ingest.ReasonOversize: 1} {
+		_, found, err = p.store.Device(t.Context(), "victim")
+		require.NoError(t, err)
+		require.False(t, found, "a publisher cannot keep another device alive")
+		for r, n := range map[string]float64{ingest.ReasonNoDeviceID: 2, ingest.ReasonInvalidDeviceID: 3, ingest.ReasonBadTS: 2, ingest.ReasonOversize: 1,
+			ingest.ReasonIDMismatch: 1} {
 			require.Equal(t, n, counter(t, p.reg, "heartbeatd_deadletters_total", map[string]string{"reason": r}), r)
 		}
 		require.Equal(t, float64(len(bad)), counter(t, p.reg, "heartbeatd_signals_total", map[string]string{"source": tr.name, "result": "deadletter"}))
