@@ -93,6 +93,23 @@ func TestComposeDeployment(t *testing.T) {
 
 	cancel()
 	awaitReturn(t, done)
+
+	// A password in the broker URL that mosquitto refuses: the error names the broker, not the password.
+	all, allLogs := observer.New(zap.DebugLevel)
+	env["HEARTBEATD_INGEST_MQTT_BROKERS"] = strings.Replace(broker, "tcp://", "tcp://heartbeatd:wrong-pw-4711@", 1)
+	err := Run(context.Background(), Options{ConfigPath: filepath.Join("..", "..", "configs", "compose.yaml"), Build: BuildInfo{Version: "test"},
+		Env: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Logger: zap.New(all), Reload: make(chan struct{})})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "heartbeatd:xxxxx@127.0.0.1")
+	require.Contains(t, err.Error(), "not Authorized")
+	require.NotContains(t, err.Error(), "wrong-pw-4711")
+	for _, e := range allLogs.All() {
+		line := e.Message
+		for k, v := range e.ContextMap() {
+			line += fmt.Sprintf(" %s=%v", k, v)
+		}
+		require.NotContains(t, line, "wrong-pw-4711")
+	}
 }
 
 // initSecrets runs deploy/secrets/init.sh on a copy in dir and checks what it made: random hex secrets,

@@ -72,12 +72,12 @@ func NewMQTTSource(opts MQTTOptions) (*MQTTSource, error) {
 	for _, b := range opts.Brokers {
 		u, err := url.Parse(b)
 		if err != nil || u.Host == "" {
-			return nil, fmt.Errorf("ingest: mqtt broker %q: want scheme://host:port", b)
+			return nil, fmt.Errorf("ingest: mqtt broker %q: want scheme://host:port", redactBroker(b))
 		}
 		switch u.Scheme {
 		case "tcp", "mqtt", "ssl", "tls", "mqtts", "tcps", "ws", "wss":
 		default:
-			return nil, fmt.Errorf("ingest: mqtt broker %q: unknown scheme %q", b, u.Scheme)
+			return nil, fmt.Errorf("ingest: mqtt broker %q: unknown scheme %q", u.Redacted(), u.Scheme)
 		}
 	}
 	if opts.ClientID == "" {
@@ -162,6 +162,27 @@ func (s *MQTTSource) Run(ctx context.Context, chain *Chain) error {
 	return nil
 }
 
+// redactBroker shows a broker URL with the password of its user:password@ part as "xxxxx", for errors
+// and logs.
+func redactBroker(b string) string {
+	u, err := url.Parse(b)
+	if err != nil {
+		if strings.Contains(b, "@") {
+			return "(unparsable URL with credentials)"
+		}
+		return b
+	}
+	return u.Redacted()
+}
+
+func redactBrokers(brokers []string) string {
+	out := make([]string, len(brokers))
+	for i, b := range brokers {
+		out[i] = redactBroker(b)
+	}
+	return strings.Join(out, ",")
+}
+
 // mqttWorkers decode and submit in parallel; the chain's batcher is the serial part after them.
 const mqttWorkers = 4
 
@@ -187,7 +208,7 @@ func (s *MQTTSource) connect(ctx context.Context, chain *Chain) (mqtt.Client, er
 				return ctx.Err()
 			}
 			if err := tok.Error(); err != nil {
-				return fmt.Errorf("ingest: mqtt broker %s: %w", strings.Join(s.opts.Brokers, ","), err)
+				return fmt.Errorf("ingest: mqtt broker %s: %w", redactBrokers(s.opts.Brokers), err)
 			}
 			client = c
 			return nil
