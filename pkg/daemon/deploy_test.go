@@ -112,6 +112,20 @@ func TestComposeDeployment(t *testing.T) {
 	}
 }
 
+// TestCheckConfigWarns: check-config shows what `run` would warn about, here compose.yaml's MQTT
+// password on the plaintext compose network.
+func TestCheckConfigWarns(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef\n"), 0o600))
+	env := map[string]string{"HEARTBEATD_HTTP_TOKEN_FILE": secret, "HEARTBEATD_INGEST_MQTT_PASSWORD_FILE": secret}
+	out, err := CheckConfig(filepath.Join("..", "..", "configs", "compose.yaml"), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	require.Contains(t, out, "\nwarning: ingest.mqtt.brokers[0]: \"tcp://mosquitto:1883\" is plaintext")
+	out, err = CheckConfig(filepath.Join("..", "..", "configs", "heartbeatd.yaml"), nil)
+	require.NoError(t, err)
+	require.NotContains(t, out, "warning")
+}
+
 // initSecrets runs deploy/secrets/init.sh on a copy in dir and checks what it made: random hex secrets,
 // readable by the containers' users, kept on a second run.
 func initSecrets(t *testing.T, dir string) map[string]string {
