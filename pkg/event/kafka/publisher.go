@@ -136,12 +136,12 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Event) []error {
 	idx := make([]int, 0, len(events)) // msgs[j] carries events[idx[j]]
 	for i, e := range events {
 		if e.DeviceID == "" {
-			errs[i] = errors.New("event: publish: event without device id")
+			errs[i] = fmt.Errorf("event: publish: %w: event without device id", ErrRefused)
 			continue
 		}
 		value, err := e.MarshalJSON()
 		if err != nil {
-			errs[i] = fmt.Errorf("event: publish: encode %s: %w", e.ID, err)
+			errs[i] = fmt.Errorf("event: publish: %w: encode %s: %w", ErrRefused, e.ID, err)
 			continue
 		}
 		msgs = append(msgs, kafka.Message{Topic: p.opts.Topic, Key: []byte(e.DeviceID), Value: value, Time: e.At})
@@ -192,15 +192,60 @@ func (p *Publisher) PublishDeadLetters(ctx context.Context, ds []event.DeadLette
 	return errs
 }
 
+// ErrRefused is wrapped by the errors of events Kafka refused for their content (too large, invalid,
+// corrupt, a timestamp the topic does not accept) or that could not be encoded: sending the same bytes
+// again cannot succeed. Every other failure (Kafka unreachable, timing out, short of in-sync replicas,
+// a leader moving, authorisation) says nothing about the event and may pass.
+var ErrRefused = errors.New("kafka refused the event")
+
+// Refused reports whether err is a refusal of the event itself (ErrRefused); alarm.HandlerOptions.Refused.
+func Refused(err error) bool { return errors.Is(err, ErrRefused) }
+
+// refusedCodes are the Kafka error codes about a message's own content. RecordListTooLarge and
+// MessageSizeTooLarge may be about a whole batch (a topic whose max.message.bytes is below kafka-go's
+// batch size): write sends such messages again one at a time before it believes them.
+var refusedCodes = map[kafka.Error]bool{
+	kafka.InvalidMessage:      true, // CORRUPT_MESSAGE
+	kafka.MessageSizeTooLarge: true,
+	kafka.RecordListTooLarge:  true,
+	kafka.InvalidTimestamp:    true,
+	kafka.InvalidRecord:       true,
+}
+
+// refusal wraps err with ErrRefused when Kafka refused the message for its content.
+func refusal(err error) error {
+	var code kafka.Error
+	var tooLarge kafka.MessageTooLargeError
+	if (errors.As(err, &code) && refusedCodes[code]) || errors.As(err, &tooLarge) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return err
+}
+
 // write sends msgs in one WriteMessages call (the fast path: one produce request per partition) and
-// maps the outcome onto each message.
+// maps the outcome onto each message. Messages refused as part of a larger write are sent again one at
+// a time, so one poison event (or a batch larger than the topic takes) never condemns its neighbours.
 func (p *Publisher) write(ctx context.Context, topic string, msgs []kafka.Message) []error {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.WriteTimeout)
+	defer cancel()
+	errs := p.writeOnce(ctx, topic, msgs)
+	if len(msgs) < 2 {
+		return errs
+	}
+	for i, err := range errs {
+		if err != nil && Refused(err) && ctx.Err() == nil {
+			errs[i] = p.writeOnce(ctx, topic, msgs[i:i+1])[0]
+		}
+	}
+	return errs
+}
+
+// writeOnce is one WriteMessages call of msgs, its outcome per message.
+func (p *Publisher) writeOnce(ctx context.Context, topic string, msgs []kafka.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.WriteTimeout)
-	defer cancel()
 	err := p.w.WriteMessages(ctx, msgs...)
 	if err == nil {
 		return errs
@@ -210,7 +255,7 @@ func (p *Publisher) write(ctx context.Context, topic string, msgs []kafka.Messag
 		failed := 0
 		for i, e := range werrs {
 			if e != nil {
-				errs[i] = fmt.Errorf("event: publish to %s: %w", topic, e)
+				errs[i] = fmt.Errorf("event: publish to %s: %w", topic, refusal(e))
 				failed++
 			}
 		}
@@ -218,9 +263,19 @@ func (p *Publisher) write(ctx context.Context, topic string, msgs []kafka.Messag
 			zap.Int("messages", len(msgs)), zap.Error(werrs[firstNonNil(werrs)]))
 		return errs
 	}
+	var tooLarge kafka.MessageTooLargeError
+	if errors.As(err, &tooLarge) && len(msgs) > 1 {
+		// kafka-go checks sizes before sending anything: the other messages were not refused, only
+		// not sent. write sends each of them again on its own.
+		err = fmt.Errorf("event: publish to %s: %w", topic, refusal(err))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
 	// Anything else (no metadata, unknown topic, closed writer, deadline) happened before or instead of
 	// the per-partition writes: nothing can be counted as delivered.
-	err = fmt.Errorf("event: publish to %s: %w", topic, err)
+	err = fmt.Errorf("event: publish to %s: %w", topic, refusal(err))
 	for i := range errs {
 		errs[i] = err
 	}
