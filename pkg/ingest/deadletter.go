@@ -41,7 +41,7 @@ func (c *Chain) deadLetter(ctx context.Context, m *Message, src *sourceMetrics, 
 	}
 	d := event.NewDeadLetter(reason, m.Source, m.Topic, m.Payload, now)
 	if len(m.Key) > 0 {
-		d.Key = append([]byte(nil), m.Key...)
+		d.SetKey(m.Key) // bounded: a huge key must not make its dead letter, and its neighbours, too large for Kafka
 	}
 	job := dlJob{dl: d, ack: m.Ack}
 	queued, err := c.enqueueDeadLetter(ctx, job, nil)

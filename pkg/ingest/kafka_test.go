@@ -1,9 +1,12 @@
 package ingest_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -236,6 +239,67 @@ func TestKafkaDeadLettersThroughPublisher(t *testing.T) {
 	require.Equal(t, []byte(`{"ts":"soon"}`), d.Payload)
 	require.Equal(t, []byte("dev-1"), d.Key)
 	require.Equal(t, "dev-1", string(recs[0].Key), "keyed by the input's key")
+}
+
+// TestKafkaHugeKeyDoesNotTakeDeadLettersDown: a record with a 1 MB key among valid and other bad
+// records. Its dead letter carries the key cut to MaxDeadLetterKey, so it fits in a Kafka message and
+// the dead letters written beside it arrive too; every valid signal is applied.
+func TestKafkaHugeKeyDoesNotTakeDeadLettersDown(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalTopic, "heartbeat.events", "heartbeat.deadletter"}, Partitions: 1})
+	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: k.Addrs, Topic: "heartbeat.events", DeadLetterTopic: "heartbeat.deadletter"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	store := newStore(t, testenv.StartRedis(t).Client(t))
+	rec := newRecorder(store)
+	chain, err := ingest.NewChain(rec, pub, ingest.ChainOptions{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = chain.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	src := kafkaSource(t, k.Addrs, nil, nil)
+	sctx, scancel := context.WithCancel(context.Background())
+	sdone := make(chan struct{})
+	go func() { defer close(sdone); _ = src.Run(sctx, chain) }()
+	t.Cleanup(func() { scancel(); <-sdone })
+
+	hugeKey := bytes.Repeat([]byte("k"), 1_000_000) // within the broker's 1 MiB batch limit, as a producer may send it
+	bigValue := bytes.Repeat([]byte("v"), 900_000)
+	msgs := []kafka.Message{
+		{Key: []byte("valid-0")},
+		{Key: []byte("bad-ts"), Value: []byte(`{"ts":"soon"}`)},
+		{Key: hugeKey},
+		{Key: []byte("valid-1"), Value: []byte(`{"type":"gateway"}`)},
+		{Key: []byte("bad-json"), Value: []byte(`{"ts":`)},
+		{Key: []byte("bad-size"), Value: bigValue},
+		{Key: []byte("bad-id"), Value: []byte(`{"device_id":"someone-else"}`)},
+		{Key: []byte("valid-2")},
+	}
+	w := kafkaWriter(k.Addrs, nil, nil) // its 1 MiB batches keep each large record in a batch of its own
+	t.Cleanup(func() { _ = w.Close() })
+	require.NoError(t, w.WriteMessages(t.Context(), msgs...))
+
+	require.Eventually(t, func() bool { return rec.has("valid-0") && rec.has("valid-1") && rec.has("valid-2") }, 20*time.Second, 5*time.Millisecond)
+	recs := k.ReadAll(t, "heartbeat.deadletter", 5, 20*time.Second)
+	byReason := map[string]event.DeadLetter{}
+	for _, r := range recs {
+		d, err := event.DecodeDeadLetter(r.Value)
+		require.NoError(t, err)
+		byReason[d.Reason] = d
+		require.Equal(t, d.Key, r.Key, "keyed by the (cut) input key")
+		require.Less(t, len(r.Key)+len(r.Value), 100<<10)
+	}
+	require.ElementsMatch(t, []string{ingest.ReasonBadTS, ingest.ReasonInvalidDeviceID, ingest.ReasonMalformedJSON,
+		ingest.ReasonOversize, ingest.ReasonIDMismatch}, slices.Collect(maps.Keys(byReason)))
+	huge := byReason[ingest.ReasonInvalidDeviceID]
+	require.True(t, huge.KeyTruncated)
+	require.Equal(t, len(hugeKey), huge.KeySize)
+	require.Equal(t, hugeKey[:event.MaxDeadLetterKey], huge.Key)
+	big := byReason[ingest.ReasonOversize]
+	require.True(t, big.PayloadTruncated)
+	require.Equal(t, len(bigValue), big.PayloadSize)
+	require.Len(t, big.Payload, event.MaxDeadLetterPayload)
+	require.Equal(t, []byte("bad-size"), big.Key)
 }
 
 // TestKafkaNotConnectedUntilTheGroupAssignsPartitions: a restarted replica's group keeps the partitions
