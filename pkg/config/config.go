@@ -109,7 +109,8 @@ type Ingest struct {
 type MQTT struct {
 	Enabled bool     `yaml:"enabled"`
 	Brokers []string `yaml:"brokers"`
-	// ClientID names the persistent session (clean session off), so it must be unique per replica.
+	// ClientID names the persistent session (clean session off), so it must be unique per replica;
+	// "" derives one from the replica (Config.MQTTClientID).
 	ClientID      string         `yaml:"client_id"`
 	Username      string         `yaml:"username"`
 	Password      string         `yaml:"password"`
@@ -274,10 +275,9 @@ func Default() *Config {
 			MaxInFlight:  DefaultIngestMaxInFlight,
 			MaxLag:       DefaultMaxLag,
 			MQTT: MQTT{
-				Enabled:  true,
-				Brokers:  []string{"tcp://127.0.0.1:1883"},
-				ClientID: "heartbeatd",
-				QoS:      1,
+				Enabled: true,
+				Brokers: []string{"tcp://127.0.0.1:1883"},
+				QoS:     1,
 				Subscriptions: []Subscription{
 					{Topic: "devices/{device_id}/heartbeat"},
 					{Topic: "fleet/{device_type}/{device_id}/telemetry"},

@@ -130,6 +130,26 @@ func (c Cluster) ReplicaIDOrDefault() string {
 	return host + "-" + strconv.Itoa(os.Getpid())
 }
 
+// MQTTClientID is ingest.mqtt.client_id, or when it is empty one derived from this replica:
+// "heartbeatd-" and cluster.replica_id when that is set, else the host name. Unlike ReplicaIDOrDefault it
+// holds no pid: the client id names a persistent session on the broker (clean session off), and an id
+// that changed at every restart would leave a session, and the messages queued for it, behind each time.
+// Replicas sharing a host name (several on one host, containers with a fixed hostname) need their own.
+func (c *Config) MQTTClientID() string {
+	if c.Ingest.MQTT.ClientID != "" {
+		return c.Ingest.MQTT.ClientID
+	}
+	name := c.Cluster.ReplicaID
+	if name == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			return "heartbeatd"
+		}
+		name = host
+	}
+	return "heartbeatd-" + name
+}
+
 // PolicyTable renders the resolved per-type policies as an aligned table for check-config, marking each
 // value not written in its own entry. It holds no secret.
 func (c *Config) PolicyTable() string {

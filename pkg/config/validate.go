@@ -241,7 +241,6 @@ func (c *Config) validateIngest(v *validator) {
 				v.add(key, "%q: scheme must be tcp, mqtt, ssl, tls, mqtts, tcps, ws or wss", redactURL(b))
 			}
 		}
-		v.required("ingest.mqtt.client_id", m.ClientID)
 		if len(m.Subscriptions) == 0 {
 			v.add("ingest.mqtt.subscriptions", "required when enabled")
 		}
