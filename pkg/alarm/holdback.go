@@ -3,15 +3,18 @@ package alarm
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -19,7 +22,8 @@ import (
 type Probe struct {
 	Name string
 	// Trouble reports since when the source has not delivered signals in time (disconnected, or its
-	// oldest pending message waited too long); zero when it is healthy. why says what is wrong.
+	// oldest pending message waited too long), on the shared clock; zero when it is healthy. why says
+	// what is wrong.
 	Trouble func(now time.Time) (since time.Time, why string)
 }
 
@@ -28,59 +32,88 @@ type HoldBackOptions struct {
 	Client    redis.UniversalClient
 	Keys      deadline.Keyspace
 	ReplicaID string
-	Probes    []Probe
-	// Grace is how long to keep holding back after an outage ended (detection.grace_after_outage, 0 =
-	// the longest type timeout, resolved by the caller); read at every tick, so a reload applies.
+	// Probes become this replica's ingest windows ("ingest/<name>"), opened and closed at every tick.
+	Probes []Probe
+	// Grace is how long a window keeps holding after it closed (detection.grace_after_outage, 0 = the
+	// longest type timeout, resolved by the caller); read whenever a window opens or closes, so a reload
+	// applies.
 	Grace func() time.Duration
-	// Interval is how often probes are read and this replica's view is shared (default 250ms).
+	// Interval is how often probes are read and this replica's windows are shared (default 250ms).
 	Interval time.Duration
 	// DownAfter: a service-alive mark older than this at start-up means heartbeatd was not running
 	// (default 2s; the mark is refreshed every Interval).
 	DownAfter time.Duration
-	Now       func() time.Time
-	Logger    *zap.Logger
+	// MaxHoldBack bounds every hold (detection.max_hold_back; default config.DefaultMaxHoldBack): a
+	// window older than this no longer holds, and detection runs degraded while it lasts.
+	MaxHoldBack time.Duration
+	// Stall turns on the check for heartbeatd's own pauses (detection.stall): a gap longer than this
+	// between two of its ticks is a window. 0 = off.
+	Stall time.Duration
+	// ClockCheck, when set, says whether this replica's clock may be trusted (Clock.Check). While it
+	// fails, Watermark claims nothing, for at most MaxHoldBack.
+	ClockCheck func() error
+	// Now is the shared clock (Clock.Now): every window, alive mark and staleness check uses it.
+	Now    func() time.Time
+	Logger *zap.Logger
 	// OnChange is told whenever hold-back starts or ends (metric).
 	OnChange func(active bool)
+	// Registerer gets heartbeatd_hold_back_degraded and heartbeatd_hold_back_seconds; nil = none.
+	Registerer prometheus.Registerer
 }
 
 // HoldBackStatus is the hold-back state shown by /readyz, /v1/stats and the log.
 type HoldBackStatus struct {
+	// Active: some window holds detection back.
 	Active bool `json:"active"`
-	// Since is the start of the outage: deadlines later than it are not claimed while Active.
+	// Since is the earliest start of a holding window: deadlines later than it are not claimed while
+	// Active.
 	Since time.Time `json:"since,omitzero"`
-	// Until is when the hold ends if nothing else goes wrong; zero while the outage lasts.
+	// Until is when the hold ends if nothing else goes wrong; zero while a holding window is open.
 	Until  time.Time `json:"until,omitzero"`
 	Reason string    `json:"reason,omitempty"`
+	// Degraded: a window outlived detection.max_hold_back (or this replica's clock stayed too far off
+	// that long) and detection runs regardless; events carry "degraded": true meanwhile.
+	Degraded bool `json:"degraded,omitempty"`
+	// Windows are every replica's windows that are open or in their grace, oldest first.
+	Windows []Window `json:"windows,omitempty"`
+	// Clock says why this replica claims nothing (its offset from Redis TIME); empty while it scans.
+	Clock string `json:"clock,omitempty"`
 }
 
 // HoldBack keeps heartbeatd from reporting devices as silent when it is heartbeatd that could not hear
-// them: while an ingest source (of any replica) is down or lagging, or after the whole service was down,
-// only deadlines older than the outage's start are claimed; after it ends, what fell inside it waits
-// Grace more, so backlogged and resumed signals land first. Devices still silent then are reported.
+// them. Every reason for that is a blind window (window.go): a source of any replica down or lagging,
+// heartbeatd down or stalled, Redis refusing writes. Each replica shares its windows in Redis and every
+// scanner honours all of them (Watermark), because with shared subscriptions and consumer groups one
+// replica's blindness hides signals of any slot. No window holds longer than MaxHoldBack.
 //
-// Each replica shares its own outage in the Health hash; every replica holds back on the union, because
-// with shared subscriptions and consumer groups one replica's lost source hides signals of any slot.
+// Sources that know of further windows (a Kafka partition being rebalanced, a dead member's share) call
+// Open and Close, or Record for a span already over.
 type HoldBack struct {
-	opts HoldBackOptions
-	log  *zap.Logger
+	opts  HoldBackOptions
+	log   *zap.Logger
+	stall *stallDetector // nil when Stall is 0
 
 	mu         sync.Mutex
-	local      outage    // this replica's
-	lastShared time.Time // when Redis last took this replica's view
-	status     HoldBackStatus
-	changed    chan struct{}
+	local      []Window // this replica's
+	remote     []Window // the other replicas', as last read from Redis
+	lastShared time.Time
+	clockBad   time.Time // since when ClockCheck fails; zero while it passes
+	clockErr   error
+
+	reportMu sync.Mutex // one report at a time, so OnChange sees the changes in order
+	reported HoldBackStatus
+	changed  chan struct{}
 }
 
-// outage is one replica's view: start zero = none; end zero = ongoing.
-type outage struct {
-	start, end time.Time
-	grace      time.Duration
-	reason     string
-}
+// Window ids this package opens itself; probes get "ingest/<name>".
+const (
+	windowDown  = "down"
+	windowRedis = "redis"
+	windowStall = "stall"
+)
 
-func (o outage) holding(now time.Time) bool {
-	return !o.start.IsZero() && (o.end.IsZero() || now.Before(o.end.Add(o.grace)))
-}
+// claimNothing is the watermark that lets no deadline through (every score is a later Unix time).
+var claimNothing = time.UnixMilli(0)
 
 // NewHoldBack returns a tracker; call Start before the scanners begin, then Run.
 func NewHoldBack(opts HoldBackOptions) *HoldBack {
@@ -89,6 +122,9 @@ func NewHoldBack(opts HoldBackOptions) *HoldBack {
 	}
 	if opts.DownAfter <= 0 {
 		opts.DownAfter = 2 * time.Second
+	}
+	if opts.MaxHoldBack <= 0 {
+		opts.MaxHoldBack = config.DefaultMaxHoldBack
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -99,182 +135,469 @@ func NewHoldBack(opts HoldBackOptions) *HoldBack {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &HoldBack{opts: opts, log: opts.Logger.With(zap.String("component", "holdback")), changed: make(chan struct{}, 1)}
+	h := &HoldBack{opts: opts, log: opts.Logger.With(zap.String("component", "holdback")), changed: make(chan struct{}, 1)}
+	if opts.Stall > 0 {
+		h.stall = &stallDetector{threshold: opts.Stall, record: h.stalled}
+	}
+	if r := opts.Registerer; r != nil {
+		r.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "hold_back_degraded",
+				Help: "1 while a blind window outlived detection.max_hold_back and detection runs without trusting silence."},
+				func() float64 { return b2f(h.Degraded()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "hold_back_seconds",
+				Help: "How long the oldest open or grace-period blind window has lasted; 0 when there is none."},
+				func() float64 { return h.heldFor().Seconds() }))
+	}
+	return h
 }
 
-// Start notices whether heartbeatd was down (the alive mark is stale) and, if so, opens an outage from
-// the mark to now; then it shares this replica's view and reads everyone's, so the first claim already
-// honours the hold.
+// Start notices whether heartbeatd was down (the alive mark is stale) and, if so, records a window from
+// the mark to now; then it shares this replica's windows and reads everyone's, so the first claim
+// already honours them.
 func (h *HoldBack) Start(ctx context.Context) error {
 	now := h.opts.Now()
 	mark, err := h.opts.Client.Get(ctx, h.opts.Keys.Alive()).Int64()
 	if err != nil && err != redis.Nil {
 		return fmt.Errorf("alarm: read the service-alive mark: %w", err)
 	}
-	if err == nil {
-		if last := time.UnixMilli(mark); now.Sub(last) > h.opts.DownAfter {
-			h.mu.Lock()
-			h.local = outage{start: last, end: now, grace: h.opts.Grace(),
-				reason: fmt.Sprintf("heartbeatd was not running from %s to %s", last.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))}
-			h.mu.Unlock()
-			h.log.Warn("heartbeatd was down: holding detection back", zap.Time("since", last), zap.Duration("down_for", now.Sub(last)),
-				zap.Duration("grace", h.opts.Grace()))
-		}
+	if last := time.UnixMilli(mark); err == nil && now.Sub(last) > h.opts.DownAfter {
+		h.log.Warn("heartbeatd was down: holding detection back", zap.Time("since", last), zap.Duration("down_for", now.Sub(last)),
+			zap.Duration("grace", h.opts.Grace()))
+		h.Record(Window{ID: windowDown, Cause: CauseDown, From: last, To: now,
+			Reason: fmt.Sprintf("heartbeatd was not running from %s to %s", last.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))})
+	}
+	if h.stall != nil {
+		h.stall.reset(now)
 	}
 	return h.tick(ctx)
 }
 
-// Run probes and shares the outage state every Interval until ctx is done; Redis errors back off and keep
-// the last known state (scanners cannot claim without Redis anyway).
+// Run reads the probes and shares the windows every Interval, and checks for stalls every
+// config.StallTick, until ctx is done; Redis errors back off and keep the last known windows (scanners
+// cannot claim without Redis anyway).
 func (h *HoldBack) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if h.stall != nil {
+		wg.Go(func() {
+			loop.Every(ctx, loop.Options{Interval: config.StallTick}, func(context.Context) error {
+				h.stall.tick(h.opts.Now())
+				return nil
+			})
+		})
+	}
 	// Not Immediate: Start ran the first tick.
 	loop.Every(ctx, loop.Options{Interval: h.opts.Interval, MaxBackoff: 5 * time.Second,
 		OnError: func(err error, _ int, _ time.Duration) { h.log.Debug("hold-back tick failed", zap.Error(err)) }},
 		h.tick)
+	wg.Wait()
 	h.release()
 	return nil
 }
 
-// release removes this replica's entry on a graceful stop; the alive mark stays, so a full stop of the
+// release removes this replica's entries on a graceful stop; the alive mark stays, so a full stop of the
 // service is still noticed at the next start.
 func (h *HoldBack) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = h.opts.Client.HDel(ctx, h.opts.Keys.Health(), h.opts.ReplicaID).Err()
+	pipe := h.opts.Client.Pipeline()
+	pipe.HDel(ctx, h.opts.Keys.Windows(), h.opts.ReplicaID)
+	pipe.HDel(ctx, h.opts.Keys.Health(), h.opts.ReplicaID)
+	_, _ = pipe.Exec(ctx)
 }
 
-// Watermark is the latest deadline that may be claimed at now: now itself, or the outage start while
-// holding back. It is what deadline.ScannerOptions.Watermark asks.
+// Open records that this replica cannot trust silence since from, until Close(id). Opening an id that
+// is open or still in its grace keeps its start and when it was opened, so a flapping cause cannot hold
+// detection past MaxHoldBack.
+func (h *HoldBack) Open(id string, cause Cause, scope Scope, from time.Time, reason string) {
+	now := h.opts.Now()
+	h.mu.Lock()
+	h.openLocked(now, id, cause, scope, from, reason)
+	h.mu.Unlock()
+	h.report(now)
+}
+
+// Close ends window id at to; it keeps holding for the grace after to. An id that is not open is
+// ignored.
+func (h *HoldBack) Close(id string, to time.Time) {
+	now := h.opts.Now()
+	h.mu.Lock()
+	h.closeLocked(id, to)
+	h.mu.Unlock()
+	h.report(now)
+}
+
+// Record adds a window that is already over (w.To set): a stall, or the time heartbeatd was down. It
+// merges with a live window of the same id.
+func (h *HoldBack) Record(w Window) {
+	now := h.opts.Now()
+	h.mu.Lock()
+	h.recordLocked(now, w)
+	h.mu.Unlock()
+	h.report(now)
+}
+
+func (h *HoldBack) find(id string) int {
+	return slices.IndexFunc(h.local, func(w Window) bool { return w.ID == id })
+}
+
+// put stores w as this replica's window id, replacing a dead one of that id.
+func (h *HoldBack) put(w Window) {
+	if i := h.find(w.ID); i >= 0 {
+		h.local[i] = w
+		return
+	}
+	h.local = append(h.local, w)
+}
+
+func (h *HoldBack) openLocked(now time.Time, id string, cause Cause, scope Scope, from time.Time, reason string) {
+	from = earliest(from, now)
+	if scope == "" {
+		scope = ScopeAll
+	}
+	if i := h.find(id); i >= 0 && h.local[i].Live(now) {
+		w := &h.local[i]
+		if !w.To.IsZero() {
+			h.log.Warn("blind window reopened within its grace", zap.String("window", id), zap.String("reason", reason))
+		}
+		w.From, w.To, w.Cause, w.Scope, w.Reason = earliest(w.From, from), time.Time{}, cause, scope, reason
+		return
+	}
+	h.put(Window{ID: id, Replica: h.opts.ReplicaID, Cause: cause, Scope: scope, From: from, Opened: now, Grace: h.opts.Grace(), Reason: reason})
+	h.log.Warn("blind window opened", zap.String("window", id), zap.String("cause", string(cause)), zap.Time("from", from),
+		zap.String("reason", reason))
+}
+
+func (h *HoldBack) closeLocked(id string, to time.Time) {
+	i := h.find(id)
+	if i < 0 || !h.local[i].To.IsZero() {
+		return
+	}
+	w := &h.local[i]
+	w.To, w.Grace = maxTime(to, w.From), h.opts.Grace()
+	h.log.Info("blind window closed; grace before claiming what fell inside it", zap.String("window", id),
+		zap.Duration("lasted", w.To.Sub(w.From)), zap.Duration("grace", w.Grace), zap.Time("until", w.Until()))
+}
+
+func (h *HoldBack) recordLocked(now time.Time, w Window) {
+	w.Replica, w.Grace = h.opts.ReplicaID, h.opts.Grace()
+	if w.Scope == "" {
+		w.Scope = ScopeAll
+	}
+	if i := h.find(w.ID); i >= 0 && h.local[i].Live(now) {
+		prev := h.local[i]
+		w.From, w.Opened = earliest(prev.From, w.From), prev.Opened
+		if prev.To.IsZero() {
+			w.To = time.Time{} // still open
+		} else {
+			w.To = maxTime(prev.To, w.To)
+		}
+	} else {
+		w.Opened = now
+	}
+	h.put(w)
+}
+
+// stalled records a stall the detector found.
+func (h *HoldBack) stalled(from, to time.Time, gap time.Duration) {
+	h.log.Warn("heartbeatd stalled: holding detection back over what it could not hear", zap.Time("from", from),
+		zap.Duration("gap", gap), zap.Duration("detection.stall", h.opts.Stall))
+	h.Record(Window{ID: windowStall, Cause: CauseStall, From: from, To: to,
+		Reason: "heartbeatd stalled for " + gap.Round(time.Millisecond).String()})
+}
+
+// Watermark is the latest deadline that may be claimed at now (deadline.ScannerOptions.Watermark): the
+// package's Watermark over every replica's windows, no later than the last stall tick while a stall is
+// being noticed, and nothing while this replica's clock cannot be trusted.
 func (h *HoldBack) Watermark(now time.Time) time.Time {
+	var stalledSince time.Time
+	stalled := false
+	if h.stall != nil {
+		// Read before the windows: the detector records a stall's window before it moves on.
+		stalledSince, stalled = h.stall.stalled(now)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.status.Active && h.status.Since.Before(now) {
-		if h.status.Until.IsZero() || now.Before(h.status.Until) {
-			return h.status.Since
+	if h.clockHoldsLocked(now) {
+		return claimNothing
+	}
+	m := h.opts.MaxHoldBack
+	wm := earliest(Watermark(now, h.local, m), Watermark(now, h.remote, m))
+	if stalled && now.Sub(stalledSince) < m {
+		wm = earliest(wm, stalledSince)
+	}
+	return wm
+}
+
+// Scans reports whether this replica may scan: false while its clock cannot be trusted (bounded by
+// MaxHoldBack, like every hold). deadline.OwnershipOptions.Eligible.
+func (h *HoldBack) Scans() bool {
+	now := h.opts.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.clockHoldsLocked(now)
+}
+
+func (h *HoldBack) clockHoldsLocked(now time.Time) bool {
+	return !h.clockBad.IsZero() && now.Before(h.clockBad.Add(h.opts.MaxHoldBack))
+}
+
+// Degraded reports whether detection runs although it cannot trust silence: a live window is past
+// MaxHoldBack, or this replica's clock has been off that long. The alarm handler marks its events then.
+func (h *HoldBack) Degraded() bool {
+	now := h.opts.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.degradedLocked(now)
+}
+
+func (h *HoldBack) degradedLocked(now time.Time) bool {
+	m := h.opts.MaxHoldBack
+	for _, ws := range [][]Window{h.local, h.remote} {
+		for _, w := range ws {
+			if w.Live(now) && w.Expired(now, m) {
+				return true
+			}
 		}
 	}
-	return now
+	return !h.clockBad.IsZero() && !h.clockHoldsLocked(now)
+}
+
+// heldFor is how long the oldest live window has lasted (heartbeatd_hold_back_seconds).
+func (h *HoldBack) heldFor() time.Duration {
+	now := h.opts.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var d time.Duration
+	for _, ws := range [][]Window{h.local, h.remote} {
+		for _, w := range ws {
+			if w.Live(now) {
+				d = max(d, now.Sub(w.Opened))
+			}
+		}
+	}
+	return d
 }
 
 // Status is the current hold-back state.
 func (h *HoldBack) Status() HoldBackStatus {
+	now := h.opts.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.status
+	return h.statusLocked(now)
 }
 
-// Changed fires (coalesced) when hold-back starts or ends, so scanners re-claim at once.
+func (h *HoldBack) statusLocked(now time.Time) HoldBackStatus {
+	var st HoldBackStatus
+	open := false
+	for _, ws := range [][]Window{h.local, h.remote} {
+		for _, w := range ws {
+			if !w.Live(now) {
+				continue
+			}
+			st.Windows = append(st.Windows, w)
+			if !w.Holds(now, h.opts.MaxHoldBack) {
+				st.Degraded = true
+				continue
+			}
+			if !st.Active || w.From.Before(st.Since) {
+				st.Since, st.Reason = w.From, w.Reason
+				if w.Replica != h.opts.ReplicaID {
+					st.Reason += " (replica " + w.Replica + ")"
+				}
+			}
+			open = open || w.To.IsZero()
+			st.Until = maxTime(st.Until, w.Until())
+			st.Active = true
+		}
+	}
+	if open {
+		st.Until = time.Time{}
+	}
+	slices.SortFunc(st.Windows, func(a, b Window) int { return a.From.Compare(b.From) })
+	if h.clockErr != nil {
+		if h.clockHoldsLocked(now) {
+			st.Clock = h.clockErr.Error()
+		} else {
+			st.Degraded = true
+			st.Clock = h.clockErr.Error() + fmt.Sprintf(" (scanning again after detection.max_hold_back %s)", h.opts.MaxHoldBack)
+		}
+	}
+	return st
+}
+
+// Changed fires (coalesced) when hold-back starts or ends or detection turns degraded, so scanners
+// re-claim at once.
 func (h *HoldBack) Changed() <-chan struct{} { return h.changed }
 
-// tick updates this replica's outage from its probes, shares it with the alive mark, and folds in every
-// live replica's outage.
+// tick folds the probes and the clock check into this replica's windows, shares them with the alive
+// mark, and reads every other replica's.
 func (h *HoldBack) tick(ctx context.Context) error {
 	now := h.opts.Now()
-	grace := h.opts.Grace()
 	h.mu.Lock()
-	h.updateLocal(now, grace)
-	local := h.local
+	for _, p := range h.opts.Probes {
+		id := "ingest/" + p.Name
+		if since, why := p.Trouble(now); !since.IsZero() {
+			h.openLocked(now, id, CauseIngest, ScopeAll, since, p.Name+": "+why)
+		} else {
+			h.closeLocked(id, now)
+		}
+	}
+	h.checkClockLocked(now)
+	h.local = slices.DeleteFunc(h.local, func(w Window) bool { return !w.Live(now) })
+	local := slices.Clone(h.local)
 	h.mu.Unlock()
 
-	field := fmt.Sprintf("%d:%d:%d:%d:%s", now.UnixMilli(), ms(local.start), ms(local.end), local.grace.Milliseconds(), local.reason)
+	keys := h.opts.Keys
 	pipe := h.opts.Client.Pipeline()
-	pipe.HSet(ctx, h.opts.Keys.Health(), h.opts.ReplicaID, field)
-	pipe.Set(ctx, h.opts.Keys.Alive(), now.UnixMilli(), 0)
-	all := pipe.HGetAll(ctx, h.opts.Keys.Health())
+	pipe.HSet(ctx, keys.Windows(), h.opts.ReplicaID, encodeWindows(now, local))
+	pipe.HSet(ctx, keys.Health(), h.opts.ReplicaID, legacyOutage(now, local, h.opts.MaxHoldBack))
+	pipe.Set(ctx, keys.Alive(), now.UnixMilli(), 0)
+	shared := pipe.HGetAll(ctx, keys.Windows())
+	legacy := pipe.HGetAll(ctx, keys.Health())
 	if _, err := pipe.Exec(ctx); err != nil {
 		h.redisDown(now)
-		return fmt.Errorf("alarm: share hold-back state: %w", err)
+		return fmt.Errorf("alarm: share the blind windows: %w", err)
+	}
+	remote, stale := h.readRemote(now, shared.Val(), legacy.Val())
+	if len(stale) > 0 {
+		pipe := h.opts.Client.Pipeline()
+		pipe.HDel(ctx, keys.Windows(), stale...)
+		pipe.HDel(ctx, keys.Health(), stale...)
+		_, _ = pipe.Exec(ctx)
 	}
 	h.mu.Lock()
 	h.lastShared = now
-	if o := &h.local; o.reason == redisUnreachable && !o.start.IsZero() && o.end.IsZero() {
-		o.end = now
-		h.log.Info("Redis takes writes again; grace before claiming what fell inside the outage",
-			zap.Duration("lasted", now.Sub(o.start)), zap.Duration("grace", o.grace))
-	}
+	h.closeLocked(windowRedis, now)
+	h.remote = remote
 	h.mu.Unlock()
-	var stale []string
-	status := HoldBackStatus{}
-	for replica, v := range all.Val() {
-		updated, o, ok := parseOutage(v)
-		if !ok || now.Sub(updated) > 20*h.opts.Interval+h.opts.DownAfter {
-			stale = append(stale, replica) // a replica that stopped without saying so
-			continue
-		}
-		if !o.holding(now) {
-			continue
-		}
-		if !status.Active || o.start.Before(status.Since) {
-			status.Since, status.Reason = o.start, o.reason
-			if replica != h.opts.ReplicaID {
-				status.Reason = o.reason + " (replica " + replica + ")"
-			}
-		}
-		until := time.Time{}
-		if !o.end.IsZero() {
-			until = o.end.Add(o.grace)
-		}
-		if !status.Active || (!status.Until.IsZero() && (until.IsZero() || until.After(status.Until))) {
-			status.Until = until
-		}
-		status.Active = true
-	}
-	if len(stale) > 0 {
-		_ = h.opts.Client.HDel(ctx, h.opts.Keys.Health(), stale...).Err()
-	}
-	h.mu.Lock()
-	prev := h.status
-	h.status = status
-	h.mu.Unlock()
-	if prev.Active != status.Active || !prev.Since.Equal(status.Since) {
-		if status.Active {
-			h.log.Warn("detection held back", zap.Time("since", status.Since), zap.Time("until", status.Until), zap.String("reason", status.Reason))
-		} else {
-			h.log.Info("hold-back ended: claiming every passed deadline again")
-		}
-		if h.opts.OnChange != nil && prev.Active != status.Active {
-			h.opts.OnChange(status.Active)
-		}
-		select {
-		case h.changed <- struct{}{}:
-		default:
-		}
-	}
+	h.report(now)
 	return nil
 }
 
-// redisUnreachable is the reason of an outage redisDown opened; the next successful tick ends it.
-const redisUnreachable = "redis unreachable"
+// readRemote turns the other replicas' entries into windows. A replica silent for longer than a few
+// intervals stopped without saying so: its windows end at its last word and keep their grace, and its
+// entry goes once none is live (or at once when it cannot be read).
+func (h *HoldBack) readRemote(now time.Time, shared, legacy map[string]string) (remote []Window, stale []string) {
+	staleAfter := 20*h.opts.Interval + h.opts.DownAfter
+	for replica, v := range shared {
+		if replica == h.opts.ReplicaID {
+			continue
+		}
+		at, ws, ok := decodeWindows(replica, v)
+		if ok && now.Sub(at) > staleAfter {
+			for i := range ws {
+				if ws[i].To.IsZero() || ws[i].To.After(at) {
+					ws[i].To = maxTime(at, ws[i].From)
+				}
+			}
+			ok = slices.ContainsFunc(ws, func(w Window) bool { return w.Live(now) })
+		}
+		if !ok {
+			stale = append(stale, replica)
+			continue
+		}
+		remote = append(remote, ws...)
+	}
+	for replica, v := range legacy {
+		if _, current := shared[replica]; current || replica == h.opts.ReplicaID {
+			continue
+		}
+		updated, o, ok := parseOutage(v)
+		if !ok || now.Sub(updated) > staleAfter {
+			stale = append(stale, replica)
+			continue
+		}
+		if !o.start.IsZero() {
+			remote = append(remote, Window{ID: "outage", Replica: replica, Cause: CauseIngest, Scope: ScopeAll, From: o.start,
+				To: o.end, Opened: o.start, Grace: o.grace, Reason: o.reason})
+		}
+	}
+	return remote, stale
+}
 
-// redisDown opens (or keeps open) this replica's outage from the last time Redis took its view: while
-// Redis refuses writes the ingest chain stores no signal, so a deadline that passes meanwhile says nothing
-// about the device. The hold applies at once, locally, because the scanners may reach Redis again before
-// the next tick shares it; the next successful tick ends the outage and starts its grace, in which the
-// backlog the sources kept unacknowledged is stored.
+// redisDown opens (or keeps open) this replica's Redis window from the last time Redis took its windows:
+// while Redis refuses writes the ingest chain stores no signal, so a deadline that passes meanwhile says
+// nothing about the device. The hold applies at once, locally, because the scanners may reach Redis
+// again before the next tick shares it; the next successful tick closes the window and starts its grace,
+// in which the backlog the sources kept unacknowledged is stored.
 func (h *HoldBack) redisDown(now time.Time) {
 	h.mu.Lock()
 	since := h.lastShared
 	if since.IsZero() || since.After(now) {
 		since = now
 	}
-	o := &h.local
-	if !o.holding(now) || since.Before(o.start) {
-		if !o.holding(now) {
-			h.log.Warn("Redis refuses writes: holding detection back", zap.Time("since", since))
-		}
-		o.start = since
-	}
-	o.end, o.grace, o.reason = time.Time{}, h.opts.Grace(), redisUnreachable
-	wasActive := h.status.Active
-	if !h.status.Active || o.start.Before(h.status.Since) {
-		h.status.Since, h.status.Reason = o.start, o.reason
-	}
-	h.status.Active, h.status.Until = true, time.Time{}
+	h.openLocked(now, windowRedis, CauseRedis, ScopeAll, since, redisUnreachable)
 	h.mu.Unlock()
-	if !wasActive {
-		if h.opts.OnChange != nil {
-			h.opts.OnChange(true)
+	h.report(now)
+}
+
+// redisUnreachable is the reason of the window redisDown opens.
+const redisUnreachable = "redis unreachable"
+
+// checkClockLocked follows ClockCheck: since when it fails, and why.
+func (h *HoldBack) checkClockLocked(now time.Time) {
+	if h.opts.ClockCheck == nil {
+		return
+	}
+	err := h.opts.ClockCheck()
+	switch {
+	case err == nil:
+		h.clockBad = time.Time{}
+	case h.clockBad.IsZero():
+		h.clockBad = now
+	}
+	h.clockErr = err
+}
+
+// report logs and announces what changed since the last report: the hold starting, moving or ending,
+// detection turning degraded or trusted again, this replica's clock.
+func (h *HoldBack) report(now time.Time) {
+	h.reportMu.Lock()
+	defer h.reportMu.Unlock()
+	h.mu.Lock()
+	st := h.statusLocked(now)
+	h.mu.Unlock()
+	prev := h.reported
+	h.reported = st
+	wake := false
+	if prev.Active != st.Active || !prev.Since.Equal(st.Since) {
+		if st.Active {
+			h.log.Warn("detection held back", zap.Time("since", st.Since), zap.Time("until", st.Until), zap.String("reason", st.Reason),
+				zap.Int("windows", len(st.Windows)))
+		} else if prev.Active {
+			h.log.Info("hold-back ended: claiming every passed deadline again")
 		}
+		if h.opts.OnChange != nil && prev.Active != st.Active {
+			h.opts.OnChange(st.Active)
+		}
+		wake = true
+	}
+	if prev.Degraded != st.Degraded {
+		if st.Degraded {
+			var why []string
+			for _, w := range st.Windows {
+				if !w.Holds(now, h.opts.MaxHoldBack) {
+					why = append(why, w.Replica+"/"+w.ID+": "+w.Reason)
+				}
+			}
+			if st.Clock != "" {
+				why = append(why, st.Clock)
+			}
+			h.log.Error(`blind for longer than detection.max_hold_back: detection resumed, degraded (events carry "degraded": true)`,
+				zap.Duration("max_hold_back", h.opts.MaxHoldBack), zap.Strings("windows", why))
+		} else {
+			h.log.Info("detection no longer degraded")
+		}
+		wake = true
+	}
+	if prev.Clock == "" && st.Clock != "" && !st.Degraded {
+		h.log.Error("this replica claims nothing while its clock cannot be trusted", zap.String("clock", st.Clock))
+		wake = true
+	} else if prev.Clock != "" && st.Clock == "" {
+		h.log.Info("clock trusted again: claiming")
+		wake = true
+	}
+	if wake {
 		select {
 		case h.changed <- struct{}{}:
 		default:
@@ -282,46 +605,33 @@ func (h *HoldBack) redisDown(now time.Time) {
 	}
 }
 
-// updateLocal folds the probes into this replica's outage: trouble opens one (or reopens one still in
-// its grace, keeping its start), health ends it, and an ended one is forgotten after its grace.
-func (h *HoldBack) updateLocal(now time.Time, grace time.Duration) {
-	var since time.Time
-	var why []string
-	for _, p := range h.opts.Probes {
-		s, w := p.Trouble(now)
-		if s.IsZero() {
+// legacyOutage is this replica's holding windows in the 0.1.0 form (updated:start:end:grace:reason, Unix
+// ms), for replicas of that version during a rolling upgrade: the earliest start, and the latest end of
+// the hold (zero while a window is open).
+func legacyOutage(now time.Time, local []Window, maxHold time.Duration) string {
+	var start, end time.Time
+	open := false
+	var reasons []string
+	for _, w := range local {
+		if !w.Holds(now, maxHold) {
 			continue
 		}
-		why = append(why, p.Name+": "+w)
-		if since.IsZero() || s.Before(since) {
-			since = s
-		}
+		start = earliestSet(start, w.From)
+		open = open || w.To.IsZero()
+		end = maxTime(end, w.Until())
+		reasons = append(reasons, w.Reason)
 	}
-	o := &h.local
-	switch {
-	case !since.IsZero():
-		if o.holding(now) {
-			if since.Before(o.start) {
-				o.start = since
-			}
-		} else {
-			o.start = since
-			h.log.Warn("ingest outage: holding detection back", zap.Time("since", since), zap.Strings("sources", why))
-		}
-		o.end, o.grace, o.reason = time.Time{}, grace, strings.Join(why, "; ")
-	case !o.start.IsZero() && o.end.IsZero() && o.reason != redisUnreachable:
-		o.end, o.grace = now, grace
-		h.log.Info("ingest outage over; grace before claiming what fell inside it", zap.Duration("lasted", now.Sub(o.start)), zap.Duration("grace", grace))
-	case !o.start.IsZero() && !o.holding(now):
-		*o = outage{}
+	if open {
+		end = time.Time{}
 	}
+	return fmt.Sprintf("%d:%d:%d:0:%s", now.UnixMilli(), ms(start), ms(end), strings.Join(reasons, "; "))
 }
 
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
+// outage is a 0.1.0 replica's view: start zero = none; end zero = ongoing.
+type outage struct {
+	start, end time.Time
+	grace      time.Duration
+	reason     string
 }
 
 func parseOutage(v string) (updated time.Time, o outage, ok bool) {
@@ -337,11 +647,34 @@ func parseOutage(v string) (updated time.Time, o outage, ok bool) {
 		}
 		n[i] = x
 	}
-	at := func(x int64) time.Time {
-		if x == 0 {
-			return time.Time{}
-		}
-		return time.UnixMilli(x)
+	return time.UnixMilli(n[0]), outage{start: fromMs(n[1]), end: fromMs(n[2]), grace: time.Duration(n[3]) * time.Millisecond, reason: f[4]}, true
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
 	}
-	return time.UnixMilli(n[0]), outage{start: at(n[1]), end: at(n[2]), grace: time.Duration(n[3]) * time.Millisecond, reason: f[4]}, true
+	return a
+}
+
+// earliestSet is earliest where a zero a means none yet.
+func earliestSet(a, b time.Time) time.Time {
+	if a.IsZero() {
+		return b
+	}
+	return earliest(a, b)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -87,7 +87,14 @@ type OwnershipOptions struct {
 	// RetireAfter is how long a slot doubling settles before the old layout is retired: the longest
 	// timeout plus the longest repeat cycle, so every old entry has come due by then.
 	RetireAfter time.Duration
-	Logger      *zap.Logger
+	// Now is the clock of the alive marks in the replica set, shared by every replica (Redis TIME
+	// corrected, pkg/alarm.Clock), so a skewed replica neither looks dead nor drops live ones; nil =
+	// time.Now.
+	Now func() time.Time
+	// Eligible, when set and false, makes the replica step aside: it releases its leases and leaves the
+	// replica set, so the others scan its slots (a replica whose clock cannot be trusted).
+	Eligible func() bool
+	Logger   *zap.Logger
 }
 
 // Ownership keeps this replica's share of the slots: it registers the replica, follows the live set,
@@ -117,6 +124,9 @@ func NewOwnership(store *Store, opts OwnershipOptions) *Ownership {
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	return &Ownership{store: store, opts: opts, log: opts.Logger.With(zap.String("component", "ownership")), changed: make(chan struct{}, 1)}
 }
@@ -148,6 +158,18 @@ func (o *Ownership) Run(ctx context.Context) error {
 }
 
 func (o *Ownership) tick(ctx context.Context) error {
+	if o.opts.Eligible != nil && !o.opts.Eligible() {
+		had := len(o.Slots())
+		o.release()
+		if had > 0 {
+			o.log.Warn("not eligible to scan: every slot handed to the other replicas", zap.Int("slots", had))
+			select {
+			case o.changed <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	}
 	before := o.store.Layout()
 	l, err := o.store.RefreshLayout(ctx)
 	if err != nil {
@@ -165,7 +187,7 @@ func (o *Ownership) tick(ctx context.Context) error {
 		}
 	}
 	rdb, keys := o.store.rdb, o.store.keys
-	now := time.Now().UnixMilli()
+	now := o.opts.Now().UnixMilli()
 	pipe := rdb.Pipeline()
 	pipe.ZAdd(ctx, keys.Replicas(), redis.Z{Score: float64(now), Member: o.opts.ReplicaID})
 	pipe.ZRemRangeByScore(ctx, keys.Replicas(), "-inf", strconv.FormatInt(now-o.opts.SlotLease.Milliseconds(), 10))

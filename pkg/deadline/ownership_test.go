@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,5 +116,36 @@ func TestOwnershipSharesTakesOverAndReleases(t *testing.T) {
 			require.NoError(t, f.rdb.PExpire(ctx, f.store.Keys().Owner(s), 100*time.Millisecond).Err())
 		}
 		require.Eventually(t, func() bool { return disjointCover([]replica{rs[0], rs[2]}) }, 10*time.Second, 20*time.Millisecond, fmt.Sprint("taken over after the lease lapsed"))
+	})
+}
+
+// TestOwnershipStepsAsideWhenNotEligible: a replica that may not scan (its clock cannot be trusted)
+// releases its slots and leaves the replica set, so the others scan them; it takes its share back once
+// it may again.
+func TestOwnershipStepsAsideWhenNotEligible(t *testing.T) {
+	eachBackend(t, 16, func(t *testing.T, f fixture) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var eligible atomic.Bool
+		eligible.Store(true)
+		a := deadline.NewOwnership(f.store, deadline.OwnershipOptions{ReplicaID: "a", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond})
+		b := deadline.NewOwnership(f.store, deadline.OwnershipOptions{ReplicaID: "b", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond,
+			Eligible: eligible.Load})
+		var wg sync.WaitGroup
+		for _, o := range []*deadline.Ownership{a, b} {
+			wg.Go(func() { _ = o.Run(ctx) })
+		}
+		defer func() { cancel(); wg.Wait() }()
+		shared := func() bool { return len(a.Slots()) > 0 && len(b.Slots()) > 0 && len(a.Slots())+len(b.Slots()) == 16 }
+		require.Eventually(t, shared, 10*time.Second, 20*time.Millisecond)
+
+		eligible.Store(false)
+		require.Eventually(t, func() bool { return len(b.Slots()) == 0 && len(a.Slots()) == 16 }, 10*time.Second, 20*time.Millisecond,
+			"the ineligible replica's slots go to the other")
+		live, err := f.rdb.ZRange(ctx, f.store.Keys().Replicas(), 0, -1).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{"a"}, live)
+
+		eligible.Store(true)
+		require.Eventually(t, shared, 10*time.Second, 20*time.Millisecond, "eligible again: the slots are shared again")
 	})
 }

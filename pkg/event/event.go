@@ -55,6 +55,9 @@ type Event struct {
 	At          time.Time `json:"at"`        // when heartbeatd raised this event
 	SilentForMs int64     `json:"silent_for_ms"`
 	Repeat      int       `json:"repeat"`
+	// Degraded marks an event raised while a blind window outlived detection.max_hold_back: detection
+	// resumed without trusting that silence means a silent device (SPEC §7). Written only when true.
+	Degraded bool `json:"degraded,omitempty"`
 }
 
 // ID returns the deterministic event id device/<deadline Unix ms>/kind/repeat. Every re-publication of
@@ -125,6 +128,7 @@ type wireEvent struct {
 	At          wireTime `json:"at"`
 	SilentForMs int64    `json:"silent_for_ms"`
 	Repeat      int      `json:"repeat"`
+	Degraded    bool     `json:"degraded,omitempty"`
 }
 
 // MarshalJSON writes the SPEC §5 form: the bytes encoding/json writes for wireEvent (without HTML
@@ -132,9 +136,9 @@ type wireEvent struct {
 // during an expiry storm (profile of hbbench -scenarios expiry); TestMarshalJSONMatchesEncodingJSON
 // keeps the two identical.
 func (e Event) MarshalJSON() ([]byte, error) {
-	// ≈ 260 bytes besides the id, device and type: the keys, the schema, three times and two numbers.
-	// Sized to hold all of it, so the buffer never grows.
-	b := make([]byte, 0, 288+len(e.ID)+len(e.DeviceID)+len(e.DeviceType))
+	// ≈ 260 bytes besides the id, device and type: the keys, the schema, three times, two numbers and
+	// the degraded flag. Sized to hold all of it, so the buffer never grows.
+	b := make([]byte, 0, 304+len(e.ID)+len(e.DeviceID)+len(e.DeviceType))
 	b = append(b, `{"schema":`...)
 	b = appendJSONString(b, e.Schema)
 	b = append(b, `,"id":`...)
@@ -155,6 +159,9 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	b = strconv.AppendInt(b, e.SilentForMs, 10)
 	b = append(b, `,"repeat":`...)
 	b = strconv.AppendInt(b, int64(e.Repeat), 10)
+	if e.Degraded {
+		b = append(b, `,"degraded":true`...)
+	}
 	return append(b, '}'), nil
 }
 
@@ -230,7 +237,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	*e = Event{
 		Schema: w.Schema, ID: w.ID, Kind: w.Kind, DeviceID: w.DeviceID, DeviceType: w.DeviceType,
 		LastSeen: time.Time(w.LastSeen), Deadline: time.Time(w.Deadline), At: time.Time(w.At),
-		SilentForMs: w.SilentForMs, Repeat: w.Repeat,
+		SilentForMs: w.SilentForMs, Repeat: w.Repeat, Degraded: w.Degraded,
 	}
 	return nil
 }

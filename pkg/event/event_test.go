@@ -229,14 +229,17 @@ func TestMarshalJSONMatchesEncodingJSON(t *testing.T) {
 	ids := []string{"sensor-0042", `quote"d`, `back\slash`, "tab\there", "ünïcödé-✓", "<html>&amp;", "line\u2028sep",
 		"bad\xffutf8", "del\x7f", ""}
 	for _, id := range ids {
+		degraded := New(Alarm, id, "gateway", at.Add(-time.Second), at.Add(-time.Minute), at, 1)
+		degraded.Degraded = true
 		for _, e := range []Event{
 			New(Interrupted, id, "gateway", at.Add(-time.Second), at.Add(-time.Minute), at, 0),
 			New(Recovered, id, id, at, time.Time{}, at.Add(1500*time.Microsecond), 3),
+			degraded,
 		} {
 			want, err := marshalNoHTMLEscape(wireEvent{
 				Schema: e.Schema, ID: e.ID, Kind: e.Kind, DeviceID: e.DeviceID, DeviceType: e.DeviceType,
 				LastSeen: wireTime(e.LastSeen), Deadline: wireTime(e.Deadline), At: wireTime(e.At),
-				SilentForMs: e.SilentForMs, Repeat: e.Repeat,
+				SilentForMs: e.SilentForMs, Repeat: e.Repeat, Degraded: e.Degraded,
 			})
 			require.NoError(t, err)
 			got, err := e.MarshalJSON()
@@ -264,4 +267,21 @@ func TestWireTimeMatchesLayout(t *testing.T) {
 		require.Equal(t, want, string(appendWireTime(nil, tt)), "%v", tt)
 	}
 	require.Equal(t, "null", string(appendWireTime(nil, time.Time{})))
+}
+
+// TestDegradedRoundTrip: "degraded" is written only when true, and a consumer decodes it.
+func TestDegradedRoundTrip(t *testing.T) {
+	at := time.Date(2026, 11, 23, 14, 3, 7, 0, time.UTC)
+	e := New(Interrupted, "dev-1", "gateway", at.Add(-time.Second), at.Add(-time.Minute), at, 0)
+	b, err := e.MarshalJSON()
+	require.NoError(t, err)
+	require.NotContains(t, string(b), "degraded")
+
+	e.Degraded = true
+	b, err = e.MarshalJSON()
+	require.NoError(t, err)
+	require.Contains(t, string(b), `,"degraded":true}`)
+	got, err := Decode(b)
+	require.NoError(t, err)
+	require.True(t, got.Degraded)
 }

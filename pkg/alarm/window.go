@@ -1,0 +1,156 @@
+package alarm
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Cause says why heartbeatd could not trust the absence of signals during a window.
+type Cause string
+
+// The causes this version records. Sources that learn of narrower blind spots (a Kafka partition being
+// rebalanced, a shared subscription's dead member) add their own.
+const (
+	CauseIngest Cause = "ingest" // a source of this replica disconnected, unsubscribed or lagging
+	CauseStall  Cause = "stall"  // heartbeatd itself paused: process stop, GC, VM freeze, clock jump
+	CauseDown   Cause = "down"   // heartbeatd was not running at all
+	CauseRedis  Cause = "redis"  // Redis refused this replica's writes, so no signal was stored
+)
+
+// Scope is which devices a window blinds.
+//
+// Only ScopeAll exists: every window holds back every slot, because the scanner has one watermark for
+// all of them. A narrower scope (the slots a Kafka partition's devices hash to) is a later value of this
+// type together with a per-slot watermark; until then a source that knows its blind spot is narrower
+// still opens its window with ScopeAll, which errs on the side of holding back.
+type Scope string
+
+// ScopeAll blinds every device.
+const ScopeAll Scope = "all"
+
+// Window is a span in which heartbeatd may have missed signals: a deadline that passed inside it proves
+// nothing about the device until the window has closed and Grace has passed (the backlog of the blind
+// span lands meanwhile).
+type Window struct {
+	// ID names the window among its replica's windows ("ingest/mqtt", "stall"); reopening an ID keeps
+	// the window's start and its Opened, so a flapping cause counts as one hold.
+	ID      string `json:"id"`
+	Replica string `json:"replica"`
+	Cause   Cause  `json:"cause"`
+	Scope   Scope  `json:"scope"`
+	// From is where the blindness began: deadlines after it are not claimed while the window holds.
+	From time.Time `json:"from"`
+	// To is where it ended; zero while it lasts.
+	To time.Time `json:"to,omitzero"`
+	// Opened is when the window was recorded. detection.max_hold_back counts from here rather than from
+	// From, so an outage noticed only at start-up (heartbeatd was down for hours) still gets its grace.
+	Opened time.Time     `json:"opened"`
+	Grace  time.Duration `json:"-"`
+	Reason string        `json:"reason,omitempty"`
+}
+
+// Until is when the window stops holding if nothing else happens: To + Grace; zero while it is open.
+func (w Window) Until() time.Time {
+	if w.To.IsZero() {
+		return time.Time{}
+	}
+	return w.To.Add(w.Grace)
+}
+
+// Live reports whether the window is open or in its grace at now.
+func (w Window) Live(now time.Time) bool {
+	return w.To.IsZero() || now.Before(w.To.Add(w.Grace))
+}
+
+// Expired reports whether the window has held longer than maxHold at now (maxHold ≤ 0: never).
+func (w Window) Expired(now time.Time, maxHold time.Duration) bool {
+	return maxHold > 0 && !now.Before(w.Opened.Add(maxHold))
+}
+
+// Holds reports whether the window holds detection back at now: live and not past maxHold. A live
+// window past maxHold no longer holds; detection runs degraded while it lasts.
+func (w Window) Holds(now time.Time, maxHold time.Duration) bool {
+	return w.Live(now) && !w.Expired(now, maxHold)
+}
+
+// Watermark is the scanner's rule: at now, claim only deadlines no window that holds can explain, that
+// is up to the earliest start of a holding window, or up to now when none holds.
+func Watermark(now time.Time, windows []Window, maxHold time.Duration) time.Time {
+	wm := now
+	for _, w := range windows {
+		if w.Holds(now, maxHold) && w.From.Before(wm) {
+			wm = w.From
+		}
+	}
+	return wm
+}
+
+// MarshalJSON adds the grace and the end of the hold (until) for /v1/stats and /readyz.
+func (w Window) MarshalJSON() ([]byte, error) {
+	type plain Window
+	return json.Marshal(struct {
+		plain
+		Grace string    `json:"grace"`
+		Until time.Time `json:"until,omitzero"`
+	}{plain(w), w.Grace.String(), w.Until()})
+}
+
+// sharedWindows is one replica's entry in the Windows hash: its windows as of At, all times on the shared
+// clock (Unix ms), so every replica reads them alike whatever its own clock says.
+type sharedWindows struct {
+	At      int64          `json:"at"`
+	Windows []sharedWindow `json:"windows"`
+}
+
+type sharedWindow struct {
+	ID     string `json:"id"`
+	Cause  Cause  `json:"cause"`
+	Scope  Scope  `json:"scope"`
+	From   int64  `json:"from"`
+	To     int64  `json:"to,omitempty"`
+	Opened int64  `json:"opened"`
+	Grace  int64  `json:"grace_ms"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func encodeWindows(at time.Time, windows []Window) string {
+	s := sharedWindows{At: at.UnixMilli(), Windows: make([]sharedWindow, len(windows))}
+	for i, w := range windows {
+		s.Windows[i] = sharedWindow{ID: w.ID, Cause: w.Cause, Scope: w.Scope, From: w.From.UnixMilli(), To: ms(w.To),
+			Opened: w.Opened.UnixMilli(), Grace: w.Grace.Milliseconds(), Reason: w.Reason}
+	}
+	b, _ := json.Marshal(s) // plain strings and numbers always encode
+	return string(b)
+}
+
+// decodeWindows reads a replica's entry; ok is false for anything else (a corrupt or foreign value).
+func decodeWindows(replica, v string) (at time.Time, windows []Window, ok bool) {
+	var s sharedWindows
+	if err := json.Unmarshal([]byte(v), &s); err != nil || s.At <= 0 {
+		return time.Time{}, nil, false
+	}
+	windows = make([]Window, 0, len(s.Windows))
+	for _, w := range s.Windows {
+		scope := w.Scope
+		if scope == "" {
+			scope = ScopeAll
+		}
+		windows = append(windows, Window{ID: w.ID, Replica: replica, Cause: w.Cause, Scope: scope, From: fromMs(w.From),
+			To: fromMs(w.To), Opened: fromMs(w.Opened), Grace: time.Duration(w.Grace) * time.Millisecond, Reason: w.Reason})
+	}
+	return time.UnixMilli(s.At), windows, true
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMs(x int64) time.Time {
+	if x == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(x)
+}
