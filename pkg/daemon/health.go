@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,8 @@ import (
 // load its checks put on Redis and Kafka (one ping, one broker dial with TLS and SASL) however often it
 // is asked.
 const DefaultHealthInterval = 2 * time.Second
+
+var errStopping = errors.New("shutting down")
 
 // Readiness is one round of readiness checks.
 type Readiness struct {
@@ -74,6 +77,7 @@ func (h *Health) Current() (Readiness, bool) {
 
 // Start runs one round of checks, so /readyz served after it never answers from nothing, then runs a
 // round every Interval in a goroutine until ctx is done or stop is called; stop waits for it to end.
+// From then on the checks report "heartbeatd": shutting down.
 // The first round delays the caller by at most Timeout.
 func (h *Health) Start(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -84,6 +88,8 @@ func (h *Health) Start(ctx context.Context) (stop func()) {
 			h.refresh(ctx)
 			return nil
 		})
+		// Stopping: orchestrators must stop sending work before the server goes, not read the last "ok".
+		h.last.Store(&Readiness{Checks: map[string]error{"heartbeatd": errStopping}, At: time.Now()})
 	})
 	return func() {
 		cancel()

@@ -49,4 +49,7 @@ func TestHealthChecksInTheBackgroundAndStops(t *testing.T) {
 	require.Equal(t, 1, logs.FilterMessage("not ready").FilterField(zap.String("check", "redis")).Len(), "logged once, not every round")
 	require.Equal(t, 1, logs.FilterMessage("ready again").Len())
 	require.Equal(t, after, rounds.Load(), "no round after stop")
+	r, _ = h.Current()
+	require.False(t, r.Ready(), "stopped: not ready")
+	require.ErrorIs(t, r.Checks["heartbeatd"], errStopping)
 }
