@@ -48,6 +48,7 @@ type Ack struct {
 // (Settle starts another call for a second ack of the same device, and calls run in order), so the
 // script keeps no per-device tables.
 var ackScript = newScript(`
+${luaPieces}
 local now = tonumber(ARGV[1])
 local ms = {}
 for i = 4, #ARGV, 5 do ms[#ms+1] = ARGV[i] end
@@ -108,15 +109,15 @@ if #alarms > 0 then redis.call('ZADD', KEYS[2], unpack(alarms)) end
 if #dead > 0 then redis.call('ZADD', KEYS[4], unpack(dead)) end
 local released = {}
 for r in string.gmatch(ARGV[2], ${packedItem}) do released[#released+1] = r end
-if #released > 0 then
-  redis.call('ZREM', KEYS[2], unpack(released))
-  redis.call('HDEL', KEYS[5], unpack(released))
-end
+pieces(released, 1, function(...)
+  redis.call('ZREM', KEYS[2], ...)
+  redis.call('HDEL', KEYS[5], ...)
+end)
 return out
 `)
 
-// maxAcksPerCall bounds one ackScript call: Lua's unpack takes at most ≈ 8000 values, and a call blocks
-// Redis for its whole length.
+// maxAcksPerCall bounds one ackScript call: its lists (two values per ack) stay under maxUnpack, and a
+// call blocks Redis for its whole length.
 const maxAcksPerCall = 1000
 
 // Record is an in-flight record (doc.go): the committed claims of one slot in one claim call.

@@ -56,6 +56,7 @@ type ClaimResult struct {
 // reply element costs Redis more than the Lua around it, so committed claims go back packed into one
 // string, and claimed members leave the deadlines set by rank, not by name.
 var claimScript = newScript(`
+${luaPieces}
 local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local record, actsByType = ARGV[5], ARGV[6]
 local floor, byte = math.floor, string.byte
@@ -75,7 +76,7 @@ local function claimFresh()
   local uniform = #acts == 1 and acts[1]
   local members, hset, zadd = {}, {}, {}
   for i = 1, #due, 2 do members[#members+1] = due[i] end
-  local open = redis.call('HMGET', KEYS[3], unpack(members))
+  local open = gather(members, function(...) return redis.call('HMGET', KEYS[3], ...) end)
   for i = 1, #due, 2 do
     local m, sc = due[i], due[i+1]
     local prev = open[(i + 1) / 2]
@@ -107,8 +108,8 @@ local function claimFresh()
   if #hset > 0 then
     hset[#hset+1] = ${StateGuardField}
     hset[#hset+1] = ${stateGuardValue}
-    redis.call('HSET', KEYS[3], unpack(hset))
-    redis.call('ZADD', KEYS[2], unpack(zadd))
+    pieces(hset, 2, function(...) redis.call('HSET', KEYS[3], ...) end)
+    pieces(zadd, 2, function(...) redis.call('ZADD', KEYS[2], ...) end)
   end
   return committed, replacing, n
 end
@@ -124,7 +125,7 @@ local function handOutAgain(expired, again)
     scores[#scores+1] = s
   end
   if #devs == 0 then return end
-  local cur = redis.call('HMGET', KEYS[3], unpack(devs))
+  local cur = gather(devs, function(...) return redis.call('HMGET', KEYS[3], ...) end)
   for k = 1, #devs do
     if cur[k] == scores[k] then
       again[#again+1] = devs[k]
@@ -142,7 +143,7 @@ local function claimDue(left)
   local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
   if #due == 0 then return entries, again, false end
   -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
-  local states = redis.call('HMGET', KEYS[3], unpack(due))
+  local states = gather(due, function(...) return redis.call('HMGET', KEYS[3], ...) end)
   local lease, orphans = {}, {}
   for j, m in ipairs(due) do
     local st = states[j]
@@ -156,8 +157,8 @@ local function claimDue(left)
       if byte(m, 1) == ${recordMarkByte} then handOutAgain(m, again) end
     end
   end
-  if #lease > 0 then redis.call('ZADD', KEYS[2], unpack(lease)) end
-  if #orphans > 0 then redis.call('ZREM', KEYS[2], unpack(orphans)) end
+  pieces(lease, 2, function(...) redis.call('ZADD', KEYS[2], ...) end)
+  pieces(orphans, 1, function(...) redis.call('ZREM', KEYS[2], ...) end)
   return entries, again, #due == left
 end
 

@@ -34,7 +34,40 @@ var scriptConstants = strings.NewReplacer(
 	"${packedItem}", luaString("[^"+packSep+"]+"),
 	"${packedPair}", luaString("([^"+packSep+"]+)"+packSep+"([^"+packSep+"]+)"),
 	"${listItem}", luaString("[^"+listSep+"]+"),
+	// Lua helpers (defined, not a value).
+	"${luaPieces}", strings.ReplaceAll(luaPieces, "${maxUnpack}", strconv.Itoa(maxUnpack)),
 )
+
+// maxUnpack is the most values a script hands one command at once. Redis 7.0's Lua refuses to unpack
+// 8000 values or more (LUAI_MAXCSTACK: "too many results to unpack"), and a list that follows a configured
+// batch (detection.batch, ingest.batch) may be longer, so such lists go to Redis in pieces.
+const maxUnpack = 4000
+
+// luaPieces defines the Lua functions that split such a list:
+//
+//	pieces(list, per, fn)  calls fn(…) with consecutive pieces of list, whole groups of per values
+//	                       (pairs for ZADD and HSET), one call when the list is short
+//	gather(list, fn)       the replies of fn(…) over the pieces, concatenated (HMGET, ZMSCORE); one
+//	                       call's reply itself when the list is short
+const luaPieces = `
+local function pieces(list, per, fn)
+  local n = #list
+  local step = ${maxUnpack} - ${maxUnpack} % per
+  for i = 1, n, step do fn(unpack(list, i, math.min(i + step - 1, n))) end
+end
+local function gather(list, fn)
+  if #list <= ${maxUnpack} then return fn(unpack(list)) end
+  local out, k = {}, 0
+  pieces(list, 1, function(...)
+    local r = fn(...)
+    for j = 1, select('#', ...) do
+      k = k + 1
+      out[k] = r[j]
+    end
+  end)
+  return out
+end
+`
 
 // packSep separates the items of a list packed into one script argument or reply element (device ids
 // hold no control characters, SPEC §4); listSep the values of a per-type table (typeTable.render).

@@ -133,6 +133,7 @@ type Signal struct {
 // are in the alarms set; making their entry due now (XX LT: only existing entries, only earlier) lets the
 // scanner emit ` + "`recovered`" + ` within one wake-up without a per-device lookup here.
 var refreshScript = newScript(`
+${luaPieces}
 local zargs, pargs = {}, {}
 local now = ARGV[1]
 local timeouts
@@ -168,8 +169,8 @@ end
 local probed = 0
 for k, z in pairs(zargs) do
   local base = (k - 1) * 3
-  redis.call('ZADD', KEYS[base+1], 'GT', unpack(z))
-  probed = probed + redis.call('ZADD', KEYS[base+2], 'XX', 'LT', 'CH', unpack(pargs[k]))
+  pieces(z, 2, function(...) redis.call('ZADD', KEYS[base+1], 'GT', ...) end)
+  pieces(pargs[k], 2, function(...) probed = probed + redis.call('ZADD', KEYS[base+2], 'XX', 'LT', 'CH', ...) end)
 end
 return probed
 `)
