@@ -12,6 +12,9 @@
 // Need), so CI can never go green by skipping. A server that is installed but does not start always fails
 // the test, with the tail of its log in the message.
 //
+// Beside the servers: the small fixtures the Redis-side suites share to drive a deadline store (Clock,
+// TypeTimeouts, AllSlots) and a test TLS authority (GenerateTLS).
+//
 // The methods that take a testing.TB call its Fatalf: call them from the test's goroutine.
 package testenv
 

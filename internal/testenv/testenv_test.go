@@ -465,6 +465,22 @@ func TestGenerateTLS(t *testing.T) {
 	}
 }
 
+func TestStoreFixtures(t *testing.T) {
+	t0 := time.UnixMilli(1_763_800_000_000)
+	c := testenv.NewClock(t0)
+	require.Equal(t, t0, c.Now())
+	c.Advance(time.Second)
+	require.Equal(t, t0.Add(time.Second), c.Now())
+	c.Set(t0)
+	require.Equal(t, t0, c.Now())
+
+	timeout := testenv.TypeTimeouts(map[string]time.Duration{"default": time.Minute, "gateway": time.Second})
+	require.Equal(t, time.Second, timeout("gateway"))
+	require.Equal(t, time.Minute, timeout("sensor"), "a type the table does not name gets the default")
+
+	require.Equal(t, []int{0, 1, 2, 3}, testenv.AllSlots(4))
+}
+
 // kafka-go, which heartbeatd uses, works against kfake: a Writer with acks=all, and a group Reader.
 func TestKafkaWithKafkaGo(t *testing.T) {
 	const topic, n = "device-signals", 10

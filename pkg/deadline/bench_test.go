@@ -171,7 +171,7 @@ func benchRefreshBatches(b *testing.B, store *deadline.Store, rdb redis.Universa
 // which redis-server depends on) is testenv.Need's: a failure with CI=true.
 func redisBenchmarkZaddGT(b *testing.B, rdb redis.UniversalClient, keyspace int) float64 {
 	b.Helper()
-	bin, err := exec.LookPath("redis-benchmark")
+	bin, err := testenv.LookPath("redis-benchmark")
 	if err != nil {
 		testenv.Need(b, "redis-benchmark", err)
 	}
@@ -214,7 +214,7 @@ func BenchmarkClaim(b *testing.B) {
 	for _, loops := range []int{1, 4} {
 		b.Run(fmt.Sprintf("loops=%d", loops), func(b *testing.B) {
 			shares := make([][]int, loops)
-			for _, slot := range allSlots(64) {
+			for _, slot := range testenv.AllSlots(64) {
 				shares[slot%loops] = append(shares[slot%loops], slot)
 			}
 			var claimed atomic.Int64

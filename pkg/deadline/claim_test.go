@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -70,7 +71,7 @@ func TestConcurrentClaimersClaimEachDeviceOnce(t *testing.T) {
 		for range 4 {
 			wg.Go(func() {
 				for {
-					res, err := f.store.Claim(ctx, allSlots(64), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 128})
+					res, err := f.store.Claim(ctx, testenv.AllSlots(64), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 128})
 					if err != nil {
 						t.Error(err)
 						return

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,32 +14,12 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
-// clock is a settable time source shared by the store and the test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-var timeouts = map[string]time.Duration{"default": 60 * time.Second, "gateway": 30 * time.Second, "sensor": 10 * time.Minute}
-
-func timeoutOf(name string) time.Duration {
-	if d, ok := timeouts[name]; ok {
-		return d
-	}
-	return timeouts["default"]
-}
+var timeoutOf = testenv.TypeTimeouts(map[string]time.Duration{"default": 60 * time.Second, "gateway": 30 * time.Second, "sensor": 10 * time.Minute})
 
 type fixture struct {
 	store *deadline.Store
 	rdb   redis.UniversalClient
-	clock *clock
+	clock *testenv.Clock // shared by the store and the test
 }
 
 // TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
@@ -57,7 +36,7 @@ func eachBackend(t *testing.T, slots int, test func(t *testing.T, f fixture)) {
 
 func setup(tb testing.TB, rdb redis.UniversalClient, slots int) fixture {
 	tb.Helper()
-	c := &clock{t: time.UnixMilli(1_763_800_000_000)}
+	c := testenv.NewClock(time.UnixMilli(1_763_800_000_000))
 	return fixture{store: newStore(tb, rdb, slots, c.Now, nil), rdb: rdb, clock: c}
 }
 
@@ -94,7 +73,7 @@ func (f fixture) claimAll(t *testing.T, opts deadline.ClaimOptions) deadline.Cla
 	if opts.Batch == 0 {
 		opts.Batch = 256
 	}
-	res, err := f.store.Claim(context.Background(), allSlots(f.store.Slots()), opts)
+	res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()), opts)
 	require.NoError(t, err)
 	return res
 }
@@ -165,14 +144,6 @@ func (f fixture) settle(t *testing.T, claims ...deadline.Claim) {
 	t.Helper()
 	_, err := f.store.Settle(context.Background(), nil, deadline.RecordsOf(claims))
 	require.NoError(t, err)
-}
-
-func allSlots(n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = i
-	}
-	return s
 }
 
 func devices(claims []deadline.Claim) []string {

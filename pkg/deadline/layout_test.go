@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -53,7 +54,7 @@ func TestDoublingUnderFlowingSignals(t *testing.T) {
 		claimed := map[string]int{}
 		drain := func(step int) {
 			for {
-				res, err := f.store.Claim(ctx, allSlots(f.store.Slots()), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 256})
+				res, err := f.store.Claim(ctx, testenv.AllSlots(f.store.Slots()), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 256})
 				require.NoError(t, err)
 				var acks []deadline.Ack
 				for _, c := range res.Claims {
@@ -129,7 +130,7 @@ func TestDoublingUnderFlowingSignals(t *testing.T) {
 		require.True(t, found)
 		require.NotNil(t, d.Incident)
 		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: movedDev, Seen: f.clock.Now()}}))
-		res, err := f.store.Claim(ctx, allSlots(32), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 256})
+		res, err := f.store.Claim(ctx, testenv.AllSlots(32), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 256})
 		require.NoError(t, err)
 		require.Len(t, res.Claims, 1, "the recovery probe found the migrated incident")
 		cur, err := f.store.CurrentDeadlines(ctx, res.Claims)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -24,7 +25,7 @@ func realTimeStore(t *testing.T, f fixture, d time.Duration) *deadline.Store {
 // (buffered for buffer claims) and done its Run's result.
 func runScanner(ctx context.Context, opts deadline.ScannerOptions, buffer int) (got <-chan deadline.Claim, done <-chan error) {
 	claims := make(chan deadline.Claim, buffer)
-	opts.Slots = func() []int { return allSlots(8) }
+	opts.Slots = func() []int { return testenv.AllSlots(8) }
 	opts.Handle = func(_ context.Context, cs []deadline.Claim) error {
 		for _, c := range cs {
 			claims <- c

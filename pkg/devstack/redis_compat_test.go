@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -21,26 +21,7 @@ import (
 // the store through a whole incident life cycle on the stack's server and check every result against
 // what Redis does.
 
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *testClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-var compatTimeouts = map[string]time.Duration{"default": 10 * time.Second, "gateway": 5 * time.Second, "sensor": 15 * time.Second}
-
-func compatTimeout(name string) time.Duration {
-	if d, ok := compatTimeouts[name]; ok {
-		return d
-	}
-	return compatTimeouts["default"]
-}
+var compatTimeout = testenv.TypeTimeouts(map[string]time.Duration{"default": 10 * time.Second, "gateway": 5 * time.Second, "sensor": 15 * time.Second})
 
 // compatRedisAddr is the stack's Redis-protocol server, or the Redis at $DEVSTACK_COMPAT_REDIS: running
 // these tests against a real Redis checks their expectations themselves.
@@ -82,19 +63,11 @@ func claimed(claims []deadline.Claim) []string {
 	return out
 }
 
-func allSlots(n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = i
-	}
-	return s
-}
-
 func TestDeadlineStoreOnStackRedis(t *testing.T) {
 	rdb := redisClient(t, compatRedisAddr(t))
 	ctx := context.Background()
 	t0 := time.UnixMilli(1_763_800_000_000)
-	clk := &testClock{t: t0}
+	clk := testenv.NewClock(t0)
 	store, err := deadline.New(rdb, deadline.Options{Slots: 8, Now: clk.Now, Timeout: compatTimeout})
 	require.NoError(t, err)
 	require.NoError(t, store.Load(ctx, "default", "gateway", "sensor"))
@@ -108,7 +81,7 @@ func TestDeadlineStoreOnStackRedis(t *testing.T) {
 	}
 	claim := func(batch int) deadline.ClaimResult {
 		t.Helper()
-		res, err := store.Claim(ctx, allSlots(8), deadline.ClaimOptions{Now: clk.Now(), Lease: 30 * time.Second, Batch: batch})
+		res, err := store.Claim(ctx, testenv.AllSlots(8), deadline.ClaimOptions{Now: clk.Now(), Lease: 30 * time.Second, Batch: batch})
 		require.NoError(t, err)
 		return res
 	}
