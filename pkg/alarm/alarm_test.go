@@ -24,19 +24,6 @@ import (
 
 const eventsTopic = "heartbeat.events"
 
-// clock is a settable time source shared by the store, the handler and the test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // recorder is the sink in front of the real Kafka publisher: it keeps what Kafka acknowledged, and can be
 // told to fail like an unreachable broker.
 type recorder struct {
@@ -86,7 +73,7 @@ type fixture struct {
 	rdb      redis.UniversalClient
 	kafka    *testenv.Kafka
 	store    *deadline.Store
-	clock    *clock
+	clock    *testenv.Clock // shared by the store, the handler and the test
 	sink     *recorder
 	handler  *Handler
 	silences *Silences
@@ -117,7 +104,7 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	t.Helper()
 	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic}})
 	f := &fixture{t: t, rdb: rdb, kafka: kafka, t0: time.UnixMilli(1_795_340_000_000)}
-	f.clock = &clock{t: f.t0}
+	f.clock = testenv.NewClock(f.t0)
 	f.policies.Store(parsePolicies(t, policyYAML))
 	timeout := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.Timeout }
 	repeat := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.RepeatEvery }
@@ -159,7 +146,7 @@ func (f *fixture) stepWith(h *Handler, d time.Duration, watermark ...time.Time) 
 	if len(watermark) > 0 {
 		opts.Watermark = watermark[0]
 	}
-	res, err := f.store.Claim(context.Background(), allSlots(f.store.Slots()), opts)
+	res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()), opts)
 	require.NoError(f.t, err)
 	if err := h.Handle(context.Background(), res.Claims); err != nil && !errors.Is(err, errCrashed) {
 		require.NoError(f.t, err)
@@ -174,14 +161,6 @@ func ids(events []event.Event) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func allSlots(n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = i
-	}
-	return s
 }
 
 func TestLifecycleInterruptedRepeatsExhausted(t *testing.T) {
@@ -240,7 +219,7 @@ func TestRecoveredCarriesOutageLength(t *testing.T) {
 		f.sink.take()
 		f.signal("d1", "", 47*time.Second)
 		f.clock.Set(f.t0.Add(47*time.Second + time.Millisecond))
-		res, err := f.store.Claim(context.Background(), allSlots(8), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Minute, Batch: 10})
+		res, err := f.store.Claim(context.Background(), testenv.AllSlots(8), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Minute, Batch: 10})
 		require.NoError(t, err)
 		require.NoError(t, f.handler.Handle(context.Background(), res.Claims))
 		evs := f.sink.take()
@@ -368,7 +347,7 @@ func TestReloadBetweenClaimAndPublishAcknowledgesTheNewInterval(t *testing.T) {
 		ctx := context.Background()
 		f.signal("g", "gateway", 0)
 		f.clock.Set(f.t0.Add(5 * time.Second))
-		res, err := f.store.Claim(ctx, allSlots(f.store.Slots()), deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
+		res, err := f.store.Claim(ctx, testenv.AllSlots(f.store.Slots()), deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
 		require.NoError(t, err)
 		require.Len(t, res.Claims, 1)
 		require.Equal(t, 30*time.Second, res.Claims[0].CommittedRepeat)
