@@ -1,51 +1,21 @@
 package config
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
-// writeCert writes a self-signed certificate and its key as PEM files (the certificate doubles as CA).
-func writeCert(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "heartbeatd-test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
-	return certFile, keyFile
-}
-
 func TestTLSBuild(t *testing.T) {
+	certs := testenv.GenerateTLS(t)
+	ca, cert, key := certs.CAFile, certs.ClientCertFile, certs.ClientKeyFile
 	dir := t.TempDir()
-	cert, key := writeCert(t, dir)
 	notPEM := filepath.Join(dir, "garbage.pem")
 	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate"), 0o600))
 
@@ -59,7 +29,7 @@ func TestTLSBuild(t *testing.T) {
 	assert.Nil(t, c.RootCAs, "system roots")
 	assert.Equal(t, uint16(tls.VersionTLS12), c.MinVersion)
 
-	c, err = TLS{Enabled: true, CAFile: cert, CertFile: cert, KeyFile: key, ServerName: "redis.internal", InsecureSkipVerify: true}.Build()
+	c, err = TLS{Enabled: true, CAFile: ca, CertFile: cert, KeyFile: key, ServerName: "redis.internal", InsecureSkipVerify: true}.Build()
 	require.NoError(t, err)
 	assert.NotNil(t, c.RootCAs)
 	assert.Len(t, c.Certificates, 1)

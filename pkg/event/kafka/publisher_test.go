@@ -2,13 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
 	"strconv"
 	"testing"
@@ -24,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
@@ -269,7 +263,9 @@ func TestDeadLetterTopicUnset(t *testing.T) {
 
 // Managed Kafka needs TLS and SASL together; every mechanism of SPEC §3 against a broker that demands both.
 func TestPublishTLSAndSASL(t *testing.T) {
-	serverTLS, clientTLS := generateTLS(t)
+	certs := testenv.GenerateTLS(t)
+	serverTLS, clientTLS := certs.ServerConfig(t), certs.ClientConfig(t)
+	clientTLS.Certificates = nil // the server's certificate is checked; the client authenticates with SASL
 	const user, pass = "heart,beat=d", "s3cret ü,="
 	for _, mech := range []struct {
 		config, kafka string
@@ -299,37 +295,4 @@ func TestPublishTLSAndSASL(t *testing.T) {
 			require.Error(t, noTLS.Ready(context.Background()), "plaintext against a TLS listener is not ready")
 		})
 	}
-}
-
-// generateTLS makes a CA and a server certificate for 127.0.0.1; the client config trusts only that CA.
-func generateTLS(tb testing.TB) (server, client *tls.Config) {
-	tb.Helper()
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(tb, err)
-		return k
-	}
-	caKey, srvKey := newKey(), newKey()
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "heartbeatd test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	require.NoError(tb, err)
-	ca, err := x509.ParseCertificate(caDER)
-	require.NoError(tb, err)
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
-	require.NoError(tb, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}}, MinVersion: tls.VersionTLS12},
-		&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 }
