@@ -26,24 +26,6 @@ types:
   gateway: {timeout: 1s}
 `
 
-// smokeConfig is a config for the real binary on the test's servers with the given types block.
-func smokeConfig(redisAddr, mqttAddr string, kafka []string, types string) string {
-	return fmt.Sprintf(`
-redis: {addrs: [%q], slots: 8}
-%s
-ingest:
-  mqtt:
-    brokers: [%q]
-    client_id: smoke
-    subscriptions: [{topic: "devices/{device_id}/heartbeat"}]
-events:
-  kafka: {brokers: [%q]}
-detection: {grace_after_outage: 100ms}
-shutdown_timeout: 5s
-log: {level: debug, format: console}
-`, redisAddr, types, mqttAddr, strings.Join(kafka, ","))
-}
-
 // smoke is one heartbeatd binary on real redis-server, mosquitto and kfake, with an MQTT device client.
 type smoke struct {
 	redis  *testenv.Redis
@@ -63,8 +45,14 @@ func startSmoke(t *testing.T) *smoke {
 	return s
 }
 
+// config is a config for the real binary on the smoke's servers with the given types block.
 func (s *smoke) config(types string) string {
-	return smokeConfig(s.redis.Addr, s.broker.Addr, s.kafka.Addrs, types)
+	servers := testenv.HeartbeatdConfig{Redis: s.redis.Addr, Slots: 8, MQTT: s.broker.Addr, ClientID: "smoke", Kafka: s.kafka.Addrs}
+	return servers.YAML(types + `
+detection: {grace_after_outage: 100ms}
+shutdown_timeout: 5s
+log: {level: debug, format: console}
+`)
 }
 
 // awaitReady waits for /readyz 200: only then is heartbeatd subscribed, so a signal published now counts.

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,21 +25,14 @@ const shutdownTimeout = 5 * time.Second
 func writeConfig(t *testing.T, redisAddr, mqttAddr string, kafka []string, httpAddr string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "heartbeatd.yaml")
-	cfg := fmt.Sprintf(`
-redis: {addrs: [%q], slots: 4}
+	servers := testenv.HeartbeatdConfig{Redis: redisAddr, Slots: 4, MQTT: mqttAddr, ClientID: "lifecycle", Kafka: kafka}
+	cfg := servers.YAML(fmt.Sprintf(`
 types:
   default: {timeout: 500ms, repeat_every: 0s}
-ingest:
-  mqtt:
-    brokers: [%q]
-    client_id: lifecycle
-    subscriptions: [{topic: "devices/{device_id}/heartbeat"}]
-events:
-  kafka: {brokers: [%q]}
 detection: {grace_after_outage: 100ms}
 http: {listen: %q}
 shutdown_timeout: %s
-`, redisAddr, mqttAddr, strings.Join(kafka, ","), httpAddr, shutdownTimeout)
+`, httpAddr, shutdownTimeout))
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	return path
 }
