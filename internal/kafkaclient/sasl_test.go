@@ -9,15 +9,22 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
-// The example exchange of RFC 7677 §3 (SCRAM-SHA-256, user "user", password "pencil").
-func TestSCRAMRFC7677Exchange(t *testing.T) {
-	mech, err := SASLMechanism("SCRAM-SHA-256", "user", "pencil")
+// startSCRAM starts a SCRAM exchange of mechanism as user "user" with password "pencil" (RFC 7677's
+// example) and the client nonce pinned to nonce; it returns the session and the client-first message.
+func startSCRAM(t *testing.T, mechanism, nonce string) (*scramSession, []byte) {
+	t.Helper()
+	mech, err := SASLMechanism(mechanism, "user", "pencil")
 	require.NoError(t, err)
 	m := mech.(*scram)
-	m.nonce = func() string { return "rOprNGfwEbeRWgbNEkqO" }
-
+	m.nonce = func() string { return nonce }
 	sess, first, err := m.Start(context.Background())
 	require.NoError(t, err)
+	return sess.(*scramSession), first
+}
+
+// The example exchange of RFC 7677 §3 (SCRAM-SHA-256, user "user", password "pencil").
+func TestSCRAMRFC7677Exchange(t *testing.T) {
+	sess, first := startSCRAM(t, "SCRAM-SHA-256", "rOprNGfwEbeRWgbNEkqO")
 	require.Equal(t, "n,,n=user,r=rOprNGfwEbeRWgbNEkqO", string(first))
 
 	done, final, err := sess.Next(context.Background(),
@@ -33,15 +40,6 @@ func TestSCRAMRFC7677Exchange(t *testing.T) {
 }
 
 func TestSCRAMRejectsBadServer(t *testing.T) {
-	start := func(t *testing.T) (*scramSession, context.Context) {
-		mech, err := SASLMechanism("scram-sha-256", "user", "pencil")
-		require.NoError(t, err)
-		m := mech.(*scram)
-		m.nonce = func() string { return "abc" }
-		sess, _, err := m.Start(context.Background())
-		require.NoError(t, err)
-		return sess.(*scramSession), context.Background()
-	}
 	tests := []struct {
 		name        string
 		serverFirst string
@@ -58,7 +56,8 @@ func TestSCRAMRejectsBadServer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sess, ctx := start(t)
+			sess, _ := startSCRAM(t, "scram-sha-256", "abc")
+			ctx := context.Background()
 			_, _, err := sess.Next(ctx, []byte(tt.serverFirst))
 			if tt.serverFinal == "" {
 				require.Error(t, err)
