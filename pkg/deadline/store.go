@@ -177,19 +177,34 @@ return probed
 
 // Refresh moves the deadlines of a batch of signals forward, in one round trip in the steady state, and
 // returns only after Redis acknowledged every write, so callers may then acknowledge the signals' source
-// messages. A device appearing twice keeps its latest deadline.
+// messages. A device appearing twice keeps its latest deadline. After an error, send the same batch
+// again with RefreshRetry, not Refresh.
 //
 // Signals that name their type are written with plain pipelined commands, one ZADD GT per slot into the
-// deadlines, because the Lua interpreter costs more than the writes themselves. The recovery probe (ZADD XX LT CH into the alarms) is needed only for a device that was
-// not in the deadlines set — an interrupted device, which its claim took out of it — so it is sent, in a
-// second round trip, only for the slots whose ZADD reports an added member (a recovering or a new device).
-// A device already in the deadlines set cannot be waiting for its recovery to be noticed: its alarm entry,
-// if any, was made due when the signal that put it back arrived, or is caught by the claim's
-// acknowledgement, which compares with the deadlines set. Skipping the probe halves the commands Redis
-// runs per batch. Untyped signals need the type recorded in Redis to
+// deadlines, because the Lua interpreter costs more than the writes themselves. The recovery probe (ZADD
+// XX LT CH into the alarms) is needed only for a device that was not in the deadlines set — an
+// interrupted device, which its claim took out of it — so it is sent, in a second round trip, only for
+// the slots whose ZADD reports an added member (a recovering or a new device). A device already in the
+// deadlines set cannot be waiting for its recovery to be noticed: its alarm entry, if any, was made due
+// when the signal that put it back arrived, or is caught by the claim's acknowledgement, which compares
+// with the deadlines set. Skipping the probe halves the commands Redis runs per batch. The one gap is a
+// probe that never ran after its ZADD did: a failed second round trip is closed by RefreshRetry, a crash
+// between the two by the dormant sweep (sweep.go). Untyped signals need the type recorded in Redis to
 // compute their deadline and go through refreshScript: one call per batch on a standalone server, one per
-// slot on Redis Cluster (a script's keys must share a hash slot there).
+// slot on Redis Cluster (a script's keys must share a hash slot there); it always probes.
 func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
+	return s.refresh(ctx, signals, false)
+}
+
+// RefreshRetry is Refresh for a batch whose earlier Refresh failed: part of it may be stored already,
+// so its ZADD may add nothing where the lost round trip had added a member, and a probe that depended on
+// that would never run. It probes every slot it writes, in the first round trip.
+func (s *Store) RefreshRetry(ctx context.Context, signals []Signal) error {
+	return s.refresh(ctx, signals, true)
+}
+
+// refresh is Refresh; probeAll probes every slot written instead of only those whose ZADD added a member.
+func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) error {
 	if len(signals) == 0 {
 		return nil
 	}
@@ -265,6 +280,7 @@ func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
 	pipe := s.rdb.Pipeline()
 	added := make(map[int]*redis.IntCmd, len(typed))
 	for slot, ts := range typed {
+		ts.probeNow = ts.probeNow || probeAll
 		if len(ts.deadlines) > 0 {
 			added[slot] = pipe.ZAddArgs(ctx, s.keys.Deadlines(slot), redis.ZAddArgs{GT: true, Members: ts.deadlines})
 		}

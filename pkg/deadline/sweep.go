@@ -1,0 +1,163 @@
+package deadline
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/internal/loop"
+)
+
+// The dormant sweep closes the one gap the recovery probe leaves (Refresh): a process that dies between
+// a refresh's ZADD and its probe leaves the device back in the deadlines set while its incident's alarm
+// entry stays where it was. An incident with an act ahead (a repeat, a silence's end) finds the device
+// back at that act; a dormant one (doc.go) has none, so nothing would ever report its recovery. Each
+// slot's owner looks over its slot's dormant alarm entries every SweeperOptions.Every and makes those
+// whose device is back due at once; the scanner then reports `recovered` as after a probe, within Every
+// and one pass of the signal. A pass costs Redis about a microsecond per alarm entry of the slot, almost
+// all of it ZSCAN (BenchmarkSweepDormant).
+
+// wakeDormantScript makes dormant alarm entries due now, each only if it is still dormant: between the
+// sweep's read and this call the entry may have been claimed and leased, and a leased entry made due
+// would be handed out twice.
+//
+// KEYS[1] alarms
+// ARGV[1] now (ms), then the devices
+// Reply: how many entries it made due.
+var wakeDormantScript = newScript(`
+local n = 0
+for i = 2, #ARGV do
+  local sc = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
+  if sc and sc >= ${DormantAfter} then
+    redis.call('ZADD', KEYS[1], ARGV[1], ARGV[i])
+    n = n + 1
+  end
+end
+return n
+`)
+
+// SweepDormant sweeps one page of slot's alarms set: a ZSCAN step from cursor reading about count
+// entries, one ZMSCORE of the dormant ones in the deadlines set (and, while a doubling settles, in the
+// devices' new slots), and for the devices found there a wakeDormantScript call. It returns the cursor
+// of the next page (0 when the slot is done) and how many incidents it made due. A ZSCAN pass returns
+// every entry present for the whole pass, so every incident dormant since a pass began is looked at by
+// the end of it.
+func (s *Store) SweepDormant(ctx context.Context, slot int, cursor uint64, count int) (next uint64, woken int, err error) {
+	entries, next, err := s.rdb.ZScan(ctx, s.keys.Alarms(slot), cursor, "", int64(count)).Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("deadline: sweep slot %d: %w", slot, err)
+	}
+	var dormant []string
+	for i := 0; i+1 < len(entries); i += 2 {
+		// Scores come as Redis formats them (%.17g); an in-flight record is never dormant.
+		if sc, err := strconv.ParseFloat(entries[i+1], 64); err == nil && sc >= DormantAfter {
+			dormant = append(dormant, entries[i])
+		}
+	}
+	if len(dormant) == 0 {
+		return next, 0, nil
+	}
+	layout := s.layout.Load()
+	bySlot := map[int][]int{}
+	for i, dev := range dormant {
+		bySlot[slot] = append(bySlot[slot], i)
+		if now := Slot(dev, layout.Slots); now != slot {
+			bySlot[now] = append(bySlot[now], i)
+		}
+	}
+	back := make([]bool, len(dormant))
+	err = s.deadlineScores(ctx, bySlot, func(i int) string { return dormant[i] }, func(i int, _ float64) { back[i] = true })
+	if err != nil {
+		return 0, 0, fmt.Errorf("deadline: sweep slot %d: %w", slot, err)
+	}
+	args := []any{s.now().UnixMilli()}
+	for i, dev := range dormant {
+		if back[i] {
+			args = append(args, dev)
+		}
+	}
+	if len(args) == 1 {
+		return next, 0, nil
+	}
+	n, err := wakeDormantScript.Run(ctx, s.rdb, []string{s.keys.Alarms(slot)}, args...).Int()
+	if err != nil {
+		return 0, 0, fmt.Errorf("deadline: sweep slot %d: %w", slot, err)
+	}
+	return next, n, nil
+}
+
+// DefaultSweepEvery is how often each slot's dormant incidents are swept when SweeperOptions.Every is
+// zero: the bound on how late a recovery whose probe was lost (a crash between a refresh's two round
+// trips) is reported.
+const DefaultSweepEvery = 30 * time.Second
+
+// defaultSweepPage is the ZSCAN COUNT of one sweep step: each step blocks Redis for about a millisecond
+// (BenchmarkSweepDormant).
+const defaultSweepPage = 1000
+
+// SweeperOptions configures a Sweeper.
+type SweeperOptions struct {
+	Store *Store
+	// Slots returns the slots this replica owns now; only a slot's owner sweeps it.
+	Slots func() []int
+	// Every is how often each owned slot is swept (default DefaultSweepEvery).
+	Every time.Duration
+	// Page is the ZSCAN COUNT of one step (default 1000).
+	Page   int
+	Logger *zap.Logger
+}
+
+// Sweeper runs the dormant sweep over the slots this replica owns.
+type Sweeper struct {
+	opts SweeperOptions
+	log  *zap.Logger
+}
+
+// NewSweeper returns a sweeper; Run starts it.
+func NewSweeper(opts SweeperOptions) *Sweeper {
+	if opts.Every <= 0 {
+		opts.Every = DefaultSweepEvery
+	}
+	if opts.Page <= 0 {
+		opts.Page = defaultSweepPage
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Sweeper{opts: opts, log: opts.Logger.With(zap.String("component", "sweeper"))}
+}
+
+// Run sweeps every owned slot every Every until ctx is done; it returns nil then. A failed pass is
+// retried with backoff (Redis down is reported by the scanner and /readyz, not here).
+func (w *Sweeper) Run(ctx context.Context) error {
+	loop.Every(ctx, loop.Options{Interval: w.opts.Every, MaxBackoff: 4 * w.opts.Every,
+		OnError: func(err error, failures int, retryIn time.Duration) {
+			if failures == 1 {
+				w.log.Warn("sweeping dormant incidents failed; retrying", zap.Error(err), zap.Duration("retry_in", retryIn))
+			}
+		}}, w.Pass)
+	return nil
+}
+
+// Pass sweeps every owned slot once.
+func (w *Sweeper) Pass(ctx context.Context) error {
+	for _, slot := range w.opts.Slots() {
+		for cursor := uint64(0); ; {
+			next, woken, err := w.opts.Store.SweepDormant(ctx, slot, cursor, w.opts.Page)
+			if err != nil {
+				return err
+			}
+			if woken > 0 {
+				w.log.Info("dormant incidents whose device is back made due (their recovery probe was lost)",
+					zap.Int("slot", slot), zap.Int("incidents", woken))
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
