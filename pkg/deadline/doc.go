@@ -29,6 +29,8 @@
 //   - settle: finish a wake-up (ack.go): apply the acks of the claims not left as committed, then
 //     release the records. Every ack is guarded by the claimed incident's deadline, so it never clobbers
 //     a newer incident, an operator's ack, or a signal that arrived meanwhile.
+//   - parked: a claim whose events Kafka refused for their content too often (Park), kept in the slot's
+//     dead set with its incident's state and no act, until Requeue makes it due again (dead.go).
 //   - sweep: each slot's owner looking over the slot's dormant incidents now and then for a device back
 //     in the deadlines set, the safety net for a recovery probe that never ran (sweep.go).
 //

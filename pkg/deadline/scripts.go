@@ -26,6 +26,8 @@ var scriptConstants = strings.NewReplacer(
 	"${stateAckedPattern}", luaString(stateAckedPattern),
 	"${stateUnackedPattern}", luaString(stateUnackedPattern),
 	"${stateSetAcked}", luaString(stateSetAcked),
+	"${stateFailuresPattern}", luaString(stateFailuresPattern),
+	"${stateNoFailures}", luaString(stateNoFailures),
 	"${stateOpenFormat}", luaString(stateOpenFormat),
 	"${stateCommittedFormat}", luaString(stateCommittedFormat),
 	// In-flight records and the lists packed into one argument or reply element.

@@ -48,6 +48,9 @@ var (
 	// stateUnackedPattern captures what precedes a cleared acked flag; gsub with stateSetAcked sets it.
 	stateUnackedPattern = "^(" + strings.Repeat(`%d+`+stateSep, fieldAcked) + ")0" + stateSep
 	stateSetAcked       = "%1" + "1" + stateSep
+	// stateFailuresPattern captures what precedes the failure count; gsub with stateNoFailures clears it.
+	stateFailuresPattern = "^(" + strings.Repeat(`%d+`+stateSep, fieldFailures) + ")%d+" + stateSep
+	stateNoFailures      = "%1" + "0" + stateSep
 	// stateOpenFormat(deadline, type index): a fresh incident, nothing sent.
 	stateOpenFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d"})
 	// stateCommittedFormat(deadline, type index, deadline): a committed incident spelled in full, as

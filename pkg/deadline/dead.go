@@ -1,0 +1,133 @@
+package deadline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Parked is a claim in a slot's dead set: Kafka refused its events for their content too often (Park).
+// Its incident keeps its state and has no act until Requeue.
+type Parked struct {
+	Device string
+	Slot   int
+	At     time.Time // when it was parked
+	Reason string    // the last publish failure
+}
+
+// ParkedClaims returns up to limit parked claims, the longest parked first, with the reason each was
+// parked: what /v1/stats shows besides the count (Counts.Parked). Two round trips of one command per
+// slot, whatever the dead sets hold.
+func (s *Store) ParkedClaims(ctx context.Context, limit int) ([]Parked, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	slots := s.Slots()
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, slots)
+	for slot := range cmds {
+		cmds[slot] = pipe.ZRangeWithScores(ctx, s.keys.Dead(slot), 0, int64(limit-1))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("deadline: parked claims: %w", err)
+	}
+	var out []Parked
+	for slot, cmd := range cmds {
+		for _, z := range cmd.Val() {
+			dev, _ := z.Member.(string)
+			out = append(out, Parked{Device: dev, Slot: slot, At: time.UnixMilli(int64(z.Score))})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].At.Equal(out[j].At) {
+			return out[i].At.Before(out[j].At)
+		}
+		return out[i].Device < out[j].Device
+	})
+	out = out[:min(len(out), limit)]
+	if len(out) == 0 {
+		return nil, nil
+	}
+	pipe = s.rdb.Pipeline()
+	states := make([]*redis.StringCmd, len(out))
+	for i, p := range out {
+		states[i] = pipe.HGet(ctx, s.keys.State(p.Slot), p.Device)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("deadline: parked claims: %w", err)
+	}
+	for i, cmd := range states {
+		if st, err := DecodeState(cmd.Val()); err == nil {
+			out[i].Reason = st.Reason
+		}
+	}
+	return out, nil
+}
+
+// requeueScript moves up to a page of a slot's parked claims back to its alarms set, due now.
+//
+// KEYS[1] dead  KEYS[2] alarms  KEYS[3] state
+// ARGV[1] now (ms)  ARGV[2] page
+// Reply: {claims made due, claims left parked}
+//
+// A parked claim's incident keeps its full state; its failure count starts again from zero, so a claim
+// re-driven after its cause was fixed gets the whole max_publish_attempts once more. An entry whose
+// incident ended meanwhile (recovered, deleted) only leaves the dead set.
+var requeueScript = newScript(`
+${luaPieces}
+local now, page = ARGV[1], tonumber(ARGV[2])
+local parked = redis.call('ZRANGE', KEYS[1], 0, page - 1)
+if #parked == 0 then return {0, 0} end
+local states = gather(parked, function(...) return redis.call('HMGET', KEYS[3], ...) end)
+local due, hset = {}, {}
+for i, m in ipairs(parked) do
+  local st = states[i]
+  if st then
+    due[#due+1] = now
+    due[#due+1] = m
+    hset[#hset+1] = m
+    hset[#hset+1] = (string.gsub(st, ${stateFailuresPattern}, ${stateNoFailures}))
+  end
+end
+pieces(parked, 1, function(...) redis.call('ZREM', KEYS[1], ...) end)
+pieces(hset, 2, function(...) redis.call('HSET', KEYS[3], ...) end)
+pieces(due, 2, function(...) redis.call('ZADD', KEYS[2], ...) end)
+return {#due / 2, redis.call('ZCARD', KEYS[1])}
+`)
+
+// requeuePage bounds one requeueScript call, which blocks Redis for its length.
+const requeuePage = 1000
+
+// Requeue moves every parked claim of every slot back to due now (POST /v1/dead/requeue): the slot's
+// owner claims them at its next wake-up and publishes them again. It returns how many it moved.
+func (s *Store) Requeue(ctx context.Context) (int, error) {
+	now := s.now().UnixMilli()
+	pipe := s.rdb.Pipeline()
+	sizes := make([]*redis.IntCmd, s.Slots())
+	for slot := range sizes {
+		sizes[slot] = pipe.ZCard(ctx, s.keys.Dead(slot))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("deadline: requeue: %w", err)
+	}
+	total := 0
+	for slot, size := range sizes {
+		keys := []string{s.keys.Dead(slot), s.keys.Alarms(slot), s.keys.State(slot)}
+		for left := size.Val(); left > 0; {
+			r, err := requeueScript.Run(ctx, s.rdb, keys, now, requeuePage).Int64Slice()
+			if err == nil && len(r) != 2 {
+				err = fmt.Errorf("reply %v: want {moved, left}", r)
+			}
+			if err != nil {
+				return total, fmt.Errorf("deadline: requeue slot %d: %w", slot, err)
+			}
+			total += int(r[0])
+			left = r[1]
+		}
+	}
+	return total, nil
+}
