@@ -123,7 +123,7 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 
 func (f *fixture) newHandler() *Handler {
 	return NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Silences: f.silences,
-		MaxPublishAttempts: 3, Now: f.clock.Now, Logger: zaptest.NewLogger(f.t)})
+		MaxPublishAttempts: 3, Refused: eventkafka.Refused, Now: f.clock.Now, Logger: zaptest.NewLogger(f.t)})
 }
 
 // signal records a signal of device at the given offset from t0.
@@ -387,7 +387,7 @@ func TestCrashBetweenPublishAndAckRepublishesSameID(t *testing.T) {
 	})
 }
 
-func TestKafkaDownNothingAcknowledgedThenFlowsThenParks(t *testing.T) {
+func TestKafkaDownNothingAcknowledgedThenFlowsNeverParks(t *testing.T) {
 	eachBackend(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		f.signal("d1", "", 0)
@@ -398,24 +398,27 @@ func TestKafkaDownNothingAcknowledgedThenFlowsThenParks(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 0, d.Incident.Next, "nothing recorded as sent")
 		require.Equal(t, 1, d.Incident.Failures)
-		require.Equal(t, f.t0.Add(11*time.Second+time.Millisecond), d.NextAct, "retried after the backoff")
+		require.WithinRange(t, d.NextAct, f.t0.Add(10*time.Second+501*time.Millisecond), f.t0.Add(11*time.Second+time.Millisecond),
+			"retried after the backoff, jittered")
 		require.Empty(t, f.at(11*time.Second+time.Millisecond))
 
 		f.sink.down.Store(false)
 		require.Equal(t, []string{"d1 interrupted 0", "d2 interrupted 0"}, f.at(13*time.Second+time.Millisecond), "flows once the broker is back")
 
-		// Down for good: parked after MaxPublishAttempts (3) failures, visible in the counts.
+		// Down for longer than MaxPublishAttempts (3) tries: an outage parks nothing.
 		f.sink.down.Store(true)
-		f.at(74 * time.Second) // repeat 1 due at 73.001s: failure 1, retry in 1s
-		f.at(75 * time.Second) // failure 2, retry in 2s
-		f.at(77 * time.Second) // failure 3: parked
+		for at := 74 * time.Second; at < 74*time.Second+6*PublishBackoffMax; at += PublishBackoffMax {
+			require.Empty(t, f.at(at))
+		}
 		c, err := f.store.Count(ctx)
 		require.NoError(t, err)
-		require.EqualValues(t, 2, c.Parked)
+		require.Zero(t, c.Parked)
 		d, _, err = f.store.Device(ctx, "d1")
 		require.NoError(t, err)
-		require.True(t, d.Parked)
+		require.Equal(t, 6, d.Incident.Failures)
 		require.Equal(t, "kafka: broker unreachable", d.Incident.Reason)
+		f.sink.down.Store(false)
+		require.Equal(t, []string{"d1 alarm 1", "d2 alarm 1"}, f.at(74*time.Second+6*PublishBackoffMax))
 	})
 }
 

@@ -8,8 +8,10 @@
 package alarm
 
 import (
+	"strings"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -180,17 +182,30 @@ func recovered(device, typ string, st deadline.State, timeout time.Duration, bac
 	return e
 }
 
-// Failed is how to acknowledge a claim whose events could not be published: try again after a backoff
-// that grows with the failures, or park it in the dead set once maxAttempts publications failed.
-func Failed(c deadline.Claim, err error, maxAttempts int, now time.Time) deadline.Ack {
+// Failed is how to acknowledge a claim whose events could not be published. A claim is never parked
+// because Kafka is down, slow or short of in-sync replicas, however long that lasts: it stays leased and
+// is tried again after PublishBackoff. Only an event Kafka refused for its content (refused: retrying
+// the same bytes cannot help) is parked in the dead set, once maxAttempts publications in a row were
+// refused; /v1/stats shows it and POST /v1/dead/requeue re-drives it.
+//
+// State.Failures counts the consecutive failures of one kind, so a refusal after an outage starts its
+// count afresh; the kind is kept as a mark on State.Reason.
+func Failed(c deadline.Claim, err error, refused bool, maxAttempts int, now time.Time) deadline.Ack {
 	st := c.State
-	st.Failures++
+	if st.Failures > 0 && strings.HasPrefix(st.Reason, refusedMark) == refused {
+		st.Failures++
+	} else {
+		st.Failures = 1
+	}
 	st.Reason = err.Error()
-	if len(st.Reason) > 200 {
-		st.Reason = st.Reason[:200]
+	if refused {
+		st.Reason = refusedMark + st.Reason
+	}
+	if len(st.Reason) > maxReason {
+		st.Reason = strings.ToValidUTF8(st.Reason[:maxReason], "")
 	}
 	a := deadline.Ack{Device: c.Device, Slot: c.Slot, Claimed: st.Deadline, State: st}
-	if st.Failures >= maxAttempts {
+	if refused && st.Failures >= maxAttempts {
 		a.Op = deadline.Park
 		return a
 	}
@@ -199,12 +214,19 @@ func Failed(c deadline.Claim, err error, maxAttempts int, now time.Time) deadlin
 	return a
 }
 
-// PublishBackoff is the wait before publication attempt failures+1: 1 s doubling to 30 s, so a broker
-// outage of a minute or two parks nothing with the default 10 attempts.
+// refusedMark starts the State.Reason of a claim whose last failure was a refusal of its content.
+const refusedMark = "refused: "
+
+// maxReason bounds the failure text kept in an incident's state (and shown for a parked claim).
+const maxReason = 200
+
+// PublishBackoffMax caps the wait between two publication attempts of a claim: while Kafka is down, each
+// claim is tried about this often, and once Kafka is back the last claims go out within this long.
+const PublishBackoffMax = 30 * time.Second
+
+// PublishBackoff is the wait before publication attempt failures+1: 1 s doubling up to
+// PublishBackoffMax, drawn from the upper half of that (loop.Delay), so the claims that failed together
+// during an outage do not all retry at the same instant when it ends.
 func PublishBackoff(failures int) time.Duration {
-	d := time.Second
-	for i := 1; i < failures && d < 30*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 30*time.Second)
+	return loop.Delay(max(failures-1, 0), time.Second, PublishBackoffMax)
 }

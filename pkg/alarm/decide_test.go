@@ -2,8 +2,10 @@ package alarm
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -219,18 +221,39 @@ func TestDecideEventFields(t *testing.T) {
 func TestFailedBacksOffThenParks(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	c := deadline.Claim{Device: "d", Slot: 3, State: deadline.State{Deadline: 42, Next: 1}}
-	var waits []time.Duration
-	for i := 1; i < 5; i++ {
-		a := Failed(c, errors.New("kafka: broker unreachable"), 5, now)
-		require.Equal(t, deadline.Reschedule, a.Op)
+	down := errors.New("kafka: broker unreachable")
+
+	// Kafka down, however long: backed off up to PublishBackoffMax, jittered, never parked.
+	for i := 1; i <= 50; i++ {
+		a := Failed(c, down, false, 5, now)
+		require.Equal(t, deadline.Reschedule, a.Op, "attempt %d", i)
 		require.Equal(t, i, a.State.Failures)
 		require.Equal(t, 1, a.State.Next, "the pending repeat is kept")
-		waits = append(waits, a.Next.Sub(now))
+		full := min(time.Second<<min(i-1, 10), PublishBackoffMax)
+		require.WithinRange(t, a.Next, now.Add(full/2), now.Add(full), "attempt %d", i)
 		c.State = a.State
 	}
-	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}, waits)
-	a := Failed(c, errors.New("kafka: broker unreachable"), 5, now)
+	require.Equal(t, "kafka: broker unreachable", c.State.Reason)
+
+	// Refused for its content: a count of its own, parked at the fifth refusal in a row.
+	refused := errors.New("kafka refused the event: [10] Message Size Too Large")
+	for i := 1; i < 5; i++ {
+		a := Failed(c, refused, true, 5, now)
+		require.Equal(t, deadline.Reschedule, a.Op)
+		require.Equal(t, i, a.State.Failures, "refusals counted from the first")
+		c.State = a.State
+	}
+	a := Failed(c, refused, true, 5, now)
 	require.Equal(t, deadline.Park, a.Op)
-	require.Equal(t, "kafka: broker unreachable", a.State.Reason)
-	require.Equal(t, 30*time.Second, PublishBackoff(100))
+	require.Equal(t, "refused: kafka refused the event: [10] Message Size Too Large", a.State.Reason)
+
+	// An outage between refusals starts the count of refusals again.
+	c.State.Failures = 4
+	c.State = Failed(c, down, false, 5, now).State
+	require.Equal(t, 1, c.State.Failures)
+	require.Equal(t, deadline.Reschedule, Failed(c, refused, true, 5, now).Op)
+
+	long := Failed(c, errors.New(strings.Repeat("é", 300)), false, 5, now)
+	require.LessOrEqual(t, len(long.State.Reason), 200)
+	require.True(t, utf8.ValidString(long.State.Reason))
 }

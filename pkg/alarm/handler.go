@@ -26,8 +26,13 @@ type HandlerOptions struct {
 	// a changed interval applies at every device's next act time.
 	Policies func() *config.Policies
 	Silences SilenceChecker // nil = no silences
-	// MaxPublishAttempts: a claim whose events failed to publish this often is parked (default 10).
+	// MaxPublishAttempts: a claim whose events Kafka refused this often in a row for their content is
+	// parked (default 10). Other failures are retried for as long as they last (Failed).
 	MaxPublishAttempts int
+	// Refused tells a publish error for an event Kafka refused for its content (too large, invalid)
+	// from one that says nothing about the event (Kafka down, slow, short of replicas); the Kafka
+	// publisher's is kafka.Refused. nil: every failure is retried, nothing is ever parked.
+	Refused func(error) bool
 	// Timeout bounds one batch's publish and acknowledge; the batch is finished even when the scanner is
 	// stopping, so a graceful stop does not leave claims for the lease to return (default 15s).
 	Timeout time.Duration
@@ -55,6 +60,9 @@ func NewHandler(opts HandlerOptions) *Handler {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Refused == nil {
+		opts.Refused = func(error) bool { return false }
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -119,18 +127,23 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	}
 
 	var acks []deadline.Ack
+	var retried int
+	var retryErr error
 	ackNow := h.opts.Now()
 	for i, c := range claims {
 		if err := failed[i]; err != nil {
-			a := Failed(c, err, h.opts.MaxPublishAttempts, ackNow)
+			refused := h.opts.Refused(err)
+			a := Failed(c, err, refused, h.opts.MaxPublishAttempts, ackNow)
 			acks = append(acks, a)
 			m.PublishFailures.Inc()
-			lvl := h.log.Warn
 			if a.Op == deadline.Park {
-				lvl = h.log.Error
+				h.log.Error("Kafka refused the events of a claim too often; parked (see /v1/stats, POST /v1/dead/requeue)",
+					zap.String("device_id", c.Device), zap.Int("failures", a.State.Failures), zap.Error(err))
+				continue
 			}
-			lvl("publishing failed", zap.String("device_id", c.Device), zap.Int("failures", a.State.Failures),
-				zap.Bool("parked", a.Op == deadline.Park), zap.Error(err))
+			// One line per wake-up, not per claim: an outage fails every claim, and it may last long.
+			retried++
+			retryErr = err
 			continue
 		}
 		// Decide decided; this only carries it out. A committed decision is already stored: releasing
@@ -141,6 +154,10 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	}
 	if _, err := h.opts.Store.Settle(ctx, acks, deadline.RecordsOf(claims)); err != nil {
 		return fmt.Errorf("alarm: acknowledge: %w", err)
+	}
+	if retried > 0 {
+		h.log.Warn("publishing failed; the claims stay leased and are retried until Kafka takes them",
+			zap.Int("claims", retried), zap.Duration("retry_within", PublishBackoffMax), zap.Error(retryErr))
 	}
 	for j, e := range events {
 		if failed[owner[j]] != nil {
