@@ -93,6 +93,7 @@ func NewAPI(opts APIOptions) http.Handler {
 	mux.HandleFunc("POST /v1/devices/{id}/ack", a.auth(a.ack))
 	mux.HandleFunc("DELETE /v1/devices/{id}", a.auth(a.deleteDevice))
 	mux.HandleFunc("GET /v1/stats", a.auth(a.stats))
+	mux.HandleFunc("POST /v1/dead/requeue", a.auth(a.requeue))
 	mux.HandleFunc("POST /v1/silences", a.auth(a.createSilence))
 	mux.HandleFunc("GET /v1/silences", a.auth(a.listSilences))
 	mux.HandleFunc("DELETE /v1/silences/{id}", a.auth(a.deleteSilence))
@@ -352,6 +353,18 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 		"owned_slots":    a.OwnedSlots(),
 		"slots":          a.Store.Slots(),
 	}
+	if c.Parked > 0 {
+		parked, err := a.Store.ParkedClaims(r.Context(), parkedShown)
+		if err != nil {
+			a.internal(w, err)
+			return
+		}
+		views := make([]parkedView, len(parked))
+		for i, p := range parked {
+			views[i] = parkedView{DeviceID: p.Device, ParkedAt: p.At.UTC(), Reason: p.Reason}
+		}
+		body["parked"] = views
+	}
 	// Per-type counts scan every device: only on request, and shared (typeCountsCache).
 	if r.URL.Query().Get("by_type") == "true" {
 		tc, err := a.typeCounts.get(r.Context(), a.Now, a.TypeCountsTTL, a.Store.CountByType)
@@ -362,6 +375,27 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 		body["by_type"] = map[string]any{"online": tc.online, "interrupted": tc.interrupted, "as_of": tc.at.UTC()}
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// parkedShown is how many parked claims /v1/stats names besides their count (dead_claims).
+const parkedShown = 10
+
+// parkedView is one parked claim in /v1/stats.
+type parkedView struct {
+	DeviceID string    `json:"device_id"`
+	ParkedAt time.Time `json:"parked_at"`
+	Reason   string    `json:"reason"`
+}
+
+// requeue moves every parked claim back to due now; the slots' owners publish them again.
+func (a *api) requeue(w http.ResponseWriter, r *http.Request) {
+	n, err := a.Store.Requeue(r.Context())
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	a.log.Info("parked claims requeued", zap.Int("claims", n))
+	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})
 }
 
 // typeCountsCache keeps the last per-type counts and runs at most one scan at a time: callers within the
