@@ -275,6 +275,8 @@ func (c *Chain) discard(source, result string, ack func()) {
 	switch result {
 	case ResultRetained:
 		s.retained.Inc()
+	case ResultShed:
+		s.shed.Inc()
 	}
 	if ack != nil {
 		ack()

@@ -11,7 +11,9 @@
 // Backpressure is the flow control: at most ChainOptions.MaxInFlight batches are between dispatch and
 // acknowledgement, so while Redis is unreachable the chain blocks, the sources stop taking messages
 // from their brokers and the retried refresh resumes the flow when Redis answers again. Batches are
-// acknowledged in the order they were formed.
+// acknowledged in the order they were formed. MQTT QoS 0 messages are the exception: nothing acknowledges
+// them, so the broker never stops sending; past MQTTOptions.MaxQueuedQoS0 waiting ones they are shed
+// (signals_total{result="shed"}), so memory stays bounded at any rate and any Redis speed.
 //
 // # Rules where SPEC §4 is silent
 //
@@ -43,7 +45,8 @@
 // A QoS 1 message is held unacknowledged until its Redis write, so MQTT throughput is bounded by the
 // broker's in-flight window per client (mosquitto max_inflight_messages, default 20): raise it (e.g.
 // 1000) for a large fleet; the window is also what bounds the messages heartbeatd holds in memory during
-// a Redis outage. Raise max_queued_messages (default 1000) so a persistent session keeps what a
-// restart or outage leaves behind. Each replica needs its own client_id; share the load with
+// a Redis outage (never set it to 0, unlimited: past 4096 waiting messages paho's reader then stalls,
+// and with it the keep-alives). Raise max_queued_messages (default 1000) so a persistent session keeps
+// what a restart or outage leaves behind. Each replica needs its own client_id; share the load with
 // shared_group.
 package ingest

@@ -14,6 +14,7 @@ const (
 	ResultCoalesced  = "coalesced"  // acknowledged without a write: one within ingest.coalesce was made
 	ResultDeadLetter = "deadletter" // bad input, sent to the dead-letter topic
 	ResultRetained   = "retained"   // an MQTT retained message: a replay of an old signal, not a live one
+	ResultShed       = "shed"       // an MQTT QoS 0 message dropped: too many were waiting for Redis
 )
 
 type metrics struct {
@@ -32,14 +33,14 @@ type metrics struct {
 
 // sourceMetrics are one source's counters, resolved once so the hot path does no label lookups.
 type sourceMetrics struct {
-	applied, coalesced, deadLetter, retained, clamped prometheus.Counter
+	applied, coalesced, deadLetter, retained, shed, clamped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "heartbeatd_signals_total",
-			Help: "Signals taken in, by source and result (applied, coalesced, deadletter, retained).",
+			Help: "Signals taken in, by source and result (applied, coalesced, deadletter, retained, shed).",
 		}, []string{"source", "result"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "heartbeatd_deadletters_total",
@@ -106,6 +107,7 @@ func (m *metrics) source(name string) *sourceMetrics {
 			coalesced:  m.signals.WithLabelValues(name, ResultCoalesced),
 			deadLetter: m.signals.WithLabelValues(name, ResultDeadLetter),
 			retained:   m.signals.WithLabelValues(name, ResultRetained),
+			shed:       m.signals.WithLabelValues(name, ResultShed),
 			clamped:    m.clamped.WithLabelValues(name),
 		}
 		m.sources[name] = s

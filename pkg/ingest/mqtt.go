@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -43,8 +44,23 @@ type MQTTOptions struct {
 	// DrainTimeout is how long Run waits at shutdown for the messages it submitted to be acknowledged
 	// (default 5s). What is not acknowledged by then is delivered again from the persistent session.
 	DrainTimeout time.Duration
-	Logger       *zap.Logger
+	// MaxQueuedQoS0 bounds the QoS 0 messages waiting for the chain (default 4096, and at most
+	// maxQueuedQoS0Bytes of payload). Nothing acknowledges a QoS 0 message, so the broker never stops
+	// sending them: past the bound they are shed (signals_total{result="shed"}) instead of piling up in
+	// memory while Redis is slow. QoS 1 and 2 messages are bounded by the broker's in-flight window
+	// instead, since each waits unacknowledged for its Redis write.
+	MaxQueuedQoS0 int
+	Logger        *zap.Logger
 }
+
+// maxQueuedQoS0Bytes bounds the payload bytes of the queued QoS 0 messages: a broker may accept payloads
+// of hundreds of MiB.
+const maxQueuedQoS0Bytes = 16 << 20
+
+// queuedAcked is the room for QoS 1 and 2 messages between paho and the workers. The broker's in-flight
+// window (mosquitto max_inflight_messages; the docs advise about 1000) keeps it from filling; only a
+// broker without a window fills it, and then paho's reader waits for room.
+const queuedAcked = 4096
 
 // MQTTSource subscribes to the fleet's topics with a persistent session and QoS 1, and acknowledges each
 // message only when the chain says its deadline was written.
@@ -59,7 +75,12 @@ type MQTTSource struct {
 	chain  *Chain
 	ctx    context.Context
 
-	incoming chan mqtt.Message
+	// acked and unacked hand messages from paho to the workers: QoS 1/2 and QoS 0. The handler never
+	// waits for the chain, so paho's reader keeps answering keep-alives while Redis is slow.
+	acked, unacked chan mqtt.Message
+	unackedBytes   atomic.Int64
+	lastShedLog    atomic.Int64 // Unix ns
+	warnedWindow   atomic.Bool
 }
 
 var _ Source = (*MQTTSource)(nil)
@@ -89,7 +110,11 @@ func NewMQTTSource(opts MQTTOptions) (*MQTTSource, error) {
 	if len(opts.Subscriptions) == 0 {
 		return nil, errors.New("ingest: mqtt needs at least one subscription")
 	}
-	s := &MQTTSource{opts: opts, health: newHealthState(), incoming: make(chan mqtt.Message)}
+	if opts.MaxQueuedQoS0 <= 0 {
+		opts.MaxQueuedQoS0 = 4096
+	}
+	s := &MQTTSource{opts: opts, health: newHealthState(), acked: make(chan mqtt.Message, queuedAcked),
+		unacked: make(chan mqtt.Message, opts.MaxQueuedQoS0)}
 	for _, sub := range opts.Subscriptions {
 		t, err := parseTemplate(sub)
 		if err != nil {
@@ -245,9 +270,10 @@ func (s *MQTTSource) clientOptions(chain *Chain) *mqtt.ClientOptions {
 		SetProtocolVersion(4).
 		// A message is acknowledged only after its deadline write: the chain calls Ack.
 		SetAutoAckDisabled(true).
-		// Each message goes to its own goroutine, so a chain blocked by backpressure does not stop
-		// paho's reader (keep-alives keep flowing); the broker's in-flight window bounds the goroutines.
-		SetOrderMatters(false).
+		// Messages reach the handler one at a time, on paho's own goroutine: no goroutine per message,
+		// which a QoS 0 flood would pile up without bound while Redis is slow. The handler only queues
+		// (or sheds), so it does not hold up paho's reader and its keep-alives.
+		SetOrderMatters(true).
 		// Set before Connect: a resumed session's backlog arrives right after CONNACK, before any
 		// subscription of this process exists, and would otherwise be dropped unacknowledged.
 		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { s.onMessage(chain, m) }).
@@ -308,27 +334,69 @@ func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
 		chain.discard(SourceMQTT, ResultRetained, m.Ack)
 		return
 	}
+	if m.Qos() == 0 {
+		s.queueUnacked(chain, m)
+		return
+	}
+	s.health.begin()
+	select {
+	case s.acked <- m:
+		return
+	default:
+	}
+	// Only a broker without an in-flight window gets here: waiting stops paho's reader, and with it the
+	// broker, until the chain takes messages again (keep-alives may then time out and reconnect).
+	if s.warnedWindow.CompareAndSwap(false, true) {
+		s.log.Warn("more unacknowledged QoS 1/2 messages than heartbeatd queues; set the broker's max_inflight_messages",
+			zap.Int("queued", queuedAcked))
+	}
 	s.mu.Lock()
 	ctx := s.ctx
 	s.mu.Unlock()
-	s.health.begin()
 	select {
-	case s.incoming <- m:
+	case s.acked <- m:
 	case <-ctx.Done():
 		s.health.done() // shutting down: unacknowledged, so the session delivers it again
 	}
 }
 
-// worker decodes and submits messages. paho runs each message in a fresh goroutine; handing it to a few
-// long-lived workers keeps the decoding off those small new stacks (measured: growing them cost more
-// than the hand-off).
+// queueUnacked queues a QoS 0 message for the workers, or sheds it when MaxQueuedQoS0 messages or
+// maxQueuedQoS0Bytes are already waiting.
+func (s *MQTTSource) queueUnacked(chain *Chain, m mqtt.Message) {
+	size := int64(len(m.Payload()))
+	if s.unackedBytes.Add(size) <= maxQueuedQoS0Bytes {
+		s.health.begin()
+		select {
+		case s.unacked <- m:
+			return
+		default:
+			s.health.done()
+		}
+	}
+	s.unackedBytes.Add(-size)
+	chain.discard(SourceMQTT, ResultShed, nil)
+	if now, last := time.Now().UnixNano(), s.lastShedLog.Load(); now-last >= int64(time.Minute) && s.lastShedLog.CompareAndSwap(last, now) {
+		s.log.Warn("shedding QoS 0 messages: more are waiting for Redis than the source queues (counted in heartbeatd_signals_total{result=\"shed\"})",
+			zap.Int("queued", s.opts.MaxQueuedQoS0))
+	}
+}
+
+// worker decodes and submits messages, those that wait for an acknowledgement first.
 func (s *MQTTSource) worker(ctx context.Context, chain *Chain) {
 	for {
 		var m mqtt.Message
 		select {
 		case <-ctx.Done():
 			return
-		case m = <-s.incoming:
+		case m = <-s.acked:
+		default:
+			select {
+			case <-ctx.Done():
+				return
+			case m = <-s.acked:
+			case m = <-s.unacked:
+				s.unackedBytes.Add(-int64(len(m.Payload())))
+			}
 		}
 		topic := m.Topic()
 		device, typ, _ := matchTopic(s.templates, topic)

@@ -1,10 +1,15 @@
 package ingest_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -239,4 +244,148 @@ func TestMQTTTLS(t *testing.T) {
 			require.Contains(t, err.Error(), "tls", "the error says what failed")
 		})
 	}
+}
+
+// TestMQTTQoS0FloodWhileRedisIsPausedStaysBounded publishes a QoS 0 flood while Redis refuses writes
+// (CLIENT PAUSE WRITE), so nothing the source takes in can be written. Nothing acknowledges QoS 0, so
+// the broker keeps sending: the source queues up to MaxQueuedQoS0 and sheds the rest, and the process's
+// memory stays bounded. QoS 1 signals sent once Redis writes again are all applied.
+func TestMQTTQoS0FloodWhileRedisIsPausedStaysBounded(t *testing.T) {
+	const flood, queued, batch, inFlight = 200_000, 1024, 64, 2
+	rdb := testenv.StartRedis(t).Client(t)
+	broker := testenv.StartMosquitto(t)
+	p := startPipeline(t, newStore(t, rdb), ingest.ChainOptions{Batch: batch, MaxInFlight: inFlight})
+	p.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", func(o *ingest.MQTTOptions) { o.MaxQueuedQoS0 = queued }))
+	pub := mqttClient(t, broker.Addr, "publisher", nil)
+	shed := func() float64 {
+		return counter(t, p.reg, "heartbeatd_signals_total", map[string]string{"source": "mqtt", "result": "shed"})
+	}
+
+	runtime.GC()
+	mem := startMemSampler(t)
+	require.NoError(t, rdb.Do(t.Context(), "CLIENT", "PAUSE", 60_000, "WRITE").Err())
+	unpaused := false
+	unpause := func() {
+		if !unpaused {
+			unpaused = true
+			require.NoError(t, rdb.Do(context.Background(), "CLIENT", "UNPAUSE").Err())
+		}
+	}
+	t.Cleanup(unpause)
+
+	start := time.Now()
+	var last mqtt.Token
+	for i := range flood {
+		last = pub.Publish(fmt.Sprintf("devices/flood-%03d/heartbeat", i%1000), 0, false, "")
+	}
+	require.True(t, last.WaitTimeout(20*time.Second), "flood published")
+	// What the source accepted is at most its QoS 0 queue, what the chain holds (its input, the batch it
+	// fills, the batches in flight) and one message per worker; everything else must have been shed.
+	held := queued + batch*(inFlight+2) + 4
+	require.Eventually(t, func() bool { return shed() >= float64(flood-held) }, 20*time.Second, 5*time.Millisecond,
+		"the flood is received and shed past the queue")
+	peakHeap, hwm := mem.stop()
+	t.Logf("QoS 0 flood of %d in %v with Redis paused: %.0f shed; peak heap+stacks growth %.1f MiB, peak RSS growth %.1f MiB",
+		flood, time.Since(start).Round(time.Millisecond), shed(), float64(peakHeap)/(1<<20), float64(hwm)/(1<<20))
+	require.Less(t, peakHeap, int64(200<<20), "heap and goroutine stacks stay bounded")
+	if hwm >= 0 {
+		require.Less(t, hwm, int64(200<<20), "resident memory stays bounded")
+	}
+	require.Zero(t, counter(t, p.reg, "heartbeatd_signals_total", map[string]string{"source": "mqtt", "result": "applied"}))
+
+	unpause()
+	ids := devices("after", 500)
+	toks := make([]mqtt.Token, len(ids))
+	for i, id := range ids {
+		toks[i] = pub.Publish(mqttTopic(id), 1, false, "")
+	}
+	for _, tok := range toks {
+		require.True(t, tok.WaitTimeout(20*time.Second))
+		require.NoError(t, tok.Error())
+	}
+	p.waitApplied(t, ids...)
+}
+
+// memSampler records the peak growth of the Go heap and goroutine stacks, and of the resident set.
+type memSampler struct {
+	stopped  chan struct{}
+	done     chan struct{}
+	base     int64
+	peak     atomic.Int64
+	rssBase  int64
+	rssReset bool
+}
+
+func startMemSampler(t *testing.T) *memSampler {
+	t.Helper()
+	s := &memSampler{stopped: make(chan struct{}), done: make(chan struct{})}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s.base = int64(ms.HeapInuse + ms.StackInuse)
+	// Writing 5 to clear_refs resets VmHWM to the current RSS (Linux ≥ 4.0), so VmHWM - VmRSS is this
+	// test's peak growth.
+	if os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil {
+		s.rssBase, s.rssReset = procStatus(t, "VmRSS"), true
+	}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if v := int64(ms.HeapInuse+ms.StackInuse) - s.base; v > s.peak.Load() {
+				s.peak.Store(v)
+			}
+			select {
+			case <-s.stopped:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.stopped:
+		default:
+			close(s.stopped)
+		}
+		<-s.done
+	})
+	return s
+}
+
+// stop returns the peak heap+stack growth and the peak RSS growth (-1 when /proc cannot tell).
+func (s *memSampler) stop() (heap, rss int64) {
+	close(s.stopped)
+	<-s.done
+	rss = -1
+	if s.rssReset {
+		if hwm, err := readProcStatus("VmHWM"); err == nil {
+			rss = hwm - s.rssBase
+		}
+	}
+	return s.peak.Load(), rss
+}
+
+func procStatus(t *testing.T, field string) int64 {
+	t.Helper()
+	v, err := readProcStatus(field)
+	require.NoError(t, err)
+	return v
+}
+
+// readProcStatus reads a "kB" field of /proc/self/status, in bytes.
+func readProcStatus(field string) (int64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/self/status", field)
 }
