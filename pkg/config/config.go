@@ -179,7 +179,8 @@ type Detection struct {
 	GraceAfterOutage time.Duration `yaml:"grace_after_outage"`
 	// Lease is how long a claim may stay unacknowledged before it is delivered again.
 	Lease time.Duration `yaml:"lease"`
-	// MaxPublishAttempts: a claim that failed to publish this often is parked in the dead set.
+	// MaxPublishAttempts: a claim whose events Kafka refused for their content this often in a row is
+	// parked in the dead set. Kafka being down or slow never parks a claim: it is retried until it passes.
 	MaxPublishAttempts int `yaml:"max_publish_attempts"`
 	// Stall: a pause of heartbeatd itself (process stop, GC, VM freeze, clock jump) longer than this is
 	// a blind window of its own.
