@@ -189,7 +189,8 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		Logger:   log,
 		OnChange: func(active bool) { d.metrics.HoldBack.Set(b2f(active)) }})
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Sink: d.publisher, Policies: d.policies.Load,
-		Silences: d.silences, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Logger: log, Metrics: d.metrics})
+		Silences: d.silences, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Logger: log,
+		Metrics: d.metrics})
 
 	coord.Subscribe(d.applyTypes)
 
@@ -227,7 +228,7 @@ func (d *daemon) buildSources() error {
 		for i, s := range in.MQTT.Subscriptions {
 			subs[i] = ingest.Subscription{Topic: s.Topic, SharedGroup: s.SharedGroup}
 		}
-		src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: in.MQTT.Brokers, ClientID: in.MQTT.ClientID,
+		src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: in.MQTT.Brokers, ClientID: d.cfg.MQTTClientID(),
 			Username: in.MQTT.Username, Password: in.MQTT.Password, TLS: tlsCfg, QoS: byte(in.MQTT.QoS),
 			Subscriptions: subs, DrainTimeout: drain, Logger: d.log})
 		if err != nil {
@@ -394,6 +395,7 @@ func (d *daemon) run(ctx context.Context) error {
 	lc.add("hold-back", d.holdBack.Run)
 	lc.add("scanner wake-ups", func(ctx context.Context) error { return d.forwardWakeUps(ctx, wake) })
 	lc.add("scanner", scanner.Run)
+	lc.add("dormant sweep", deadline.NewSweeper(deadline.SweeperOptions{Store: d.store, Slots: d.ownership.Slots, Logger: d.log}).Run)
 	lc.add("ingest chain", d.chain.Run)
 	for _, src := range d.sources {
 		lc.add("ingest "+src.Name(), func(ctx context.Context) error { return src.Run(ctx, d.chain) })
