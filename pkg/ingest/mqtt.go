@@ -293,29 +293,52 @@ func (s *MQTTSource) clientOptions(chain *Chain) *mqtt.ClientOptions {
 }
 
 // onConnect (re-)subscribes on every connection: the session normally keeps the subscriptions, but a
-// broker that lost its state (restart without persistence) would otherwise deliver nothing.
+// broker that lost its state (restart without persistence) would otherwise deliver nothing. A refused or
+// failed SUBSCRIBE is retried with backoff on the same connection (an ACL fixed later, a broker busy);
+// meanwhile the source reports disconnected, which holds detection back. A lost connection ends the
+// retries: paho reconnects and calls onConnect again.
 func (s *MQTTSource) onConnect(chain *Chain, c mqtt.Client) {
+	s.mu.Lock()
+	ctx := s.ctx
+	s.mu.Unlock()
+	err := loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: s.opts.MaxReconnectInterval},
+		Permanent: func(error) bool { return !c.IsConnectionOpen() },
+		OnError: func(err error, failures int, retryIn time.Duration) {
+			if failures%10 == 1 {
+				s.log.Error("mqtt subscribe failed; retrying", zap.Int("attempt", failures), zap.Duration("retry_in", retryIn), zap.Error(err))
+			}
+		}},
+		func(context.Context) error { return s.subscribe(c) })
+	if err != nil {
+		return
+	}
+	s.setConnected(chain, true)
+	s.log.Info("mqtt connected and subscribed", zap.Strings("filters", s.Filters()))
+}
+
+// subscribe asks for every filter once; the error names the filters the broker refused.
+func (s *MQTTSource) subscribe(c mqtt.Client) error {
 	filters := make(map[string]byte, len(s.templates))
 	for _, t := range s.templates {
 		filters[t.filter] = s.opts.QoS
 	}
 	tok := c.SubscribeMultiple(filters, nil) // nil: everything goes to the default handler
 	if !tok.WaitTimeout(s.opts.ConnectTimeout) {
-		s.log.Error("mqtt subscribe timed out", zap.Strings("filters", s.Filters()))
-		return
+		return fmt.Errorf("ingest: mqtt subscribe timed out after %s", s.opts.ConnectTimeout)
 	}
 	if err := tok.Error(); err != nil {
-		s.log.Error("mqtt subscribe failed", zap.Error(err))
-		return
+		return fmt.Errorf("ingest: mqtt subscribe: %w", err)
 	}
+	var refused []string
 	for filter, code := range tok.(*mqtt.SubscribeToken).Result() {
 		if code == 0x80 {
-			s.log.Error("mqtt subscription refused by the broker (check its ACL)", zap.String("filter", filter))
-			return
+			refused = append(refused, filter)
 		}
 	}
-	s.setConnected(chain, true)
-	s.log.Info("mqtt connected and subscribed", zap.Strings("filters", s.Filters()))
+	if len(refused) > 0 {
+		return fmt.Errorf("ingest: mqtt subscription refused by the broker (check its ACL): %s", strings.Join(refused, ", "))
+	}
+	return nil
 }
 
 // setConnected moves the gauge before the health, so whoever sees the health change (hold-back, a test)
