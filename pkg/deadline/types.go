@@ -2,6 +2,7 @@ package deadline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -202,3 +203,112 @@ func (t typeTable) render(format func(time.Duration) string) string {
 
 // millis renders a duration in ms, as the refresh script reads timeouts.
 func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// Late reports, aligned with signals, which are late: their deadline — Seen plus the timeout of their
+// type (the signal's, else the one recorded for the device, else the default) — is not after now, so
+// they prove nothing about now (SPEC §4). Written, such a signal would put an already due deadline back,
+// and an interrupted device would report `recovered` and a new `interrupted` at once. The reply is nil
+// when none is late. Only an untyped signal older than the shortest timeout and younger than the
+// longest costs a read: one round trip for the batch, for the types recorded.
+func (s *Store) Late(ctx context.Context, signals []Signal) ([]bool, error) {
+	now := s.now().UnixMilli()
+	table := s.types.byIndex(s.timeout)
+	shortest, longest := table[0], table[0]
+	for _, d := range table {
+		shortest, longest = min(shortest, d), max(longest, d)
+	}
+	var late []bool
+	mark := func(i int) {
+		if late == nil {
+			late = make([]bool, len(signals))
+		}
+		late[i] = true
+	}
+	var untyped []int
+	for i, sig := range signals {
+		age := time.Duration(now-sig.Seen.UnixMilli()) * time.Millisecond
+		switch {
+		case age < shortest:
+		case sig.Type != "":
+			t, err := s.types.index(ctx, sig.Type)
+			if err != nil {
+				return nil, err
+			}
+			name := sig.Type
+			if t == 0 {
+				name = DefaultType
+			}
+			if age >= AsStored(s.timeout(name)) {
+				mark(i)
+			}
+		case age >= longest:
+			mark(i)
+		default:
+			untyped = append(untyped, i)
+		}
+	}
+	if len(untyped) == 0 {
+		return late, nil
+	}
+	devices := make([]string, len(untyped))
+	for j, i := range untyped {
+		devices[j] = signals[i].Device
+	}
+	types, err := s.recordedTypeIndexes(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range untyped {
+		if now-signals[i].Seen.UnixMilli() >= table.of(types[j]).Milliseconds() {
+			mark(i)
+		}
+	}
+	return late, nil
+}
+
+// recordedTypeIndexes reads, in one round trip, the type index each device's next untyped signal would
+// be written with, as the refresh script finds it: its deadline score, else its open incident's state,
+// in its slot and, while a doubling settles, its old slot; 0 (default) for a device Redis does not know.
+func (s *Store) recordedTypeIndexes(ctx context.Context, devices []string) ([]int, error) {
+	l := s.Layout()
+	type reads struct {
+		score, oldScore *redis.FloatCmd
+		state, oldState *redis.StringCmd
+	}
+	pipe := s.rdb.Pipeline()
+	rs := make([]reads, len(devices))
+	for i, dev := range devices {
+		slot := Slot(dev, l.Slots)
+		rs[i].score = pipe.ZScore(ctx, s.keys.Deadlines(slot), dev)
+		rs[i].state = pipe.HGet(ctx, s.keys.State(slot), dev)
+		if old, moved := l.oldSlot(dev); moved {
+			rs[i].oldScore = pipe.ZScore(ctx, s.keys.Deadlines(old), dev)
+			rs[i].oldState = pipe.HGet(ctx, s.keys.State(old), dev)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("deadline: read recorded types: %w", err)
+	}
+	out := make([]int, len(devices))
+	for i, r := range rs {
+		for _, c := range []struct {
+			score *redis.FloatCmd
+			state *redis.StringCmd
+		}{{r.score, r.state}, {r.oldScore, r.oldState}} {
+			if c.score == nil {
+				continue
+			}
+			if v, err := c.score.Result(); err == nil {
+				_, out[i] = scoreDeadline(v)
+				break
+			}
+			if v, err := c.state.Result(); err == nil {
+				if st, err := DecodeState(v); err == nil {
+					out[i] = st.TypeIndex
+					break
+				}
+			}
+		}
+	}
+	return out, nil
+}

@@ -169,3 +169,67 @@ func TestFullRegistryFallsBackToDefault(t *testing.T) {
 	require.True(t, found)
 	require.Equal(t, deadline.DefaultType, d.Type)
 }
+
+// TestLate: a signal is late when its deadline under its type — the signal's, else the one recorded for
+// the device (deadline or open incident), else default — is not after now.
+func TestLate(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		claimOne(t, f, "inc") // an open incident of a gateway
+		f.refresh(t,
+			deadline.Signal{Device: "g", Type: "gateway", Seen: f.clock.Now()},
+			deadline.Signal{Device: "s", Type: "sensor", Seen: f.clock.Now()},
+			deadline.Signal{Device: "d", Seen: f.clock.Now()})
+		f.clock.Advance(45 * time.Second)
+		ago := func(d time.Duration) time.Time { return f.clock.Now().Add(-d) }
+		cases := []struct {
+			sig  deadline.Signal
+			late bool
+		}{
+			{deadline.Signal{Device: "g", Seen: ago(40 * time.Second)}, true},    // recorded gateway: 30s
+			{deadline.Signal{Device: "g", Seen: ago(20 * time.Second)}, false},   //
+			{deadline.Signal{Device: "s", Seen: ago(40 * time.Second)}, false},   // recorded sensor: 10m
+			{deadline.Signal{Device: "d", Seen: ago(60 * time.Second)}, true},    // recorded default: 60s, exactly due
+			{deadline.Signal{Device: "inc", Seen: ago(35 * time.Second)}, true},  // the incident's gateway
+			{deadline.Signal{Device: "new", Seen: ago(61 * time.Second)}, true},  // unknown device: default
+			{deadline.Signal{Device: "new", Seen: ago(59 * time.Second)}, false}, //
+			{deadline.Signal{Device: "x", Seen: ago(time.Second)}, false},        // younger than every timeout
+			{deadline.Signal{Device: "x", Seen: ago(11 * time.Minute)}, true},    // older than every timeout
+			{deadline.Signal{Device: "x", Type: "gateway", Seen: ago(31 * time.Second)}, true},
+			{deadline.Signal{Device: "x", Type: "sensor", Seen: ago(31 * time.Second)}, false},
+			{deadline.Signal{Device: "x", Type: "invented", Seen: ago(61 * time.Second)}, true}, // unconfigured: default
+			{deadline.Signal{Device: "s", Type: "gateway", Seen: ago(40 * time.Second)}, true},  // the signal's type wins
+		}
+		sigs := make([]deadline.Signal, len(cases))
+		want := make([]bool, len(cases))
+		for i, c := range cases {
+			sigs[i], want[i] = c.sig, c.late
+		}
+		got, err := f.store.Late(ctx, sigs)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+
+		got, err = f.store.Late(ctx, []deadline.Signal{{Device: "g", Seen: ago(time.Second)}, {Device: "s", Seen: ago(time.Minute)}})
+		require.NoError(t, err)
+		require.Nil(t, got, "none late")
+	})
+}
+
+// TestLateFindsTheTypeInTheOldSlot: while a doubling settles, a moved device's type is still recorded in
+// its old slot.
+func TestLateFindsTheTypeInTheOldSlot(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		dev := "moved-0"
+		for i := 0; deadline.Slot(dev, 16) == deadline.Slot(dev, 8); i++ {
+			dev = fmt.Sprint("moved-", i)
+		}
+		f.refresh(t, deadline.Signal{Device: dev, Type: "gateway", Seen: f.clock.Now()})
+		_, err := f.store.DoubleSlots(ctx)
+		require.NoError(t, err)
+		f.clock.Advance(45 * time.Second)
+		late, err := f.store.Late(ctx, []deadline.Signal{{Device: dev, Seen: f.clock.Now().Add(-40 * time.Second)}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, late, "gateway (30s), read from slot %d", deadline.Slot(dev, 8))
+	})
+}

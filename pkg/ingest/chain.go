@@ -92,12 +92,16 @@ type ackItem struct {
 	ack       func()
 	src       *sourceMetrics
 	coalesced bool
+	sig       int // index of its signal in batch.sigs (not coalesced)
 }
 
 type batch struct {
 	seq   uint64
 	sigs  []deadline.Signal
 	items []ackItem
+	// late marks the signals not written because they were late (nil: none); write is the rest.
+	late  []bool
+	write []deadline.Signal
 }
 
 // NewChain builds a chain writing to refresher and sending dead letters to deadLetters (nil: bad input
@@ -316,8 +320,8 @@ func (c *Chain) batcher(ctx context.Context) {
 			cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, coalesced: true})
 			return
 		}
+		cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, sig: len(cur.sigs)})
 		cur.sigs = append(cur.sigs, it.sig)
-		cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src})
 	}
 	dispatch := func() bool {
 		linger.Stop()
@@ -403,7 +407,7 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 	refresh := c.refresher.Refresh
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		err := refresh(ctx, b.sigs)
+		err := c.write(ctx, b, refresh)
 		c.m.refresh.Observe(time.Since(start).Seconds())
 		if err == nil {
 			c.writeFailure.Store(nil)
@@ -437,6 +441,40 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 	}
 }
 
+// lateRefresher is a Refresher that tells late signals apart (*deadline.Store): only it knows the type
+// recorded for a device whose signal names none, and so its timeout.
+type lateRefresher interface {
+	Late(ctx context.Context, signals []deadline.Signal) ([]bool, error)
+}
+
+// write refreshes the batch's signals except the late ones (SPEC §4): a signal whose deadline already
+// passed proves nothing about now, and written it would report a recovery and a new interruption at
+// once. It is acknowledged and counted as late, and moves nothing, last_seen included. Asked again at
+// every attempt: a batch held through an outage grows late.
+func (c *Chain) write(ctx context.Context, b *batch, refresh func(context.Context, []deadline.Signal) error) error {
+	sigs := b.sigs
+	if l, ok := c.refresher.(lateRefresher); ok {
+		late, err := l.Late(ctx, b.sigs)
+		if err != nil {
+			return err
+		}
+		b.late = late
+		if late != nil {
+			b.write = b.write[:0]
+			for i, sig := range b.sigs {
+				if !late[i] {
+					b.write = append(b.write, sig)
+				}
+			}
+			sigs = b.write
+		}
+	}
+	if len(sigs) == 0 {
+		return nil
+	}
+	return refresh(ctx, sigs)
+}
+
 // retryRefresher is a Refresher that knows a batch is sent again (*deadline.Store).
 type retryRefresher interface {
 	RefreshRetry(ctx context.Context, signals []deadline.Signal) error
@@ -468,9 +506,12 @@ func (c *Chain) complete(b *batch) {
 		c.ring[c.release%n] = nil
 		c.release++
 		for _, it := range r.items {
-			if it.coalesced {
+			switch {
+			case it.coalesced:
 				it.src.coalesced.Inc()
-			} else {
+			case r.late != nil && r.late[it.sig]:
+				it.src.late.Inc()
+			default:
 				it.src.applied.Inc()
 			}
 			if it.ack != nil {
@@ -479,7 +520,8 @@ func (c *Chain) complete(b *batch) {
 		}
 		clear(r.items)
 		clear(r.sigs)
-		r.sigs, r.items = r.sigs[:0], r.items[:0]
+		clear(r.write)
+		r.sigs, r.items, r.write, r.late = r.sigs[:0], r.items[:0], r.write[:0], nil
 		c.pool.Put(r)
 		c.inFlight.Add(-1)
 		<-c.tokens

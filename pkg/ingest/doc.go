@@ -27,7 +27,8 @@
 //   - ts: an RFC 3339 string, or a number (seconds below 1e11, else milliseconds), from 1970 to the year
 //     5138; a numeric string, a negative number or any other value is bad_ts. A ts more than
 //     max_clock_skew past the receive time is replaced by the receive time; an old ts is kept (the
-//     deadline just does not move back).
+//     deadline just does not move back). A signal whose deadline already passed is late (SPEC §4):
+//     acknowledged and counted, not written; it moves nothing, last_seen included (Chain.write).
 //   - A type name follows the device-id rules; one that does not, or a `type` that is not a string, is
 //     dead-lettered as invalid_type (a sixth reason beside SPEC §4's five). A valid name without a
 //     configured policy is written as the default type: only configured names reach Redis.

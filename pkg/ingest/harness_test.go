@@ -88,6 +88,16 @@ func (r *recorder) Refresh(ctx context.Context, sigs []deadline.Signal) error {
 	return nil
 }
 
+// Late asks the store which signals are late, so the chain leaves them out as it does in production.
+func (r *recorder) Late(ctx context.Context, sigs []deadline.Signal) ([]bool, error) {
+	if l, ok := r.next.(interface {
+		Late(context.Context, []deadline.Signal) ([]bool, error)
+	}); ok {
+		return l.Late(ctx, sigs)
+	}
+	return nil, nil
+}
+
 func (r *recorder) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

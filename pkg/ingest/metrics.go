@@ -15,6 +15,7 @@ const (
 	ResultDeadLetter = "deadletter" // bad input, sent to the dead-letter topic
 	ResultRetained   = "retained"   // an MQTT retained message: a replay of an old signal, not a live one
 	ResultShed       = "shed"       // an MQTT QoS 0 message dropped: too many were waiting for Redis
+	ResultLate       = "late"       // acknowledged unwritten: its deadline (ts + timeout) had already passed
 )
 
 type metrics struct {
@@ -33,14 +34,14 @@ type metrics struct {
 
 // sourceMetrics are one source's counters, resolved once so the hot path does no label lookups.
 type sourceMetrics struct {
-	applied, coalesced, deadLetter, retained, shed, clamped prometheus.Counter
+	applied, coalesced, deadLetter, retained, shed, late, clamped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "heartbeatd_signals_total",
-			Help: "Signals taken in, by source and result (applied, coalesced, deadletter, retained, shed).",
+			Help: "Signals taken in, by source and result (applied, coalesced, deadletter, retained, shed, late).",
 		}, []string{"source", "result"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "heartbeatd_deadletters_total",
@@ -108,6 +109,7 @@ func (m *metrics) source(name string) *sourceMetrics {
 			deadLetter: m.signals.WithLabelValues(name, ResultDeadLetter),
 			retained:   m.signals.WithLabelValues(name, ResultRetained),
 			shed:       m.signals.WithLabelValues(name, ResultShed),
+			late:       m.signals.WithLabelValues(name, ResultLate),
 			clamped:    m.clamped.WithLabelValues(name),
 		}
 		m.sources[name] = s

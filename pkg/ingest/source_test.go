@@ -38,7 +38,7 @@ func TestSourcesApplySignals(t *testing.T) {
 		p := startPipeline(t, newStore(t, rdb), ingest.ChainOptions{})
 		p.run(t, tr.source(t, "a"))
 
-		base := time.Now().Add(-time.Minute).Truncate(time.Second)
+		base := time.Now().Add(-10 * time.Second).Truncate(time.Second) // old, but not late for any type
 		ms := func(d time.Duration) int64 { return base.Add(d).UnixMilli() }
 		before := time.Now().Truncate(time.Millisecond)
 		tr.send(t,
