@@ -3,6 +3,7 @@ package alarm
 import (
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -351,15 +352,25 @@ func (h *HoldBack) Degraded() bool {
 }
 
 func (h *HoldBack) degradedLocked(now time.Time) bool {
-	m := h.opts.MaxHoldBack
-	for _, ws := range [][]Window{h.local, h.remote} {
-		for _, w := range ws {
-			if w.Live(now) && w.Expired(now, m) {
-				return true
-			}
+	for w := range h.liveLocked(now) {
+		if w.Expired(now, h.opts.MaxHoldBack) {
+			return true
 		}
 	}
 	return !h.clockBad.IsZero() && !h.clockHoldsLocked(now)
+}
+
+// liveLocked yields every replica's windows that are open or in their grace at now.
+func (h *HoldBack) liveLocked(now time.Time) iter.Seq[Window] {
+	return func(yield func(Window) bool) {
+		for _, ws := range [][]Window{h.local, h.remote} {
+			for _, w := range ws {
+				if w.Live(now) && !yield(w) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // heldFor is how long the oldest live window has lasted (heartbeatd_hold_back_seconds).
@@ -368,12 +379,8 @@ func (h *HoldBack) heldFor() time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var d time.Duration
-	for _, ws := range [][]Window{h.local, h.remote} {
-		for _, w := range ws {
-			if w.Live(now) {
-				d = max(d, now.Sub(w.Opened))
-			}
-		}
+	for w := range h.liveLocked(now) {
+		d = max(d, now.Sub(w.Opened))
 	}
 	return d
 }
@@ -389,26 +396,21 @@ func (h *HoldBack) Status() HoldBackStatus {
 func (h *HoldBack) statusLocked(now time.Time) HoldBackStatus {
 	var st HoldBackStatus
 	open := false
-	for _, ws := range [][]Window{h.local, h.remote} {
-		for _, w := range ws {
-			if !w.Live(now) {
-				continue
-			}
-			st.Windows = append(st.Windows, w)
-			if !w.Holds(now, h.opts.MaxHoldBack) {
-				st.Degraded = true
-				continue
-			}
-			if !st.Active || w.From.Before(st.Since) {
-				st.Since, st.Reason = w.From, w.Reason
-				if w.Replica != h.opts.ReplicaID {
-					st.Reason += " (replica " + w.Replica + ")"
-				}
-			}
-			open = open || w.To.IsZero()
-			st.Until = maxTime(st.Until, w.Until())
-			st.Active = true
+	for w := range h.liveLocked(now) {
+		st.Windows = append(st.Windows, w)
+		if !w.Holds(now, h.opts.MaxHoldBack) {
+			st.Degraded = true
+			continue
 		}
+		if !st.Active || w.From.Before(st.Since) {
+			st.Since, st.Reason = w.From, w.Reason
+			if w.Replica != h.opts.ReplicaID {
+				st.Reason += " (replica " + w.Replica + ")"
+			}
+		}
+		open = open || w.To.IsZero()
+		st.Until = maxTime(st.Until, w.Until())
+		st.Active = true
 	}
 	if open {
 		st.Until = time.Time{}

@@ -199,8 +199,13 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusServiceUnavailable
 		}
 	}
-	if hb := a.HoldBack(); hb.Active {
+	if hb := a.HoldBack(); hb.Active || hb.Degraded {
 		body["hold_back"] = hb
+		if hb.Degraded {
+			// Still 200: a monitor that resumed reporting after max_hold_back is working, only without
+			// trusting silence; taking it out of service would silence it. The word and the metric say so.
+			body["status"] = "degraded"
+		}
 	}
 	writeJSON(w, status, body)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,12 +35,14 @@ type apiFixture struct {
 	now      time.Time
 	reloads  int
 	redisErr error
+	holdBack atomic.Pointer[alarm.HoldBackStatus] // what the API's HoldBack hook answers
 }
 
 func newAPIFixture(t testing.TB, token string) *apiFixture {
 	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
 	f := &apiFixture{rdb: rdb, now: time.Now().Truncate(time.Millisecond)}
+	f.holdBack.Store(&alarm.HoldBackStatus{Active: true, Since: f.now.Add(-time.Minute), Reason: "mqtt: disconnected"})
 	timeout := func(typ string) time.Duration {
 		if typ == "gateway" {
 			return 30 * time.Second
@@ -62,10 +65,8 @@ func newAPIFixture(t testing.TB, token string) *apiFixture {
 	f.health.refresh(context.Background())
 	h := NewAPI(APIOptions{
 		Store: store, Silences: f.silences,
-		HoldBack: func() alarm.HoldBackStatus {
-			return alarm.HoldBackStatus{Active: true, Since: f.now.Add(-time.Minute), Reason: "mqtt: disconnected"}
-		},
-		Health: f.health,
+		HoldBack: func() alarm.HoldBackStatus { return *f.holdBack.Load() },
+		Health:   f.health,
 		Reload: func() error {
 			f.reloads++
 			if f.reloads > 1 {
@@ -294,6 +295,21 @@ func TestAPIProbesReloadMetricsAndUnknownRoutes(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "ok", body["redis"])
 	require.Equal(t, true, body["hold_back"].(map[string]any)["active"], "a hold-back is shown, but does not make the process unready")
+	require.NotContains(t, body, "status")
+
+	// Past max_hold_back: detection runs degraded, and says so without leaving service.
+	f.holdBack.Store(&alarm.HoldBackStatus{Degraded: true, Windows: []alarm.Window{{ID: "ingest/mqtt", Replica: "r1",
+		Cause: alarm.CauseIngest, Scope: alarm.ScopeAll, From: f.now.Add(-time.Hour), Opened: f.now.Add(-time.Hour), Reason: "mqtt: disconnected"}}})
+	code, body = f.call(t, "GET", "/readyz", "", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "degraded", body["status"])
+	hb := body["hold_back"].(map[string]any)
+	require.Equal(t, true, hb["degraded"])
+	require.Equal(t, "ingest", hb["windows"].([]any)[0].(map[string]any)["cause"], "the windows are named")
+	f.holdBack.Store(&alarm.HoldBackStatus{})
+	code, body = f.call(t, "GET", "/readyz", "", "")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, "hold_back")
 
 	f.redisErr = errors.New("dial tcp 127.0.0.1:6379: connection refused")
 	code, body = f.call(t, "GET", "/readyz", "", "")

@@ -87,6 +87,9 @@ func Run(ctx context.Context, opts Options) error {
 	for _, w := range cfg.Warnings() {
 		log.Warn("insecure setting", zap.String("component", "config"), zap.String("key", w.Key), zap.String("why", w.Message))
 	}
+	for _, w := range cfg.Deprecations() {
+		log.Warn("deprecated setting", zap.String("component", "config"), zap.String("key", w.Key), zap.String("why", w.Message))
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -107,6 +110,7 @@ type daemon struct {
 	policies atomic.Pointer[config.Policies]
 
 	rdb       redis.UniversalClient
+	clock     *alarm.Clock
 	store     *deadline.Store
 	publisher *kafka.Publisher
 	silences  *alarm.Silences
@@ -139,8 +143,10 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
 		TLSConfig: redisTLS, PoolSize: cfg.Redis.PoolSize,
 	})
+	// Every time below is on the clock the replicas share: local time corrected by its offset from Redis.
+	d.clock = alarm.NewClock(alarm.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: log, Registerer: reg})
 	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout,
-		RepeatEvery: d.repeatEvery})
+		RepeatEvery: d.repeatEvery, Now: d.clock.Now})
 	if err != nil {
 		return fail(err)
 	}
@@ -164,15 +170,16 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	d.metrics = alarm.NewMetrics(reg)
 	d.slotsOwned = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "slots_owned", Help: "Slots this replica scans."})
 	reg.MustRegister(d.slotsOwned)
-	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Logger: log})
+	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Now: d.clock.Now, Logger: log})
 	pol := d.policies.Load()
 	d.ownership = deadline.NewOwnership(d.store, deadline.OwnershipOptions{ReplicaID: replica, Heartbeat: cfg.Cluster.ReplicaHeartbeat,
-		SlotLease: cfg.Cluster.SlotLease, RetireAfter: pol.LongestTimeout() + pol.LongestCycle(), Logger: log})
+		SlotLease: cfg.Cluster.SlotLease, RetireAfter: pol.LongestTimeout() + pol.LongestCycle(), Logger: log,
+		Now: d.clock.Now, Eligible: func() bool { return d.holdBack.Scans() }})
 
 	d.chain, err = ingest.NewChain(d.store, d.publisher, ingest.ChainOptions{MaxClockSkew: cfg.Ingest.MaxClockSkew,
 		Coalesce: cfg.Ingest.Coalesce, Batch: cfg.Ingest.Batch, Linger: cfg.Ingest.Linger, MaxInFlight: cfg.Ingest.MaxInFlight,
 		KnownType: func(name string) bool { _, ok := d.policies.Load().Lookup(name); return ok },
-		Logger:    log, Registerer: reg})
+		Now:       d.clock.Now, Logger: log, Registerer: reg})
 	if err != nil {
 		return fail(err)
 	}
@@ -185,12 +192,14 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		probes = append(probes, alarm.Probe{Name: src.Name(), Trouble: trouble})
 	}
 	d.holdBack = alarm.NewHoldBack(alarm.HoldBackOptions{Client: d.rdb, Keys: d.store.Keys(), ReplicaID: replica, Probes: probes,
-		Grace:    func() time.Duration { return d.coord.Current().GraceAfterOutage() },
-		Logger:   log,
+		Grace:       func() time.Duration { return d.coord.Current().GraceAfterOutage() },
+		MaxHoldBack: cfg.Detection.MaxHoldBack, Stall: cfg.Detection.Stall, ClockCheck: d.clock.Check, Now: d.clock.Now,
+		Logger: log, Registerer: reg,
 		OnChange: func(active bool) { d.metrics.HoldBack.Set(b2f(active)) }})
-	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Sink: d.publisher, Policies: d.policies.Load,
-		Silences: d.silences, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Logger: log,
-		Metrics: d.metrics})
+	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load,
+		Sink:     alarm.DegradedSink(d.publisher, d.holdBack.Degraded),
+		Silences: d.silences, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,
+		Logger: log, Metrics: d.metrics})
 
 	coord.Subscribe(d.applyTypes)
 
@@ -202,7 +211,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	d.server = &http.Server{
 		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health,
 			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Token: cfg.HTTP.Token,
-			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Logger: log}),
+			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      60 * time.Second, // by_type stats scan every device
@@ -288,22 +297,30 @@ func (d *daemon) trouble(src ingest.Source, now time.Time) (since time.Time, why
 	h := src.Health()
 	switch {
 	case !h.Connected:
-		return h.Since, "disconnected"
+		return d.shared(h.Since), "disconnected"
 	case h.Lag > d.cfg.Ingest.MaxLag:
 		return now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
 	}
 	return time.Time{}, ""
 }
 
+// shared reads a source's local-clock time on the clock the blind windows use.
+func (d *daemon) shared(local time.Time) time.Time {
+	if d.clock == nil {
+		return local
+	}
+	return d.clock.Shared(local)
+}
+
 // ready checks every dependency /readyz reports on.
 func (d *daemon) ready(ctx context.Context) map[string]error {
-	out := map[string]error{"redis": d.store.Ping(ctx), "events": d.publisher.Ready(ctx)}
+	out := map[string]error{"redis": d.store.Ping(ctx), "events": d.publisher.Ready(ctx), "clock": d.clock.Check()}
 	if f := d.chain.WriteFailure(); f != nil && out["redis"] == nil {
 		out["redis"] = fmt.Errorf("refusing deadline writes since %s: %w", f.Since.UTC().Format(time.RFC3339), f.Err)
 	}
 	for _, src := range d.sources {
 		out[src.Name()] = nil
-		if since, why := d.trouble(src, time.Now()); why != "" {
+		if since, why := d.trouble(src, d.clock.Now()); why != "" {
 			out[src.Name()] = fmt.Errorf("%s since %s", why, since.UTC().Format(time.RFC3339))
 		}
 	}
@@ -340,6 +357,10 @@ func (d *daemon) prepareOnce(ctx context.Context) error {
 	if err := d.silences.Load(ctx); err != nil {
 		return err
 	}
+	// The offset first: the hold-back's first windows and alive mark are on the shared clock.
+	if err := d.clock.Measure(ctx); err != nil {
+		return err
+	}
 	return d.holdBack.Start(ctx)
 }
 
@@ -373,7 +394,7 @@ func (d *daemon) run(ctx context.Context) error {
 
 	wake := make(chan struct{}, 1)
 	scanner := deadline.NewScanner(deadline.ScannerOptions{Store: d.store, Slots: d.ownership.Slots, Handle: d.handler.Handle,
-		Watermark: d.holdBack.Watermark, MaxIdleWait: d.cfg.Detection.MaxIdleWait, Lease: d.cfg.Detection.Lease,
+		Watermark: d.holdBack.Watermark, Now: d.clock.Now, MaxIdleWait: d.cfg.Detection.MaxIdleWait, Lease: d.cfg.Detection.Lease,
 		Batch: d.cfg.Detection.Batch, Concurrency: d.cfg.Detection.Scanners, Logger: d.log, Wake: wake})
 
 	lc := &lifecycle{log: d.log}
@@ -392,6 +413,7 @@ func (d *daemon) run(ctx context.Context) error {
 	lc.add("device counts", func(ctx context.Context) error { return d.metrics.RunCounts(ctx, d.store, 5*time.Second, d.log) })
 	lc.add("config reloads", d.reloads)
 	lc.add("ownership", d.ownership.Run)
+	lc.add("clock", d.clock.Run)
 	lc.add("hold-back", d.holdBack.Run)
 	lc.add("scanner wake-ups", func(ctx context.Context) error { return d.forwardWakeUps(ctx, wake) })
 	lc.add("scanner", scanner.Run)
