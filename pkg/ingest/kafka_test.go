@@ -200,9 +200,10 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 	}
 }
 
-// TestKafkaDeadLettersThroughPublisher sends bad input through the real event publisher to the
-// dead-letter topic.
-func TestKafkaDeadLettersThroughPublisher(t *testing.T) {
+// startDeadLetterPipeline runs a Kafka source and a chain whose dead letters go through the real event
+// publisher to heartbeat.deadletter on a kfake cluster of its own.
+func startDeadLetterPipeline(t *testing.T) (*testenv.Kafka, *recorder) {
+	t.Helper()
 	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalTopic, "heartbeat.events", "heartbeat.deadletter"}, Partitions: 1})
 	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: k.Addrs, Topic: "heartbeat.events", DeadLetterTopic: "heartbeat.deadletter"})
 	require.NoError(t, err)
@@ -221,7 +222,13 @@ func TestKafkaDeadLettersThroughPublisher(t *testing.T) {
 	sdone := make(chan struct{})
 	go func() { defer close(sdone); _ = src.Run(sctx, chain) }()
 	t.Cleanup(func() { scancel(); <-sdone })
+	return k, rec
+}
 
+// TestKafkaDeadLettersThroughPublisher sends bad input through the real event publisher to the
+// dead-letter topic.
+func TestKafkaDeadLettersThroughPublisher(t *testing.T) {
+	k, rec := startDeadLetterPipeline(t)
 	w := kafkaWriter(k.Addrs, nil, nil)
 	t.Cleanup(func() { _ = w.Close() })
 	require.NoError(t, w.WriteMessages(t.Context(),
@@ -245,24 +252,7 @@ func TestKafkaDeadLettersThroughPublisher(t *testing.T) {
 // records. Its dead letter carries the key cut to MaxDeadLetterKey, so it fits in a Kafka message and
 // the dead letters written beside it arrive too; every valid signal is applied.
 func TestKafkaHugeKeyDoesNotTakeDeadLettersDown(t *testing.T) {
-	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalTopic, "heartbeat.events", "heartbeat.deadletter"}, Partitions: 1})
-	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: k.Addrs, Topic: "heartbeat.events", DeadLetterTopic: "heartbeat.deadletter"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	store := newStore(t, testenv.StartRedis(t).Client(t))
-	rec := newRecorder(store)
-	chain, err := ingest.NewChain(rec, pub, ingest.ChainOptions{})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = chain.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	src := kafkaSource(t, k.Addrs, nil, nil)
-	sctx, scancel := context.WithCancel(context.Background())
-	sdone := make(chan struct{})
-	go func() { defer close(sdone); _ = src.Run(sctx, chain) }()
-	t.Cleanup(func() { scancel(); <-sdone })
-
+	k, rec := startDeadLetterPipeline(t)
 	hugeKey := bytes.Repeat([]byte("k"), 1_000_000) // within the broker's 1 MiB batch limit, as a producer may send it
 	bigValue := bytes.Repeat([]byte("v"), 900_000)
 	msgs := []kafka.Message{
