@@ -357,8 +357,13 @@ func (d *daemon) prepareOnce(ctx context.Context) error {
 	if err := d.silences.Load(ctx); err != nil {
 		return err
 	}
-	// The offset first: the hold-back's first windows and alive mark are on the shared clock.
-	if err := d.clock.Measure(ctx); err != nil {
+	// The offset first: the hold-back's first windows and alive mark are on the shared clock. A Redis
+	// that refuses TIME (a renamed command) would never answer otherwise: start on the local clock, and
+	// the unmeasured offset keeps this replica from claiming (bounded by max_hold_back, then degraded).
+	var refused redis.Error
+	if err := d.clock.Measure(ctx); errors.As(err, &refused) {
+		d.log.Error("Redis refuses TIME: the clock offset cannot be measured", zap.Error(err))
+	} else if err != nil {
 		return err
 	}
 	return d.holdBack.Start(ctx)
