@@ -343,7 +343,7 @@ func (h *HoldBack) clockHoldsLocked(now time.Time) bool {
 }
 
 // Degraded reports whether detection runs although it cannot trust silence: a live window is past
-// MaxHoldBack, or this replica's clock has been off that long. The alarm handler marks its events then.
+// MaxHoldBack, or this replica's clock has been off that long. DegradedSink marks the events then.
 func (h *HoldBack) Degraded() bool {
 	now := h.opts.Now()
 	h.mu.Lock()
