@@ -87,12 +87,14 @@ func (c *Config) Redacted() *Config {
 		}
 	})
 	for i, b := range r.Ingest.MQTT.Brokers {
-		r.Ingest.MQTT.Brokers[i] = redactURL(b)
+		r.Ingest.MQTT.Brokers[i] = RedactURL(b)
 	}
 	return r
 }
 
-func redactURL(s string) string {
+// RedactURL shows a URL with the password of its user:password@ part replaced, for logs and errors; the
+// one redaction every package uses for broker URLs.
+func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		if strings.Contains(s, "@") {

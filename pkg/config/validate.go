@@ -228,17 +228,17 @@ func (c *Config) validateIngest(v *validator) {
 			key := fmt.Sprintf("ingest.mqtt.brokers[%d]", i)
 			u, err := url.Parse(b)
 			if err != nil || u.Host == "" {
-				v.add(key, "%q: want scheme://host:port", redactURL(b))
+				v.add(key, "%q: want scheme://host:port", RedactURL(b))
 				continue
 			}
 			switch {
 			case plaintextMQTT(u.Scheme):
 				if m.TLS.Enabled {
-					v.add(key, "%q is plaintext but ingest.mqtt.tls.enabled is true: use ssl://, mqtts:// or wss://", redactURL(b))
+					v.add(key, "%q is plaintext but ingest.mqtt.tls.enabled is true: use ssl://, mqtts:// or wss://", RedactURL(b))
 				}
 			case slices.Contains([]string{"ssl", "tls", "mqtts", "tcps", "wss"}, u.Scheme):
 			default:
-				v.add(key, "%q: scheme must be tcp, mqtt, ssl, tls, mqtts, tcps, ws or wss", redactURL(b))
+				v.add(key, "%q: scheme must be tcp, mqtt, ssl, tls, mqtts, tcps, ws or wss", RedactURL(b))
 			}
 		}
 		if len(m.Subscriptions) == 0 {
@@ -447,7 +447,7 @@ func (c *Config) Warnings() []Warning {
 				continue
 			}
 			warn(fmt.Sprintf("ingest.mqtt.brokers[%d]", i), "%q is plaintext: the MQTT password crosses the network in "+
-				"clear text (use ssl://, mqtts:// or wss://)", redactURL(b))
+				"clear text (use ssl://, mqtts:// or wss://)", RedactURL(b))
 		}
 	}
 	if k := c.Ingest.Kafka; k.Enabled {

@@ -100,7 +100,7 @@ func TestComposeDeployment(t *testing.T) {
 	err := Run(context.Background(), Options{ConfigPath: filepath.Join("..", "..", "configs", "compose.yaml"), Build: BuildInfo{Version: "test"},
 		Env: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Logger: zap.New(all), Reload: make(chan struct{})})
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "heartbeatd:xxxxx@127.0.0.1")
+	require.Contains(t, err.Error(), "heartbeatd:redacted@127.0.0.1")
 	require.Contains(t, err.Error(), "not Authorized")
 	require.NotContains(t, err.Error(), "wrong-pw-4711")
 	for _, e := range allLogs.All() {

@@ -113,7 +113,7 @@ func Dev(ctx context.Context, opts DevOptions) error {
 func Simulate(ctx context.Context, broker string, devices int) error {
 	log := consoleLogger(os.Stdout)
 	defer func() { _ = log.Sync() }()
-	log.Info("simulating a fleet", zap.String("broker", broker), zap.Int("devices", devices))
+	log.Info("simulating a fleet", zap.String("broker", config.RedactURL(broker)), zap.Int("devices", devices))
 	err := RunFleet(ctx, FleetOptions{Broker: broker, Devices: devices, Logger: log})
 	if ctx.Err() != nil {
 		return nil

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // Subscription is one MQTT topic template (config: ingest.mqtt.subscriptions).
@@ -93,12 +94,12 @@ func NewMQTTSource(opts MQTTOptions) (*MQTTSource, error) {
 	for _, b := range opts.Brokers {
 		u, err := url.Parse(b)
 		if err != nil || u.Host == "" {
-			return nil, fmt.Errorf("ingest: mqtt broker %q: want scheme://host:port", redactBroker(b))
+			return nil, fmt.Errorf("ingest: mqtt broker %q: want scheme://host:port", config.RedactURL(b))
 		}
 		switch u.Scheme {
 		case "tcp", "mqtt", "ssl", "tls", "mqtts", "tcps", "ws", "wss":
 		default:
-			return nil, fmt.Errorf("ingest: mqtt broker %q: unknown scheme %q", u.Redacted(), u.Scheme)
+			return nil, fmt.Errorf("ingest: mqtt broker %q: unknown scheme %q", config.RedactURL(b), u.Scheme)
 		}
 	}
 	if opts.ClientID == "" {
@@ -187,23 +188,10 @@ func (s *MQTTSource) Run(ctx context.Context, chain *Chain) error {
 	return nil
 }
 
-// redactBroker shows a broker URL with the password of its user:password@ part as "xxxxx", for errors
-// and logs.
-func redactBroker(b string) string {
-	u, err := url.Parse(b)
-	if err != nil {
-		if strings.Contains(b, "@") {
-			return "(unparsable URL with credentials)"
-		}
-		return b
-	}
-	return u.Redacted()
-}
-
 func redactBrokers(brokers []string) string {
 	out := make([]string, len(brokers))
 	for i, b := range brokers {
-		out[i] = redactBroker(b)
+		out[i] = config.RedactURL(b)
 	}
 	return strings.Join(out, ",")
 }
