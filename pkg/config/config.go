@@ -189,6 +189,9 @@ type Detection struct {
 	MaxHoldBack time.Duration `yaml:"max_hold_back"`
 	// MaxClockOffset: a replica whose clock is further than this from Redis TIME stops scanning.
 	MaxClockOffset time.Duration `yaml:"max_clock_offset"`
+	// WatchdogEvery is how often each replica publishes a watchdog event through the alarm path, so
+	// consumers and alert rules can tell a working pipeline from a silent one.
+	WatchdogEvery time.Duration `yaml:"watchdog_every"`
 	// LagThreshold is the deprecated name of ingest.max_lag, still read (Deprecations says so); nil
 	// when not written.
 	LagThreshold *time.Duration `yaml:"lag_threshold,omitempty"`
@@ -239,6 +242,7 @@ const (
 	DefaultStall               = time.Second
 	DefaultMaxHoldBack         = 10 * time.Minute
 	DefaultMaxClockOffset      = 250 * time.Millisecond
+	DefaultWatchdogEvery       = 30 * time.Second
 	DefaultReplicaHeartbeat    = time.Second
 	DefaultSlotLease           = 3 * time.Second
 	DefaultMaxBodyBytes        = 1 << 20
@@ -305,6 +309,7 @@ func Default() *Config {
 			Stall:              DefaultStall,
 			MaxHoldBack:        DefaultMaxHoldBack,
 			MaxClockOffset:     DefaultMaxClockOffset,
+			WatchdogEvery:      DefaultWatchdogEvery,
 		},
 		Cluster: Cluster{
 			ReplicaHeartbeat: DefaultReplicaHeartbeat,
