@@ -35,7 +35,7 @@ const (
 // other kinds, so a consumer built against an older package keeps working when a kind is added.
 func (k Kind) Valid() bool {
 	switch k {
-	case Interrupted, Alarm, Recovered, Exhausted:
+	case Interrupted, Alarm, Recovered, Exhausted, Watchdog:
 		return true
 	}
 	return false
