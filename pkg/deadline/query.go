@@ -215,28 +215,11 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 // CountByType counts online and interrupted devices per type. It scans every device (SCAN, never
 // blocking Redis), so it costs O(devices): callers cache it.
 func (s *Store) CountByType(ctx context.Context) (online, interrupted map[string]int64, err error) {
-	online, interrupted = map[string]int64{}, map[string]int64{}
-	for _, intr := range []bool{false, true} {
-		cursor := ""
-		for {
-			page, next, err := s.List(ctx, ListOptions{Interrupted: intr, Limit: 1000, Cursor: cursor})
-			if err != nil {
-				return nil, nil, err
-			}
-			for _, d := range page {
-				if intr {
-					interrupted[d.Type]++
-				} else {
-					online[d.Type]++
-				}
-			}
-			if next == "" {
-				break
-			}
-			cursor = next
-		}
+	slots := make([]int, s.Slots())
+	for i := range slots {
+		slots[i] = i
 	}
-	return online, interrupted, nil
+	return s.CountTypesIn(ctx, slots)
 }
 
 // CurrentDeadlines returns, for each claim, the device's deadline in the deadlines set now (zero when it

@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -46,6 +47,9 @@ type ScannerOptions struct {
 type Scanner struct {
 	opts ScannerOptions
 	log  *zap.Logger
+	// woke[i] is when claim loop i last completed a wake-up (local Unix ns): the watchdog's proof that
+	// every loop still claims.
+	woke []atomic.Int64
 }
 
 // NewScanner returns a scanner; Run starts it.
@@ -65,14 +69,31 @@ func NewScanner(opts ScannerOptions) *Scanner {
 	if opts.Lease <= 0 {
 		opts.Lease = config.DefaultLease
 	}
-	return &Scanner{opts: opts, log: opts.Logger.With(zap.String("component", "scanner"))}
+	return &Scanner{opts: opts, log: opts.Logger.With(zap.String("component", "scanner")),
+		woke: make([]atomic.Int64, max(opts.Concurrency, 1))}
+}
+
+// LastWakeUp is when the slowest claim loop last completed a wake-up (its claim round trip, and the
+// handling of what it claimed, succeeded), on the local clock; zero until every loop has completed one.
+func (s *Scanner) LastWakeUp() time.Time {
+	oldest := int64(0)
+	for i := range s.woke {
+		ns := s.woke[i].Load()
+		if ns == 0 {
+			return time.Time{}
+		}
+		if oldest == 0 || ns < oldest {
+			oldest = ns
+		}
+	}
+	return time.Unix(0, oldest)
 }
 
 // Run scans until ctx is done; it returns nil then.
 func (s *Scanner) Run(ctx context.Context) error {
 	n := max(s.opts.Concurrency, 1)
 	if n == 1 {
-		return s.loop(ctx, s.opts.Slots, s.opts.Wake)
+		return s.loop(ctx, 0, s.opts.Slots, s.opts.Wake)
 	}
 	var wg sync.WaitGroup
 	wakes := make([]chan struct{}, n)
@@ -82,7 +103,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = s.loop(ctx, share, wakes[i])
+			_ = s.loop(ctx, i, share, wakes[i])
 		}()
 	}
 	// Every loop must hear a wake-up (slots changed, hold-back ended), not just the first to read it.
@@ -113,8 +134,8 @@ func shareOf(slots []int, i, n int) []int {
 	return out
 }
 
-// loop claims over the slots slotsOf returns until ctx is done.
-func (s *Scanner) loop(ctx context.Context, slotsOf func() []int, wake <-chan struct{}) error {
+// loop claims over the slots slotsOf returns until ctx is done; it is claim loop i.
+func (s *Scanner) loop(ctx context.Context, i int, slotsOf func() []int, wake <-chan struct{}) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	backoff := loop.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
@@ -145,6 +166,7 @@ func (s *Scanner) loop(ctx context.Context, slotsOf func() []int, wake <-chan st
 			}
 			failing = false
 			backoff.Reset()
+			s.woke[i].Store(time.Now().UnixNano())
 		}
 		timer.Reset(wait)
 	}

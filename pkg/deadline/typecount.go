@@ -1,0 +1,69 @@
+package deadline
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// typeCountScan is the COUNT hint of each SCAN call of CountTypesIn: large enough that a slot of a big
+// fleet takes few round trips, small enough that no call holds Redis for long.
+const typeCountScan = 1000
+
+// CountTypesIn counts the online devices (deadlines set) and the open incidents of each type in slots.
+// It scans every device of those slots (ZSCAN and HSCAN, never blocking Redis), so it costs
+// O(devices in slots): callers cache it or run it seldom.
+func (s *Store) CountTypesIn(ctx context.Context, slots []int) (online, interrupted map[string]int64, err error) {
+	onlineIdx, interruptedIdx := map[int]int64{}, map[int]int64{}
+	for _, slot := range slots {
+		if err := s.scanSlot(ctx, slot, false, func(_, v string) {
+			score, _ := strconv.ParseFloat(v, 64)
+			_, idx := scoreDeadline(score)
+			onlineIdx[idx]++
+		}); err != nil {
+			return nil, nil, err
+		}
+		if err := s.scanSlot(ctx, slot, true, func(field, v string) {
+			if field == StateGuardField {
+				return
+			}
+			if st, err := DecodeState(v); err == nil {
+				interruptedIdx[st.TypeIndex]++
+			}
+		}); err != nil {
+			return nil, nil, err
+		}
+	}
+	named := func(byIdx map[int]int64) map[string]int64 {
+		out := make(map[string]int64, len(byIdx))
+		for idx, n := range byIdx {
+			out[s.types.name(ctx, idx)] += n
+		}
+		return out
+	}
+	return named(onlineIdx), named(interruptedIdx), nil
+}
+
+// scanSlot calls each for every member and score of slot's deadlines set, or every field and value of
+// its state hash (incidents).
+func (s *Store) scanSlot(ctx context.Context, slot int, incidents bool, each func(member, value string)) error {
+	var cur uint64
+	for {
+		var kv []string
+		var err error
+		if incidents {
+			kv, cur, err = s.rdb.HScan(ctx, s.keys.State(slot), cur, "", typeCountScan).Result()
+		} else {
+			kv, cur, err = s.rdb.ZScan(ctx, s.keys.Deadlines(slot), cur, "", typeCountScan).Result()
+		}
+		if err != nil {
+			return fmt.Errorf("deadline: count types in slot %d: %w", slot, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			each(kv[i], kv[i+1])
+		}
+		if cur == 0 {
+			return nil
+		}
+	}
+}
