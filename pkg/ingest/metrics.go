@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Bad input sent to the dead-letter topic, by reason.",
 		}, []string{"reason"}),
 		refresh: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "heartbeatd_refresh_seconds",
+			Name:    "heartbeatd_refresh_duration_seconds",
 			Help:    "Duration of one batched deadline refresh in Redis (every attempt).",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
@@ -115,4 +115,27 @@ func (m *metrics) source(name string) *sourceMetrics {
 		m.sources[name] = s
 	}
 	return s
+}
+
+// lagCollector is heartbeatd_ingest_lag_seconds: each source's Health().Lag, read at scrape time, so the
+// metric and the hold-back (which reads the same Health) never disagree.
+type lagCollector struct {
+	desc    *prometheus.Desc
+	sources []Source
+}
+
+// NewLagCollector returns the collector of heartbeatd_ingest_lag_seconds{source} for sources; the daemon
+// registers it once it built them.
+func NewLagCollector(sources []Source) prometheus.Collector {
+	return lagCollector{sources: sources, desc: prometheus.NewDesc("heartbeatd_ingest_lag_seconds",
+		"How far an ingest source is behind: the age of its oldest message not yet stored in Redis, or of a Kafka backlog being worked off; 0 when caught up.",
+		[]string{"source"}, nil)}
+}
+
+func (c lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c lagCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.sources {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, s.Health().Lag.Seconds(), s.Name())
+	}
 }
