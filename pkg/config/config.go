@@ -192,6 +192,9 @@ type Detection struct {
 	// WatchdogEvery is how often each replica publishes a watchdog event through the alarm path, so
 	// consumers and alert rules can tell a working pipeline from a silent one.
 	WatchdogEvery time.Duration `yaml:"watchdog_every"`
+	// SweepEvery is how often each slot's owner looks over its dormant incidents for a device that is
+	// back (deadline.Sweeper): the bound on how late a recovery whose probe was lost is reported.
+	SweepEvery time.Duration `yaml:"sweep_every"`
 	// LagThreshold is the deprecated name of ingest.max_lag, still read (Deprecations says so); nil
 	// when not written.
 	LagThreshold *time.Duration `yaml:"lag_threshold,omitempty"`
@@ -243,6 +246,7 @@ const (
 	DefaultMaxHoldBack         = 10 * time.Minute
 	DefaultMaxClockOffset      = 250 * time.Millisecond
 	DefaultWatchdogEvery       = 30 * time.Second
+	DefaultSweepEvery          = 30 * time.Second
 	DefaultReplicaHeartbeat    = time.Second
 	DefaultSlotLease           = 3 * time.Second
 	DefaultMaxBodyBytes        = 1 << 20
@@ -310,6 +314,7 @@ func Default() *Config {
 			MaxHoldBack:        DefaultMaxHoldBack,
 			MaxClockOffset:     DefaultMaxClockOffset,
 			WatchdogEvery:      DefaultWatchdogEvery,
+			SweepEvery:         DefaultSweepEvery,
 		},
 		Cluster: Cluster{
 			ReplicaHeartbeat: DefaultReplicaHeartbeat,
