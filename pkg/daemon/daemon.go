@@ -422,7 +422,8 @@ func (d *daemon) run(ctx context.Context) error {
 	lc.add("hold-back", d.holdBack.Run)
 	lc.add("scanner wake-ups", func(ctx context.Context) error { return d.forwardWakeUps(ctx, wake) })
 	lc.add("scanner", scanner.Run)
-	lc.add("dormant sweep", deadline.NewSweeper(deadline.SweeperOptions{Store: d.store, Slots: d.ownership.Slots, Logger: d.log}).Run)
+	lc.add("dormant sweep", deadline.NewSweeper(deadline.SweeperOptions{Store: d.store, Slots: d.ownership.Slots,
+		Every: d.cfg.Detection.SweepEvery, Logger: d.log}).Run)
 	lc.add("ingest chain", d.chain.Run)
 	for _, src := range d.sources {
 		lc.add("ingest "+src.Name(), func(ctx context.Context) error { return src.Run(ctx, d.chain) })
