@@ -35,6 +35,14 @@ type HoldBackOptions struct {
 	ReplicaID string
 	// Probes become this replica's ingest windows ("ingest/<name>"), opened and closed at every tick.
 	Probes []Probe
+	// Shares are the parts of the signals this replica reads alone (member.go), advertised with its alive
+	// mark; Incarnation tells this process from earlier ones of the same replica, so the others notice one
+	// that died and came back between two of their ticks. MemberLapse: a replica carrying shares whose
+	// last word is older than this is taken for dead (default max(Stall, 4×Interval)), and until it is,
+	// nothing later than that word plus MemberLapse is claimed.
+	Shares      []Share
+	Incarnation string
+	MemberLapse time.Duration
 	// Grace is how long a window keeps holding after it closed (detection.grace_after_outage, 0 = the
 	// longest type timeout, resolved by the caller); read whenever a window opens or closes, so a reload
 	// applies.
@@ -100,6 +108,8 @@ type HoldBack struct {
 	lastShared time.Time
 	clockBad   time.Time // since when ClockCheck fails; zero while it passes
 	clockErr   error
+	peers      map[string]entry       // the other replicas carrying shares, as last read
+	members    map[string]*deadMember // by window id: replica incarnations that died carrying shares
 
 	reportMu sync.Mutex // one report at a time, so OnChange sees the changes in order
 	reported HoldBackStatus
@@ -136,7 +146,11 @@ func NewHoldBack(opts HoldBackOptions) *HoldBack {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	h := &HoldBack{opts: opts, log: opts.Logger.With(zap.String("component", "holdback")), changed: make(chan struct{}, 1)}
+	if opts.MemberLapse <= 0 {
+		opts.MemberLapse = max(opts.Stall, 4*opts.Interval)
+	}
+	h := &HoldBack{opts: opts, log: opts.Logger.With(zap.String("component", "holdback")), changed: make(chan struct{}, 1),
+		members: map[string]*deadMember{}}
 	if opts.Stall > 0 {
 		h.stall = &stallDetector{threshold: opts.Stall, record: h.stalled}
 	}
@@ -153,13 +167,24 @@ func NewHoldBack(opts HoldBackOptions) *HoldBack {
 }
 
 // Start notices whether heartbeatd was down (the alive mark is stale) and, if so, records a window from
-// the mark to now; then it shares this replica's windows and reads everyone's, so the first claim
-// already honours them.
+// the mark to now, and whether this replica's previous process died carrying shares; then it shares
+// this replica's windows and reads everyone's, so the first claim already honours them.
 func (h *HoldBack) Start(ctx context.Context) error {
 	now := h.opts.Now()
-	mark, err := h.opts.Client.Get(ctx, h.opts.Keys.Alive()).Int64()
+	pipe := h.opts.Client.Pipeline()
+	alive := pipe.Get(ctx, h.opts.Keys.Alive())
+	own := pipe.HGet(ctx, h.opts.Keys.Windows(), h.opts.ReplicaID)
+	_, _ = pipe.Exec(ctx)
+	mark, err := alive.Int64()
 	if err != nil && err != redis.Nil {
 		return fmt.Errorf("alarm: read the service-alive mark: %w", err)
+	}
+	if prev, ok := decodeEntry(h.opts.ReplicaID, own.Val()); ok && prev.incarnation != h.opts.Incarnation {
+		// The previous process of this replica left its entry: it did not stop cleanly, and what it read
+		// alone may be lost. The first tick overwrites the entry, so only this process can tell.
+		h.mu.Lock()
+		h.memberDiedLocked(now, h.opts.ReplicaID, prev, "restarted")
+		h.mu.Unlock()
 	}
 	if last := time.UnixMilli(mark); err == nil && now.Sub(last) > h.opts.DownAfter {
 		h.log.Warn("heartbeatd was down: holding detection back", zap.Time("since", last), zap.Duration("down_for", now.Sub(last)),
@@ -326,6 +351,9 @@ func (h *HoldBack) Watermark(now time.Time) time.Time {
 	if stalled && now.Sub(stalledSince) < m {
 		wm = earliest(wm, stalledSince)
 	}
+	if floor := h.memberFloorLocked(); !floor.IsZero() {
+		wm = earliest(wm, floor)
+	}
 	return wm
 }
 
@@ -451,7 +479,7 @@ func (h *HoldBack) tick(ctx context.Context) error {
 
 	keys := h.opts.Keys
 	pipe := h.opts.Client.Pipeline()
-	pipe.HSet(ctx, keys.Windows(), h.opts.ReplicaID, encodeWindows(now, local))
+	pipe.HSet(ctx, keys.Windows(), h.opts.ReplicaID, encodeEntry(now, h.opts.Incarnation, h.opts.Shares, local))
 	pipe.HSet(ctx, keys.Health(), h.opts.ReplicaID, legacyOutage(now, local, h.opts.MaxHoldBack))
 	pipe.Set(ctx, keys.Alive(), now.UnixMilli(), 0)
 	shared := pipe.HGetAll(ctx, keys.Windows())
@@ -460,7 +488,7 @@ func (h *HoldBack) tick(ctx context.Context) error {
 		h.redisDown(now)
 		return fmt.Errorf("alarm: share the blind windows: %w", err)
 	}
-	remote, stale := h.readRemote(now, shared.Val(), legacy.Val())
+	remote, peers, stale := h.readRemote(now, shared.Val(), legacy.Val())
 	if len(stale) > 0 {
 		pipe := h.opts.Client.Pipeline()
 		pipe.HDel(ctx, keys.Windows(), stale...)
@@ -471,21 +499,27 @@ func (h *HoldBack) tick(ctx context.Context) error {
 	h.lastShared = now
 	h.closeLocked(windowRedis, now)
 	h.remote = remote
+	h.followMembersLocked(now, peers)
 	h.mu.Unlock()
 	h.report(now)
 	return nil
 }
 
-// readRemote turns the other replicas' entries into windows. A replica silent for longer than a few
-// intervals stopped without saying so: its windows end at its last word and keep their grace, and its
-// entry goes once none is live (or at once when it cannot be read).
-func (h *HoldBack) readRemote(now time.Time, shared, legacy map[string]string) (remote []Window, stale []string) {
+// readRemote turns the other replicas' entries into windows, and returns those that advertise shares. A
+// replica silent for longer than a few intervals stopped without saying so: its windows end at its last
+// word and keep their grace, and its entry goes once none is live (or at once when it cannot be read).
+func (h *HoldBack) readRemote(now time.Time, shared, legacy map[string]string) (remote []Window, peers map[string]entry, stale []string) {
 	staleAfter := 20*h.opts.Interval + h.opts.DownAfter
+	peers = map[string]entry{}
 	for replica, v := range shared {
 		if replica == h.opts.ReplicaID {
 			continue
 		}
-		at, ws, ok := decodeWindows(replica, v)
+		e, ok := decodeEntry(replica, v)
+		if ok && len(e.shares) > 0 {
+			peers[replica] = e
+		}
+		at, ws := e.at, e.windows
 		if ok && now.Sub(at) > staleAfter {
 			for i := range ws {
 				if ws[i].To.IsZero() || ws[i].To.After(at) {
@@ -514,7 +548,7 @@ func (h *HoldBack) readRemote(now time.Time, shared, legacy map[string]string) (
 				To: o.end, Opened: o.start, Grace: o.grace, Reason: o.reason})
 		}
 	}
-	return remote, stale
+	return remote, peers, stale
 }
 
 // redisDown opens (or keeps open) this replica's Redis window from the last time Redis took its windows:

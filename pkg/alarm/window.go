@@ -8,21 +8,23 @@ import (
 // Cause says why heartbeatd could not trust the absence of signals during a window.
 type Cause string
 
-// The causes this version records. Sources that learn of narrower blind spots (a Kafka partition being
-// rebalanced, a shared subscription's dead member) add their own.
+// The causes this version records.
 const (
-	CauseIngest Cause = "ingest" // a source of this replica disconnected, unsubscribed or lagging
+	CauseIngest Cause = "ingest" // a source of this replica disconnected, unsubscribed, lagging or rebalancing
 	CauseStall  Cause = "stall"  // heartbeatd itself paused: process stop, GC, VM freeze, clock jump
 	CauseDown   Cause = "down"   // heartbeatd was not running at all
 	CauseRedis  Cause = "redis"  // Redis refused this replica's writes, so no signal was stored
+	// CauseMember: a replica that alone read a share of the signals (its part of an MQTT shared
+	// subscription, its partitions of a Kafka consumer group) stopped without handing it over.
+	CauseMember Cause = "member"
 )
 
 // Scope is which devices a window blinds.
 //
 // Only ScopeAll exists: every window holds back every slot, because the scanner has one watermark for
-// all of them. A narrower scope (the slots a Kafka partition's devices hash to) is a later value of this
-// type together with a per-slot watermark; until then a source that knows its blind spot is narrower
-// still opens its window with ScopeAll, which errs on the side of holding back.
+// all of them. A Kafka partition does not map to slots: a record's key need not be its device id (a
+// gateway's key, or none with the id in the payload), and an MQTT shared subscription's share has no
+// partition at all; docs/scaling.md says what holding everything costs.
 type Scope string
 
 // ScopeAll blinds every device.
@@ -96,10 +98,19 @@ func (w Window) MarshalJSON() ([]byte, error) {
 }
 
 // sharedWindows is one replica's entry in the Windows hash: its windows as of At, all times on the shared
-// clock (Unix ms), so every replica reads them alike whatever its own clock says.
+// clock (Unix ms), so every replica reads them alike whatever its own clock says, and the shares it reads
+// alone with the incarnation of the process that reads them (member.go).
 type sharedWindows struct {
-	At      int64          `json:"at"`
-	Windows []sharedWindow `json:"windows"`
+	At          int64          `json:"at"`
+	Incarnation string         `json:"incarnation,omitempty"`
+	Shares      []sharedShare  `json:"shares,omitempty"`
+	Windows     []sharedWindow `json:"windows"`
+}
+
+type sharedShare struct {
+	Name    string `json:"name"`
+	Member  string `json:"member"`
+	Release int64  `json:"release_ms"`
 }
 
 type sharedWindow struct {
@@ -113,8 +124,19 @@ type sharedWindow struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-func encodeWindows(at time.Time, windows []Window) string {
-	s := sharedWindows{At: at.UnixMilli(), Windows: make([]sharedWindow, len(windows))}
+// entry is one replica's entry as read back.
+type entry struct {
+	at          time.Time
+	incarnation string
+	shares      []Share // Name, Member and Release; the callbacks stay with the replica that reads the share
+	windows     []Window
+}
+
+func encodeEntry(at time.Time, incarnation string, shares []Share, windows []Window) string {
+	s := sharedWindows{At: at.UnixMilli(), Incarnation: incarnation, Windows: make([]sharedWindow, len(windows))}
+	for _, sh := range shares {
+		s.Shares = append(s.Shares, sharedShare{Name: sh.Name, Member: sh.Member, Release: sh.Release.Milliseconds()})
+	}
 	for i, w := range windows {
 		s.Windows[i] = sharedWindow{ID: w.ID, Cause: w.Cause, Scope: w.Scope, From: w.From.UnixMilli(), To: ms(w.To),
 			Opened: w.Opened.UnixMilli(), Grace: w.Grace.Milliseconds(), Reason: w.Reason}
@@ -123,22 +145,25 @@ func encodeWindows(at time.Time, windows []Window) string {
 	return string(b)
 }
 
-// decodeWindows reads a replica's entry; ok is false for anything else (a corrupt or foreign value).
-func decodeWindows(replica, v string) (at time.Time, windows []Window, ok bool) {
+// decodeEntry reads a replica's entry; ok is false for anything else (a corrupt or foreign value).
+func decodeEntry(replica, v string) (e entry, ok bool) {
 	var s sharedWindows
 	if err := json.Unmarshal([]byte(v), &s); err != nil || s.At <= 0 {
-		return time.Time{}, nil, false
+		return entry{}, false
 	}
-	windows = make([]Window, 0, len(s.Windows))
+	e = entry{at: time.UnixMilli(s.At), incarnation: s.Incarnation, windows: make([]Window, 0, len(s.Windows))}
+	for _, sh := range s.Shares {
+		e.shares = append(e.shares, Share{Name: sh.Name, Member: sh.Member, Release: time.Duration(sh.Release) * time.Millisecond})
+	}
 	for _, w := range s.Windows {
 		scope := w.Scope
 		if scope == "" {
 			scope = ScopeAll
 		}
-		windows = append(windows, Window{ID: w.ID, Replica: replica, Cause: w.Cause, Scope: scope, From: fromMs(w.From),
+		e.windows = append(e.windows, Window{ID: w.ID, Replica: replica, Cause: w.Cause, Scope: scope, From: fromMs(w.From),
 			To: fromMs(w.To), Opened: fromMs(w.Opened), Grace: time.Duration(w.Grace) * time.Millisecond, Reason: w.Reason})
 	}
-	return time.UnixMilli(s.At), windows, true
+	return e, true
 }
 
 func ms(t time.Time) int64 {
