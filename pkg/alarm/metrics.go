@@ -2,6 +2,7 @@ package alarm
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,9 +19,11 @@ type Metrics struct {
 	Lateness        prometheus.Histogram   // interrupted: event time − deadline
 	ClaimsPending   prometheus.Gauge       // claims this replica holds, published but not yet acknowledged
 	DeadClaims      prometheus.Gauge       // parked claims over all slots
-	Devices         *prometheus.GaugeVec   // state: online, interrupted
+	Devices         *prometheus.GaugeVec   // state (online, interrupted), type: in this replica's slots
 	HoldBack        prometheus.Gauge       // 1 while detection is held back
 	PublishFailures prometheus.Counter
+	// WatchdogPublished is when Kafka last acknowledged this replica's watchdog event (Unix seconds).
+	WatchdogPublished prometheus.Gauge
 }
 
 // NewMetrics creates the series and registers them with reg (nil = not registered, for tests).
@@ -36,35 +39,113 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		DeadClaims: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "dead_claims",
 			Help: "Claims parked after too many publish failures (all slots); see /v1/stats."}),
 		Devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "devices",
-			Help: "Monitored devices by state (all slots)."}, []string{"state"}),
+			Help: "Monitored devices by state and type in the slots this replica owns (sum over replicas for the fleet), counted by a periodic scan."},
+			[]string{"state", "type"}),
 		HoldBack: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "hold_back",
 			Help: "1 while detection is held back because heartbeatd itself could not hear the fleet."}),
 		PublishFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "publish_failures_total",
 			Help: "Claims whose events could not be published (retried with backoff, parked after the limit)."}),
+		WatchdogPublished: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "watchdog_last_published_timestamp_seconds",
+			Help: "When Kafka last acknowledged this replica's watchdog event (Unix time); 0 before the first."}),
 	}
-	for _, k := range []event.Kind{event.Interrupted, event.Alarm, event.Recovered, event.Exhausted} {
+	for _, k := range []event.Kind{event.Interrupted, event.Alarm, event.Recovered, event.Exhausted, event.Watchdog} {
 		m.Events.WithLabelValues(string(k))
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Lateness, m.ClaimsPending, m.DeadClaims, m.Devices, m.HoldBack, m.PublishFailures)
+		reg.MustRegister(m.Events, m.Lateness, m.ClaimsPending, m.DeadClaims, m.Devices, m.HoldBack, m.PublishFailures,
+			m.WatchdogPublished)
 	}
 	return m
 }
 
-// RunCounts refreshes devices{state} and dead_claims from Redis every interval until ctx is done.
-// Counting is O(slots), so it is cheap at any fleet size.
-func (m *Metrics) RunCounts(ctx context.Context, store *deadline.Store, every time.Duration, log *zap.Logger) error {
-	loop.Every(ctx, loop.Options{Interval: every, Immediate: true, MaxBackoff: time.Minute,
+// CountsOptions configures RunCounts.
+type CountsOptions struct {
+	Store *deadline.Store
+	// Slots are the slots this replica owns: devices{state,type} counts only them, so the replicas share
+	// the scan and their series add up to the fleet.
+	Slots func() []int
+	// Types are the configured type names, shown at 0 where none of their devices are in Slots.
+	Types func() []string
+	// Every is how often dead_claims is counted, and the shortest time between two type scans
+	// (default 5s).
+	Every  time.Duration
+	Logger *zap.Logger
+}
+
+// typeScanShare bounds the time the per-type scan takes: the next starts no sooner than this many times
+// the last one's duration after it, so a fleet of any size keeps Redis busy with it ≤ 2% of the time per
+// replica (a 1M-device share taking 1s is counted every 50s; small fleets every Every).
+const typeScanShare = 50
+
+// RunCounts keeps dead_claims (all slots, O(slots), every Every) and devices{state,type} (this replica's
+// slots, a scan of their devices) current until ctx is done. A type scan runs at start, whenever the owned
+// slots or the types changed, and otherwise no sooner than typeScanShare times its last duration.
+func (m *Metrics) RunCounts(ctx context.Context, o CountsOptions) error {
+	if o.Every <= 0 {
+		o.Every = 5 * time.Second
+	}
+	if o.Types == nil {
+		o.Types = func() []string { return nil }
+	}
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log = log.With(zap.String("component", "counts"))
+	var (
+		scanned   bool
+		next      time.Time
+		lastSlots []int
+		types     []string
+		shown     = map[[2]string]bool{}
+	)
+	loop.Every(ctx, loop.Options{Interval: o.Every, Immediate: true, MaxBackoff: time.Minute,
 		OnError: func(err error, _ int, _ time.Duration) { log.Debug("counting devices failed", zap.Error(err)) }},
 		func(ctx context.Context) error {
-			c, err := store.Count(ctx)
+			c, err := o.Store.Count(ctx)
 			if err != nil {
 				return err
 			}
-			m.Devices.WithLabelValues("online").Set(float64(c.Online))
-			m.Devices.WithLabelValues("interrupted").Set(float64(c.Interrupted))
 			m.DeadClaims.Set(float64(c.Parked))
+			slots, names := slices.Sorted(slices.Values(o.Slots())), slices.Sorted(slices.Values(o.Types()))
+			if scanned && time.Now().Before(next) && slices.Equal(slots, lastSlots) && slices.Equal(names, types) {
+				return nil
+			}
+			start := time.Now()
+			online, interrupted, err := o.Store.CountTypesIn(ctx, slots)
+			if err != nil {
+				return err
+			}
+			took := time.Since(start)
+			scanned, next, lastSlots, types = true, start.Add(max(o.Every, typeScanShare*took)), slots, names
+			m.setDevices(shown, names, online, interrupted)
 			return nil
 		})
 	return nil
+}
+
+// setDevices shows the counts of one scan, zeros for configured types without devices, and removes the
+// series of types neither has any more (a type removed by reload), without a moment of missing series.
+func (m *Metrics) setDevices(shown map[[2]string]bool, types []string, online, interrupted map[string]int64) {
+	now := map[[2]string]bool{}
+	for state, counts := range map[string]map[string]int64{"online": online, "interrupted": interrupted} {
+		for _, t := range types {
+			if _, ok := counts[t]; !ok {
+				counts[t] = 0
+			}
+		}
+		for t, n := range counts {
+			m.Devices.WithLabelValues(state, t).Set(float64(n))
+			now[[2]string{state, t}] = true
+		}
+	}
+	for k := range shown {
+		if !now[k] {
+			m.Devices.DeleteLabelValues(k[0], k[1])
+			delete(shown, k)
+		}
+	}
+	for k := range now {
+		shown[k] = true
+	}
 }

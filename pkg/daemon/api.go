@@ -37,7 +37,10 @@ type APIOptions struct {
 	Silences Silences
 	HoldBack func() alarm.HoldBackStatus
 	// Health holds the last readiness checks; /readyz never runs a check itself.
-	Health      *Health
+	Health *Health
+	// Notes are conditions /readyz names without failing (name → why), such as a Redis that may evict
+	// deadlines; nil = none.
+	Notes       func() map[string]string
 	Reload      func() error
 	OwnedSlots  func() []int
 	Timeout     func(typeName string) time.Duration // for last_seen = deadline − timeout
@@ -197,6 +200,18 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			status = http.StatusServiceUnavailable
+		}
+	}
+	if a.Notes != nil {
+		if notes := a.Notes(); len(notes) > 0 {
+			shown := map[string]string{}
+			for name, why := range notes {
+				shown[name] = "see the log"
+				if detail {
+					shown[name] = why
+				}
+			}
+			body["notes"] = shown
 		}
 	}
 	if hb := a.HoldBack(); hb.Active || hb.Degraded {

@@ -123,6 +123,8 @@ type daemon struct {
 	listener  net.Listener
 	health    *Health
 	server    *http.Server
+	replica   string
+	eviction  *evictionGuard
 
 	slotsOwned prometheus.Gauge
 }
@@ -167,6 +169,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 
 	replica := cfg.Cluster.ReplicaIDOrDefault()
+	d.replica = replica
 	d.metrics = alarm.NewMetrics(reg)
 	d.slotsOwned = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "slots_owned", Help: "Slots this replica scans."})
 	reg.MustRegister(d.slotsOwned)
@@ -208,8 +211,10 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		return fail(fmt.Errorf("http.listen: %w", err))
 	}
 	d.health = NewHealth(d.ready, HealthOptions{Logger: log})
+	d.eviction = newEvictionGuard(d.rdb, log)
+	d.registerMetrics(reg)
 	d.server = &http.Server{
-		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health,
+		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health, Notes: d.eviction.notes,
 			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Token: cfg.HTTP.Token,
 			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -415,13 +420,21 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 	})
 	lc.add("silences", d.silences.Run)
-	lc.add("device counts", func(ctx context.Context) error { return d.metrics.RunCounts(ctx, d.store, 5*time.Second, d.log) })
+	lc.add("device counts", func(ctx context.Context) error {
+		return d.metrics.RunCounts(ctx, alarm.CountsOptions{Store: d.store, Slots: d.ownership.Slots,
+			Types: func() []string { return d.policies.Load().Names() }, Logger: d.log})
+	})
+	lc.add("redis eviction policy", d.eviction.run)
 	lc.add("config reloads", d.reloads)
 	lc.add("ownership", d.ownership.Run)
 	lc.add("clock", d.clock.Run)
 	lc.add("hold-back", d.holdBack.Run)
 	lc.add("scanner wake-ups", func(ctx context.Context) error { return d.forwardWakeUps(ctx, wake) })
 	lc.add("scanner", scanner.Run)
+	// After the scanner, so it stops first: a watchdog event must not outlive the path it vouches for.
+	lc.add("watchdog", alarm.NewWatchdog(alarm.WatchdogOptions{ReplicaID: d.replica, Every: d.cfg.Detection.WatchdogEvery,
+		Handler: d.handler, Alive: scanner.LastWakeUp, MaxQuiet: d.cfg.Detection.WatchdogEvery + d.cfg.Detection.MaxIdleWait,
+		Now: d.clock.Now, Logger: d.log}).Run)
 	lc.add("dormant sweep", deadline.NewSweeper(deadline.SweeperOptions{Store: d.store, Slots: d.ownership.Slots,
 		Every: d.cfg.Detection.SweepEvery, Logger: d.log}).Run)
 	lc.add("ingest chain", d.chain.Run)
