@@ -163,7 +163,8 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		return fail(fmt.Errorf("events.kafka.sasl: %w", err))
 	}
 	d.publisher, err = kafka.NewPublisher(kafka.PublisherOptions{Brokers: cfg.Events.Kafka.Brokers, Topic: cfg.Events.Kafka.Topic,
-		DeadLetterTopic: cfg.Events.Kafka.DeadletterTopic, TLS: eventsTLS, SASL: eventsSASL, Logger: log})
+		DeadLetterTopic: cfg.Events.Kafka.DeadletterTopic, Source: kafka.CloudEventsSource(cfg.Redis.KeyPrefix),
+		TLS: eventsTLS, SASL: eventsSASL, Logger: log})
 	if err != nil {
 		return fail(err)
 	}

@@ -11,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -25,8 +27,12 @@ type PublisherOptions struct {
 	Brokers         []string
 	Topic           string // events; required
 	DeadLetterTopic string // dead letters; PublishDeadLetter fails when empty
-	TLS             *tls.Config
-	SASL            sasl.Mechanism // heartbeatd builds it with internal/kafkaclient
+	// Source is every event's CloudEvents source, its ce_source header: CloudEventsSource of
+	// redis.key_prefix, so consumers of one topic tell deployments apart. Default: that of the default
+	// key prefix.
+	Source string
+	TLS    *tls.Config
+	SASL   sasl.Mechanism // heartbeatd builds it with internal/kafkaclient
 	// BatchTimeout is how long the writer waits for a partition's batch to fill. kafka-go waits the whole
 	// of it whenever a batch does not fill, which is nearly every synchronous publish, so it is pure added
 	// latency; a Publish adds all its messages at once and needs no waiting to batch them. Default 10µs:
@@ -46,6 +52,27 @@ type Publisher struct {
 	log    *zap.Logger
 	addr   net.Addr
 	probeT time.Duration
+	// fixed are the headers every event message shares, built once; kafka-go only reads them.
+	fixed [3]kafka.Header
+}
+
+// CloudEvents Kafka protocol binding, binary content mode: the event's attributes travel as ce_*
+// headers and its data is the message value, so tooling routes events without decoding them
+// (api/event-headers.schema.json).
+const (
+	// CloudEventsTypePrefix + kind is an event's ce_type.
+	CloudEventsTypePrefix = "heartbeatd."
+	cloudEventsSpec       = "1.0"
+	contentTypeJSON       = "application/json"
+	// eventHeaders is how many headers an event message carries: Publisher.fixed, then ce_id, ce_type
+	// and ce_time.
+	eventHeaders = 6
+)
+
+// CloudEventsSource is the ce_source of the events of the deployment with Redis key prefix keyPrefix:
+// /heartbeatd/<key_prefix>, the prefix escaped as a URI path segment.
+func CloudEventsSource(keyPrefix string) string {
+	return "/heartbeatd/" + url.PathEscape(keyPrefix)
 }
 
 var (
@@ -69,6 +96,9 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
+	}
+	if opts.Source == "" {
+		opts.Source = CloudEventsSource(config.DefaultKeyPrefix)
 	}
 	log := opts.Logger.With(zap.String("component", "event-publisher"))
 	t := newTransport(opts)
@@ -105,7 +135,12 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 		}),
 		Transport: t,
 	}
-	return &Publisher{w: w, t: t, opts: opts, log: log, addr: addr, probeT: min(opts.WriteTimeout, 5*time.Second)}, nil
+	return &Publisher{w: w, t: t, opts: opts, log: log, addr: addr, probeT: min(opts.WriteTimeout, 5*time.Second),
+		fixed: [3]kafka.Header{
+			{Key: "ce_specversion", Value: []byte(cloudEventsSpec)},
+			{Key: "ce_source", Value: []byte(opts.Source)},
+			{Key: "content-type", Value: []byte(contentTypeJSON)},
+		}}, nil
 }
 
 func newTransport(opts PublisherOptions) *kafka.Transport {
@@ -123,10 +158,11 @@ func newTransport(opts PublisherOptions) *kafka.Transport {
 	}
 }
 
-// Publish writes the events to the events topic, key = device id, value = the SPEC §5 JSON, and waits
-// until they are acknowledged or the write timeout passes. The result is aligned with events: nil where
-// the event was delivered. An event reported failed may still arrive later (a cancelled write is not
-// recalled); that is the at-least-once duplicate the event id lets consumers drop.
+// Publish writes the events to the events topic, key = device id, value = the SPEC §5 JSON, with the
+// CloudEvents headers, and waits until they are acknowledged or the write timeout passes. The result is
+// aligned with events: nil where the event was delivered. An event reported failed may still arrive
+// later (a cancelled write is not recalled); that is the at-least-once duplicate the event id lets
+// consumers drop.
 func (p *Publisher) Publish(ctx context.Context, events []event.Event) []error {
 	if len(events) == 0 {
 		return nil
@@ -134,6 +170,20 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Event) []error {
 	errs := make([]error, len(events))
 	msgs := make([]kafka.Message, 0, len(events))
 	idx := make([]int, 0, len(events)) // msgs[j] carries events[idx[j]]
+	// Every message's headers and the bytes of its key and per-event header values come from two
+	// allocations for the whole call instead of a few per event. Each message keeps slices of them;
+	// should an append outgrow the estimate, the slices taken before still hold their bytes.
+	headers := make([]kafka.Header, 0, eventHeaders*len(events))
+	size := 0
+	for _, e := range events {
+		size += len(e.DeviceID) + len(e.ID) + len(CloudEventsTypePrefix) + len(e.Kind) + len("2006-01-02T15:04:05.000Z")
+	}
+	arena := make([]byte, 0, size)
+	// The events of one call mostly share their kind and their at (one wake-up's decisions): their
+	// header values are shared too.
+	var typ, at []byte
+	var lastKind event.Kind
+	var lastAt time.Time
 	for i, e := range events {
 		if e.DeviceID == "" {
 			errs[i] = fmt.Errorf("event: publish: %w: event without device id", ErrRefused)
@@ -144,13 +194,40 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Event) []error {
 			errs[i] = fmt.Errorf("event: publish: %w: encode %s: %w", ErrRefused, e.ID, err)
 			continue
 		}
-		msgs = append(msgs, kafka.Message{Topic: p.opts.Topic, Key: []byte(e.DeviceID), Value: value, Time: e.At})
+		var key, id []byte
+		key, arena = appendTo(arena, e.DeviceID)
+		id, arena = appendTo(arena, e.ID)
+		if typ == nil || e.Kind != lastKind {
+			typ, arena = appendTo(arena, CloudEventsTypePrefix, string(e.Kind))
+			lastKind = e.Kind
+		}
+		if at == nil || !e.At.Equal(lastAt) {
+			start := len(arena)
+			arena = event.AppendTime(arena, e.At)
+			at, lastAt = arena[start:len(arena):len(arena)], e.At
+		}
+		h := len(headers)
+		headers = append(headers, p.fixed[:]...)
+		headers = append(headers, kafka.Header{Key: "ce_id", Value: id}, kafka.Header{Key: "ce_type", Value: typ},
+			kafka.Header{Key: "ce_time", Value: at})
+		msgs = append(msgs, kafka.Message{Topic: p.opts.Topic, Key: key, Value: value, Time: e.At,
+			Headers: headers[h:len(headers):len(headers)]})
 		idx = append(idx, i)
 	}
 	for j, err := range p.write(ctx, p.opts.Topic, msgs) {
 		errs[idx[j]] = err
 	}
 	return errs
+}
+
+// appendTo appends the strings to arena and returns their bytes, capped: appending to them cannot spill
+// into the next.
+func appendTo(arena []byte, strs ...string) (part, grown []byte) {
+	start := len(arena)
+	for _, s := range strs {
+		arena = append(arena, s...)
+	}
+	return arena[start:len(arena):len(arena)], arena
 }
 
 // PublishDeadLetter writes one dead letter to the dead-letter topic.
