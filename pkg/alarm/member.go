@@ -14,9 +14,13 @@ import (
 // signals they carried go unread, so every other replica holds detection back from its last word until
 // each of its shares is read again (a window of CauseMember).
 type Share struct {
-	// Name says which signals the share splits ("mqtt:<shared group>", "kafka:<group id>"): replicas that
-	// advertise the same name read the same signals between them.
+	// Name says how the signals are split ("mqtt:$share/<group>/<filter>", "kafka:<group id>"): replicas
+	// advertising the same name read Signals between them.
 	Name string
+	// Signals is what is split ("mqtt:<filter>", "kafka:<topics>"). A live replica that reads the same
+	// signals under another name (another Kafka group, another shared group) reads all of them, so a
+	// dead member's share of them is not lost.
+	Signals string
 	// Member is this replica's identity within the share: its MQTT client id, its Kafka group member tag.
 	// A live replica advertising the same member took the share over (an MQTT client id is one session).
 	Member string
@@ -49,8 +53,10 @@ func memberWindowID(replica, incarnation string) string {
 // replicas' entries that advertise shares.
 func (h *HoldBack) followMembersLocked(now time.Time, peers map[string]entry) {
 	lapse := h.opts.MemberLapse
+	before := h.peers
+	h.peers = peers
 	for replica, p := range peers {
-		if prev, ok := h.peers[replica]; ok && prev.incarnation != p.incarnation {
+		if prev, ok := before[replica]; ok && prev.incarnation != p.incarnation {
 			h.memberDiedLocked(now, replica, prev, "restarted")
 		}
 		id := memberWindowID(replica, p.incarnation)
@@ -64,7 +70,6 @@ func (h *HoldBack) followMembersLocked(now time.Time, peers map[string]entry) {
 			h.log.Info("replica answers again: its share was not lost", zap.String("replica", replica))
 		}
 	}
-	h.peers = peers
 	for id, m := range h.members {
 		if !m.settled && h.sharesReadAgainLocked(now, m, peers) {
 			m.settled = true
@@ -81,22 +86,44 @@ func (h *HoldBack) followMembersLocked(now time.Time, peers map[string]entry) {
 	}
 }
 
-// memberDiedLocked opens the window of a replica incarnation that stopped while carrying shares, once.
+// memberDiedLocked opens the window of a replica incarnation that stopped while carrying shares, once;
+// shares whose signals another live replica reads in full are not lost and hold nothing.
 func (h *HoldBack) memberDiedLocked(now time.Time, replica string, e entry, why string) {
-	if len(e.shares) == 0 {
-		return
-	}
 	id := memberWindowID(replica, e.incarnation)
 	if _, ok := h.members[id]; ok {
 		return
 	}
-	h.members[id] = &deadMember{replica: replica, incarnation: e.incarnation, last: e.at, shares: e.shares}
-	names := make([]string, len(e.shares))
-	for i, s := range e.shares {
+	m := &deadMember{replica: replica, incarnation: e.incarnation, last: e.at}
+	for _, s := range e.shares {
+		if !h.readInFullLocked(now, s) {
+			m.shares = append(m.shares, s)
+		}
+	}
+	h.members[id] = m
+	if len(m.shares) == 0 {
+		m.settled = true // nothing lost: remembered only so that it is not looked at again
+		return
+	}
+	names := make([]string, len(m.shares))
+	for i, s := range m.shares {
 		names[i] = s.Name
 	}
 	h.openLocked(now, id, CauseMember, ScopeAll, e.at, "replica "+replica+" "+why+" while reading "+strings.Join(names, ", ")+
 		" alone; held until its share is read again")
+}
+
+// readInFullLocked reports whether a live replica reads s.Signals under a split other than s.Name.
+func (h *HoldBack) readInFullLocked(now time.Time, s Share) bool {
+	other := func(x Share) bool { return x.Signals == s.Signals && x.Name != s.Name }
+	if slices.ContainsFunc(h.opts.Shares, other) {
+		return true
+	}
+	for _, p := range h.peers {
+		if now.Sub(p.at) <= h.opts.MemberLapse && slices.ContainsFunc(p.shares, other) {
+			return true
+		}
+	}
+	return false
 }
 
 // sharesReadAgainLocked reports whether every share of m is read by the living again.
@@ -140,11 +167,17 @@ func (h *HoldBack) shareReadAgainLocked(now time.Time, m *deadMember, s Share, p
 // memberFloorLocked is the latest deadline the replicas carrying shares vouch for: each one's last word
 // plus MemberLapse. Past it, a replica may have died with signals unread before a tick can tell; once one
 // has, its window takes over. A zero time means no bound.
-func (h *HoldBack) memberFloorLocked() time.Time {
+func (h *HoldBack) memberFloorLocked(now time.Time) time.Time {
 	var floor time.Time
 	for replica, p := range h.peers {
-		if _, dead := h.members[memberWindowID(replica, p.incarnation)]; !dead {
-			floor = earliestSet(floor, p.at.Add(h.opts.MemberLapse))
+		if _, dead := h.members[memberWindowID(replica, p.incarnation)]; dead {
+			continue
+		}
+		for _, s := range p.shares {
+			if !h.readInFullLocked(now, s) {
+				floor = earliestSet(floor, p.at.Add(h.opts.MemberLapse))
+				break
+			}
 		}
 	}
 	return floor

@@ -12,8 +12,8 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
-// member is one replica of the member tests: it reads the share name as member (release 5s); taken, when
-// set, answers its TakenOver.
+// member is one replica of the member tests: it reads the same signals as every other through the share
+// name (a split of them) as member (release 5s); taken, when set, answers its TakenOver.
 type member struct {
 	*HoldBack
 	mu    sync.Mutex
@@ -24,7 +24,7 @@ type member struct {
 func newMember(t *testing.T, rdb redis.UniversalClient, clk *testenv.Clock, id, incarnation, name, shareMember string, takenOver bool) *member {
 	t.Helper()
 	m := &member{}
-	share := Share{Name: name, Member: shareMember, Release: 5 * time.Second}
+	share := Share{Name: name, Signals: "devices/+/heartbeat", Member: shareMember, Release: 5 * time.Second}
 	if takenOver {
 		share.TakenOver = func(who string, since time.Time) bool {
 			m.mu.Lock()
@@ -207,4 +207,18 @@ func TestMemberRestart(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	ticks(t, r2.HoldBack)
 	require.False(t, r2.Status().Active, "a released replica handed its share over")
+}
+
+// TestMemberOfAnotherSplit: replicas reading the same signals in splits of their own (a Kafka group each)
+// each read all of them, so one's death loses nothing and holds nothing.
+func TestMemberOfAnotherSplit(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	clk := testenv.NewClock(holdBackT0)
+	r1 := newMember(t, rdb, clk, "r1", "i1", "kafka:group-r1", "r1/i1", false)
+	r2 := newMember(t, rdb, clk, "r2", "i2", "kafka:group-r2", "r2/i2", false)
+	ticks(t, r1.HoldBack, r2.HoldBack)
+	clk.Advance(1500 * time.Millisecond)
+	ticks(t, r2.HoldBack)
+	require.False(t, r2.Status().Active)
+	require.Equal(t, clk.Now(), r2.Watermark(clk.Now()))
 }

@@ -109,6 +109,7 @@ type sharedWindows struct {
 
 type sharedShare struct {
 	Name    string `json:"name"`
+	Signals string `json:"signals"`
 	Member  string `json:"member"`
 	Release int64  `json:"release_ms"`
 }
@@ -128,14 +129,14 @@ type sharedWindow struct {
 type entry struct {
 	at          time.Time
 	incarnation string
-	shares      []Share // Name, Member and Release; the callbacks stay with the replica that reads the share
+	shares      []Share // without TakenOver, which stays with the replica that reads the share
 	windows     []Window
 }
 
 func encodeEntry(at time.Time, incarnation string, shares []Share, windows []Window) string {
 	s := sharedWindows{At: at.UnixMilli(), Incarnation: incarnation, Windows: make([]sharedWindow, len(windows))}
 	for _, sh := range shares {
-		s.Shares = append(s.Shares, sharedShare{Name: sh.Name, Member: sh.Member, Release: sh.Release.Milliseconds()})
+		s.Shares = append(s.Shares, sharedShare{Name: sh.Name, Signals: sh.Signals, Member: sh.Member, Release: sh.Release.Milliseconds()})
 	}
 	for i, w := range windows {
 		s.Windows[i] = sharedWindow{ID: w.ID, Cause: w.Cause, Scope: w.Scope, From: w.From.UnixMilli(), To: ms(w.To),
@@ -153,7 +154,8 @@ func decodeEntry(replica, v string) (e entry, ok bool) {
 	}
 	e = entry{at: time.UnixMilli(s.At), incarnation: s.Incarnation, windows: make([]Window, 0, len(s.Windows))}
 	for _, sh := range s.Shares {
-		e.shares = append(e.shares, Share{Name: sh.Name, Member: sh.Member, Release: time.Duration(sh.Release) * time.Millisecond})
+		e.shares = append(e.shares, Share{Name: sh.Name, Signals: sh.Signals, Member: sh.Member,
+			Release: time.Duration(sh.Release) * time.Millisecond})
 	}
 	for _, w := range s.Windows {
 		scope := w.Scope
