@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -41,23 +42,41 @@ type KafkaOptions struct {
 	// DrainTimeout is how long Run waits at shutdown for the messages it submitted to be applied, so
 	// their offsets can be committed (default 5s).
 	DrainTimeout time.Duration
-	Logger       *zap.Logger
+	// Member tags this process's membership of the group (in its member metadata), so the other
+	// replicas can tell when the group has let go of it (TakenOver); "" = untagged, and Shares is empty.
+	Member string
+	// WatchInterval is how often the whole group is observed: end offsets against committed ones, its
+	// state and members (default 500ms). A lag is seen at most this much later than it began.
+	WatchInterval time.Duration
+	// Now is the clock the group's lag and blind spots are measured on: the one the replicas share
+	// (default time.Now).
+	Now    func() time.Time
+	Logger *zap.Logger
 }
 
 // KafkaSource reads the signal topics as a consumer group and commits a partition's offset only past
 // messages whose deadline write Redis acknowledged.
 type KafkaSource struct {
-	opts    KafkaOptions
-	log     *zap.Logger
-	health  *healthState
-	offsets *offsetTracker
-	dialer  *kafka.Dialer
+	opts      KafkaOptions
+	log       *zap.Logger
+	health    *healthState
+	offsets   *offsetTracker
+	dialer    *kafka.Dialer
+	client    *kafka.Client // the group watch's requests, over transport
+	transport *kafka.Transport
+	watch     *groupWatch
 
-	mu     sync.Mutex
-	reader *kafka.Reader
+	// rebalances counts the generations the reader started (its Stats resets on every read, so only
+	// readStats reads them); observedRebalances is the count the group watch last saw.
+	statsMu            sync.Mutex
+	rebalances         int64
+	observedRebalances int64
 }
 
-var _ Source = (*KafkaSource)(nil)
+var (
+	_ Source  = (*KafkaSource)(nil)
+	_ Sharing = (*KafkaSource)(nil)
+)
 
 // NewKafkaSource validates opts. Run connects.
 func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
@@ -91,6 +110,12 @@ func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 5 * time.Second
 	}
+	if opts.WatchInterval <= 0 {
+		opts.WatchInterval = 500 * time.Millisecond
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -106,7 +131,11 @@ func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
 			TLS:           opts.TLS,
 			SASLMechanism: opts.SASL,
 		},
+		transport: &kafka.Transport{DialTimeout: opts.DialTimeout, ClientID: "heartbeatd", TLS: opts.TLS, SASL: opts.SASL,
+			MetadataTopics: opts.Topics},
+		watch: newGroupWatch(opts.Now),
 	}
+	s.client = &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Timeout: opts.DialTimeout, Transport: s.transport}
 	s.offsets.onAck = s.health.done
 	return s, nil
 }
@@ -114,19 +143,38 @@ func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
 // Name implements Source.
 func (s *KafkaSource) Name() string { return SourceKafka }
 
-// Health implements Source. Lag is how long the oldest fetched message has waited for its Redis write
-// (a stalled chain), or, while the reader reports messages behind, how old the last fetched record is
-// (a backlog being worked off).
+// Health implements Source. Lag is the longer of how long the oldest fetched message has waited for its
+// Redis write (a stalled chain) and how long the group's oldest unread record may have waited (a
+// consumer behind, whichever member's partition it is on). Blind is set while a rebalance's partitions
+// are not read past its start yet, or while the group cannot be observed.
 func (s *KafkaSource) Health() Health {
-	now := time.Now()
-	lag := s.offsets.lag(now)
-	s.mu.Lock()
-	r := s.reader
-	s.mu.Unlock()
-	if r != nil && r.Lag() > 0 {
-		lag = max(lag, s.offsets.recordAge(now))
+	lag := s.offsets.lag(time.Now())
+	glag, blind, why := s.watch.status(s.opts.Now(), s.staleAfter())
+	h := s.health.health(max(lag, glag))
+	h.Blind, h.BlindWhy = blind, why
+	return h
+}
+
+// staleAfter is how long the group may go unobserved before the source stops vouching for it: a few
+// missed observations, not one slow round trip.
+func (s *KafkaSource) staleAfter() time.Duration { return max(4*s.opts.WatchInterval, 5*time.Second) }
+
+// Shares implements Sharing: the group's partitions are split among the replicas in it.
+func (s *KafkaSource) Shares() []Shared {
+	if s.opts.Member == "" {
+		return nil
 	}
-	return s.health.health(lag)
+	topics := slices.Sorted(slices.Values(s.opts.Topics))
+	return []Shared{{Name: "kafka:" + s.opts.GroupID, Signals: "kafka:" + strings.Join(topics, ","), Member: s.opts.Member,
+		// The coordinator expels a silent member a session timeout after its last heartbeat, then waits
+		// up to the rebalance timeout for the others to rejoin.
+		Release: s.opts.SessionTimeout + s.opts.HeartbeatInterval + s.opts.RebalanceTimeout}}
+}
+
+// TakenOver implements Sharing: the group is stable without member and has read every partition past
+// since.
+func (s *KafkaSource) TakenOver(member string, since time.Time) bool {
+	return s.watch.takenOver(member, since)
 }
 
 // Run implements Source.
@@ -148,10 +196,11 @@ func (s *KafkaSource) Run(ctx context.Context, chain *Chain) error {
 	}
 
 	reader := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:     s.opts.Brokers,
-		GroupID:     s.opts.GroupID,
-		GroupTopics: s.opts.Topics,
-		Dialer:      s.dialer,
+		Brokers:        s.opts.Brokers,
+		GroupID:        s.opts.GroupID,
+		GroupTopics:    s.opts.Topics,
+		GroupBalancers: s.balancers(),
+		Dialer:         s.dialer,
 		// Enough prefetched messages to fill a few batches while the previous ones are written.
 		QueueCapacity: 1024,
 		MinBytes:      1,
@@ -172,17 +221,13 @@ func (s *KafkaSource) Run(ctx context.Context, chain *Chain) error {
 			s.log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
 		}),
 	})
-	s.mu.Lock()
-	s.reader = reader
-	s.mu.Unlock()
-
-	// The committer and the prober outlive ctx: at shutdown the chain may still apply what was fetched,
-	// and those offsets should be committed before the reader leaves the group.
+	// The committer, the prober and the group watch outlive ctx: at shutdown the chain may still apply
+	// what was fetched, and those offsets should be committed before the reader leaves the group.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); s.commitLoop(bg, reader) }()
-	go func() { defer wg.Done(); s.probeLoop(bg, chain, reader) }()
+	wg.Go(func() { s.commitLoop(bg, reader) })
+	wg.Go(func() { s.probeLoop(bg, chain, reader) })
+	wg.Go(func() { s.watchLoop(bg, reader) })
 
 	s.fetchLoop(ctx, reader, chain)
 
@@ -198,6 +243,7 @@ func (s *KafkaSource) Run(ctx context.Context, chain *Chain) error {
 	if err := reader.Close(); err != nil {
 		s.log.Warn("kafka reader close", zap.Error(err))
 	}
+	s.transport.CloseIdleConnections()
 	return nil
 }
 
@@ -216,7 +262,7 @@ func (s *KafkaSource) fetchLoop(ctx context.Context, reader *kafka.Reader, chain
 			continue
 		}
 		backoff.Reset()
-		ack := s.offsets.add(m.Topic, m.Partition, m.Offset, m.Time)
+		ack := s.offsets.add(m.Topic, m.Partition, m.Offset)
 		s.health.begin()
 		err = chain.Submit(ctx, Message{
 			Source:  SourceKafka,
@@ -290,7 +336,7 @@ func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain, reader *kafka
 			return
 		case <-t.C:
 		}
-		if !joined && reader.Stats().Rebalances > 0 {
+		if !joined && s.readStats(reader) > 0 {
 			joined = true
 			s.log.Info("joined the consumer group", zap.String("group_id", s.opts.GroupID),
 				zap.Duration("after", time.Since(started).Round(time.Millisecond)))
@@ -315,6 +361,169 @@ func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain, reader *kafka
 	}
 }
 
+// readStats returns how many generations the reader has started since it was created.
+func (s *KafkaSource) readStats(reader *kafka.Reader) int64 {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	s.rebalances += reader.Stats().Rebalances
+	return s.rebalances
+}
+
+// rebalancedSinceObserved reports whether the reader started a generation since the last call.
+func (s *KafkaSource) rebalancedSinceObserved(reader *kafka.Reader) bool {
+	n := s.readStats(reader)
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	changed := n != s.observedRebalances
+	s.observedRebalances = n
+	return changed
+}
+
+// balancers are kafka-go's default ones, with Member in this process's member metadata.
+func (s *KafkaSource) balancers() []kafka.GroupBalancer {
+	bs := []kafka.GroupBalancer{kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}}
+	if s.opts.Member != "" {
+		for i, b := range bs {
+			bs[i] = taggedBalancer{GroupBalancer: b, tag: []byte(s.opts.Member)}
+		}
+	}
+	return bs
+}
+
+// taggedBalancer carries a member tag as its user data, which DescribeGroups shows every replica. The
+// range and round-robin balancers use no user data of their own.
+type taggedBalancer struct {
+	kafka.GroupBalancer
+	tag []byte
+}
+
+func (b taggedBalancer) UserData() ([]byte, error) { return b.tag, nil }
+
+// watchLoop observes the group every WatchInterval until ctx ends (groupWatch).
+func (s *KafkaSource) watchLoop(ctx context.Context, reader *kafka.Reader) {
+	loop.Every(ctx, loop.Options{Interval: s.opts.WatchInterval, Immediate: true, MaxBackoff: 4 * s.opts.WatchInterval,
+		OnError: func(err error, failures int, _ time.Duration) {
+			if failures%20 == 1 {
+				s.log.Warn("cannot observe the consumer group; its lag and rebalances are unknown meanwhile",
+					zap.String("group_id", s.opts.GroupID), zap.Int("attempt", failures), zap.Error(err))
+			}
+		}},
+		func(ctx context.Context) error {
+			err := s.observe(ctx, reader)
+			if err != nil {
+				s.watch.failed(err)
+			}
+			return err
+		})
+}
+
+// maxRecordFetches bounds the records one observation reads to learn the age of a backlog.
+const maxRecordFetches = 16
+
+// observe reads the group's committed offsets, then (from the observation's time on) its state and
+// members and every partition's end offset, and folds them into the watch: reading the committed
+// offsets first and the end offsets last only ever makes the group look further behind.
+func (s *KafkaSource) observe(ctx context.Context, reader *kafka.Reader) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.DialTimeout)
+	defer cancel()
+	rebalanced := s.rebalancedSinceObserved(reader)
+	md, err := s.client.Metadata(ctx, &kafka.MetadataRequest{Topics: s.opts.Topics})
+	if err != nil {
+		return fmt.Errorf("ingest: kafka metadata: %w", err)
+	}
+	parts := map[string][]int{}
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			return fmt.Errorf("ingest: kafka topic %s: %w", t.Name, t.Error)
+		}
+		for _, p := range t.Partitions {
+			parts[t.Name] = append(parts[t.Name], p.ID)
+		}
+	}
+	of, err := s.client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: s.opts.GroupID, Topics: parts})
+	if err == nil {
+		err = of.Error
+	}
+	if err != nil {
+		return fmt.Errorf("ingest: kafka committed offsets: %w", err)
+	}
+	o := observation{at: s.opts.Now(), ends: map[topicPartition]int64{}, committed: map[topicPartition]int64{}, rebalanced: rebalanced}
+	dg, err := s.client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{s.opts.GroupID}})
+	if err == nil && len(dg.Groups) != 1 {
+		err = fmt.Errorf("%d groups described", len(dg.Groups))
+	}
+	if err == nil {
+		err = dg.Groups[0].Error
+	}
+	if err != nil {
+		return fmt.Errorf("ingest: kafka describe group: %w", err)
+	}
+	o.state, o.tags = dg.Groups[0].GroupState, map[string]bool{}
+	for _, m := range dg.Groups[0].Members {
+		o.tags[string(m.MemberMetadata.UserData)] = true
+	}
+	req := map[string][]kafka.OffsetRequest{}
+	for topic, ps := range parts {
+		committed := map[int]int64{}
+		for _, p := range of.Topics[topic] {
+			if p.Error != nil {
+				return fmt.Errorf("ingest: kafka committed offset of %s/%d: %w", topic, p.Partition, p.Error)
+			}
+			committed[p.Partition] = p.CommittedOffset
+		}
+		for _, p := range ps {
+			c, ok := committed[p]
+			if !ok {
+				c = -1
+			}
+			o.committed[topicPartition{topic, p}] = c
+			req[topic] = append(req[topic], kafka.LastOffsetOf(p))
+			if c < 0 {
+				// Nothing committed yet: the reader starts at the first retained record.
+				req[topic] = append(req[topic], kafka.FirstOffsetOf(p))
+			}
+		}
+	}
+	lo, err := s.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: req, IsolationLevel: kafka.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("ingest: kafka end offsets: %w", err)
+	}
+	for topic, ps := range lo.Topics {
+		for _, p := range ps {
+			if p.Error != nil {
+				return fmt.Errorf("ingest: kafka end offset of %s/%d: %w", topic, p.Partition, p.Error)
+			}
+			tp := topicPartition{topic, p.Partition}
+			o.ends[tp] = p.LastOffset
+			if o.committed[tp] < 0 {
+				o.committed[tp] = p.FirstOffset
+			}
+		}
+	}
+	s.watch.fold(o)
+	s.fetchRecordTimes(ctx)
+	return nil
+}
+
+// fetchRecordTimes reads the oldest unread record of partitions that were behind before the first
+// observation, for its timestamp: the only clue to how long such a backlog has waited. A failure leaves
+// the backlog's age counted from the first observation.
+func (s *KafkaSource) fetchRecordTimes(ctx context.Context) {
+	n := 0
+	for tp, off := range s.watch.needRecordTimes() {
+		if n++; n > maxRecordFetches {
+			return
+		}
+		res, err := s.client.Fetch(ctx, &kafka.FetchRequest{Topic: tp.topic, Partition: tp.partition, Offset: off,
+			MinBytes: 1, MaxBytes: 64 << 10, IsolationLevel: kafka.ReadCommitted})
+		if err != nil || res.Error != nil || res.Records == nil {
+			continue
+		}
+		if r, err := res.Records.ReadRecord(); err == nil {
+			s.watch.recordTime(tp, off, r.Time)
+		}
+	}
+}
 func (s *KafkaSource) setConnected(chain *Chain, up bool) bool {
 	chain.setConnected(SourceKafka, up) // gauge first, as in MQTTSource.setConnected
 	return s.health.set(up)

@@ -13,8 +13,6 @@ type offsetTracker struct {
 	parts map[topicPartition]*partitionOffsets
 	ready chan struct{} // something new may be committed
 	onAck func()        // called on every acknowledgement (the source's flow accounting)
-
-	lastRecord time.Time // record time of the last fetched message
 }
 
 type topicPartition struct {
@@ -42,11 +40,10 @@ func newOffsetTracker() *offsetTracker {
 }
 
 // add records a fetched message and returns its acknowledgement.
-func (t *offsetTracker) add(topic string, partition int, offset int64, recordTime time.Time) func() {
+func (t *offsetTracker) add(topic string, partition int, offset int64) func() {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.lastRecord = recordTime
 	tp := topicPartition{topic, partition}
 	p := t.parts[tp]
 	if p == nil || offset <= p.last {
@@ -139,16 +136,6 @@ func (t *offsetTracker) lag(now time.Time) time.Duration {
 	return lag
 }
 
-// recordAge is how old the last fetched record is by its Kafka timestamp (0 when in the future).
-func (t *offsetTracker) recordAge(now time.Time) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.lastRecord.IsZero() {
-		return 0
-	}
-	return max(0, now.Sub(t.lastRecord))
-}
-
 // outstanding counts fetched messages not yet applied.
 func (t *offsetTracker) outstanding() int {
 	t.mu.Lock()
@@ -158,4 +145,231 @@ func (t *offsetTracker) outstanding() int {
 		n += len(p.queue)
 	}
 	return n
+}
+
+// groupWatch follows the whole consumer group from outside the reader: each partition's end offset
+// against the offset the group committed, and the group's state and members. kafka-go's group reader
+// tells neither (its Lag() is −1, a rebalance is invisible until it is over), and no member sees the
+// others' partitions; committed offsets belong to the group, so every member reads them all.
+//
+// Every observation marks each partition's end offset with the time it was read. A record that was not
+// there at a mark was appended after it, so the latest mark at or below the committed offset is a time
+// before which everything was read, whatever the producers wrote as record timestamps. Those are used
+// only for a backlog already there at the first observation.
+type groupWatch struct {
+	now   func() time.Time // the shared clock: marks are compared with other replicas' times
+	mu    sync.Mutex
+	parts map[topicPartition]*partitionWatch
+	// observed is the last complete observation, started its first one; state and tags are the group's
+	// state and its members' tags (kafkaMemberTag) as of observed.
+	observed, started time.Time
+	state             string
+	tags              map[string]bool
+	// quiet is the last observation at which the group was stable and this reader had not rebalanced.
+	// revoked, when set, is the quiet observation before a rebalance (the revocation came later) and
+	// settled the first quiet one after it (the new assignment was in place): the group is blind from
+	// revoked until every partition is read past settled.
+	quiet, revoked, settled time.Time
+	failing                 error
+}
+
+// partitionWatch is one partition as observed.
+type partitionWatch struct {
+	first     time.Time // first observation
+	end       int64     // end offset (read committed) at the last observation
+	committed int64     // the group's next offset to read, at the last observation
+	// marks are (time, end offset), oldest first; marks[0] may be the latest one at or below committed,
+	// and no older one is kept.
+	marks []endMark
+	// recordAt is the timestamp of the record at offset recordOffset (the oldest unread one when the
+	// partition was first seen behind); -1: none fetched.
+	recordOffset int64
+	recordAt     time.Time
+}
+
+type endMark struct {
+	at  time.Time
+	end int64
+}
+
+// maxMarks bounds a stuck partition's marks (two a second at the default interval: minutes of them).
+// Dropping the oldest only makes the partition look unread for longer.
+const maxMarks = 512
+
+// observation is what one round of requests found.
+type observation struct {
+	at        time.Time // when the end offsets were asked for
+	ends      map[topicPartition]int64
+	committed map[topicPartition]int64
+	state     string
+	tags      map[string]bool
+	// rebalanced: this reader started a generation since the previous observation.
+	rebalanced bool
+}
+
+func newGroupWatch(now func() time.Time) *groupWatch {
+	return &groupWatch{now: now, parts: map[topicPartition]*partitionWatch{}}
+}
+
+// fold takes an observation in.
+func (g *groupWatch) fold(o observation) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.started.IsZero() {
+		g.started = o.at
+	}
+	for tp, end := range o.ends {
+		p := g.parts[tp]
+		if p == nil {
+			p = &partitionWatch{first: o.at, recordOffset: -1}
+			g.parts[tp] = p
+		}
+		p.end, p.committed = end, o.committed[tp]
+		if n := len(p.marks); n > 0 && p.marks[n-1].end == end {
+			p.marks[n-1].at = o.at // nothing appended since: the latest time is the one that counts
+		} else {
+			p.marks = append(p.marks, endMark{at: o.at, end: end})
+		}
+		i := 0
+		for i+1 < len(p.marks) && p.marks[i+1].end <= p.committed {
+			i++
+		}
+		if len(p.marks)-i > maxMarks {
+			i = len(p.marks) - maxMarks
+		}
+		p.marks = p.marks[i:]
+	}
+	for tp := range g.parts {
+		if _, ok := o.ends[tp]; !ok {
+			delete(g.parts, tp) // a topic deleted or no longer subscribed
+		}
+	}
+	g.observed, g.state, g.tags, g.failing = o.at, o.state, o.tags, nil
+	switch {
+	case o.rebalanced || o.state != groupStable:
+		if g.revoked.IsZero() {
+			g.revoked = g.quiet
+			if g.revoked.IsZero() {
+				g.revoked = g.started // a rebalance from before the first observation: this process's join
+			}
+		}
+		g.settled = time.Time{}
+	default:
+		g.quiet = o.at
+		if g.revoked.IsZero() {
+			break
+		}
+		if g.settled.IsZero() {
+			g.settled = o.at
+		}
+		if g.readPastLocked(g.settled) {
+			g.revoked, g.settled = time.Time{}, time.Time{}
+		}
+	}
+}
+
+// groupStable is the DescribeGroups state of a group that is not rebalancing.
+const groupStable = "Stable"
+
+// failed records a failed observation.
+func (g *groupWatch) failed(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.failing = err
+	if g.started.IsZero() {
+		g.started = g.now()
+	}
+}
+
+// readPastLocked reports whether every partition was read past since: the group committed everything
+// that had been appended at some mark at or after since.
+func (g *groupWatch) readPastLocked(since time.Time) bool {
+	for _, p := range g.parts {
+		if len(p.marks) == 0 || p.marks[0].end > p.committed || p.marks[0].at.Before(since) {
+			return false
+		}
+	}
+	return true
+}
+
+// unreadSinceLocked is since when the oldest unread record of p may have waited; zero when p is read up
+// to its end.
+func (p *partitionWatch) unreadSinceLocked() time.Time {
+	switch {
+	case p.committed >= p.end:
+		return time.Time{}
+	case len(p.marks) > 0 && p.marks[0].end <= p.committed:
+		return p.marks[0].at
+	case p.recordOffset == p.committed && !p.recordAt.IsZero():
+		return earliest(p.recordAt, p.first)
+	}
+	return p.first
+}
+
+// needRecordTimes lists the partitions behind since before the first observation whose oldest unread
+// record's timestamp is not known yet.
+func (g *groupWatch) needRecordTimes() map[topicPartition]int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out map[topicPartition]int64
+	for tp, p := range g.parts {
+		if p.committed < p.end && (len(p.marks) == 0 || p.marks[0].end > p.committed) && p.recordOffset != p.committed {
+			if out == nil {
+				out = map[topicPartition]int64{}
+			}
+			out[tp] = p.committed
+		}
+	}
+	return out
+}
+
+// recordTime stores the timestamp of the record at offset of tp.
+func (g *groupWatch) recordTime(tp topicPartition, offset int64, at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p := g.parts[tp]; p != nil {
+		p.recordOffset, p.recordAt = offset, at
+	}
+}
+
+// status is the group's lag at now (how long its oldest unread record may have waited) and, when the
+// group cannot be vouched for, since when and why: a rebalance whose partitions are not read past its
+// start yet, or observations failing for longer than stale.
+func (g *groupWatch) status(now time.Time, stale time.Duration) (lag time.Duration, blind time.Time, why string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range g.parts {
+		if since := p.unreadSinceLocked(); !since.IsZero() {
+			lag = max(lag, now.Sub(since))
+		}
+	}
+	last := g.observed
+	if last.IsZero() {
+		last = g.started
+	}
+	switch {
+	case !g.revoked.IsZero():
+		blind, why = g.revoked, "rebalancing: partitions reassigned and not yet read past the rebalance"
+	case !last.IsZero() && now.Sub(last) > stale:
+		blind, why = last, "the group's offsets cannot be read"
+		if g.failing != nil {
+			why += ": " + g.failing.Error()
+		}
+	}
+	return lag, blind, why
+}
+
+// takenOver reports whether the group has let go of member tag and read past since: it is stable, no
+// rebalance is pending, no member carries the tag, and every partition was read past since.
+func (g *groupWatch) takenOver(tag string, since time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.observed.After(since) && g.state == groupStable && g.revoked.IsZero() && !g.tags[tag] && g.readPastLocked(since)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

@@ -43,6 +43,27 @@ type Health struct {
 	Connected bool          // the session to the broker is up (and its subscriptions granted)
 	Lag       time.Duration // how far behind the applied signals are; 0 when caught up
 	Since     time.Time     // when the current Connected state began
+	// Blind, when set, is since when the source cannot vouch for the signals although connected and
+	// not lagging (a Kafka rebalance not yet read past), on the source's clock; BlindWhy says why.
+	Blind    time.Time
+	BlindWhy string
+}
+
+// Shared is a part of the signals a source reads alone among the replicas: its share of an MQTT shared
+// subscription, its partitions of a Kafka consumer group (alarm.Share, which the daemon builds from it).
+type Shared struct {
+	Name    string        // how the signals are split: "mqtt:$share/<group>/<filter>", "kafka:<group id>"
+	Signals string        // what is split: "mqtt:<filter>", "kafka:<topics>"
+	Member  string        // this replica in the split: its MQTT client id, its Kafka member tag
+	Release time.Duration // the longest a dead member's share goes unread once others read the split
+}
+
+// Sharing is a source that may read shares of the signals: Shares lists them (none when it reads all
+// it subscribes to); TakenOver reports whether a dead member's share was handed to the living and read
+// past since (alarm.Share.TakenOver): it must not block.
+type Sharing interface {
+	Shares() []Shared
+	TakenOver(member string, since time.Time) bool
 }
 
 // Source is one transport feeding the chain.

@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -54,11 +53,10 @@ func TestTopicTemplates(t *testing.T) {
 
 func TestOffsetTrackerCommitsOnlyContiguousAppliedOffsets(t *testing.T) {
 	tr := newOffsetTracker()
-	at := time.Now()
-	a0 := tr.add("s", 0, 10, at)
-	a1 := tr.add("s", 0, 11, at)
-	a2 := tr.add("s", 0, 13, at) // a gap (compaction, transaction marker) is fine
-	b0 := tr.add("s", 1, 5, at)
+	a0 := tr.add("s", 0, 10)
+	a1 := tr.add("s", 0, 11)
+	a2 := tr.add("s", 0, 13) // a gap (compaction, transaction marker) is fine
+	b0 := tr.add("s", 1, 5)
 
 	a1()
 	a2()
@@ -73,8 +71,8 @@ func TestOffsetTrackerCommitsOnlyContiguousAppliedOffsets(t *testing.T) {
 	require.Zero(t, tr.outstanding())
 
 	// A rebalance hands partition 0 back from an earlier offset: the old run's late acks commit nothing.
-	late := tr.add("s", 0, 14, at)
-	r0 := tr.add("s", 0, 12, at)
+	late := tr.add("s", 0, 14)
+	r0 := tr.add("s", 0, 12)
 	late()
 	require.Empty(t, tr.committable())
 	r0()
