@@ -136,7 +136,7 @@ func TestSchemasRejectWhatTheContractForbids(t *testing.T) {
 // dead-letter reasons are exactly ingest's.
 func TestSchemaListsMatchTheCode(t *testing.T) {
 	kinds := get(t, document(t, api.EventSchema), "properties", "kind", "enum").([]any)
-	for _, k := range []event.Kind{event.Interrupted, event.Alarm, event.Recovered, event.Exhausted} {
+	for _, k := range []event.Kind{event.Interrupted, event.Alarm, event.Recovered, event.Exhausted, event.Watchdog} {
 		require.Contains(t, kinds, string(k))
 	}
 	var reasons []string

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/heartbeatd/heartbeatd/api"
 )
 
 // SASLUser is a Kafka SASL account. Mechanism is "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".
@@ -247,7 +250,10 @@ func (k *Kafka) Consume(tb testing.TB, handle func(Record), topics ...string) {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { handle(record(r)) })
+			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+				checkContract(tb, r)
+				handle(record(r))
+			})
 		}
 	}()
 	// Registered after Client's own cleanup, so it runs first: the poller ends before the client closes.
@@ -258,12 +264,69 @@ func (k *Kafka) Consume(tb testing.TB, handle func(Record), topics ...string) {
 type Record struct {
 	Topic      string
 	Key, Value []byte
+	Headers    []kgo.RecordHeader
 	Partition  int32
 	Offset     int64
 }
 
 func record(r *kgo.Record) Record {
-	return Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Partition: r.Partition, Offset: r.Offset}
+	return Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers, Partition: r.Partition, Offset: r.Offset}
+}
+
+// The topics whose records ReadAll, ReadUntil and Consume check against heartbeatd's published contract
+// (package api): the configuration's defaults, which every suite uses. An event must be valid against
+// api/event.schema.json, declare no other field, and carry CloudEvents headers that agree with it; a
+// dead letter must be valid against api/deadletter.schema.json and declare no other field. A record
+// that is not fails the test that read it, so the schemas cannot drift from what the code writes.
+const (
+	EventsTopic     = "heartbeat.events"
+	DeadLetterTopic = "heartbeat.deadletter"
+)
+
+// checkContract fails tb (Errorf: it may run on Consume's goroutine) for a record of EventsTopic or
+// DeadLetterTopic that breaks the published contract.
+func checkContract(tb testing.TB, r *kgo.Record) {
+	tb.Helper()
+	var err error
+	switch r.Topic {
+	case EventsTopic:
+		err = api.ValidateEventClosed(r.Value)
+		if err == nil {
+			err = checkEventHeaders(r)
+		}
+	case DeadLetterTopic:
+		err = api.ValidateDeadLetterClosed(r.Value)
+	default:
+		return
+	}
+	if err != nil {
+		value := string(r.Value)
+		if len(value) > 512 {
+			value = value[:512] + "…"
+		}
+		tb.Errorf("testenv: %s[%d] offset %d (key %q) breaks the published contract: %v\nvalue: %s",
+			r.Topic, r.Partition, r.Offset, r.Key, err, value)
+	}
+}
+
+func checkEventHeaders(r *kgo.Record) error {
+	headers := make(map[string]string, len(r.Headers))
+	for _, h := range r.Headers {
+		if _, dup := headers[h.Key]; dup {
+			return fmt.Errorf("header %s twice", h.Key)
+		}
+		headers[h.Key] = string(h.Value)
+	}
+	var e struct {
+		DeviceID string `json:"device_id"`
+	}
+	if err := json.Unmarshal(r.Value, &e); err != nil {
+		return err
+	}
+	if string(r.Key) != e.DeviceID {
+		return fmt.Errorf("message key %q is not the event's device_id %q", r.Key, e.DeviceID)
+	}
+	return api.ValidateEventHeaders(headers, r.Value)
 }
 
 // ReadAll reads topic from the beginning of every partition until it has at least min records or timeout
@@ -310,6 +373,7 @@ func (k *Kafka) read(tb testing.TB, topic string, timeout time.Duration, enough 
 			}
 		})
 		fetches.EachRecord(func(r *kgo.Record) {
+			checkContract(tb, r)
 			out = append(out, record(r))
 		})
 		if ctx.Err() != nil {
