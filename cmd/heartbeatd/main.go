@@ -22,6 +22,9 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/devstack"
 )
 
+// configEnv names the config file when -config is not given, as containers and units like to.
+const configEnv = "HEARTBEATD_CONFIG"
+
 // Set with -ldflags "-X main.version=… -X main.commit=…"; build info fills them otherwise.
 var (
 	version = ""
@@ -34,10 +37,12 @@ Usage:
   heartbeatd [run] -config configs/heartbeatd.yaml   run the daemon (default)
   heartbeatd dev [-http 127.0.0.1:8080]              everything in one process with a simulated fleet
   heartbeatd check-config -config FILE               validate a config and print the per-type policy table
-  heartbeatd version                                 version, commit, Go version
+  heartbeatd version (or --version)                  version, commit, Go version
+  heartbeatd help (or -h, --help)                    this text
   heartbeatd probe URL                               exit 0 when URL answers 200 (container health checks)
   heartbeatd simulate -broker tcp://H:P [-devices N] run only the fleet simulator against an MQTT broker
 
+HEARTBEATD_CONFIG names the config file when -config is not given (default configs/heartbeatd.yaml).
 Every config key can be set by environment variable HEARTBEATD_<PATH>, e.g. HEARTBEATD_REDIS_ADDRS.
 `
 
@@ -50,20 +55,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd == "help" {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	configPath := fs.String("config", "configs/heartbeatd.yaml", "config file")
+	fs.Usage = func() {} // printed below: to stdout when asked for, to stderr after a mistake
+	defaultConfig := "configs/heartbeatd.yaml"
+	if p, ok := os.LookupEnv(configEnv); ok && p != "" {
+		defaultConfig = p
+	}
+	configPath := fs.String("config", defaultConfig, "config file (default $"+configEnv+", else configs/heartbeatd.yaml)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	httpListen := fs.String("http", "127.0.0.1:8080", "dev: HTTP listen address")
 	broker := fs.String("broker", "tcp://127.0.0.1:1883", "simulate: MQTT broker")
 	devices := fs.Int("devices", 300, "simulate: fleet size")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
 			return 0
 		}
+		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	info := buildInfo()
+	if *showVersion {
+		cmd = "version"
+	}
 	switch cmd {
 	case "version":
 		fmt.Fprintf(stdout, "heartbeatd %s (commit %s, %s, %s/%s)\n", info.Version, info.Commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
