@@ -6,7 +6,8 @@
 //	chaos: <scenario> devices=N expected=E got=G lost=L false=F dup=D
 //
 // and fails when anything was lost or falsely reported. HB_CHAOS_DEVICES sets the fleet size (default
-// small so `go test ./...` stays quick; `make chaos` runs 10000).
+// small so `go test ./...` stays quick; `make chaos` runs 10000), HB_CHAOS_LONG_OUTAGE the long Kafka
+// outage (longKafkaOutage).
 package chaos
 
 import (
@@ -14,8 +15,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,6 +27,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
@@ -31,6 +35,8 @@ import (
 const (
 	eventsTopic     = "heartbeat.events"
 	deadletterTopic = "heartbeat.deadletter"
+	// signalsTopic is the Kafka ingest topic of the scenarios that signal over Kafka (kafkaSignaller).
+	signalsTopic = "heartbeat.signals"
 	// timeout is every device's timeout in the expiry scenarios: short, so a scenario lasts seconds, and
 	// long enough that a keeper signalling every timeout/5 never comes close to it on a loaded machine.
 	timeout = 2 * time.Second
@@ -38,9 +44,12 @@ const (
 	// has scanned past every deadline of the fault window (a false interruption of a keeper would have
 	// been emitted by then). More than the slot count, so every slot holds one with high probability.
 	barrierDevices = 32
+	// slots is redis.slots of every daemon.
+	slots = 16
 )
 
-// fleetSize is HB_CHAOS_DEVICES, default 200: the whole package runs in about two minutes on two cores.
+// fleetSize is HB_CHAOS_DEVICES, default 200: the whole package runs in about three minutes on two cores
+// (and a minute more to build the skewed heartbeatd of TestChaosClockSkew without a build cache).
 func fleetSize(t *testing.T) int {
 	t.Helper()
 	v := os.Getenv("HB_CHAOS_DEVICES")
@@ -84,7 +93,7 @@ func startFleet(t *testing.T) *fleet {
 	f := &fleet{t: t}
 	f.redis = testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
 	f.broker = testenv.StartMosquitto(t)
-	f.kafka = testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic, deadletterTopic}, Persist: true})
+	f.kafka = testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic, deadletterTopic, signalsTopic}, Persist: true})
 	f.events = newCollector(t, f.kafka)
 	return f
 }
@@ -94,6 +103,37 @@ type daemonOptions struct {
 	replica string        // replica id and MQTT client id; default "chaos"
 	timeout time.Duration // default timeout
 	grace   time.Duration // detection.grace_after_outage; default 1s
+	// types are further device types (name → timeout), without repeats like default.
+	types map[string]time.Duration
+	// sharedGroup subscribes to the devices' topic as an MQTT shared subscription of that group, so
+	// each signal reaches one of the replicas.
+	sharedGroup string
+	// kafkaIngest reads signals from signalsTopic too (kafkaSignaller), in a consumer group of the
+	// replica's own.
+	kafkaIngest bool
+	// maxHoldBack, maxPublishAttempts and sweepEvery set detection's keys of those names; 0 = default.
+	maxHoldBack        time.Duration
+	maxPublishAttempts int
+	sweepEvery         time.Duration
+	// redisUser logs in to Redis as this ACL user (password redisPassword) instead of default.
+	redisUser string
+}
+
+// redisPassword is the password of daemonOptions.redisUser.
+const redisPassword = "chaos-secret"
+
+// grantRedis gives the ACL user every command, and read access to every key; write access only to the
+// keys one of writable matches (nil: every key).
+func (f *fleet) grantRedis(user string, writable ...string) {
+	f.t.Helper()
+	if writable == nil {
+		writable = []string{"*"}
+	}
+	args := []any{"ACL", "SETUSER", user, "reset", "on", ">" + redisPassword, "&*", "+@all", "%R~*"}
+	for _, p := range writable {
+		args = append(args, "%RW~"+p)
+	}
+	require.NoError(f.t, f.redis.Client(f.t).Do(context.Background(), args...).Err())
 }
 
 func (f *fleet) config(o daemonOptions) string {
@@ -106,35 +146,73 @@ func (f *fleet) config(o daemonOptions) string {
 	if o.grace == 0 {
 		o.grace = time.Second
 	}
-	// lease 2s: a killed daemon's claims are delivered again quickly. lag_threshold below the timeout:
-	// signals waiting in ingest (Redis down or full) count as an outage before a keeper's deadline can
-	// pass because of it. repeat_every 0: only interrupted events, which is what the suite counts.
+	redis := fmt.Sprintf("{addrs: [%q], slots: %d", f.redis.Addr, slots)
+	if o.redisUser != "" {
+		redis += fmt.Sprintf(", username: %q, password: %q", o.redisUser, redisPassword)
+	}
+	types := fmt.Sprintf("  default: {timeout: %s, repeat_every: 0s}\n", o.timeout)
+	for _, name := range slices.Sorted(maps.Keys(o.types)) {
+		types += fmt.Sprintf("  %s: {timeout: %s, repeat_every: 0s}\n", name, o.types[name])
+	}
+	sub := `{topic: "devices/{device_id}/heartbeat"}`
+	if o.sharedGroup != "" {
+		sub = fmt.Sprintf(`{topic: "devices/{device_id}/heartbeat", shared_group: %q}`, o.sharedGroup)
+	}
+	kafkaIngest := ""
+	if o.kafkaIngest {
+		kafkaIngest = fmt.Sprintf("  kafka: {enabled: true, brokers: [%q], topics: [%q], group_id: %q, session_timeout: 6s}\n",
+			strings.Join(f.kafka.Addrs, ","), signalsTopic, "chaos-"+o.replica)
+	}
+	detection := fmt.Sprintf("{grace_after_outage: %s, lease: 2s", o.grace)
+	if o.maxHoldBack > 0 {
+		detection += fmt.Sprintf(", max_hold_back: %s", o.maxHoldBack)
+	}
+	if o.maxPublishAttempts > 0 {
+		detection += fmt.Sprintf(", max_publish_attempts: %d", o.maxPublishAttempts)
+	}
+	if o.sweepEvery > 0 {
+		detection += fmt.Sprintf(", sweep_every: %s", o.sweepEvery)
+	}
+	// lease 2s: a killed daemon's claims are delivered again quickly. max_lag below the timeout: signals
+	// waiting in ingest (Redis down or full) count as an outage before a keeper's deadline can pass
+	// because of it. repeat_every 0: no repeats; the suite counts interruptions and recoveries.
 	return fmt.Sprintf(`
-redis: {addrs: [%q], slots: 16}
+redis: %s}
 types:
-  default: {timeout: %s, repeat_every: 0s}
-ingest:
+%singest:
+  max_lag: 1s
   mqtt:
     brokers: [%q]
     client_id: %q
-    subscriptions: [{topic: "devices/{device_id}/heartbeat"}]
-events:
+    subscriptions: [%s]
+%sevents:
   kafka: {brokers: [%q], topic: %q, deadletter_topic: %q}
-detection: {grace_after_outage: %s, lease: 2s, lag_threshold: 1s}
+detection: %s}
 cluster: {replica_id: %q, replica_heartbeat: 250ms, slot_lease: 1s}
 log: {level: info, format: console}
 shutdown_timeout: 5s
-`, f.redis.Addr, o.timeout, f.broker.Addr, o.replica, strings.Join(f.kafka.Addrs, ","), eventsTopic, deadletterTopic,
-		o.grace, o.replica)
+`, redis, types, f.broker.Addr, o.replica, sub, kafkaIngest, strings.Join(f.kafka.Addrs, ","), eventsTopic, deadletterTopic,
+		detection, o.replica)
 }
 
 // startDaemon starts heartbeatd and waits until it is ready (its MQTT subscription exists, so signals
 // published from now on reach it).
 func (f *fleet) startDaemon(o daemonOptions) *testenv.Heartbeatd {
 	f.t.Helper()
-	hb := testenv.StartHeartbeatd(f.t, testenv.HeartbeatdOptions{Config: f.config(o)})
+	hb := f.launchDaemon(o, testenv.HeartbeatdOptions{})
 	waitReady(f.t, hb)
 	return hb
+}
+
+// launchDaemon starts heartbeatd (hb's binary and environment; its config is o's) and waits only until it
+// answers /healthz: for a replica that is not meant to become ready.
+func (f *fleet) launchDaemon(o daemonOptions, hb testenv.HeartbeatdOptions) *testenv.Heartbeatd {
+	f.t.Helper()
+	if o.redisUser != "" {
+		f.grantRedis(o.redisUser)
+	}
+	hb.Config = f.config(o)
+	return testenv.StartHeartbeatd(f.t, hb)
 }
 
 func waitReady(t *testing.T, hb *testenv.Heartbeatd) {
@@ -142,13 +220,14 @@ func waitReady(t *testing.T, hb *testenv.Heartbeatd) {
 	require.NoError(t, hb.AwaitReady(context.Background(), 30*time.Second), hb.LogTail())
 }
 
-// scenario is one fault scenario's fleet, daemon and device publisher, and its n silent devices: the
+// scenario is one fault scenario's fleet, daemon and device signaller, and its n silent devices: the
 // ones that must each be reported.
 type scenario struct {
 	*fleet
-	n      int
-	hb     *testenv.Heartbeatd
-	p      *publisher
+	n  int
+	hb *testenv.Heartbeatd
+	// p signals the silent and the barrier devices: MQTT unless the scenario switches it.
+	p      signaller
 	silent []string
 }
 
@@ -163,11 +242,17 @@ func startScenario(t *testing.T, o daemonOptions) *scenario {
 	return s
 }
 
-// keepers makes max(n/share, 10) devices signal all along (see keep) and returns them.
+// keepers makes max(n/share, 10) devices signal all along over MQTT (see keep) and returns them.
 func (s *scenario) keepers(share int) []string {
 	s.t.Helper()
+	return s.keepersVia(nil, share)
+}
+
+// keepersVia is keepers signalling through sig (nil: an MQTT publisher of their own).
+func (s *scenario) keepersVia(sig signaller, share int) []string {
+	s.t.Helper()
 	k := ids("keeper", max(s.n/share, 10))
-	s.keep(k)
+	s.keep(sig, k)
 	return k
 }
 
@@ -175,9 +260,15 @@ func (s *scenario) keepers(share int) []string {
 // detection scanned past the fault, and reports the tally under name, with the daemon's log on failure.
 func (s *scenario) finish(name, barrier string, within time.Duration) {
 	s.t.Helper()
+	report(s.t, s.events.tallyInterrupted(name, s.n, s.settle(barrier, within)), s.hb.LogTail)
+}
+
+// settle is finish without the report: it returns the devices that must each have been reported, the
+// silent ones and the barrier's, for a scenario that adds checks of its own to the tally.
+func (s *scenario) settle(barrier string, within time.Duration) []string {
+	s.t.Helper()
 	s.events.awaitReported(s.t, s.silent, scaled(s.n, within))
-	b := s.barrier(s.p, barrier, scaled(s.n, 30*time.Second))
-	report(s.t, s.events.tallyInterrupted(name, s.n, concat(s.silent, b)), s.hb.LogTail)
+	return concat(s.silent, s.barrier(s.p, barrier, scaled(s.n, 30*time.Second)))
 }
 
 // poll calls cond until it is true or within passes; it reports the last answer.
@@ -222,7 +313,13 @@ type stats struct {
 	HoldBack struct {
 		Active bool `json:"active"`
 	} `json:"hold_back"`
-	OwnedSlots any `json:"owned_slots"`
+	OwnedSlots []int `json:"owned_slots"`
+	Slots      int   `json:"slots"`
+	DeadClaims int64 `json:"dead_claims"`
+	Parked     []struct {
+		DeviceID string `json:"device_id"`
+		Reason   string `json:"reason"`
+	} `json:"parked"`
 }
 
 func getStats(hb *testenv.Heartbeatd) (stats, error) {
@@ -235,6 +332,43 @@ func getStats(hb *testenv.Heartbeatd) (stats, error) {
 		return s, fmt.Errorf("/v1/stats: %d %s", code, body)
 	}
 	return s, json.Unmarshal([]byte(body), &s)
+}
+
+// awaitStats polls /v1/stats until cond holds or within passes, failing the test then with the last
+// answer and the daemon's log.
+func awaitStats(t *testing.T, hb *testenv.Heartbeatd, within time.Duration, what string, cond func(stats) bool) stats {
+	t.Helper()
+	var last stats
+	var lastErr error
+	ok := poll(within, func() bool {
+		last, lastErr = getStats(hb)
+		return lastErr == nil && cond(last)
+	})
+	require.True(t, ok, "%s: last /v1/stats %+v (%v)\n%s", what, last, lastErr, hb.LogTail())
+	return last
+}
+
+// readyz is GET /readyz: its status and body, each check by name ("ok" or, as no token is set, why
+// not) besides "status" and "hold_back".
+func readyz(hb *testenv.Heartbeatd) (int, map[string]any, error) {
+	code, body, err := hb.Get("/readyz")
+	if err != nil {
+		return 0, nil, err
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		return code, nil, fmt.Errorf("/readyz: %w: %s", err, body)
+	}
+	return code, v, nil
+}
+
+// signaller is how devices signal: over MQTT (publisher) or Kafka (kafkaSignaller).
+type signaller interface {
+	// signal sends one signal per device (payload(id), nil = empty) and returns once the broker
+	// acknowledged every one.
+	signal(ids []string, payload func(id string) []byte) error
+	// up is false while the broker is known to be unreachable.
+	up() bool
 }
 
 // publisher is a device-side MQTT client. It reconnects quickly after a broker outage.
@@ -252,8 +386,9 @@ func (f *fleet) publisher(name string) *publisher {
 // window bounds QoS 1 publishes in flight: paho has 65535 packet ids.
 const window = 10000
 
-// signal publishes one QoS 1 signal per device (payload(id), nil = empty) and waits until the broker
-// acknowledged every one.
+func (p *publisher) up() bool { return p.c.IsConnectionOpen() }
+
+// signal publishes one QoS 1 signal per device and waits until the broker acknowledged every one.
 func (p *publisher) signal(ids []string, payload func(id string) []byte) error {
 	for start := 0; start < len(ids); start += window {
 		end := min(start+window, len(ids))
@@ -277,10 +412,38 @@ func (p *publisher) signal(ids []string, payload func(id string) []byte) error {
 	return nil
 }
 
+// kafkaSignaller signals over Kafka ingest: one record per device on signalsTopic, keyed by its id.
+type kafkaSignaller struct {
+	c *kgo.Client
+}
+
+func (f *fleet) kafkaSignaller() *kafkaSignaller {
+	f.t.Helper()
+	return &kafkaSignaller{c: f.kafka.Client(f.t)}
+}
+
+func (k *kafkaSignaller) up() bool { return true }
+
+func (k *kafkaSignaller) signal(ids []string, payload func(id string) []byte) error {
+	recs := make([]*kgo.Record, len(ids))
+	for i, id := range ids {
+		recs[i] = &kgo.Record{Topic: signalsTopic, Key: []byte(id)}
+		if payload != nil {
+			recs[i].Value = payload(id)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.c.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("chaos: produce: %w", err)
+	}
+	return nil
+}
+
 // paced signals ids once each, spread in 20 chunks over span, so their deadlines pass one chunk at a
 // time over span (a fault injected meanwhile lands in the middle of a mass expiry). It returns at once;
 // the returned channel yields the outcome.
-func (p *publisher) paced(ids []string, span time.Duration) <-chan error {
+func paced(p signaller, ids []string, span time.Duration) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		const chunks = 20
@@ -301,12 +464,15 @@ func (p *publisher) paced(ids []string, span time.Duration) <-chan error {
 	return done
 }
 
-// keep makes devices signal every timeout/5 until the scenario ends: the devices that must never be
-// reported. While the broker is down a round fails and is retried at the next tick (that silence is the
-// outage hold-back's job). It returns how many rounds completed, for the scenario to await.
-func (f *fleet) keep(devices []string) *atomic.Int64 {
+// keep makes devices signal every timeout/5 through p (nil: an MQTT publisher of their own) until the
+// scenario ends: the devices that must never be reported. While the broker is down a round fails and is
+// retried at the next tick (that silence is the outage hold-back's job). It returns once the first
+// round is in.
+func (f *fleet) keep(p signaller, devices []string) {
 	f.t.Helper()
-	p := f.publisher("keeper-" + f.t.Name())
+	if p == nil {
+		p = f.publisher("keeper-" + f.t.Name())
+	}
 	var rounds atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -315,7 +481,7 @@ func (f *fleet) keep(devices []string) *atomic.Int64 {
 		tick := time.NewTicker(timeout / 5)
 		defer tick.Stop()
 		for {
-			if p.c.IsConnectionOpen() && p.signal(devices, nil) == nil {
+			if p.up() && p.signal(devices, nil) == nil {
 				rounds.Add(1)
 			}
 			select {
@@ -328,13 +494,12 @@ func (f *fleet) keep(devices []string) *atomic.Int64 {
 	f.t.Cleanup(func() { cancel(); <-done })
 	// The first round is in before the scenario goes on, so every keeper is known to heartbeatd.
 	require.True(f.t, poll(30*time.Second, func() bool { return rounds.Load() > 0 }), "keepers never signalled")
-	return &rounds
 }
 
 // barrier signals fresh devices once and waits for their interruptions: once they are in, detection
 // has scanned past every deadline older than theirs, so a false interruption of a keeper during the
 // fault would have arrived. It returns the barrier devices, which belong to the expected set.
-func (f *fleet) barrier(p *publisher, scenario string, within time.Duration) []string {
+func (f *fleet) barrier(p signaller, scenario string, within time.Duration) []string {
 	f.t.Helper()
 	b := ids("barrier-"+scenario, barrierDevices)
 	require.NoError(f.t, p.signal(b, nil))

@@ -14,7 +14,7 @@ func TestChaosKillDuringExpiry(t *testing.T) {
 	s := startScenario(t, daemonOptions{})
 	s.keepers(10)
 
-	sent := s.p.paced(s.silent, timeout)
+	sent := paced(s.p, s.silent, timeout)
 	s.awaitQuarter()
 	s.hb.Kill(t)
 	s.hb.Start(t)

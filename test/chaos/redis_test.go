@@ -23,7 +23,7 @@ func redisRestart(t *testing.T, name string, down time.Duration) {
 	s := startScenario(t, daemonOptions{})
 	s.keepers(2)
 
-	sent := s.p.paced(s.silent, timeout)
+	sent := paced(s.p, s.silent, timeout)
 	s.firstInterruption()
 	s.redis.Kill(t)
 	killed := time.Now()
