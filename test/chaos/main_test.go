@@ -1,10 +1,16 @@
 package chaos
 
 import (
+	"os"
 	"testing"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
-// TestMain removes the heartbeatd binary the tests built once they all ended.
-func TestMain(m *testing.M) { testenv.MainWithBinary(m) }
+// TestMain removes the heartbeatd binaries the tests built once they all ended.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeSkewedBuild()
+	testenv.RemoveHeartbeatdBuild()
+	os.Exit(code)
+}
