@@ -85,22 +85,43 @@ func NewAPI(opts APIOptions) http.Handler {
 	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http"))}
 	mux := http.NewServeMux()
 	a.mux = mux
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
-	})
-	mux.HandleFunc("GET /readyz", a.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("POST /-/reload", a.auth(a.reload))
-	mux.HandleFunc("GET /v1/devices/{id}", a.auth(a.device))
-	mux.HandleFunc("GET /v1/devices", a.auth(a.devices))
-	mux.HandleFunc("POST /v1/devices/{id}/ack", a.auth(a.ack))
-	mux.HandleFunc("DELETE /v1/devices/{id}", a.auth(a.deleteDevice))
-	mux.HandleFunc("GET /v1/stats", a.auth(a.stats))
-	mux.HandleFunc("POST /v1/dead/requeue", a.auth(a.requeue))
-	mux.HandleFunc("POST /v1/silences", a.auth(a.createSilence))
-	mux.HandleFunc("GET /v1/silences", a.auth(a.listSilences))
-	mux.HandleFunc("DELETE /v1/silences/{id}", a.auth(a.deleteSilence))
+	for _, rt := range a.routes() {
+		h := rt.handler
+		if !rt.open {
+			h = a.auth(h)
+		}
+		mux.HandleFunc(rt.pattern, h)
+	}
 	return a
+}
+
+// route is one endpoint of the API.
+type route struct {
+	pattern string // http.ServeMux pattern, "METHOD /path/{param}"
+	open    bool   // served without the bearer token (probes and metrics, for orchestrators and scrapers)
+	handler http.HandlerFunc
+}
+
+// routes is every endpoint, in one table: NewAPI serves it and TestOpenAPIDocumentsEveryRoute checks it
+// against api/openapi.yaml both ways, so a route cannot be added without documenting it.
+func (a *api) routes() []route {
+	return []route{
+		{"GET /healthz", true, func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
+		}},
+		{"GET /readyz", true, a.readyz},
+		{"GET /metrics", true, promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}).ServeHTTP},
+		{"POST /-/reload", false, a.reload},
+		{"GET /v1/devices/{id}", false, a.device},
+		{"GET /v1/devices", false, a.devices},
+		{"POST /v1/devices/{id}/ack", false, a.ack},
+		{"DELETE /v1/devices/{id}", false, a.deleteDevice},
+		{"GET /v1/stats", false, a.stats},
+		{"POST /v1/dead/requeue", false, a.requeue},
+		{"POST /v1/silences", false, a.createSilence},
+		{"GET /v1/silences", false, a.listSilences},
+		{"DELETE /v1/silences/{id}", false, a.deleteSilence},
+	}
 }
 
 // routeMethods are the methods tried to fill a 405's Allow header.
