@@ -18,6 +18,9 @@ func TestEventsMatchTheSchema(t *testing.T) {
 	golden, err := os.ReadFile("testdata/event_v1.golden.json")
 	require.NoError(t, err)
 	require.NoError(t, api.ValidateEventClosed(golden))
+	watchdog, err := event.NewWatchdog("replica-a", time.Date(2026, 11, 22, 10, 0, 30, 12_345_678, time.UTC)).MarshalJSON()
+	require.NoError(t, err)
+	require.NoError(t, api.ValidateEventClosed(watchdog))
 
 	at := time.Date(2026, 11, 22, 10, 0, 30, 12_345_678, time.FixedZone("CET", 3600))
 	deadline := at.Add(-40 * time.Second)
