@@ -41,6 +41,8 @@ func EventLine(value []byte) (string, error) {
 		return fmt.Sprintf("RECOVERED %s after %s", who, silent), nil
 	case event.Exhausted:
 		return fmt.Sprintf("EXHAUSTED %s silent %s after %d alarms; quiet until it recovers", who, silent, ev.Repeat), nil
+	case event.Watchdog:
+		return fmt.Sprintf("WATCHDOG replica %s: scanner → Kafka path alive", ev.DeviceID), nil
 	default:
 		return fmt.Sprintf("%s %s silent %s repeat %d", strings.ToUpper(string(ev.Kind)), who, silent, ev.Repeat), nil
 	}

@@ -36,6 +36,7 @@ func TestEventLine(t *testing.T) {
 		{eventJSON("recovered", 0, 34200), "RECOVERED gw-017 (gateway) after 34.2s"},
 		{eventJSON("recovered", 0, 125300), "RECOVERED gw-017 (gateway) after 2m05.3s"},
 		{eventJSON("exhausted", 12, 3*3600_000+7*60_000+12_400), "EXHAUSTED gw-017 (gateway) silent 3h07m12s after 12 alarms; quiet until it recovers"},
+		{`{"schema":"heartbeatd.event/v1","id":"watchdog/dev/1795255230000","kind":"watchdog","device_id":"dev","at":"2026-11-22T10:00:30.012Z"}`, "WATCHDOG replica dev: scanner → Kafka path alive"},
 		{eventJSON("surprise", 2, 1000), "SURPRISE gw-017 (gateway) silent 1.0s repeat 2"},
 		{`{"schema":"heartbeatd.event/v1","id":"d/0/interrupted/0","kind":"interrupted","device_id":"d","deadline":null,"silent_for_ms":10000,"future_field":1}`, "INTERRUPTED d silent 10.0s deadline -"},
 	}
