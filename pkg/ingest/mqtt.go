@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ type Subscription struct {
 // MQTTOptions configures the MQTT source (config: ingest.mqtt).
 type MQTTOptions struct {
 	Brokers  []string // tcp://, mqtt://, ssl://, tls://, mqtts://
-	ClientID string   // fixed: the broker keeps the persistent session under it
+	ClientID string   // fixed and one per replica: the broker keeps the session under it
 	Username string
 	Password string
 	// TLS is used for ssl://, tls:// and mqtts:// brokers; nil means the system roots.
@@ -43,7 +44,8 @@ type MQTTOptions struct {
 	KeepAlive            time.Duration
 	MaxReconnectInterval time.Duration
 	// DrainTimeout is how long Run waits at shutdown for the messages it submitted to be acknowledged
-	// (default 5s). What is not acknowledged by then is delivered again from the persistent session.
+	// (default 5s). What is not acknowledged by then is delivered again from the persistent session (a
+	// shared subscription's clean session loses it).
 	DrainTimeout time.Duration
 	// MaxQueuedQoS0 bounds the QoS 0 messages waiting for the chain (default 4096, and at most
 	// maxQueuedQoS0Bytes of payload). Nothing acknowledges a QoS 0 message, so the broker never stops
@@ -51,7 +53,9 @@ type MQTTOptions struct {
 	// memory while Redis is slow. QoS 1 and 2 messages are bounded by the broker's in-flight window
 	// instead, since each waits unacknowledged for its Redis write.
 	MaxQueuedQoS0 int
-	Logger        *zap.Logger
+	// Now is the clock the replicas share, for TakenOver (default time.Now).
+	Now    func() time.Time
+	Logger *zap.Logger
 }
 
 // maxQueuedQoS0Bytes bounds the payload bytes of the queued QoS 0 messages: a broker may accept payloads
@@ -63,8 +67,8 @@ const maxQueuedQoS0Bytes = 16 << 20
 // broker without a window fills it, and then paho's reader waits for room.
 const queuedAcked = 4096
 
-// MQTTSource subscribes to the fleet's topics with a persistent session and QoS 1, and acknowledges each
-// message only when the chain says its deadline was written.
+// MQTTSource subscribes to the fleet's topics with QoS 1, and acknowledges each message only when the
+// chain says its deadline was written. Its session is persistent unless a subscription is shared.
 type MQTTSource struct {
 	opts      MQTTOptions
 	templates []topicTemplate
@@ -82,9 +86,26 @@ type MQTTSource struct {
 	unackedBytes   atomic.Int64
 	lastShedLog    atomic.Int64 // Unix ns
 	warnedWindow   atomic.Bool
+
+	takeovers  map[string]*takeover // by dead member's client id; guarded by mu
+	ended      bool                 // Run is over: no more takeovers; guarded by mu
+	takingOver sync.WaitGroup
 }
 
-var _ Source = (*MQTTSource)(nil)
+// takeover is the state of taking a dead member's session over (TakenOver).
+type takeover struct {
+	running bool
+	tried   time.Time // local clock
+	done    time.Time // the shared clock (Now); zero until it succeeded
+}
+
+// takeoverRetry is the least time between two attempts to take one session over.
+const takeoverRetry = 2 * time.Second
+
+var (
+	_ Source  = (*MQTTSource)(nil)
+	_ Sharing = (*MQTTSource)(nil)
+)
 
 // NewMQTTSource validates opts. Run connects.
 func NewMQTTSource(opts MQTTOptions) (*MQTTSource, error) {
@@ -114,8 +135,11 @@ func NewMQTTSource(opts MQTTOptions) (*MQTTSource, error) {
 	if opts.MaxQueuedQoS0 <= 0 {
 		opts.MaxQueuedQoS0 = 4096
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	s := &MQTTSource{opts: opts, health: newHealthState(), acked: make(chan mqtt.Message, queuedAcked),
-		unacked: make(chan mqtt.Message, opts.MaxQueuedQoS0)}
+		unacked: make(chan mqtt.Message, opts.MaxQueuedQoS0), takeovers: map[string]*takeover{}}
 	for _, sub := range opts.Subscriptions {
 		t, err := parseTemplate(sub)
 		if err != nil {
@@ -163,16 +187,21 @@ func (s *MQTTSource) Run(ctx context.Context, chain *Chain) error {
 	defer s.setConnected(chain, false)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	// The workers and the hand-off end with Run, also when the first connection is refused while ctx
-	// is still live.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The workers, the hand-off and takeovers end with Run, also when the first connection is refused
+	// while ctx is still live; at shutdown the workers go on until the drain is over.
+	work, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		stop()
+		s.mu.Lock()
+		s.ended = true // no takeover starts after this
+		s.mu.Unlock()
+		s.takingOver.Wait()
+	}()
 	s.mu.Lock()
-	s.chain, s.ctx = chain, ctx
+	s.chain, s.ctx, s.ended = chain, work, false
 	s.mu.Unlock()
 	for range mqttWorkers {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.worker(ctx, chain) }()
+		wg.Go(func() { s.worker(work, chain) })
 	}
 
 	client, err := s.connect(ctx, chain)
@@ -180,12 +209,99 @@ func (s *MQTTSource) Run(ctx context.Context, chain *Chain) error {
 		return err
 	}
 	<-ctx.Done()
+	if s.shared() {
+		// A clean session loses what it holds at disconnect: first tell the broker to send the rest of
+		// our share to the others, then store what came before.
+		s.unsubscribe(client)
+	}
 	if !s.health.waitDrained(s.opts.DrainTimeout) {
-		s.log.Warn("shutdown: messages still unacknowledged; the broker delivers them again",
-			zap.Int64("messages", s.health.outstanding.Load()))
+		fate := "the broker delivers them again"
+		if s.shared() {
+			fate = "lost with the clean session"
+		}
+		s.log.Warn("shutdown: messages still unacknowledged: "+fate, zap.Int64("messages", s.health.outstanding.Load()))
 	}
 	client.Disconnect(250)
 	return nil
+}
+
+// shared reports whether a subscription is shared with other replicas.
+func (s *MQTTSource) shared() bool {
+	return slices.ContainsFunc(s.opts.Subscriptions, func(sub Subscription) bool { return sub.SharedGroup != "" })
+}
+
+// unsubscribe ends every subscription, waiting at most ConnectTimeout.
+func (s *MQTTSource) unsubscribe(c mqtt.Client) {
+	tok := c.Unsubscribe(s.Filters()...)
+	if !tok.WaitTimeout(s.opts.ConnectTimeout) || tok.Error() != nil {
+		s.log.Warn("shutdown: unsubscribing failed; what the broker sent meanwhile is lost with the clean session", zap.Error(tok.Error()))
+	}
+}
+
+// Shares implements Sharing: each shared subscription splits its filter's messages among the replicas
+// of its group. The broker ends a dead member's session 1.5 keep-alives after its last packet; the margin
+// covers the broker's check interval.
+func (s *MQTTSource) Shares() []Shared {
+	var out []Shared
+	for i, sub := range s.opts.Subscriptions {
+		if sub.SharedGroup == "" {
+			continue
+		}
+		filter := s.templates[i].filter
+		out = append(out, Shared{Name: "mqtt:" + filter, Signals: "mqtt:" + strings.TrimPrefix(filter, "$share/"+sub.SharedGroup+"/"),
+			Member: s.opts.ClientID, Release: s.opts.KeepAlive*3/2 + 2*time.Second})
+	}
+	return out
+}
+
+// TakenOver implements Sharing. It connects once as the dead member, with a clean session, and
+// disconnects: the broker closes the member's connection, whatever state it is in (a client id is one
+// session, MQTT 3.1.1 §3.1.4), and ends its session, so its share goes to the live members at once
+// rather than after 1.5 keep-alives. True once that succeeded after since.
+func (s *MQTTSource) TakenOver(member string, since time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.takeovers[member]
+	switch {
+	case t != nil && !t.done.IsZero() && !t.done.Before(since):
+		return true
+	case s.ctx == nil || s.ended || member == s.opts.ClientID:
+		return false
+	case t == nil:
+		t = &takeover{}
+		s.takeovers[member] = t
+	case t.running || time.Since(t.tried) < takeoverRetry:
+		return false
+	}
+	t.running, t.tried = true, time.Now()
+	ctx := s.ctx
+	s.takingOver.Go(func() { s.takeOver(ctx, member, t) })
+	return false
+}
+
+func (s *MQTTSource) takeOver(ctx context.Context, member string, t *takeover) {
+	o := s.connectionOptions().SetClientID(member).SetCleanSession(true).SetAutoReconnect(false).SetConnectRetry(false)
+	c := mqtt.NewClient(o)
+	tok := c.Connect()
+	var err error
+	select {
+	case <-tok.Done():
+		err = tok.Error()
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	c.Disconnect(100)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.running = false
+	if err != nil {
+		s.log.Warn("could not take over the MQTT session of a dead replica; its share waits for the broker to drop it",
+			zap.String("client_id", member), zap.Error(err))
+		return
+	}
+	t.done = s.opts.Now()
+	s.log.Info("took over the MQTT session of a dead replica: the broker hands its share to the live ones",
+		zap.String("client_id", member))
 }
 
 func redactBrokers(brokers []string) string {
@@ -239,7 +355,8 @@ func (s *MQTTSource) connect(ctx context.Context, chain *Chain) (mqtt.Client, er
 	return nil, err
 }
 
-func (s *MQTTSource) clientOptions(chain *Chain) *mqtt.ClientOptions {
+// connectionOptions are how any client of this source reaches the brokers: addresses, TLS, credentials.
+func (s *MQTTSource) connectionOptions() *mqtt.ClientOptions {
 	o := mqtt.NewClientOptions()
 	for _, b := range s.opts.Brokers {
 		o.AddBroker(b)
@@ -248,14 +365,24 @@ func (s *MQTTSource) clientOptions(chain *Chain) *mqtt.ClientOptions {
 	if tlsCfg == nil {
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	o.SetTLSConfig(tlsCfg).
-		SetClientID(s.opts.ClientID).
+	return o.SetTLSConfig(tlsCfg).
 		SetUsername(s.opts.Username).
 		SetPassword(s.opts.Password).
-		// The broker queues QoS 1 messages for us while we are away and redelivers what we did not
-		// acknowledge: with clean session off nothing a device sent during a restart is lost.
-		SetCleanSession(false).
 		SetProtocolVersion(4).
+		SetConnectTimeout(s.opts.ConnectTimeout).
+		SetWriteTimeout(10 * time.Second)
+}
+
+func (s *MQTTSource) clientOptions(chain *Chain) *mqtt.ClientOptions {
+	return s.connectionOptions().
+		SetClientID(s.opts.ClientID).
+		// Unshared: the broker queues QoS 1 messages for us while we are away and redelivers what we did
+		// not acknowledge, so nothing a device sent during a restart is lost. Shared: a dead replica's
+		// persistent session keeps receiving its share of the group's messages (mosquitto goes on routing
+		// to it while it is offline) and nobody reads them; a clean session ends with the connection and
+		// the broker hands the share to the others. What it held is lost: the hold-back covers that
+		// (Shares).
+		SetCleanSession(s.shared()).
 		// A message is acknowledged only after its deadline write: the chain calls Ack.
 		SetAutoAckDisabled(true).
 		// Messages reach the handler one at a time, on paho's own goroutine: no goroutine per message,
@@ -267,17 +394,14 @@ func (s *MQTTSource) clientOptions(chain *Chain) *mqtt.ClientOptions {
 		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { s.onMessage(chain, m) }).
 		SetAutoReconnect(true).
 		SetConnectRetry(false).
-		SetConnectTimeout(s.opts.ConnectTimeout).
 		SetKeepAlive(s.opts.KeepAlive).
 		SetPingTimeout(min(s.opts.KeepAlive, 10*time.Second)).
 		SetMaxReconnectInterval(s.opts.MaxReconnectInterval).
-		SetWriteTimeout(10 * time.Second).
 		SetOnConnectHandler(func(c mqtt.Client) { s.onConnect(chain, c) }).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
 			s.setConnected(chain, false)
 			s.log.Warn("mqtt connection lost; reconnecting", zap.Error(err))
 		})
-	return o
 }
 
 // onConnect (re-)subscribes on every connection: the session normally keeps the subscriptions, but a
