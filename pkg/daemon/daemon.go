@@ -5,6 +5,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -127,6 +128,8 @@ type daemon struct {
 	eviction  *evictionGuard
 
 	slotsOwned prometheus.Gauge
+	// incarnation tells this process from the replica's earlier ones (alarm.HoldBackOptions).
+	incarnation string
 }
 
 func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Registry, log *zap.Logger, opts Options) (*daemon, error) {
@@ -187,15 +190,25 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	if err != nil {
 		return fail(err)
 	}
+	// This process among the replica's: the others tell a restart from a pause by it.
+	d.incarnation = rand.Text()[:12]
 	if err := d.buildSources(); err != nil {
 		return fail(err)
 	}
 	var probes []alarm.Probe
+	var shares []alarm.Share
 	for _, src := range d.sources {
 		trouble := func(now time.Time) (time.Time, string) { return d.trouble(src, now) }
 		probes = append(probes, alarm.Probe{Name: src.Name(), Trouble: trouble})
+		if sh, ok := src.(ingest.Sharing); ok {
+			for _, s := range sh.Shares() {
+				shares = append(shares, alarm.Share{Name: s.Name, Signals: s.Signals, Member: s.Member, Release: s.Release,
+					TakenOver: sh.TakenOver})
+			}
+		}
 	}
 	d.holdBack = alarm.NewHoldBack(alarm.HoldBackOptions{Client: d.rdb, Keys: d.store.Keys(), ReplicaID: replica, Probes: probes,
+		Shares: shares, Incarnation: d.incarnation,
 		Grace:       func() time.Duration { return d.coord.Current().GraceAfterOutage() },
 		MaxHoldBack: cfg.Detection.MaxHoldBack, Stall: cfg.Detection.Stall, ClockCheck: d.clock.Check, Now: d.clock.Now,
 		Logger: log, Registerer: reg,
@@ -245,7 +258,7 @@ func (d *daemon) buildSources() error {
 		}
 		src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: in.MQTT.Brokers, ClientID: d.cfg.MQTTClientID(),
 			Username: in.MQTT.Username, Password: in.MQTT.Password, TLS: tlsCfg, QoS: byte(in.MQTT.QoS),
-			Subscriptions: subs, DrainTimeout: drain, Logger: d.log})
+			Subscriptions: subs, DrainTimeout: drain, Now: d.clock.Now, Logger: d.log})
 		if err != nil {
 			return err
 		}
@@ -262,7 +275,8 @@ func (d *daemon) buildSources() error {
 		}
 		src, err := ingest.NewKafkaSource(ingest.KafkaOptions{Brokers: in.Kafka.Brokers, Topics: in.Kafka.Topics,
 			GroupID: in.Kafka.GroupID, SessionTimeout: in.Kafka.SessionTimeout, // heartbeat and rebalance follow it
-			TLS: tlsCfg, SASL: mech, DrainTimeout: drain, Logger: d.log})
+			TLS: tlsCfg, SASL: mech, DrainTimeout: drain, Member: d.cfg.Cluster.ReplicaIDOrDefault() + "/" + d.incarnation,
+			Now: d.clock.Now, Logger: d.log})
 		if err != nil {
 			return err
 		}
@@ -305,9 +319,12 @@ func (d *daemon) trouble(src ingest.Source, now time.Time) (since time.Time, why
 	case !h.Connected:
 		return d.shared(h.Since), "disconnected"
 	case h.Lag > d.cfg.Ingest.MaxLag:
-		return now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
+		since, why = now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
 	}
-	return time.Time{}, ""
+	if !h.Blind.IsZero() && (why == "" || h.Blind.Before(since)) {
+		since, why = h.Blind, h.BlindWhy // on the shared clock already
+	}
+	return since, why
 }
 
 // shared reads a source's local-clock time on the clock the blind windows use.
