@@ -205,13 +205,21 @@ func (t typeTable) render(format func(time.Duration) string) string {
 func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 // Late reports, aligned with signals, which are late: their deadline — Seen plus the timeout of their
-// type (the signal's, else the one recorded for the device, else the default) — is not after now, so
-// they prove nothing about now (SPEC §4). Written, such a signal would put an already due deadline back,
-// and an interrupted device would report `recovered` and a new `interrupted` at once. The reply is nil
-// when none is late. Only an untyped signal older than the shortest timeout and younger than the
-// longest costs a read: one round trip for the batch, for the types recorded.
-func (s *Store) Late(ctx context.Context, signals []Signal) ([]bool, error) {
+// type (the signal's, else the one recorded for the device, else the default) — had passed when they were
+// received (received[i]; nil: now), so they prove nothing about now (SPEC §4). Written, such a signal
+// would put an already due deadline back, and an interrupted device would report `recovered` and a new
+// `interrupted` at once. Judged at receipt, not at the write: a signal held through heartbeatd's own
+// outage (Redis refusing writes) is the device's true last word, and the hold-back covers the gap. The
+// reply is nil when none is late. Only an untyped signal older than the shortest timeout and younger
+// than the longest costs a read: one round trip for the batch, for the types recorded.
+func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time) ([]bool, error) {
 	now := s.now().UnixMilli()
+	at := func(i int) int64 {
+		if received == nil {
+			return now
+		}
+		return received[i].UnixMilli()
+	}
 	table := s.types.byIndex(s.timeout)
 	shortest, longest := table[0], table[0]
 	for _, d := range table {
@@ -226,7 +234,7 @@ func (s *Store) Late(ctx context.Context, signals []Signal) ([]bool, error) {
 	}
 	var untyped []int
 	for i, sig := range signals {
-		age := time.Duration(now-sig.Seen.UnixMilli()) * time.Millisecond
+		age := time.Duration(at(i)-sig.Seen.UnixMilli()) * time.Millisecond
 		switch {
 		case age < shortest:
 		case sig.Type != "":
@@ -259,7 +267,7 @@ func (s *Store) Late(ctx context.Context, signals []Signal) ([]bool, error) {
 		return nil, err
 	}
 	for j, i := range untyped {
-		if now-signals[i].Seen.UnixMilli() >= table.of(types[j]).Milliseconds() {
+		if at(i)-signals[i].Seen.UnixMilli() >= table.of(types[j]).Milliseconds() {
 			mark(i)
 		}
 	}

@@ -205,13 +205,19 @@ func TestLate(t *testing.T) {
 		for i, c := range cases {
 			sigs[i], want[i] = c.sig, c.late
 		}
-		got, err := f.store.Late(ctx, sigs)
+		got, err := f.store.Late(ctx, sigs, nil)
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 
-		got, err = f.store.Late(ctx, []deadline.Signal{{Device: "g", Seen: ago(time.Second)}, {Device: "s", Seen: ago(time.Minute)}})
+		got, err = f.store.Late(ctx, []deadline.Signal{{Device: "g", Seen: ago(time.Second)}, {Device: "s", Seen: ago(time.Minute)}}, nil)
 		require.NoError(t, err)
 		require.Nil(t, got, "none late")
+
+		// Judged at receipt: a signal received on time and held (Redis down) is not late when written.
+		got, err = f.store.Late(ctx, []deadline.Signal{{Device: "g", Seen: ago(40 * time.Second)}, {Device: "x", Type: "gateway", Seen: ago(40 * time.Second)}},
+			[]time.Time{ago(39 * time.Second), ago(5 * time.Second)})
+		require.NoError(t, err)
+		require.Equal(t, []bool{false, true}, got)
 	})
 }
 
@@ -228,7 +234,7 @@ func TestLateFindsTheTypeInTheOldSlot(t *testing.T) {
 		_, err := f.store.DoubleSlots(ctx)
 		require.NoError(t, err)
 		f.clock.Advance(45 * time.Second)
-		late, err := f.store.Late(ctx, []deadline.Signal{{Device: dev, Seen: f.clock.Now().Add(-40 * time.Second)}})
+		late, err := f.store.Late(ctx, []deadline.Signal{{Device: dev, Seen: f.clock.Now().Add(-40 * time.Second)}}, nil)
 		require.NoError(t, err)
 		require.Equal(t, []bool{true}, late, "gateway (30s), read from slot %d", deadline.Slot(dev, 8))
 	})

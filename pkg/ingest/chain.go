@@ -82,9 +82,10 @@ type Chain struct {
 
 // item is one valid signal on its way to a batch.
 type item struct {
-	sig deadline.Signal
-	ack func()
-	src *sourceMetrics
+	sig      deadline.Signal
+	received time.Time // when the source handed it over: lateness is judged then
+	ack      func()
+	src      *sourceMetrics
 }
 
 // ackItem is a batch member waiting for its acknowledgement.
@@ -96,9 +97,10 @@ type ackItem struct {
 }
 
 type batch struct {
-	seq   uint64
-	sigs  []deadline.Signal
-	items []ackItem
+	seq      uint64
+	sigs     []deadline.Signal
+	received []time.Time // aligned with sigs
+	items    []ackItem
 	// late marks the signals not written because they were late (nil: none); write is the rest.
 	late  []bool
 	write []deadline.Signal
@@ -209,7 +211,7 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 		d.typ = deadline.DefaultType // a device-chosen name is never recorded (SPEC §4)
 	}
 	select {
-	case c.in <- item{sig: deadline.Signal{Device: d.device, Type: d.typ, Seen: seen}, ack: m.Ack, src: src}:
+	case c.in <- item{sig: deadline.Signal{Device: d.device, Type: d.typ, Seen: seen}, received: received, ack: m.Ack, src: src}:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("ingest: submit: %w", ctx.Err())
@@ -322,6 +324,7 @@ func (c *Chain) batcher(ctx context.Context) {
 		}
 		cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, sig: len(cur.sigs)})
 		cur.sigs = append(cur.sigs, it.sig)
+		cur.received = append(cur.received, it.received)
 	}
 	dispatch := func() bool {
 		linger.Stop()
@@ -444,17 +447,17 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 // lateRefresher is a Refresher that tells late signals apart (*deadline.Store): only it knows the type
 // recorded for a device whose signal names none, and so its timeout.
 type lateRefresher interface {
-	Late(ctx context.Context, signals []deadline.Signal) ([]bool, error)
+	Late(ctx context.Context, signals []deadline.Signal, received []time.Time) ([]bool, error)
 }
 
 // write refreshes the batch's signals except the late ones (SPEC §4): a signal whose deadline already
 // passed proves nothing about now, and written it would report a recovery and a new interruption at
-// once. It is acknowledged and counted as late, and moves nothing, last_seen included. Asked again at
-// every attempt: a batch held through an outage grows late.
+// once. It is acknowledged and counted as late, and moves nothing, last_seen included. Judged at receipt
+// (deadline.Store.Late), so a batch held through a Redis outage is written once Redis is back.
 func (c *Chain) write(ctx context.Context, b *batch, refresh func(context.Context, []deadline.Signal) error) error {
 	sigs := b.sigs
 	if l, ok := c.refresher.(lateRefresher); ok {
-		late, err := l.Late(ctx, b.sigs)
+		late, err := l.Late(ctx, b.sigs, b.received)
 		if err != nil {
 			return err
 		}
@@ -521,7 +524,7 @@ func (c *Chain) complete(b *batch) {
 		clear(r.items)
 		clear(r.sigs)
 		clear(r.write)
-		r.sigs, r.items, r.write, r.late = r.sigs[:0], r.items[:0], r.write[:0], nil
+		r.sigs, r.received, r.items, r.write, r.late = r.sigs[:0], r.received[:0], r.items[:0], r.write[:0], nil
 		c.pool.Put(r)
 		c.inFlight.Add(-1)
 		<-c.tokens

@@ -89,11 +89,11 @@ func (r *recorder) Refresh(ctx context.Context, sigs []deadline.Signal) error {
 }
 
 // Late asks the store which signals are late, so the chain leaves them out as it does in production.
-func (r *recorder) Late(ctx context.Context, sigs []deadline.Signal) ([]bool, error) {
+func (r *recorder) Late(ctx context.Context, sigs []deadline.Signal, received []time.Time) ([]bool, error) {
 	if l, ok := r.next.(interface {
-		Late(context.Context, []deadline.Signal) ([]bool, error)
+		Late(context.Context, []deadline.Signal, []time.Time) ([]bool, error)
 	}); ok {
-		return l.Late(ctx, sigs)
+		return l.Late(ctx, sigs, received)
 	}
 	return nil, nil
 }
