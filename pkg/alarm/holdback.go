@@ -26,6 +26,10 @@ type Probe struct {
 	// oldest pending message waited too long), on the shared clock; zero when it is healthy. why says
 	// what is wrong.
 	Trouble func(now time.Time) (since time.Time, why string)
+	// Floor, when set, is the latest deadline the source vouches for at now (all it read up to, plus
+	// the lag it is allowed); zero = no bound. Watermark never passes it, so a lag counts from where it
+	// began even before Trouble reports it. At most MaxHoldBack old, like every hold.
+	Floor func(now time.Time) time.Time
 }
 
 // HoldBackOptions configures a HoldBack.
@@ -351,8 +355,16 @@ func (h *HoldBack) Watermark(now time.Time) time.Time {
 	if stalled && now.Sub(stalledSince) < m {
 		wm = earliest(wm, stalledSince)
 	}
-	if floor := h.memberFloorLocked(); !floor.IsZero() {
+	if floor := h.memberFloorLocked(now); !floor.IsZero() {
 		wm = earliest(wm, floor)
+	}
+	for _, p := range h.opts.Probes {
+		if p.Floor == nil {
+			continue
+		}
+		if floor := p.Floor(now); !floor.IsZero() && now.Sub(floor) < m {
+			wm = earliest(wm, floor)
+		}
 	}
 	return wm
 }

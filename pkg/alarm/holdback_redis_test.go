@@ -342,3 +342,24 @@ func TestLegacyOutages(t *testing.T) {
 	require.Equal(t, holdBackT0.Add(-time.Second), o.start)
 	require.True(t, o.end.IsZero(), "ongoing")
 }
+
+// TestProbeFloor: a source that vouches for signals only up to a time (a Kafka group read up to its
+// oldest unread record, plus the lag allowed) holds detection there before its Trouble says anything,
+// and not longer than max_hold_back.
+func TestProbeFloor(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	clk := testenv.NewClock(holdBackT0)
+	var floor atomic.Int64
+	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+		o.Probes = []Probe{{Name: "kafka", Trouble: func(time.Time) (time.Time, string) { return time.Time{}, "" },
+			Floor: func(time.Time) time.Time { return time.UnixMilli(floor.Load()) }}}
+	})
+	require.NoError(t, hb.Start(context.Background()))
+	floor.Store(holdBackT0.Add(time.Second).UnixMilli())
+	require.Equal(t, holdBackT0, hb.Watermark(clk.Now()), "a floor ahead of now holds nothing")
+	clk.Advance(3 * time.Second)
+	require.Equal(t, holdBackT0.Add(time.Second), hb.Watermark(clk.Now()))
+	require.False(t, hb.Status().Active, "no window: nothing to show or wait a grace for")
+	clk.Set(holdBackT0.Add(time.Second + time.Minute))
+	require.Equal(t, clk.Now(), hb.Watermark(clk.Now()), "not past max_hold_back")
+}

@@ -199,7 +199,16 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	var shares []alarm.Share
 	for _, src := range d.sources {
 		trouble := func(now time.Time) (time.Time, string) { return d.trouble(src, now) }
-		probes = append(probes, alarm.Probe{Name: src.Name(), Trouble: trouble})
+		probe := alarm.Probe{Name: src.Name(), Trouble: trouble}
+		if r, ok := src.(interface{ ReadUpTo() time.Time }); ok {
+			probe.Floor = func(time.Time) time.Time {
+				if t := r.ReadUpTo(); !t.IsZero() {
+					return t.Add(d.cfg.Ingest.MaxLag)
+				}
+				return time.Time{}
+			}
+		}
+		probes = append(probes, probe)
 		if sh, ok := src.(ingest.Sharing); ok {
 			for _, s := range sh.Shares() {
 				shares = append(shares, alarm.Share{Name: s.Name, Signals: s.Signals, Member: s.Member, Release: s.Release,

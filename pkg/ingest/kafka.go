@@ -171,6 +171,10 @@ func (s *KafkaSource) Shares() []Shared {
 		Release: s.opts.SessionTimeout + s.opts.HeartbeatInterval + s.opts.RebalanceTimeout}}
 }
 
+// ReadUpTo is the time up to which the whole group has read every partition, on Now's clock (zero until
+// the group was observed): where a lag began, before it is long enough to count.
+func (s *KafkaSource) ReadUpTo() time.Time { return s.watch.readUpTo() }
+
 // TakenOver implements Sharing: the group is stable without member and has read every partition past
 // since.
 func (s *KafkaSource) TakenOver(member string, since time.Time) bool {

@@ -359,6 +359,23 @@ func (g *groupWatch) status(now time.Time, stale time.Duration) (lag time.Durati
 	return lag, blind, why
 }
 
+// readUpTo is the time up to which the group has read everything: the last observation, or the earliest
+// time since which a partition's oldest unread record may have waited; zero before any observation.
+func (g *groupWatch) readUpTo() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.observed
+	if t.IsZero() {
+		return t
+	}
+	for _, p := range g.parts {
+		if since := p.unreadSinceLocked(); !since.IsZero() {
+			t = earliest(t, since)
+		}
+	}
+	return t
+}
+
 // takenOver reports whether the group has let go of member tag and read past since: it is stable, no
 // rebalance is pending, no member carries the tag, and every partition was read past since.
 func (g *groupWatch) takenOver(tag string, since time.Time) bool {

@@ -138,3 +138,16 @@ func TestGroupWatchTakenOver(t *testing.T) {
 	require.True(t, g.takenOver("a/1", died))
 	require.False(t, g.takenOver("a/1", watchAt(10*time.Second)), "not observed since")
 }
+
+// TestGroupWatchReadUpTo: the group has read everything up to its last observation, or up to where its
+// oldest unread record may have begun to wait.
+func TestGroupWatchReadUpTo(t *testing.T) {
+	g := newGroupWatch(time.Now)
+	require.True(t, g.readUpTo().IsZero(), "not observed yet")
+	observe(g, 0, 10, 10, false)
+	observe(g, time.Second, 10, 10, false)
+	require.Equal(t, watchAt(time.Second), g.readUpTo())
+	observe(g, 2*time.Second, 12, 10, false)
+	observe(g, 3*time.Second, 14, 10, false)
+	require.Equal(t, watchAt(time.Second), g.readUpTo(), "unread since after t0+1s")
+}
