@@ -109,8 +109,9 @@ type daemonOptions struct {
 	// each signal reaches one of the replicas.
 	sharedGroup string
 	// kafkaIngest reads signals from signalsTopic too (kafkaSignaller), in a consumer group of the
-	// replica's own.
+	// replica's own, or kafkaGroup when set (replicas sharing the topic's partitions).
 	kafkaIngest bool
+	kafkaGroup  string
 	// maxHoldBack, maxPublishAttempts and sweepEvery set detection's keys of those names; 0 = default.
 	maxHoldBack        time.Duration
 	maxPublishAttempts int
@@ -160,8 +161,11 @@ func (f *fleet) config(o daemonOptions) string {
 	}
 	kafkaIngest := ""
 	if o.kafkaIngest {
+		if o.kafkaGroup == "" {
+			o.kafkaGroup = "chaos-" + o.replica
+		}
 		kafkaIngest = fmt.Sprintf("  kafka: {enabled: true, brokers: [%q], topics: [%q], group_id: %q, session_timeout: 6s}\n",
-			strings.Join(f.kafka.Addrs, ","), signalsTopic, "chaos-"+o.replica)
+			strings.Join(f.kafka.Addrs, ","), signalsTopic, o.kafkaGroup)
 	}
 	detection := fmt.Sprintf("{grace_after_outage: %s, lease: 2s", o.grace)
 	if o.maxHoldBack > 0 {

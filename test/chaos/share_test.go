@@ -1,0 +1,118 @@
+package chaos
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+)
+
+// Replicas that split the signals between them (an MQTT shared subscription, one Kafka consumer group)
+// each read a share nobody else reads. These scenarios take a share away: a replica killed, a consumer
+// starved of records.
+
+// killOneOfTwo starts replicas a and b with o's options under their names, makes keepers signal through
+// sig (nil: MQTT) and silent devices expire through it, SIGKILLs a in the middle of the expiry and
+// tallies as scenario name what the survivor b reports. It returns b.
+func killOneOfTwo(t *testing.T, name string, sig func(*fleet) signaller, o daemonOptions) *testenv.Heartbeatd {
+	t.Helper()
+	f := startFleet(t)
+	o.replica = "replica-a"
+	a := f.startDaemon(o)
+	o.replica = "replica-b"
+	b := f.startDaemon(o)
+	s := &scenario{fleet: f, n: fleetSize(t), hb: b, silent: ids("silent", fleetSize(t))}
+	var keepVia signaller
+	if sig != nil {
+		s.p, keepVia = sig(f), sig(f)
+	} else {
+		s.p = f.publisher("devices")
+	}
+	s.keepersVia(keepVia, 10)
+	sent := paced(s.p, s.silent, timeout)
+	s.awaitQuarter()
+	a.Kill(t)
+	require.NoError(t, <-sent)
+	s.finish(name, name, 30*time.Second)
+	return b
+}
+
+// TestChaosReplicaKillMQTTShared: two replicas in one MQTT shared group (README's advice for splitting
+// MQTT load), one SIGKILLed while keepers signal and devices expire. With persistent sessions mosquitto
+// went on routing every other message of the group to the dead replica's session, and the survivor
+// reported most keepers within seconds. With clean sessions the broker hands the dead share over at
+// once; what the dead replica held is lost, and the survivor holds detection back from its last word
+// until it has taken the dead session over.
+func TestChaosReplicaKillMQTTShared(t *testing.T) {
+	b := killOneOfTwo(t, "replica_kill_mqtt_shared", nil, daemonOptions{sharedGroup: "heartbeatd"})
+	log := b.Log()
+	require.Contains(t, log, "replica replica-a stopped answering while reading mqtt:$share/heartbeatd/devices/+/heartbeat")
+	require.Contains(t, log, "took over the MQTT session of a dead replica")
+}
+
+// TestChaosReplicaKillKafkaGroup: two replicas in one Kafka consumer group, one SIGKILLed while keepers
+// signal over Kafka and devices expire. The dead member's partitions go unread until the coordinator
+// expels it (session_timeout 6s); the survivor holds detection back from the dead replica's last word
+// until the group has rebalanced without it and read its partitions past that.
+func TestChaosReplicaKillKafkaGroup(t *testing.T) {
+	overKafka := func(f *fleet) signaller { return f.kafkaSignaller() }
+	b := killOneOfTwo(t, "replica_kill_kafka_group", overKafka, daemonOptions{kafkaIngest: true, kafkaGroup: "chaos-replicas"})
+	require.Contains(t, b.Log(), "replica replica-a stopped answering while reading kafka:chaos-replicas")
+}
+
+// starveFetches makes the Kafka cluster answer every fetch of signalsTopic with no records, after a
+// pause as a broker throttling a consumer would, while on is set: the consumer stays connected and in its
+// group, and records pile up behind it.
+func starveFetches(k *testenv.Kafka, on *atomic.Bool) {
+	c := k.Cluster()
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		if !on.Load() || len(r.Topics) == 0 || r.Topics[0].Topic != signalsTopic {
+			return nil, nil, false
+		}
+		c.SleepControl(func() { time.Sleep(100 * time.Millisecond) })
+		resp := r.ResponseKind().(*kmsg.FetchResponse)
+		for _, rt := range r.Topics {
+			t := kmsg.NewFetchResponseTopic()
+			t.Topic, t.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewFetchResponseTopicPartition()
+				p.Partition, p.HighWatermark, p.LastStableOffset = rp.Partition, rp.FetchOffset, rp.FetchOffset
+				t.Partitions = append(t.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, t)
+		}
+		return resp, nil, true
+	})
+}
+
+// TestChaosKafkaLag starves heartbeatd's Kafka consumer of records for longer than the timeout while
+// keepers go on producing: a backlog older than the timeout, with nothing fetched and nothing waiting in
+// ingest, which kafka-go's group reader does not report (its Lag() is −1). The group's end offsets against
+// its committed ones show it: detection holds back from where the lag began, no keeper is reported, and
+// once the backlog is read the silent devices are.
+func TestChaosKafkaLag(t *testing.T) {
+	s := startScenario(t, daemonOptions{kafkaIngest: true})
+	s.p = s.kafkaSignaller()
+	keepers := s.keepersVia(s.p, 10)
+	require.NoError(t, s.p.signal(s.silent, nil))
+	awaitStats(t, s.hb, scaled(s.n, 30*time.Second), "signals stored", func(st stats) bool {
+		return st.Devices.Online+st.Devices.Interrupted >= int64(len(s.silent)+len(keepers))
+	})
+
+	var starved atomic.Bool
+	starveFetches(s.kafka, &starved)
+	starved.Store(true)
+	time.Sleep(2*timeout + timeout/2) // the fault itself: a backlog older than the timeout
+	during, err := getStats(s.hb)
+	require.NoError(t, err)
+	starved.Store(false)
+	s.finish("kafka_lag", "kafka-lag", 30*time.Second)
+	require.True(t, during.HoldBack.Active, "held back while the backlog grew")
+	require.Contains(t, s.hb.Log(), "lagging")
+}
