@@ -49,6 +49,18 @@ func (m *member) takeOver(ok bool) {
 	m.taken = ok
 }
 
+// sharingPair starts replicas r1 and r2 splitting an MQTT shared subscription as client-1 and client-2
+// (answering TakenOver when takenOver) on a Redis of their own, and ticks both once.
+func sharingPair(t *testing.T, takenOver bool) (redis.UniversalClient, *testenv.Clock, *member, *member) {
+	t.Helper()
+	rdb := testenv.StartRedis(t).Client(t)
+	clk := testenv.NewClock(holdBackT0)
+	r1 := newMember(t, rdb, clk, "r1", "i1", "mqtt:hb", "client-1", takenOver)
+	r2 := newMember(t, rdb, clk, "r2", "i2", "mqtt:hb", "client-2", takenOver)
+	ticks(t, r1.HoldBack, r2.HoldBack)
+	return rdb, clk, r1, r2
+}
+
 // memberWindow is the one window h opened itself (the others' are shown too), a member window.
 func memberWindow(t *testing.T, h *HoldBack) Window {
 	t.Helper()
@@ -68,11 +80,7 @@ func memberWindow(t *testing.T, h *HoldBack) Window {
 // lapse; from then on a window from r1's last word holds r2 (and would hold every replica) until r2 has
 // taken r1's session over, then its grace.
 func TestMemberDeathHoldsUntilTheShareIsReadAgain(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
-	r1 := newMember(t, rdb, clk, "r1", "i1", "mqtt:hb", "client-1", true)
-	r2 := newMember(t, rdb, clk, "r2", "i2", "mqtt:hb", "client-2", true)
-	ticks(t, r1.HoldBack, r2.HoldBack)
+	_, clk, _, r2 := sharingPair(t, true)
 	last := clk.Now()
 	require.Equal(t, last, r2.Watermark(last), "a live member vouches for its share")
 
@@ -157,11 +165,7 @@ func TestMemberDeathReleaseBound(t *testing.T) {
 // window goes at once, without a grace (its own stall window covers what it missed), and a later death
 // of the same process is noticed again.
 func TestMemberPauseIsNoDeath(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
-	r1 := newMember(t, rdb, clk, "r1", "i1", "mqtt:hb", "client-1", false)
-	r2 := newMember(t, rdb, clk, "r2", "i2", "mqtt:hb", "client-2", false)
-	ticks(t, r1.HoldBack, r2.HoldBack)
+	_, clk, r1, r2 := sharingPair(t, false)
 	paused := clk.Now()
 	clk.Advance(1500 * time.Millisecond)
 	ticks(t, r2.HoldBack)
@@ -183,11 +187,7 @@ func TestMemberPauseIsNoDeath(t *testing.T) {
 // and not stored is lost. Connecting with the same client id took its session over, so the windows
 // close at once and only their grace holds. A clean stop leaves nothing to hold for.
 func TestMemberRestart(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
-	r1 := newMember(t, rdb, clk, "r1", "i1", "mqtt:hb", "client-1", false)
-	r2 := newMember(t, rdb, clk, "r2", "i2", "mqtt:hb", "client-2", false)
-	ticks(t, r1.HoldBack, r2.HoldBack)
+	rdb, clk, _, r2 := sharingPair(t, false)
 	last := clk.Now()
 
 	clk.Advance(300 * time.Millisecond)
