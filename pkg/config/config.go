@@ -109,8 +109,8 @@ type Ingest struct {
 type MQTT struct {
 	Enabled bool     `yaml:"enabled"`
 	Brokers []string `yaml:"brokers"`
-	// ClientID names the persistent session (clean session off), so it must be unique per replica;
-	// "" derives one from the replica (Config.MQTTClientID).
+	// ClientID names the session: persistent (clean session off) for plain subscriptions, clean for
+	// shared ones (docs/scaling.md); unique per replica. "" derives one from the replica (Config.MQTTClientID).
 	ClientID      string         `yaml:"client_id"`
 	Username      string         `yaml:"username"`
 	Password      string         `yaml:"password"`
@@ -124,7 +124,8 @@ type MQTT struct {
 // each a whole topic level.
 type Subscription struct {
 	Topic string `yaml:"topic"`
-	// SharedGroup non-empty subscribes as $share/<group>/<filter>, spreading load over replicas.
+	// SharedGroup non-empty subscribes as $share/<group>/<filter>, spreading load over replicas; such
+	// subscriptions use a clean session so the broker hands a dead replica's share to the others.
 	SharedGroup string `yaml:"shared_group,omitempty"`
 }
 
