@@ -37,8 +37,15 @@ deps: ## install the servers and tools the tests start (apt-get) when they are m
 	fi; \
 	$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
 
+# The process-level suites (test/chaos, test/scaleout) time takeovers and hold-backs of real daemons:
+# run side by side on two cores, each starves the other's processes into stalls. So the scale-out
+# suite runs after the rest, alone.
+SOLO := ./test/scaleout/...
+
 test: deps ## race-enabled tests, then every benchmark once so they keep working (PKG=./pkg/x/... to narrow)
-	$(GO) test -race $(PKG)
+	@if [ "$(PKG)" = "./..." ]; then \
+		$(GO) test -race $$($(GO) list ./... | grep -v '/test/scaleout') && $(GO) test -race $(SOLO); \
+	else $(GO) test -race $(PKG); fi
 	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKG)
 
 bench: ## the hbbench load benchmark (see cmd/hbbench)

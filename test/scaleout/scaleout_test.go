@@ -2,6 +2,7 @@ package scaleout
 
 import (
 	"context"
+	"github.com/stretchr/testify/assert"
 	"slices"
 	"testing"
 	"time"
@@ -194,7 +195,7 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 
 	// The last restarted a holds detection back until its Kafka group hands it partitions. Doubling is
 	// measured after that, so that its victims' lateness is the doubling's.
-	require.Eventually(t, func() bool {
+	ok := assert.Eventually(t, func() bool {
 		for _, r := range c.live() {
 			if s, err := r.stats(); err != nil || s.HoldBack.Active {
 				return false
@@ -202,6 +203,13 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 		}
 		return true
 	}, 60*time.Second, 50*time.Millisecond, "hold-back ends once the restarted replica joined its Kafka group")
+	if !ok {
+		for _, r := range c.live() {
+			code, body, _ := r.hb.Get("/v1/stats")
+			t.Logf("stats %d %s", code, body)
+		}
+		t.FailNow()
+	}
 
 	// (2) Double 16 → 32 while doubleVictims expire: raise redis.slots and restart the replicas one at a
 	// time. The first restarted replica doubles the layout in Redis; the others adopt it at their next
