@@ -239,7 +239,7 @@ func (s *MQTTSource) unsubscribe(c mqtt.Client) {
 }
 
 // Shares implements Sharing: each shared subscription splits its filter's messages among the replicas
-// of its group. The broker ends a dead member's session 1.5 keep-alives after its last packet; the margin
+// of its group. The broker ends the session of a dead member once 1.5 keep-alives pass without a packet; the margin
 // covers the broker's check interval.
 func (s *MQTTSource) Shares() []Shared {
 	var out []Shared
