@@ -87,7 +87,14 @@ func newAPIFixture(t testing.TB, token string) *apiFixture {
 // call makes a request and decodes the JSON answer into a map (nil for an empty body).
 func (f *apiFixture) call(t *testing.T, method, path, token, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	return callJSON(t, f.srv.URL, method, path, token, body)
+}
+
+// callJSON sends one request to the API at base, with the bearer token when given, and decodes a JSON
+// answer (nil for an empty or non-JSON one).
+func callJSON(t *testing.T, base, method, path, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -48,19 +46,9 @@ func TestEvictionPolicyNote(t *testing.T) {
 		HoldBack: func() alarm.HoldBackStatus { return alarm.HoldBackStatus{} }}))
 	defer srv.Close()
 	readyz := func(token string) (int, map[string]any) {
-		req, err := http.NewRequest(http.MethodGet, srv.URL+"/readyz", nil)
-		require.NoError(t, err)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		var body map[string]any
-		require.NoError(t, json.Unmarshal(b, &body))
-		return resp.StatusCode, body
+		code, body := callJSON(t, srv.URL, http.MethodGet, "/readyz", token, "")
+		require.NotNil(t, body, "/readyz answers JSON")
+		return code, body
 	}
 	code, body := readyz("tok")
 	require.Equal(t, http.StatusOK, code, "a note does not make heartbeatd unready")
