@@ -45,6 +45,8 @@ type Config struct {
 	Cluster   Cluster               `yaml:"cluster"`
 	HTTP      HTTP                  `yaml:"http"`
 	Log       Log                   `yaml:"log"`
+	// Outputs are optional destinations that follow the events topic (outputs.go).
+	Outputs Outputs `yaml:"outputs"`
 	// ShutdownTimeout bounds the whole ordered stop after SIGINT/SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }

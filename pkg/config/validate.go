@@ -57,6 +57,7 @@ func (c *Config) Validate() error {
 	c.validateDetection(v)
 	c.validateCluster(v)
 	c.validateHTTP(v)
+	c.validateOutputs(v)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

@@ -24,6 +24,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
@@ -127,6 +128,10 @@ type daemon struct {
 	replica   string
 	eviction  *evictionGuard
 
+	// observers follow the events Kafka acknowledged (observers.go); outputs are their loops.
+	observers []event.Observer
+	outputs   []output
+
 	slotsOwned prometheus.Gauge
 	// incarnation tells this process from the replica's earlier ones (alarm.HoldBackOptions).
 	incarnation string
@@ -222,8 +227,11 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		MaxHoldBack: cfg.Detection.MaxHoldBack, Stall: cfg.Detection.Stall, ClockCheck: d.clock.Check, Now: d.clock.Now,
 		Logger: log, Registerer: reg,
 		OnChange: func(active bool) { d.metrics.HoldBack.Set(b2f(active)) }})
+	if err := d.buildObservers(reg); err != nil {
+		return fail(err)
+	}
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load,
-		Sink:     alarm.DegradedSink(d.publisher, d.holdBack.Degraded),
+		Sink:     alarm.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.Degraded),
 		Silences: d.silences, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,
 		Logger: log, Metrics: d.metrics})
 
@@ -447,6 +455,9 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 	})
 	lc.add("silences", d.silences.Run)
+	for _, o := range d.outputs { // before the scanner, so they stop after it and see its last events
+		lc.add(o.name, o.run)
+	}
 	lc.add("device counts", func(ctx context.Context) error {
 		return d.metrics.RunCounts(ctx, alarm.CountsOptions{Store: d.store, Slots: d.ownership.Slots,
 			Types: func() []string { return d.policies.Load().Names() }, Logger: d.log})

@@ -29,13 +29,26 @@ const (
 	Recovered Kind = "recovered"
 	// Exhausted says max_repeats was reached: no more alarms until the device recovers.
 	Exhausted Kind = "exhausted"
+	// Suppressed replaces interrupted for a device whose parent is interrupted (SPEC §9); no repeats follow.
+	Suppressed Kind = "suppressed"
+	// OutageStarted and OutageEnded bracket a correlated outage (SPEC §9); keyed by the group.
+	OutageStarted Kind = "outage_started"
+	OutageEnded   Kind = "outage_ended"
+	// Flapping says the device crossed flapping.count interruptions within flapping.window.
+	Flapping Kind = "flapping"
+	// Acked, Silenced, Unsilenced and Deleted are an operator's acts, so consumers see why repeats stopped.
+	Acked      Kind = "acked"
+	Silenced   Kind = "silenced"
+	Unsilenced Kind = "unsilenced"
+	Deleted    Kind = "deleted"
 )
 
 // Valid reports whether k is one of the kinds this version of the package knows. Decode does not reject
 // other kinds, so a consumer built against an older package keeps working when a kind is added.
 func (k Kind) Valid() bool {
 	switch k {
-	case Interrupted, Alarm, Recovered, Exhausted, Watchdog:
+	case Interrupted, Alarm, Recovered, Exhausted, Watchdog, Suppressed, OutageStarted, OutageEnded, Flapping,
+		Acked, Silenced, Unsilenced, Deleted:
 		return true
 	}
 	return false
@@ -58,6 +71,24 @@ type Event struct {
 	// Degraded marks an event raised while a blind window outlived detection.max_hold_back: detection
 	// resumed without trusting that silence means a silent device (SPEC §7). Written only when true.
 	Degraded bool `json:"degraded,omitempty"`
+	// By and Note are an operator act's author and note, when given.
+	By   string `json:"by,omitempty"`
+	Note string `json:"note,omitempty"`
+	// Parent is the interrupted parent of a suppressed device.
+	Parent string `json:"parent,omitempty"`
+	// OutageID names the correlated outage on outage events and on member events raised while it lasts.
+	OutageID string `json:"outage_id,omitempty"`
+	// Group, Count and Sample describe a correlated outage on outage_started / outage_ended.
+	Group  *Group   `json:"group,omitempty"`
+	Count  int      `json:"count,omitempty"`
+	Sample []string `json:"sample,omitempty"`
+}
+
+// Group is what the devices of a correlated outage share: the correlation key (device_type, parent or
+// labels.<name>) and its value.
+type Group struct {
+	By    string `json:"by"`
+	Value string `json:"value"`
 }
 
 // ID returns the deterministic event id device/<deadline Unix ms>/kind/repeat. Every re-publication of
@@ -129,6 +160,13 @@ type wireEvent struct {
 	SilentForMs int64    `json:"silent_for_ms"`
 	Repeat      int      `json:"repeat"`
 	Degraded    bool     `json:"degraded,omitempty"`
+	By          string   `json:"by,omitempty"`
+	Note        string   `json:"note,omitempty"`
+	Parent      string   `json:"parent,omitempty"`
+	OutageID    string   `json:"outage_id,omitempty"`
+	Group       *Group   `json:"group,omitempty"`
+	Count       int      `json:"count,omitempty"`
+	Sample      []string `json:"sample,omitempty"`
 }
 
 // MarshalJSON writes the SPEC §5 form: the bytes encoding/json writes for wireEvent (without HTML
@@ -162,7 +200,52 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	if e.Degraded {
 		b = append(b, `,"degraded":true`...)
 	}
+	if e.hasExtras() {
+		return e.appendExtras(b), nil
+	}
 	return append(b, '}'), nil
+}
+
+// hasExtras reports whether any field beyond the detection ones is set: the common event skips them all.
+func (e *Event) hasExtras() bool {
+	return e.By != "" || e.Note != "" || e.Parent != "" || e.OutageID != "" || e.Group != nil || e.Count != 0 || len(e.Sample) > 0
+}
+
+// appendExtras appends the optional fields of operator acts, suppressed and outage events, and the
+// closing brace, in declaration order.
+func (e *Event) appendExtras(b []byte) []byte {
+	str := func(key, v string) {
+		if v != "" {
+			b = append(b, `,"`+key+`":`...)
+			b = appendJSONString(b, v)
+		}
+	}
+	str("by", e.By)
+	str("note", e.Note)
+	str("parent", e.Parent)
+	str("outage_id", e.OutageID)
+	if e.Group != nil {
+		b = append(b, `,"group":{"by":`...)
+		b = appendJSONString(b, e.Group.By)
+		b = append(b, `,"value":`...)
+		b = appendJSONString(b, e.Group.Value)
+		b = append(b, '}')
+	}
+	if e.Count != 0 {
+		b = append(b, `,"count":`...)
+		b = strconv.AppendInt(b, int64(e.Count), 10)
+	}
+	if len(e.Sample) > 0 {
+		b = append(b, `,"sample":[`...)
+		for i, id := range e.Sample {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, id)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
 }
 
 // appendJSONString appends s as a JSON string the way encoding/json does without HTML escaping. Plain
@@ -238,6 +321,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		Schema: w.Schema, ID: w.ID, Kind: w.Kind, DeviceID: w.DeviceID, DeviceType: w.DeviceType,
 		LastSeen: time.Time(w.LastSeen), Deadline: time.Time(w.Deadline), At: time.Time(w.At),
 		SilentForMs: w.SilentForMs, Repeat: w.Repeat, Degraded: w.Degraded,
+		By: w.By, Note: w.Note, Parent: w.Parent, OutageID: w.OutageID, Group: w.Group, Count: w.Count, Sample: w.Sample,
 	}
 	return nil
 }

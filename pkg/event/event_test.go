@@ -231,15 +231,22 @@ func TestMarshalJSONMatchesEncodingJSON(t *testing.T) {
 	for _, id := range ids {
 		degraded := New(Alarm, id, "gateway", at.Add(-time.Second), at.Add(-time.Minute), at, 1)
 		degraded.Degraded = true
+		acked := New(Acked, id, "gateway", at, time.Time{}, at, 0)
+		acked.By, acked.Note = id, "on it "+id
+		suppressed := New(Suppressed, id, "sensor", at, at, at, 0)
+		suppressed.Parent, suppressed.OutageID = id, "outage:parent:"+id
+		outage := New(OutageStarted, "outage:labels.site:"+id, "", time.Time{}, time.Time{}, at, 0)
+		outage.OutageID, outage.Group, outage.Count, outage.Sample = "o-1", &Group{By: "labels.site", Value: id}, 512, []string{id, "b"}
 		for _, e := range []Event{
 			New(Interrupted, id, "gateway", at.Add(-time.Second), at.Add(-time.Minute), at, 0),
 			New(Recovered, id, id, at, time.Time{}, at.Add(1500*time.Microsecond), 3),
-			degraded,
+			degraded, acked, suppressed, outage,
 		} {
 			want, err := marshalNoHTMLEscape(wireEvent{
 				Schema: e.Schema, ID: e.ID, Kind: e.Kind, DeviceID: e.DeviceID, DeviceType: e.DeviceType,
 				LastSeen: wireTime(e.LastSeen), Deadline: wireTime(e.Deadline), At: wireTime(e.At),
 				SilentForMs: e.SilentForMs, Repeat: e.Repeat, Degraded: e.Degraded,
+				By: e.By, Note: e.Note, Parent: e.Parent, OutageID: e.OutageID, Group: e.Group, Count: e.Count, Sample: e.Sample,
 			})
 			require.NoError(t, err)
 			got, err := e.MarshalJSON()

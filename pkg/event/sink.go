@@ -13,3 +13,46 @@ type Sink interface {
 type DeadLetterSink interface {
 	PublishDeadLetter(ctx context.Context, d DeadLetter) error
 }
+
+// Observer is told of the events Kafka acknowledged, after it did: the outputs that follow Kafka (the
+// Alertmanager output, the live stream of the status page) never lead it, block it or slow it. Observe
+// must return at once: queue within a bound, or drop.
+type Observer interface {
+	Observe(events []Event)
+}
+
+// Observed returns a sink that publishes through next, then passes the events next acknowledged to each
+// observer in order. Events next refused are not observed: they will be published again.
+func Observed(next Sink, observers ...Observer) Sink {
+	if len(observers) == 0 {
+		return next
+	}
+	return observedSink{next: next, observers: observers}
+}
+
+type observedSink struct {
+	next      Sink
+	observers []Observer
+}
+
+func (s observedSink) Publish(ctx context.Context, events []Event) []error {
+	errs := s.next.Publish(ctx, events)
+	acked := events
+	for _, err := range errs {
+		if err != nil { // copy once, only when something failed: the common batch is passed as is
+			acked = make([]Event, 0, len(events))
+			for j, e := range events {
+				if errs[j] == nil {
+					acked = append(acked, e)
+				}
+			}
+			break
+		}
+	}
+	if len(acked) > 0 {
+		for _, o := range s.observers {
+			o.Observe(acked)
+		}
+	}
+	return errs
+}

@@ -1,0 +1,19 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// output is a loop that runs beside the scanners for an observer (an output that follows Kafka).
+type output struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// buildObservers makes what follows the events Kafka acknowledged: each gets them through
+// event.Observed after the publisher, so none can block or slow the Kafka path.
+func (d *daemon) buildObservers(reg prometheus.Registerer) error {
+	return nil
+}
