@@ -71,6 +71,12 @@ type Event struct {
 	// Degraded marks an event raised while a blind window outlived detection.max_hold_back: detection
 	// resumed without trusting that silence means a silent device (SPEC §7). Written only when true.
 	Degraded bool `json:"degraded,omitempty"`
+	Detail
+}
+
+// Detail is what operator acts, suppressed devices and correlated outages add to an event; each field
+// is written only when set, so a detection event carries none of them.
+type Detail struct {
 	// By and Note are an operator act's author and note, when given.
 	By   string `json:"by,omitempty"`
 	Note string `json:"note,omitempty"`
@@ -160,13 +166,7 @@ type wireEvent struct {
 	SilentForMs int64    `json:"silent_for_ms"`
 	Repeat      int      `json:"repeat"`
 	Degraded    bool     `json:"degraded,omitempty"`
-	By          string   `json:"by,omitempty"`
-	Note        string   `json:"note,omitempty"`
-	Parent      string   `json:"parent,omitempty"`
-	OutageID    string   `json:"outage_id,omitempty"`
-	Group       *Group   `json:"group,omitempty"`
-	Count       int      `json:"count,omitempty"`
-	Sample      []string `json:"sample,omitempty"`
+	Detail
 }
 
 // MarshalJSON writes the SPEC §5 form: the bytes encoding/json writes for wireEvent (without HTML
@@ -207,13 +207,13 @@ func (e Event) MarshalJSON() ([]byte, error) {
 }
 
 // hasExtras reports whether any field beyond the detection ones is set: the common event skips them all.
-func (e *Event) hasExtras() bool {
+func (e *Detail) hasExtras() bool {
 	return e.By != "" || e.Note != "" || e.Parent != "" || e.OutageID != "" || e.Group != nil || e.Count != 0 || len(e.Sample) > 0
 }
 
 // appendExtras appends the optional fields of operator acts, suppressed and outage events, and the
 // closing brace, in declaration order.
-func (e *Event) appendExtras(b []byte) []byte {
+func (e *Detail) appendExtras(b []byte) []byte {
 	str := func(key, v string) {
 		if v != "" {
 			b = append(b, `,"`+key+`":`...)
@@ -321,7 +321,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		Schema: w.Schema, ID: w.ID, Kind: w.Kind, DeviceID: w.DeviceID, DeviceType: w.DeviceType,
 		LastSeen: time.Time(w.LastSeen), Deadline: time.Time(w.Deadline), At: time.Time(w.At),
 		SilentForMs: w.SilentForMs, Repeat: w.Repeat, Degraded: w.Degraded,
-		By: w.By, Note: w.Note, Parent: w.Parent, OutageID: w.OutageID, Group: w.Group, Count: w.Count, Sample: w.Sample,
+		Detail: w.Detail,
 	}
 	return nil
 }

@@ -246,7 +246,7 @@ func TestMarshalJSONMatchesEncodingJSON(t *testing.T) {
 				Schema: e.Schema, ID: e.ID, Kind: e.Kind, DeviceID: e.DeviceID, DeviceType: e.DeviceType,
 				LastSeen: wireTime(e.LastSeen), Deadline: wireTime(e.Deadline), At: wireTime(e.At),
 				SilentForMs: e.SilentForMs, Repeat: e.Repeat, Degraded: e.Degraded,
-				By: e.By, Note: e.Note, Parent: e.Parent, OutageID: e.OutageID, Group: e.Group, Count: e.Count, Sample: e.Sample,
+				Detail: e.Detail,
 			})
 			require.NoError(t, err)
 			got, err := e.MarshalJSON()
