@@ -289,7 +289,7 @@ func validateSubscription(v *validator, key string, s Subscription) {
 		v.add(key+".topic", "%q: use shared_group instead of a $share/ prefix", s.Topic)
 		return
 	}
-	devices, types := 0, 0
+	devices, types, parents := 0, 0, 0
 	levels := strings.Split(s.Topic, "/")
 	for i, l := range levels {
 		switch {
@@ -297,8 +297,10 @@ func validateSubscription(v *validator, key string, s Subscription) {
 			devices++
 		case l == "{device_type}":
 			types++
+		case l == "{parent_id}":
+			parents++
 		case strings.ContainsAny(l, "{}"):
-			v.add(key+".topic", "%q: level %q: a placeholder must be a whole level ({device_id} or {device_type})", s.Topic, l)
+			v.add(key+".topic", "%q: level %q: a placeholder must be a whole level ({device_id}, {device_type} or {parent_id})", s.Topic, l)
 			return
 		case l == "#" && i != len(levels)-1:
 			v.add(key+".topic", "%q: # must be the last level", s.Topic)
@@ -313,6 +315,9 @@ func validateSubscription(v *validator, key string, s Subscription) {
 	}
 	if types > 1 {
 		v.add(key+".topic", "%q must contain {device_type} at most once", s.Topic)
+	}
+	if parents > 1 {
+		v.add(key+".topic", "%q must contain {parent_id} at most once", s.Topic)
 	}
 	if strings.ContainsAny(s.SharedGroup, "/+#") {
 		v.add(key+".shared_group", "%q must not contain / + #", s.SharedGroup)

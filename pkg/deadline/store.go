@@ -113,6 +113,8 @@ func (s *Store) TypeIndex(ctx context.Context, name string) (int, error) {
 type Signal struct {
 	Device string
 	Type   string // "" keeps the type last recorded for the device (default when none)
+	// Parent is the device's gateway or cell ("" = none named: the link last recorded stays).
+	Parent string
 	Seen   time.Time
 }
 

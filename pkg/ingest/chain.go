@@ -211,7 +211,7 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 		d.typ = deadline.DefaultType // a device-chosen name is never recorded (SPEC §4)
 	}
 	select {
-	case c.in <- item{sig: deadline.Signal{Device: d.device, Type: d.typ, Seen: seen}, received: received, ack: m.Ack, src: src}:
+	case c.in <- item{sig: deadline.Signal{Device: d.device, Type: d.typ, Parent: d.parent, Seen: seen}, received: received, ack: m.Ack, src: src}:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("ingest: submit: %w", ctx.Err())

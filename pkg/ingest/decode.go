@@ -41,6 +41,7 @@ const maxTSMillis = 1e14
 type decoded struct {
 	device string
 	typ    string
+	parent string    // the device's gateway or cell (SPEC §9): payload `parent`, else the topic's
 	ts     time.Time // zero: the payload carries no ts
 }
 
@@ -58,7 +59,7 @@ func decode(m *Message) (decoded, string) {
 		if reason != "" {
 			return decoded{}, reason
 		}
-		d = decoded{device: f.device, typ: f.typ, ts: f.ts}
+		d = decoded{device: f.device, typ: f.typ, parent: f.parent, ts: f.ts}
 		if d.device != "" && !validID(d.device) {
 			return decoded{}, ReasonInvalidDeviceID // the field itself is wrong, whatever the transport names
 		}
@@ -73,7 +74,7 @@ func decode(m *Message) (decoded, string) {
 		}
 		d.device = m.Device
 	case len(m.Key) > 0:
-		if !validIDBytes(m.Key) {
+		if !validID(m.Key) {
 			return decoded{}, ReasonInvalidDeviceID
 		}
 		if d.device != "" && d.device != string(m.Key) {
@@ -90,6 +91,12 @@ func decode(m *Message) (decoded, string) {
 	}
 	if d.typ != "" && !validID(d.typ) {
 		return decoded{}, ReasonInvalidType
+	}
+	if d.parent == "" {
+		d.parent = m.Parent
+	}
+	if d.parent != "" && (!validID(d.parent) || d.parent == d.device) {
+		return decoded{}, ReasonInvalidDeviceID // a parent is a device id; a device is not its own parent
 	}
 	return d, ""
 }
@@ -111,8 +118,8 @@ func isJSONObject(p []byte) bool {
 }
 
 // validID reports whether s is a valid device id or type name: 1–MaxIDLen bytes of UTF-8 without
-// control characters (SPEC §4).
-func validID(s string) bool {
+// control characters (SPEC §4). A Kafka key is checked as bytes, before it is copied into a string.
+func validID[T string | []byte](s T) bool {
 	if len(s) == 0 || len(s) > MaxIDLen {
 		return false
 	}
@@ -125,30 +132,8 @@ func validID(s string) bool {
 			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if (r == utf8.RuneError && size == 1) || unicode.IsControl(r) {
-			return false
-		}
-		i += size
-	}
-	return true
-}
-
-// validIDBytes is validID for a Kafka key, checked before it is copied into a string.
-func validIDBytes(b []byte) bool {
-	if len(b) == 0 || len(b) > MaxIDLen {
-		return false
-	}
-	for i := 0; i < len(b); {
-		c := b[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 || c == 0x7f {
-				return false
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRune(b[i:])
+		// At most one rune's bytes: converting so few from a []byte allocates nothing.
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
 		if (r == utf8.RuneError && size == 1) || unicode.IsControl(r) {
 			return false
 		}

@@ -95,7 +95,7 @@ func TestValidID(t *testing.T) {
 		string([]byte{0xc3}): false, // truncated UTF-8
 	} {
 		require.Equal(t, want, validID(s), "%q", s)
-		require.Equal(t, want, validIDBytes([]byte(s)), "%q bytes", s)
+		require.Equal(t, want, validID([]byte(s)), "%q bytes", s)
 	}
 }
 
@@ -130,6 +130,9 @@ func referenceFields(payload []byte) (f objectFields, reasons []string) {
 	if raw, ok := m["type"]; ok {
 		f.typ = str(raw, ReasonInvalidType)
 	}
+	if raw, ok := m["parent"]; ok {
+		f.parent = str(raw, ReasonInvalidDeviceID)
+	}
 	if raw, ok := m["ts"]; ok {
 		t, ok := tsValue(raw)
 		if !ok {
@@ -161,7 +164,7 @@ func FuzzDecodePayload(f *testing.F) {
 		`{"type":{"a":1}}`, ` {"device_id":"a"`, `[{"device_id":"d"}]`, `{"device_id":"d","device_id":"e"}`,
 		`{"device_id":5,"device_id":"d"}`, `{"dev\u0069ce_id":"esc"}`, `{"a":[1,-0.5e+3,true,null,"\ud83d\ude00"]}`,
 		`{"Device_ID":"case"}`, `{"a":01}`, `{"a":1.}`, `{"a":"\x"}`, "{\"a\":\"\x01\"}",
-		`{"device_id":"topic-dev"}`, `{"device_id":"key"}`, `{"device_id":"other","type":"gateway"}`,
+		`{"device_id":"topic-dev"}`, `{"device_id":"key"}`, `{"device_id":"other","type":"gateway"}`, `{"parent":"gw-1"}`, `{"parent":7}`,
 	} {
 		f.Add([]byte(seed), "topic-dev", []byte("key"))
 		f.Add([]byte(seed), "", []byte("key"))

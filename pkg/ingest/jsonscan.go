@@ -17,8 +17,8 @@ const maxJSONDepth = 10000
 
 // objectFields are the signal fields found in a JSON object payload.
 type objectFields struct {
-	device, typ string
-	ts          time.Time
+	device, typ, parent string
+	ts                  time.Time
 }
 
 // scanObject parses payload, which starts with '{' after whitespace. reason is "" for a valid object,
@@ -31,7 +31,7 @@ func scanObject(payload []byte) (f objectFields, reason string) {
 	switch {
 	case s.bad || s.i != len(s.b):
 		return objectFields{}, ReasonMalformedJSON
-	case s.badDevice:
+	case s.badDevice, s.badParent:
 		return objectFields{}, ReasonInvalidDeviceID
 	case s.badType:
 		return objectFields{}, ReasonInvalidType
@@ -47,7 +47,7 @@ type jsonScanner struct {
 	bad bool // a syntax error: the payload is malformed
 	// Field errors, kept while the rest is still checked for syntax; a later duplicate key replaces an
 	// earlier one, error included, as encoding/json would.
-	badDevice, badType, badTS bool
+	badDevice, badType, badTS, badParent bool
 }
 
 func (s *jsonScanner) ws() {
@@ -129,6 +129,14 @@ func (s *jsonScanner) member(f *objectFields, key string, v []byte) {
 			return
 		}
 		f.device = str
+	case "parent":
+		f.parent, s.badParent = "", false
+		str, ok := stringValue(v)
+		if !ok {
+			s.badParent = true
+			return
+		}
+		f.parent = str
 	case "type":
 		f.typ, s.badType = "", false
 		str, ok := stringValue(v)

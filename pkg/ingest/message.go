@@ -20,9 +20,10 @@ type Message struct {
 	Source string // SourceMQTT or SourceKafka
 	Topic  string
 	Key    []byte // Kafka message key: the device id unless the payload names one
-	// Device and Type are what the MQTT topic template named ("" when it names none).
+	// Device, Type and Parent are what the MQTT topic template named ("" when it names none).
 	Device  string
 	Type    string
+	Parent  string
 	Payload []byte
 	// Received is when the signal reached the transport: the signal time when the payload carries no
 	// ts. Zero means now (the chain's clock).

@@ -534,12 +534,13 @@ func (s *MQTTSource) worker(ctx context.Context, chain *Chain) {
 			}
 		}
 		topic := m.Topic()
-		device, typ, _ := matchTopic(s.templates, topic)
+		f, _ := matchTopic(s.templates, topic)
 		err := chain.Submit(ctx, Message{
 			Source:  SourceMQTT,
 			Topic:   topic,
-			Device:  device,
-			Type:    typ,
+			Device:  f.device,
+			Type:    f.typ,
+			Parent:  f.parent,
 			Payload: m.Payload(),
 			Ack: func() {
 				m.Ack()

@@ -9,6 +9,7 @@ import (
 const (
 	placeholderDevice = "{device_id}"
 	placeholderType   = "{device_type}"
+	placeholderParent = "{parent_id}"
 )
 
 // topicTemplate is one subscription: the MQTT filter it subscribes to and where in a topic the device id
@@ -18,10 +19,16 @@ type topicTemplate struct {
 	levels []string // the template's levels: literal, "+", "#", or a placeholder
 	device int      // level index of {device_id}, -1 when none
 	typ    int      // level index of {device_type}, -1 when none
+	parent int      // level index of {parent_id}, -1 when none
+}
+
+// topicFields are what a topic names through its template's placeholders ("" where it has none).
+type topicFields struct {
+	device, typ, parent string
 }
 
 func parseTemplate(sub Subscription) (topicTemplate, error) {
-	t := topicTemplate{device: -1, typ: -1}
+	t := topicTemplate{device: -1, typ: -1, parent: -1}
 	if sub.Topic == "" {
 		return t, fmt.Errorf("ingest: mqtt subscription: empty topic")
 	}
@@ -42,8 +49,13 @@ func parseTemplate(sub Subscription) (topicTemplate, error) {
 				return t, fmt.Errorf("ingest: mqtt subscription %q: %s twice", sub.Topic, placeholderType)
 			}
 			t.typ, filter[i] = i, "+"
+		case l == placeholderParent:
+			if t.parent >= 0 {
+				return t, fmt.Errorf("ingest: mqtt subscription %q: %s twice", sub.Topic, placeholderParent)
+			}
+			t.parent, filter[i] = i, "+"
 		case strings.ContainsAny(l, "{}"):
-			return t, fmt.Errorf("ingest: mqtt subscription %q: level %q: a placeholder must be a whole level ({device_id} or {device_type})", sub.Topic, l)
+			return t, fmt.Errorf("ingest: mqtt subscription %q: level %q: a placeholder must be a whole level ({device_id}, {device_type} or {parent_id})", sub.Topic, l)
 		case l == "#" && i != len(t.levels)-1:
 			return t, fmt.Errorf("ingest: mqtt subscription %q: # must be the last level", sub.Topic)
 		case l != "+" && l != "#" && strings.ContainsAny(l, "+#"):
@@ -62,46 +74,48 @@ func parseTemplate(sub Subscription) (topicTemplate, error) {
 	return t, nil
 }
 
-// match reports whether topic matches the template and returns the device id and type it names, as
+// match reports whether topic matches the template and returns what its placeholders name, as
 // substrings of topic (no allocation).
-func (t *topicTemplate) match(topic string) (device, typ string, ok bool) {
+func (t *topicTemplate) match(topic string) (f topicFields, ok bool) {
 	rest := topic
 	for i, l := range t.levels {
 		if l == "#" {
-			return device, typ, true
+			return f, true
 		}
 		level, tail, more := strings.Cut(rest, "/")
 		switch {
 		case i == t.device:
-			device = level
+			f.device = level
 		case i == t.typ:
-			typ = level
+			f.typ = level
+		case i == t.parent:
+			f.parent = level
 		case l == "+":
 		case l != level:
-			return "", "", false
+			return topicFields{}, false
 		}
 		last := i == len(t.levels)-1
 		if last {
-			return device, typ, !more
+			return f, !more
 		}
 		if !more {
 			// The topic ended; only a trailing "#" (which also matches its parent level) may follow.
 			if i+1 == len(t.levels)-1 && t.levels[i+1] == "#" {
-				return device, typ, true
+				return f, true
 			}
-			return "", "", false
+			return topicFields{}, false
 		}
 		rest = tail
 	}
-	return device, typ, true
+	return f, true
 }
 
 // matchTopic finds the first template matching topic.
-func matchTopic(templates []topicTemplate, topic string) (device, typ string, ok bool) {
+func matchTopic(templates []topicTemplate, topic string) (topicFields, bool) {
 	for i := range templates {
-		if device, typ, ok = templates[i].match(topic); ok {
-			return device, typ, true
+		if f, ok := templates[i].match(topic); ok {
+			return f, true
 		}
 	}
-	return "", "", false
+	return topicFields{}, false
 }

@@ -42,7 +42,8 @@ func FuzzTopicTemplate(f *testing.F) {
 			return
 		}
 
-		device, typ, ok := tpl.match(topic)
+		f, ok := tpl.match(topic)
+		device, typ := f.device, f.typ
 		wantOK, wantDevice, wantType := referenceMatch(tpl.levels, tpl.device, tpl.typ, topic)
 		if ok != wantOK || ok && (device != wantDevice || typ != wantType) {
 			t.Fatalf("%q ~ %q: got (%q, %q, %v), want (%q, %q, %v)", template, topic, device, typ, ok, wantDevice, wantType, wantOK)

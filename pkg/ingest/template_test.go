@@ -26,21 +26,28 @@ func TestTopicTemplates(t *testing.T) {
 		{Subscription{Topic: "site/+/{device_id}/#"}, "site/+/+/#", "site/a/d9", "d9", "", true},
 		{Subscription{Topic: "site/+/{device_id}/#"}, "site/+/+/#", "site/a", "", "", false},
 		{Subscription{Topic: "bare"}, "bare", "bare", "", "", true},
+		{Subscription{Topic: "gw/{parent_id}/{device_id}/hb"}, "gw/+/+/hb", "gw/gw-7/s-1/hb", "s-1", "", true},
 	} {
 		tpl, err := parseTemplate(tc.sub)
 		require.NoError(t, err, tc.sub.Topic)
 		require.Equal(t, tc.filter, tpl.filter)
-		device, typ, ok := tpl.match(tc.topic)
+		f, ok := tpl.match(tc.topic)
 		require.Equal(t, tc.ok, ok, "%s ~ %s", tc.sub.Topic, tc.topic)
 		if ok {
-			require.Equal(t, tc.device, device, tc.topic)
-			require.Equal(t, tc.typ, typ, tc.topic)
+			require.Equal(t, tc.device, f.device, tc.topic)
+			require.Equal(t, tc.typ, f.typ, tc.topic)
 		}
 	}
+	gw, err := parseTemplate(Subscription{Topic: "gw/{parent_id}/{device_id}/hb"})
+	require.NoError(t, err)
+	f, ok := gw.match("gw/gw-7/s-1/hb")
+	require.True(t, ok)
+	require.Equal(t, topicFields{device: "s-1", parent: "gw-7"}, f)
 	for _, bad := range []Subscription{
 		{Topic: ""},
 		{Topic: "a/x{device_id}/b"},
 		{Topic: "a/{device_id}/{device_id}"},
+		{Topic: "a/{parent_id}/{parent_id}/{device_id}"},
 		{Topic: "a/#/b"},
 		{Topic: "a/b+/c"},
 		{Topic: "$share/g/a/{device_id}"},
