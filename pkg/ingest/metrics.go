@@ -39,39 +39,26 @@ type sourceMetrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "heartbeatd_signals_total",
-			Help: "Signals taken in, by source and result (applied, coalesced, deadletter, retained, shed, late).",
-		}, []string{"source", "result"}),
-		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "heartbeatd_deadletters_total",
-			Help: "Bad input sent to the dead-letter topic, by reason.",
-		}, []string{"reason"}),
+		signals: counterVec("heartbeatd_signals_total",
+			"Signals taken in, by source and result (applied, coalesced, deadletter, retained, shed, late).", "source", "result"),
+		deadLetters: counterVec("heartbeatd_deadletters_total", "Bad input sent to the dead-letter topic, by reason.", "reason"),
 		refresh: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "heartbeatd_refresh_duration_seconds",
 			Help:    "Duration of one batched deadline refresh in Redis (every attempt).",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
-		refreshErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "heartbeatd_refresh_errors_total",
-			Help: "Failed deadline refresh attempts (each is retried with backoff; nothing is acknowledged meanwhile).",
-		}),
+		refreshErrors: counter("heartbeatd_refresh_errors_total",
+			"Failed deadline refresh attempts (each is retried with backoff; nothing is acknowledged meanwhile)."),
 		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "heartbeatd_ingest_connected",
 			Help: "1 while an ingest source is connected to its broker.",
 		}, []string{"source"}),
-		clamped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "heartbeatd_signals_clamped_total",
-			Help: "Signals whose ts was further in the future than ingest.max_clock_skew; the receive time was used.",
-		}, []string{"source"}),
-		unknownTypes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "heartbeatd_signals_unknown_type_total",
-			Help: "Signals naming a device type without a configured policy (the default policy applies).",
-		}),
-		deadLetterLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "heartbeatd_deadletters_lost_total",
-			Help: "Bad input acknowledged without its dead letter: the dead-letter topic failed or its queue was full.",
-		}),
+		clamped: counterVec("heartbeatd_signals_clamped_total",
+			"Signals whose ts was further in the future than ingest.max_clock_skew; the receive time was used.", "source"),
+		unknownTypes: counter("heartbeatd_signals_unknown_type_total",
+			"Signals naming a device type without a configured policy (the default policy applies)."),
+		deadLetterLost: counter("heartbeatd_deadletters_lost_total",
+			"Bad input acknowledged without its dead letter: the dead-letter topic failed or its queue was full."),
 		sources: map[string]*sourceMetrics{},
 	}
 	if reg == nil {
@@ -91,6 +78,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.deadLetters.WithLabelValues(r)
 	}
 	return m, nil
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
 func (m *metrics) source(name string) *sourceMetrics {
