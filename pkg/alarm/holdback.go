@@ -371,11 +371,14 @@ func (h *HoldBack) Watermark(now time.Time) time.Time {
 
 // Scans reports whether this replica may scan: false while its clock cannot be trusted (bounded by
 // MaxHoldBack, like every hold). deadline.OwnershipOptions.Eligible.
-func (h *HoldBack) Scans() bool {
+func (h *HoldBack) Scans() bool { return !atNowLocked(h, h.clockHoldsLocked) }
+
+// atNowLocked is read(now) under h.mu, with now taken before the lock.
+func atNowLocked[T any](h *HoldBack, read func(now time.Time) T) T {
 	now := h.opts.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return !h.clockHoldsLocked(now)
+	return read(now)
 }
 
 func (h *HoldBack) clockHoldsLocked(now time.Time) bool {
@@ -384,12 +387,7 @@ func (h *HoldBack) clockHoldsLocked(now time.Time) bool {
 
 // Degraded reports whether detection runs although it cannot trust silence: a live window is past
 // MaxHoldBack, or this replica's clock has been off that long. DegradedSink marks the events then.
-func (h *HoldBack) Degraded() bool {
-	now := h.opts.Now()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.degradedLocked(now)
-}
+func (h *HoldBack) Degraded() bool { return atNowLocked(h, h.degradedLocked) }
 
 func (h *HoldBack) degradedLocked(now time.Time) bool {
 	for w := range h.liveLocked(now) {
@@ -415,23 +413,17 @@ func (h *HoldBack) liveLocked(now time.Time) iter.Seq[Window] {
 
 // heldFor is how long the oldest live window has lasted (heartbeatd_hold_back_seconds).
 func (h *HoldBack) heldFor() time.Duration {
-	now := h.opts.Now()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var d time.Duration
-	for w := range h.liveLocked(now) {
-		d = max(d, now.Sub(w.Opened))
-	}
-	return d
+	return atNowLocked(h, func(now time.Time) time.Duration {
+		var d time.Duration
+		for w := range h.liveLocked(now) {
+			d = max(d, now.Sub(w.Opened))
+		}
+		return d
+	})
 }
 
 // Status is the current hold-back state.
-func (h *HoldBack) Status() HoldBackStatus {
-	now := h.opts.Now()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.statusLocked(now)
-}
+func (h *HoldBack) Status() HoldBackStatus { return atNowLocked(h, h.statusLocked) }
 
 func (h *HoldBack) statusLocked(now time.Time) HoldBackStatus {
 	var st HoldBackStatus
