@@ -52,6 +52,8 @@ type APIOptions struct {
 	TypeCountsTTL time.Duration
 	Now           func() time.Time
 	Logger        *zap.Logger
+	// Stream feeds GET /v1/events/stream and GET /v1/devices/{id}/events; nil = one nothing feeds.
+	Stream *EventStream
 }
 
 // DefaultTypeCountsTTL: per-type counts scan every device, so they are at most this stale and cost at
@@ -81,6 +83,9 @@ func NewAPI(opts APIOptions) http.Handler {
 	}
 	if opts.TypeCountsTTL <= 0 {
 		opts.TypeCountsTTL = DefaultTypeCountsTTL
+	}
+	if opts.Stream == nil {
+		opts.Stream = NewEventStream(StreamOptions{})
 	}
 	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http"))}
 	mux := http.NewServeMux()
@@ -121,6 +126,8 @@ func (a *api) routes() []route {
 		{"POST /v1/silences", false, a.createSilence},
 		{"GET /v1/silences", false, a.listSilences},
 		{"DELETE /v1/silences/{id}", false, a.deleteSilence},
+		{"GET /v1/events/stream", false, a.eventStream},
+		{"GET /v1/devices/{id}/events", false, a.deviceEvents},
 	}
 }
 

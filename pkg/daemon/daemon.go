@@ -131,6 +131,7 @@ type daemon struct {
 	// observers follow the events Kafka acknowledged (observers.go); outputs are their loops.
 	observers []event.Observer
 	outputs   []output
+	stream    *EventStream // one of observers: the status page's live events
 
 	slotsOwned prometheus.Gauge
 	// incarnation tells this process from the replica's earlier ones (alarm.HoldBackOptions).
@@ -247,13 +248,14 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	d.server = &http.Server{
 		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health, Notes: d.eviction.notes,
 			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Token: cfg.HTTP.Token,
-			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log}),
+			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      60 * time.Second, // by_type stats scan every device
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          zap.NewStdLog(log.With(zap.String("component", "http"))),
 	}
+	d.server.RegisterOnShutdown(d.stream.Close) // live streams would hold Shutdown until their clients left
 	return d, nil
 }
 
