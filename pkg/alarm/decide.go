@@ -28,7 +28,11 @@ type Input struct {
 	Policy, ReplacedPolicy config.Policy
 	// SilencedUntil is when the latest silence matching the device ends; zero or past = not silenced.
 	SilencedUntil time.Time
-	Now           time.Time
+	// Parent is the device's parent (gateway, cell) when it has one; nil otherwise. ParentWait is how long
+	// past the parent's deadline a child waits for the parent's verdict (detection.parent_wait).
+	Parent     *deadline.Parent
+	ParentWait time.Duration
+	Now        time.Time
 }
 
 // Reason says why Decide chose what it chose; it is logged and tested, never sent to consumers.
@@ -46,7 +50,14 @@ const (
 	ReasonNotDue      Reason = "not-due"      // claimed before its repeat was due (lease, probe, reload)
 	ReasonNoRepeats   Reason = "no-repeats"   // repeat_every 0: wait for recovery
 	ReasonAckedSilent Reason = "acked-silent" // acked after interrupted: wait for recovery
+	ReasonParentWait  Reason = "parent-wait"  // the parent is silent too: wait for its verdict
+	ReasonSuppressed  Reason = "suppressed"   // the parent is down: `suppressed`, no repeats while it is
+	ReasonParentBack  Reason = "parent-back"  // the parent recovered: own verdict one timeout after it
 )
+
+// ParentRecheck is how often a suppressed device looks at its parent again, besides being woken when
+// the parent recovers (deadline.Store.WakeChildren): the safety net for a wake-up that never came.
+const ParentRecheck = time.Minute
 
 // Decision is what to publish for a claim and how to acknowledge it once published.
 type Decision struct {
@@ -109,6 +120,13 @@ func Decide(in Input) Decision {
 		return d
 	}
 	n := st.Next
+	if in.Parent != nil && !st.Exhausted && !st.Acked && (n == 0 || st.Hold != deadline.HoldNone) {
+		if held, ok := decideUnderParent(in, &d); held {
+			return d
+		} else if ok {
+			n = 0 // the parent is back and the device is not: its own interruption, as if none was sent
+		}
+	}
 	if n > 0 && (st.Exhausted || st.Acked) {
 		d.Ack.Dormant = true
 		d.Reason = ReasonDormant
@@ -130,6 +148,7 @@ func Decide(in Input) Decision {
 	lastSeen := dl.Add(-pol.Timeout)
 	next := &d.Ack.State
 	next.Next = n + 1
+	next.Hold = deadline.HoldNone
 	if n == 0 {
 		next.InterruptedAt = now.UnixMilli()
 		d.Events = append(d.Events, event.New(event.Interrupted, c.Device, c.Type, dl, lastSeen, now, 0))
@@ -159,6 +178,52 @@ func Decide(in Input) Decision {
 	// A claim commits with the interval in force when it claimed; a reload since makes it stale.
 	d.Committed = c.Record != "" && d.Reason == ReasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat
 	return d
+}
+
+// decideUnderParent judges a device whose parent may explain its silence (SPEC §9). held: d is the
+// decision (wait, suppress, or wait for the own verdict after the parent's recovery). own: the device
+// gets its own interruption now, although one was reported under its parent before.
+func decideUnderParent(in Input, d *Decision) (held, own bool) {
+	c, st, now, p, pol := in.Claim, in.Claim.State, in.Now, *in.Parent, in.Policy
+	dl := st.DeadlineTime()
+	lastSeen := dl.Add(-pol.Timeout)
+	// The parent has been silent since the child's last signal (1 s of slack for their clocks).
+	silentToo := p.Known && !p.LastSignal.After(lastSeen.Add(time.Second))
+	switch {
+	case st.Hold == deadline.HoldNone && st.Next == 0:
+		switch {
+		case !silentToo:
+			return false, false
+		case p.Down:
+			d.Ack.State.Next, d.Ack.State.Hold, d.Ack.State.InterruptedAt = 1, deadline.HoldParent, now.UnixMilli()
+			e := event.New(event.Suppressed, c.Device, c.Type, dl, lastSeen, now, 0)
+			e.Parent = p.ID
+			d.Events = append(d.Events, e)
+			d.Ack.Next = now.Add(ParentRecheck)
+			d.Reason = ReasonSuppressed
+			return true, false
+		case now.Before(p.Deadline.Add(in.ParentWait)):
+			d.Ack.Next = p.Deadline.Add(in.ParentWait) // or sooner: the parent's verdict wakes it
+			d.Reason = ReasonParentWait
+			return true, false
+		}
+		return false, false // waited long enough: the parent was not declared down in time
+	case st.Hold == deadline.HoldParent:
+		if p.Known && p.Down {
+			d.Ack.Next = now.Add(ParentRecheck)
+			d.Reason = ReasonSuppressed
+			return true, false
+		}
+		// The parent is back (or gone): the device's own timeout runs from the parent's recovery.
+		if own := p.LastSignal.Add(pol.Timeout); p.Known && own.After(now) {
+			d.Ack.State.Hold = deadline.HoldAfterParent
+			d.Ack.Next = own
+			d.Reason = ReasonParentBack
+			return true, false
+		}
+		return false, true
+	}
+	return false, true // HoldAfterParent came due: the device is still silent
 }
 
 // reported tells whether the incident's interruption was published, so its end must be reported too.

@@ -33,6 +33,9 @@ type HandlerOptions struct {
 	// from one that says nothing about the event (Kafka down, slow, short of replicas); the Kafka
 	// publisher's is kafka.Refused. nil: every failure is retried, nothing is ever parked.
 	Refused func(error) bool
+	// ParentWait is how long past its parent's deadline a child waits for the parent's verdict
+	// (detection.parent_wait).
+	ParentWait time.Duration
 	// Timeout bounds one batch's publish and acknowledge; the batch is finished even when the scanner is
 	// stopping, so a graceful stop does not leave claims for the lease to return (default 15s).
 	Timeout time.Duration
@@ -92,6 +95,10 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	if err != nil {
 		return fmt.Errorf("alarm: re-check: %w", err)
 	}
+	parents, err := h.parents(ctx, claims)
+	if err != nil {
+		return fmt.Errorf("alarm: parents: %w", err)
+	}
 	now := h.opts.Now()
 	policies := h.opts.Policies()
 	decisions := make([]Decision, len(claims))
@@ -107,6 +114,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 		if h.opts.Silences != nil {
 			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, c.Type, now)
 		}
+		in.Parent, in.ParentWait = parents[i], h.opts.ParentWait
 		decisions[i] = Decide(in)
 		for _, e := range decisions[i].Events {
 			events = append(events, e)
@@ -155,6 +163,12 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	if _, err := h.opts.Store.Settle(ctx, acks, deadline.RecordsOf(claims)); err != nil {
 		return fmt.Errorf("alarm: acknowledge: %w", err)
 	}
+	// After the acknowledgement, so the woken children read their parent's new state. A crash before it
+	// leaves them to their bounds: the parent's deadline + parent_wait, or ParentRecheck.
+	if err := h.wakeChildren(ctx, claims, decisions, failed, ackNow); err != nil {
+		h.log.Warn("waking the children of interrupted or recovered devices failed; they look again within their bounds",
+			zap.Error(err))
+	}
 	if retried > 0 {
 		h.log.Warn("publishing failed; the claims stay leased and are retried until Kafka takes them",
 			zap.Int("claims", retried), zap.Duration("retry_within", PublishBackoffMax), zap.Error(retryErr))
@@ -169,4 +183,65 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 		}
 	}
 	return nil
+}
+
+// parents returns, per claim, its device's parent when the parent may explain the silence: for an
+// incident with nothing reported yet, or one held under its parent. Nil elsewhere, and everywhere in a
+// fleet without parents (deadline.Store.ParentsOf reads nothing then).
+func (h *Handler) parents(ctx context.Context, claims []deadline.Claim) ([]*deadline.Parent, error) {
+	out := make([]*deadline.Parent, len(claims))
+	var idx []int
+	var devices []string
+	for i, c := range claims {
+		st := c.State
+		if !st.Acked && !st.Exhausted && (st.Next == 0 || st.Hold != deadline.HoldNone) {
+			idx = append(idx, i)
+			devices = append(devices, c.Device)
+		}
+	}
+	names, err := h.opts.Store.ParentsOf(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	seen := map[string]bool{}
+	for _, p := range names {
+		if p != "" && !seen[p] {
+			seen[p] = true
+			ids = append(ids, p)
+		}
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	views, err := h.opts.Store.Parents(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for j, p := range names {
+		if p != "" {
+			v := views[p]
+			out[idx[j]] = &v
+		}
+	}
+	return out, nil
+}
+
+// wakeChildren makes the children of the devices whose verdict just changed (interrupted, suppressed,
+// recovered) look at their parent again now.
+func (h *Handler) wakeChildren(ctx context.Context, claims []deadline.Claim, decisions []Decision, failed []error, now time.Time) error {
+	var changed []string
+	for i, d := range decisions {
+		if failed[i] != nil {
+			continue
+		}
+		for _, e := range d.Events {
+			if e.Kind == event.Interrupted || e.Kind == event.Suppressed || e.Kind == event.Recovered {
+				changed = append(changed, claims[i].Device)
+				break
+			}
+		}
+	}
+	_, err := h.opts.Store.WakeChildren(ctx, changed, now)
+	return err
 }

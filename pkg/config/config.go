@@ -198,6 +198,9 @@ type Detection struct {
 	// SweepEvery is how often each slot's owner looks over its dormant incidents for a device that is
 	// back (deadline.Sweeper): the bound on how late a recovery whose probe was lost is reported.
 	SweepEvery time.Duration `yaml:"sweep_every"`
+	// ParentWait is how long past its parent's deadline a silent child waits for the parent's verdict
+	// (SPEC §9) before it alarms on its own.
+	ParentWait time.Duration `yaml:"parent_wait"`
 	// LagThreshold is the deprecated name of ingest.max_lag, still read (Deprecations says so); nil
 	// when not written.
 	LagThreshold *time.Duration `yaml:"lag_threshold,omitempty"`
@@ -250,6 +253,7 @@ const (
 	DefaultMaxClockOffset      = 250 * time.Millisecond
 	DefaultWatchdogEvery       = 30 * time.Second
 	DefaultSweepEvery          = 30 * time.Second
+	DefaultParentWait          = 5 * time.Second
 	DefaultReplicaHeartbeat    = time.Second
 	DefaultSlotLease           = 3 * time.Second
 	DefaultMaxBodyBytes        = 1 << 20
@@ -318,6 +322,7 @@ func Default() *Config {
 			MaxClockOffset:     DefaultMaxClockOffset,
 			WatchdogEvery:      DefaultWatchdogEvery,
 			SweepEvery:         DefaultSweepEvery,
+			ParentWait:         DefaultParentWait,
 		},
 		Cluster: Cluster{
 			ReplicaHeartbeat: DefaultReplicaHeartbeat,

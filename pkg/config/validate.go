@@ -352,6 +352,7 @@ func (c *Config) validateDetection(v *validator) {
 	v.positive("detection.max_clock_offset", d.MaxClockOffset)
 	v.positive("detection.watchdog_every", d.WatchdogEvery)
 	v.positive("detection.sweep_every", d.SweepEvery)
+	v.nonNegative("detection.parent_wait", d.ParentWait)
 	if d.LagThreshold != nil {
 		v.positive("detection.lag_threshold", *d.LagThreshold)
 		if *d.LagThreshold > 0 && *d.LagThreshold != c.Ingest.MaxLag {

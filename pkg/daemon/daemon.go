@@ -183,7 +183,6 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	d.metrics = alarm.NewMetrics(reg)
 	d.slotsOwned = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "slots_owned", Help: "Slots this replica scans."})
 	reg.MustRegister(d.slotsOwned)
-	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Now: d.clock.Now, Logger: log})
 	pol := d.policies.Load()
 	d.ownership = deadline.NewOwnership(d.store, deadline.OwnershipOptions{ReplicaID: replica, Heartbeat: cfg.Cluster.ReplicaHeartbeat,
 		SlotLease: cfg.Cluster.SlotLease, RetireAfter: pol.LongestTimeout() + pol.LongestCycle(), Logger: log,
@@ -231,9 +230,14 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	if err := d.buildObservers(reg); err != nil {
 		return fail(err)
 	}
+	// One sink for every event: the alarm loop's, the operator acts' and the silences' alike, so the
+	// degraded mark and the outputs that follow Kafka treat them the same.
+	sink := alarm.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.Degraded)
+	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
+	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Store: d.store, Acts: acts, Now: d.clock.Now, Logger: log})
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load,
-		Sink:     alarm.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.Degraded),
-		Silences: d.silences, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,
+		Sink:     sink,
+		Silences: d.silences, ParentWait: cfg.Detection.ParentWait, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,
 		Logger: log, Metrics: d.metrics})
 
 	coord.Subscribe(d.applyTypes)
@@ -248,7 +252,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	d.server = &http.Server{
 		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health, Notes: d.eviction.notes,
 			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Token: cfg.HTTP.Token,
-			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream}),
+			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      60 * time.Second, // by_type stats scan every device

@@ -17,6 +17,7 @@ type State struct {
 	Next          int    // repeat number of the next event to send; 0 = interrupted not sent yet
 	Acked         bool   // an operator acknowledged: no more repeats until recovery
 	Exhausted     bool   // max_repeats reached: no more repeats until recovery
+	Hold          Hold   // why repeats wait on another device (a parent); kept in the exhausted field
 	InterruptedAt int64  // ms when the interrupted event was first published; 0 = not yet
 	Failures      int    // consecutive publish failures of the current act
 	Reason        string // why the claim was parked, if it was
@@ -84,10 +85,41 @@ func (s State) Encode() string {
 	b = append(strconv.AppendInt(b, int64(s.TypeIndex), 10), stateSep...)
 	b = append(strconv.AppendInt(b, int64(s.Next), 10), stateSep...)
 	b = append(append(b, flag(s.Acked)), stateSep...)
-	b = append(append(b, flag(s.Exhausted)), stateSep...)
+	b = append(append(b, s.quietField()), stateSep...)
 	b = append(strconv.AppendInt(b, s.InterruptedAt, 10), stateSep...)
 	b = append(strconv.AppendInt(b, int64(s.Failures), 10), stateSep...)
 	return string(append(b, s.Reason...))
+}
+
+// Hold says what an incident's next act waits on besides its own policy (SPEC §9).
+type Hold byte
+
+const (
+	HoldNone Hold = iota
+	// HoldParent: `suppressed` was sent because the parent is interrupted; no repeats while it is down.
+	HoldParent
+	// HoldAfterParent: the parent recovered; the device gets its own `interrupted` one timeout after
+	// the parent's recovery signal unless it signals first.
+	HoldAfterParent
+)
+
+// quietField encodes the exhausted flag and the hold in one field: 0, 1 exhausted, 2 + hold − 1. Older
+// states hold 0 or 1 there, so they decode unchanged.
+func (s State) quietField() byte {
+	switch {
+	case s.Exhausted:
+		return '1'
+	case s.Hold != HoldNone:
+		return '1' + byte(s.Hold)
+	}
+	return '0'
+}
+
+func holdOf(field string) Hold {
+	if len(field) == 1 && field[0] > '1' && field[0] <= '1'+byte(HoldAfterParent) {
+		return Hold(field[0] - '1')
+	}
+	return HoldNone
 }
 
 func flag(b bool) byte {
@@ -125,6 +157,7 @@ func DecodeState(v string) (State, error) {
 		Next:          int(num(fieldNext)),
 		Acked:         f[fieldAcked] == "1",
 		Exhausted:     f[fieldExhausted] == "1",
+		Hold:          holdOf(f[fieldExhausted]),
 		InterruptedAt: num(fieldInterruptedAt),
 		Failures:      int(num(fieldFailures)),
 		Reason:        f[fieldReason],

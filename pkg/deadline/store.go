@@ -29,6 +29,8 @@ type Store struct {
 	// replicas and restarts.
 	recordPrefix string
 	records      atomic.Uint64
+
+	links parentLinks // parents.go
 }
 
 // Options configures a Store.
@@ -293,6 +295,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	for slot, devs := range oldEntries {
 		pipe.ZRem(ctx, s.keys.Deadlines(slot), devs...)
 	}
+	links := s.writeLinks(ctx, pipe, signals)
 	calls := s.untypedCalls(untyped, now)
 	for _, c := range calls {
 		refreshScript.EvalSha(ctx, pipe, c.keys, c.args...)
@@ -306,6 +309,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 			return fmt.Errorf("deadline: refresh: %w", err)
 		}
 	}
+	s.remember(links)
 	probes := s.rdb.Pipeline()
 	for slot, cmd := range added {
 		if ts := typed[slot]; cmd.Val() > 0 && !ts.probeNow {

@@ -1,0 +1,105 @@
+package alarm
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+// A hub (gateway) with a longer timeout than its leaves: the common case, where the children expire first.
+const parentsYAML = `
+types:
+  default: {timeout: 10s, repeat_every: 1m}
+  hub:     {timeout: 10s, repeat_every: 30s}
+  leaf:    {timeout: 3s, repeat_every: 5s}
+`
+
+func parentsFixture(t *testing.T, f *fixture) {
+	t.Helper()
+	f.policies.Store(parsePolicies(t, parentsYAML))
+	require.NoError(t, f.store.Load(context.Background(), f.policies.Load().Names()...))
+	f.handler = NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Silences: f.silences,
+		ParentWait: 5 * time.Second, Now: f.clock.Now})
+}
+
+func (f *fixture) signalChild(device, typ, parent string, at time.Duration) {
+	f.t.Helper()
+	require.NoError(f.t, f.store.Refresh(context.Background(),
+		[]deadline.Signal{{Device: device, Type: typ, Parent: parent, Seen: f.t0.Add(at)}}))
+}
+
+// TestChildrenOfADownParentAreSuppressed: leaves that expire before their hub wait for its verdict, get
+// one `suppressed` each once it is interrupted, and no repeats while it is down; when it recovers, the
+// leaves still silent one leaf timeout later get their own `interrupted` (and repeats), the others
+// report their recovery.
+func TestChildrenOfADownParentAreSuppressed(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		parentsFixture(t, f)
+		f.signal("hub", "hub", 0)
+		for _, c := range []string{"c1", "c2", "c3"} {
+			f.signalChild(c, "leaf", "hub", 0)
+		}
+		require.Empty(t, f.at(3*time.Second+5*time.Millisecond), "the leaves wait for their hub's verdict")
+		require.Empty(t, f.at(9*time.Second))
+		require.Equal(t, []string{"hub interrupted 0"}, f.at(10*time.Second+5*time.Millisecond))
+		require.Equal(t, []string{"c1 suppressed 0", "c2 suppressed 0", "c3 suppressed 0"}, f.at(10*time.Second+6*time.Millisecond),
+			"the hub's verdict wakes its children at once")
+		d, _, err := f.store.Device(context.Background(), "c1")
+		require.NoError(t, err)
+		require.Equal(t, deadline.HoldParent, d.Incident.Hold)
+
+		require.Equal(t, []string{"hub alarm 1"}, f.at(40*time.Second+5*time.Millisecond), "no leaf repeats while the hub is down")
+
+		f.signal("hub", "hub", 45*time.Second)
+		require.Equal(t, []string{"hub recovered 0"}, f.at(45*time.Second+time.Millisecond))
+		require.Empty(t, f.at(45*time.Second+2*time.Millisecond), "the leaves get one leaf timeout from the hub's recovery")
+		f.signalChild("c1", "leaf", "hub", 46*time.Second)
+		require.Equal(t, []string{"c1 recovered 0"}, f.at(46*time.Second+time.Millisecond))
+		require.Equal(t, []string{"c2 interrupted 0", "c3 interrupted 0"}, f.at(48*time.Second+5*time.Millisecond))
+		require.Equal(t, []string{"c2 alarm 1", "c3 alarm 1"}, f.at(53*time.Second+10*time.Millisecond), "their own repeats run")
+	})
+}
+
+// TestChildOfALiveParentAlarmsOnItsOwn: a parent that signalled after the child's last signal explains
+// nothing; nor does an unknown parent.
+func TestChildOfALiveParentAlarmsOnItsOwn(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		parentsFixture(t, f)
+		f.signal("hub", "hub", 0)
+		f.signalChild("c1", "leaf", "hub", 0)
+		f.signalChild("orphan", "leaf", "nobody", 0)
+		f.signal("hub", "hub", 2*time.Second)
+		require.Equal(t, []string{"c1 interrupted 0", "orphan interrupted 0"}, f.at(3*time.Second+5*time.Millisecond))
+	})
+}
+
+// TestChildWaitsNoLongerThanParentWait: a parent that is silent but never declared down (its slot's
+// scanner is behind) holds its children until its deadline + parent_wait, then they alarm on their own.
+func TestChildWaitsNoLongerThanParentWait(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		parentsFixture(t, f)
+		f.signal("hub", "hub", 0)
+		f.signalChild("c1", "leaf", "hub", 0)
+		require.Empty(t, f.at(3*time.Second+5*time.Millisecond))
+		// Claim only the leaf's slot from now on: the hub's deadline passes unclaimed.
+		leafOnly := func(d time.Duration) []string {
+			f.clock.Set(f.t0.Add(d))
+			res, err := f.store.Claim(context.Background(), []int{deadline.Slot("c1", f.store.Slots())},
+				deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
+			require.NoError(t, err)
+			var out []string
+			for _, c := range res.Claims {
+				require.NotEqual(t, "hub", c.Device, "the test needs the hub in another slot")
+			}
+			require.NoError(t, f.handler.Handle(context.Background(), res.Claims))
+			out = ids(f.sink.take())
+			return out
+		}
+		require.Empty(t, leafOnly(14*time.Second))
+		require.Equal(t, []string{"c1 interrupted 0"}, leafOnly(15*time.Second+5*time.Millisecond))
+	})
+}

@@ -1,0 +1,356 @@
+package deadline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Parent links (SPEC §9): a device's gateway or cell, learned from its signals. They live apart from
+// the slots, so a device without a parent pays nothing on the signal path and the links need no move
+// when the slots double:
+//
+//   - <prefix>:parents:{<bucket>}: HASH child → parent, the child's bucket = crc32(child) mod
+//     parentBuckets, so no one key holds a whole fleet's links on Redis Cluster;
+//   - <prefix>:children:{<parent>}: SET of the devices that named the parent; a device that moved to
+//     another parent stays listed until its parent is looked up again (the hash has the last word);
+//   - <prefix>:parents:any: exists once any link was written, so a fleet without parents never reads them.
+
+// parentBuckets is how many hashes the child → parent links are spread over.
+const parentBuckets = 64
+
+func (k Keyspace) parents(child string) string {
+	return k.prefix + ":parents:{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(child))%parentBuckets)) + "}"
+}
+
+// Children is the set of the devices that named parent as theirs.
+func (k Keyspace) Children(parent string) string { return k.prefix + ":children:{" + parent + "}" }
+
+func (k Keyspace) parentsInUse() string { return k.prefix + ":parents:any" }
+
+// linkCacheSize bounds the links a Store remembers having written: a signal repeating a remembered link
+// writes nothing more than a device without one.
+const linkCacheSize = 1 << 18
+
+// linkCache remembers child → parent links written, in two generations: when the newer fills up, the
+// older is dropped, so memory stays bounded and links in use survive.
+type linkCache struct {
+	mu       sync.Mutex
+	cur, old map[string]string
+}
+
+func (c *linkCache) has(child, parent string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.cur[child]; ok {
+		return p == parent
+	}
+	if p, ok := c.old[child]; ok && p == parent {
+		c.putLocked(child, parent)
+		return true
+	}
+	return false
+}
+
+func (c *linkCache) put(child, parent string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.putLocked(child, parent)
+}
+
+func (c *linkCache) putLocked(child, parent string) {
+	if c.cur == nil || len(c.cur) >= linkCacheSize/2 {
+		c.old, c.cur = c.cur, make(map[string]string)
+	}
+	c.cur[child] = parent
+}
+
+func (c *linkCache) forget(child string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.cur, child)
+	delete(c.old, child)
+}
+
+// parentLinks is a Store's view of the links: what it wrote, and whether the fleet has any.
+type parentLinks struct {
+	written linkCache
+	// inUse caches whether <prefix>:parents:any exists, checked at most every inUseTTL.
+	inUse   atomic.Bool
+	checked atomic.Int64 // unix ms of the last check
+}
+
+// inUseTTL is how long a replica trusts its answer to "does the fleet have parents?". A replica that
+// writes a link knows at once; the others learn within this long.
+const inUseTTL = 2 * time.Second
+
+// writeLinks queues the links of signals that name a parent not remembered as written. It returns the
+// links queued, to remember once the pipeline succeeded.
+func (s *Store) writeLinks(ctx context.Context, pipe redis.Pipeliner, signals []Signal) [][2]string {
+	var queued [][2]string
+	for _, sig := range signals {
+		if sig.Parent == "" || s.links.written.has(sig.Device, sig.Parent) {
+			continue
+		}
+		pipe.HSet(ctx, s.keys.parents(sig.Device), sig.Device, sig.Parent)
+		pipe.SAdd(ctx, s.keys.Children(sig.Parent), sig.Device)
+		queued = append(queued, [2]string{sig.Device, sig.Parent})
+	}
+	if len(queued) > 0 {
+		pipe.Set(ctx, s.keys.parentsInUse(), 1, 0)
+	}
+	return queued
+}
+
+// remember records links written, after their pipeline succeeded.
+func (s *Store) remember(links [][2]string) {
+	if len(links) == 0 {
+		return
+	}
+	for _, l := range links {
+		s.links.written.put(l[0], l[1])
+	}
+	s.links.inUse.Store(true)
+}
+
+// SetParent records device's parent ("" removes the link), as PUT /v1/devices/{id} does.
+func (s *Store) SetParent(ctx context.Context, device, parent string) error {
+	pipe := s.rdb.TxPipeline()
+	if parent == "" {
+		pipe.HDel(ctx, s.keys.parents(device), device)
+	} else {
+		pipe.HSet(ctx, s.keys.parents(device), device, parent)
+		pipe.SAdd(ctx, s.keys.Children(parent), device)
+		pipe.Set(ctx, s.keys.parentsInUse(), 1, 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("deadline: set parent of %q: %w", device, err)
+	}
+	s.links.written.forget(device)
+	return nil
+}
+
+// parentsUsed reports whether any device of the fleet has a parent.
+func (s *Store) parentsUsed(ctx context.Context) (bool, error) {
+	if s.links.inUse.Load() {
+		return true, nil
+	}
+	now := time.Now().UnixMilli()
+	if last := s.links.checked.Load(); now-last < inUseTTL.Milliseconds() {
+		return false, nil
+	}
+	n, err := s.rdb.Exists(ctx, s.keys.parentsInUse()).Result()
+	if err != nil {
+		return false, fmt.Errorf("deadline: parents in use: %w", err)
+	}
+	s.links.checked.Store(now)
+	if n > 0 {
+		s.links.inUse.Store(true)
+	}
+	return n > 0, nil
+}
+
+// ParentsOf returns each device's parent ("" for none), in one round trip; nothing at all while no
+// device of the fleet has a parent.
+func (s *Store) ParentsOf(ctx context.Context, devices []string) ([]string, error) {
+	out := make([]string, len(devices))
+	if len(devices) == 0 {
+		return out, nil
+	}
+	if used, err := s.parentsUsed(ctx); err != nil || !used {
+		return out, err
+	}
+	byKey := map[string][]int{}
+	for i, d := range devices {
+		k := s.keys.parents(d)
+		byKey[k] = append(byKey[k], i)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make(map[string]*redis.SliceCmd, len(byKey))
+	for k, idx := range byKey {
+		fields := make([]string, len(idx))
+		for j, i := range idx {
+			fields[j] = devices[i]
+		}
+		cmds[k] = pipe.HMGet(ctx, k, fields...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("deadline: parents: %w", err)
+	}
+	for k, idx := range byKey {
+		for j, v := range cmds[k].Val() {
+			if p, ok := v.(string); ok {
+				out[idx[j]] = p
+			}
+		}
+	}
+	return out, nil
+}
+
+// childrenPage bounds one SSCAN of a parent's children.
+const childrenPage = 1000
+
+// WakeChildren makes the open incidents of the parents' children due at (ZADD XX LT: only existing
+// alarm entries, only earlier), so the alarm loop looks at them again now that their parents' verdict
+// changed: a child waiting for its parent, or suppressed under a parent that recovered. A child with no
+// open incident has no alarm entry and is left alone. It reads nothing while the fleet has no parents,
+// and the first page of every parent's children in one round trip. It returns how many entries moved.
+func (s *Store) WakeChildren(ctx context.Context, parents []string, at time.Time) (int64, error) {
+	if used, err := s.parentsUsed(ctx); err != nil || !used || len(parents) == 0 {
+		return 0, err
+	}
+	score := float64(at.UnixMilli())
+	cursors := make([]uint64, len(parents))
+	pending := make([]int, len(parents))
+	for i := range pending {
+		pending[i] = i
+	}
+	var woken int64
+	for len(pending) > 0 {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.ScanCmd, len(pending))
+		for j, i := range pending {
+			cmds[j] = pipe.SScan(ctx, s.keys.Children(parents[i]), cursors[i], "", childrenPage)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return woken, fmt.Errorf("deadline: children: %w", err)
+		}
+		var kids []string
+		next := pending[:0]
+		for j, i := range pending {
+			page, cur := cmds[j].Val()
+			kids = append(kids, page...)
+			if cursors[i] = cur; cur != 0 {
+				next = append(next, i)
+			}
+		}
+		pending = next
+		if len(kids) > 0 {
+			n, err := s.wake(ctx, kids, score)
+			woken += n
+			if err != nil {
+				return woken, err
+			}
+		}
+	}
+	return woken, nil
+}
+
+// wake moves the alarm entries of devices to score where they are later, one ZADD per slot.
+func (s *Store) wake(ctx context.Context, devices []string, score float64) (int64, error) {
+	l := s.layout.Load()
+	bySlot := map[int][]redis.Z{}
+	for _, d := range devices {
+		slot := Slot(d, l.Slots)
+		bySlot[slot] = append(bySlot[slot], redis.Z{Score: score, Member: d})
+		if old, moved := l.oldSlot(d); moved {
+			bySlot[old] = append(bySlot[old], redis.Z{Score: score, Member: d})
+		}
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, 0, len(bySlot))
+	for slot, zs := range bySlot {
+		cmds = append(cmds, pipe.ZAddArgs(ctx, s.keys.Alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: zs}))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("deadline: wake children: %w", err)
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}
+
+// Parent is what the alarm loop needs to know of a device's parent to judge the device's silence.
+type Parent struct {
+	ID string
+	// Known: Redis knows the parent (it signalled once, or is registered). An unknown parent is no
+	// excuse: the child alarms on its own.
+	Known bool
+	// Down: the parent's own interruption (or suppression) was reported and it has not signalled since.
+	Down bool
+	// LastSignal is the parent's last signal; Deadline its current deadline (the open incident's while
+	// it is down).
+	LastSignal, Deadline time.Time
+}
+
+// Parents reads what the alarm loop needs of each parent, one round trip for all.
+func (s *Store) Parents(ctx context.Context, ids []string) (map[string]Parent, error) {
+	out := make(map[string]Parent, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	l := s.layout.Load()
+	if l.Moving() { // rare: an incident may still live in the old slot; Device looks in both
+		for _, id := range ids {
+			d, found, err := s.Device(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			out[id] = s.parentOf(d, found)
+		}
+		return out, nil
+	}
+	type reads struct {
+		score *redis.FloatCmd
+		state *redis.StringCmd
+	}
+	pipe := s.rdb.Pipeline()
+	rs := make([]reads, len(ids))
+	for i, id := range ids {
+		slot := Slot(id, l.Slots)
+		rs[i] = reads{pipe.ZScore(ctx, s.keys.Deadlines(slot), id), pipe.HGet(ctx, s.keys.State(slot), id)}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("deadline: parents: %w", err)
+	}
+	for i, id := range ids {
+		d := Device{ID: id}
+		found := false
+		typeIdx := 0
+		if v, err := rs[i].score.Result(); err == nil {
+			found = true
+			d.Deadline, typeIdx = scoreDeadline(v)
+		}
+		if v, err := rs[i].state.Result(); err == nil {
+			st, err := DecodeState(v)
+			if err != nil {
+				return nil, err
+			}
+			found = true
+			d.Incident = &st
+			if d.Deadline.IsZero() {
+				typeIdx = st.TypeIndex
+			}
+		}
+		d.Type = s.types.name(ctx, typeIdx)
+		out[id] = s.parentOf(d, found)
+	}
+	return out, nil
+}
+
+// parentOf judges one parent from what Redis holds of it.
+func (s *Store) parentOf(d Device, found bool) Parent {
+	p := Parent{ID: d.ID, Known: found}
+	if !found {
+		return p
+	}
+	p.Deadline = d.Deadline
+	if inc := d.Incident; inc != nil {
+		incDeadline := inc.DeadlineTime()
+		if !d.Deadline.After(incDeadline) { // no signal since the incident began
+			p.Deadline = incDeadline
+			p.Down = inc.Next > 0
+		}
+	}
+	p.LastSignal = p.Deadline.Add(-s.timeout(d.Type))
+	return p
+}
