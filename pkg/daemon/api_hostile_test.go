@@ -49,13 +49,10 @@ func storm(t *testing.T, f *apiFixture, n int, path, token string) (codes map[in
 	for range 16 {
 		wg.Go(func() {
 			for next.Add(1) <= int64(n) {
-				req, err := http.NewRequest(http.MethodGet, f.srv.URL+path, nil)
+				req, err := newRequest(http.MethodGet, f.srv.URL+path, token, nil)
 				if err != nil {
 					t.Error(err)
 					return
-				}
-				if token != "" {
-					req.Header.Set("Authorization", "Bearer "+token)
 				}
 				resp, err := f.srv.Client().Do(req)
 				if err != nil {
@@ -146,13 +143,7 @@ func TestReadyzBeforeTheFirstCheck(t *testing.T) {
 // scan, and they are served from memory until TypeCountsTTL has passed.
 func TestStatsByTypeIsSharedAndCached(t *testing.T) {
 	f := newAPIFixture(t, "")
-	for i := range 40 {
-		typ := ""
-		if i%4 == 0 {
-			typ = "gateway"
-		}
-		f.signal(t, fmt.Sprintf("d-%02d", i), typ, f.now)
-	}
+	f.online(t, 40, 4)
 	scansBefore := commandCalls(t, f.rdb, "zscan") + commandCalls(t, f.rdb, "hscan")
 	_, _, err := f.store.CountByType(context.Background())
 	require.NoError(t, err)

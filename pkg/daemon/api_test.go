@@ -94,16 +94,7 @@ func (f *apiFixture) call(t *testing.T, method, path, token, body string) (int, 
 // answer (nil for an empty or non-JSON one).
 func callJSON(t *testing.T, base, method, path, token, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
+	resp, raw := request(t, base, method, path, token, body)
 	if len(raw) == 0 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		return resp.StatusCode, nil
 	}
@@ -112,9 +103,44 @@ func callJSON(t *testing.T, base, method, path, token, body string) (int, map[st
 	return resp.StatusCode, out
 }
 
+// request sends one request to the API at base, with the bearer token when given, and returns the answer
+// with its body read.
+func request(t *testing.T, base, method, path, token, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := newRequest(method, base+path, token, strings.NewReader(body))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, raw
+}
+
+// newRequest is a request to url with the bearer token when one is given.
+func newRequest(method, url, token string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequest(method, url, body)
+	if err == nil && token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return req, err
+}
+
 func (f *apiFixture) signal(t testing.TB, device, typ string, seen time.Time) {
 	t.Helper()
 	require.NoError(t, f.store.Refresh(context.Background(), []deadline.Signal{{Device: device, Type: typ, Seen: seen}}))
+}
+
+// online signals devices d-00 … d-<n-1> at now: every gatewayEvery-th a gateway, the others untyped.
+func (f *apiFixture) online(t testing.TB, n, gatewayEvery int) {
+	t.Helper()
+	for i := range n {
+		typ := ""
+		if i%gatewayEvery == 0 {
+			typ = "gateway"
+		}
+		f.signal(t, fmt.Sprintf("d-%02d", i), typ, f.now)
+	}
 }
 
 // interrupt opens an incident for every device whose deadline passed by now and records the
@@ -176,13 +202,7 @@ func TestAPIDeviceStates(t *testing.T) {
 
 func TestAPIListingPagesThroughEveryDevice(t *testing.T) {
 	f := newAPIFixture(t, "")
-	for i := range 25 {
-		typ := ""
-		if i%5 == 0 {
-			typ = "gateway"
-		}
-		f.signal(t, fmt.Sprintf("d-%02d", i), typ, f.now)
-	}
+	f.online(t, 25, 5)
 	for i := range 7 {
 		f.signal(t, fmt.Sprintf("silent-%d", i), "", f.now.Add(-2*time.Minute))
 	}

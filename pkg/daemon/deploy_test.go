@@ -61,11 +61,8 @@ func TestComposeDeployment(t *testing.T) {
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
 	get := func(path, token string) int {
-		req, err := http.NewRequest(http.MethodGet, "http://"+httpAddr+path, nil)
+		req, err := newRequest(http.MethodGet, "http://"+httpAddr+path, token, nil)
 		require.NoError(t, err)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
 		resp, err := client.Do(req)
 		if err != nil {
 			return 0

@@ -301,25 +301,11 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	require.NoError(t, err)
 
 	seen := map[string]bool{} // response pointers answered at least once
-	call := func(base, method, path, tok, body string) (*http.Response, []byte) {
-		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		require.NoError(t, err)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp, raw
-	}
 	// do calls an operation ("METHOD /pattern") at path and checks the answer against the document.
 	do := func(op, path, tok, body string, want int) []byte {
 		t.Helper()
 		method, _, _ := strings.Cut(op, " ")
-		resp, raw := call(srv.URL, method, path, tok, body)
+		resp, raw := request(t, srv.URL, method, path, tok, body)
 		require.Equal(t, want, resp.StatusCode, "%s %s: %s", method, path, raw)
 		ptr := operationPointer(op) + "/responses/" + strconv.Itoa(resp.StatusCode)
 		_, documented := d.at(ptr)
@@ -412,10 +398,10 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	}
 
 	// The router's own answers: an unknown path, a known path with another method.
-	resp, raw := call(srv.URL, "GET", "/v2/nothing", token, "")
+	resp, raw := request(t, srv.URL, "GET", "/v2/nothing", token, "")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	d.checkResponse(t, "GET /v2/nothing", "/components/responses/NotFound", resp, raw)
-	resp, raw = call(srv.URL, "PUT", "/v1/stats", token, "")
+	resp, raw = request(t, srv.URL, "PUT", "/v1/stats", token, "")
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 	d.checkResponse(t, "PUT /v1/stats", "/components/responses/MethodNotAllowed", resp, raw)
 
@@ -423,7 +409,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	redisErr = errors.New("dial tcp 127.0.0.1:6379: connection refused")
 	health.refresh(ctx)
 	do("GET /readyz", "/readyz", "", "", http.StatusServiceUnavailable)
-	resp, raw = call(starting.URL, "GET", "/readyz", "", "")
+	resp, raw = request(t, starting.URL, "GET", "/readyz", "", "")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	d.checkResponse(t, "GET /readyz (starting)", operationPointer("GET /readyz")+"/responses/503", resp, raw)
 	require.JSONEq(t, `{"status":"starting"}`, string(raw))
