@@ -23,6 +23,18 @@ func envMap(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
+// parseFails parses yml with env, which must fail with an error containing each of want; the error is
+// returned for a test's further checks.
+func parseFails(t *testing.T, yml string, env func(string) (string, bool), want ...string) error {
+	t.Helper()
+	_, err := Parse([]byte(yml), env)
+	require.Error(t, err)
+	for _, w := range want {
+		assert.Contains(t, err.Error(), w)
+	}
+	return err
+}
+
 func dur(d time.Duration) *time.Duration { return &d }
 func intp(n int) *int                    { return &n }
 
@@ -133,13 +145,7 @@ func TestStrictDecode(t *testing.T) {
 		{"syntax", "types: [\n", []string{"config: yaml:"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.yaml), noEnv)
-			require.Error(t, err)
-			for _, w := range tt.want {
-				assert.Contains(t, err.Error(), w)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { parseFails(t, tt.yaml, noEnv, tt.want...) })
 	}
 }
 
@@ -226,13 +232,7 @@ func TestEnvErrors(t *testing.T) {
 			[]string{"config: redis.slots: 48 is not a power of two"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.file), envMap(tt.env))
-			require.Error(t, err)
-			for _, w := range tt.want {
-				assert.Contains(t, err.Error(), w)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { parseFails(t, tt.file, envMap(tt.env), tt.want...) })
 	}
 	// An ambiguity no variable targets is harmless.
 	_, err := Parse([]byte("types: {default: {}, a-b: {}, a_b: {}}\n"), noEnv)
@@ -327,11 +327,7 @@ func TestValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.yaml), noEnv)
-			require.Error(t, err)
-			for _, w := range tt.want {
-				assert.Contains(t, err.Error(), w)
-			}
+			err := parseFails(t, tt.yaml, noEnv, tt.want...)
 			if tt.name == "mqtt broker password not echoed" {
 				assert.NotContains(t, err.Error(), "hunter2")
 			}
@@ -487,11 +483,7 @@ ingest: {mqtt: {password_file: `+multi+`}}
 		{"empty file", "redis: {password_file: " + write("empty", "\n") + "}", nil, "config: redis.password_file: " + filepath.Join(dir, "empty") + " is empty"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(minimal+tt.yaml), envMap(tt.env))
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), tt.want)
-		})
+		t.Run(tt.name, func(t *testing.T) { parseFails(t, minimal+tt.yaml, envMap(tt.env), tt.want) })
 	}
 }
 
