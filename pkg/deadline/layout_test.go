@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -54,8 +53,7 @@ func TestDoublingUnderFlowingSignals(t *testing.T) {
 		claimed := map[string]int{}
 		drain := func(step int) {
 			for {
-				res, err := f.store.Claim(ctx, testenv.AllSlots(f.store.Slots()), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 256})
-				require.NoError(t, err)
+				res := f.claimAll(t, deadline.ClaimOptions{Lease: time.Hour})
 				var acks []deadline.Ack
 				for _, c := range res.Claims {
 					if !c.Fresh {
@@ -68,8 +66,7 @@ func TestDoublingUnderFlowingSignals(t *testing.T) {
 					st.Next = 1
 					acks = append(acks, deadline.Ack{Device: c.Device, Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Dormant: true, State: st})
 				}
-				_, err = f.store.Acknowledge(ctx, acks)
-				require.NoError(t, err)
+				f.ack(t, acks...)
 				if !res.More {
 					return
 				}
@@ -125,13 +122,11 @@ func TestDoublingUnderFlowingSignals(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, movedDev)
-		d, found, err := f.store.Device(ctx, movedDev)
-		require.NoError(t, err)
+		d, found := f.device(t, movedDev)
 		require.True(t, found)
 		require.NotNil(t, d.Incident)
-		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: movedDev, Seen: f.clock.Now()}}))
-		res, err := f.store.Claim(ctx, testenv.AllSlots(32), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 256})
-		require.NoError(t, err)
+		f.refresh(t, deadline.Signal{Device: movedDev, Seen: f.clock.Now()})
+		res := f.claimAll(t, deadline.ClaimOptions{Lease: time.Hour})
 		require.Len(t, res.Claims, 1, "the recovery probe found the migrated incident")
 		cur, err := f.store.CurrentDeadlines(ctx, res.Claims)
 		require.NoError(t, err)
@@ -159,7 +154,7 @@ func TestReplayAfterDoublingDoesNotReopenIncident(t *testing.T) {
 		_, err = f.store.DoubleSlots(ctx)
 		require.NoError(t, err)
 
-		require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: dev, Type: "gateway", Seen: t0.Add(-time.Second)}}))
+		f.refresh(t, deadline.Signal{Device: dev, Type: "gateway", Seen: t0.Add(-time.Second)})
 		f.clock.Advance(time.Minute)
 		res := f.claimAll(t, deadline.ClaimOptions{})
 		for _, cl := range res.Claims {

@@ -19,7 +19,7 @@ func TestBatchesPastLuaUnpackLimit(t *testing.T) {
 	eachBackend(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		// One untyped refresh of n devices: one script call writing n deadlines (and probing n entries).
-		require.NoError(t, f.store.Refresh(ctx, fleet(n, "d", f.clock.Now(), untyped)))
+		f.refresh(t, fleet(n, "d", f.clock.Now(), untyped)...)
 		c, err := f.store.Count(ctx)
 		require.NoError(t, err)
 		require.EqualValues(t, n, c.Online)
@@ -49,7 +49,7 @@ func TestBatchesPastLuaUnpackLimit(t *testing.T) {
 
 		// All n devices signal again in one untyped refresh: n recovery probes in one call.
 		f.clock.Advance(31 * time.Second)
-		require.NoError(t, f.store.Refresh(ctx, fleet(n, "d", f.clock.Now(), untyped)))
+		f.refresh(t, fleet(n, "d", f.clock.Now(), untyped)...)
 		recovering := f.claimAll(t, deadline.ClaimOptions{Batch: n})
 		require.Len(t, recovering.Claims, n, "every probe made its incident due")
 	})

@@ -50,7 +50,7 @@ func TestRefreshRetryProbesWhatALostRoundTripWrote(t *testing.T) {
 		f.clock.Advance(time.Hour)
 		backWithoutProbe(t, f, "d")
 		sig := []deadline.Signal{{Device: "d", Type: "gateway", Seen: f.clock.Now()}}
-		require.NoError(t, f.store.Refresh(ctx, sig))
+		f.refresh(t, sig...)
 		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "a plain refresh finds the device there and probes nothing")
 
 		require.NoError(t, f.store.RefreshRetry(ctx, sig))

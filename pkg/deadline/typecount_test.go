@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -38,7 +37,7 @@ func TestCountTypesIn(t *testing.T) {
 			return out
 		}
 		var shares [2][]int
-		for slot := range testenv.AllSlots(8) {
+		for slot := range f.store.Slots() {
 			shares[slot%2] = append(shares[slot%2], slot)
 		}
 		on0, in0, err := f.store.CountTypesIn(ctx, shares[0])
