@@ -3,7 +3,6 @@ package deploy_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -11,22 +10,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
-
-	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
 // promtool runs promtool with args in dir and returns its output; a missing promtool skips the test
 // (fails it with CI=true).
 func promtool(t *testing.T, dir string, args ...string) (string, error) {
 	t.Helper()
-	bin, err := testenv.LookPath("promtool")
-	if err != nil {
-		testenv.Need(t, "promtool (Debian package prometheus)", err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return runTool(t, "promtool", "Debian package prometheus", dir, args...)
 }
 
 // The alert rules pass promtool's checks and its unit tests, and prometheus.yml (the compose stack's)

@@ -2,7 +2,6 @@ package deploy_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -25,21 +24,17 @@ func TestSystemdUnit(t *testing.T) {
 		require.Contains(t, string(unit), want)
 	}
 
-	analyze, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		testenv.Need(t, "systemd-analyze (Debian package systemd)", err)
-	}
 	execStart := regexp.MustCompile(`(?m)^ExecStart=/usr/local/bin/heartbeatd `)
 	require.Regexp(t, execStart, string(unit))
 	copied := execStart.ReplaceAllLiteralString(string(unit), "ExecStart="+testenv.HeartbeatdBinary(t)+" ")
 	path := filepath.Join(t.TempDir(), "heartbeatd.service")
 	require.NoError(t, os.WriteFile(path, []byte(copied), 0o644))
-	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
+	out, err := runTool(t, "systemd-analyze", "Debian package systemd", "", "verify", path)
 	require.NoError(t, err, "%s", out)
-	require.Empty(t, strings.TrimSpace(string(out)))
+	require.Empty(t, strings.TrimSpace(out))
 
 	// The check can fail: a misspelt key is reported.
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(copied, "ProtectHome=", "ProtectHom=", 1)), 0o644))
-	out, _ = exec.Command(analyze, "verify", path).CombinedOutput()
-	require.Contains(t, string(out), "Unknown key")
+	out, _ = runTool(t, "systemd-analyze", "Debian package systemd", "", "verify", path)
+	require.Contains(t, out, "Unknown key")
 }
