@@ -19,6 +19,12 @@ import (
 // holdBackT0 is where the hold-back tests' clocks start.
 var holdBackT0 = time.UnixMilli(1_763_800_000_000)
 
+// holdBackRedis is where a hold-back test starts: a Redis of its own and a clock at holdBackT0.
+func holdBackRedis(t *testing.T) (*redis.Client, *testenv.Clock) {
+	t.Helper()
+	return testenv.StartRedis(t).Client(t), testenv.NewClock(holdBackT0)
+}
+
 // newReplicaHoldBack is replica id's hold-back on rdb (key prefix "hb"): grace 10s, max_hold_back 1m,
 // time from now; mod changes the rest.
 func newReplicaHoldBack(rdb redis.UniversalClient, id string, now func() time.Time, mod func(*HoldBackOptions)) *HoldBack {
@@ -88,8 +94,7 @@ func TestHoldBackRedisOutage(t *testing.T) {
 // its cause, scope and reason; its grace after it closes holds them too; a replica that dies with a
 // window open leaves it holding until the grace after its last word.
 func TestWindowsSharedAcrossReplicas(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
+	rdb, clk := holdBackRedis(t)
 	r1, r2 := newReplicaHoldBack(rdb, "r1", clk.Now, nil), newReplicaHoldBack(rdb, "r2", clk.Now, nil)
 	ctx := context.Background()
 	require.NoError(t, r1.Start(ctx))
@@ -141,8 +146,7 @@ func TestWindowsSharedAcrossReplicas(t *testing.T) {
 // past it; every replica then runs degraded (status, metric), and a window reopened while in its grace
 // keeps the start of its hold, so flapping cannot extend it.
 func TestMaxHoldBackEndsTheHoldDegraded(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
+	rdb, clk := holdBackRedis(t)
 	var healthy atomic.Bool
 	stuck := Probe{Name: "mqtt", Trouble: func(time.Time) (time.Time, string) {
 		if healthy.Load() {
@@ -198,8 +202,7 @@ func TestMaxHoldBackEndsTheHoldDegraded(t *testing.T) {
 // after the last tick at once (before the check has recorded it), then as a recorded window shared with
 // the other replicas, with the grace after it.
 func TestStallOpensWindow(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
+	rdb, clk := holdBackRedis(t)
 	r1 := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) { o.Stall = time.Second })
 	r2 := newReplicaHoldBack(rdb, "r2", clk.Now, nil)
 	ctx := context.Background()
@@ -321,8 +324,7 @@ func TestSkewedReplicasAgree(t *testing.T) {
 // TestLegacyOutages: replicas of 0.1.0 and this version honour each other's outages during a rolling
 // upgrade, through the 0.1.0 Health hash.
 func TestLegacyOutages(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
+	rdb, clk := holdBackRedis(t)
 	keys := deadline.NewKeyspace("hb")
 	ctx := context.Background()
 	old := holdBackT0.Add(-3 * time.Second)
@@ -347,8 +349,7 @@ func TestLegacyOutages(t *testing.T) {
 // oldest unread record, plus the lag allowed) holds detection there before its Trouble says anything,
 // and not longer than max_hold_back.
 func TestProbeFloor(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
+	rdb, clk := holdBackRedis(t)
 	var floor atomic.Int64
 	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
 		o.Probes = []Probe{{Name: "kafka", Trouble: func(time.Time) (time.Time, string) { return time.Time{}, "" },

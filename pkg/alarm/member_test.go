@@ -53,8 +53,7 @@ func (m *member) takeOver(ok bool) {
 // (answering TakenOver when takenOver) on a Redis of their own, and ticks both once.
 func sharingPair(t *testing.T, takenOver bool) (redis.UniversalClient, *testenv.Clock, *member, *member) {
 	t.Helper()
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
+	rdb, clk := holdBackRedis(t)
 	r1 := newMember(t, rdb, clk, "r1", "i1", "mqtt:hb", "client-1", takenOver)
 	r2 := newMember(t, rdb, clk, "r2", "i2", "mqtt:hb", "client-2", takenOver)
 	ticks(t, r1.HoldBack, r2.HoldBack)
@@ -124,8 +123,7 @@ func TestMemberDeathHoldsUntilTheShareIsReadAgain(t *testing.T) {
 // itself still honours the member's release once some live replica reads it, and holds until MaxHoldBack
 // when none does.
 func TestMemberDeathReleaseBound(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
+	rdb, clk := holdBackRedis(t)
 	r1 := newMember(t, rdb, clk, "r1", "i1", "kafka:signals", "r1/i1", false)
 	r2 := newMember(t, rdb, clk, "r2", "i2", "kafka:signals", "r2/i2", false)
 	r3 := newMember(t, rdb, clk, "r3", "i3", "", "", false) // reads no share
@@ -212,8 +210,7 @@ func TestMemberRestart(t *testing.T) {
 // TestMemberOfAnotherSplit: replicas reading the same signals in splits of their own (a Kafka group each)
 // each read all of them, so one's death loses nothing and holds nothing.
 func TestMemberOfAnotherSplit(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	clk := testenv.NewClock(holdBackT0)
+	rdb, clk := holdBackRedis(t)
 	r1 := newMember(t, rdb, clk, "r1", "i1", "kafka:group-r1", "r1/i1", false)
 	r2 := newMember(t, rdb, clk, "r2", "i2", "kafka:group-r2", "r2/i2", false)
 	ticks(t, r1.HoldBack, r2.HoldBack)
