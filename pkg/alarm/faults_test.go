@@ -26,12 +26,19 @@ import (
 // can fail many publications against a stopped broker without waiting long for each.
 func (f *fixture) shortWrites(timeout time.Duration) {
 	f.t.Helper()
-	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: f.kafka.Addrs, Topic: eventsTopic,
-		WriteTimeout: timeout, Logger: zaptest.NewLogger(f.t)})
-	require.NoError(f.t, err)
-	f.t.Cleanup(func() { _ = pub.Close() })
-	f.sink = &recorder{next: pub}
+	f.sink = &recorder{next: shortWritePublisher(f.t, f.kafka, timeout)}
 	f.handler = f.newHandler()
+}
+
+// shortWritePublisher is a publisher to k's events topic whose writes give up after timeout, closed when
+// the test ends.
+func shortWritePublisher(t *testing.T, k *testenv.Kafka, timeout time.Duration) *eventkafka.Publisher {
+	t.Helper()
+	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: k.Addrs, Topic: eventsTopic,
+		WriteTimeout: timeout, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return pub
 }
 
 // Kafka stopped for longer than the old budget of 10 attempts (≈ 3 minutes of backoff): the claims stay

@@ -16,7 +16,6 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
-	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
 
 // The watchdog publishes one event per interval through the handler and the Kafka publisher, keyed and
@@ -27,10 +26,7 @@ func TestWatchdog(t *testing.T) {
 	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic}})
 	store, err := deadline.New(srv.Client(t), deadline.Options{Slots: 8, Timeout: func(string) time.Duration { return time.Minute }})
 	require.NoError(t, err)
-	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: kafka.Addrs, Topic: eventsTopic,
-		WriteTimeout: 300 * time.Millisecond, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
+	pub := shortWritePublisher(t, kafka, 300*time.Millisecond)
 	policies := parsePolicies(t, policyYAML)
 	m := NewMetrics(nil)
 	h := NewHandler(HandlerOptions{Store: store, Sink: pub, Policies: func() *config.Policies { return policies }, Metrics: m,
