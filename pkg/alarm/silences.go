@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
 // Silence is a maintenance window: devices it matches raise no events while it lasts. Detection goes on,
@@ -27,6 +29,8 @@ type Silence struct {
 	Starts     time.Time `json:"starts"`
 	Ends       time.Time `json:"ends"`
 	Comment    string    `json:"comment,omitempty"`
+	// By is who created the silence, when given; its silenced event carries it.
+	By string `json:"by,omitempty"`
 }
 
 // ErrInvalidSilence is wrapped by Create for a silence that cannot be stored; the message says why.
@@ -53,8 +57,13 @@ type SilencesOptions struct {
 	// Refresh is how often the in-memory copy is re-read, so a silence created through another replica
 	// applies here within this long (default 1s).
 	Refresh time.Duration
-	Now     func() time.Time
-	Logger  *zap.Logger
+	// Store names a silenced device's type for the silence's events and lets End re-arm the incidents a
+	// silence deferred; nil = neither (the incidents alarm when the silence would have ended).
+	Store *deadline.Store
+	// Acts publishes silenced and unsilenced (SPEC §5); nil = no events.
+	Acts   *Acts
+	Now    func() time.Time
+	Logger *zap.Logger
 }
 
 // Silences keeps silences in one Redis hash shared by every replica, and an in-memory index of them so
@@ -65,6 +74,9 @@ type Silences struct {
 	opts  SilencesOptions
 	log   *zap.Logger
 	index atomic.Pointer[silenceIndex]
+	// announced holds the ended silences whose unsilenced event went out (here or on another replica);
+	// only the tending loop touches it.
+	announced map[string]bool
 }
 
 // silenceIndex is an immutable snapshot: the latest end per device and per type, of every stored silence.
@@ -85,7 +97,8 @@ func NewSilences(rdb redis.UniversalClient, keys deadline.Keyspace, opts Silence
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	s := &Silences{rdb: rdb, key: keys.Silences(), opts: opts, log: opts.Logger.With(zap.String("component", "silences"))}
+	s := &Silences{rdb: rdb, key: keys.Silences(), opts: opts, log: opts.Logger.With(zap.String("component", "silences")),
+		announced: map[string]bool{}}
 	s.index.Store(buildIndex(nil))
 	return s
 }
@@ -99,8 +112,10 @@ func (s *Silences) Create(ctx context.Context, sil Silence) (Silence, error) {
 		return Silence{}, fmt.Errorf("%w: give exactly one of device_id and device_type", ErrInvalidSilence)
 	case len(sil.DeviceID) > 256 || len(sil.DeviceType) > 256:
 		return Silence{}, fmt.Errorf("%w: device_id and device_type are at most 256 bytes", ErrInvalidSilence)
-	case len(sil.Comment) > 1024:
-		return Silence{}, fmt.Errorf("%w: comment is at most 1024 bytes", ErrInvalidSilence)
+	case len(sil.Comment) > MaxActNote:
+		return Silence{}, fmt.Errorf("%w: comment is at most %d bytes", ErrInvalidSilence, MaxActNote)
+	case len(sil.By) > MaxActBy:
+		return Silence{}, fmt.Errorf("%w: by is at most %d bytes", ErrInvalidSilence, MaxActBy)
 	}
 	if sil.Starts.IsZero() {
 		sil.Starts = now
@@ -125,7 +140,12 @@ func (s *Silences) Create(ctx context.Context, sil Silence) (Silence, error) {
 	}
 	s.log.Info("silence created", zap.String("id", sil.ID), zap.String("device_id", sil.DeviceID),
 		zap.String("device_type", sil.DeviceType), zap.Time("ends", sil.Ends))
-	return sil, s.Load(ctx)
+	// The index first: the alarm loop honours the silence before consumers hear of it.
+	err = s.Load(ctx)
+	if s.opts.Acts != nil {
+		s.opts.Acts.Publish(ctx, SilenceEvent(event.Silenced, sil, s.deviceType(ctx, sil), Act{By: sil.By, Note: sil.Comment}, now))
+	}
+	return sil, err
 }
 
 // List returns the silences that have not ended, soonest end first.
@@ -144,17 +164,169 @@ func (s *Silences) List(ctx context.Context) ([]Silence, error) {
 	return out, nil
 }
 
-// Delete ends a silence at once; false when there was none with that id. Devices it had deferred are
-// looked at when it would have ended (their next act was scheduled then).
+// Delete ends a silence at once, by no one in particular: End with no act.
 func (s *Silences) Delete(ctx context.Context, id string) (bool, error) {
+	return s.End(ctx, id, Act{})
+}
+
+// End ends a silence at once; false when there was none with that id. The incidents it deferred are
+// re-armed first (Rearm), so still-silent devices alarm now rather than when it would have ended; then
+// it is deleted and its unsilenced event, carrying act, goes out once (endedKey guards it against the
+// tending loop announcing the same end).
+func (s *Silences) End(ctx context.Context, id string, act Act) (bool, error) {
+	raw, err := s.rdb.HGet(ctx, s.key, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("alarm: end silence: %w", err)
+	}
+	var sil Silence
+	readable := json.Unmarshal([]byte(raw), &sil) == nil
+	now := s.opts.Now()
+	if readable && sil.Ends.After(now) {
+		// Before the delete: when re-arming fails the silence stays and the caller may try again.
+		n, err := s.Rearm(ctx, sil, now)
+		if err != nil {
+			return false, err
+		}
+		if n > 0 {
+			s.log.Info("re-armed the incidents the silence deferred", zap.String("id", id), zap.Int("incidents", n))
+		}
+	}
 	n, err := s.rdb.HDel(ctx, s.key, id).Result()
 	if err != nil {
 		return false, fmt.Errorf("alarm: delete silence: %w", err)
 	}
-	if n > 0 {
-		s.log.Info("silence deleted", zap.String("id", id))
+	if n == 0 {
+		return false, s.Load(ctx) // ended by a concurrent call
 	}
-	return n > 0, s.Load(ctx)
+	s.log.Info("silence deleted", zap.String("id", id), zap.String("by", act.By))
+	err = s.Load(ctx)
+	if readable && s.opts.Acts != nil {
+		first, gerr := s.rdb.SetNX(ctx, endedKey(s.key, id), announcedDone, announcedTTL).Result()
+		switch {
+		case gerr != nil:
+			s.log.Warn("the silence is deleted, but its unsilenced event is not published: Redis failed the guard",
+				zap.String("id", id), zap.Error(gerr))
+		case first:
+			s.opts.Acts.Publish(ctx, SilenceEvent(event.Unsilenced, sil, s.deviceType(ctx, sil), act, now))
+		}
+	}
+	return true, err
+}
+
+// rearmBatch bounds one read of a slot's deferred incidents while a type silence is re-armed (a
+// variable so tests can span several batches with a small fleet).
+var rearmBatch = 500
+
+// rearmScript moves the next act of each given incident to ARGV[2] where it is still exactly ARGV[1]:
+// the silence's end, which is where Decide put every incident the silence deferred. An incident the
+// alarm loop holds (leased: scored now + lease) or scheduled for another reason is left alone.
+//
+// KEYS[1] alarms; ARGV[1] the silence's end (ms), ARGV[2] the new act time (ms), ARGV[3…] devices.
+// Reply: how many moved.
+var rearmScript = redis.NewScript(`
+local moved = 0
+local want = tonumber(ARGV[1])
+for i = 3, #ARGV do
+  local sc = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if sc and tonumber(sc) == want then
+    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i])
+    moved = moved + 1
+  end
+end
+return moved`)
+
+// Rearm brings forward the next act of the incidents sil deferred, to now + two index refreshes: by
+// then every replica's index has dropped the ended silence, so the claim is not deferred again. A device
+// silence looks at its device; a type silence at every slot's incidents scheduled at its end, in bounded
+// batches, keeping those of its type. It returns how many incidents it moved.
+func (s *Silences) Rearm(ctx context.Context, sil Silence, now time.Time) (int, error) {
+	store := s.opts.Store
+	if store == nil {
+		return 0, nil
+	}
+	end := sil.Ends.UnixMilli()
+	at := now.Add(2 * s.opts.Refresh).UnixMilli()
+	keys := store.Keys()
+	moved := 0
+	move := func(slot int, devices []string) error {
+		args := make([]any, 0, 2+len(devices))
+		args = append(args, end, at)
+		for _, d := range devices {
+			args = append(args, d)
+		}
+		n, err := rearmScript.Run(ctx, s.rdb, []string{keys.Alarms(slot)}, args...).Int()
+		if err != nil {
+			return fmt.Errorf("alarm: re-arm slot %d: %w", slot, err)
+		}
+		moved += n
+		return nil
+	}
+	l := store.Layout()
+	if sil.DeviceID != "" {
+		slots := []int{deadline.Slot(sil.DeviceID, l.Slots)}
+		if l.Previous > 0 && deadline.Slot(sil.DeviceID, l.Previous) != slots[0] {
+			slots = append(slots, deadline.Slot(sil.DeviceID, l.Previous))
+		}
+		for _, slot := range slots {
+			if err := move(slot, []string{sil.DeviceID}); err != nil {
+				return moved, err
+			}
+		}
+		return moved, nil
+	}
+	score := strconv.FormatInt(end, 10)
+	for slot := range l.Slots {
+		for offset := int64(0); ; {
+			members, err := s.rdb.ZRangeByScore(ctx, keys.Alarms(slot), &redis.ZRangeBy{Min: score, Max: score,
+				Offset: offset, Count: int64(rearmBatch)}).Result()
+			if err != nil {
+				return moved, fmt.Errorf("alarm: re-arm slot %d: %w", slot, err)
+			}
+			if len(members) == 0 {
+				break
+			}
+			states, err := s.rdb.HMGet(ctx, keys.State(slot), members...).Result()
+			if err != nil {
+				return moved, fmt.Errorf("alarm: re-arm slot %d: %w", slot, err)
+			}
+			var ours []string
+			for i, v := range states {
+				// Members without a state are in-flight records' leases, not incidents.
+				if str, ok := v.(string); ok {
+					if st, err := deadline.DecodeState(str); err == nil && store.TypeName(ctx, st.TypeIndex) == sil.DeviceType {
+						ours = append(ours, members[i])
+					}
+				}
+			}
+			if len(ours) > 0 {
+				if err := move(slot, ours); err != nil {
+					return moved, err
+				}
+			}
+			// Moved incidents left the range; the others are still in it, so the next page skips them.
+			offset += int64(len(members) - len(ours))
+			if len(members) < rearmBatch {
+				break
+			}
+		}
+	}
+	return moved, nil
+}
+
+// deviceType is the type of a device silence's device as Redis knows it ("" when unknown), so the
+// silence's events name it; a type silence's events name their type.
+func (s *Silences) deviceType(ctx context.Context, sil Silence) string {
+	if sil.DeviceID == "" || s.opts.Store == nil {
+		return sil.DeviceType
+	}
+	d, found, err := s.opts.Store.Device(ctx, sil.DeviceID)
+	if err != nil || !found {
+		return ""
+	}
+	return d.Type
 }
 
 // SilencedUntil is when the latest silence covering device (of type typ) at now ends; zero when none does.
@@ -182,28 +354,105 @@ func (s *Silences) Load(ctx context.Context) error {
 	return nil
 }
 
-// Run reloads the index every Refresh and removes silences that ended, until ctx is done.
+// Run reloads the index every Refresh until ctx is done. Beside it, a second loop tends the silences
+// that ended: it announces each end once across the replicas (unsilenced) and purges them.
 func (s *Silences) Run(ctx context.Context) error {
+	tended := make(chan struct{})
+	go func() {
+		defer close(tended)
+		loop.Every(ctx, loop.Options{Interval: s.opts.Refresh, MaxBackoff: 30 * time.Second,
+			OnError: func(err error, failures int, retryIn time.Duration) {
+				if failures == 1 {
+					s.log.Warn("announcing the end of silences failed; retrying", zap.Error(err), zap.Duration("retry_in", retryIn))
+				}
+			}},
+			s.tend)
+	}()
 	loop.Every(ctx, loop.Options{Interval: s.opts.Refresh, Immediate: true, MaxBackoff: 30 * time.Second,
 		OnError: func(err error, _ int, retryIn time.Duration) {
 			s.log.Warn("reading silences failed; keeping the last copy", zap.Error(err), zap.Duration("retry_in", retryIn))
 		}},
-		func(ctx context.Context) error {
-			if err := s.Load(ctx); err != nil {
-				return err
-			}
-			s.purge(ctx)
-			return nil
-		})
+		s.Load)
+	<-tended
 	return nil
 }
 
-// purge deletes silences that ended more than a minute ago, so the hash does not grow forever.
-func (s *Silences) purge(ctx context.Context) {
+// The end of a silence is announced once across replicas through endedKey: SET NX with
+// announcingLease while one replica publishes (released when Kafka refuses, so any replica tries again),
+// then announcedDone for announcedTTL, past the time the silence may still be stored.
+const (
+	announcedDone   = "done"
+	announcingLease = 30 * time.Second
+	announcedTTL    = 15 * time.Minute
+	// purgeAfter is how long an ended silence stays listed; giveUpAfter ends the wait for its
+	// announcement (a Kafka outage longer than that loses the unsilenced event, logged and counted).
+	purgeAfter  = time.Minute
+	giveUpAfter = 10 * time.Minute
+)
+
+// endedKey guards the announcement of a silence's end; it is built from the silences key, so it shares
+// its prefix.
+func endedKey(silencesKey, id string) string { return silencesKey + ":ended:" + id }
+
+// tend announces the silences that ended at their time and purges the ones ended long enough ago.
+func (s *Silences) tend(ctx context.Context) error {
 	now := s.opts.Now()
+	all := s.index.Load().all
+	stored := make(map[string]bool, len(all))
+	var err error
+	for _, sil := range all {
+		stored[sil.ID] = true
+		if err == nil && !sil.Ends.After(now) && !s.announced[sil.ID] {
+			err = s.announceEnd(ctx, sil, now)
+		}
+	}
+	for id := range s.announced {
+		if !stored[id] {
+			delete(s.announced, id)
+		}
+	}
+	s.purge(ctx, now)
+	return err
+}
+
+// errNotAnnounced fails a tending round whose unsilenced event Kafka did not take, so the loop backs off.
+var errNotAnnounced = errors.New("alarm: the unsilenced event was not published")
+
+// announceEnd publishes the unsilenced event of sil, which ended at its time, unless another replica
+// does or did.
+func (s *Silences) announceEnd(ctx context.Context, sil Silence, now time.Time) error {
+	if s.opts.Acts == nil {
+		s.announced[sil.ID] = true
+		return nil
+	}
+	key := endedKey(s.key, sil.ID)
+	first, err := s.rdb.SetNX(ctx, key, "announcing", announcingLease).Result()
+	if err != nil {
+		return fmt.Errorf("alarm: announce the end of silence %s: %w", sil.ID, err)
+	}
+	if !first {
+		if v, err := s.rdb.Get(ctx, key).Result(); err == nil && v == announcedDone {
+			s.announced[sil.ID] = true
+		}
+		return nil
+	}
+	if !s.opts.Acts.Publish(ctx, SilenceEvent(event.Unsilenced, sil, s.deviceType(ctx, sil), Act{}, now)) {
+		_ = s.rdb.Del(ctx, key).Err() // any replica may try again; the lease ends it otherwise
+		return errNotAnnounced
+	}
+	s.announced[sil.ID] = true
+	if err := s.rdb.Set(ctx, key, announcedDone, announcedTTL).Err(); err != nil {
+		return fmt.Errorf("alarm: record the end of silence %s: %w", sil.ID, err)
+	}
+	return nil
+}
+
+// purge deletes silences that ended more than purgeAfter ago and whose end was announced (or waited for
+// longer than giveUpAfter), so the hash does not grow forever.
+func (s *Silences) purge(ctx context.Context, now time.Time) {
 	var ended []string
 	for _, sil := range s.index.Load().all {
-		if sil.Ends.Before(now.Add(-time.Minute)) {
+		if sil.Ends.Before(now.Add(-purgeAfter)) && (s.announced[sil.ID] || sil.Ends.Before(now.Add(-giveUpAfter))) {
 			ended = append(ended, sil.ID)
 		}
 	}

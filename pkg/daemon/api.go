@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"bufio"
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -26,7 +28,8 @@ import (
 type Silences interface {
 	Create(ctx context.Context, s alarm.Silence) (alarm.Silence, error)
 	List(ctx context.Context) ([]alarm.Silence, error)
-	Delete(ctx context.Context, id string) (bool, error)
+	// End ends a silence early on behalf of act; false when there is none with that id.
+	End(ctx context.Context, id string, act alarm.Act) (bool, error)
 	// SilencedUntil is when the latest silence covering device (of type typ) ends; zero when none does.
 	SilencedUntil(device, typ string, now time.Time) time.Time
 }
@@ -52,6 +55,9 @@ type APIOptions struct {
 	TypeCountsTTL time.Duration
 	Now           func() time.Time
 	Logger        *zap.Logger
+	// Events publishes the operator acts (acked, deleted) through the daemon's sink, the one the alarm
+	// loop uses, so the outputs that follow Kafka see them; nil = acts publish no event.
+	Events *alarm.Acts
 	// Stream feeds GET /v1/events/stream and GET /v1/devices/{id}/events; nil = one nothing feeds.
 	Stream *EventStream
 }
@@ -361,6 +367,16 @@ func (a *api) devices(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	var act alarm.Act
+	if !a.decodeOptionalBody(w, r, &act) || !validAct(w, act) {
+		return
+	}
+	// Read first: the acked event names the incident it acknowledged.
+	before, _, err := a.Store.Device(r.Context(), id)
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
 	ok, err := a.Store.SetAcked(r.Context(), id)
 	if err != nil {
 		a.internal(w, err)
@@ -370,21 +386,62 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q has no open interruption", id))
 		return
 	}
+	if before.Incident == nil { // opened between the read and the ack
+		if before, _, err = a.Store.Device(r.Context(), id); err != nil || before.Incident == nil {
+			a.log.Warn("device acknowledged; its acked event is not published: the incident could not be read",
+				zap.String("device_id", id), zap.Error(err))
+		}
+	}
+	if before.Incident != nil {
+		a.Events.Publish(r.Context(), alarm.AckedEvent(id, before.Type, *before.Incident, a.Timeout(before.Type), act, a.Now()))
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"device_id": id, "acked": true})
 }
 
 func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	ok, err := a.Store.Delete(r.Context(), id)
+	act, ok := actFromQuery(w, r)
+	if !ok {
+		return
+	}
+	// Read first: the deleted event names the device's type and deadline, which the delete removes.
+	d, _, err := a.Store.Device(r.Context(), id)
 	if err != nil {
 		a.internal(w, err)
 		return
 	}
-	if !ok {
+	deleted, err := a.Store.Delete(r.Context(), id)
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	if !deleted {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q is not known", id))
 		return
 	}
+	dl := d.Deadline
+	if d.Incident != nil {
+		dl = d.Incident.DeadlineTime()
+	}
+	a.Events.Publish(r.Context(), alarm.DeletedEvent(id, d.Type, dl, a.Timeout(d.Type), act, a.Now()))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// actFromQuery reads an act's optional by and note from the query (DELETE has no body); on failure it
+// has answered 400.
+func actFromQuery(w http.ResponseWriter, r *http.Request) (alarm.Act, bool) {
+	q := r.URL.Query()
+	act := alarm.Act{By: q.Get("by"), Note: q.Get("note")}
+	return act, validAct(w, act)
+}
+
+// validAct answers 400 for an act whose by or note is out of bounds.
+func validAct(w http.ResponseWriter, act alarm.Act) bool {
+	if err := act.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	return true
 }
 
 func (a *api) stats(w http.ResponseWriter, r *http.Request) {
@@ -510,6 +567,9 @@ type silenceRequest struct {
 	Until      string `json:"until"`
 	For        string `json:"for"`
 	Comment    string `json:"comment"`
+	// Note is another name for comment, as every act takes one; By is who creates the silence.
+	Note string `json:"note"`
+	By   string `json:"by"`
 }
 
 func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
@@ -521,8 +581,13 @@ func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "exactly one of device_id and device_type is required")
 		return
 	}
+	if req.Comment != "" && req.Note != "" && req.Comment != req.Note {
+		writeError(w, http.StatusBadRequest, "comment and note are the same field: give one")
+		return
+	}
 	now := a.Now()
-	s := alarm.Silence{DeviceID: req.DeviceID, DeviceType: req.DeviceType, Starts: now, Comment: req.Comment}
+	s := alarm.Silence{DeviceID: req.DeviceID, DeviceType: req.DeviceType, Starts: now, Comment: cmp.Or(req.Comment, req.Note),
+		By: req.By}
 	switch {
 	case req.Until != "" && req.For != "":
 		writeError(w, http.StatusBadRequest, "give either until or for, not both")
@@ -570,6 +635,16 @@ func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, created)
 }
 
+// decodeOptionalBody is decodeBody for a body that may be left out (empty): v keeps its zero value then.
+func (a *api) decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	br := bufio.NewReader(r.Body)
+	if _, err := br.Peek(1); errors.Is(err, io.EOF) {
+		return true
+	}
+	r.Body = io.NopCloser(br)
+	return a.decodeBody(w, r, v)
+}
+
 // decodeBody reads exactly one JSON object with known fields into v; on failure it has answered: 413
 // when the body is larger than MaxBodySize, else 400.
 func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
@@ -609,7 +684,11 @@ func (a *api) listSilences(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) deleteSilence(w http.ResponseWriter, r *http.Request) {
-	ok, err := a.Silences.Delete(r.Context(), r.PathValue("id"))
+	act, valid := actFromQuery(w, r)
+	if !valid {
+		return
+	}
+	ok, err := a.Silences.End(r.Context(), r.PathValue("id"), act)
 	if err != nil {
 		a.internal(w, err)
 		return

@@ -333,6 +333,9 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("GET /v1/devices/{id}", "/v1/devices/never-seen", token, "", http.StatusNotFound)
 	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, "", http.StatusOK)
 	do("POST /v1/devices/{id}/ack", "/v1/devices/gw-1/ack", token, "", http.StatusNotFound)
+	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, `{"by":"alice","note":"site visit booked"}`, http.StatusOK)
+	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, `{"colour":"red"}`, http.StatusBadRequest)
+	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, `{"note":"`+strings.Repeat("x", 2000)+`"}`, http.StatusRequestEntityTooLarge)
 	do("GET /v1/stats", "/v1/stats", token, "", http.StatusOK)
 	do("GET /v1/stats", "/v1/stats?by_type=true", token, "", http.StatusOK)
 	do("POST /v1/dead/requeue", "/v1/dead/requeue", token, "", http.StatusOK)
@@ -352,8 +355,10 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	var silence alarm.Silence
 	require.NoError(t, json.Unmarshal(created, &silence))
 	id := silence.ID
-	do("DELETE /v1/silences/{id}", "/v1/silences/"+id, token, "", http.StatusNoContent)
+	do("DELETE /v1/silences/{id}", "/v1/silences/"+id+"?by="+strings.Repeat("x", 300), token, "", http.StatusBadRequest)
+	do("DELETE /v1/silences/{id}", "/v1/silences/"+id+"?by=alice&note=done", token, "", http.StatusNoContent)
 	do("DELETE /v1/silences/{id}", "/v1/silences/"+id, token, "", http.StatusNotFound)
+	do("DELETE /v1/devices/{id}", "/v1/devices/gw-1?note="+strings.Repeat("x", 1100), token, "", http.StatusBadRequest)
 	do("DELETE /v1/devices/{id}", "/v1/devices/gw-1", token, "", http.StatusNoContent)
 	do("DELETE /v1/devices/{id}", "/v1/devices/gw-1", token, "", http.StatusNotFound)
 

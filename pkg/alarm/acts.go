@@ -1,0 +1,154 @@
+package alarm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// Act is who performed an operator's act (ack, silence, unsilence, delete) and why; its event carries
+// both when given (SPEC §5).
+type Act struct {
+	By   string `json:"by,omitempty"`
+	Note string `json:"note,omitempty"`
+}
+
+// The bounds of an act's by and note, so an act cannot grow an event past what Kafka takes.
+const (
+	MaxActBy   = 256
+	MaxActNote = 1024
+)
+
+// ErrInvalidAct is wrapped by Act.Validate.
+var ErrInvalidAct = errors.New("invalid act")
+
+// Validate checks the bounds of by and note and that both are UTF-8 text.
+func (a Act) Validate() error {
+	switch {
+	case len(a.By) > MaxActBy:
+		return fmt.Errorf("%w: by is at most %d bytes", ErrInvalidAct, MaxActBy)
+	case len(a.Note) > MaxActNote:
+		return fmt.Errorf("%w: note is at most %d bytes", ErrInvalidAct, MaxActNote)
+	case !utf8.ValidString(a.By) || !utf8.ValidString(a.Note):
+		return fmt.Errorf("%w: by and note must be UTF-8", ErrInvalidAct)
+	}
+	return nil
+}
+
+// DefaultActTimeout bounds the publication of one act's event: the act is already stored, so a Kafka
+// outage delays the operator's answer by at most this much.
+const DefaultActTimeout = 5 * time.Second
+
+// ActsOptions configures Acts.
+type ActsOptions struct {
+	// Sink is the daemon's sink (hold-back's degraded mark, then the observed publisher), so the
+	// outputs that follow Kafka see acts like any event. nil: acts publish nothing.
+	Sink       event.Sink
+	Metrics    *Metrics // events_total{kind} counts the acts Kafka took; nil = not counted
+	Registerer prometheus.Registerer
+	Timeout    time.Duration // default DefaultActTimeout
+	Logger     *zap.Logger
+}
+
+// Acts publishes the events of operator acts. An act is recorded in Redis before its event goes out,
+// and it stands whether or not Kafka takes the event: a refused or timed-out event is logged and counted
+// (heartbeatd_act_events_failed_total), never retried, never turned into an error for the operator.
+type Acts struct {
+	opts   ActsOptions
+	log    *zap.Logger
+	failed *prometheus.CounterVec
+}
+
+// NewActs returns the publisher of act events.
+func NewActs(opts ActsOptions) *Acts {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultActTimeout
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	a := &Acts{opts: opts, log: opts.Logger.With(zap.String("component", "acts")),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "act_events_failed_total",
+			Help: "Operator acts (ack, silence, unsilence, delete) recorded in Redis whose event Kafka did not take."}, []string{"kind"})}
+	for _, k := range []event.Kind{event.Acked, event.Silenced, event.Unsilenced, event.Deleted} {
+		a.failed.WithLabelValues(string(k))
+		a.opts.Metrics.Events.WithLabelValues(string(k))
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(a.failed)
+	}
+	return a
+}
+
+// Publish sends e and reports whether Kafka took it. It runs on past ctx's cancellation (an operator
+// closing the connection does not withdraw the act) for at most the timeout.
+func (a *Acts) Publish(ctx context.Context, e event.Event) bool {
+	if a == nil || a.opts.Sink == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.Timeout)
+	defer cancel()
+	err := a.opts.Sink.Publish(ctx, []event.Event{e})[0]
+	if err != nil {
+		a.failed.WithLabelValues(string(e.Kind)).Inc()
+		a.log.Error("the act is recorded, but its event was not published", zap.String("kind", string(e.Kind)),
+			zap.String("id", e.ID), zap.String("device_id", e.DeviceID), zap.Error(err))
+		return false
+	}
+	a.opts.Metrics.Events.WithLabelValues(string(e.Kind)).Inc()
+	return true
+}
+
+// AckedEvent is the `acked` event of an incident of device (of type typ, whose timeout dates last_seen):
+// its id is <device>/<incident deadline ms>/acked/0, so an ack repeated for the same incident is the
+// same event.
+func AckedEvent(device, typ string, incident deadline.State, timeout time.Duration, act Act, now time.Time) event.Event {
+	dl := incident.DeadlineTime()
+	e := event.New(event.Acked, device, typ, dl, dl.Add(-timeout), now, 0)
+	e.By, e.Note = act.By, act.Note
+	return e
+}
+
+// DeletedEvent is the `deleted` event of device, whose deadline (its open incident's, else its current
+// one) is dl: its id is <device>/<ms of the act>/deleted/0, since a device may be deleted, signal again
+// and be deleted again under the same deadline.
+func DeletedEvent(device, typ string, dl time.Time, timeout time.Duration, act Act, now time.Time) event.Event {
+	var lastSeen time.Time
+	if !dl.IsZero() {
+		lastSeen = dl.Add(-timeout)
+	}
+	e := event.New(event.Deleted, device, typ, dl, lastSeen, now, 0)
+	e.ID = event.ID(device, now, event.Deleted, 0)
+	e.By, e.Note = act.By, act.Note
+	return e
+}
+
+// SilenceEvent is the `silenced` or `unsilenced` event of sil: one per silence, id
+// silence/<silence id>/<kind>, keyed (device_id) by the matcher: the device, or the type for a type
+// silence. deviceType is the silenced device's type where known ("" else); a type silence's is its type.
+func SilenceEvent(kind event.Kind, sil Silence, deviceType string, act Act, now time.Time) event.Event {
+	key := sil.DeviceID
+	if key == "" {
+		key, deviceType = sil.DeviceType, sil.DeviceType
+	}
+	e := event.New(kind, key, deviceType, time.Time{}, time.Time{}, now, 0)
+	e.ID = SilenceEventID(sil.ID, kind)
+	e.By, e.Note = act.By, act.Note
+	return e
+}
+
+// SilenceEventID is the id of a silence's silenced or unsilenced event.
+func SilenceEventID(silenceID string, kind event.Kind) string {
+	return "silence/" + silenceID + "/" + string(kind)
+}
