@@ -32,7 +32,10 @@ type Input struct {
 	// past the parent's deadline a child waits for the parent's verdict (detection.parent_wait).
 	Parent     *deadline.Parent
 	ParentWait time.Duration
-	Now        time.Time
+	// OutageID is the open correlated outage of one of the device's groups ("" when none): its
+	// `interrupted` carries it, and its repeats wait while the outage lasts (SPEC §9).
+	OutageID string
+	Now      time.Time
 }
 
 // Reason says why Decide chose what it chose; it is logged and tested, never sent to consumers.
@@ -53,6 +56,7 @@ const (
 	ReasonParentWait  Reason = "parent-wait"  // the parent is silent too: wait for its verdict
 	ReasonSuppressed  Reason = "suppressed"   // the parent is down: `suppressed`, no repeats while it is
 	ReasonParentBack  Reason = "parent-back"  // the parent recovered: own verdict one timeout after it
+	ReasonOutage      Reason = "outage"       // a correlated outage covers it: no repeats while it lasts
 )
 
 // ParentRecheck is how often a suppressed device looks at its parent again, besides being woken when
@@ -143,6 +147,11 @@ func Decide(in Input) Decision {
 			d.Reason = ReasonNotDue
 			return d
 		}
+		if in.OutageID != "" { // look again one interval on: the repeats resume if the outage ended
+			d.Ack.Next = now.Add(pol.RepeatEvery)
+			d.Reason = ReasonOutage
+			return d
+		}
 	}
 
 	lastSeen := dl.Add(-pol.Timeout)
@@ -151,7 +160,9 @@ func Decide(in Input) Decision {
 	next.Hold = deadline.HoldNone
 	if n == 0 {
 		next.InterruptedAt = now.UnixMilli()
-		d.Events = append(d.Events, event.New(event.Interrupted, c.Device, c.Type, dl, lastSeen, now, 0))
+		e := event.New(event.Interrupted, c.Device, c.Type, dl, lastSeen, now, 0)
+		e.OutageID = in.OutageID
+		d.Events = append(d.Events, e)
 		d.Reason = ReasonInterrupted
 	} else {
 		d.Events = append(d.Events, event.New(event.Alarm, c.Device, c.Type, dl, lastSeen, now, n))

@@ -36,6 +36,8 @@ type HandlerOptions struct {
 	// ParentWait is how long past its parent's deadline a child waits for the parent's verdict
 	// (detection.parent_wait).
 	ParentWait time.Duration
+	// Correlator groups interruptions into outages; nil = correlation off.
+	Correlator *Correlator
 	// Timeout bounds one batch's publish and acknowledge; the batch is finished even when the scanner is
 	// stopping, so a graceful stop does not leave claims for the lease to return (default 15s).
 	Timeout time.Duration
@@ -95,9 +97,13 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	if err != nil {
 		return fmt.Errorf("alarm: re-check: %w", err)
 	}
-	parents, err := h.parents(ctx, claims)
+	parents, parentNames, err := h.parents(ctx, claims)
 	if err != nil {
 		return fmt.Errorf("alarm: parents: %w", err)
+	}
+	groups, outages, err := h.outages(ctx, claims, parentNames)
+	if err != nil {
+		return fmt.Errorf("alarm: correlation: %w", err)
 	}
 	now := h.opts.Now()
 	policies := h.opts.Policies()
@@ -114,7 +120,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 		if h.opts.Silences != nil {
 			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, c.Type, now)
 		}
-		in.Parent, in.ParentWait = parents[i], h.opts.ParentWait
+		in.Parent, in.ParentWait, in.OutageID = parents[i], h.opts.ParentWait, outages[i]
 		decisions[i] = Decide(in)
 		for _, e := range decisions[i].Events {
 			events = append(events, e)
@@ -169,6 +175,9 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 		h.log.Warn("waking the children of interrupted or recovered devices failed; they look again within their bounds",
 			zap.Error(err))
 	}
+	if err := h.recordInterruptions(ctx, claims, decisions, failed, groups, now); err != nil {
+		h.log.Warn("recording interruptions for correlation failed; outages may count fewer devices", zap.Error(err))
+	}
 	if retried > 0 {
 		h.log.Warn("publishing failed; the claims stay leased and are retried until Kafka takes them",
 			zap.Int("claims", retried), zap.Duration("retry_within", PublishBackoffMax), zap.Error(retryErr))
@@ -186,45 +195,123 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 }
 
 // parents returns, per claim, its device's parent when the parent may explain the silence: for an
-// incident with nothing reported yet, or one held under its parent. Nil elsewhere, and everywhere in a
-// fleet without parents (deadline.Store.ParentsOf reads nothing then).
-func (h *Handler) parents(ctx context.Context, claims []deadline.Claim) ([]*deadline.Parent, error) {
+// incident with nothing reported yet, or one held under its parent; nil elsewhere. names are the
+// parents' ids, also of the other claims when correlation groups by parent. Nothing is read in a fleet
+// without parents (deadline.Store.ParentsOf).
+func (h *Handler) parents(ctx context.Context, claims []deadline.Claim) ([]*deadline.Parent, []string, error) {
 	out := make([]*deadline.Parent, len(claims))
+	all := h.opts.Correlator.WantsParents()
 	var idx []int
 	var devices []string
 	for i, c := range claims {
-		st := c.State
-		if !st.Acked && !st.Exhausted && (st.Next == 0 || st.Hold != deadline.HoldNone) {
+		if all || mayBeHeld(c.State) {
 			idx = append(idx, i)
 			devices = append(devices, c.Device)
 		}
 	}
-	names, err := h.opts.Store.ParentsOf(ctx, devices)
+	found, err := h.opts.Store.ParentsOf(ctx, devices)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	names := make([]string, len(claims))
 	var ids []string
 	seen := map[string]bool{}
-	for _, p := range names {
-		if p != "" && !seen[p] {
+	for j, p := range found {
+		names[idx[j]] = p
+		if p != "" && !seen[p] && mayBeHeld(claims[idx[j]].State) {
 			seen[p] = true
 			ids = append(ids, p)
 		}
 	}
 	if len(ids) == 0 {
-		return out, nil
+		return out, names, nil
 	}
 	views, err := h.opts.Store.Parents(ctx, ids)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	for j, p := range names {
-		if p != "" {
+	for i, p := range names {
+		if p != "" && mayBeHeld(claims[i].State) {
 			v := views[p]
-			out[idx[j]] = &v
+			out[i] = &v
 		}
 	}
-	return out, nil
+	return out, names, nil
+}
+
+// mayBeHeld: an incident whose parent may explain it (nothing reported yet, or held under its parent).
+func mayBeHeld(st deadline.State) bool {
+	return !st.Acked && !st.Exhausted && (st.Next == 0 || st.Hold != deadline.HoldNone)
+}
+
+// outages returns each claim's correlation groups and the open outage covering it ("" for none);
+// nothing while correlation is off.
+func (h *Handler) outages(ctx context.Context, claims []deadline.Claim, parents []string) ([][]string, []string, error) {
+	ids := make([]string, len(claims))
+	corr := h.opts.Correlator
+	if corr == nil {
+		return nil, ids, nil
+	}
+	devices := make([]string, len(claims))
+	for i, c := range claims {
+		devices[i] = c.Device
+	}
+	labels, err := corr.Labels(ctx, devices)
+	if err != nil {
+		return nil, nil, err
+	}
+	groups := make([][]string, len(claims))
+	var all []string
+	seen := map[string]bool{}
+	for i, c := range claims {
+		var l map[string]string
+		if labels != nil {
+			l = labels[i]
+		}
+		groups[i] = corr.Groups(c.Type, parents[i], l)
+		for _, g := range groups[i] {
+			if !seen[g] {
+				seen[g] = true
+				all = append(all, g)
+			}
+		}
+	}
+	open, err := corr.Open(ctx, all)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range claims {
+		for _, g := range groups[i] {
+			if id := open[g]; id != "" {
+				ids[i] = id
+				break
+			}
+		}
+	}
+	return groups, ids, nil
+}
+
+// recordInterruptions tells the correlator which devices were just reported interrupted.
+func (h *Handler) recordInterruptions(ctx context.Context, claims []deadline.Claim, decisions []Decision, failed []error,
+	groups [][]string, now time.Time) error {
+	if h.opts.Correlator == nil {
+		return nil
+	}
+	var devices []string
+	var theirs [][]string
+	for i, d := range decisions {
+		if failed[i] != nil || len(groups[i]) == 0 {
+			continue
+		}
+		for _, e := range d.Events {
+			if e.Kind == event.Interrupted {
+				devices = append(devices, claims[i].Device)
+				theirs = append(theirs, groups[i])
+				break
+			}
+		}
+	}
+	return h.opts.Correlator.Record(ctx, devices, theirs, now)
 }
 
 // wakeChildren makes the children of the devices whose verdict just changed (interrupted, suppressed,

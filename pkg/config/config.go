@@ -47,6 +47,8 @@ type Config struct {
 	Log       Log                   `yaml:"log"`
 	// Outputs are optional destinations that follow the events topic (outputs.go).
 	Outputs Outputs `yaml:"outputs"`
+	// Correlation groups interruptions into outages (correlation.go).
+	Correlation Correlation `yaml:"correlation"`
 	// ShutdownTimeout bounds the whole ordered stop after SIGINT/SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
@@ -333,6 +335,7 @@ func Default() *Config {
 			MaxBodyBytes: DefaultMaxBodyBytes,
 		},
 		Log:             Log{Level: "info", Format: "json"},
+		Correlation:     Correlation{By: []string{}, MinDevices: DefaultCorrelationMinDevices, Window: DefaultCorrelationWindow},
 		ShutdownTimeout: DefaultShutdownTimeout,
 	}
 }

@@ -58,6 +58,7 @@ func (c *Config) Validate() error {
 	c.validateCluster(v)
 	c.validateHTTP(v)
 	c.validateOutputs(v)
+	c.validateCorrelation(v)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

@@ -286,3 +286,25 @@ func (s *Store) deadlineScores(ctx context.Context, bySlot map[int][]int, device
 	}
 	return nil
 }
+
+// Silent reports, per device, whether it is absent from the deadlines set: it has not signalled since
+// its deadline passed (or was never seen). One ZMSCORE per slot, one round trip.
+func (s *Store) Silent(ctx context.Context, devices []string) ([]bool, error) {
+	out := make([]bool, len(devices))
+	for i := range out {
+		out[i] = true
+	}
+	l := s.layout.Load()
+	bySlot := map[int][]int{}
+	for i, d := range devices {
+		bySlot[Slot(d, l.Slots)] = append(bySlot[Slot(d, l.Slots)], i)
+		if old, moved := l.oldSlot(d); moved {
+			bySlot[old] = append(bySlot[old], i)
+		}
+	}
+	err := s.deadlineScores(ctx, bySlot, func(i int) string { return devices[i] }, func(i int, _ float64) { out[i] = false })
+	if err != nil {
+		return nil, fmt.Errorf("deadline: silent: %w", err)
+	}
+	return out, nil
+}

@@ -231,9 +231,14 @@ func (e *Detail) appendExtras(b []byte) []byte {
 		b = appendJSONString(b, e.Group.Value)
 		b = append(b, '}')
 	}
-	if e.Count != 0 {
+	// An outage event always carries its count and sample (SPEC §5), 0 and [] included: the only place
+	// this encoder writes what encoding/json's omitempty would leave out.
+	if e.Count != 0 || e.Group != nil {
 		b = append(b, `,"count":`...)
 		b = strconv.AppendInt(b, int64(e.Count), 10)
+	}
+	if e.Group != nil && len(e.Sample) == 0 {
+		b = append(b, `,"sample":[]`...)
 	}
 	if len(e.Sample) > 0 {
 		b = append(b, `,"sample":[`...)

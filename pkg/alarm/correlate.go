@@ -1,0 +1,460 @@
+package alarm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// Correlated outages (SPEC §9). The alarm loop records every `interrupted` in each of the device's
+// groups (Correlator.Record) and asks for the groups' open outages before deciding (Correlator.Open):
+// a member's `interrupted` then carries the outage id, and its repeats wait while the outage lasts. One
+// replica at a time (a Redis lease) runs the correlator: it opens an outage when a group's recent
+// interruptions reach min_devices, announces it, and ends it when fewer than half of its count at the
+// start are still silent. Everything lives in Redis, so a replica's death costs at most one lease.
+
+// CorrelatorOptions configures a Correlator.
+type CorrelatorOptions struct {
+	Client      redis.UniversalClient
+	Store       *deadline.Store
+	Correlation config.Correlation
+	// Sink publishes outage_started and outage_ended (the alarm loop's sink).
+	Sink      event.Sink
+	ReplicaID string
+	// Labels returns the labels of devices, for labels.<name> groups (nil: none known).
+	Labels     func(ctx context.Context, devices []string) ([]map[string]string, error)
+	Now        func() time.Time
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer
+}
+
+// Correlator groups interruptions into outages; nil-safe: a nil *Correlator correlates nothing.
+type Correlator struct {
+	opts CorrelatorOptions
+	keys deadline.Keyspace
+	log  *zap.Logger
+	open prometheus.Gauge
+
+	mu        sync.Mutex
+	lastCheck map[string]time.Time // group → when its open outage was last checked for its end
+}
+
+// correlatorTick is how often the correlator looks at the groups; correlatorLease how long its lease
+// outlives the last renewal (another replica takes over after it).
+const (
+	correlatorTick  = 250 * time.Millisecond
+	correlatorLease = 3 * time.Second
+	// endCheckEvery is how often an open outage's members are counted.
+	endCheckEvery = time.Second
+	// groupsPerTick bounds the groups one tick looks at.
+	groupsPerTick = 1000
+	// sampleSize is how many device ids an outage event carries (SPEC §5).
+	sampleSize = 20
+	// recentOutages is how many ended outages GET /v1/outages lists.
+	recentOutages = 50
+	// membersPage bounds one read of an outage's members.
+	membersPage = 5000
+)
+
+// NewCorrelator returns a correlator, or nil when correlation is off.
+func NewCorrelator(opts CorrelatorOptions) *Correlator {
+	if !opts.Correlation.Enabled() {
+		return nil
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	c := &Correlator{opts: opts, keys: opts.Store.Keys(), log: opts.Logger.With(zap.String("component", "correlator")),
+		lastCheck: map[string]time.Time{},
+		open: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "outages_open",
+			Help: "Correlated outages open now (SPEC §9)."})}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(c.open)
+	}
+	return c
+}
+
+// groupKey is a group's name in Redis and in its outage's device id: "<by>:<value>".
+func groupKey(by, value string) string { return by + ":" + value }
+
+func splitGroup(g string) event.Group {
+	by, value, _ := strings.Cut(g, ":")
+	return event.Group{By: by, Value: value}
+}
+
+// Groups returns a device's groups: one per correlation key it has a value for.
+func (c *Correlator) Groups(typ, parent string, labels map[string]string) []string {
+	if c == nil {
+		return nil
+	}
+	var out []string
+	for _, by := range c.opts.Correlation.By {
+		var v string
+		switch {
+		case by == config.CorrelateByType:
+			v = typ
+		case by == config.CorrelateByParent:
+			v = parent
+		default:
+			v = labels[strings.TrimPrefix(by, config.CorrelateByLabel)]
+		}
+		if v != "" {
+			out = append(out, groupKey(by, v))
+		}
+	}
+	return out
+}
+
+// WantsParents reports whether groups need the devices' parents.
+func (c *Correlator) WantsParents() bool {
+	if c == nil {
+		return false
+	}
+	for _, by := range c.opts.Correlation.By {
+		if by == config.CorrelateByParent {
+			return true
+		}
+	}
+	return false
+}
+
+// Labels returns the labels of devices when a group needs them (nil otherwise).
+func (c *Correlator) Labels(ctx context.Context, devices []string) ([]map[string]string, error) {
+	if c == nil || c.opts.Labels == nil {
+		return nil, nil
+	}
+	for _, by := range c.opts.Correlation.By {
+		if strings.HasPrefix(by, config.CorrelateByLabel) {
+			return c.opts.Labels(ctx, devices)
+		}
+	}
+	return nil, nil
+}
+
+// Open returns the id of each group's open outage, for the groups that have one; one round trip.
+func (c *Correlator) Open(ctx context.Context, groups []string) (map[string]string, error) {
+	out := map[string]string{}
+	if c == nil || len(groups) == 0 {
+		return out, nil
+	}
+	pipe := c.opts.Client.Pipeline()
+	cmds := make([]*redis.StringCmd, len(groups))
+	for i, g := range groups {
+		cmds[i] = pipe.HGet(ctx, c.keys.Outage(g), "id")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("alarm: open outages: %w", err)
+	}
+	for i, g := range groups {
+		if id, err := cmds[i].Result(); err == nil {
+			out[g] = id
+		}
+	}
+	return out, nil
+}
+
+// Record notes that devices were interrupted at now, each in its groups; one round trip.
+func (c *Correlator) Record(ctx context.Context, devices []string, groups [][]string, now time.Time) error {
+	if c == nil || len(devices) == 0 {
+		return nil
+	}
+	ms := float64(now.UnixMilli())
+	byGroup := map[string][]redis.Z{}
+	for i, d := range devices {
+		for _, g := range groups[i] {
+			byGroup[g] = append(byGroup[g], redis.Z{Score: ms, Member: d})
+		}
+	}
+	if len(byGroup) == 0 {
+		return nil
+	}
+	pipe := c.opts.Client.Pipeline()
+	marks := make([]redis.Z, 0, len(byGroup))
+	for g, zs := range byGroup {
+		pipe.ZAdd(ctx, c.keys.Correlated(g), zs...)
+		marks = append(marks, redis.Z{Score: ms, Member: g})
+	}
+	pipe.ZAdd(ctx, c.keys.CorrelatedGroups(), marks...)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("alarm: record interruptions: %w", err)
+	}
+	return nil
+}
+
+// Outage is one correlated outage as GET /v1/outages shows it.
+type Outage struct {
+	ID        string      `json:"id"`
+	Group     event.Group `json:"group"`
+	State     string      `json:"state"` // "open" or "ended"
+	StartedAt time.Time   `json:"started_at"`
+	EndedAt   *time.Time  `json:"ended_at,omitempty"`
+	// Count is how many devices were interrupted within the window when it started; Silent how many of
+	// its members were still silent when it was last looked at.
+	Count  int      `json:"count"`
+	Silent int      `json:"silent"`
+	Sample []string `json:"sample"`
+}
+
+// Outages returns the open outages and the last ended ones, newest first.
+func (c *Correlator) Outages(ctx context.Context) ([]Outage, error) {
+	if c == nil {
+		return []Outage{}, nil
+	}
+	open, err := c.opts.Client.HVals(ctx, c.keys.OutagesOpen()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("alarm: outages: %w", err)
+	}
+	recent, err := c.opts.Client.LRange(ctx, c.keys.OutagesRecent(), 0, recentOutages-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("alarm: outages: %w", err)
+	}
+	out := make([]Outage, 0, len(open)+len(recent))
+	for _, v := range append(open, recent...) {
+		var o Outage
+		if err := json.Unmarshal([]byte(v), &o); err == nil {
+			out = append(out, o)
+		}
+	}
+	sortOutages(out)
+	return out, nil
+}
+
+func sortOutages(out []Outage) {
+	for i := 1; i < len(out); i++ { // insertion sort: a handful of outages, newest first, open before ended
+		for j := i; j > 0 && newer(out[j], out[j-1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+}
+
+func newer(a, b Outage) bool {
+	if (a.State == "open") != (b.State == "open") {
+		return a.State == "open"
+	}
+	return a.StartedAt.After(b.StartedAt)
+}
+
+// Run keeps the lease and, while this replica holds it, opens and ends outages; it returns when ctx ends.
+func (c *Correlator) Run(ctx context.Context) error {
+	if c == nil {
+		return nil
+	}
+	defer c.release()
+	loop.Every(ctx, loop.Options{Interval: correlatorTick, MaxBackoff: 5 * time.Second,
+		OnError: func(err error, failures int, retryIn time.Duration) {
+			if failures == 1 || failures%20 == 0 {
+				c.log.Warn("correlating interruptions failed; retrying", zap.Error(err), zap.Duration("retry_in", retryIn))
+			}
+		}}, c.tick)
+	return nil
+}
+
+// leaseScript takes the lease when free or renews it when held: 1 = this replica holds it.
+var leaseScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == false or v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0`)
+
+// releaseScript gives the lease up if this replica holds it, so a graceful stop hands over at once.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+func (c *Correlator) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = releaseScript.Run(ctx, c.opts.Client, []string{c.keys.Correlator()}, c.opts.ReplicaID).Err()
+}
+
+func (c *Correlator) tick(ctx context.Context) error {
+	n, err := c.opts.Client.HLen(ctx, c.keys.OutagesOpen()).Result()
+	if err != nil {
+		return fmt.Errorf("alarm: outages open: %w", err)
+	}
+	c.open.Set(float64(n))
+	held, err := leaseScript.Run(ctx, c.opts.Client, []string{c.keys.Correlator()}, c.opts.ReplicaID, correlatorLease.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("alarm: correlator lease: %w", err)
+	}
+	if held != 1 {
+		return nil
+	}
+	now := c.opts.Now()
+	window := c.opts.Correlation.Window
+	groups, err := c.opts.Client.ZRangeArgs(ctx, redis.ZRangeArgs{Key: c.keys.CorrelatedGroups(), ByScore: true,
+		Start: "-inf", Stop: "+inf", Count: groupsPerTick}).Result()
+	if err != nil {
+		return fmt.Errorf("alarm: correlated groups: %w", err)
+	}
+	for _, g := range groups {
+		if err := c.look(ctx, g, now, window); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// look opens, announces, checks or ends one group's outage, and forgets a quiet group.
+func (c *Correlator) look(ctx context.Context, g string, now time.Time, window time.Duration) error {
+	rdb := c.opts.Client
+	since := strconv.FormatInt(now.Add(-window).UnixMilli(), 10)
+	state, err := rdb.HGetAll(ctx, c.keys.Outage(g)).Result()
+	if err != nil {
+		return fmt.Errorf("alarm: outage %s: %w", g, err)
+	}
+	if len(state) == 0 {
+		// No outage: keep only the window's interruptions, and open one if they are enough.
+		if err := rdb.ZRemRangeByScore(ctx, c.keys.Correlated(g), "-inf", "("+since).Err(); err != nil {
+			return fmt.Errorf("alarm: outage %s: %w", g, err)
+		}
+		n, err := rdb.ZCard(ctx, c.keys.Correlated(g)).Result()
+		if err != nil {
+			return fmt.Errorf("alarm: outage %s: %w", g, err)
+		}
+		if n == 0 {
+			return rdb.ZRem(ctx, c.keys.CorrelatedGroups(), g).Err()
+		}
+		if int(n) < c.opts.Correlation.MinDevices {
+			return nil
+		}
+		return c.start(ctx, g, int(n), now)
+	}
+	o, err := decodeOutage(state)
+	if err != nil {
+		return err
+	}
+	if state["announced"] != "1" {
+		return c.announce(ctx, g, o) // opened, but the event may not have reached Kafka: at least once
+	}
+	c.mu.Lock()
+	due := now.Sub(c.lastCheck[g]) >= endCheckEvery
+	if due {
+		c.lastCheck[g] = now
+	}
+	c.mu.Unlock()
+	if !due {
+		return nil
+	}
+	return c.checkEnd(ctx, g, o, now)
+}
+
+func decodeOutage(state map[string]string) (Outage, error) {
+	var o Outage
+	if err := json.Unmarshal([]byte(state["view"]), &o); err != nil {
+		return o, fmt.Errorf("alarm: outage state: %w", err)
+	}
+	return o, nil
+}
+
+// start opens g's outage with the n devices interrupted within the window.
+func (c *Correlator) start(ctx context.Context, g string, n int, now time.Time) error {
+	sample, err := c.opts.Client.ZRange(ctx, c.keys.Correlated(g), 0, sampleSize-1).Result()
+	if err != nil {
+		return fmt.Errorf("alarm: outage %s: %w", g, err)
+	}
+	now = now.UTC().Truncate(time.Millisecond)
+	o := Outage{ID: "outage:" + g + "/" + strconv.FormatInt(now.UnixMilli(), 10), Group: splitGroup(g), State: "open",
+		StartedAt: now, Count: n, Silent: n, Sample: sample}
+	view, _ := json.Marshal(o)
+	pipe := c.opts.Client.Pipeline() // the group's own hash first: it is what the alarm loop reads
+	pipe.HSet(ctx, c.keys.Outage(g), "id", o.ID, "view", string(view), "announced", "0")
+	pipe.HSet(ctx, c.keys.OutagesOpen(), o.ID, string(view))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("alarm: open outage %s: %w", g, err)
+	}
+	c.log.Warn("correlated outage started", zap.String("outage_id", o.ID), zap.Int("devices", n))
+	return c.announce(ctx, g, o)
+}
+
+// outageEvent is outage_started or outage_ended for o, keyed by its group.
+func outageEvent(kind event.Kind, o Outage, at time.Time) event.Event {
+	group := o.Group
+	e := event.New(kind, "outage:"+groupKey(group.By, group.Value), "", o.StartedAt, time.Time{}, at, 0)
+	e.OutageID, e.Group, e.Count, e.Sample = o.ID, &group, o.Silent, o.Sample
+	if kind == event.OutageStarted {
+		e.Count, e.At = o.Count, o.StartedAt // the same event every time it is announced again
+	}
+	return e
+}
+
+func (c *Correlator) announce(ctx context.Context, g string, o Outage) error {
+	if err := c.opts.Sink.Publish(ctx, []event.Event{outageEvent(event.OutageStarted, o, o.StartedAt)})[0]; err != nil {
+		return fmt.Errorf("alarm: publish outage_started %s: %w", o.ID, err)
+	}
+	return c.opts.Client.HSet(ctx, c.keys.Outage(g), "announced", "1").Err()
+}
+
+// checkEnd counts the outage's members still silent, and ends it when fewer than half of its count at the
+// start are.
+func (c *Correlator) checkEnd(ctx context.Context, g string, o Outage, now time.Time) error {
+	rdb := c.opts.Client
+	from := strconv.FormatInt(o.StartedAt.Add(-c.opts.Correlation.Window).UnixMilli(), 10)
+	var silent []string
+	var offset int64
+	for {
+		members, err := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: c.keys.Correlated(g), ByScore: true, Start: from, Stop: "+inf",
+			Offset: offset, Count: membersPage}).Result()
+		if err != nil {
+			return fmt.Errorf("alarm: outage %s members: %w", g, err)
+		}
+		still, err := c.opts.Store.Silent(ctx, members)
+		if err != nil {
+			return err
+		}
+		for i, s := range still {
+			if s {
+				silent = append(silent, members[i])
+			}
+		}
+		if len(members) < membersPage {
+			break
+		}
+		offset += membersPage
+	}
+	o.Silent = len(silent)
+	o.Sample = silent[:min(len(silent), sampleSize)]
+	if 2*o.Silent >= o.Count {
+		view, _ := json.Marshal(o)
+		return rdb.HSet(ctx, c.keys.OutagesOpen(), o.ID, string(view)).Err()
+	}
+	at := now.UTC().Truncate(time.Millisecond)
+	if err := c.opts.Sink.Publish(ctx, []event.Event{outageEvent(event.OutageEnded, o, at)})[0]; err != nil {
+		return fmt.Errorf("alarm: publish outage_ended %s: %w", o.ID, err)
+	}
+	o.State, o.EndedAt = "ended", &at
+	view, _ := json.Marshal(o)
+	pipe := rdb.Pipeline() // keys of several hash slots: no transaction on Redis Cluster
+	pipe.Del(ctx, c.keys.Outage(g))
+	pipe.HDel(ctx, c.keys.OutagesOpen(), o.ID)
+	pipe.LPush(ctx, c.keys.OutagesRecent(), string(view))
+	pipe.LTrim(ctx, c.keys.OutagesRecent(), 0, recentOutages-1)
+	pipe.ZRemRangeByScore(ctx, c.keys.Correlated(g), "-inf", "("+strconv.FormatInt(now.Add(-c.opts.Correlation.Window).UnixMilli(), 10))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("alarm: end outage %s: %w", g, err)
+	}
+	c.mu.Lock()
+	delete(c.lastCheck, g)
+	c.mu.Unlock()
+	c.log.Info("correlated outage ended", zap.String("outage_id", o.ID), zap.Int("still_silent", o.Silent), zap.Int("count", o.Count))
+	return nil
+}

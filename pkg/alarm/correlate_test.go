@@ -1,0 +1,105 @@
+package alarm
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// step is fixture.at returning the events themselves.
+func (f *fixture) step(d time.Duration) []event.Event {
+	f.t.Helper()
+	f.clock.Set(f.t0.Add(d))
+	res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()),
+		deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
+	require.NoError(f.t, err)
+	require.NoError(f.t, f.handler.Handle(context.Background(), res.Claims))
+	return f.sink.take()
+}
+
+func correlatorFixture(t *testing.T, f *fixture, replica string) *Correlator {
+	t.Helper()
+	c := NewCorrelator(CorrelatorOptions{Client: f.rdb, Store: f.store, Sink: f.sink, ReplicaID: replica, Now: f.clock.Now,
+		Correlation: config.Correlation{By: []string{config.CorrelateByType}, MinDevices: 5, Window: 10 * time.Second}})
+	require.NotNil(t, c)
+	return c
+}
+
+// TestCorrelatedOutage: six gateways interrupted within the window are one outage_started; a member
+// interrupted after it carries its id; no member repeats while it lasts; outage_ended once fewer than
+// half of them are still silent, after which the repeats of the silent ones resume.
+func TestCorrelatedOutage(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		corr := correlatorFixture(t, f, "r1")
+		f.handler = NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Correlator: corr, Now: f.clock.Now})
+		ctx := context.Background()
+		var gws []string
+		for i := range 6 {
+			gws = append(gws, fmt.Sprintf("gw%d", i))
+			f.signal(gws[i], "gateway", 0) // timeout 5s, repeat 30s
+		}
+		f.signal("late", "gateway", 2*time.Second)
+		require.Len(t, f.at(5*time.Second+5*time.Millisecond), 6)
+		require.NoError(t, corr.tick(ctx))
+		started := f.sink.take()
+		require.Len(t, started, 1)
+		o := started[0]
+		require.Equal(t, event.OutageStarted, o.Kind)
+		require.Equal(t, "outage:device_type:gateway", o.DeviceID)
+		require.Equal(t, &event.Group{By: "device_type", Value: "gateway"}, o.Group)
+		require.Equal(t, 6, o.Count)
+		require.Len(t, o.Sample, 6)
+		require.NoError(t, corr.tick(ctx))
+		require.Empty(t, f.sink.take(), "announced once")
+
+		late := f.step(7*time.Second + 5*time.Millisecond)
+		require.Len(t, late, 1)
+		require.Equal(t, event.Interrupted, late[0].Kind)
+		require.Equal(t, o.OutageID, late[0].OutageID, "a member interrupted after outage_started carries its id")
+		outages, err := corr.Outages(ctx)
+		require.NoError(t, err)
+		require.Len(t, outages, 1)
+		require.Equal(t, o.OutageID, outages[0].ID)
+
+		require.Empty(t, f.at(35*time.Second+10*time.Millisecond), "no member repeats while the outage lasts")
+
+		for _, d := range gws[:4] {
+			f.signal(d, "gateway", 40*time.Second)
+		}
+		require.Len(t, f.at(40*time.Second+5*time.Millisecond), 4, "recovered")
+		f.clock.Set(f.t0.Add(41 * time.Second))
+		require.NoError(t, corr.tick(ctx))
+		require.Empty(t, f.sink.take(), "3 of 6 still silent: not fewer than half")
+		f.signal(gws[4], "gateway", 41*time.Second)
+		require.Len(t, f.at(41*time.Second+5*time.Millisecond), 1, "recovered")
+		f.clock.Set(f.t0.Add(42 * time.Second))
+		require.NoError(t, corr.tick(ctx))
+		ended := f.sink.take()
+		require.Len(t, ended, 1)
+		require.Equal(t, event.OutageEnded, ended[0].Kind)
+		require.Equal(t, o.OutageID, ended[0].OutageID)
+		require.Equal(t, 2, ended[0].Count, "gw5 and late are still silent")
+		outages, err = corr.Outages(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "ended", outages[0].State)
+
+		alive := func(at time.Duration) { // the recovered ones keep signalling (timeout 5s)
+			for _, d := range gws[:5] {
+				f.signal(d, "gateway", at)
+			}
+		}
+		alive(64 * time.Second)
+		require.Equal(t, []string{"gw5 alarm 1"}, f.at(65*time.Second+10*time.Millisecond),
+			"the repeats resume once the outage ended: gw5's skipped one, one interval after it was due")
+		alive(68 * time.Second)
+		require.Equal(t, []string{"late alarm 1"}, f.at(70*time.Second+10*time.Millisecond))
+	})
+}
