@@ -53,8 +53,10 @@ type APIOptions struct {
 	// TypeCountsTTL is how long per-type counts (/v1/stats?by_type=true) are served from memory before
 	// the next request scans the fleet again; default DefaultTypeCountsTTL.
 	TypeCountsTTL time.Duration
-	Now           func() time.Time
-	Logger        *zap.Logger
+	// Outages lists the correlated outages (nil: correlation is off, the listing is empty).
+	Outages *alarm.Correlator
+	Now     func() time.Time
+	Logger  *zap.Logger
 	// Events publishes the operator acts (acked, deleted) through the daemon's sink, the one the alarm
 	// loop uses, so the outputs that follow Kafka see them; nil = acts publish no event.
 	Events *alarm.Acts
@@ -128,6 +130,8 @@ func (a *api) routes() []route {
 		{"POST /v1/devices/{id}/ack", false, a.ack},
 		{"DELETE /v1/devices/{id}", false, a.deleteDevice},
 		{"GET /v1/stats", false, a.stats},
+		{"GET /v1/outages", false, a.outages},
+		{"GET /v1/outages/{id...}", false, a.outage},
 		{"POST /v1/dead/requeue", false, a.requeue},
 		{"POST /v1/silences", false, a.createSilence},
 		{"GET /v1/silences", false, a.listSilences},

@@ -119,14 +119,16 @@ type daemon struct {
 	metrics   *alarm.Metrics
 	ownership *deadline.Ownership
 	holdBack  *alarm.HoldBack
-	handler   *alarm.Handler
-	chain     *ingest.Chain
-	sources   []ingest.Source
-	listener  net.Listener
-	health    *Health
-	server    *http.Server
-	replica   string
-	eviction  *evictionGuard
+	// correlator groups interruptions into outages; nil while correlation is off.
+	correlator *alarm.Correlator
+	handler    *alarm.Handler
+	chain      *ingest.Chain
+	sources    []ingest.Source
+	listener   net.Listener
+	health     *Health
+	server     *http.Server
+	replica    string
+	eviction   *evictionGuard
 
 	// observers follow the events Kafka acknowledged (observers.go); outputs are their loops.
 	observers []event.Observer
@@ -235,7 +237,9 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	sink := alarm.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.Degraded)
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Store: d.store, Acts: acts, Now: d.clock.Now, Logger: log})
-	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load,
+	d.correlator = alarm.NewCorrelator(alarm.CorrelatorOptions{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
+		Sink: sink, ReplicaID: replica, Now: d.clock.Now, Logger: log, Registerer: reg})
+	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load, Correlator: d.correlator,
 		Sink:     sink,
 		Silences: d.silences, ParentWait: cfg.Detection.ParentWait, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,
 		Logger: log, Metrics: d.metrics})
@@ -252,7 +256,8 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	d.server = &http.Server{
 		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health, Notes: d.eviction.notes,
 			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Token: cfg.HTTP.Token,
-			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts}),
+			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
+			Outages: d.correlator}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      60 * time.Second, // by_type stats scan every device
@@ -461,6 +466,7 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 	})
 	lc.add("silences", d.silences.Run)
+	lc.add("correlator", d.correlator.Run)
 	for _, o := range d.outputs { // before the scanner, so they stop after it and see its last events
 		lc.add(o.name, o.run)
 	}

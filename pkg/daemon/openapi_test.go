@@ -23,6 +23,7 @@ import (
 
 	contract "github.com/heartbeatd/heartbeatd/api"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -99,6 +100,12 @@ func (d *openAPIDoc) operations() []string {
 	}
 	sort.Strings(ops)
 	return ops
+}
+
+// documentedAs is a route pattern as the document names it: "GET /{$}" (the root only) is "GET /", and
+// a wildcard taking the rest of the path ("{id...}") is a plain parameter.
+func documentedAs(pattern string) string {
+	return strings.ReplaceAll(strings.TrimSuffix(pattern, "{$}"), "...}", "}")
 }
 
 func operationPointer(op string) string {
@@ -200,9 +207,9 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	a := NewAPI(APIOptions{Gatherer: prometheus.NewRegistry()}).(*api)
 	var served []string
 	for _, rt := range a.routes() {
-		served = append(served, rt.pattern)
+		served = append(served, documentedAs(rt.pattern))
 
-		op, ok := d.at(operationPointer(rt.pattern))
+		op, ok := d.at(operationPointer(documentedAs(rt.pattern)))
 		require.True(t, ok, "%s is served but not documented in api/%s", rt.pattern, openAPIFile)
 		security, explicit := op.(map[string]any)["security"].([]any)
 		if !explicit {
@@ -278,6 +285,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		OwnedSlots: func() []int { return []int{0, 1, 2, 3} },
 		Timeout:    func(string) time.Duration { return time.Minute }, Token: token, Gatherer: prometheus.NewRegistry(),
 		MaxBodySize: 1024, Now: func() time.Time { return f.now }, Stream: NewEventStream(StreamOptions{MaxClients: 1}),
+		Outages: alarm.NewCorrelator(alarm.CorrelatorOptions{Client: f.store.Client(), Store: f.store,
+			Correlation: config.Correlation{By: []string{"device_type"}, MinDevices: 2, Window: time.Second}}),
 	}
 	srv := httptest.NewServer(NewAPI(opts))
 	t.Cleanup(srv.Close)
@@ -336,6 +345,14 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, `{"by":"alice","note":"site visit booked"}`, http.StatusOK)
 	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, `{"colour":"red"}`, http.StatusBadRequest)
 	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, `{"note":"`+strings.Repeat("x", 2000)+`"}`, http.StatusRequestEntityTooLarge)
+	outage := alarm.Outage{ID: "outage:device_type:gateway/1795340000000", Group: event.Group{By: "device_type", Value: "gateway"},
+		State: "open", StartedAt: f.now.UTC(), Count: 60, Silent: 58, Sample: []string{"gw-7", "gw-9"}}
+	view, err := json.Marshal(outage)
+	require.NoError(t, err)
+	require.NoError(t, f.store.Client().HSet(ctx, f.store.Keys().OutagesOpen(), outage.ID, view).Err())
+	do("GET /v1/outages", "/v1/outages", token, "", http.StatusOK)
+	do("GET /v1/outages/{id}", "/v1/outages/"+outage.ID, token, "", http.StatusOK)
+	do("GET /v1/outages/{id}", "/v1/outages/outage:device_type:nothing/1", token, "", http.StatusNotFound)
 	do("GET /v1/stats", "/v1/stats", token, "", http.StatusOK)
 	do("GET /v1/stats", "/v1/stats?by_type=true", token, "", http.StatusOK)
 	do("POST /v1/dead/requeue", "/v1/dead/requeue", token, "", http.StatusOK)
@@ -397,9 +414,10 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		if rt.open {
 			continue
 		}
-		path := strings.ReplaceAll(strings.SplitN(rt.pattern, " ", 2)[1], "{id}", "x")
-		do(rt.pattern, path, "", "", http.StatusUnauthorized)
-		do(rt.pattern, path, "wrong", "", http.StatusUnauthorized)
+		op := documentedAs(rt.pattern)
+		path := strings.ReplaceAll(strings.SplitN(op, " ", 2)[1], "{id}", "x")
+		do(op, path, "", "", http.StatusUnauthorized)
+		do(op, path, "wrong", "", http.StatusUnauthorized)
 	}
 
 	// The router's own answers: an unknown path, a known path with another method.
@@ -426,6 +444,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, "", http.StatusServiceUnavailable)
 	do("DELETE /v1/devices/{id}", "/v1/devices/dev-1", token, "", http.StatusServiceUnavailable)
 	do("GET /v1/stats", "/v1/stats", token, "", http.StatusServiceUnavailable)
+	do("GET /v1/outages", "/v1/outages", token, "", http.StatusServiceUnavailable)
+	do("GET /v1/outages/{id}", "/v1/outages/x", token, "", http.StatusServiceUnavailable)
 	do("POST /v1/dead/requeue", "/v1/dead/requeue", token, "", http.StatusServiceUnavailable)
 	do("POST /v1/silences", "/v1/silences", token, `{"device_id":"a","for":"1h"}`, http.StatusServiceUnavailable)
 	do("GET /v1/silences", "/v1/silences", token, "", http.StatusServiceUnavailable)
