@@ -21,7 +21,7 @@ const (
 	signalsTopic = "device-signals"
 	eventsTopic  = "heartbeat.events"
 	deadTopic    = "heartbeat.deadletter"
-	// period is how often every live device signals.
+	// period is how often every live device signals, unless a test sets fleet.period.
 	period = 500 * time.Millisecond
 )
 
@@ -38,7 +38,7 @@ type env struct {
 // start brings up Redis, Kafka and n replicas with sections (types, detection, correlation) added to
 // their config. Each replica reads every signal with a consumer group of its own, so SIGKILLing one
 // loses no signal: what is measured is the takeover of its slots and of its claims mid-outage.
-func start(t *testing.T, n int, sections string) *env {
+func start(t *testing.T, n int, sections string, fleetPeriod ...time.Duration) *env {
 	t.Helper()
 	e := &env{t: t, redis: testenv.StartRedis(t).Addr,
 		kafka:  testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalsTopic, eventsTopic, deadTopic}}),
@@ -53,7 +53,10 @@ func start(t *testing.T, n int, sections string) *env {
 		require.NoError(t, r.AwaitReady(ctx, time.Minute), r.LogTail())
 	}
 	e.kafka.Consume(t, e.events.add, eventsTopic) // every event is checked against the schema as read
-	e.fleet = &fleet{client: e.kafka.Client(t), live: map[string]signal{}}
+	e.fleet = &fleet{client: e.kafka.Client(t), live: map[string]signal{}, period: period}
+	if len(fleetPeriod) > 0 {
+		e.fleet.period = fleetPeriod[0]
+	}
 	fctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); e.fleet.run(fctx) }()
@@ -120,6 +123,7 @@ type signal struct {
 // fleet signals every period for each live device, with ts = now.
 type fleet struct {
 	client *kgo.Client
+	period time.Duration
 	mu     sync.Mutex
 	live   map[string]signal
 	errs   []string
@@ -131,6 +135,15 @@ func (f *fleet) add(devices []string, s signal) {
 	for _, d := range devices {
 		f.live[d] = s
 	}
+}
+
+// once sends one signal now for each of devices, which stay silent after it.
+func (f *fleet) once(ctx context.Context, devices []string, s signal) error {
+	batch := make(map[string]signal, len(devices))
+	for _, d := range devices {
+		batch[d] = s
+	}
+	return f.send(ctx, batch, time.Now())
 }
 
 // stop makes devices fall silent after one last signal now, and returns that instant.
@@ -163,7 +176,7 @@ func (f *fleet) send(ctx context.Context, devices map[string]signal, at time.Tim
 }
 
 func (f *fleet) run(ctx context.Context) {
-	tk := time.NewTicker(period)
+	tk := time.NewTicker(f.period)
 	defer tk.Stop()
 	for {
 		f.mu.Lock()
@@ -238,6 +251,32 @@ func (e *events) ids(devices []string, kinds ...event.Kind) []string {
 		}
 	}
 	return out
+}
+
+// outageID is the id the first event of the outage group carries.
+func (e *events) outageID(group string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ev := range e.byDev[group] {
+		return ev.OutageID
+	}
+	return ""
+}
+
+// tagged counts devices whose `interrupted` carries outage id.
+func (e *events) tagged(devices []string, outage string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, d := range devices {
+		for _, ev := range e.byDev[d] {
+			if ev.Kind == event.Interrupted && ev.OutageID == outage {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 func names(prefix string, n int) []string {
