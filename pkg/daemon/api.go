@@ -285,6 +285,10 @@ type DeviceView struct {
 	Parked        bool       `json:"parked,omitempty"`
 	NextAlarm     *time.Time `json:"next_alarm,omitempty"`
 	SilencedUntil *time.Time `json:"silenced_until"`
+	// Parent is the device's gateway or cell; Suppressed says its interruption was reported as
+	// `suppressed` because the parent is down (SPEC §9).
+	Parent     string `json:"parent,omitempty"`
+	Suppressed bool   `json:"suppressed,omitempty"`
 }
 
 func ptr(t time.Time) *time.Time {
@@ -296,7 +300,7 @@ func ptr(t time.Time) *time.Time {
 }
 
 func (a *api) view(d deadline.Device) DeviceView {
-	v := DeviceView{DeviceID: d.ID, DeviceType: d.Type, State: "unknown"}
+	v := DeviceView{DeviceID: d.ID, DeviceType: d.Type, State: "unknown", Parent: d.Parent}
 	dl := d.Deadline
 	if d.Incident != nil {
 		v.State = "interrupted"
@@ -306,6 +310,7 @@ func (a *api) view(d deadline.Device) DeviceView {
 		}
 		v.Repeats = max(d.Incident.Next-1, 0)
 		v.Acked, v.Exhausted, v.Parked = d.Incident.Acked, d.Incident.Exhausted, d.Parked
+		v.Suppressed = d.Incident.Hold == deadline.HoldParent
 		v.NextAlarm = ptr(d.NextAct)
 	} else if !d.Deadline.IsZero() {
 		v.State = "online"

@@ -466,7 +466,9 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 	})
 	lc.add("silences", d.silences.Run)
-	lc.add("correlator", d.correlator.Run)
+	if d.correlator != nil {
+		lc.add("correlator", d.correlator.Run)
+	}
 	for _, o := range d.outputs { // before the scanner, so they stop after it and see its last events
 		lc.add(o.name, o.run)
 	}

@@ -24,6 +24,8 @@ type Device struct {
 	// NextAct is when the alarm loop acts on the incident next; zero when dormant (acked, exhausted).
 	NextAct time.Time
 	Parked  bool
+	// Parent is the device's gateway or cell as last named ("" when none).
+	Parent string
 }
 
 // Online reports whether the device has no open incident and a deadline.
@@ -60,6 +62,7 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	act := pipe.ZScore(ctx, s.keys.Alarms(slot), id)
 	state := pipe.HGet(ctx, s.keys.State(slot), id)
 	dead := pipe.ZScore(ctx, s.keys.Dead(slot), id)
+	parent := pipe.HGet(ctx, s.keys.parents(id), id)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return d, false, fmt.Errorf("deadline: device %q: %w", id, err)
 	}
@@ -84,6 +87,7 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 		d.NextAct = time.UnixMilli(int64(v))
 	}
 	d.Parked = dead.Err() == nil
+	d.Parent = parent.Val()
 	d.Type = s.types.name(ctx, typeIdx)
 	return d, found, nil
 }
@@ -147,6 +151,17 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 		} else {
 			cur = next
 		}
+	}
+	ids := make([]string, len(out))
+	for i, d := range out {
+		ids[i] = d.ID
+	}
+	parents, err := s.ParentsOf(ctx, ids) // reads nothing in a fleet without parents
+	if err != nil {
+		return nil, "", err
+	}
+	for i := range out {
+		out[i].Parent = parents[i]
 	}
 	if slot >= slots {
 		return out, "", nil

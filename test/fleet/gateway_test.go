@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -45,6 +46,18 @@ detection: {parent_wait: 2s, lease: 4s, grace_after_outage: 500ms}
 			e.events.ids([]string{"gw-1"}, event.Interrupted, event.Alarm))
 	})
 	require.Equal(t, 1, e.events.count([]string{"gw-1"}, event.Interrupted))
+	code, body, err := e.replicas[0].Get("/v1/devices/" + sensors[0])
+	require.NoError(t, err)
+	require.Equal(t, 200, code, body)
+	var view struct {
+		State      string `json:"state"`
+		Parent     string `json:"parent"`
+		Suppressed bool   `json:"suppressed"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &view))
+	require.Equal(t, "interrupted", view.State)
+	require.Equal(t, "gw-1", view.Parent)
+	require.True(t, view.Suppressed, body)
 	falseEarly := e.events.ids(sensors, event.Interrupted, event.Alarm, event.Exhausted)
 	require.Empty(t, falseEarly, "no sensor pages while its gateway is down")
 
