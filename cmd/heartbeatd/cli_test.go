@@ -71,7 +71,11 @@ func TestCheckConfig(t *testing.T) {
 		want   []string // in stdout on success, in stderr on failure
 	}{
 		{name: "good", config: goodConfig, code: 0,
-			want: []string{": ok", "TYPE", "gateway", "30s", "temperature-sensor", "10m"}},
+			want: []string{": ok", "TYPE", "gateway", "30s", "temperature-sensor", "10m", "correlation: off"}},
+		{name: "correlation", config: goodConfig + "\ncorrelation: {by: [device_type, labels.site], min_devices: 40, window: 15s}\n", code: 0,
+			want: []string{"correlation: by device_type, labels.site; an outage is 40 or more devices of one group interrupted within 15s"}},
+		{name: "bad correlation key", code: 1, config: goodConfig + "\ncorrelation: {by: [site]}\n",
+			want: []string{"correlation.by[0]"}},
 		{name: "env override", config: goodConfig, env: []string{"HEARTBEATD_REDIS_PASSWORD=" + redisPassword + "-env"}, code: 0,
 			want: []string{": ok"}},
 		{name: "zero batch", code: 1, config: goodConfig + "\n" + `

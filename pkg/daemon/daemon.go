@@ -55,7 +55,7 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := cfg.PolicyTable()
+	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable()
 	for i, w := range cfg.Warnings() {
 		if i == 0 {
 			out += "\n"
