@@ -344,6 +344,16 @@ func (s *Silences) SilencedUntil(device, typ string, now time.Time) time.Time {
 	return until
 }
 
+// Lookup returns the stored silence with id from the in-memory index.
+func (s *Silences) Lookup(id string) (Silence, bool) {
+	for _, sil := range s.index.Load().all {
+		if sil.ID == id {
+			return sil, true
+		}
+	}
+	return Silence{}, false
+}
+
 // Load re-reads every silence into the in-memory index.
 func (s *Silences) Load(ctx context.Context) error {
 	all, err := s.read(ctx)

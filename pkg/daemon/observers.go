@@ -2,8 +2,13 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/output/alertmanager"
 )
 
 // output is a loop that runs beside the scanners for an observer (an output that follows Kafka).
@@ -18,5 +23,52 @@ func (d *daemon) buildObservers(reg prometheus.Registerer) error {
 	// The status page's live streams and recent events: bounded queues, a slow page is dropped.
 	d.stream = NewEventStream(StreamOptions{Registerer: reg, Logger: d.log})
 	d.observers = append(d.observers, d.stream)
+	if am := d.cfg.Outputs.Alertmanager; am.Enabled() {
+		if err := d.buildAlertmanager(am, reg); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// buildAlertmanager wires outputs.alertmanager. The silences and the correlator are built after the
+// observers (they publish through the observed sink), so they are read when the output runs.
+func (d *daemon) buildAlertmanager(am config.Alertmanager, reg prometheus.Registerer) error {
+	tlsCfg, err := am.TLS.Build()
+	if err != nil {
+		return fmt.Errorf("outputs.alertmanager.tls: %w", err)
+	}
+	out, err := alertmanager.New(alertmanager.Options{URLs: am.URLs, ResendEvery: am.Resend(), Labels: am.LabelSet(),
+		Timeout: am.PostTimeout(), TLS: tlsCfg, Token: am.Token,
+		Store: d.store, Slots: d.ownership.Slots, TypeTimeout: d.timeout,
+		Silenced: func(device, typ string, now time.Time) bool {
+			return d.silences.SilencedUntil(device, typ, now).After(now)
+		},
+		Silence: func(id string) (string, string, bool) {
+			s, ok := d.silences.Lookup(id)
+			return s.DeviceID, s.DeviceType, ok
+		},
+		Outages: d.openOutages,
+		Now:     d.clock.Now, Logger: d.log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	d.observers = append(d.observers, out)
+	d.outputs = append(d.outputs, output{name: "alertmanager output", run: out.Run})
+	return nil
+}
+
+// openOutages are the correlated outages open now, for the Alertmanager output's re-sync.
+func (d *daemon) openOutages(ctx context.Context) ([]alertmanager.Outage, error) {
+	all, err := d.correlator.Outages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var open []alertmanager.Outage
+	for _, o := range all {
+		if o.State == "open" {
+			open = append(open, alertmanager.Outage{ID: o.ID, Group: o.Group, StartedAt: o.StartedAt, Count: o.Count, Sample: o.Sample})
+		}
+	}
+	return open, nil
 }

@@ -1,0 +1,131 @@
+package alertmanager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+// resync posts the firing alert of every open incident in the slots this replica owns to ts, a page
+// of a slot's incidents at a time, with the events queued meanwhile handled between pages (so a resolve
+// observed during the round is posted after the firing alert read before it). Open means reported
+// (interrupted or suppressed sent), not acknowledged and not silenced; exhausted incidents stay open.
+// The replica owning slot 0 also re-posts the open outages.
+func (o *Output) resync(ctx context.Context, ts []*target) {
+	if len(ts) == 0 {
+		return
+	}
+	o.prune(o.opts.Now())
+	slots := o.opts.Slots()
+	if o.opts.Store != nil {
+		for _, slot := range slots {
+			if err := o.resyncSlot(ctx, ts, slot); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				o.log.Warn("re-sync of a slot failed; its alerts are posted again next round", zap.Int("slot", slot), zap.Error(err))
+			}
+		}
+	}
+	if o.opts.Outages != nil && slices.Contains(slots, 0) {
+		outages, err := o.opts.Outages(ctx)
+		if err != nil {
+			o.log.Warn("listing the open outages failed; their alerts are posted again next round", zap.Error(err))
+			return
+		}
+		now := o.opts.Now()
+		alerts := make([]alert, 0, len(outages))
+		for _, out := range outages {
+			alerts = append(alerts, o.outageAlert(out, false, now))
+		}
+		o.send(ctx, ts, alerts)
+	}
+}
+
+// resyncSlot posts the open incidents of one slot, a page (HSCAN of its state hash) at a time.
+func (o *Output) resyncSlot(ctx context.Context, ts []*target, slot int) error {
+	store := o.opts.Store
+	key := store.Keys().State(slot)
+	var cursor uint64
+	for {
+		kv, next, err := store.Client().HScan(ctx, key, cursor, "", int64(o.opts.Batch)).Result()
+		if err != nil {
+			return fmt.Errorf("alertmanager: list slot %d: %w", slot, err)
+		}
+		now := o.opts.Now()
+		var incs []incident
+		var states []deadline.State
+		for i := 0; i+1 < len(kv); i += 2 {
+			device := kv[i]
+			if device == deadline.StateGuardField {
+				continue
+			}
+			st, err := deadline.DecodeState(kv[i+1])
+			if err != nil || st.Next == 0 || st.Acked {
+				continue
+			}
+			if r, ok := o.recent[device]; ok && r.deadline == st.Deadline {
+				continue
+			}
+			typ := store.TypeName(ctx, st.TypeIndex)
+			if o.opts.Silenced(device, typ, now) {
+				continue
+			}
+			inc := incident{device: device, typ: typ, deadline: st.DeadlineTime()}
+			if t := o.opts.TypeTimeout(typ); t > 0 {
+				inc.lastSeen = inc.deadline.Add(-t)
+			}
+			incs, states = append(incs, inc), append(states, st)
+		}
+		o.withParents(ctx, incs)
+		alerts := make([]alert, 0, len(incs))
+		for i := range incs {
+			inc := &incs[i]
+			if m, ok := o.remembered[inc.device]; ok && m.deadline == states[i].Deadline {
+				inc.parent, inc.inhibitedBy = m.x.parent, m.x.inhibitedBy // as it was fired
+			} else {
+				inc.inhibitedBy = explainedBy(states[i], inc.parent)
+			}
+			o.remember(*inc, now)
+			alerts = append(alerts, o.firing(*inc, now))
+		}
+		o.send(ctx, ts, alerts)
+		o.handleQueued(ctx)
+		if next == 0 || ctx.Err() != nil {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// explainedBy is what explains an open incident's silence as Redis records it, for an incident this
+// replica did not see fired: its parent while the incident waits on the parent (suppressed, or waiting
+// for its own verdict after the parent's recovery), as its suppressed event said. An outage member's
+// outage is not recorded with the incident: the replica that fired it remembers it (remember), and
+// this is where it goes once the incident records it.
+func explainedBy(st deadline.State, parent string) string {
+	if parent != "" && st.Hold != deadline.HoldNone {
+		return parent
+	}
+	return ""
+}
+
+// prune forgets what can no longer matter: resolves older than two resends (every re-sync read since
+// saw the end in Redis) and remembered labels not used for longer than an alert lives.
+func (o *Output) prune(now time.Time) {
+	for device, e := range o.recent {
+		if now.Sub(e.at) > 2*o.opts.ResendEvery {
+			delete(o.recent, device)
+		}
+	}
+	for device, m := range o.remembered {
+		if now.Sub(m.seen) > o.endsAfter() {
+			delete(o.remembered, device)
+		}
+	}
+}
