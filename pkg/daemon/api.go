@@ -22,6 +22,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/statuspage"
 )
 
 // Silences is what the API needs from the silence store (*alarm.Silences).
@@ -136,6 +137,7 @@ func (a *api) routes() []route {
 		{"POST /v1/silences", false, a.createSilence},
 		{"GET /v1/silences", false, a.listSilences},
 		{"DELETE /v1/silences/{id}", false, a.deleteSilence},
+		{"GET /{$}", true, statuspage.Handler().ServeHTTP}, // the page holds no data: it asks for the token
 		{"GET /v1/events/stream", false, a.eventStream},
 		{"GET /v1/devices/{id}/events", false, a.deviceEvents},
 	}

@@ -328,6 +328,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("GET /readyz", "/readyz", "", "", http.StatusOK)
 	do("GET /readyz", "/readyz", token, "", http.StatusOK)
 	do("GET /metrics", "/metrics", "", "", http.StatusOK)
+	do("GET /", "/", "", "", http.StatusOK)
 	do("POST /-/reload", "/-/reload", token, "", http.StatusOK)
 	do("POST /-/reload", "/-/reload", token, "", http.StatusBadRequest)
 
