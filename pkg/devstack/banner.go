@@ -37,6 +37,7 @@ func Banner(stack *Stack, httpListen string) string {
 	w("  MQTT            %s", stack.MQTTBroker)
 	w("  Kafka           %s   topics %s, %s, %s", kafka, TopicSignals, TopicEvents, TopicDeadletter)
 	w("  HTTP API        http://%s", api)
+	w("  Status page     http://%s/   (open it in a browser)", api)
 	w("")
 	w("A simulated fleet is publishing; some devices fall silent and some come back, so alarms show")
 	w("below within a minute. Try it yourself from another terminal:")
