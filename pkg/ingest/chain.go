@@ -198,6 +198,9 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 		return c.deadLetter(ctx, &m, src, reason, now)
 	}
 	seen := received
+	if d.ts.IsZero() {
+		d.ts = m.Stamped
+	}
 	if !d.ts.IsZero() {
 		seen = d.ts
 		if seen.Sub(received) > c.opts.MaxClockSkew {

@@ -273,6 +273,7 @@ func (s *KafkaSource) fetchLoop(ctx context.Context, reader *kafka.Reader, chain
 			Topic:   m.Topic,
 			Key:     m.Key,
 			Payload: m.Value,
+			Stamped: m.Time,
 			Ack:     ack,
 		})
 		if err != nil {

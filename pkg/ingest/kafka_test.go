@@ -326,3 +326,31 @@ func TestKafkaNotConnectedUntilTheGroupAssignsPartitions(t *testing.T) {
 	tr.send(t, rawFor([]string{"after-join"}, "")...)
 	p.waitApplied(t, "after-join")
 }
+
+// TestKafkaSignalWithoutTSTakesTheRecordTime: a record without ts is a signal at its record timestamp,
+// so the deadline does not move by the consumer's delay (SPEC §4); one stamped further in the future than
+// max_clock_skew counts as received now.
+func TestKafkaSignalWithoutTSTakesTheRecordTime(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalTopic}})
+	srv := testenv.StartRedis(t)
+	store := newStore(t, srv.Client(t))
+	p := startPipeline(t, store, ingest.ChainOptions{MaxClockSkew: 5 * time.Second})
+	p.run(t, kafkaSource(t, k.Addrs, nil, nil))
+
+	w := kafkaWriter(k.Addrs, nil, nil)
+	t.Cleanup(func() { _ = w.Close() })
+	stamped := time.Now().Add(-3 * time.Second).Truncate(time.Millisecond)
+	future := time.Now().Add(time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	before := time.Now()
+	require.NoError(t, w.WriteMessages(ctx,
+		kafka.Message{Key: []byte("stamped"), Time: stamped},
+		kafka.Message{Key: []byte("from-the-future"), Time: future}))
+	p.waitApplied(t, "stamped", "from-the-future")
+
+	require.Equal(t, stamped.Add(timeoutOf("")), p.device(t, "stamped").Deadline, "deadline = record time + timeout")
+	got := p.device(t, "from-the-future").Deadline.Add(-timeoutOf(""))
+	require.False(t, got.Before(before.Truncate(time.Millisecond)), "a stamp past max_clock_skew counts as received: %s", got)
+	require.True(t, got.Before(time.Now().Add(time.Second)), "not the future stamp: %s", got)
+}
