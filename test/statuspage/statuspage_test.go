@@ -1,0 +1,212 @@
+// Package statuspage drives the fleet status page in headless Chromium against the real heartbeatd
+// binary on real redis-server, mosquitto and kfake: what an operator sees and does, end to end.
+package statuspage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+)
+
+const token = "page-test-token"
+
+// hostile is a device id that is HTML: the page must show it as text.
+const hostile = `<img src=x onerror=alert(1)>`
+
+// fleet is heartbeatd on real servers with an MQTT client to signal as devices.
+type fleet struct {
+	hb     *testenv.Heartbeatd
+	device mqtt.Client
+}
+
+func startFleet(t *testing.T) *fleet {
+	t.Helper()
+	redis, broker := testenv.StartRedis(t), testenv.StartMosquitto(t)
+	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
+	servers := testenv.HeartbeatdConfig{Redis: redis.Addr, Slots: 8, MQTT: broker.Addr, ClientID: "statuspage-test", Kafka: kafka.Addrs}
+	f := &fleet{hb: testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: servers.YAML(`
+types:
+  default: {timeout: 1s, repeat_every: 0s}
+detection: {grace_after_outage: 100ms}
+log: {level: info, format: console}
+`), Env: []string{"HEARTBEATD_HTTP_TOKEN=" + token}})}
+	require.NoError(t, f.hb.AwaitReady(context.Background(), 30*time.Second), f.hb.LogTail())
+	f.device = broker.Connect(t, mqtt.NewClientOptions().SetClientID("statuspage-device"))
+	return f
+}
+
+// signal sends one heartbeat for each device: with the 1s timeout, each is interrupted a second later.
+func (f *fleet) signal(t *testing.T, devices ...string) {
+	t.Helper()
+	for _, d := range devices {
+		tok := f.device.Publish("devices/"+d+"/heartbeat", 1, false, "")
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+	}
+}
+
+// get reads a JSON answer of the API with the token.
+func (f *fleet) get(t *testing.T, path string, v any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, f.hb.HTTP+path, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, body)
+	require.NoError(t, json.Unmarshal(body, v))
+}
+
+// awaitInterrupted waits until the API counts n interrupted devices.
+func (f *fleet) awaitInterrupted(t *testing.T, n int64) {
+	t.Helper()
+	var stats struct{ Devices struct{ Interrupted int64 } }
+	require.Eventually(t, func() bool {
+		f.get(t, "/v1/stats", &stats)
+		return stats.Devices.Interrupted == n
+	}, 20*time.Second, 50*time.Millisecond, "%d interrupted devices\n%s", n, f.hb.LogTail())
+}
+
+// chromium finds the browser: HB_CHROMIUM, else chromium or google-chrome on PATH. Missing, the test
+// skips on a developer machine and fails with CI=true (testenv.Need).
+func chromium(t *testing.T) string {
+	t.Helper()
+	names := []string{"chromium", "chromium-browser", "google-chrome"}
+	if p := os.Getenv("HB_CHROMIUM"); p != "" {
+		names = []string{p}
+	}
+	var err error
+	for _, name := range names {
+		var p string
+		if p, err = exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	testenv.Need(t, "chromium (for the status page test; HB_CHROMIUM names another browser)", err)
+	return ""
+}
+
+// browser is one headless tab, and the console errors the page raised in it.
+type browser struct {
+	ctx      context.Context
+	mu       sync.Mutex
+	problems []string
+}
+
+func newBrowser(t *testing.T, exe string) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1280, 900), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	b := &browser{ctx: ctx}
+	// The first Run starts the browser and lives as long as ctx: no timeout on it.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")), "start %s", exe)
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			// The first load asks the API without the token: its 401s are how the page learns it needs one.
+			expected := strings.Contains(m.Text, "status of 401")
+			if (m.Type == chromedp.ConsoleError || m.IsException()) && !expected {
+				b.mu.Lock()
+				b.problems = append(b.problems, m.String()+" ("+m.URL+")")
+				b.mu.Unlock()
+			}
+		}
+	}()
+	return b
+}
+
+// do runs the steps, each wait bounded so a page that never shows something fails instead of hanging.
+func (b *browser) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, steps...), what)
+}
+
+// eval evaluates a JavaScript expression in the page.
+func eval[T any](t *testing.T, b *browser, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	require.NoError(t, err, expr)
+	return v
+}
+
+// until waits for a JavaScript condition to hold in the page.
+func until(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(0))
+}
+
+func row(device string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll("#devices tbody tr")].find(r => r.dataset.device === %q)`, device)
+}
+
+// TestStatusPage: with interrupted devices in the fleet, an operator opens the page, enters the token,
+// finds them listed, acknowledges one with the button and sees it acked, and sees a new interruption
+// arrive without reloading.
+func TestStatusPage(t *testing.T) {
+	exe := chromium(t)
+	f := startFleet(t)
+	f.signal(t, "dev-1", "dev-2", hostile)
+	f.awaitInterrupted(t, 3)
+
+	b := newBrowser(t, exe)
+	b.do(t, "the page asks for the token", chromedp.Navigate(f.hb.HTTP+"/"), chromedp.WaitVisible(chromedp.ID("token-input")))
+	b.do(t, "enter the token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-save")))
+
+	b.do(t, "the interrupted devices are listed", until(row("dev-1")), until(row("dev-2")), until(row(hostile)),
+		until(`document.getElementById("count-interrupted").textContent === "3"`))
+	require.True(t, eval[bool](t, b, row(hostile)+`.querySelector("th").textContent === `+fmt.Sprintf("%q", hostile)),
+		"a device id is shown as text")
+	require.True(t, eval[bool](t, b, `document.querySelector("#devices img") === null`), "never as HTML")
+
+	b.do(t, "acknowledge dev-2 through its drawer",
+		until(row("dev-2")+`.querySelector("button").click() === undefined`),
+		chromedp.WaitVisible(chromedp.ID("act-ack")), chromedp.Click(chromedp.ID("act-ack")),
+		chromedp.WaitVisible(chromedp.ID("act-note")), chromedp.SendKeys(chromedp.ID("act-note"), "on it"),
+		chromedp.Click(chromedp.ID("act-submit")),
+		until(row("dev-2")+`?.querySelector(".status").textContent.includes("acked")`))
+	var dev2 struct{ Acked bool }
+	f.get(t, "/v1/devices/dev-2", &dev2)
+	require.True(t, dev2.Acked, "the ack reached the API")
+	require.False(t, eval[bool](t, b, row("dev-1")+`.querySelector(".status").textContent.includes("acked")`), "only dev-2")
+	b.do(t, "close the drawer", chromedp.Click(chromedp.CSS(`#drawer [data-close]`)), chromedp.WaitNotVisible(chromedp.ID("drawer")))
+
+	b.do(t, "the live stream is connected", until(`document.getElementById("live").classList.contains("on")`))
+	f.signal(t, "dev-live")
+	b.do(t, "a new interruption arrives live", until(row("dev-live")),
+		until(`document.getElementById("count-interrupted").textContent === "4"`),
+		until(`[...document.querySelectorAll("#activity li")].some(li => li.textContent.includes("dev-live"))`))
+
+	require.Equal(t, token, eval[string](t, b, `sessionStorage.getItem("heartbeatd.token")`))
+	require.False(t, eval[bool](t, b, fmt.Sprintf(`location.href.includes(%q) || document.documentElement.outerHTML.includes(%q)`,
+		token, token)), "the token is in no URL and no markup")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Empty(t, b.problems, "console errors (a CSP violation is one)")
+}
