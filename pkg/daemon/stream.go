@@ -227,6 +227,13 @@ func (s *EventStream) Recent(device string, limit int) ([]event.Event, time.Time
 // acknowledged on this replica, `: keepalive` comments while idle, and `event: dropped` before the
 // server closes a stream that fell behind.
 func (a *api) eventStream(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // nginx and the like would hold the events back
+	if r.Method == http.MethodHead {
+		return // the headers only: no stream taken
+	}
 	c, err := a.Stream.subscribe()
 	if err != nil {
 		w.Header().Set("Retry-After", "5")
@@ -240,10 +247,6 @@ func (a *api) eventStream(w http.ResponseWriter, r *http.Request) {
 	if err := rc.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		a.log.Debug("live stream: clearing the write deadline", zap.Error(err))
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no") // nginx and the like would hold the events back
 	w.WriteHeader(http.StatusOK)
 	write := func(frames ...[]byte) error {
 		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))

@@ -41,7 +41,8 @@ func newStreamFixture(t *testing.T, opts StreamOptions) *streamFixture {
 	f := &streamFixture{stream: NewEventStream(opts), at: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)}
 	f.sink = event.Observed(acceptingSink{}, f.stream)
 	f.srv = httptest.NewUnstartedServer(NewAPI(APIOptions{Token: streamToken, Gatherer: prometheus.NewRegistry(), Stream: f.stream}))
-	f.srv.Config.WriteTimeout = 100 * time.Millisecond // far shorter than a stream lives
+	// Far shorter than a stream lives: the server's timeouts are for ordinary answers.
+	f.srv.Config.ReadTimeout, f.srv.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
 	f.srv.Config.RegisterOnShutdown(f.stream.Close)
 	f.srv.Start()
 	t.Cleanup(f.srv.Close)
@@ -225,12 +226,21 @@ func TestStreamAuthLimitsKeepaliveAndShutdown(t *testing.T) {
 		require.Equal(t, "missing or wrong bearer token", body["error"])
 	}
 
+	head, err := http.NewRequest(http.MethodHead, f.srv.URL+"/v1/events/stream", nil)
+	require.NoError(t, err)
+	head.Header.Set("Authorization", "Bearer "+streamToken)
+	resp, err := http.DefaultClient.Do(head)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"), "HEAD answers at once, taking no stream")
+
 	r := f.openStream(t)
 	code, body := callJSON(t, f.srv.URL, http.MethodGet, "/v1/events/stream", streamToken, "")
 	require.Equal(t, http.StatusServiceUnavailable, code, "beyond MaxClients")
 	require.Contains(t, body["error"], "too many live streams")
 
-	// Ten keepalives are 200ms, twice the server's WriteTimeout: the stream cleared its deadline.
+	// Ten keepalives are 200ms, twice the server's ReadTimeout and WriteTimeout: neither ends a stream.
 	for range 10 {
 		require.Equal(t, []string{": keepalive"}, r.frame(t))
 	}
@@ -241,7 +251,7 @@ func TestStreamAuthLimitsKeepaliveAndShutdown(t *testing.T) {
 	for lines := r.frame(t); lines != nil; lines = r.frame(t) {
 		require.Equal(t, []string{": keepalive"}, lines)
 	}
-	_, err := f.stream.subscribe()
+	_, err = f.stream.subscribe()
 	require.ErrorIs(t, err, errStreamClosed)
 }
 
