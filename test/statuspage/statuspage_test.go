@@ -33,24 +33,27 @@ type fleet struct {
 	device mqtt.Client
 }
 
-func startFleet(t *testing.T) *fleet {
-	t.Helper()
-	redis, broker := testenv.StartRedis(t), testenv.StartMosquitto(t)
-	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
-	servers := testenv.HeartbeatdConfig{Redis: redis.Addr, Slots: 8, MQTT: broker.Addr, ClientID: "statuspage-test", Kafka: kafka.Addrs}
-	f := &fleet{hb: testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: servers.YAML(`
-types:
-  default: {timeout: 1s, repeat_every: 0s}
+// startFleet starts heartbeatd on new servers with the token and the given types section; seed, when
+// set, writes to Redis before heartbeatd starts.
+func startFleet(tb testing.TB, slots int, types string, seed func(redisAddr string)) *fleet {
+	tb.Helper()
+	redis, broker := testenv.StartRedis(tb), testenv.StartMosquitto(tb)
+	kafka := testenv.StartKafka(tb, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
+	if seed != nil {
+		seed(redis.Addr)
+	}
+	servers := testenv.HeartbeatdConfig{Redis: redis.Addr, Slots: slots, MQTT: broker.Addr, ClientID: "statuspage-test", Kafka: kafka.Addrs}
+	f := &fleet{hb: testenv.StartHeartbeatd(tb, testenv.HeartbeatdOptions{Config: servers.YAML(types + `
 detection: {grace_after_outage: 100ms}
 log: {level: info, format: console}
 `), Env: []string{"HEARTBEATD_HTTP_TOKEN=" + token}})}
-	require.NoError(t, f.hb.AwaitReady(context.Background(), 30*time.Second), f.hb.LogTail())
-	f.device = broker.Connect(t, mqtt.NewClientOptions().SetClientID("statuspage-device"))
+	require.NoError(tb, f.hb.AwaitReady(context.Background(), 60*time.Second), f.hb.LogTail())
+	f.device = broker.Connect(tb, mqtt.NewClientOptions().SetClientID("statuspage-device"))
 	return f
 }
 
 // signal sends one heartbeat for each device: with the 1s timeout, each is interrupted a second later.
-func (f *fleet) signal(t *testing.T, devices ...string) {
+func (f *fleet) signal(t testing.TB, devices ...string) {
 	t.Helper()
 	for _, d := range devices {
 		tok := f.device.Publish("devices/"+d+"/heartbeat", 1, false, "")
@@ -60,33 +63,36 @@ func (f *fleet) signal(t *testing.T, devices ...string) {
 }
 
 // get reads a JSON answer of the API with the token.
-func (f *fleet) get(t *testing.T, path string, v any) {
+func (f *fleet) get(t testing.TB, path string, v any) time.Duration {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, f.hb.HTTP+path, nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
+	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
+	took := time.Since(start)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, body)
 	require.NoError(t, json.Unmarshal(body, v))
+	return took
 }
 
 // awaitInterrupted waits until the API counts n interrupted devices.
-func (f *fleet) awaitInterrupted(t *testing.T, n int64) {
+func (f *fleet) awaitInterrupted(t testing.TB, n int64) {
 	t.Helper()
 	var stats struct{ Devices struct{ Interrupted int64 } }
 	require.Eventually(t, func() bool {
 		f.get(t, "/v1/stats", &stats)
 		return stats.Devices.Interrupted == n
-	}, 20*time.Second, 50*time.Millisecond, "%d interrupted devices\n%s", n, f.hb.LogTail())
+	}, 60*time.Second, 50*time.Millisecond, "%d interrupted devices\n%s", n, f.hb.LogTail())
 }
 
 // chromium finds the browser: HB_CHROMIUM, else chromium or google-chrome on PATH. Missing, the test
 // skips on a developer machine and fails with CI=true (testenv.Need).
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	names := []string{"chromium", "chromium-browser", "google-chrome"}
 	if p := os.Getenv("HB_CHROMIUM"); p != "" {
@@ -110,7 +116,7 @@ type browser struct {
 	problems []string
 }
 
-func newBrowser(t *testing.T, exe string) *browser {
+func newBrowser(t testing.TB, exe string) *browser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.WindowSize(1280, 900), chromedp.UserDataDir(t.TempDir()))
@@ -140,7 +146,7 @@ func newBrowser(t *testing.T, exe string) *browser {
 }
 
 // do runs the steps, each wait bounded so a page that never shows something fails instead of hanging.
-func (b *browser) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+func (b *browser) do(t testing.TB, what string, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
@@ -148,7 +154,7 @@ func (b *browser) do(t *testing.T, what string, steps ...chromedp.Action[chromed
 }
 
 // eval evaluates a JavaScript expression in the page.
-func eval[T any](t *testing.T, b *browser, expr string) T {
+func eval[T any](t testing.TB, b *browser, expr string) T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
@@ -171,7 +177,10 @@ func row(device string) string {
 // arrive without reloading.
 func TestStatusPage(t *testing.T) {
 	exe := chromium(t)
-	f := startFleet(t)
+	f := startFleet(t, 8, `
+types:
+  default: {timeout: 1s, repeat_every: 0s}
+`, nil)
 	f.signal(t, "dev-1", "dev-2", hostile)
 	f.awaitInterrupted(t, 3)
 
