@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/internal/benchrig"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// The detection scenarios (lateness, expiry, recovered) run internal/benchrig on hbbench's redis-server,
+// The detection scenarios (lateness, expiry, storm, recovered) run internal/benchrig on hbbench's redis-server,
 // with a kfake broker of their own: the rig of pkg/alarm's Go benchmarks (BenchmarkDetectionLateness,
 // BenchmarkSimultaneousExpiry, BenchmarkRecoveredLatency).
 
@@ -90,4 +92,66 @@ func recoveredScenario(e *env) error {
 	e.add("recovered", "latency p99", benchrig.Ms(benchrig.Quantile(latency, 0.99)), "ms", "goal ≤ 1000")
 	e.add("recovered", "latency max", benchrig.Ms(benchrig.Quantile(latency, 1)), "ms", "")
 	return nil
+}
+
+// stormScenario: a fleet of -storm-fleet devices in which -storm-gateways gateways and the
+// -storm-per-gateway devices behind each (on a shorter timeout: they expire first) go dark at one
+// instant, against the same devices going dark without parents (the expiry scenario's case on the same
+// fleet), run before and after the storm; the figures use the baseline's mean. Measured: the events by
+// kind, and the time from the first deadline to Kafka acknowledging the last verdict (`suppressed` in
+// the storm, `interrupted` in the baseline); for the storm also from the gateways' deadline.
+func stormScenario(e *env) error {
+	o := benchrig.StormOptions{Fleet: e.opts.StormFleet, Gateways: e.opts.StormGateways, PerGateway: e.opts.StormPerGateway}
+	var before, storm, after benchrig.StormResult
+	r, err := benchrig.NewStorm(e.redis.client, o.Dark()+o.Gateways)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	runs := []struct {
+		res   *benchrig.StormResult
+		plain bool
+	}{{&before, true}, {&storm, false}, {&after, true}}
+	for _, run := range runs {
+		ro := o
+		ro.Plain = run.plain
+		if *run.res, err = r.Storm(e.ctx, ro, nil); err != nil {
+			return err
+		}
+	}
+	dark := o.Dark()
+	plain := (before.Last.Sub(before.Deadline) + after.Last.Sub(after.Deadline)) / 2
+	size := fmt.Sprintf("%d devices behind %d gateways dark at once in a fleet of %d", dark, o.Gateways, o.Fleet)
+	e.add("storm", "plain: deadline → last interrupted", plain.Seconds(), "s",
+		fmt.Sprintf("baseline, same run: %d devices without parents in the same fleet; mean of %.2f before and %.2f after the storm",
+			dark, before.Last.Sub(before.Deadline).Seconds(), after.Last.Sub(after.Deadline).Seconds()))
+	e.add("storm", "plain: interrupted events", float64(before.Events[event.Interrupted]), "count", fmt.Sprintf("after the storm: %d", after.Events[event.Interrupted]))
+	e.add("storm", "plain: other events", float64(others(before.Events, event.Interrupted)+others(after.Events, event.Interrupted)), "count", "must be 0")
+	first := storm.Last.Sub(storm.Deadline)
+	fromGateways := storm.Last.Sub(storm.GatewayDeadline)
+	e.add("storm", "storm: deadline → last suppressed", first.Seconds(), "s",
+		fmt.Sprintf("%s; %.2fx plain; includes the %s the gateways outlive them", size, first.Seconds()/plain.Seconds(), storm.GatewayDeadline.Sub(storm.Deadline)))
+	e.add("storm", "storm: gateways → last suppressed", fromGateways.Seconds(), "s",
+		fmt.Sprintf("from the gateways' deadline; %.2fx plain", fromGateways.Seconds()/plain.Seconds()))
+	e.add("storm", "storm: gateways → gateways acked", storm.GatewaysAcked.Sub(storm.GatewayDeadline).Seconds(), "s",
+		"gateways' deadline → their last interrupted acked")
+	e.add("storm", "storm: wake → last suppressed", storm.Last.Sub(storm.GatewaysAcked).Seconds(), "s",
+		"last gateway acked → last suppressed acked: waking the devices behind them, their verdict")
+	e.add("storm", "storm: interrupted events", float64(storm.Events[event.Interrupted]), "count", fmt.Sprintf("%d gateways", o.Gateways))
+	e.add("storm", "storm: suppressed events", float64(storm.Events[event.Suppressed]), "count", fmt.Sprintf("of %d", dark))
+	e.add("storm", "storm: dark devices interrupted", float64(storm.DarkInterrupted), "count", "must be 0")
+	e.add("storm", "storm: other events", float64(others(storm.Events, event.Interrupted, event.Suppressed)), "count", "must be 0")
+	e.add("storm", "early events", float64(before.Early+storm.Early+after.Early), "count", "must be 0")
+	return nil
+}
+
+// others counts the events of kinds other than those named.
+func others(byKind map[event.Kind]int, named ...event.Kind) int {
+	n := 0
+	for k, c := range byKind {
+		if !slices.Contains(named, k) {
+			n += c
+		}
+	}
+	return n
 }

@@ -6,9 +6,11 @@
 //	go run ./cmd/hbbench                                        # the make bench size
 //	go run ./cmd/hbbench -devices 1000000 -scenarios lateness,memory,rss
 //	go run ./cmd/hbbench -scenarios refresh,lateness -json out.json
+//	go run ./cmd/hbbench -scenarios storm -storm-fleet 1000000
 //
 // Scenarios: refresh, memory, ingest, lateness (with the keyspace-notification baseline), expiry,
-// recovered, rss; see docs/benchmarks.md.
+// storm (gateways and the devices behind them going dark, against plain devices), recovered, rss; see
+// docs/benchmarks.md.
 package main
 
 import (
@@ -51,11 +53,16 @@ type options struct {
 	Scenarios      []string
 	HeartbeatdBin  string
 	Progress       io.Writer // a line per figure as it is measured
+
+	// The storm scenario: StormGateways × StormPerGateway devices go dark with their gateways in a fleet
+	// of StormFleet.
+	StormFleet, StormGateways, StormPerGateway int
 }
 
 func defaultOptions() options {
 	return options{Devices: 100_000, Window: 10 * time.Second, Duration: 5 * time.Second, Signals: 200_000,
-		ExpiryDevices: 100_000, RecoverDevices: 10_000, RefreshRate: 50_000, Progress: os.Stderr}
+		ExpiryDevices: 100_000, RecoverDevices: 10_000, StormFleet: 200_000, StormGateways: 1000, StormPerGateway: 100,
+		RefreshRate: 50_000, Progress: os.Stderr}
 }
 
 type env struct {
@@ -144,6 +151,9 @@ func mainCode() int {
 	flag.IntVar(&o.Signals, "signals", o.Signals, "backlog size of the ingest scenario (Kafka and MQTT)")
 	flag.IntVar(&o.ExpiryDevices, "expiry-devices", o.ExpiryDevices, "simultaneous deadlines of the expiry scenario")
 	flag.IntVar(&o.RecoverDevices, "recover-devices", o.RecoverDevices, "recovering devices of the recovered scenario")
+	flag.IntVar(&o.StormFleet, "storm-fleet", o.StormFleet, "fleet size of the storm scenario (the gateways, the devices behind them and idle others)")
+	flag.IntVar(&o.StormGateways, "storm-gateways", o.StormGateways, "gateways going dark in the storm scenario")
+	flag.IntVar(&o.StormPerGateway, "storm-per-gateway", o.StormPerGateway, "devices behind each gateway of the storm scenario")
 	flag.IntVar(&o.RefreshRate, "refresh-rate", o.RefreshRate, "signals/s of the refresh load during the lateness scenario (0 = as fast as it goes)")
 	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss scenario (default: go build ./cmd/heartbeatd)")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names(), ","))
@@ -168,8 +178,13 @@ func mainCode() int {
 			o.Scenarios = append(o.Scenarios, strings.TrimSpace(s))
 		}
 	}
-	if o.Devices <= 0 || o.Signals <= 0 || o.ExpiryDevices <= 0 || o.RecoverDevices <= 0 || o.Window <= 0 || o.Duration <= 0 {
+	if o.Devices <= 0 || o.Signals <= 0 || o.ExpiryDevices <= 0 || o.RecoverDevices <= 0 || o.Window <= 0 || o.Duration <= 0 ||
+		o.StormGateways <= 0 || o.StormPerGateway <= 0 {
 		fmt.Fprintln(os.Stderr, "hbbench: sizes, -window and -duration must be positive")
+		return 2
+	}
+	if o.StormFleet < o.StormGateways*(o.StormPerGateway+1) {
+		fmt.Fprintln(os.Stderr, "hbbench: -storm-fleet must hold the gateways and the devices behind them")
 		return 2
 	}
 

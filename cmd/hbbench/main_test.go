@@ -21,7 +21,7 @@ func TestScenariosTiny(t *testing.T) {
 		}
 	}
 	opts := options{Devices: 2000, Window: time.Second, Duration: 300 * time.Millisecond, Signals: 2000,
-		ExpiryDevices: 2000, RecoverDevices: 200, RefreshRate: 20_000, HeartbeatdBin: testenv.HeartbeatdBinary(t),
+		ExpiryDevices: 2000, RecoverDevices: 200, StormFleet: 3000, StormGateways: 10, StormPerGateway: 100, RefreshRate: 20_000, HeartbeatdBin: testenv.HeartbeatdBinary(t),
 		Progress: io.Discard}
 	if testing.Verbose() {
 		opts.Progress = testWriter{t}
@@ -44,6 +44,7 @@ func TestScenariosTiny(t *testing.T) {
 		"ingest":    {"deadline.Refresh 256/call", "kafka → redis (from start)", "kafka → redis (from 1st write)", "mqtt plain QoS 1 subscriber", "mqtt → redis"},
 		"lateness":  {"heartbeatd lateness max", "heartbeatd acked max", "heartbeatd events/s", "concurrent refresh load", "keyspace SET PX lateness max"},
 		"expiry":    {"all events acked after", "events/s"},
+		"storm":     {"plain: deadline → last interrupted", "plain: interrupted events", "storm: deadline → last suppressed", "storm: gateways → last suppressed", "storm: gateways → gateways acked", "storm: interrupted events", "storm: suppressed events"},
 		"recovered": {"latency p50", "latency p99", "latency max"},
 		"rss":       {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
 	}
@@ -61,6 +62,7 @@ func TestScenariosTiny(t *testing.T) {
 	zero := map[string][]string{
 		"lateness": {"heartbeatd early events", "heartbeatd missing events", "heartbeatd wrong-deadline events", "keyspace SET PX missing events"},
 		"expiry":   {"early events"},
+		"storm":    {"plain: other events", "storm: dark devices interrupted", "storm: other events", "early events"},
 	}
 	for s, metrics := range zero {
 		for _, m := range metrics {

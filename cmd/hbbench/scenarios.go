@@ -22,6 +22,7 @@ func init() {
 	register("ingest", ingestScenario)
 	register("lateness", latenessScenario)
 	register("expiry", expiryScenario)
+	register("storm", stormScenario)
 	register("recovered", recoveredScenario)
 	register("rss", rssScenario)
 }

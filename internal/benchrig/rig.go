@@ -46,20 +46,30 @@ type Rig struct {
 	Store  *deadline.Store
 	Events *Recorder // every event Kafka acknowledged
 
-	rdb      redis.UniversalClient
-	policies *config.Policies
-	kafka    *testenv.Kafka
-	pub      *eventkafka.Publisher
+	rdb        redis.UniversalClient
+	policies   *config.Policies
+	parentWait time.Duration // detection.parent_wait, the daemon's default
+	kafka      *testenv.Kafka
+	pub        *eventkafka.Publisher
 }
 
 // New builds a rig on rdb whose recorder has room for expected events; Close stops it. Every run starts
 // by flushing rdb.
 func New(rdb redis.UniversalClient, expected int) (*Rig, error) {
-	cfg, err := config.Parse([]byte(policyYAML), func(string) (string, bool) { return "", false })
+	return build(rdb, expected, policyYAML)
+}
+
+// NewStorm builds the rig of the Storm runs: New with the storm's types (stormPolicyYAML).
+func NewStorm(rdb redis.UniversalClient, expected int) (*Rig, error) {
+	return build(rdb, expected, stormPolicyYAML)
+}
+
+func build(rdb redis.UniversalClient, expected int, policy string) (*Rig, error) {
+	cfg, err := config.Parse([]byte(policy), func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, err
 	}
-	r := &Rig{rdb: rdb, policies: cfg.Policies()}
+	r := &Rig{rdb: rdb, policies: cfg.Policies(), parentWait: cfg.Detection.ParentWait}
 	timeout := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.Timeout }
 	repeat := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.RepeatEvery }
 	if r.Store, err = deadline.New(rdb, deadline.Options{Slots: config.DefaultSlots, Timeout: timeout, RepeatEvery: repeat}); err != nil {
@@ -97,7 +107,8 @@ func (r *Rig) timeout() time.Duration { return r.policies.Default().Timeout }
 // startScanner runs a scanner over every slot with the daemon's detection defaults, handing claims to an
 // alarm handler; the returned function stops it and waits.
 func (r *Rig) startScanner() (stop func() error) {
-	h := alarm.NewHandler(alarm.HandlerOptions{Store: r.Store, Sink: r.Events, Policies: func() *config.Policies { return r.policies }})
+	h := alarm.NewHandler(alarm.HandlerOptions{Store: r.Store, Sink: r.Events, Policies: func() *config.Policies { return r.policies },
+		ParentWait: r.parentWait})
 	slots := make([]int, r.Store.Slots())
 	for i := range slots {
 		slots[i] = i

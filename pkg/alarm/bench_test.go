@@ -13,6 +13,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/benchrig"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
 // The benchmarks below run heartbeatd's detection path as the daemon wires it (internal/benchrig, which
@@ -27,7 +28,9 @@ import (
 //
 // HB_BENCH_DEVICES (lateness fleet, default 100k), HB_BENCH_WINDOW (lateness spread, default 10s),
 // HB_BENCH_REFRESH_RATE (signals/s of the concurrent refresh load, default 50k; 0 = as fast as it goes),
-// HB_BENCH_EXPIRY_DEVICES (simultaneous expiry, default 100k), HB_BENCH_RECOVER_DEVICES (default 10k).
+// HB_BENCH_EXPIRY_DEVICES (simultaneous expiry, default 100k), HB_BENCH_RECOVER_DEVICES (default 10k),
+// HB_BENCH_STORM_FLEET, HB_BENCH_STORM_GATEWAYS, HB_BENCH_STORM_PER_GATEWAY (gateway storm: default 200k
+// devices of which 1000 gateways and 100 devices behind each go dark).
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
@@ -120,6 +123,38 @@ func BenchmarkRecoveredLatency(b *testing.B) {
 		latency = append(latency, l...)
 	})
 	reportMs(b, latency, "", 0.5, 0.99, 1)
+}
+
+// BenchmarkGatewayStorm: HB_BENCH_STORM_GATEWAYS gateways and the HB_BENCH_STORM_PER_GATEWAY devices
+// behind each (on a shorter timeout) go dark at once in a fleet of HB_BENCH_STORM_FLEET, against the
+// same devices going dark without parents in the same iteration (plain-s-to-all-acked). Reported: the
+// time from the gateways' deadline until Kafka acknowledged the last `suppressed`, and from the dark
+// devices' own deadline, which includes the time their gateways outlive them.
+func BenchmarkGatewayStorm(b *testing.B) {
+	o := benchrig.StormOptions{Fleet: envInt("HB_BENCH_STORM_FLEET", 200_000), Gateways: envInt("HB_BENCH_STORM_GATEWAYS", 1000),
+		PerGateway: envInt("HB_BENCH_STORM_PER_GATEWAY", 100)}
+	r, err := benchrig.NewStorm(testenv.StartRedis(b).Client(b), o.Dark()+o.Gateways)
+	require.NoError(b, err)
+	b.Cleanup(r.Close)
+	var plain, fromGateways, fromDeadline time.Duration
+	iterations(b, func() {
+		plainOpts := o
+		plainOpts.Plain = true
+		p, err := r.Storm(context.Background(), plainOpts, nil)
+		require.NoError(b, err)
+		plain += p.Last.Sub(p.Deadline)
+		s, err := r.Storm(context.Background(), o, b)
+		require.NoError(b, err)
+		require.Zero(b, s.DarkInterrupted, "devices behind a gateway interrupted on their own")
+		require.Zero(b, s.Early+p.Early, "early events")
+		require.Equal(b, o.Gateways, s.Events[event.Interrupted], "gateway interruptions")
+		fromGateways += s.Last.Sub(s.GatewayDeadline)
+		fromDeadline += s.Last.Sub(s.Deadline)
+	})
+	b.ReportMetric(fromGateways.Seconds()/float64(b.N), "s-gateways-to-all-suppressed")
+	b.ReportMetric(fromDeadline.Seconds()/float64(b.N), "s-deadline-to-all-suppressed")
+	b.ReportMetric(plain.Seconds()/float64(b.N), "plain-s-to-all-acked")
+	b.ReportMetric(fromGateways.Seconds()/plain.Seconds(), "x-plain")
 }
 
 // reportMs reports quantiles of d in ms, as prefix+"p50-ms", "p99-ms" and "max-ms" (q = 1).
