@@ -37,11 +37,20 @@ var benchTypes = []string{"default", "gateway", "sensor"}
 // preload writes n devices whose last signals spread evenly over the spread before seen (0: all at seen).
 func preload(b *testing.B, store *deadline.Store, n int, seen time.Time, spread time.Duration) {
 	b.Helper()
+	preloadLinked(b, store, n, seen, spread, nil)
+}
+
+// preloadLinked is preload with device i naming parentOf(i) as its parent (nil: none does).
+func preloadLinked(b *testing.B, store *deadline.Store, n int, seen time.Time, spread time.Duration, parentOf func(i int) string) {
+	b.Helper()
 	ctx := context.Background()
 	batch := make([]deadline.Signal, 0, 4096)
 	for i := range n {
 		at := seen.Add(-spread * time.Duration(i) / time.Duration(n))
-		batch = append(batch, deadline.Signal{Device: fmt.Sprintf("device-%08d", i), Type: benchTypes[i%3], Seen: at})
+		batch = append(batch, deadline.Signal{Device: benchDevice(i), Type: benchTypes[i%3], Seen: at})
+		if parentOf != nil {
+			batch[len(batch)-1].Parent = parentOf(i)
+		}
 		if len(batch) == cap(batch) || i == n-1 {
 			require.NoError(b, store.Refresh(ctx, batch))
 			batch = batch[:0]
@@ -253,24 +262,178 @@ func BenchmarkClaim(b *testing.B) {
 }
 
 // BenchmarkMemoryPerDevice reports Redis memory per device (INFO memory used_memory, minus the empty
-// server's) for a fleet of benchDevices over 64 slots.
+// server's) for a fleet of benchDevices over 64 slots. no-parent: devices that name no parent, which pay
+// nothing for the parent links. with-parent: the same fleet, then the same signals again each naming one
+// of benchDevices/100 gateways (100 devices behind each); link-bytes/device is what the links add.
 func BenchmarkMemoryPerDevice(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	n := benchDevices()
+	for _, linked := range []bool{false, true} {
+		name := "no-parent"
+		if linked {
+			name = "with-parent"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				require.NoError(b, rdb.FlushAll(ctx).Err())
+				// A new store each time: one remembers the links it wrote, and the flush removed them.
+				store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})
+				require.NoError(b, err)
+				before := usedMemory(b, srv)
+				seen := time.Now()
+				b.StartTimer()
+				preload(b, store, n, seen, 0)
+				b.StopTimer()
+				plain := usedMemory(b, srv)
+				if !linked {
+					b.ReportMetric(float64(plain-before)/float64(n), "bytes/device")
+					b.StartTimer()
+					continue
+				}
+				b.StartTimer()
+				preloadLinked(b, store, n, seen, 0, func(i int) string { return benchGateway(i / 100) })
+				b.StopTimer()
+				after := usedMemory(b, srv)
+				b.ReportMetric(float64(after-before)/float64(n), "bytes/device")
+				b.ReportMetric(float64(after-plain)/float64(n), "link-bytes/device")
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+func benchDevice(i int) string  { return fmt.Sprintf("device-%08d", i) }
+func benchGateway(i int) string { return fmt.Sprintf("gw-%06d", i) }
+
+// BenchmarkParentSignal: what naming a parent costs Store.Refresh. Each iteration times one pass over a
+// fleet of benchDevices without parents (the baseline) and one pass in which the case's devices name
+// their gateway (100 devices behind each), in the fleet's order, batches of 256 typed signals, 4 in
+// flight (BenchmarkRefresh's typed periodic case):
+//   - remembered: every 10th device names its gateway, and the store wrote these links before: a
+//     signal repeating a remembered link writes nothing more than one without a parent;
+//   - first-write: every 10th device names a gateway it never named before (another each pass), so
+//     each of these signals writes its link;
+//   - whole-fleet: every device names its gateway, as remembered; the store remembers fewer links than
+//     a fleet of 1M has, so the signals write those it forgot.
+//
+// extra-ns/linked is the time a pass took beyond the baseline's, per signal naming a parent;
+// link-writes/linked is Redis's HSET calls per such signal (0 when remembered, 1 when written).
+func BenchmarkParentSignal(b *testing.B) {
 	srv := testenv.StartRedis(b)
 	rdb := srv.Client(b)
 	store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})
 	require.NoError(b, err)
 	ctx := context.Background()
+	require.NoError(b, store.Load(ctx, benchTypes...))
 	n := benchDevices()
-	for b.Loop() {
-		b.StopTimer()
-		require.NoError(b, rdb.FlushAll(ctx).Err())
-		before := usedMemory(b, srv)
-		b.StartTimer()
-		preload(b, store, n, time.Now(), 0)
-		b.StopTimer()
-		b.ReportMetric(float64(usedMemory(b, srv)-before)/float64(n), "bytes/device")
-		b.StartTimer()
+	preload(b, store, n, time.Now(), time.Minute)
+	base := fleetBatches(n, nil)
+	pass := 0
+	cases := []struct {
+		name  string
+		every int  // device i names a gateway when i%every == 0
+		fresh bool // another gateway each pass
+	}{{"remembered", 10, false}, {"first-write", 10, true}, {"whole-fleet", 1, false}}
+	for _, c := range cases {
+		parentOf := func(i int) string {
+			if i%c.every != 0 {
+				return ""
+			}
+			if c.fresh {
+				return fmt.Sprintf("gw-%d-%06d", pass, i/(100*c.every))
+			}
+			return benchGateway(i / (100 * c.every))
+		}
+		linked := (n + c.every - 1) / c.every
+		b.Run(c.name, func(b *testing.B) {
+			b.StopTimer()
+			batches := fleetBatches(n, parentOf)
+			if !c.fresh {
+				refreshPass(b, store, batches) // the links written and remembered before the timed passes
+			}
+			var elapsed, baseline time.Duration
+			var writes int64
+			b.StartTimer()
+			for b.Loop() {
+				b.StopTimer()
+				if c.fresh {
+					pass++
+					batches = fleetBatches(n, parentOf)
+				}
+				baseline += refreshPass(b, store, base)
+				hsets := hsetCalls(b, rdb)
+				b.StartTimer()
+				elapsed += refreshPass(b, store, batches)
+				b.StopTimer()
+				writes += hsetCalls(b, rdb) - hsets
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.N*n)/elapsed.Seconds(), "signals/s")
+			b.ReportMetric(float64(b.N*n)/baseline.Seconds(), "baseline-signals/s")
+			b.ReportMetric(baseline.Seconds()/elapsed.Seconds(), "x-no-parent")
+			b.ReportMetric(float64(elapsed-baseline)/float64(b.N*linked), "extra-ns/linked")
+			b.ReportMetric(float64(writes)/float64(b.N*linked), "link-writes/linked")
+		})
 	}
+}
+
+// fleetBatches is one pass over devices 0..n-1 in their order, in batches of 256 typed signals, device i
+// naming parentOf(i) (nil: none does).
+func fleetBatches(n int, parentOf func(i int) string) [][]deadline.Signal {
+	out := make([][]deadline.Signal, 0, (n+255)/256)
+	for i := 0; i < n; i += 256 {
+		batch := make([]deadline.Signal, 0, 256)
+		for k := i; k < min(n, i+256); k++ {
+			s := deadline.Signal{Device: benchDevice(k), Type: benchTypes[k%3]}
+			if parentOf != nil {
+				s.Parent = parentOf(k)
+			}
+			batch = append(batch, s)
+		}
+		out = append(out, batch)
+	}
+	return out
+}
+
+// refreshPass refreshes every batch once, seen now, 4 in flight (ingest.max_in_flight's default), and
+// returns how long that took.
+func refreshPass(b *testing.B, store *deadline.Store, batches [][]deadline.Signal) time.Duration {
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 4 {
+		wg.Go(func() {
+			var batch []deadline.Signal
+			for k := next.Add(1) - 1; k < int64(len(batches)); k = next.Add(1) - 1 {
+				batch = withSeen(batch, batches[k], time.Now(), true)
+				if err := store.Refresh(ctx, batch); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// hsetCalls is how often Redis ran HSET (INFO commandstats); commandCalls is the tests' reader.
+func hsetCalls(b *testing.B, rdb redis.UniversalClient) int64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	require.NoError(b, err)
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "cmdstat_hset:calls="); ok {
+			calls, _, _ := strings.Cut(v, ",")
+			n, err := strconv.ParseInt(calls, 10, 64)
+			require.NoError(b, err)
+			return n
+		}
+	}
+	return 0
 }
 
 func usedMemory(b *testing.B, srv *testenv.Redis) int64 {
