@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -13,6 +14,9 @@ type HeartbeatdConfig struct {
 	MQTT     string   // ingest.mqtt.brokers: the one broker address
 	ClientID string   // ingest.mqtt.client_id
 	Kafka    []string // events.kafka.brokers
+	// Alertmanager are outputs.alertmanager.urls; none leaves the output off. Its other keys go through
+	// HEARTBEATD_OUTPUTS_ALERTMANAGER_* (HeartbeatdOptions.Env).
+	Alertmanager []string
 }
 
 // YAML is the config file: the servers' sections, then sections (further top-level YAML such as types,
@@ -27,5 +31,17 @@ ingest:
     subscriptions: [{topic: "devices/{device_id}/heartbeat"}]
 events:
   kafka: {brokers: [%q]}
-`, c.Redis, c.Slots, c.MQTT, c.ClientID, strings.Join(c.Kafka, ",")) + sections
+%s`, c.Redis, c.Slots, c.MQTT, c.ClientID, strings.Join(c.Kafka, ","), c.outputs()) + sections
+}
+
+// outputs is the outputs section, when an output is on.
+func (c HeartbeatdConfig) outputs() string {
+	if len(c.Alertmanager) == 0 {
+		return ""
+	}
+	urls := make([]string, len(c.Alertmanager))
+	for i, u := range c.Alertmanager {
+		urls[i] = strconv.Quote(u)
+	}
+	return "outputs:\n  alertmanager: {urls: [" + strings.Join(urls, ", ") + "]}\n"
 }
