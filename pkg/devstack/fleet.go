@@ -25,7 +25,8 @@ type FleetType struct {
 
 // DefaultFleet matches the dev config (timeouts: default 10s, gateway 5s,
 // temperature-sensor 15s, tracker 8s): every device signals three times or more per timeout, so only the
-// devices the simulator silences on purpose are reported.
+// devices the simulator silences on purpose are reported. The default fleet also tells the stories of
+// storm control (stories), with devices of its own.
 var DefaultFleet = []FleetType{
 	{Name: "gateway", Interval: time.Second},
 	{Name: "tracker", Interval: 2 * time.Second},
@@ -62,14 +63,41 @@ const (
 	flapSilentFloor = 12 * time.Second // silent phase: past the dev timeouts, at least 4 intervals (+ up to 3s)
 )
 
+// The stories of storm control (SPEC §9) the default fleet tells beside the chance silences above, with
+// devices of their own, so that with the dev config `suppressed` and `outage_started` show within a
+// minute:
+//   - a gateway and the beacons behind it (on a shorter timeout: they expire first) go dark together:
+//     the gateway is interrupted and every beacon suppressed; the gateway and all but a few beacons come
+//     back, and those still dark alarm on their own one beacon timeout later;
+//   - the meters of one feeder go dark together, more of one type than correlation.min_devices: one
+//     outage_started; they come back and outage_ended follows.
+const (
+	stormGateway   = "gw-edge"
+	stormBeacons   = 20
+	stormStillDark = 3 // beacons that stay dark when their gateway returns
+	stormAt        = 10 * time.Second
+	stormBackAt    = 40 * time.Second
+	beaconInterval = time.Second // the dev config's beacon timeout is 3s, the gateway's 5s
+	burstMeters    = 60          // the dev config's correlation.min_devices is 50
+	burstAt        = 15 * time.Second
+	burstBackAt    = 45 * time.Second
+	meterInterval  = 3 * time.Second // timeout 10s: their interruptions fall within the 10s window
+)
+
 // simDevice is one simulated device and its planned silences, as offsets from the fleet's start.
 type simDevice struct {
 	id, typ  string
 	topic    string
 	json     bool
+	parent   string // named in every message's `parent` field (JSON only)
 	interval time.Duration
 	first    time.Duration // offset of the first signal, spreads the fleet over one interval
 	battery  float64
+
+	// A story's first device logs what its devices do (storyDark, storyBack) in place of its own line,
+	// and the story's other devices (quiet) log theirs at debug.
+	storyDark, storyBack string
+	quiet                bool
 
 	// silentAt > 0: silent from then on, until recoverAt when recoverAt > 0.
 	silentAt, recoverAt time.Duration
@@ -90,6 +118,12 @@ func (d *simDevice) silent(t time.Duration) bool {
 }
 
 var typePrefixes = map[string]string{"gateway": "gw", "tracker": "trk", "temperature-sensor": "temp", "default": "dev"}
+
+// telemetryDevice is a device that sends JSON telemetry on fleet/<type>/<id>/telemetry.
+func telemetryDevice(id, typ string, interval, first time.Duration, battery float64) *simDevice {
+	return &simDevice{id: id, typ: typ, topic: "fleet/" + typ + "/" + id + "/telemetry", json: true, interval: interval,
+		first: first, battery: battery}
+}
 
 // planFleet builds the devices and chooses, from the seed, which of them fall silent and when.
 func planFleet(opts FleetOptions) ([]*simDevice, error) {
@@ -138,16 +172,10 @@ func planFleet(opts FleetOptions) ([]*simDevice, error) {
 			prefix = t.Name
 		}
 		for n := 1; n <= counts[i]; n++ {
-			d := &simDevice{
-				id: fmt.Sprintf("%s-%03d", prefix, n), typ: t.Name, interval: t.Interval,
-				first:   time.Duration(rng.Int64N(int64(t.Interval))),
-				battery: 60 + rng.Float64()*40,
-			}
+			id := fmt.Sprintf("%s-%03d", prefix, n)
+			d := telemetryDevice(id, t.Name, t.Interval, time.Duration(rng.Int64N(int64(t.Interval))), 60+rng.Float64()*40)
 			if t.Name == "default" {
-				d.topic = "devices/" + d.id + "/heartbeat"
-			} else {
-				d.topic = "fleet/" + t.Name + "/" + d.id + "/telemetry"
-				d.json = true
+				d.topic, d.json = "devices/"+d.id+"/heartbeat", false
 			}
 			fleet = append(fleet, d)
 		}
@@ -168,13 +196,81 @@ func planFleet(opts FleetOptions) ([]*simDevice, error) {
 			d.recoverAt = d.silentAt + recoverAfter + jitter(recoverSpread)
 		}
 	}
+	if len(opts.Types) == 0 {
+		fleet = append(fleet, stories(rng)...)
+	}
 	return fleet, nil
+}
+
+// stories are the devices of the storm-control stories (see stormGateway), planned from rng.
+func stories(rng *rand.Rand) []*simDevice {
+	dev := func(id, typ string, interval time.Duration, silentAt, recoverAt time.Duration) *simDevice {
+		d := telemetryDevice(id, typ, interval, time.Duration(rng.Int64N(int64(interval))), 60+rng.Float64()*40)
+		d.silentAt, d.recoverAt = silentAt, recoverAt
+		return d
+	}
+	gw := dev(stormGateway, "gateway", time.Second, stormAt, stormBackAt)
+	gw.storyDark = fmt.Sprintf("simulated gateway %s goes dark with its %d beacons: expect it INTERRUPTED and each beacon SUPPRESSED",
+		stormGateway, stormBeacons)
+	gw.storyBack = fmt.Sprintf("simulated gateway %s returns with all but %d of its beacons: expect RECOVERED, and the %d still dark INTERRUPTED on their own",
+		stormGateway, stormStillDark, stormStillDark)
+	out := []*simDevice{gw}
+	for n := 1; n <= stormBeacons; n++ {
+		back := stormBackAt
+		if n > stormBeacons-stormStillDark {
+			back = 0
+		}
+		d := dev(fmt.Sprintf("beacon-%03d", n), "beacon", beaconInterval, stormAt, back)
+		d.parent, d.quiet = stormGateway, true
+		out = append(out, d)
+	}
+	for n := 1; n <= burstMeters; n++ {
+		d := dev(fmt.Sprintf("meter-%03d", n), "meter", meterInterval, burstAt, burstBackAt)
+		d.quiet = n > 1
+		out = append(out, d)
+	}
+	meters := out[len(out)-burstMeters]
+	meters.storyDark = fmt.Sprintf("%d simulated meters go dark together: expect OUTAGE_STARTED for device_type meter", burstMeters)
+	meters.storyBack = fmt.Sprintf("the %d simulated meters return: expect OUTAGE_ENDED", burstMeters)
+	return out
+}
+
+// message is what d sends at t: nothing for a bare heartbeat, else JSON telemetry whose battery drains a
+// little with every message.
+func (d *simDevice) message(t time.Time) []byte {
+	if !d.json {
+		return nil
+	}
+	d.battery = max(d.battery-0.01, 1)
+	payload := fmt.Appendf(nil, `{"ts":%d,"battery":%.1f`, t.UnixMilli(), d.battery)
+	if d.parent != "" {
+		payload = fmt.Appendf(payload, `,"parent":%q`, d.parent)
+	}
+	return append(payload, '}')
+}
+
+// logTransition logs that d fell silent or signals again: its story's line, its own, or at debug.
+func logTransition(log *zap.Logger, d *simDevice, silent bool) {
+	msg, story := "simulated device signals again", d.storyBack
+	if silent {
+		msg, story = "simulated device falls silent", d.storyDark
+	}
+	switch {
+	case story != "":
+		log.Info(story)
+	case d.quiet:
+		log.Debug(msg, zap.String("device", d.id), zap.String("type", d.typ))
+	default:
+		log.Info(msg, zap.String("device", d.id), zap.String("type", d.typ))
+	}
 }
 
 // RunFleet simulates a fleet publishing heartbeats over MQTT (QoS 1) until ctx is done, then returns nil.
 // A seeded few of the devices fall silent after 5–15 s; half of those come back 30–40 s later, and two
-// devices keep dropping out and coming back. Each silence and return is logged at info, every message at
-// debug. It fails only when it cannot connect at all; a broker that goes away later is retried.
+// devices keep dropping out and coming back. The default fleet also has a gateway go dark with its
+// beacons after 10 s and 60 meters after 15 s (stormGateway). Each silence and return is logged at info,
+// every message at debug. It fails only when it cannot connect at all; a broker that goes away later is
+// retried.
 func RunFleet(ctx context.Context, opts FleetOptions) error {
 	log := opts.Logger
 	if log == nil {
@@ -239,10 +335,8 @@ func RunFleet(ctx context.Context, opts FleetOptions) error {
 		for i, d := range fleet {
 			if s := d.silent(offset); s != silent[i] {
 				silent[i] = s
-				if s {
-					log.Info("simulated device falls silent", zap.String("device", d.id), zap.String("type", d.typ))
-				} else {
-					log.Info("simulated device signals again", zap.String("device", d.id), zap.String("type", d.typ))
+				logTransition(log, d, s)
+				if !s {
 					next[i] = t // a device coming back (a reboot, a reconnect) speaks at once
 				}
 			}
@@ -258,12 +352,7 @@ func RunFleet(ctx context.Context, opts FleetOptions) error {
 			if silent[i] {
 				continue
 			}
-			var payload []byte
-			if d.json {
-				d.battery = max(d.battery-0.01, 1)
-				payload = fmt.Appendf(nil, `{"ts":%d,"battery":%.1f}`, t.UnixMilli(), d.battery)
-			}
-			tokens = append(tokens, client.Publish(d.topic, 1, false, payload))
+			tokens = append(tokens, client.Publish(d.topic, 1, false, d.message(t)))
 			if ce := log.Check(zap.DebugLevel, "heartbeat published"); ce != nil {
 				ce.Write(zap.String("device", d.id), zap.String("topic", d.topic))
 			}

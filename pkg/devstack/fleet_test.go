@@ -3,6 +3,7 @@ package devstack
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -12,15 +13,18 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/heartbeatd/heartbeatd/configs"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 func TestPlanFleetDefault(t *testing.T) {
 	fleet, err := planFleet(FleetOptions{})
 	require.NoError(t, err)
-	require.Len(t, fleet, 300)
+	require.Len(t, fleet, 300+1+stormBeacons+burstMeters, "the chance fleet, then the stories' devices")
 	perType := map[string]int{}
 	var silentForGood, recovering, flapping int
-	for _, d := range fleet {
+	for _, d := range fleet[:300] {
 		perType[d.typ]++
 		switch {
 		case d.flap:
@@ -45,7 +49,7 @@ func TestPlanFleetDefault(t *testing.T) {
 	require.Equal(t, 2, flapping)
 	require.Equal(t, "gw-001", fleet[0].id)
 	require.Equal(t, "fleet/gateway/gw-001/telemetry", fleet[0].topic)
-	require.Equal(t, "devices/dev-001/heartbeat", fleet[len(fleet)-60].topic)
+	require.Equal(t, "devices/dev-001/heartbeat", fleet[300-60].topic)
 
 	again, err := planFleet(FleetOptions{})
 	require.NoError(t, err)
@@ -53,6 +57,67 @@ func TestPlanFleetDefault(t *testing.T) {
 	other, err := planFleet(FleetOptions{Seed: 2})
 	require.NoError(t, err)
 	require.NotEqual(t, fleet, other)
+}
+
+// TestPlanFleetStories: with the dev config, the gateway's beacons expire before it and so wait for its
+// verdict (suppressed), the meters going dark are enough of one type within the correlation window for
+// an outage, and every story's events, the last beacons' own interruption included, come within a
+// minute.
+func TestPlanFleetStories(t *testing.T) {
+	cfg, err := config.Parse(configs.Dev, func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	pols := cfg.Policies()
+	timeout := func(typ string) time.Duration {
+		p, known := pols.Lookup(typ)
+		require.True(t, known, "the dev config has no type %q", typ)
+		return p.Timeout
+	}
+	fleet, err := planFleet(FleetOptions{})
+	require.NoError(t, err)
+	byType := map[string][]*simDevice{}
+	var gateway *simDevice
+	for _, d := range fleet[300:] {
+		byType[d.typ] = append(byType[d.typ], d)
+		if d.id == stormGateway {
+			gateway = d
+		}
+		require.LessOrEqual(t, 3*d.interval, timeout(d.typ), "%s signals three times per timeout", d.id)
+		require.Positive(t, d.silentAt, "%s is a story's", d.id)
+	}
+	require.NotNil(t, gateway)
+	require.Equal(t, "gateway", gateway.typ)
+	require.Less(t, timeout("beacon"), timeout("gateway"), "beacons expire before their gateway")
+
+	beacons := byType["beacon"]
+	require.Len(t, beacons, stormBeacons)
+	var stillDark int
+	for _, b := range beacons {
+		require.Equal(t, stormGateway, b.parent)
+		require.Equal(t, gateway.silentAt, b.silentAt, "%s goes dark with its gateway", b.id)
+		want := fmt.Sprintf(`{"ts":1000,"battery":%.1f,"parent":"gw-edge"}`, max(b.battery-0.01, 1))
+		require.JSONEq(t, want, string(b.message(time.UnixMilli(1000))), "%s names its gateway", b.id)
+		if b.recoverAt == 0 {
+			stillDark++
+		} else {
+			require.Equal(t, gateway.recoverAt, b.recoverAt)
+		}
+	}
+	require.Equal(t, stormStillDark, stillDark)
+	// The still-dark beacons alarm one beacon timeout after their gateway's return.
+	require.Less(t, gateway.recoverAt+timeout("gateway")+timeout("beacon"), time.Minute)
+
+	meters := byType["meter"]
+	require.GreaterOrEqual(t, len(meters), cfg.Correlation.MinDevices)
+	require.Contains(t, cfg.Correlation.By, config.CorrelateByType)
+	for _, m := range meters {
+		require.Equal(t, meters[0].silentAt, m.silentAt, "the meters go dark together")
+		require.Empty(t, m.parent)
+		// The last signals fall within one interval, and so do the interruptions.
+		require.Less(t, m.interval, cfg.Correlation.Window)
+	}
+	require.Less(t, meters[0].silentAt+meterInterval+timeout("meter"), time.Minute, "outage_started within a minute")
+	require.Less(t, meters[0].recoverAt, time.Minute, "outage_ended within a minute")
+	require.Len(t, byType, 3, "gateway, beacon, meter")
 }
 
 func TestPlanFleetCounts(t *testing.T) {
