@@ -113,12 +113,13 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	for i, c := range claims {
 		in := Input{Claim: c, Current: current[i], Now: now}
 		in.Policy, _ = policies.Lookup(c.Type)
+		in.Claim.Type = config.BaseType(c.Type) // a device's own timeout is recorded as "<type>@<timeout>"
 		in.ReplacedPolicy = in.Policy
 		if c.Replaced != nil {
 			in.ReplacedPolicy, _ = policies.Lookup(h.opts.Store.TypeName(ctx, c.Replaced.TypeIndex))
 		}
 		if h.opts.Silences != nil {
-			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, c.Type, now)
+			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, in.Claim.Type, now)
 		}
 		in.Parent, in.ParentWait, in.OutageID = parents[i], h.opts.ParentWait, outages[i]
 		decisions[i] = Decide(in)
@@ -268,7 +269,7 @@ func (h *Handler) outages(ctx context.Context, claims []deadline.Claim, parents 
 		if labels != nil {
 			l = labels[i]
 		}
-		groups[i] = corr.Groups(c.Type, parents[i], l)
+		groups[i] = corr.Groups(config.BaseType(c.Type), parents[i], l)
 		for _, g := range groups[i] {
 			if !seen[g] {
 				seen[g] = true

@@ -92,7 +92,34 @@ func (p *Policies) Lookup(name string) (pol Policy, known bool) {
 	if pol, ok := p.byName[name]; ok {
 		return pol, true
 	}
+	if base, timeout, ok := PerDevice(name); ok { // not "known": only configured names are
+		pol, _ = p.Lookup(base)
+		pol.Timeout = timeout
+		return pol, false
+	}
 	return p.def, false
+}
+
+// PerDevice splits a per-device timeout type name "<type>@<timeout>" (a registered device's own timeout,
+// SPEC §9) into its type and timeout; ok is false for any other name.
+func PerDevice(name string) (base string, timeout time.Duration, ok bool) {
+	i := strings.LastIndexByte(name, '@')
+	if i < 0 {
+		return "", 0, false
+	}
+	d, err := time.ParseDuration(name[i+1:])
+	if err != nil || d <= 0 {
+		return "", 0, false
+	}
+	return name[:i], d, true
+}
+
+// BaseType is the type a name stands for: the type of a per-device timeout name, else the name itself.
+func BaseType(name string) string {
+	if base, _, ok := PerDevice(name); ok {
+		return base
+	}
+	return name
 }
 
 // Default is the `default` type's policy.

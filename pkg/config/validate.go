@@ -193,6 +193,8 @@ func checkName(name string) string {
 		return "a type name must be UTF-8"
 	case strings.IndexFunc(name, unicode.IsControl) >= 0:
 		return "a type name must not contain control characters"
+	case strings.Contains(name, "@"):
+		return `a type name must not contain "@" (it marks a device's own timeout)`
 	}
 	return ""
 }

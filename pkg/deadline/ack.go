@@ -289,8 +289,14 @@ func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
 				p.HDel(ctx, s.keys.State(slot), device),
 				p.ZRem(ctx, s.keys.Dead(slot), device))
 		}
+		// Its registration, parent link and own timeout go with it; none of them counts as found.
+		p.HDel(ctx, s.keys.registry(device), device)
+		p.HDel(ctx, s.keys.parents(device), device)
+		p.HDel(ctx, s.keys.overrides(), device)
+		p.Incr(ctx, s.keys.overridesVersion())
 		return nil
 	})
+	s.links.written.forget(device)
 	if err != nil {
 		return false, fmt.Errorf("deadline: delete %q: %w", device, err)
 	}

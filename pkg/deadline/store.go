@@ -30,7 +30,8 @@ type Store struct {
 	recordPrefix string
 	records      atomic.Uint64
 
-	links parentLinks // parents.go
+	links     parentLinks    // parents.go
+	perDevice perDeviceTypes // registry.go
 }
 
 // Options configures a Store.
@@ -212,6 +213,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	if len(signals) == 0 {
 		return nil
 	}
+	s.applyOverrides(signals)
 	now := s.now().UnixMilli()
 	layout := s.layout.Load()
 	var moved movedSignals

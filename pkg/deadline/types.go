@@ -51,6 +51,9 @@ type typeRegistry struct {
 	byName     map[string]int  // every name the registry holds (at most MaxTypes)
 	byIdx      map[int]string  // the same, by index
 	configured map[string]bool // the names of the last Load; nil before it (then every name is unknown)
+	// perDevice are the per-device timeout names ("<type>@<timeout>", registry.go) the operator
+	// registered; they survive a Load.
+	perDevice map[string]bool
 }
 
 func newTypeRegistry(rdb redis.UniversalClient, key string) *typeRegistry {
@@ -70,6 +73,21 @@ func (r *typeRegistry) configure(names []string) {
 	r.mu.Unlock()
 }
 
+// allow lets a per-device timeout name resolve to its own index, registering it in Redis.
+func (r *typeRegistry) allow(ctx context.Context, name string) (int, error) {
+	r.mu.Lock()
+	if r.perDevice == nil {
+		r.perDevice = map[string]bool{}
+	}
+	r.perDevice[name] = true
+	i, ok := r.byName[name]
+	r.mu.Unlock()
+	if ok {
+		return i, nil
+	}
+	return r.register(ctx, name)
+}
+
 // index returns name's index. A name that is not configured gets the default type's index and touches
 // neither Redis nor the cache; a configured one is normally cached since Load registered it.
 func (r *typeRegistry) index(ctx context.Context, name string) (int, error) {
@@ -78,7 +96,7 @@ func (r *typeRegistry) index(ctx context.Context, name string) (int, error) {
 	}
 	r.mu.RLock()
 	i, ok := r.byName[name]
-	known := r.configured[name]
+	known := r.configured[name] || r.perDevice[name]
 	r.mu.RUnlock()
 	switch {
 	case !known:
@@ -213,6 +231,7 @@ func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(),
 // reply is nil when none is late. Only an untyped signal older than the shortest timeout and younger
 // than the longest costs a read: one round trip for the batch, for the types recorded.
 func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time) ([]bool, error) {
+	s.applyOverrides(signals)
 	now := s.now().UnixMilli()
 	at := func(i int) int64 {
 		if received == nil {

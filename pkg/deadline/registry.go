@@ -1,0 +1,265 @@
+package deadline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The device registry (SPEC §9, PUT /v1/devices/{id}): devices an operator expects, with an optional
+// type, per-device timeout, parent and labels. Like the parent links it lives apart from the slots, and a
+// device that is not registered pays nothing on the signal path:
+//
+//   - <prefix>:registry:{<bucket>}: HASH device → its Registration as JSON (bucket as for parent links);
+//   - <prefix>:overrides: HASH device → its per-device timeout type "<type>@<timeout>", with
+//     <prefix>:overrides:version bumped on every change. Each replica keeps the table in memory
+//     (SyncOverrides) and records a signal of such a device under that name, so its deadline is the
+//     signal time + its own timeout, whatever type the signal names.
+
+func (k Keyspace) registry(device string) string {
+	return k.prefix + ":registry:{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(device))%parentBuckets)) + "}"
+}
+
+func (k Keyspace) overrides() string        { return k.prefix + ":overrides" }
+func (k Keyspace) overridesVersion() string { return k.prefix + ":overrides:version" }
+
+// Registration is what the registry holds of one device.
+type Registration struct {
+	Type      string            `json:"device_type,omitempty"`
+	TimeoutMs int64             `json:"timeout_ms,omitempty"` // 0: the type's
+	Labels    map[string]string `json:"labels,omitempty"`
+	At        int64             `json:"registered_ms"` // unix ms of the last registration
+}
+
+// PerDeviceType is the type name a device with its own timeout is recorded under: "<type>@<timeout>".
+// Configured type names cannot hold "@" (config validation), so it never collides with one.
+func PerDeviceType(typ string, timeout time.Duration) string {
+	if typ == "" {
+		typ = DefaultType
+	}
+	return typ + "@" + timeout.String()
+}
+
+// expectScript puts registered devices that Redis knows nothing of into a slot's deadlines set, so they
+// alarm at their deadlines if they never signal; a device already known (a deadline, an open incident) is
+// left as it is: its next signal applies the registration.
+//
+// KEYS[1] deadlines  KEYS[2] state  ARGV: pairs device, score
+// Reply: how many devices were added.
+var expectScript = newScript(`
+local added = 0
+for i = 1, #ARGV, 2 do
+  local m = ARGV[i]
+  if not redis.call('ZSCORE', KEYS[1], m) and redis.call('HEXISTS', KEYS[2], m) == 0 then
+    redis.call('ZADD', KEYS[1], ARGV[i+1], m)
+    added = added + 1
+  end
+end
+return added`)
+
+// Register records devices' registrations in bulk, one round trip per call after the per-device types are
+// known: their registry entries, parent links and per-device timeouts, and a deadline at now + timeout for
+// each device Redis knew nothing of. parents[i] is device i's parent ("" leaves its link alone). It
+// returns how many devices were new to Redis (expected from now on).
+func (s *Store) Register(ctx context.Context, devices []string, regs []Registration, parents []string) (int, error) {
+	if len(devices) == 0 {
+		return 0, nil
+	}
+	now := s.now()
+	l := s.layout.Load()
+	table := s.perDevice.table.Load()
+	pipe := s.rdb.Pipeline()
+	bySlot := map[int][]any{}
+	changed := false
+	for i, dev := range devices {
+		reg := regs[i]
+		reg.At = now.UnixMilli()
+		b, err := json.Marshal(reg)
+		if err != nil {
+			return 0, fmt.Errorf("deadline: register %q: %w", dev, err)
+		}
+		pipe.HSet(ctx, s.keys.registry(dev), dev, b)
+		if p := parents[i]; p != "" {
+			pipe.HSet(ctx, s.keys.parents(dev), dev, p)
+			pipe.SAdd(ctx, s.keys.Children(p), dev)
+			pipe.Set(ctx, s.keys.parentsInUse(), 1, 0)
+			s.links.written.forget(dev)
+		}
+		name := reg.Type
+		timeout := s.timeout(name)
+		if reg.TimeoutMs > 0 {
+			timeout = time.Duration(reg.TimeoutMs) * time.Millisecond
+			name = PerDeviceType(reg.Type, timeout)
+			pipe.HSet(ctx, s.keys.overrides(), dev, name)
+			changed = true
+		} else if table != nil && table.byDev[dev] != "" { // an override removed
+			pipe.HDel(ctx, s.keys.overrides(), dev)
+			changed = true
+		}
+		idx, err := s.typeIndexFor(ctx, name, reg.TimeoutMs > 0)
+		if err != nil {
+			return 0, err
+		}
+		slot := Slot(dev, l.Slots)
+		score := strconv.FormatInt(now.Add(timeout).UnixMilli()*MaxTypes+int64(idx), 10)
+		bySlot[slot] = append(bySlot[slot], dev, score)
+	}
+	if changed {
+		pipe.Incr(ctx, s.keys.overridesVersion())
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("deadline: register: %w", err)
+	}
+	if containsNonEmpty(parents) {
+		s.links.inUse.Store(true)
+	}
+	if changed {
+		if err := s.SyncOverrides(ctx); err != nil {
+			return 0, err
+		}
+	}
+	// After the registry: a device expected from now on has its registration to alarm with.
+	calls := make([]scriptCall, 0, len(bySlot))
+	for slot, args := range bySlot {
+		calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.State(slot)}, args: args})
+	}
+	cmds, err := s.runAll(ctx, expectScript, calls)
+	if err != nil {
+		return 0, fmt.Errorf("deadline: register: %w", err)
+	}
+	added := 0
+	for _, c := range cmds {
+		n, _ := c.Int()
+		added += n
+	}
+	return added, nil
+}
+
+func containsNonEmpty(list []string) bool {
+	for _, v := range list {
+		if v != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// typeIndexFor is the type index a registration records; a per-device timeout name is registered first.
+func (s *Store) typeIndexFor(ctx context.Context, name string, perDevice bool) (int, error) {
+	if perDevice {
+		return s.types.allow(ctx, name)
+	}
+	return s.types.index(ctx, name)
+}
+
+// Registrations returns each device's registration (nil when it has none), one round trip.
+func (s *Store) Registrations(ctx context.Context, devices []string) ([]*Registration, error) {
+	out := make([]*Registration, len(devices))
+	if len(devices) == 0 {
+		return out, nil
+	}
+	byKey := map[string][]int{}
+	for i, d := range devices {
+		k := s.keys.registry(d)
+		byKey[k] = append(byKey[k], i)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make(map[string]*redis.SliceCmd, len(byKey))
+	for k, idx := range byKey {
+		fields := make([]string, len(idx))
+		for j, i := range idx {
+			fields[j] = devices[i]
+		}
+		cmds[k] = pipe.HMGet(ctx, k, fields...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("deadline: registrations: %w", err)
+	}
+	for k, idx := range byKey {
+		for j, v := range cmds[k].Val() {
+			if str, ok := v.(string); ok {
+				var r Registration
+				if json.Unmarshal([]byte(str), &r) == nil {
+					out[idx[j]] = &r
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// Labels returns each device's registered labels (nil when none).
+func (s *Store) Labels(ctx context.Context, devices []string) ([]map[string]string, error) {
+	regs, err := s.Registrations(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]string, len(devices))
+	for i, r := range regs {
+		if r != nil {
+			out[i] = r.Labels
+		}
+	}
+	return out, nil
+}
+
+// overrideTable is the per-device timeout names this replica applies to signals, and the version of the
+// table in Redis it was read at.
+type overrideTable struct {
+	version int64
+	byDev   map[string]string
+}
+
+// perDeviceTypes holds the current overrideTable.
+type perDeviceTypes struct{ table atomic.Pointer[overrideTable] }
+
+// SyncOverrides reads the per-device timeout table when its version in Redis moved since the last read.
+// The daemon calls it every few seconds; a registration applies on every replica within that long.
+func (s *Store) SyncOverrides(ctx context.Context) error {
+	v, err := s.rdb.Get(ctx, s.keys.overridesVersion()).Int64()
+	if errors.Is(err, redis.Nil) {
+		v, err = 0, nil
+	}
+	if err != nil {
+		return fmt.Errorf("deadline: overrides version: %w", err)
+	}
+	if cur := s.perDevice.table.Load(); cur != nil && cur.version == v {
+		return nil
+	}
+	all, err := s.rdb.HGetAll(ctx, s.keys.overrides()).Result()
+	if err != nil {
+		return fmt.Errorf("deadline: overrides: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, name := range all {
+		if !seen[name] {
+			seen[name] = true
+			if _, err := s.types.allow(ctx, name); err != nil {
+				return err
+			}
+		}
+	}
+	s.perDevice.table.Store(&overrideTable{version: v, byDev: all})
+	return nil
+}
+
+// applyOverrides records the signals of devices with their own timeout under its name. A fleet without
+// any pays one atomic load per batch.
+func (s *Store) applyOverrides(signals []Signal) {
+	t := s.perDevice.table.Load()
+	if t == nil || len(t.byDev) == 0 {
+		return
+	}
+	for i := range signals {
+		if name, ok := t.byDev[signals[i].Device]; ok {
+			signals[i].Type = name
+		}
+	}
+}
