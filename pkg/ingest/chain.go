@@ -75,6 +75,8 @@ type Chain struct {
 	pool    sync.Pool
 
 	unknown *unknownTypes
+	// intervals samples the accepted signals for the timeout advice (nil: none).
+	intervals *Intervals
 
 	wg      sync.WaitGroup
 	running atomic.Bool
@@ -153,6 +155,7 @@ func NewChain(refresher Refresher, deadLetters event.DeadLetterSink, opts ChainO
 		freed:     make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		ring:      make([]*batch, opts.MaxInFlight),
+		intervals: newIntervals(),
 	}
 	c.unknown = newUnknownTypes(c.log)
 	c.pool.New = func() any {
@@ -213,6 +216,7 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 		c.unknown.note(d.typ, d.device, now)
 		d.typ = deadline.DefaultType // a device-chosen name is never recorded (SPEC §4)
 	}
+	c.intervals.observe(d.device, d.typ, seen)
 	select {
 	case c.in <- item{sig: deadline.Signal{Device: d.device, Type: d.typ, Parent: d.parent, Seen: seen}, received: received, ack: m.Ack, src: src}:
 		return nil
