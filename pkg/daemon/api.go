@@ -22,6 +22,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 	"github.com/heartbeatd/heartbeatd/pkg/statuspage"
 )
 
@@ -63,6 +64,8 @@ type APIOptions struct {
 	Events *alarm.Acts
 	// Stream feeds GET /v1/events/stream and GET /v1/devices/{id}/events; nil = one nothing feeds.
 	Stream *EventStream
+	// Advice is this replica's timeout advice (/v1/stats?advice=true); nil = none is offered.
+	Advice func() ingest.TimeoutAdvice
 }
 
 // DefaultTypeCountsTTL: per-type counts scan every device, so they are at most this stale and cost at
@@ -489,6 +492,9 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		body["by_type"] = map[string]any{"online": tc.online, "interrupted": tc.interrupted, "as_of": tc.at.UTC()}
+	}
+	if r.URL.Query().Get("advice") == "true" && a.Advice != nil {
+		body["advice"] = a.Advice()
 	}
 	writeJSON(w, http.StatusOK, body)
 }

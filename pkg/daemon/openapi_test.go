@@ -26,6 +26,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
 const openAPIFile = "openapi.yaml"
@@ -288,6 +289,11 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		Outages: alarm.NewCorrelator(alarm.CorrelatorOptions{Client: f.store.Client(), Store: f.store,
 			Correlation: config.Correlation{By: []string{"device_type"}, MinDevices: 2, Window: time.Second}}),
 	}
+	opts.Advice = func() ingest.TimeoutAdvice {
+		return ingest.TimeoutAdvice{Replica: "r1", Types: map[string]ingest.TypeAdvice{"default": {Timeout: ingest.Duration(time.Minute)},
+			"gateway": {Timeout: ingest.Duration(time.Minute), Devices: 12, Samples: 480, P50: ingest.Duration(30 * time.Second),
+				P99: ingest.Duration(31 * time.Second), SuggestedTimeout: ingest.Duration(100 * time.Second)}}}
+	}
 	srv := httptest.NewServer(NewAPI(opts))
 	t.Cleanup(srv.Close)
 	startingOpts := opts
@@ -356,6 +362,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("GET /v1/outages/{id}", "/v1/outages/outage:device_type:nothing/1", token, "", http.StatusNotFound)
 	do("GET /v1/stats", "/v1/stats", token, "", http.StatusOK)
 	do("GET /v1/stats", "/v1/stats?by_type=true", token, "", http.StatusOK)
+	require.Contains(t, string(do("GET /v1/stats", "/v1/stats?advice=true", token, "", http.StatusOK)), `"suggested_timeout":"1m40s"`)
 	do("POST /v1/dead/requeue", "/v1/dead/requeue", token, "", http.StatusOK)
 
 	do("POST /v1/silences", "/v1/silences", token, `{"device_type":"gateway","for":"2h","comment":"firmware roll-out"}`, http.StatusCreated)
