@@ -50,7 +50,7 @@ func Sampled(device string) bool {
 // chain accepts a valid signal. Coalesced signals count, since coalescing only skips a Redis write and
 // the timeout must cover how often the device really signals; a signal not newer than the device's
 // latest (out of order, replayed) adds none, as it moves no deadline; a late one counts from its own ts,
-// so delivery delays, which the hold-back covers, do not inflate the cadence. A signal that names no type
+// so the interval is the device's cadence, not how long delivery took. A signal that names no type
 // counts under the type the same device last named, else under default, as Redis records it (SPEC §4);
 // a device typed only by PUT /v1/devices/{id} whose signals never name one counts under default.
 // With several replicas each sees the signals it reads, so its advice is its share of the sample.
