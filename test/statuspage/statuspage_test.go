@@ -62,8 +62,8 @@ func (f *fleet) signal(t testing.TB, devices ...string) {
 	}
 }
 
-// get reads a JSON answer of the API with the token.
-func (f *fleet) get(t testing.TB, path string, v any) time.Duration {
+// call GETs path from the API with the token: the status, the body and how long the answer took.
+func (f *fleet) call(t testing.TB, path string) (int, []byte, time.Duration) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, f.hb.HTTP+path, nil)
 	require.NoError(t, err)
@@ -73,11 +73,24 @@ func (f *fleet) get(t testing.TB, path string, v any) time.Duration {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	took := time.Since(start)
 	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, body)
+	return resp.StatusCode, body, time.Since(start)
+}
+
+// get reads a 200 JSON answer of the API into v and returns how long it took.
+func (f *fleet) get(t testing.TB, path string, v any) time.Duration {
+	t.Helper()
+	status, body, took := f.call(t, path)
+	require.Equal(t, http.StatusOK, status, "%s: %s", path, body)
 	require.NoError(t, json.Unmarshal(body, v))
 	return took
+}
+
+// status is the status of the API's answer to GET path.
+func (f *fleet) status(t testing.TB, path string) int {
+	t.Helper()
+	status, _, _ := f.call(t, path)
+	return status
 }
 
 // awaitInterrupted waits until the API counts n interrupted devices.
@@ -173,8 +186,8 @@ func row(device string) string {
 }
 
 // TestStatusPage: with interrupted devices in the fleet, an operator opens the page, enters the token,
-// finds them listed, acknowledges one with the button and sees it acked, and sees a new interruption
-// arrive without reloading.
+// finds them listed, acknowledges one with the button and sees it acked, silences another, ends the
+// silence and deletes the device, and sees a new interruption arrive without reloading.
 func TestStatusPage(t *testing.T) {
 	exe := chromium(t)
 	f := startFleet(t, 8, `
@@ -206,10 +219,29 @@ types:
 	require.False(t, eval[bool](t, b, row("dev-1")+`.querySelector(".status").textContent.includes("acked")`), "only dev-2")
 	b.do(t, "close the drawer", chromedp.Click(chromedp.CSS(`#drawer [data-close]`)), chromedp.WaitNotVisible(chromedp.ID("drawer")))
 
+	b.do(t, "silence dev-1 for the default 2h",
+		until(row("dev-1")+`.querySelector("button").click() === undefined`),
+		chromedp.WaitVisible(chromedp.ID("act-silence-device")), chromedp.Click(chromedp.ID("act-silence-device")),
+		chromedp.WaitVisible(chromedp.ID("act-submit")), chromedp.Click(chromedp.ID("act-submit")),
+		until(row("dev-1")+`?.querySelector(".status").textContent.includes("silenced")`))
+	b.do(t, "end the silence from the silences table",
+		until(`[...document.querySelectorAll("#silences tbody tr")].find(r => r.textContent.includes("device dev-1"))?.querySelector(".end-silence").click() === undefined`),
+		until(`!`+row("dev-1")+`?.querySelector(".status").textContent.includes("silenced")`))
+	var silences struct{ Silences []struct{ Ends time.Time } }
+	f.get(t, "/v1/silences", &silences)
+	for _, s := range silences.Silences {
+		require.False(t, s.Ends.After(time.Now()), "the silence was ended: %+v", silences)
+	}
+	b.do(t, "delete dev-1", chromedp.WaitVisible(chromedp.ID("act-delete")), chromedp.Click(chromedp.ID("act-delete")),
+		chromedp.WaitVisible(chromedp.ID("act-submit")), chromedp.Click(chromedp.ID("act-submit")),
+		until(`!`+row("dev-1")), chromedp.WaitNotVisible(chromedp.ID("drawer")),
+		until(`document.getElementById("count-interrupted").textContent === "2"`))
+	require.Equal(t, http.StatusNotFound, f.status(t, "/v1/devices/dev-1"), "dev-1 was deleted")
+
 	b.do(t, "the live stream is connected", until(`document.getElementById("live").classList.contains("on")`))
 	f.signal(t, "dev-live")
 	b.do(t, "a new interruption arrives live", until(row("dev-live")),
-		until(`document.getElementById("count-interrupted").textContent === "4"`),
+		until(`document.getElementById("count-interrupted").textContent === "3"`),
 		until(`[...document.querySelectorAll("#activity li")].some(li => li.textContent.includes("dev-live"))`))
 
 	require.Equal(t, token, eval[string](t, b, `sessionStorage.getItem("heartbeatd.token")`))
