@@ -45,13 +45,17 @@ type APIOptions struct {
 	Health *Health
 	// Notes are conditions /readyz names without failing (name → why), such as a Redis that may evict
 	// deadlines; nil = none.
-	Notes       func() map[string]string
-	Reload      func() error
-	OwnedSlots  func() []int
-	Timeout     func(typeName string) time.Duration // for last_seen = deadline − timeout
-	Token       string
-	Gatherer    prometheus.Gatherer
-	MaxBodySize int64
+	Notes      func() map[string]string
+	Reload     func() error
+	OwnedSlots func() []int
+	Timeout    func(typeName string) time.Duration // for last_seen = deadline − timeout
+	// KnownType says whether a type name is configured (registrations name only those).
+	KnownType func(typeName string) bool
+	// MaxImportBytes bounds an import's body; default MaxImportBytes.
+	MaxImportBytes int64
+	Token          string
+	Gatherer       prometheus.Gatherer
+	MaxBodySize    int64
 	// TypeCountsTTL is how long per-type counts (/v1/stats?by_type=true) are served from memory before
 	// the next request scans the fleet again; default DefaultTypeCountsTTL.
 	TypeCountsTTL time.Duration
@@ -89,6 +93,9 @@ func NewAPI(opts APIOptions) http.Handler {
 	}
 	if opts.MaxBodySize <= 0 {
 		opts.MaxBodySize = config.DefaultMaxBodyBytes
+	}
+	if opts.MaxImportBytes <= 0 {
+		opts.MaxImportBytes = MaxImportBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -134,6 +141,8 @@ func (a *api) routes() []route {
 		{"POST /v1/devices/{id}/ack", false, a.ack},
 		{"DELETE /v1/devices/{id}", false, a.deleteDevice},
 		{"GET /v1/stats", false, a.stats},
+		{"PUT /v1/devices/{id}", false, a.putDevice},
+		{"POST /v1/devices:import", false, a.importDevices},
 		{"GET /v1/outages", false, a.outages},
 		{"GET /v1/outages/{id...}", false, a.outage},
 		{"POST /v1/dead/requeue", false, a.requeue},
@@ -200,7 +209,11 @@ func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, a.MaxBodySize)
+		limit := a.MaxBodySize
+		if r.URL.Path == importPath {
+			limit = a.MaxImportBytes // streamed a batch at a time (registry.go)
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		h(w, r)
 	}
 }
@@ -305,7 +318,7 @@ func ptr(t time.Time) *time.Time {
 }
 
 func (a *api) view(d deadline.Device) DeviceView {
-	v := DeviceView{DeviceID: d.ID, DeviceType: d.Type, State: "unknown", Parent: d.Parent}
+	v := DeviceView{DeviceID: d.ID, DeviceType: config.BaseType(d.Type), State: "unknown", Parent: d.Parent}
 	dl := d.Deadline
 	if d.Incident != nil {
 		v.State = "interrupted"
@@ -347,6 +360,14 @@ func (a *api) device(w http.ResponseWriter, r *http.Request) {
 func (a *api) devices(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	opts := deadline.ListOptions{Type: q.Get("type"), Cursor: q.Get("cursor"), Limit: 100}
+	var labelName, labelValue string
+	if v := q.Get("label"); v != "" {
+		var err error
+		if labelName, labelValue, err = labelFilter(v); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
 	switch q.Get("state") {
 	case "", "online":
 	case "interrupted":
@@ -371,6 +392,12 @@ func (a *api) devices(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.internal(w, err)
 		return
+	}
+	if labelName != "" { // a page may come out shorter; the cursor still walks the whole fleet
+		if page, err = a.withLabel(r.Context(), page, labelName, labelValue); err != nil {
+			a.internal(w, err)
+			return
+		}
 	}
 	views := make([]DeviceView, 0, len(page))
 	for _, d := range page {
@@ -407,7 +434,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if before.Incident != nil {
-		a.Events.Publish(r.Context(), alarm.AckedEvent(id, before.Type, *before.Incident, a.Timeout(before.Type), act, a.Now()))
+		a.Events.Publish(r.Context(), alarm.AckedEvent(id, config.BaseType(before.Type), *before.Incident, a.Timeout(before.Type), act, a.Now()))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"device_id": id, "acked": true})
 }
@@ -437,7 +464,7 @@ func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
 	if d.Incident != nil {
 		dl = d.Incident.DeadlineTime()
 	}
-	a.Events.Publish(r.Context(), alarm.DeletedEvent(id, d.Type, dl, a.Timeout(d.Type), act, a.Now()))
+	a.Events.Publish(r.Context(), alarm.DeletedEvent(id, config.BaseType(d.Type), dl, a.Timeout(d.Type), act, a.Now()))
 	w.WriteHeader(http.StatusNoContent)
 }
 

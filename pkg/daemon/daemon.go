@@ -238,7 +238,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Store: d.store, Acts: acts, Now: d.clock.Now, Logger: log})
 	d.correlator = alarm.NewCorrelator(alarm.CorrelatorOptions{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
-		Sink: sink, ReplicaID: replica, Now: d.clock.Now, Logger: log, Registerer: reg})
+		Sink: sink, ReplicaID: replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, Registerer: reg})
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load, Correlator: d.correlator,
 		Sink:     sink,
 		Silences: d.silences, ParentWait: cfg.Detection.ParentWait, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,
@@ -258,7 +258,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Token: cfg.HTTP.Token,
 			Advice:   func() ingest.TimeoutAdvice { return d.chain.Intervals().Advise(d.replica, d.policies.Load()) },
 			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
-			Outages: d.correlator}),
+			Outages: d.correlator, KnownType: d.knownType}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      60 * time.Second, // by_type stats scan every device
@@ -318,6 +318,24 @@ func (d *daemon) buildSources() error {
 func (d *daemon) timeout(typeName string) time.Duration {
 	p, _ := d.policies.Load().Lookup(typeName)
 	return p.Timeout
+}
+
+// knownType says whether a type name is configured.
+func (d *daemon) knownType(name string) bool {
+	_, ok := d.policies.Load().Lookup(name)
+	return ok
+}
+
+// syncOverrides keeps this replica's table of per-device timeouts in step with the registry, so a
+// registration made through any replica applies to the signals every replica writes within seconds.
+func (d *daemon) syncOverrides(ctx context.Context) error {
+	loop.Every(ctx, loop.Options{Interval: 2 * time.Second, Immediate: true, MaxBackoff: 30 * time.Second,
+		OnError: func(err error, failures int, retryIn time.Duration) {
+			if failures == 1 || failures%10 == 0 {
+				d.log.Warn("reading the per-device timeouts failed; retrying", zap.Error(err), zap.Duration("retry_in", retryIn))
+			}
+		}}, d.store.SyncOverrides)
+	return nil
 }
 
 // repeatEvery is a type's repeat interval under the current policies, for the claims to commit with.
@@ -478,6 +496,7 @@ func (d *daemon) run(ctx context.Context) error {
 			Types: func() []string { return d.policies.Load().Names() }, Logger: d.log})
 	})
 	lc.add("redis eviction policy", d.eviction.run)
+	lc.add("per-device timeouts", d.syncOverrides)
 	lc.add("config reloads", d.reloads)
 	lc.add("ownership", d.ownership.Run)
 	lc.add("clock", d.clock.Run)

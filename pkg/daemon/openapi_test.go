@@ -285,7 +285,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		},
 		OwnedSlots: func() []int { return []int{0, 1, 2, 3} },
 		Timeout:    func(string) time.Duration { return time.Minute }, Token: token, Gatherer: prometheus.NewRegistry(),
-		MaxBodySize: 1024, Now: func() time.Time { return f.now }, Stream: NewEventStream(StreamOptions{MaxClients: 1}),
+		MaxBodySize: 1024, Now: func() time.Time { return f.now }, KnownType: func(n string) bool { return n == "gateway" || n == "default" },
+		MaxImportBytes: 4096, Stream: NewEventStream(StreamOptions{MaxClients: 1}),
 		Outages: alarm.NewCorrelator(alarm.CorrelatorOptions{Client: f.store.Client(), Store: f.store,
 			Correlation: config.Correlation{By: []string{"device_type"}, MinDevices: 2, Window: time.Second}}),
 	}
@@ -384,6 +385,33 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("DELETE /v1/silences/{id}", "/v1/silences/"+id+"?by=alice&note=done", token, "", http.StatusNoContent)
 	do("DELETE /v1/silences/{id}", "/v1/silences/"+id, token, "", http.StatusNotFound)
 	do("DELETE /v1/devices/{id}", "/v1/devices/gw-1?note="+strings.Repeat("x", 1100), token, "", http.StatusBadRequest)
+	do("PUT /v1/devices/{id}", "/v1/devices/meter-1", token, `{"device_type":"gateway","timeout":"90s","parent":"gw-1","labels":{"site":"berlin"}}`, http.StatusOK)
+	do("GET /v1/devices", "/v1/devices?label=site=berlin", token, "", http.StatusOK)
+	do("GET /v1/devices", "/v1/devices?label=site", token, "", http.StatusBadRequest)
+	for _, bad := range []string{`{"device_type":"no-such-type"}`, `{"timeout":"5ms"}`, `{"parent":"meter-1"}`, `{"labels":{"1x":"a"}}`} {
+		do("PUT /v1/devices/{id}", "/v1/devices/meter-1", token, bad, http.StatusBadRequest)
+	}
+	do("PUT /v1/devices/{id}", "/v1/devices/meter-1", token, `{"labels":{"a":"`+strings.Repeat("x", 2000)+`"}}`, http.StatusRequestEntityTooLarge)
+	importAs := func(contentType, body string, want int) {
+		t.Helper()
+		req, err := newRequest("POST", srv.URL+"/v1/devices:import", token, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", contentType)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, "%s", raw)
+		ptr := operationPointer("POST /v1/devices:import") + "/responses/" + strconv.Itoa(resp.StatusCode)
+		d.checkResponse(t, "POST /v1/devices:import → "+strconv.Itoa(resp.StatusCode), ptr, resp, raw)
+		seen[ptr] = true
+	}
+	importAs("application/x-ndjson", `{"device_id":"m-2","labels":{"site":"oslo"}}`+"\n"+`{"device_id":""}`+"\n", http.StatusOK)
+	importAs("text/csv", "device_id,timeout,labels\nm-3,2m,site=oslo;floor=2\n", http.StatusOK)
+	importAs("text/csv", "colour\nred\n", http.StatusBadRequest)
+	importAs("application/xml", "<devices/>", http.StatusUnsupportedMediaType)
+	importAs("text/csv", "device_id\n"+strings.Repeat("m-5\n", 2000), http.StatusRequestEntityTooLarge)
 	do("DELETE /v1/devices/{id}", "/v1/devices/gw-1", token, "", http.StatusNoContent)
 	do("DELETE /v1/devices/{id}", "/v1/devices/gw-1", token, "", http.StatusNotFound)
 
@@ -453,6 +481,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("DELETE /v1/devices/{id}", "/v1/devices/dev-1", token, "", http.StatusServiceUnavailable)
 	do("GET /v1/stats", "/v1/stats", token, "", http.StatusServiceUnavailable)
 	do("GET /v1/outages", "/v1/outages", token, "", http.StatusServiceUnavailable)
+	do("PUT /v1/devices/{id}", "/v1/devices/dev-1", token, `{}`, http.StatusServiceUnavailable)
+	importAs("text/csv", "device_id\nm-4\n", http.StatusServiceUnavailable)
 	do("GET /v1/outages/{id}", "/v1/outages/x", token, "", http.StatusServiceUnavailable)
 	do("POST /v1/dead/requeue", "/v1/dead/requeue", token, "", http.StatusServiceUnavailable)
 	do("POST /v1/silences", "/v1/silences", token, `{"device_id":"a","for":"1h"}`, http.StatusServiceUnavailable)
