@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -296,7 +297,8 @@ func (s *Silences) Rearm(ctx context.Context, sil Silence, now time.Time) (int, 
 			for i, v := range states {
 				// Members without a state are in-flight records' leases, not incidents.
 				if str, ok := v.(string); ok {
-					if st, err := deadline.DecodeState(str); err == nil && store.TypeName(ctx, st.TypeIndex) == sil.DeviceType {
+					st, err := deadline.DecodeState(str)
+					if err == nil && config.BaseType(store.TypeName(ctx, st.TypeIndex)) == sil.DeviceType {
 						ours = append(ours, members[i])
 					}
 				}
@@ -326,7 +328,7 @@ func (s *Silences) deviceType(ctx context.Context, sil Silence) string {
 	if err != nil || !found {
 		return ""
 	}
-	return d.Type
+	return config.BaseType(d.Type)
 }
 
 // SilencedUntil is when the latest silence covering device (of type typ) at now ends; zero when none does.
