@@ -48,8 +48,8 @@ func (d *daemon) buildAlertmanager(am config.Alertmanager, reg prometheus.Regist
 			s, ok := d.silences.Lookup(id)
 			return s.DeviceID, s.DeviceType, ok
 		},
-		Outages: d.openOutages,
-		Now:     d.clock.Now, Logger: d.log, Registerer: reg})
+		Outages: d.openOutages, OutageOf: d.outageMembers,
+		Now: d.clock.Now, Logger: d.log, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -71,4 +71,56 @@ func (d *daemon) openOutages(ctx context.Context) ([]alertmanager.Outage, error)
 		}
 	}
 	return open, nil
+}
+
+// outageMembers names the open outage each incident is a member of, as the alarm loop marks its
+// interrupted event: the open outage of the device's first group that has one, if it began before the
+// interruption was reported.
+func (d *daemon) outageMembers(ctx context.Context, incs []alertmanager.Incident) ([]string, error) {
+	out := make([]string, len(incs))
+	corr := d.correlator
+	if corr == nil || len(incs) == 0 {
+		return out, nil
+	}
+	devices := make([]string, len(incs))
+	for i, inc := range incs {
+		devices[i] = inc.Device
+	}
+	labels, err := corr.Labels(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	groups := make([][]string, len(incs))
+	var all []string
+	for i, inc := range incs {
+		var l map[string]string
+		if labels != nil {
+			l = labels[i]
+		}
+		groups[i] = corr.Groups(config.BaseType(inc.Type), inc.Parent, l)
+		all = append(all, groups[i]...)
+	}
+	open, err := corr.Open(ctx, all)
+	if err != nil || len(open) == 0 {
+		return out, err
+	}
+	started := map[string]time.Time{}
+	outages, err := d.openOutages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range outages {
+		started[o.ID] = o.StartedAt
+	}
+	for i := range incs {
+		for _, g := range groups[i] {
+			if id := open[g]; id != "" {
+				if start, ok := started[id]; ok && !incs[i].InterruptedAt.Before(start) {
+					out[i] = id
+				}
+				break
+			}
+		}
+	}
+	return out, nil
 }

@@ -49,11 +49,11 @@ func startStack(t *testing.T) *stack {
 // out after a second and repeat a minute later, so every alert change in a test is the output's doing.
 func (s *stack) daemon(replica string, resend time.Duration) *testenv.Heartbeatd {
 	s.t.Helper()
-	return s.daemonTo(replica, resend, s.am.URL)
+	return s.daemonTo(replica, resend, s.am.URL, "")
 }
 
-// daemonTo is daemon posting to url.
-func (s *stack) daemonTo(replica string, resend time.Duration, url string) *testenv.Heartbeatd {
+// daemonTo is daemon posting to url, with further config sections.
+func (s *stack) daemonTo(replica string, resend time.Duration, url, sections string) *testenv.Heartbeatd {
 	s.t.Helper()
 	servers := testenv.HeartbeatdConfig{Redis: s.redis.Addr, Slots: 16, MQTT: s.broker.Addr, ClientID: "am-" + replica,
 		Kafka: s.kafka.Addrs, Alertmanager: []string{url}}
@@ -62,9 +62,10 @@ func (s *stack) daemonTo(replica string, resend time.Duration, url string) *test
 types:
   default: {timeout: 1s, repeat_every: 1m}
   slow: {timeout: 1h}
+  cell: {timeout: 1s, repeat_every: 1m}
 detection: {grace_after_outage: 100ms}
 log: {level: info}
-`),
+` + sections),
 		Env: []string{"HEARTBEATD_CLUSTER_REPLICA_ID=" + replica,
 			"HEARTBEATD_OUTPUTS_ALERTMANAGER_RESEND_EVERY=" + resend.String(),
 			"HEARTBEATD_OUTPUTS_ALERTMANAGER_TIMEOUT=500ms",
@@ -130,7 +131,9 @@ func (s *stack) alerts() map[string]testenv.Alert {
 			continue
 		}
 		d := a.Labels["device_id"]
-		require.NotContains(s.t, out, d, "two alerts for %s: %v and %v", d, out[d].Labels, a.Labels)
+		if prev, dup := out[d]; dup {
+			s.t.Fatalf("two alerts for %s: %v and %v", d, prev.Labels, a.Labels)
+		}
 		out[d] = a
 	}
 	return out
@@ -225,7 +228,7 @@ func TestAlertsFireRefreshAndResolve(t *testing.T) {
 func TestAlertmanagerOutage(t *testing.T) {
 	s := startStack(t)
 	p := startProxy(t, strings.TrimPrefix(s.am.URL, "http://"))
-	h := s.daemonTo("r1", 2*time.Minute, p.URL())
+	h := s.daemonTo("r1", 2*time.Minute, p.URL(), "")
 	s.signal("dev-a", "dev-c")
 	s.events(event.Interrupted, "dev-a", "dev-c")
 	s.awaitAlerts("both fire", has("dev-a", "dev-c"))
@@ -282,4 +285,85 @@ func TestTwoReplicasPostOneAlertPerDevice(t *testing.T) {
 		require.NoError(t, err)
 		require.NotContains(t, metrics, `heartbeatd_alertmanager_posts_total{result="ok"} 0`, "each replica posts its share")
 	}
+}
+
+// A suppressed child and the members of a correlated outage carry inhibited_by, the outage is one
+// DeviceOutage alert, and a restarted heartbeatd (nothing remembered) re-posts every alert with the
+// labels it fired with: no second alert for any device.
+func TestInhibitedLabelsSurviveARestart(t *testing.T) {
+	s := startStack(t)
+	h := s.daemonTo("r1", time.Second, s.am.URL, "correlation: {by: [device_type], min_devices: 3, window: 10s}\n")
+	s.signalAs(`{"type":"cell"}`, "cell-0", "cell-1", "cell-2")
+	s.signal("gw-1")
+	s.signalAs(`{"parent":"gw-1"}`, "child-1")
+	outage := s.outageStarted()
+	s.signalAs(`{"type":"cell"}`, "cell-3", "cell-4") // interrupted while the outage is open: its members
+	members := s.events(event.Interrupted, "cell-3", "cell-4")
+	for _, d := range []string{"cell-3", "cell-4"} {
+		require.Equal(t, outage, members[d].OutageID, "%s carries the outage", d)
+	}
+	s.events(event.Suppressed, "child-1")
+
+	before := s.awaitAlerts("every device fires", has("cell-0", "cell-1", "cell-2", "cell-3", "cell-4", "gw-1", "child-1"))
+	require.Equal(t, outage, before["cell-3"].Labels["inhibited_by"])
+	require.Equal(t, outage, before["cell-4"].Labels["inhibited_by"])
+	require.NotContains(t, before["cell-0"].Labels, "inhibited_by", "interrupted before the outage: its own alert")
+	require.Equal(t, "gw-1", before["child-1"].Labels["inhibited_by"])
+	require.Equal(t, "gw-1", before["child-1"].Labels["parent"])
+	require.NotContains(t, before["gw-1"].Labels, "inhibited_by")
+	s.awaitOutageAlert(outage)
+
+	h.Stop(t)
+	restarted := time.Now()
+	h.Start(t)
+	after := s.awaitAlerts("every alert re-posted by the restarted replica", func(a map[string]testenv.Alert) bool {
+		for d := range before {
+			if al, ok := a[d]; !ok || !al.UpdatedAt.After(restarted) {
+				return false
+			}
+		}
+		return true
+	})
+	for d, al := range after {
+		require.Equal(t, before[d].Labels, al.Labels, "%s: the same labels", d)
+		require.Equal(t, before[d].Fingerprint, al.Fingerprint, d)
+	}
+	s.awaitOutageAlert(outage)
+}
+
+// outageStarted waits for the outage_started event and returns its outage id.
+func (s *stack) outageStarted() string {
+	s.t.Helper()
+	var id string
+	s.kafka.ReadUntil(s.t, testenv.EventsTopic, wait, func(recs []testenv.Record) bool {
+		for _, r := range recs {
+			e, err := event.Decode(r.Value)
+			require.NoError(s.t, err)
+			if e.Kind == event.OutageStarted {
+				id = e.OutageID
+			}
+		}
+		return id != ""
+	})
+	require.NotEmpty(s.t, id, "no outage_started")
+	return id
+}
+
+// awaitOutageAlert waits until Alertmanager holds the DeviceOutage alert of the outage.
+func (s *stack) awaitOutageAlert(id string) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		list, err := s.am.Alerts(ctx)
+		if err != nil {
+			return false
+		}
+		for _, a := range list {
+			if a.Labels["alertname"] == "DeviceOutage" && a.Labels["outage_id"] == id {
+				return true
+			}
+		}
+		return false
+	}, wait, 20*time.Millisecond, "the DeviceOutage alert of %s", id)
 }

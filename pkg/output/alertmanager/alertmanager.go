@@ -78,6 +78,11 @@ type Options struct {
 	// 0 re-posts their DeviceOutage alerts with its re-sync. nil: outage alerts come from their events
 	// only and end by endsAt.
 	Outages func(ctx context.Context) ([]Outage, error)
+	// OutageOf names, for each open incident the re-sync read from Redis, the correlated outage whose
+	// member it is ("" for none): the open outage of one of its groups, begun before its interruption
+	// was reported, as its interrupted event carried it. nil: only the outages this replica saw on the
+	// events it posted are known.
+	OutageOf func(ctx context.Context, incs []Incident) ([]string, error)
 
 	QueueSize     int // events waiting to be posted; default DefaultQueueSize
 	Batch         int // alerts per POST; default DefaultBatch
@@ -379,6 +384,7 @@ func (o *Output) withParents(ctx context.Context, incs []incident) {
 
 // resolveType resolves the alerts of every open incident of a type (a type silence began), listed from
 // Redis in pages: the replica that observes the silence resolves them whichever replica fired them.
+// Every open incident is listed, since a device with its own timeout is recorded as "<type>@<timeout>".
 func (o *Output) resolveType(ctx context.Context, typ string, now time.Time) []alert {
 	if o.opts.Store == nil {
 		return nil
@@ -386,14 +392,16 @@ func (o *Output) resolveType(ctx context.Context, typ string, now time.Time) []a
 	var out []alert
 	cursor, listed := "", 0
 	for listed < maxTypeResolve {
-		page, next, err := o.opts.Store.List(ctx, deadline.ListOptions{Interrupted: true, Type: typ, Limit: o.opts.Batch, Cursor: cursor})
+		page, next, err := o.opts.Store.List(ctx, deadline.ListOptions{Interrupted: true, Limit: o.opts.Batch, Cursor: cursor})
 		if err != nil {
 			o.log.Warn("listing a silenced type's incidents failed; their alerts end by endsAt", zap.String("device_type", typ), zap.Error(err))
 			break
 		}
 		incs := make([]incident, 0, len(page))
 		for _, d := range page {
-			incs = append(incs, incident{device: d.ID, typ: d.Type, deadline: d.Incident.DeadlineTime()})
+			if config.BaseType(d.Type) == typ {
+				incs = append(incs, incident{device: d.ID, typ: typ, deadline: d.Incident.DeadlineTime()})
+			}
 		}
 		listed += len(page)
 		out = append(out, o.resolutions(ctx, incs, now)...)

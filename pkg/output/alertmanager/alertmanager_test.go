@@ -469,3 +469,56 @@ func valueOf(t *testing.T, m prometheus.Metric) float64 {
 	}
 	return d.Counter.GetValue()
 }
+
+// The re-sync marks outage members as their interrupted events did (OutageOf), and the replica owning
+// slot 0 re-posts the open outages' DeviceOutage alerts; the others do not.
+func TestResyncPostsOutagesAndMarksTheirMembers(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	st := newStore(t, rdb)
+	st.open(t, "member-1", "before-1")
+	outage := Outage{ID: "outage:device_type:default/1", Group: event.Group{By: "device_type", Value: "default"},
+		StartedAt: t0.Add(-time.Second), Count: 50, Sample: []string{"member-1"}}
+	var asked sync.Map // device → InterruptedAt as OutageOf was told it
+	opts := func(slots []int, resend time.Duration) Options {
+		return Options{Store: st.store, Slots: func() []int { return slots }, ResendEvery: resend,
+			Outages: func(context.Context) ([]Outage, error) { return []Outage{outage}, nil },
+			OutageOf: func(_ context.Context, incs []Incident) ([]string, error) {
+				out := make([]string, len(incs))
+				for i, inc := range incs {
+					asked.Store(inc.Device, inc.InterruptedAt)
+					if inc.Device == "member-1" {
+						out[i] = outage.ID
+					}
+				}
+				return out, nil
+			}}
+	}
+	owner := newFixture(t, opts(testenv.AllSlots(4), 0))
+	owner.run()
+	owner.await("three alerts", func() bool { return len(owner.am.active(t0)) == 3 })
+	a := owner.am.active(t0)
+	require.Equal(t, outage.ID, a["member-1"].Labels["inhibited_by"])
+	require.NotContains(t, a["before-1"].Labels, "inhibited_by")
+	require.Equal(t, "DeviceOutage", a[outage.ID].Labels["alertname"])
+	require.Equal(t, outage.StartedAt, a[outage.ID].StartsAt)
+	at, ok := asked.Load("member-1")
+	require.True(t, ok)
+	require.True(t, t0.Equal(at.(time.Time)), "asked with the time its interruption was reported: %v", at)
+
+	// Another replica's rounds post its slots' devices, never the outage.
+	var others []string
+	for i := range 12 {
+		d := fmt.Sprintf("other-%02d", i)
+		st.open(t, d)
+		if deadline.Slot(d, 4) != 0 {
+			others = append(others, d)
+		}
+	}
+	require.NotEmpty(t, others)
+	other := newFixture(t, opts([]int{1, 2, 3}, time.Second))
+	other.run()
+	other.await("its devices", func() bool { _, ok := other.am.active(t0)[others[0]]; return ok })
+	posts := other.am.postCount()
+	other.await("a second round, so the first is over", func() bool { return other.am.postCount() > posts })
+	require.NotContains(t, other.am.active(t0), outage.ID, "only slot 0's owner posts the outages")
+}

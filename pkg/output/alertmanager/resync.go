@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -72,24 +73,28 @@ func (o *Output) resyncSlot(ctx context.Context, ts []*target, slot int) error {
 			if r, ok := o.recent[device]; ok && r.deadline == st.Deadline {
 				continue
 			}
-			typ := store.TypeName(ctx, st.TypeIndex)
+			// A device's own timeout is recorded as the type "<type>@<timeout>"; its events and its
+			// silences name the type.
+			recorded := store.TypeName(ctx, st.TypeIndex)
+			typ := config.BaseType(recorded)
 			if o.opts.Silenced(device, typ, now) {
 				continue
 			}
 			inc := incident{device: device, typ: typ, deadline: st.DeadlineTime()}
-			if t := o.opts.TypeTimeout(typ); t > 0 {
+			if t := o.opts.TypeTimeout(recorded); t > 0 {
 				inc.lastSeen = inc.deadline.Add(-t)
 			}
 			incs, states = append(incs, inc), append(states, st)
 		}
 		o.withParents(ctx, incs)
+		outages := o.outagesOf(ctx, incs, states)
 		alerts := make([]alert, 0, len(incs))
 		for i := range incs {
 			inc := &incs[i]
 			if m, ok := o.remembered[inc.device]; ok && m.deadline == states[i].Deadline {
 				inc.parent, inc.inhibitedBy = m.x.parent, m.x.inhibitedBy // as it was fired
 			} else {
-				inc.inhibitedBy = explainedBy(states[i], inc.parent)
+				inc.inhibitedBy = explainedBy(states[i], inc.parent, outages[i])
 			}
 			o.remember(*inc, now)
 			alerts = append(alerts, o.firing(*inc, now))
@@ -103,16 +108,39 @@ func (o *Output) resyncSlot(ctx context.Context, ts []*target, slot int) error {
 	}
 }
 
+// Incident is an open incident read from Redis, as Options.OutageOf is asked about it.
+type Incident struct {
+	Device, Type, Parent string
+	InterruptedAt        time.Time // when its interruption was reported
+}
+
+// outagesOf asks OutageOf about the incidents of a page; "" for each where it cannot tell.
+func (o *Output) outagesOf(ctx context.Context, incs []incident, states []deadline.State) []string {
+	out := make([]string, len(incs))
+	if o.opts.OutageOf == nil || len(incs) == 0 {
+		return out
+	}
+	ask := make([]Incident, len(incs))
+	for i, inc := range incs {
+		ask[i] = Incident{Device: inc.device, Type: inc.typ, Parent: inc.parent, InterruptedAt: time.UnixMilli(states[i].InterruptedAt)}
+	}
+	ids, err := o.opts.OutageOf(ctx, ask)
+	if err != nil || len(ids) != len(incs) {
+		o.log.Warn("reading the incidents' outages failed; members not fired here go out unmarked", zap.Error(err))
+		return out
+	}
+	return ids
+}
+
 // explainedBy is what explains an open incident's silence as Redis records it, for an incident this
-// replica did not see fired: its parent while the incident waits on the parent (suppressed, or waiting
-// for its own verdict after the parent's recovery), as its suppressed event said. An outage member's
-// outage is not recorded with the incident: the replica that fired it remembers it (remember), and
-// this is where it goes once the incident records it.
-func explainedBy(st deadline.State, parent string) string {
+// replica did not see fired, the way its events said it: its parent while the incident waits on the
+// parent (suppressed, or waiting for its own verdict after the parent's recovery), else the outage it
+// is a member of.
+func explainedBy(st deadline.State, parent, outage string) string {
 	if parent != "" && st.Hold != deadline.HoldNone {
 		return parent
 	}
-	return ""
+	return outage
 }
 
 // prune forgets what can no longer matter: resolves older than two resends (every re-sync read since
