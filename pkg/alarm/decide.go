@@ -35,7 +35,10 @@ type Input struct {
 	// OutageID is the open correlated outage of one of the device's groups ("" when none): its
 	// `interrupted` carries it, and its repeats wait while the outage lasts (SPEC §9).
 	OutageID string
-	Now      time.Time
+	// Flaps are the times (unix ms, oldest first) of the device's last interruptions, read when its
+	// type detects flapping.
+	Flaps []int64
+	Now   time.Time
 }
 
 // Reason says why Decide chose what it chose; it is logged and tested, never sent to consumers.
@@ -57,6 +60,7 @@ const (
 	ReasonSuppressed  Reason = "suppressed"   // the parent is down: `suppressed`, no repeats while it is
 	ReasonParentBack  Reason = "parent-back"  // the parent recovered: own verdict one timeout after it
 	ReasonOutage      Reason = "outage"       // a correlated outage covers it: no repeats while it lasts
+	ReasonFlapping    Reason = "flapping"     // flapping: no repeats until stable for a window
 )
 
 // ParentRecheck is how often a suppressed device looks at its parent again, besides being woken when
@@ -71,6 +75,8 @@ type Decision struct {
 	// Committed: the claim already stored Ack (a committed claim decided as committed), so the Handler
 	// carries it out by releasing the claim's record (deadline.Store.Settle), not by acknowledging.
 	Committed bool
+	// Flaps is the device's interruption history to store after publishing; nil = unchanged.
+	Flaps []int64
 }
 
 // Decide applies the alarm policy to one claim.
@@ -152,6 +158,11 @@ func Decide(in Input) Decision {
 			d.Reason = ReasonOutage
 			return d
 		}
+		if stable, flapping := flappingUntil(in.Flaps, pol.Flapping, now); flapping {
+			d.Ack.Next = stable
+			d.Reason = ReasonFlapping
+			return d
+		}
 	}
 
 	lastSeen := dl.Add(-pol.Timeout)
@@ -164,6 +175,12 @@ func Decide(in Input) Decision {
 		e.OutageID = in.OutageID
 		d.Events = append(d.Events, e)
 		d.Reason = ReasonInterrupted
+		if f := pol.Flapping; f.Count > 0 {
+			d.Flaps = appendFlap(in.Flaps, f, now)
+			if len(d.Flaps) == f.Count && len(recentFlaps(in.Flaps, f, now)) == f.Count-1 {
+				d.Events = append(d.Events, event.New(event.Flapping, c.Device, c.Type, dl, lastSeen, now, 0))
+			}
+		}
 	} else {
 		d.Events = append(d.Events, event.New(event.Alarm, c.Device, c.Type, dl, lastSeen, now, n))
 		d.Reason = ReasonRepeat
@@ -185,6 +202,10 @@ func Decide(in Input) Decision {
 			due = now.Add(pol.RepeatEvery)
 		}
 		d.Ack.Next = due
+	}
+	if stable, flapping := flappingUntil(d.Flaps, pol.Flapping, now); flapping && n == 0 && !d.Ack.Dormant {
+		d.Ack.Next = stable // interrupted is sent; its repeats wait until it has been stable for a window
+		d.Reason = ReasonFlapping
 	}
 	// A claim commits with the interval in force when it claimed; a reload since makes it stale.
 	d.Committed = c.Record != "" && d.Reason == ReasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat
@@ -235,6 +256,36 @@ func decideUnderParent(in Input, d *Decision) (held, own bool) {
 		return false, true
 	}
 	return false, true // HoldAfterParent came due: the device is still silent
+}
+
+// recentFlaps are the interruptions of flaps within the window before now.
+func recentFlaps(flaps []int64, f config.Flapping, now time.Time) []int64 {
+	from := now.Add(-f.Window).UnixMilli()
+	for i, t := range flaps {
+		if t > from {
+			return flaps[i:]
+		}
+	}
+	return nil
+}
+
+// appendFlap adds an interruption at now to the history, keeping the last f.Count within the window.
+func appendFlap(flaps []int64, f config.Flapping, now time.Time) []int64 {
+	out := append(append([]int64(nil), recentFlaps(flaps, f, now)...), now.UnixMilli())
+	return out[max(len(out)-f.Count, 0):]
+}
+
+// flappingUntil reports whether the device is flapping at now (f.Count interruptions within the window)
+// and when it will have been stable for one window: one window after the newest of them.
+func flappingUntil(flaps []int64, f config.Flapping, now time.Time) (time.Time, bool) {
+	if f.Count == 0 {
+		return time.Time{}, false
+	}
+	recent := recentFlaps(flaps, f, now)
+	if len(recent) < f.Count {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(recent[len(recent)-1]).Add(f.Window), true
 }
 
 // reported tells whether the incident's interruption was published, so its end must be reported too.

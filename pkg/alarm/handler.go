@@ -107,6 +107,10 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	}
 	now := h.opts.Now()
 	policies := h.opts.Policies()
+	flaps, err := h.flapHistory(ctx, claims, policies)
+	if err != nil {
+		return fmt.Errorf("alarm: flapping: %w", err)
+	}
 	decisions := make([]Decision, len(claims))
 	var events []event.Event
 	owner := make([]int, 0, len(claims)) // owner[j] = claim index of events[j]
@@ -121,7 +125,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 		if h.opts.Silences != nil {
 			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, in.Claim.Type, now)
 		}
-		in.Parent, in.ParentWait, in.OutageID = parents[i], h.opts.ParentWait, outages[i]
+		in.Parent, in.ParentWait, in.OutageID, in.Flaps = parents[i], h.opts.ParentWait, outages[i], flaps[i]
 		decisions[i] = Decide(in)
 		for _, e := range decisions[i].Events {
 			events = append(events, e)
@@ -178,6 +182,15 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	}
 	if err := h.recordInterruptions(ctx, claims, decisions, failed, groups, now); err != nil {
 		h.log.Warn("recording interruptions for correlation failed; outages may count fewer devices", zap.Error(err))
+	}
+	var flapUpdates []deadline.FlapUpdate
+	for i, d := range decisions {
+		if d.Flaps != nil && failed[i] == nil {
+			flapUpdates = append(flapUpdates, deadline.FlapUpdate{Device: claims[i].Device, Slot: claims[i].Slot, Times: d.Flaps})
+		}
+	}
+	if err := h.opts.Store.RecordFlaps(ctx, flapUpdates); err != nil {
+		h.log.Warn("recording interruptions for flapping detection failed", zap.Error(err))
 	}
 	if retried > 0 {
 		h.log.Warn("publishing failed; the claims stay leased and are retried until Kafka takes them",
@@ -238,6 +251,21 @@ func (h *Handler) parents(ctx context.Context, claims []deadline.Claim) ([]*dead
 		}
 	}
 	return out, names, nil
+}
+
+// flapHistory reads the interruption history of the claims whose type detects flapping.
+func (h *Handler) flapHistory(ctx context.Context, claims []deadline.Claim, policies *config.Policies) ([][]int64, error) {
+	want := make([]bool, len(claims))
+	any := false
+	for i, c := range claims {
+		pol, _ := policies.Lookup(c.Type)
+		want[i] = pol.Flapping.Count > 0 && !c.State.Acked && !c.State.Exhausted
+		any = any || want[i]
+	}
+	if !any {
+		return make([][]int64, len(claims)), nil
+	}
+	return h.opts.Store.FlapHistory(ctx, claims, want)
 }
 
 // mayBeHeld: an incident whose parent may explain it (nothing reported yet, or held under its parent).

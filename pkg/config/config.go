@@ -87,6 +87,16 @@ type TypePolicy struct {
 	Timeout     *time.Duration `yaml:"timeout,omitempty"`
 	RepeatEvery *time.Duration `yaml:"repeat_every,omitempty"`
 	MaxRepeats  *int           `yaml:"max_repeats,omitempty"`
+	// Flapping, when written, is inherited as a whole; count 0 turns it off for the type.
+	Flapping *Flapping `yaml:"flapping,omitempty"`
+}
+
+// Flapping detects a device that keeps going silent and coming back (SPEC §5): the Count-th
+// interruption within Window raises one `flapping` event, and its repeats pause until it has been stable
+// for one Window.
+type Flapping struct {
+	Count  int           `yaml:"count"`
+	Window time.Duration `yaml:"window"`
 }
 
 // Ingest is how signals come in.

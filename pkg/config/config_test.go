@@ -398,10 +398,10 @@ types:
 		known bool
 	}{
 		{"default", def, true},
-		{"gateway", Policy{30 * time.Second, time.Minute, 12}, true},
-		{"temperature-sensor", Policy{10 * time.Minute, 5 * time.Minute, 12}, true},
-		{"tracker", Policy{60 * time.Second, 5 * time.Minute, 0}, true},
-		{"silent-ok", Policy{60 * time.Second, 0, 12}, true},
+		{"gateway", Policy{Timeout: 30 * time.Second, RepeatEvery: time.Minute, MaxRepeats: 12}, true},
+		{"temperature-sensor", Policy{Timeout: 10 * time.Minute, RepeatEvery: 5 * time.Minute, MaxRepeats: 12}, true},
+		{"tracker", Policy{Timeout: 60 * time.Second, RepeatEvery: 5 * time.Minute}, true},
+		{"silent-ok", Policy{Timeout: 60 * time.Second, MaxRepeats: 12}, true},
 		{"unknown", def, false},
 		{"", def, false},
 	}
@@ -428,12 +428,12 @@ func TestPolicyTable(t *testing.T) {
 	cfg := &Config{Types: map[string]TypePolicy{
 		"default":            {Timeout: dur(60 * time.Second), RepeatEvery: dur(5 * time.Minute)},
 		"gateway":            {Timeout: dur(30 * time.Second), RepeatEvery: dur(0), MaxRepeats: intp(0)},
-		"temperature-sensor": {Timeout: dur(90 * time.Minute)},
+		"temperature-sensor": {Timeout: dur(90 * time.Minute), Flapping: &Flapping{Count: 5, Window: 10 * time.Minute}},
 	}}
-	want := `TYPE                TIMEOUT  REPEAT_EVERY  MAX_REPEATS
-default             1m       5m            12 **
-gateway             30s      0 (never)     0 (unlimited)
-temperature-sensor  1h30m    5m *          12 **
+	want := `TYPE                TIMEOUT  REPEAT_EVERY  MAX_REPEATS    FLAPPING
+default             1m       5m            12 **          off
+gateway             30s      0 (never)     0 (unlimited)  off
+temperature-sensor  1h30m    5m *          12 **          5 in 10m
 
 *  inherited from types.default
 ** built-in default (types.default does not set it)

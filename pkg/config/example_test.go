@@ -20,11 +20,11 @@ types:
 	}
 	fmt.Print(cfg.PolicyTable())
 	// Output:
-	// TYPE                TIMEOUT  REPEAT_EVERY  MAX_REPEATS
-	// default             1m       5m            12
-	// gateway             30s      1m            12 *
-	// temperature-sensor  10m      5m *          12 *
-	// tracker             1m *     5m *          0 (unlimited)
+	// TYPE                TIMEOUT  REPEAT_EVERY  MAX_REPEATS    FLAPPING
+	// default             1m       5m            12             off
+	// gateway             30s      1m            12 *           off
+	// temperature-sensor  10m      5m *          12 *           off
+	// tracker             1m *     5m *          0 (unlimited)  off
 	//
 	// *  inherited from types.default
 }

@@ -18,6 +18,8 @@ type Policy struct {
 	RepeatEvery time.Duration
 	// MaxRepeats is the number of re-alarms before `exhausted`; 0 repeats until recovery or ack.
 	MaxRepeats int
+	// Flapping: off while Count is 0.
+	Flapping Flapping
 }
 
 // Policies is every configured type's resolved policy. It is immutable once built, so one value may
@@ -82,6 +84,9 @@ func resolve(tp TypePolicy, parent Policy, parentFrom [3]source) (Policy, [3]sou
 	}
 	if tp.MaxRepeats != nil {
 		pol.MaxRepeats, from[2] = *tp.MaxRepeats, fromType
+	}
+	if tp.Flapping != nil {
+		pol.Flapping = *tp.Flapping
 	}
 	return pol, from
 }
@@ -183,7 +188,7 @@ func (c *Config) PolicyTable() string {
 	p := c.Policies()
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TYPE\tTIMEOUT\tREPEAT_EVERY\tMAX_REPEATS")
+	fmt.Fprintln(tw, "TYPE\tTIMEOUT\tREPEAT_EVERY\tMAX_REPEATS\tFLAPPING")
 	marked := [3]bool{}
 	for _, name := range p.names {
 		pol, from := p.byName[name], p.from[name]
@@ -205,7 +210,12 @@ func (c *Config) PolicyTable() string {
 			}
 			return s
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, mark(FormatDuration(pol.Timeout), from[0]), mark(repeat, from[1]), mark(maxRepeats, from[2]))
+		flapping := "off"
+		if f := pol.Flapping; f.Count > 0 {
+			flapping = fmt.Sprintf("%d in %s", f.Count, FormatDuration(f.Window))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, mark(FormatDuration(pol.Timeout), from[0]), mark(repeat, from[1]),
+			mark(maxRepeats, from[2]), flapping)
 	}
 	_ = tw.Flush()
 	if marked[fromDefault] || marked[fromBuiltin] {

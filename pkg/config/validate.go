@@ -150,6 +150,9 @@ func validateSASL(v *validator, key string, s SASL) {
 	}
 }
 
+// maxFlapCount bounds the interruptions remembered per device for flapping.
+const maxFlapCount = 100
+
 func (c *Config) validateTypes(v *validator) {
 	if _, ok := c.Types[DefaultType]; !ok {
 		v.add("types.default", "required")
@@ -177,6 +180,16 @@ func (c *Config) validateTypes(v *validator) {
 		}
 		if tp.MaxRepeats != nil && *tp.MaxRepeats < 0 {
 			v.add(key+".max_repeats", "must not be negative (0 = repeat until recovery or ack)")
+		}
+		if f := tp.Flapping; f != nil {
+			switch {
+			case f.Count < 0 || f.Count == 1:
+				v.add(key+".flapping.count", "must be 2 or more (0 = off)")
+			case f.Count > 0 && f.Window <= 0:
+				v.add(key+".flapping.window", "must be > 0")
+			case f.Count > maxFlapCount:
+				v.add(key+".flapping.count", "at most %d", maxFlapCount)
+			}
 		}
 	}
 }

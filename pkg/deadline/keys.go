@@ -112,3 +112,7 @@ func (k Keyspace) OutagesRecent() string { return k.prefix + ":outages:recent" }
 
 // Correlator is the lease of the one replica that opens and ends outages.
 func (k Keyspace) Correlator() string { return k.prefix + ":correlator" }
+
+// Flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last
+// interruptions, for the devices of types with flapping detection (SPEC §5).
+func (k Keyspace) Flaps(slot int) string { return k.slotKey(slot, "flaps") }
