@@ -62,25 +62,25 @@ func (f *fleet) signal(t testing.TB, devices ...string) {
 	}
 }
 
-// call GETs path from the API with the token: the status, the body and how long the answer took.
-func (f *fleet) call(t testing.TB, path string) (int, []byte, time.Duration) {
+// call sends a request to the API with the token: the status, the body and how long the answer took.
+func (f *fleet) call(t testing.TB, method, path, body string) (int, []byte, time.Duration) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, f.hb.HTTP+path, nil)
+	req, err := http.NewRequest(method, f.hb.HTTP+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	answer, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp.StatusCode, body, time.Since(start)
+	return resp.StatusCode, answer, time.Since(start)
 }
 
 // get reads a 200 JSON answer of the API into v and returns how long it took.
 func (f *fleet) get(t testing.TB, path string, v any) time.Duration {
 	t.Helper()
-	status, body, took := f.call(t, path)
+	status, body, took := f.call(t, http.MethodGet, path, "")
 	require.Equal(t, http.StatusOK, status, "%s: %s", path, body)
 	require.NoError(t, json.Unmarshal(body, v))
 	return took
@@ -89,7 +89,7 @@ func (f *fleet) get(t testing.TB, path string, v any) time.Duration {
 // status is the status of the API's answer to GET path.
 func (f *fleet) status(t testing.TB, path string) int {
 	t.Helper()
-	status, _, _ := f.call(t, path)
+	status, _, _ := f.call(t, http.MethodGet, path, "")
 	return status
 }
 
@@ -195,14 +195,17 @@ types:
   default: {timeout: 1s, repeat_every: 0s}
 `, nil)
 	f.signal(t, "dev-1", "dev-2", hostile)
-	f.awaitInterrupted(t, 3)
+	// A registered device with a label, expected to signal within its 1s: it never does.
+	status, body, _ := f.call(t, http.MethodPut, "/v1/devices/dev-berlin", `{"labels": {"site": "berlin"}}`)
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	f.awaitInterrupted(t, 4)
 
 	b := newBrowser(t, exe)
 	b.do(t, "the page asks for the token", chromedp.Navigate(f.hb.HTTP+"/"), chromedp.WaitVisible(chromedp.ID("token-input")))
 	b.do(t, "enter the token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-save")))
 
 	b.do(t, "the interrupted devices are listed", until(row("dev-1")), until(row("dev-2")), until(row(hostile)),
-		until(`document.getElementById("count-interrupted").textContent === "3"`))
+		until(`document.getElementById("count-interrupted").textContent === "4"`))
 	require.True(t, eval[bool](t, b, row(hostile)+`.querySelector("th").textContent === `+fmt.Sprintf("%q", hostile)),
 		"a device id is shown as text")
 	require.True(t, eval[bool](t, b, `document.querySelector("#devices img") === null`), "never as HTML")
@@ -235,14 +238,18 @@ types:
 	b.do(t, "delete dev-1", chromedp.WaitVisible(chromedp.ID("act-delete")), chromedp.Click(chromedp.ID("act-delete")),
 		chromedp.WaitVisible(chromedp.ID("act-submit")), chromedp.Click(chromedp.ID("act-submit")),
 		until(`!`+row("dev-1")), chromedp.WaitNotVisible(chromedp.ID("drawer")),
-		until(`document.getElementById("count-interrupted").textContent === "2"`))
+		until(`document.getElementById("count-interrupted").textContent === "3"`))
 	require.Equal(t, http.StatusNotFound, f.status(t, "/v1/devices/dev-1"), "dev-1 was deleted")
 
 	b.do(t, "the live stream is connected", until(`document.getElementById("live").classList.contains("on")`))
 	f.signal(t, "dev-live")
 	b.do(t, "a new interruption arrives live", until(row("dev-live")),
-		until(`document.getElementById("count-interrupted").textContent === "3"`),
+		until(`document.getElementById("count-interrupted").textContent === "4"`),
 		until(`[...document.querySelectorAll("#activity li")].some(li => li.textContent.includes("dev-live"))`))
+
+	b.do(t, "filter by a registered label", chromedp.SendKeys(chromedp.CSS(`#filters input[name=label]`), "site=berlin"),
+		chromedp.Click(chromedp.CSS(`#filters button[type=submit]`)),
+		until(row("dev-berlin")+` && document.querySelectorAll("#devices tbody tr[data-device]").length === 1`))
 
 	require.Equal(t, token, eval[string](t, b, `sessionStorage.getItem("heartbeatd.token")`))
 	require.False(t, eval[bool](t, b, fmt.Sprintf(`location.href.includes(%q) || document.documentElement.outerHTML.includes(%q)`,
