@@ -24,6 +24,8 @@ type Metrics struct {
 	PublishFailures prometheus.Counter
 	// WatchdogPublished is when Kafka last acknowledged this replica's watchdog event (Unix seconds).
 	WatchdogPublished prometheus.Gauge
+	// Forgotten counts devices forgotten by retention.forget_after.
+	Forgotten prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg (nil = not registered, for tests).
@@ -47,13 +49,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Claims whose events could not be published (retried with backoff, parked after the limit)."}),
 		WatchdogPublished: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "watchdog_last_published_timestamp_seconds",
 			Help: "When Kafka last acknowledged this replica's watchdog event (Unix time); 0 before the first."}),
+		Forgotten: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "devices_forgotten_total",
+			Help: "Devices forgotten after retention.forget_after of silence, not being registered."}),
 	}
-	for _, k := range []event.Kind{event.Interrupted, event.Alarm, event.Recovered, event.Exhausted, event.Watchdog} {
+	for _, k := range []event.Kind{event.Interrupted, event.Alarm, event.Recovered, event.Exhausted, event.Watchdog,
+		event.Suppressed, event.Flapping, event.OutageStarted, event.OutageEnded} {
 		m.Events.WithLabelValues(string(k))
 	}
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Lateness, m.ClaimsPending, m.DeadClaims, m.Devices, m.HoldBack, m.PublishFailures,
-			m.WatchdogPublished)
+			m.WatchdogPublished, m.Forgotten)
 	}
 	return m
 }

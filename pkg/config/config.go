@@ -49,6 +49,8 @@ type Config struct {
 	Outputs Outputs `yaml:"outputs"`
 	// Correlation groups interruptions into outages (correlation.go).
 	Correlation Correlation `yaml:"correlation"`
+	// Retention forgets long-silent devices nobody registered.
+	Retention Retention `yaml:"retention"`
 	// ShutdownTimeout bounds the whole ordered stop after SIGINT/SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
@@ -284,6 +286,15 @@ const (
 	DefaultType = "default"
 )
 
+// Retention is how long heartbeatd remembers devices nobody expects.
+type Retention struct {
+	// ForgetAfter: a device silent this long and not registered is forgotten (counted, logged); 0 = never.
+	ForgetAfter time.Duration `yaml:"forget_after"`
+}
+
+// DefaultForgetAfter is SPEC §9's 30 days.
+const DefaultForgetAfter = 30 * 24 * time.Hour
+
 // BuiltinPolicy is what `types.default` falls back to for fields it does not set (SPEC §3's values).
 var BuiltinPolicy = Policy{Timeout: 60 * time.Second, RepeatEvery: 5 * time.Minute, MaxRepeats: 12}
 
@@ -346,6 +357,7 @@ func Default() *Config {
 		},
 		Log:             Log{Level: "info", Format: "json"},
 		Correlation:     Correlation{By: []string{}, MinDevices: DefaultCorrelationMinDevices, Window: DefaultCorrelationWindow},
+		Retention:       Retention{ForgetAfter: DefaultForgetAfter},
 		ShutdownTimeout: DefaultShutdownTimeout,
 	}
 }

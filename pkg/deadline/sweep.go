@@ -106,14 +106,23 @@ type SweeperOptions struct {
 	// Every is how often each owned slot is swept (default DefaultSweepEvery).
 	Every time.Duration
 	// Page is the ZSCAN COUNT of one step (default 1000).
-	Page   int
-	Logger *zap.Logger
+	Page int
+	// ForgetAfter: devices silent this long and not registered are forgotten (retention.forget_after),
+	// looked for at most every forgetEvery; 0 = never.
+	ForgetAfter time.Duration
+	// Forgotten is told how many devices a pass forgot (a metric); nil = none.
+	Forgotten func(n int)
+	Logger    *zap.Logger
 }
+
+// forgetEvery is how often the retention pass runs: it reads every open incident of the owned slots.
+const forgetEvery = 10 * time.Minute
 
 // Sweeper runs the dormant sweep over the slots this replica owns.
 type Sweeper struct {
-	opts SweeperOptions
-	log  *zap.Logger
+	opts       SweeperOptions
+	log        *zap.Logger
+	lastForget time.Time
 }
 
 // NewSweeper returns a sweeper; Run starts it.
@@ -142,8 +151,47 @@ func (w *Sweeper) Run(ctx context.Context) error {
 	return nil
 }
 
-// Pass sweeps every owned slot once.
+// Pass sweeps every owned slot once, and forgets long-silent devices when that is due.
 func (w *Sweeper) Pass(ctx context.Context) error {
+	if err := w.sweep(ctx); err != nil {
+		return err
+	}
+	now := w.opts.Store.now()
+	if w.opts.ForgetAfter <= 0 || now.Sub(w.lastForget) < forgetEvery {
+		return nil
+	}
+	if err := w.forget(ctx, now.Add(-w.opts.ForgetAfter)); err != nil {
+		return err
+	}
+	w.lastForget = now
+	return nil
+}
+
+// forget forgets, in every owned slot, the unregistered devices silent since before.
+func (w *Sweeper) forget(ctx context.Context, before time.Time) error {
+	for _, slot := range w.opts.Slots() {
+		for cursor := uint64(0); ; {
+			next, gone, err := w.opts.Store.ForgetSilent(ctx, slot, cursor, w.opts.Page, before)
+			if err != nil {
+				return err
+			}
+			if len(gone) > 0 {
+				w.log.Info("forgot devices silent longer than retention.forget_after and not registered",
+					zap.Int("slot", slot), zap.Int("devices", len(gone)), zap.Strings("sample", gone[:min(len(gone), 10)]))
+				if w.opts.Forgotten != nil {
+					w.opts.Forgotten(len(gone))
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// sweep sweeps every owned slot's dormant incidents once.
+func (w *Sweeper) sweep(ctx context.Context) error {
 	for _, slot := range w.opts.Slots() {
 		for cursor := uint64(0); ; {
 			next, woken, err := w.opts.Store.SweepDormant(ctx, slot, cursor, w.opts.Page)
