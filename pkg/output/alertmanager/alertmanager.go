@@ -222,6 +222,8 @@ func (o *Output) Run(ctx context.Context) error {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	// Keep-alive connections would outlive the loop: their goroutines are gone when Run returns.
+	defer o.opts.Client.CloseIdleConnections()
 	for {
 		select {
 		case <-ctx.Done():
