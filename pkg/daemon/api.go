@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -191,6 +192,33 @@ func (a *api) authorized(r *http.Request) bool {
 	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) == 1
 }
 
+// crossSite says why a request must be refused when no token guards the API ("" = fine). Without a
+// token the API listens on loopback only, but a web page in the operator's browser can still reach it:
+// a form posted from another site (an ack, a silence), or a page whose name was rebound to 127.0.0.1
+// reading it. So the Host must be a loopback name or address, and a browser's request must come from the
+// API's own origin (the status page). With a token none of this applies: a browser cannot add it.
+func (a *api) crossSite(r *http.Request) string {
+	if a.Token != "" {
+		return ""
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if ip := net.ParseIP(strings.Trim(host, "[]")); !(host == "localhost" || ip != nil && ip.IsLoopback()) {
+		return fmt.Sprintf("host %q: without http.token the API answers only requests to a loopback address", r.Host)
+	}
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		return "a cross-site browser request: without http.token only the status page's own origin may call the API"
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && origin != "http://"+r.Host && origin != "https://"+r.Host {
+		return fmt.Sprintf("origin %q: without http.token only the status page's own origin may call the API", origin)
+	}
+	return ""
+}
+
 // bearerToken reads "Bearer <token>"; the scheme is case-insensitive (RFC 9110 §11.1).
 func bearerToken(header string) (string, bool) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
@@ -207,6 +235,10 @@ func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
 		if !a.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="heartbeatd"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		if why := a.crossSite(r); why != "" {
+			writeError(w, http.StatusForbidden, why)
 			return
 		}
 		limit := a.MaxBodySize

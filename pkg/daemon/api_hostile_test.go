@@ -268,7 +268,8 @@ func TestAPIHTTPSemantics(t *testing.T) {
 		{"POST", "/healthz", "GET, HEAD"},
 		{"DELETE", "/metrics", "GET, HEAD"},
 		{"PATCH", "/v1/silences", "GET, HEAD, POST"},
-		{"PUT", "/v1/devices/dev-1", "GET, HEAD, DELETE"},
+		{"PATCH", "/v1/devices/dev-1", "GET, HEAD, PUT, DELETE"},
+		{"GET", "/v1/devices:import", "POST"},
 		{"GET", "/v1/devices/dev-1/ack", "POST"},
 		{"GET", "/-/reload", "POST"},
 	} {
