@@ -167,9 +167,19 @@ func (s *Store) ParentsOf(ctx context.Context, devices []string) ([]string, erro
 	if used, err := s.parentsUsed(ctx); err != nil || !used {
 		return out, err
 	}
+	err := s.fieldsByDevice(ctx, s.keys.parents, devices, func(i int, v string) { out[i] = v })
+	if err != nil {
+		return nil, fmt.Errorf("deadline: parents: %w", err)
+	}
+	return out, nil
+}
+
+// fieldsByDevice reads, with one HMGET per hash in one round trip, each device's field in the hash
+// keyOf(device) names, and calls found with the device's index and value for each field present.
+func (s *Store) fieldsByDevice(ctx context.Context, keyOf func(string) string, devices []string, found func(i int, v string)) error {
 	byKey := map[string][]int{}
 	for i, d := range devices {
-		k := s.keys.parents(d)
+		k := keyOf(d)
 		byKey[k] = append(byKey[k], i)
 	}
 	pipe := s.rdb.Pipeline()
@@ -182,16 +192,16 @@ func (s *Store) ParentsOf(ctx context.Context, devices []string) ([]string, erro
 		cmds[k] = pipe.HMGet(ctx, k, fields...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("deadline: parents: %w", err)
+		return err
 	}
 	for k, idx := range byKey {
 		for j, v := range cmds[k].Val() {
-			if p, ok := v.(string); ok {
-				out[idx[j]] = p
+			if str, ok := v.(string); ok {
+				found(idx[j], str)
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // childrenPage bounds one SSCAN of a parent's children.

@@ -165,32 +165,14 @@ func (s *Store) Registrations(ctx context.Context, devices []string) ([]*Registr
 	if len(devices) == 0 {
 		return out, nil
 	}
-	byKey := map[string][]int{}
-	for i, d := range devices {
-		k := s.keys.registry(d)
-		byKey[k] = append(byKey[k], i)
-	}
-	pipe := s.rdb.Pipeline()
-	cmds := make(map[string]*redis.SliceCmd, len(byKey))
-	for k, idx := range byKey {
-		fields := make([]string, len(idx))
-		for j, i := range idx {
-			fields[j] = devices[i]
+	err := s.fieldsByDevice(ctx, s.keys.registry, devices, func(i int, v string) {
+		var r Registration
+		if json.Unmarshal([]byte(v), &r) == nil {
+			out[i] = &r
 		}
-		cmds[k] = pipe.HMGet(ctx, k, fields...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("deadline: registrations: %w", err)
-	}
-	for k, idx := range byKey {
-		for j, v := range cmds[k].Val() {
-			if str, ok := v.(string); ok {
-				var r Registration
-				if json.Unmarshal([]byte(str), &r) == nil {
-					out[idx[j]] = &r
-				}
-			}
-		}
 	}
 	return out, nil
 }
