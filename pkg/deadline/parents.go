@@ -35,48 +35,71 @@ func (k Keyspace) Children(parent string) string { return k.prefix + ":children:
 
 func (k Keyspace) parentsInUse() string { return k.prefix + ":parents:any" }
 
-// linkCacheSize bounds the links a Store remembers having written: a signal repeating a remembered link
-// writes nothing more than a device without one.
-const linkCacheSize = 1 << 18
+// linkCacheSize bounds the links a Store remembers having written (two generations of half as many):
+// a signal repeating a remembered link writes nothing more than a device without one. An entry is two
+// hashes and a time, ≈ 40 B with the map's overhead, so a replica remembering 2M links holds ≈ 80 MB.
+const linkCacheSize = 1 << 21
 
-// linkCache remembers child → parent links written, in two generations: when the newer fills up, the
-// older is dropped, so memory stays bounded and links in use survive.
+// linkRefresh is how long a remembered link goes unwritten: a link Redis lost (a restart without
+// persistence, a failover, a flush) is written again by the device's next signal after it.
+const linkRefresh = 10 * time.Minute
+
+// linkCache remembers child → parent links written, by hashes of the ids, in two generations: when the
+// newer fills up, the older is dropped, so memory stays bounded and links in use survive. A 64-bit hash
+// collision would only skip one link write until linkRefresh.
 type linkCache struct {
 	mu       sync.Mutex
-	cur, old map[string]string
+	cur, old map[uint64]linkEntry
 }
 
-func (c *linkCache) has(child, parent string) bool {
+type linkEntry struct {
+	parent uint64
+	until  int64 // unix seconds after which the link is written again
+}
+
+// idHash is 64-bit FNV-1a of s, inline: the signal path calls it per linked signal without allocating.
+func idHash(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+func (c *linkCache) has(child, parent string, now time.Time) bool {
+	k, p, t := idHash(child), idHash(parent), now.Unix()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if p, ok := c.cur[child]; ok {
-		return p == parent
+	if e, ok := c.cur[k]; ok {
+		return e.parent == p && t < e.until
 	}
-	if p, ok := c.old[child]; ok && p == parent {
-		c.putLocked(child, parent)
+	if e, ok := c.old[k]; ok && e.parent == p && t < e.until {
+		c.putLocked(k, e)
 		return true
 	}
 	return false
 }
 
-func (c *linkCache) put(child, parent string) {
+func (c *linkCache) put(child, parent string, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.putLocked(child, parent)
+	c.putLocked(idHash(child), linkEntry{parent: idHash(parent), until: now.Add(linkRefresh).Unix()})
 }
 
-func (c *linkCache) putLocked(child, parent string) {
+func (c *linkCache) putLocked(k uint64, e linkEntry) {
 	if c.cur == nil || len(c.cur) >= linkCacheSize/2 {
-		c.old, c.cur = c.cur, make(map[string]string)
+		c.old, c.cur = c.cur, make(map[uint64]linkEntry)
 	}
-	c.cur[child] = parent
+	c.cur[k] = e
 }
 
 func (c *linkCache) forget(child string) {
+	k := idHash(child)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.cur, child)
-	delete(c.old, child)
+	delete(c.cur, k)
+	delete(c.old, k)
 }
 
 // parentLinks is a Store's view of the links: what it wrote, and whether the fleet has any.
@@ -95,8 +118,9 @@ const inUseTTL = 2 * time.Second
 // links queued, to remember once the pipeline succeeded.
 func (s *Store) writeLinks(ctx context.Context, pipe redis.Pipeliner, signals []Signal) [][2]string {
 	var queued [][2]string
+	now := time.Now() // the cache's own clock: how long ago this process wrote a link
 	for _, sig := range signals {
-		if sig.Parent == "" || s.links.written.has(sig.Device, sig.Parent) {
+		if sig.Parent == "" || s.links.written.has(sig.Device, sig.Parent, now) {
 			continue
 		}
 		pipe.HSet(ctx, s.keys.parents(sig.Device), sig.Device, sig.Parent)
@@ -114,8 +138,9 @@ func (s *Store) remember(links [][2]string) {
 	if len(links) == 0 {
 		return
 	}
+	now := time.Now()
 	for _, l := range links {
-		s.links.written.put(l[0], l[1])
+		s.links.written.put(l[0], l[1], now)
 	}
 	s.links.inUse.Store(true)
 }
