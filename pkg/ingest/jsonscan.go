@@ -122,38 +122,27 @@ func (s *jsonScanner) object(f *objectFields, depth int) {
 func (s *jsonScanner) member(f *objectFields, key string, v []byte) {
 	switch key {
 	case "device_id":
-		f.device, s.badDevice = "", false
-		str, ok := stringValue(v)
-		if !ok {
-			s.badDevice = true
-			return
-		}
-		f.device = str
+		f.device, s.badDevice = stringField(v)
 	case "parent":
-		f.parent, s.badParent = "", false
-		str, ok := stringValue(v)
-		if !ok {
-			s.badParent = true
-			return
-		}
-		f.parent = str
+		f.parent, s.badParent = stringField(v)
 	case "type":
-		f.typ, s.badType = "", false
-		str, ok := stringValue(v)
-		if !ok {
-			s.badType = true
-			return
-		}
-		f.typ = str
+		f.typ, s.badType = stringField(v)
 	case "ts":
-		f.ts, s.badTS = time.Time{}, false
 		t, ok := tsValue(v)
+		f.ts, s.badTS = t, !ok
 		if !ok {
-			s.badTS = true
-			return
+			f.ts = time.Time{}
 		}
-		f.ts = t
 	}
+}
+
+// stringField reads a string member: its value, or "" and bad when it is not a JSON string.
+func stringField(v []byte) (str string, bad bool) {
+	str, ok := stringValue(v)
+	if !ok {
+		return "", true
+	}
+	return str, false
 }
 
 // unescapeKey decodes a key with escapes (rare); an undecodable one matches no field.
