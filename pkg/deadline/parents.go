@@ -348,25 +348,10 @@ func (s *Store) Parents(ctx context.Context, ids []string) (map[string]Parent, e
 		return nil, fmt.Errorf("deadline: parents: %w", err)
 	}
 	for i, id := range ids {
-		d := Device{ID: id}
-		found := false
-		typeIdx := 0
-		if v, err := rs[i].score.Result(); err == nil {
-			found = true
-			d.Deadline, typeIdx = scoreDeadline(v)
+		d, found, err := s.deviceFrom(ctx, id, rs[i].score, rs[i].state)
+		if err != nil {
+			return nil, err
 		}
-		if v, err := rs[i].state.Result(); err == nil {
-			st, err := DecodeState(v)
-			if err != nil {
-				return nil, err
-			}
-			found = true
-			d.Incident = &st
-			if d.Deadline.IsZero() {
-				typeIdx = st.TypeIndex
-			}
-		}
-		d.Type = s.types.name(ctx, typeIdx)
 		out[id] = s.parentOf(d, found)
 	}
 	return out, nil

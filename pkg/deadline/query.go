@@ -66,6 +66,20 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return d, false, fmt.Errorf("deadline: device %q: %w", id, err)
 	}
+	if d, found, err = s.deviceFrom(ctx, id, score, state); err != nil {
+		return d, false, err
+	}
+	if v, err := act.Result(); err == nil && v < DormantAfter {
+		d.NextAct = time.UnixMilli(int64(v))
+	}
+	d.Parked = dead.Err() == nil
+	d.Parent = parent.Val()
+	return d, found, nil
+}
+
+// deviceFrom builds a device from its deadlines-set score and state-hash field as a pipeline read them
+// (either may be missing): its deadline, open incident and type.
+func (s *Store) deviceFrom(ctx context.Context, id string, score *redis.FloatCmd, state *redis.StringCmd) (d Device, found bool, err error) {
 	d.ID = id
 	typeIdx := 0
 	if v, err := score.Result(); err == nil {
@@ -83,11 +97,6 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 			typeIdx = st.TypeIndex
 		}
 	}
-	if v, err := act.Result(); err == nil && v < DormantAfter {
-		d.NextAct = time.UnixMilli(int64(v))
-	}
-	d.Parked = dead.Err() == nil
-	d.Parent = parent.Val()
 	d.Type = s.types.name(ctx, typeIdx)
 	return d, found, nil
 }
