@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
 // The device registry (SPEC §6, §9): PUT /v1/devices/{id} registers one device, POST /v1/devices:import
@@ -59,7 +60,7 @@ type registration struct {
 // check validates a registration of id and returns what the store records.
 func (a *api) check(id string, r registration) (deadline.Registration, error) {
 	var reg deadline.Registration
-	if !validDeviceID(id) {
+	if !ingest.ValidID(id) {
 		return reg, fmt.Errorf("device id %q: 1-256 bytes of UTF-8 without control characters", id)
 	}
 	if r.DeviceType != "" {
@@ -75,7 +76,7 @@ func (a *api) check(id string, r registration) (deadline.Registration, error) {
 		}
 		reg.TimeoutMs = d.Milliseconds()
 	}
-	if r.Parent != "" && (!validDeviceID(r.Parent) || r.Parent == id) {
+	if r.Parent != "" && (!ingest.ValidID(r.Parent) || r.Parent == id) {
 		return reg, fmt.Errorf("parent %q: a device id other than the device's own", r.Parent)
 	}
 	if len(r.Labels) > maxLabels {
@@ -91,19 +92,6 @@ func (a *api) check(id string, r registration) (deadline.Registration, error) {
 	}
 	reg.Labels = r.Labels
 	return reg, nil
-}
-
-// validDeviceID is SPEC §4's rule for a device id.
-func validDeviceID(s string) bool {
-	if s == "" || len(s) > 256 || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return false
-		}
-	}
-	return true
 }
 
 // putDevice answers PUT /v1/devices/{id}.

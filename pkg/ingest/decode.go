@@ -117,6 +117,9 @@ func isJSONObject(p []byte) bool {
 	return false
 }
 
+// ValidID is validID for other packages: the API registers devices under the same rule.
+func ValidID(s string) bool { return validID(s) }
+
 // validID reports whether s is a valid device id or type name: 1–MaxIDLen bytes of UTF-8 without
 // control characters (SPEC §4). A Kafka key is checked as bytes, before it is copied into a string.
 func validID[T string | []byte](s T) bool {
