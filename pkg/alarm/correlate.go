@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -236,19 +237,17 @@ func (c *Correlator) Outages(ctx context.Context) ([]Outage, error) {
 	return out, nil
 }
 
+// sortOutages orders outages open first, then newest first.
 func sortOutages(out []Outage) {
-	for i := 1; i < len(out); i++ { // insertion sort: a handful of outages, newest first, open before ended
-		for j := i; j > 0 && newer(out[j], out[j-1]); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
+	slices.SortStableFunc(out, func(a, b Outage) int {
+		if (a.State == "open") != (b.State == "open") {
+			if a.State == "open" {
+				return -1
+			}
+			return 1
 		}
-	}
-}
-
-func newer(a, b Outage) bool {
-	if (a.State == "open") != (b.State == "open") {
-		return a.State == "open"
-	}
-	return a.StartedAt.After(b.StartedAt)
+		return b.StartedAt.Compare(a.StartedAt)
+	})
 }
 
 // Run keeps the lease and, while this replica holds it, opens and ends outages; it returns when ctx ends.
