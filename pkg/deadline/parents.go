@@ -123,14 +123,20 @@ func (s *Store) writeLinks(ctx context.Context, pipe redis.Pipeliner, signals []
 		if sig.Parent == "" || s.links.written.has(sig.Device, sig.Parent, now) {
 			continue
 		}
-		pipe.HSet(ctx, s.keys.parents(sig.Device), sig.Device, sig.Parent)
-		pipe.SAdd(ctx, s.keys.Children(sig.Parent), sig.Device)
+		s.queueLink(ctx, pipe, sig.Device, sig.Parent)
 		queued = append(queued, [2]string{sig.Device, sig.Parent})
 	}
 	if len(queued) > 0 {
 		pipe.Set(ctx, s.keys.parentsInUse(), 1, 0)
 	}
 	return queued
+}
+
+// queueLink queues the link child → parent: its field in the child's parents hash and its member in
+// the parent's children. The caller also sets <prefix>:parents:any once per pipeline.
+func (s *Store) queueLink(ctx context.Context, pipe redis.Pipeliner, child, parent string) {
+	pipe.HSet(ctx, s.keys.parents(child), child, parent)
+	pipe.SAdd(ctx, s.keys.Children(parent), child)
 }
 
 // remember records links written, after their pipeline succeeded.
@@ -145,14 +151,14 @@ func (s *Store) remember(links [][2]string) {
 	s.links.inUse.Store(true)
 }
 
-// SetParent records device's parent ("" removes the link), as PUT /v1/devices/{id} does.
+// SetParent records device's parent directly ("" removes the link), outside signals and registrations.
+// The keys are in different hash slots, so it is a plain pipeline, not a transaction.
 func (s *Store) SetParent(ctx context.Context, device, parent string) error {
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	if parent == "" {
 		pipe.HDel(ctx, s.keys.parents(device), device)
 	} else {
-		pipe.HSet(ctx, s.keys.parents(device), device, parent)
-		pipe.SAdd(ctx, s.keys.Children(parent), device)
+		s.queueLink(ctx, pipe, device, parent)
 		pipe.Set(ctx, s.keys.parentsInUse(), 1, 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -77,7 +77,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	table := s.perDevice.table.Load()
 	pipe := s.rdb.Pipeline()
 	bySlot := map[int][]any{}
-	changed := false
+	changed, linked := false, false
 	for i, dev := range devices {
 		reg := regs[i]
 		reg.At = now.UnixMilli()
@@ -87,10 +87,9 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 		}
 		pipe.HSet(ctx, s.keys.registry(dev), dev, b)
 		if p := parents[i]; p != "" {
-			pipe.HSet(ctx, s.keys.parents(dev), dev, p)
-			pipe.SAdd(ctx, s.keys.Children(p), dev)
-			pipe.Set(ctx, s.keys.parentsInUse(), 1, 0)
+			s.queueLink(ctx, pipe, dev, p)
 			s.links.written.forget(dev)
+			linked = true
 		}
 		name := reg.Type
 		timeout := s.timeout(name)
@@ -114,10 +113,13 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	if changed {
 		pipe.Incr(ctx, s.keys.overridesVersion())
 	}
+	if linked {
+		pipe.Set(ctx, s.keys.parentsInUse(), 1, 0)
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("deadline: register: %w", err)
 	}
-	if containsNonEmpty(parents) {
+	if linked {
 		s.links.inUse.Store(true)
 	}
 	if changed {
@@ -140,15 +142,6 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 		added += n
 	}
 	return added, nil
-}
-
-func containsNonEmpty(list []string) bool {
-	for _, v := range list {
-		if v != "" {
-			return true
-		}
-	}
-	return false
 }
 
 // typeIndexFor is the type index a registration records; a per-device timeout name is registered first.
