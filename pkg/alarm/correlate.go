@@ -447,7 +447,8 @@ func (c *Correlator) checkEnd(ctx context.Context, g string, o Outage, now time.
 	pipe.HDel(ctx, c.keys.OutagesOpen(), o.ID)
 	pipe.LPush(ctx, c.keys.OutagesRecent(), string(view))
 	pipe.LTrim(ctx, c.keys.OutagesRecent(), 0, recentOutages-1)
-	pipe.ZRemRangeByScore(ctx, c.keys.Correlated(g), "-inf", "("+strconv.FormatInt(now.Add(-c.opts.Correlation.Window).UnixMilli(), 10))
+	// Its members' interruptions are spent: left in the window they would open a new outage at once.
+	pipe.Del(ctx, c.keys.Correlated(g))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("alarm: end outage %s: %w", g, err)
 	}

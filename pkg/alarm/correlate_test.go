@@ -90,6 +90,8 @@ func TestCorrelatedOutage(t *testing.T) {
 		outages, err = corr.Outages(ctx)
 		require.NoError(t, err)
 		require.Equal(t, "ended", outages[0].State)
+		require.NoError(t, corr.tick(ctx))
+		require.Empty(t, f.sink.take(), "the ended outage's interruptions do not open another")
 
 		alive := func(at time.Duration) { // the recovered ones keep signalling (timeout 5s)
 			for _, d := range gws[:5] {
