@@ -9,7 +9,8 @@
 //	go run ./cmd/hbbench -scenarios storm -storm-fleet 1000000
 //
 // Scenarios: refresh, memory, ingest, lateness (with the keyspace-notification baseline), expiry,
-// storm (gateways and the devices behind them going dark, against plain devices), recovered, rss; see
+// storm (gateways and the devices behind them going dark, against plain devices), recovered, rss, cost
+// (Redis and client time per signal beside pipelined SET PX); see
 // docs/benchmarks.md.
 package main
 

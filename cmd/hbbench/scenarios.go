@@ -25,6 +25,7 @@ func init() {
 	register("storm", stormScenario)
 	register("recovered", recoveredScenario)
 	register("rss", rssScenario)
+	register("cost", costScenario)
 }
 
 var benchTypes = []string{"default", "gateway", "sensor"}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+// costScenario reads what one applied signal costs Redis and the Go client, like for like with the
+// common alternative: `SET key PX ttl` per device, pipelined (the keyspace-notification design). Each
+// case is one pass over the whole fleet in batches of 256, 4 in flight, after `CONFIG RESETSTAT`; the
+// figures are the pass's `INFO commandstats` time per signal (Redis's time in the commands), Redis's
+// process CPU per signal (commands, protocol and I/O) and this process's CPU per signal (the client).
+func costScenario(e *env) error {
+	n := e.opts.Devices
+	if err := e.redis.flush(e.ctx); err != nil {
+		return err
+	}
+	st, err := newStore(e, 64, nil)
+	if err != nil {
+		return err
+	}
+	if err := preload(e.ctx, st, n); err != nil {
+		return err
+	}
+	rdb := e.redis.client
+	// The peer's keys, preloaded, so its pass updates keys that exist, as a live fleet's resets do.
+	if err := passSetPX(e.ctx, rdb, identity(n)); err != nil {
+		return err
+	}
+	// Each random case has an order of its own: a pass in the order of the pass before it is periodic.
+	periodic := identity(n)
+	type costCase struct {
+		name  string
+		order []int
+		pass  func(order []int) error
+	}
+	refreshPass := func(typed bool) func(order []int) error {
+		return func(order []int) error { return passRefresh(e.ctx, st, order, typed) }
+	}
+	setPass := func(order []int) error { return passSetPX(e.ctx, rdb, order) }
+	cases := []costCase{
+		// Periodic first: a random pass leaves no order for a periodic one to follow.
+		{"SET PX pipelined, periodic", periodic, setPass},
+		{"Refresh typed, periodic", periodic, refreshPass(true)},
+		{"Refresh untyped, periodic", periodic, refreshPass(false)},
+		{"SET PX pipelined, random", rand.Perm(n), setPass},
+		{"Refresh typed, random", rand.Perm(n), refreshPass(true)},
+		{"Refresh untyped, random", rand.Perm(n), refreshPass(false)},
+		{"SET PX pipelined, random again", rand.Perm(n), setPass},
+	}
+	for _, c := range cases {
+		got, err := measureCost(e.ctx, rdb, func() error { return c.pass(c.order) })
+		if err != nil {
+			return fmt.Errorf("hbbench: cost %s: %w", c.name, err)
+		}
+		per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(len(c.order)) }
+		e.add("cost", c.name+": commandstats", per(got.commands), "µs/signal", fmt.Sprintf("%d signals, %.0f/s", len(c.order), float64(len(c.order))/got.wall.Seconds()))
+		e.add("cost", c.name+": redis CPU", per(got.redisCPU), "µs/signal", "used_cpu_user+sys")
+		e.add("cost", c.name+": client CPU", per(got.clientCPU), "µs/signal", "hbbench's own CPU (the Go client side)")
+	}
+	return nil
+}
+
+func identity(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+type passCost struct {
+	commands, redisCPU, clientCPU, wall time.Duration
+}
+
+// measureCost runs pass between two readings of Redis's command time and CPU and this process's CPU.
+func measureCost(ctx context.Context, rdb *redis.Client, pass func() error) (passCost, error) {
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		return passCost{}, err
+	}
+	cpu0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return passCost{}, err
+	}
+	self0, start := selfCPU(), time.Now()
+	if err := pass(); err != nil {
+		return passCost{}, err
+	}
+	wall, self1 := time.Since(start), selfCPU()
+	cpu1, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return passCost{}, err
+	}
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return passCost{}, err
+	}
+	var usec int64
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line := sc.Text()
+		// cmdstat_zadd:calls=…,usec=…,usec_per_call=…; INFO and CONFIG are this measurement's own.
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info") || strings.HasPrefix(line, "cmdstat_config") {
+			continue
+		}
+		for _, f := range strings.Split(line[strings.IndexByte(line, ':')+1:], ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				u, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return passCost{}, fmt.Errorf("commandstats %q: %w", line, err)
+				}
+				usec += u
+			}
+		}
+	}
+	return passCost{commands: time.Duration(usec) * time.Microsecond, redisCPU: cpu1 - cpu0, clientCPU: self1 - self0, wall: wall}, nil
+}
+
+// redisCPU is the server's user + system CPU from INFO cpu.
+func redisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// selfCPU is this process's user + system CPU so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// passBatches runs send over order in batches of 256, 4 in flight, as ingest sends them.
+func passBatches(order []int, send func(batch []int) error) error {
+	const size, workers = 256, 4
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(size)) - size
+				if i >= len(order) {
+					return
+				}
+				if err := send(order[i:min(i+size, len(order))]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func passRefresh(ctx context.Context, st *deadline.Store, order []int, typed bool) error {
+	return passBatches(order, func(batch []int) error {
+		now := time.Now()
+		sigs := make([]deadline.Signal, len(batch))
+		for j, d := range batch {
+			sigs[j] = deadline.Signal{Device: deviceID(d), Seen: now}
+			if typed {
+				sigs[j].Type = benchTypes[d%len(benchTypes)]
+			}
+		}
+		return st.Refresh(ctx, sigs)
+	})
+}
+
+// passSetPX resets each device's key with SET PX, one command per device in a pipeline per batch.
+func passSetPX(ctx context.Context, rdb *redis.Client, order []int) error {
+	return passBatches(order, func(batch []int) error {
+		pipe := rdb.Pipeline()
+		for _, d := range batch {
+			pipe.Set(ctx, "ks:"+deviceID(d), "1", benchTimeout(benchTypes[d%len(benchTypes)]))
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	})
+}
