@@ -276,12 +276,17 @@ func mosquittoVersion() string {
 
 // writeSignals writes a signal for devices id(0) … id(n-1) to the signal topic, 10000 per write.
 func writeSignals(ctx context.Context, brokers []string, n int, id func(i int) string) error {
+	return writeSignalsAs(ctx, brokers, n, id, func(int) []byte { return fmt.Appendf(nil, signalPayload, time.Now().UnixMilli()) })
+}
+
+// writeSignalsAs is writeSignals with payload(i) as device i's signal.
+func writeSignalsAs(ctx context.Context, brokers []string, n int, id func(i int) string, payload func(i int) []byte) error {
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: signalTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond,
 		BatchSize: 5000, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	msgs := make([]kafka.Message, 0, 10_000)
 	for i := range n {
-		msgs = append(msgs, kafka.Message{Key: []byte(id(i)), Value: fmt.Appendf(nil, signalPayload, time.Now().UnixMilli())})
+		msgs = append(msgs, kafka.Message{Key: []byte(id(i)), Value: payload(i)})
 		if len(msgs) == cap(msgs) || i == n-1 {
 			if err := w.WriteMessages(ctx, msgs...); err != nil {
 				return fmt.Errorf("hbbench: write signals: %w", err)

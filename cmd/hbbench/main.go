@@ -10,8 +10,8 @@
 //
 // Scenarios: refresh, memory, ingest, lateness (with the keyspace-notification baseline), expiry,
 // storm (gateways and the devices behind them going dark, against plain devices), recovered, rss, cost
-// (Redis and client time per signal beside pipelined SET PX); see
-// docs/benchmarks.md.
+// (Redis and client time per signal beside pipelined SET PX), daemon-cpu (the binary's CPU per million
+// Kafka signals; -heartbeatd-baseline for an A/B); see docs/benchmarks.md.
 package main
 
 import (
@@ -53,6 +53,7 @@ type options struct {
 	RefreshRate    int // signals/s of the load beside the lateness scenario; 0 = unpaced
 	Scenarios      []string
 	HeartbeatdBin  string
+	BaselineBin    string    // daemon-cpu: the binary to compare with, in alternating rounds
 	Progress       io.Writer // a line per figure as it is measured
 
 	// The storm scenario: StormGateways × StormPerGateway devices go dark with their gateways in a fleet
@@ -156,7 +157,8 @@ func mainCode() int {
 	flag.IntVar(&o.StormGateways, "storm-gateways", o.StormGateways, "gateways going dark in the storm scenario")
 	flag.IntVar(&o.StormPerGateway, "storm-per-gateway", o.StormPerGateway, "devices behind each gateway of the storm scenario")
 	flag.IntVar(&o.RefreshRate, "refresh-rate", o.RefreshRate, "signals/s of the refresh load during the lateness scenario (0 = as fast as it goes)")
-	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss scenario (default: go build ./cmd/heartbeatd)")
+	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss and daemon-cpu scenarios (default: go build ./cmd/heartbeatd)")
+	flag.StringVar(&o.BaselineBin, "heartbeatd-baseline", "", "daemon-cpu: a second heartbeatd binary run in alternating rounds, the same-run A/B baseline")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names(), ","))
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
 	cpuProfile := flag.String("cpuprofile", "", "write hbbench's own CPU profile (scanner, handler, publisher, kfake) to this file")

@@ -26,6 +26,7 @@ func init() {
 	register("recovered", recoveredScenario)
 	register("rss", rssScenario)
 	register("cost", costScenario)
+	register("daemon-cpu", daemonCPUScenario)
 }
 
 var benchTypes = []string{"default", "gateway", "sensor"}
