@@ -1,7 +1,11 @@
 package testenv
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -42,4 +46,55 @@ func AllSlots(n int) []int {
 		s[i] = i
 	}
 	return s
+}
+
+// DeviceIDs names n devices prefix-00000, prefix-00001, …: zero-padded, so they sort in creation order.
+func DeviceIDs(prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%05d", prefix, i)
+	}
+	return ids
+}
+
+// Repeater runs a step over and over until its test ends; see Repeat.
+type Repeater struct {
+	mu       sync.Mutex
+	failures []string
+}
+
+// Repeat runs step at once and then every period on a goroutine that the test's cleanup stops and waits
+// for. A failed step does not stop it (a fleet must keep signalling): Failures keeps it for the test to
+// check at its end.
+func Repeat(tb testing.TB, period time.Duration, step func(ctx context.Context) error) *Repeater {
+	ctx, stop := context.WithCancel(context.Background())
+	r := &Repeater{}
+	done := make(chan struct{})
+	go func() { defer close(done); r.run(ctx, period, step) }()
+	tb.Cleanup(func() { stop(); <-done })
+	return r
+}
+
+func (r *Repeater) run(ctx context.Context, period time.Duration, step func(ctx context.Context) error) {
+	tk := time.NewTicker(period)
+	defer tk.Stop()
+	for {
+		if err := step(ctx); err != nil && ctx.Err() == nil {
+			r.mu.Lock()
+			r.failures = append(r.failures, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), err))
+			r.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+// Failures are the steps that failed so far, each with its time.
+func (r *Repeater) Failures() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.failures)
 }

@@ -39,9 +39,41 @@ func (c HeartbeatdConfig) outputs() string {
 	if len(c.Alertmanager) == 0 {
 		return ""
 	}
-	urls := make([]string, len(c.Alertmanager))
-	for i, u := range c.Alertmanager {
-		urls[i] = strconv.Quote(u)
+	return "outputs:\n  alertmanager: {urls: [" + quoteAll(c.Alertmanager) + "]}\n"
+}
+
+// KafkaReplicaConfig wires one replica of a suite that signals over Kafka: Redis, ingest of SignalsTopic
+// in a consumer group of the replica's own ("hb-<id>"), so a SIGKILLed replica's signals are still read
+// by the others, and events to EventsTopic and DeadLetterTopic.
+type KafkaReplicaConfig struct {
+	Redis   string   // redis.addrs: the one Redis address
+	Slots   int      // redis.slots
+	Kafka   []string // the brokers of ingest.kafka and events.kafka
+	Replica string   // cluster.replica_id
+}
+
+// YAML is the config file: the servers' sections, then sections (further top-level YAML such as types,
+// detection, correlation). A restarted replica waits out its predecessor's group session
+// (session_timeout) before it reads; 6s keeps that short.
+func (c KafkaReplicaConfig) YAML(sections string) string {
+	brokers := quoteAll(c.Kafka)
+	return fmt.Sprintf(`
+redis: {addrs: [%q], slots: %d}
+ingest:
+  mqtt: {enabled: false}
+  kafka: {enabled: true, brokers: [%s], topics: [%q], group_id: "hb-%s", session_timeout: 6s}
+events:
+  kafka: {brokers: [%s], topic: %q, deadletter_topic: %q}
+cluster: {replica_id: %q}
+log: {level: info, format: json}
+`, c.Redis, c.Slots, brokers, SignalsTopic, c.Replica, brokers, EventsTopic, DeadLetterTopic, c.Replica) + sections
+}
+
+// quoteAll is ss as the items of a YAML flow sequence.
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
 	}
-	return "outputs:\n  alertmanager: {urls: [" + strings.Join(urls, ", ") + "]}\n"
+	return strings.Join(q, ", ")
 }

@@ -283,6 +283,10 @@ const (
 	DeadLetterTopic = "heartbeat.deadletter"
 )
 
+// SignalsTopic is the configuration's default Kafka ingest topic, which the suites that signal over Kafka
+// use.
+const SignalsTopic = "device-signals"
+
 // checkContract fails tb (Errorf: it may run on Consume's goroutine) for a record of EventsTopic or
 // DeadLetterTopic that breaks the published contract.
 func checkContract(tb testing.TB, r *kgo.Record) {

@@ -352,13 +352,8 @@ func (p *pipeline) device(tb testing.TB, id string) deadline.Device {
 	return d
 }
 
-func devices(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s-%05d", prefix, i)
-	}
-	return out
-}
+// devices names n devices prefix-00000, … (testenv.DeviceIDs), as the source tests and benchmarks do.
+func devices(prefix string, n int) []string { return testenv.DeviceIDs(prefix, n) }
 
 func rawFor(ids []string, payload string) []raw {
 	out := make([]raw, len(ids))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -26,8 +27,8 @@ types:
 detection: {parent_wait: 2s, lease: 4s, grace_after_outage: 500ms}
 `)
 	ctx := context.Background()
-	sensors := names("sensor", 200)
-	keepers := names("keeper", 20)
+	sensors := testenv.DeviceIDs("sensor", 200)
+	keepers := testenv.DeviceIDs("keeper", 20)
 	e.fleet.add([]string{"gw-1"}, signal{typ: "gateway"})
 	e.fleet.add(sensors, signal{typ: "sensor", parent: "gw-1"})
 	e.fleet.add(keepers, signal{})
@@ -76,7 +77,7 @@ detection: {parent_wait: 2s, lease: 4s, grace_after_outage: 500ms}
 	falseKeep := e.events.ids(keepers, event.Interrupted, event.Suppressed, event.Alarm)
 	require.Empty(t, falseBack, "the returned sensors alarm on their own")
 	require.Empty(t, falseKeep, "devices that kept signalling")
-	require.Empty(t, e.events.bad)
+	require.Empty(t, e.events.Bad())
 	lost := len(sensors) - e.events.count(sensors, event.Suppressed) + len(still) - e.events.count(still, event.Interrupted)
 	t.Logf("chaos: gateway_outage sensors=%d suppressed=%d gateway_interrupted=%d sensor_repeats_while_down=%d back_interrupted=%d lost=%d false=%d",
 		len(sensors), e.events.count(sensors, event.Suppressed), e.events.count([]string{"gw-1"}, event.Interrupted), len(falseEarly),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,13 +18,8 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-const (
-	signalsTopic = "device-signals"
-	eventsTopic  = "heartbeat.events"
-	deadTopic    = "heartbeat.deadletter"
-	// period is how often every live device signals, unless a test sets fleet.period.
-	period = 500 * time.Millisecond
-)
+// period is how often every live device signals, unless a test starts the fleet with another.
+const period = 500 * time.Millisecond
 
 // env is one Redis, one Kafka, the replicas on them, the signalling fleet and the events read back.
 type env struct {
@@ -32,7 +28,7 @@ type env struct {
 	kafka    *testenv.Kafka
 	replicas []*testenv.Heartbeatd
 	fleet    *fleet
-	events   *events
+	events   events
 }
 
 // start brings up Redis, Kafka and n replicas with sections (types, detection, correlation) added to
@@ -41,40 +37,25 @@ type env struct {
 func start(t *testing.T, n int, sections string, fleetPeriod ...time.Duration) *env {
 	t.Helper()
 	e := &env{t: t, redis: testenv.StartRedis(t).Addr,
-		kafka:  testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalsTopic, eventsTopic, deadTopic}}),
-		events: &events{byDev: map[string][]event.Event{}}}
+		kafka:  testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{testenv.SignalsTopic, testenv.EventsTopic, testenv.DeadLetterTopic}}),
+		events: events{testenv.NewEvents()}}
 	for i := range n {
-		id := "r" + strconv.Itoa(i+1)
-		e.replicas = append(e.replicas, testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: e.config(id, sections)}))
+		cfg := testenv.KafkaReplicaConfig{Redis: e.redis, Slots: 16, Kafka: e.kafka.Addrs, Replica: "r" + strconv.Itoa(i+1)}
+		e.replicas = append(e.replicas, testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: cfg.YAML(sections)}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, r := range e.replicas {
 		require.NoError(t, r.AwaitReady(ctx, time.Minute), r.LogTail())
 	}
-	e.kafka.Consume(t, e.events.add, eventsTopic) // every event is checked against the schema as read
-	e.fleet = &fleet{client: e.kafka.Client(t), live: map[string]signal{}, period: period}
+	e.kafka.Consume(t, e.events.Add, testenv.EventsTopic) // every event is checked against the schema as read
+	e.fleet = &fleet{client: e.kafka.Client(t), live: map[string]signal{}}
+	every := period
 	if len(fleetPeriod) > 0 {
-		e.fleet.period = fleetPeriod[0]
+		every = fleetPeriod[0]
 	}
-	fctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); e.fleet.run(fctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	testenv.Repeat(t, every, e.fleet.tick)
 	return e
-}
-
-func (e *env) config(id, sections string) string {
-	return fmt.Sprintf(`
-redis: {addrs: [%q], slots: 16}
-ingest:
-  mqtt: {enabled: false}
-  kafka: {enabled: true, brokers: [%q], topics: [%q], group_id: "hb-%s", session_timeout: 6s}
-events:
-  kafka: {brokers: [%q], topic: %q, deadletter_topic: %q}
-cluster: {replica_id: %q}
-log: {level: info, format: json}
-%s`, e.redis, e.kafka.Addrs[0], signalsTopic, id, e.kafka.Addrs[0], eventsTopic, deadTopic, id, sections)
 }
 
 // kill SIGKILLs replica i.
@@ -123,10 +104,8 @@ type signal struct {
 // fleet signals every period for each live device, with ts = now.
 type fleet struct {
 	client *kgo.Client
-	period time.Duration
 	mu     sync.Mutex
 	live   map[string]signal
-	errs   []string
 }
 
 func (f *fleet) add(devices []string, s signal) {
@@ -170,83 +149,46 @@ func (f *fleet) send(ctx context.Context, devices map[string]signal, at time.Tim
 			v["parent"] = s.parent
 		}
 		b, _ := json.Marshal(v)
-		recs = append(recs, &kgo.Record{Topic: signalsTopic, Key: []byte(d), Value: b})
+		recs = append(recs, &kgo.Record{Topic: testenv.SignalsTopic, Key: []byte(d), Value: b})
 	}
 	return f.client.ProduceSync(ctx, recs...).FirstErr()
 }
 
-func (f *fleet) run(ctx context.Context) {
-	tk := time.NewTicker(f.period)
-	defer tk.Stop()
-	for {
-		f.mu.Lock()
-		batch := make(map[string]signal, len(f.live))
-		for d, s := range f.live {
-			batch[d] = s
-		}
-		f.mu.Unlock()
-		if err := f.send(ctx, batch, time.Now()); err != nil && ctx.Err() == nil {
-			f.mu.Lock()
-			f.errs = append(f.errs, err.Error())
-			f.mu.Unlock()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-		}
+// tick sends this period's signal of every live device.
+func (f *fleet) tick(ctx context.Context) error {
+	f.mu.Lock()
+	batch := make(map[string]signal, len(f.live))
+	for d, s := range f.live {
+		batch[d] = s
 	}
+	f.mu.Unlock()
+	return f.send(ctx, batch, time.Now())
 }
 
-// events collects every event heartbeatd publishes, by device (or outage group).
-type events struct {
-	mu    sync.Mutex
-	byDev map[string][]event.Event
-	bad   []string
-}
+// events are the events heartbeatd published, with the questions the fleet tests ask of them.
+type events struct{ *testenv.Events }
 
-func (e *events) add(r testenv.Record) {
-	ev, err := event.Decode(r.Value)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err != nil {
-		e.bad = append(e.bad, err.Error())
-		return
-	}
-	e.byDev[ev.DeviceID] = append(e.byDev[ev.DeviceID], ev)
-}
-
-// count returns how many of devices have at least one distinct event of kind (and, when since is not
-// zero, raised at or after it).
-func (e *events) count(devices []string, kind event.Kind) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// count returns how many of devices have at least one event of kind.
+func (e events) count(devices []string, kind event.Kind) int {
 	n := 0
 	for _, d := range devices {
-		for _, ev := range e.byDev[d] {
-			if ev.Kind == kind {
-				n++
-				break
-			}
+		if slices.ContainsFunc(e.Of(d), func(ev event.Event) bool { return ev.Kind == kind }) {
+			n++
 		}
 	}
 	return n
 }
 
-// kinds returns the distinct event ids of kind among devices (duplicates of at-least-once delivery
+// ids returns the distinct event ids of kinds among devices (duplicates of at-least-once delivery
 // counted once).
-func (e *events) ids(devices []string, kinds ...event.Kind) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e events) ids(devices []string, kinds ...event.Kind) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, d := range devices {
-		for _, ev := range e.byDev[d] {
-			for _, k := range kinds {
-				if ev.Kind == k && !seen[ev.ID] {
-					seen[ev.ID] = true
-					out = append(out, ev.ID)
-				}
+		for _, ev := range e.Of(d) {
+			if slices.Contains(kinds, ev.Kind) && !seen[ev.ID] {
+				seen[ev.ID] = true
+				out = append(out, ev.ID)
 			}
 		}
 	}
@@ -254,35 +196,20 @@ func (e *events) ids(devices []string, kinds ...event.Kind) []string {
 }
 
 // outageID is the id the first event of the outage group carries.
-func (e *events) outageID(group string) string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, ev := range e.byDev[group] {
+func (e events) outageID(group string) string {
+	for _, ev := range e.Of(group) {
 		return ev.OutageID
 	}
 	return ""
 }
 
 // tagged counts devices whose `interrupted` carries outage id.
-func (e *events) tagged(devices []string, outage string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e events) tagged(devices []string, outage string) int {
 	n := 0
 	for _, d := range devices {
-		for _, ev := range e.byDev[d] {
-			if ev.Kind == event.Interrupted && ev.OutageID == outage {
-				n++
-				break
-			}
+		if slices.ContainsFunc(e.Of(d), func(ev event.Event) bool { return ev.Kind == event.Interrupted && ev.OutageID == outage }) {
+			n++
 		}
 	}
 	return n
-}
-
-func names(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s-%03d", prefix, i)
-	}
-	return out
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -26,8 +27,8 @@ correlation: {by: [device_type], min_devices: 1000, window: 10s}
 detection: {lease: 4s, grace_after_outage: 500ms}
 `, repeatEvery), 2*time.Second)
 	ctx := context.Background()
-	members := names("cell", 10000)
-	keepers := names("keeper", 200)
+	members := testenv.DeviceIDs("cell", 10000)
+	keepers := testenv.DeviceIDs("keeper", 200)
 	e.fleet.add(keepers, signal{typ: "sensor"})
 	require.NoError(t, e.fleet.once(ctx, members, signal{typ: "sensor"}))
 	e.awaitOnline(len(members) + len(keepers))
@@ -64,7 +65,7 @@ detection: {lease: 4s, grace_after_outage: 500ms}
 	require.Len(t, starts, 1, "one outage, announced once (duplicates of the same id aside)")
 	falseKeep := e.events.ids(keepers, event.Interrupted, event.Alarm)
 	require.Empty(t, falseKeep)
-	require.Empty(t, e.events.bad)
+	require.Empty(t, e.events.Bad())
 	outageID := e.events.outageID(group[0])
 	tagged := e.events.tagged(members, outageID)
 	require.Positive(t, tagged, "members interrupted after outage_started carry its id")

@@ -24,10 +24,6 @@ import (
 )
 
 const (
-	signalsTopic = "device-signals"
-	eventsTopic  = "heartbeat.events"
-	deadTopic    = "heartbeat.deadletter"
-
 	// timeout is every device's silence timeout; keepers signal every period, well inside it.
 	timeout = 4 * time.Second
 	period  = time.Second
@@ -60,33 +56,17 @@ func rounds(t *testing.T) int {
 	return 3
 }
 
-// replicaConfig is one replica's config. Each replica consumes every signal with a consumer group of its
-// own, so a SIGKILLed replica's signals are still read by the others: slot takeover is what is measured
-// here. A restarted replica still waits for its predecessor's group session (session_timeout) before it
+// replicaConfig is one replica's config: every device on timeout, and a short lease. Each replica
+// consumes every signal with a consumer group of its own (testenv.KafkaReplicaConfig), so slot takeover is
+// what is measured here. A restarted replica still waits for its predecessor's group session before it
 // reads, and holds detection back on every replica meanwhile. docs/scaling.md says what a shared group
 // means in production.
 func replicaConfig(id, redisAddr string, kafka []string, slots int) string {
-	return fmt.Sprintf(`
-redis: {addrs: [%q], slots: %d}
-types:
+	cfg := testenv.KafkaReplicaConfig{Redis: redisAddr, Slots: slots, Kafka: kafka, Replica: id}
+	return cfg.YAML(fmt.Sprintf(`types:
   default: {timeout: %s, repeat_every: 0s}
-ingest:
-  mqtt: {enabled: false}
-  kafka: {enabled: true, brokers: [%s], topics: [%q], group_id: "hb-%s", session_timeout: 6s}
-events:
-  kafka: {brokers: [%s], topic: %q, deadletter_topic: %q}
 detection: {grace_after_outage: 500ms, lease: %s}
-cluster: {replica_id: %q}
-log: {level: info, format: json}
-`, redisAddr, slots, timeout, quoted(kafka), signalsTopic, id, quoted(kafka), eventsTopic, deadTopic, lease, id)
-}
-
-func quoted(addrs []string) string {
-	q := make([]string, len(addrs))
-	for i, a := range addrs {
-		q[i] = strconv.Quote(a)
-	}
-	return strings.Join(q, ", ")
+`, timeout, lease))
 }
 
 // replica is one heartbeatd process with its id.
@@ -144,7 +124,6 @@ type fleet struct {
 	active map[string]bool
 	// stops: victims that send one last signal with ts = the planned instant, then fall silent.
 	stops map[string]time.Time
-	errs  []string // failed ticks
 }
 
 // send produces one signal per device, with ts = its entry in ts, else now. Every signal carries its
@@ -158,7 +137,7 @@ func (f *fleet) send(ctx context.Context, devices []string, ts map[string]time.T
 		if !ok {
 			at = now
 		}
-		recs = append(recs, &kgo.Record{Topic: signalsTopic, Key: []byte(d), Value: []byte(`{"ts":` + strconv.FormatInt(at.UnixMilli(), 10) + `}`)})
+		recs = append(recs, &kgo.Record{Topic: testenv.SignalsTopic, Key: []byte(d), Value: []byte(`{"ts":` + strconv.FormatInt(at.UnixMilli(), 10) + `}`)})
 	}
 	return f.client.ProduceSync(ctx, recs...).FirstErr()
 }
@@ -195,52 +174,14 @@ func (f *fleet) silence(victims []string, from time.Time) {
 	}
 }
 
-// run signals until ctx ends. A failed produce is counted and the next tick goes on: the keepers must
-// keep signalling, and the test fails on any failure at its end.
-func (f *fleet) run(ctx context.Context) {
-	tk := time.NewTicker(period)
-	defer tk.Stop()
-	for {
-		if err := f.tick(ctx, time.Now()); err != nil && ctx.Err() == nil {
-			f.mu.Lock()
-			f.errs = append(f.errs, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), err))
-			f.mu.Unlock()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-		}
-	}
-}
-
-// events collects every event heartbeatd publishes.
-type events struct {
-	mu    sync.Mutex
-	byDev map[string][]event.Event
-	total int
-	bad   []string
-}
-
-func (e *events) add(r testenv.Record) {
-	ev, err := event.Decode(r.Value)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err != nil {
-		e.bad = append(e.bad, err.Error())
-		return
-	}
-	e.byDev[ev.DeviceID] = append(e.byDev[ev.DeviceID], ev)
-	e.total++
-}
+// events are the events heartbeatd published, with the questions the scale-out test asks of them.
+type events struct{ *testenv.Events }
 
 // missing returns the devices with no interrupted event yet.
-func (e *events) missing(devices []string) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e events) missing(devices []string) []string {
 	var out []string
 	for _, d := range devices {
-		if !slices.ContainsFunc(e.byDev[d], func(ev event.Event) bool { return ev.Kind == event.Interrupted }) {
+		if !slices.ContainsFunc(e.Of(d), func(ev event.Event) bool { return ev.Kind == event.Interrupted }) {
 			out = append(out, d)
 		}
 	}
@@ -250,17 +191,15 @@ func (e *events) missing(devices []string) []string {
 // check returns, over devices, the ones with events although they kept signalling (false), the number of
 // re-published events (same id: the duplicates at-least-once allows), and the ones with more than one
 // distinct interruption (a handover that emitted the same outage twice under different ids).
-func (e *events) check(victims, keepers []string) (falsely []string, dups int, twice []string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e events) check(victims, keepers []string) (falsely []string, dups int, twice []string) {
 	for _, d := range keepers {
-		if len(e.byDev[d]) > 0 {
-			falsely = append(falsely, fmt.Sprintf("%s: %s %s deadline %s", d, e.byDev[d][0].Kind, e.byDev[d][0].ID, e.byDev[d][0].Deadline))
+		if evs := e.Of(d); len(evs) > 0 {
+			falsely = append(falsely, fmt.Sprintf("%s: %s %s deadline %s", d, evs[0].Kind, evs[0].ID, evs[0].Deadline))
 		}
 	}
 	for _, d := range victims {
 		ids := map[string]int{}
-		for _, ev := range e.byDev[d] {
+		for _, ev := range e.Of(d) {
 			ids[ev.ID]++
 		}
 		for _, n := range ids {
@@ -274,12 +213,10 @@ func (e *events) check(victims, keepers []string) (falsely []string, dups int, t
 }
 
 // lateness returns, for victims, the time from deadline to the first interrupted event's at.
-func (e *events) lateness(victims []string) []time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e events) lateness(victims []string) []time.Duration {
 	var out []time.Duration
 	for _, d := range victims {
-		for _, ev := range e.byDev[d] {
+		for _, ev := range e.Of(d) {
 			if ev.Kind == event.Interrupted {
 				out = append(out, ev.At.Sub(ev.Deadline))
 				break
@@ -297,12 +234,4 @@ func summary(ds []time.Duration) string {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return fmt.Sprintf("median %v, max %v (n=%d)", s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
-}
-
-func deviceIDs(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s-%06d", prefix, i)
-	}
-	return out
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
-	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
 // cluster is the replicas sharing one Redis and one Kafka.
@@ -108,12 +107,12 @@ func (c *cluster) takeover(r *replica, slots int, disrupt func()) time.Duration 
 // no device that kept signalling is reported, and any device reported twice carries the same event id.
 func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 	n := fleetSize(t)
-	killVictims := deviceIDs("kill", n/5)
-	doubleVictims := deviceIDs("double", n/5)
-	keepers := deviceIDs("keep", n-2*(n/5))
+	killVictims := testenv.DeviceIDs("kill", n/5)
+	doubleVictims := testenv.DeviceIDs("double", n/5)
+	keepers := testenv.DeviceIDs("keep", n-2*(n/5))
 
 	srv := testenv.StartRedis(t)
-	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalsTopic, eventsTopic, deadTopic}, Partitions: 3})
+	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{testenv.SignalsTopic, testenv.EventsTopic, testenv.DeadLetterTopic}, Partitions: 3})
 	c := &cluster{t: t, redis: srv.Addr, kafka: k.Addrs}
 	for _, id := range []string{"a", "b", "c"} {
 		c.replicas = append(c.replicas, c.start(id, 16))
@@ -125,12 +124,11 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 			f.active[d] = true
 		}
 	}
-	ev := &events{byDev: map[string][]event.Event{}}
-	k.Consume(t, ev.add, eventsTopic)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); f.run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ev := events{testenv.NewEvents()}
+	k.Consume(t, ev.Add, testenv.EventsTopic)
+	// A failed tick is kept and the next goes on: the keepers must keep signalling, and the test fails on
+	// any failure at its end.
+	signalling := testenv.Repeat(t, period, func(ctx context.Context) error { return f.tick(ctx, time.Now()) })
 
 	require.Eventually(t, func() bool {
 		s, err := c.replicas[0].stats()
@@ -164,13 +162,11 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 	require.Eventually(t, func() bool { return len(ev.missing(killVictims)) == 0 }, lease+timeout+spread+30*time.Second, 20*time.Millisecond,
 		"every device that expired around the kill is reported")
 	var afterKill []string
-	ev.mu.Lock()
 	for _, d := range killVictims {
-		if e := ev.byDev[d]; len(e) > 0 && e[0].Deadline.After(killedAt) {
+		if e := ev.Of(d); len(e) > 0 && e[0].Deadline.After(killedAt) {
 			afterKill = append(afterKill, d)
 		}
 	}
-	ev.mu.Unlock()
 	t.Logf("SIGKILL amid expiry: %d of %d victims expired after the kill; their detection lateness %s", len(afterKill), len(killVictims), summary(ev.lateness(afterKill)))
 
 	c.replicas[0].hb.Start(t)
@@ -250,24 +246,17 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 	// Keepers signalled all along. A false interruption is an event that should not exist, so no condition
 	// can announce it: give it one more timeout and signal period under the settled layout to show up.
 	<-time.After(timeout + period)
-	f.mu.Lock()
-	require.Empty(t, f.errs, "the fleet's signals were all produced")
-	f.mu.Unlock()
+	require.Empty(t, signalling.Failures(), "the fleet's signals were all produced")
 	falsely, dups, twice := ev.check(append(slices.Clone(killVictims), doubleVictims...), keepers)
 	require.Empty(t, falsely, "no device that kept signalling is reported")
 	for _, d := range twice[:min(len(twice), 3)] {
-		ev.mu.Lock()
-		for _, e := range ev.byDev[d] {
+		for _, e := range ev.Of(d) {
 			t.Logf("%s: %s id %s last_seen %s deadline %s at %s", d, e.Kind, e.ID, e.LastSeen.Format("15:04:05.000"), e.Deadline.Format("15:04:05.000"), e.At.Format("15:04:05.000"))
 		}
-		ev.mu.Unlock()
 	}
 	require.Empty(t, twice, "no outage reported under two ids")
-	ev.mu.Lock()
-	require.Empty(t, ev.bad, "every event decodes")
-	total := ev.total
-	ev.mu.Unlock()
-	t.Logf("events: %d for %d victims; %d re-published duplicates (same id)", total, len(killVictims)+len(doubleVictims), dups)
+	require.Empty(t, ev.Bad(), "every event decodes")
+	t.Logf("events: %d for %d victims; %d re-published duplicates (same id)", ev.Total(), len(killVictims)+len(doubleVictims), dups)
 
 	metricSum := 0
 	for _, r := range c.live() {
