@@ -136,6 +136,16 @@ func only(t *testing.T, all []event.Event, kind event.Kind, device string) event
 	return got[0]
 }
 
+// silenceEvents returns the one silenced and the one unsilenced event of device, checking that both carry
+// the ids derived from silence silenceID.
+func silenceEvents(t *testing.T, all []event.Event, silenceID, device string) (on, off event.Event) {
+	t.Helper()
+	on, off = only(t, all, event.Silenced, device), only(t, all, event.Unsilenced, device)
+	require.Equal(t, alarm.SilenceEventID(silenceID, event.Silenced), on.ID)
+	require.Equal(t, alarm.SilenceEventID(silenceID, event.Unsilenced), off.ID)
+	return on, off
+}
+
 // Every operator act publishes exactly one event, with the act's by and note, through the daemon's
 // sink (the test reader validates each against api/event.schema.json); a silence deleted early re-arms
 // the device it deferred, and one that ends at its time is announced too.
@@ -186,22 +196,16 @@ func TestOperatorActsAreEvents(t *testing.T) {
 	require.Equal(t, only(t, all, event.Interrupted, "del-1").Deadline, deleted.Deadline)
 	require.Equal(t, event.Detail{By: "bob", Note: "decommissioned"}, deleted.Detail)
 
-	on := only(t, all, event.Silenced, "sil-1")
-	require.Equal(t, alarm.SilenceEventID(silenced["id"].(string), event.Silenced), on.ID)
+	on, off := silenceEvents(t, all, silenced["id"].(string), "sil-1")
 	require.Equal(t, "default", on.DeviceType)
 	require.Equal(t, event.Detail{By: "carol", Note: "battery swap"}, on.Detail)
-	off := only(t, all, event.Unsilenced, "sil-1")
-	require.Equal(t, alarm.SilenceEventID(silenced["id"].(string), event.Unsilenced), off.ID)
 	require.Equal(t, event.Detail{By: "dave", Note: "done early"}, off.Detail)
 	reArmed := only(t, all, event.Interrupted, "sil-1")
 	require.False(t, reArmed.At.Before(off.At), "sil-1 stayed quiet while its silence lasted")
 
-	typeOn := only(t, all, event.Silenced, "meter")
-	require.Equal(t, alarm.SilenceEventID(typeSilence["id"].(string), event.Silenced), typeOn.ID)
+	typeOn, typeOff := silenceEvents(t, all, typeSilence["id"].(string), "meter")
 	require.Equal(t, "meter", typeOn.DeviceType)
 	require.Equal(t, event.Detail{By: "erin", Note: "meter firmware"}, typeOn.Detail)
-	typeOff := only(t, all, event.Unsilenced, "meter")
-	require.Equal(t, alarm.SilenceEventID(typeSilence["id"].(string), event.Unsilenced), typeOff.ID)
 	require.Equal(t, event.Detail{}, typeOff.Detail, "ended at its time: by no one")
 	only(t, all, event.Interrupted, "meter-1")
 
