@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,4 +109,48 @@ func (r *Redis) Client(tb testing.TB) *redis.Client {
 func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
 	tb.Helper()
 	return start(tb, LaunchRedis, opts)
+}
+
+// CommandStat is one command's line of INFO commandstats: how often Redis ran it since its stats were
+// reset, and for how long in all.
+type CommandStat struct {
+	Calls int64
+	Usec  int64
+}
+
+// ReadCommandStats is rdb's INFO commandstats by command name, lower case as Redis writes it ("evalsha",
+// "config|resetstat").
+func ReadCommandStats(ctx context.Context, rdb redis.UniversalClient) (map[string]CommandStat, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, fmt.Errorf("testenv: INFO commandstats: %w", err)
+	}
+	stats := map[string]CommandStat{}
+	for line := range strings.Lines(info) {
+		name, fields, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
+		if !ok {
+			continue
+		}
+		var s CommandStat
+		for field := range strings.SplitSeq(fields, ",") {
+			k, v, _ := strings.Cut(field, "=")
+			switch k {
+			case "calls":
+				s.Calls, err = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				s.Usec, err = strconv.ParseInt(v, 10, 64)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("testenv: INFO commandstats line %q: %w", line, err)
+			}
+		}
+		stats[name] = s
+	}
+	return stats, nil
+}
+
+// CommandStats is ReadCommandStats for a test.
+func CommandStats(tb testing.TB, rdb redis.UniversalClient) map[string]CommandStat {
+	tb.Helper()
+	return must(tb, func() (map[string]CommandStat, error) { return ReadCommandStats(context.Background(), rdb) })
 }

@@ -185,6 +185,24 @@ func TestRedisMaxMemory(t *testing.T) {
 	require.ErrorContains(t, err, "OOM", "a full server refuses writes instead of evicting")
 }
 
+// CommandStats counts what a test ran since the stats were reset, subcommands under their own names.
+func TestRedisCommandStats(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.StartRedis(t).Client(t)
+	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
+	pipe := rdb.Pipeline()
+	for i := range 1000 {
+		pipe.Set(ctx, "k", i, 0)
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	stats := testenv.CommandStats(t, rdb)
+	require.EqualValues(t, 1000, stats["set"].Calls)
+	require.Positive(t, stats["set"].Usec, "a thousand SETs take some microseconds")
+	require.EqualValues(t, 1, stats["config|resetstat"].Calls)
+	require.Zero(t, stats["get"].Calls, "a command not run is not listed")
+}
+
 func TestRedisStartFailureShowsLog(t *testing.T) {
 	r := run(t, func(tb testing.TB) { testenv.StartRedis(tb, testenv.RedisOptions{MaxMemory: "plenty"}) })
 	require.True(t, r.fatalf)

@@ -3,8 +3,7 @@ package deadline_test
 import (
 	"context"
 	"fmt"
-	"regexp"
-	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,16 +156,14 @@ func BenchmarkSweepDormant(b *testing.B) {
 // redisUsec is the time Redis spent running commands since its stats were reset (INFO commandstats).
 func redisUsec(b *testing.B, rdb redis.UniversalClient) int64 {
 	b.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	require.NoError(b, err)
 	var total int64
-	for _, m := range regexp.MustCompile(`cmdstat_(\w+):calls=\d+,usec=(\d+)`).FindAllStringSubmatch(info, -1) {
-		if m[1] == "info" || m[1] == "config" {
+	for name, s := range testenv.CommandStats(b, rdb) {
+		// Not the sweep's: the benchmark's own INFO and CONFIG, and connection set-up (subcommands such as
+		// client|setinfo).
+		if name == "info" || name == "config" || strings.Contains(name, "|") {
 			continue
 		}
-		us, err := strconv.ParseInt(m[2], 10, 64)
-		require.NoError(b, err)
-		total += us
+		total += s.Usec
 	}
 	return total
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -59,16 +57,10 @@ func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
 	now := time.UnixMilli(1_763_800_000_000) // Refresh runs on this goroutine: a plain variable is the clock
 	timeouts := map[string]time.Duration{"default": time.Minute, "gateway": 30 * time.Second, "random-7": time.Hour}
 	store, err := deadline.New(rdb, deadline.Options{Slots: 8, Now: func() time.Time { return now },
-		Timeout: func(name string) time.Duration {
-			if d, ok := timeouts[name]; ok {
-				return d
-			}
-			return timeouts["default"]
-		}})
+		Timeout: testenv.TypeTimeouts(timeouts)})
 	require.NoError(t, err)
 	require.NoError(t, store.Load(ctx, "default", "gateway"))
-	scripts := func() int64 { return commandCalls(t, rdb, "evalsha") + commandCalls(t, rdb, "eval") }
-	before := scripts()
+	before := scriptCalls(t, rdb)
 
 	const names = 5000
 	sigs := make([]deadline.Signal, 0, names+1)
@@ -79,7 +71,7 @@ func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
 	for chunk := range slices.Chunk(sigs, 256) {
 		require.NoError(t, store.Refresh(ctx, chunk))
 	}
-	require.Equal(t, before, scripts(), "a new name costs no script call")
+	require.Equal(t, before, scriptCalls(t, rdb), "a new name costs no script call")
 	registry, err := rdb.HGetAll(ctx, store.Keys().Types()).Result()
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"default": "0", "gateway": "1"}, registry, "only configured names are recorded")
@@ -124,21 +116,11 @@ func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
 	require.Equal(t, now.Add(30*time.Second).UnixMilli(), device("gw").Deadline.UnixMilli())
 }
 
-// commandCalls is how often Redis ran cmd, from INFO commandstats.
-func commandCalls(t *testing.T, rdb redis.UniversalClient, cmd string) int64 {
+// scriptCalls is how often Redis ran a script (EVALSHA or EVAL), from INFO commandstats.
+func scriptCalls(t *testing.T, rdb redis.UniversalClient) int64 {
 	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	require.NoError(t, err)
-	for _, line := range strings.Split(info, "\r\n") {
-		rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		require.NoError(t, err)
-		return n
-	}
-	return 0
+	stats := testenv.CommandStats(t, rdb)
+	return stats["evalsha"].Calls + stats["eval"].Calls
 }
 
 // TestFullRegistryFallsBackToDefault: a registry an older version filled with device-chosen names has no
@@ -159,11 +141,11 @@ func TestFullRegistryFallsBackToDefault(t *testing.T) {
 	}
 	require.NoError(t, rdb.HSet(ctx, store.Keys().Types(), legacy...).Err())
 	require.NoError(t, store.Load(ctx, "default", "gateway"))
-	before := commandCalls(t, rdb, "evalsha") + commandCalls(t, rdb, "eval")
+	before := scriptCalls(t, rdb)
 	for i := range 3 {
 		require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: fmt.Sprint("gw-", i), Type: "gateway", Seen: time.Now()}}))
 	}
-	require.Equal(t, before, commandCalls(t, rdb, "evalsha")+commandCalls(t, rdb, "eval"))
+	require.Equal(t, before, scriptCalls(t, rdb))
 	d, found, err := store.Device(ctx, "gw-0")
 	require.NoError(t, err)
 	require.True(t, found)
