@@ -294,9 +294,12 @@ func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
 		p.HDel(ctx, s.keys.parents(device), device)
 		p.HDel(ctx, s.keys.overrides(), device)
 		p.Incr(ctx, s.keys.overridesVersion())
+		// Replicas remembering its type forget it: a device of the same name starts afresh.
+		s.queueRetyped(ctx, p, []string{device})
 		return nil
 	})
 	s.links.written.forget(device)
+	s.typeMem.forget([]string{device})
 	if err != nil {
 		return false, fmt.Errorf("deadline: delete %q: %w", device, err)
 	}

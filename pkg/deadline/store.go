@@ -32,6 +32,7 @@ type Store struct {
 
 	links     parentLinks    // parents.go
 	perDevice perDeviceTypes // registry.go
+	typeMem   *typeMemory    // typememory.go
 }
 
 // Options configures a Store.
@@ -70,7 +71,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("deadline: record names: %w", err)
 	}
 	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout,
-		repeatEvery: repeatEvery, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":"}
+		repeatEvery: repeatEvery, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":", typeMem: newTypeMemory()}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
 }
@@ -242,14 +243,18 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 		return ts
 	}
 	oldEntries := map[int][]any{} // old slot → moved devices to drop from it
-	recorded, err := s.recordedTypes(ctx, layout, signals, moved)
+	if err := s.applyRetyped(ctx); err != nil {
+		return err
+	}
+	recorded, err := s.recordedTypes(ctx, layout, signals, moved, now/1000)
 	if err != nil {
 		return err
 	}
 	var untyped []Signal
+	var retyped []string
 	for i, sig := range signals {
 		m, isMoved := moved[i]
-		t, known := recorded[i]
+		rec, known := recorded.types[i]
 		if sig.Type == "" && !isMoved && !known {
 			untyped = append(untyped, sig)
 			continue
@@ -261,7 +266,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 				continue
 			}
 		case sig.Type == "":
-			score = (sig.Seen.UnixMilli()+s.timeout(s.types.name(ctx, t)).Milliseconds())*MaxTypes + int64(t)
+			score = (sig.Seen.UnixMilli()+s.timeout(s.types.name(ctx, rec)).Milliseconds())*MaxTypes + int64(rec)
 		default:
 			t, err := s.types.index(ctx, sig.Type)
 			if err != nil {
@@ -272,6 +277,12 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 				name = DefaultType // an unconfigured name is recorded, and timed, as the default type
 			}
 			score = (sig.Seen.UnixMilli()+s.timeout(name).Milliseconds())*MaxTypes + int64(t)
+			if known && rec != t {
+				retyped = append(retyped, sig.Device)
+			}
+			if !known || rec != t || recorded.read[i] {
+				recorded.learned[sig.Device] = t
+			}
 		}
 		ts := slotOf(Slot(sig.Device, layout.Slots))
 		ts.deadlines = append(ts.deadlines, redis.Z{Score: float64(score), Member: sig.Device})
@@ -298,6 +309,8 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 		pipe.ZRem(ctx, s.keys.Deadlines(slot), devs...)
 	}
 	links := s.writeLinks(ctx, pipe, signals)
+	s.queueRetyped(ctx, pipe, retyped)
+	checked := s.queueRetypedCheck(ctx, pipe)
 	calls := s.untypedCalls(untyped, now)
 	for _, c := range calls {
 		refreshScript.EvalSha(ctx, pipe, c.keys, c.args...)
@@ -312,6 +325,11 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 		}
 	}
 	s.remember(links)
+	checked()
+	if s.typeMem.logSeen.Load() == recorded.logSeen {
+		// Not when the log moved meanwhile: a read may predate a change the log already made forgotten.
+		s.typeMem.remember(recorded.learned, now/1000)
+	}
 	probes := s.rdb.Pipeline()
 	for slot, cmd := range added {
 		if ts := typed[slot]; cmd.Val() > 0 && !ts.probeNow {
@@ -341,31 +359,53 @@ func (s *Store) probe(ctx context.Context, pipe redis.Pipeliner, slot int, now i
 	pipe.ZAddArgs(ctx, s.keys.Alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: members})
 }
 
-// recordedTypes reads, with one ZMSCORE per slot, the type recorded in the scores of the devices whose
-// signals name no type (index in the batch → type index). Plain reads and writes beat the script, whose
-// interpreter costs more than the commands it runs; devices not in the deadlines set
-// (new, or interrupted with their type in the incident) are left to the script. Another replica changing
-// a device's type between this read and the write is the one race: the write then keeps the older type
-// once, and the device's next typed signal records the new one.
-func (s *Store) recordedTypes(ctx context.Context, l *Layout, signals []Signal, moved movedSignals) (map[int]int, error) {
+// recorded is what a batch knows of its devices' recorded types.
+type recorded struct {
+	types   map[int]int    // index in the batch → recorded type index
+	read    map[int]bool   // the type was read from Redis, not remembered
+	learned map[string]int // device → type index to remember once the batch is written
+	logSeen int64          // the retyped count the memory had applied when the batch looked
+}
+
+// recordedTypes finds the type recorded for the devices of the signals that need it: untyped signals, to
+// time their deadline, and typed ones whose device this store does not remember, to learn whether the
+// signal changes its type (the other replicas must then hear of it, typememory.go). It answers from the
+// store's memory where it can and reads the rest with one ZMSCORE per slot. Plain reads and writes beat
+// the script, whose interpreter costs more than the commands it runs; devices not in the deadlines set
+// (new, or interrupted with their type in the incident) are left to the script when untyped.
+func (s *Store) recordedTypes(ctx context.Context, l *Layout, signals []Signal, moved movedSignals, now int64) (recorded, error) {
+	rec := recorded{types: make(map[int]int, len(signals)), read: map[int]bool{}, learned: map[string]int{}, logSeen: s.typeMem.logSeen.Load()}
+	s.typeMem.lookup(func(yield func(int, string) bool) {
+		for i, sig := range signals {
+			if _, isMoved := moved[i]; !isMoved && !yield(i, sig.Device) {
+				return
+			}
+		}
+	}, now, func(i, index int) { rec.types[i] = index })
 	bySlot := map[int][]int{}
 	for i, sig := range signals {
-		if _, isMoved := moved[i]; sig.Type == "" && !isMoved {
+		if _, isMoved := moved[i]; isMoved {
+			continue
+		}
+		if _, ok := rec.types[i]; !ok {
 			slot := Slot(sig.Device, l.Slots)
 			bySlot[slot] = append(bySlot[slot], i)
 		}
 	}
 	if len(bySlot) == 0 {
-		return nil, nil
+		return rec, nil
 	}
-	out := make(map[int]int, len(signals))
 	err := s.deadlineScores(ctx, bySlot, func(i int) string { return signals[i].Device }, func(i int, score float64) {
-		_, out[i] = scoreDeadline(score)
+		_, t := scoreDeadline(score)
+		rec.types[i], rec.read[i] = t, true
+		if signals[i].Type == "" {
+			rec.learned[signals[i].Device] = t
+		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("deadline: refresh: read recorded types: %w", err)
+		return rec, fmt.Errorf("deadline: refresh: read recorded types: %w", err)
 	}
-	return out, nil
+	return rec, nil
 }
 
 // untypedCalls groups untyped signals into refreshScript calls.

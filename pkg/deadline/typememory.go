@@ -1,0 +1,218 @@
+package deadline
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A signal without a type (the common MQTT heartbeat) is timed by the type recorded for its device, in
+// the low bits of its deadline score. Reading that score costs a round trip and ≈ 0.5 µs of Redis per
+// signal, more than the write itself in a periodic fleet, so each Store remembers the types it read and
+// wrote: an untyped signal of a remembered device is written as if it named its type.
+//
+// Another replica may change a device's type (a typed signal, a delete). A store that changes the type of
+// a device, or deletes one, appends the device to the retyped log, and every store checks the log's
+// counter in each refresh round trip, forgetting the devices named since it last looked: a change reaches
+// the other replicas within one of their batches. Changes the log cannot tell (Redis lost its data, a
+// replica of an older version) are bounded by typeMemoryRefresh, after which a device's type is read
+// again.
+
+// typeMemorySize bounds the devices a Store remembers (two generations of half as many). An entry is a
+// hash and 8 bytes, ≈ 20–40 B with the map's overhead: ≈ 40–80 MB for 2M devices.
+const typeMemorySize = 1 << 22
+
+// typeMemoryRefresh is how long a remembered type is trusted without reading it again.
+const typeMemoryRefresh = 10 * time.Minute
+
+// retypedLogSize is how many changes the retyped log keeps; a store that fell further behind forgets all
+// it remembers.
+const retypedLogSize = 10_000
+
+// Retyped is the list of devices whose type changed or that were deleted, newest first, and RetypedCount
+// the number of entries ever added to it. Both share a hash tag, so a script updates them together on
+// Redis Cluster.
+func (k Keyspace) Retyped() string      { return k.prefix + ":{retyped}" }
+func (k Keyspace) RetypedCount() string { return k.prefix + ":{retyped}:count" }
+
+type typeEntry struct {
+	index uint16
+	until uint32 // unix seconds after which the type is read again
+}
+
+// typeMemory is a Store's memory of recorded types, by hashes of the device ids, in two generations like
+// linkCache. A 64-bit hash collision would time one device by another's type until typeMemoryRefresh.
+type typeMemory struct {
+	mu       sync.Mutex
+	cur, old map[uint64]typeEntry
+	// logSeen is the retyped count this memory has applied; -1 before the first check.
+	logSeen atomic.Int64
+	// logCount is the count the last refresh round trip read.
+	logCount atomic.Int64
+}
+
+func newTypeMemory() *typeMemory {
+	m := &typeMemory{}
+	m.logSeen.Store(-1)
+	m.logCount.Store(-1)
+	return m
+}
+
+// lookup returns, for each device, its remembered type index and whether there is one still trusted at
+// now (unix seconds); one lock per batch.
+func (m *typeMemory) lookup(devices func(yield func(i int, device string) bool), now int64, found func(i, index int)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, device := range devices {
+		k := idHash(device)
+		e, ok := m.cur[k]
+		if !ok {
+			if e, ok = m.old[k]; ok && now < int64(e.until) {
+				m.putLocked(k, e)
+			}
+		}
+		if ok && now < int64(e.until) {
+			found(i, int(e.index))
+		}
+	}
+}
+
+// remember records devices' type indexes, learned at now (unix seconds); one lock per batch.
+func (m *typeMemory) remember(entries map[string]int, now int64) {
+	if len(entries) == 0 {
+		return
+	}
+	until := uint32(now + int64(typeMemoryRefresh/time.Second))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for device, index := range entries {
+		m.putLocked(idHash(device), typeEntry{index: uint16(index), until: until})
+	}
+}
+
+func (m *typeMemory) putLocked(k uint64, e typeEntry) {
+	if m.cur == nil || len(m.cur) >= typeMemorySize/2 {
+		m.old, m.cur = m.cur, make(map[uint64]typeEntry)
+	}
+	m.cur[k] = e
+}
+
+func (m *typeMemory) forget(devices []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range devices {
+		k := idHash(d)
+		delete(m.cur, k)
+		delete(m.old, k)
+	}
+}
+
+func (m *typeMemory) forgetAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cur, m.old = nil, nil
+}
+
+// retypeScript appends devices to the retyped log and counts them.
+// KEYS: log, count. ARGV: the log's size, then the devices.
+var retypeScript = newScript(`
+for i = 2, #ARGV do redis.call('LPUSH', KEYS[1], ARGV[i]) end
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+return redis.call('INCRBY', KEYS[2], #ARGV - 1)`)
+
+// readRetypedScript returns the log's count and, when it moved past ARGV[1] by at most the log's size,
+// the devices added since: one atomic read, so no entry is counted and missed.
+// KEYS: log, count. ARGV: the count last seen, the log's size.
+var readRetypedScript = newScript(`
+local n = tonumber(redis.call('GET', KEYS[2]) or '0')
+local since = n - tonumber(ARGV[1])
+if since <= 0 or since > tonumber(ARGV[2]) then return {n} end
+local out = redis.call('LRANGE', KEYS[1], 0, since - 1)
+table.insert(out, 1, n)
+return out`)
+
+// queueRetyped logs devices whose type this store changed or that it deleted, in pipe.
+func (s *Store) queueRetyped(ctx context.Context, pipe redis.Pipeliner, devices []string) {
+	if len(devices) == 0 {
+		return
+	}
+	args := make([]any, 0, len(devices)+1)
+	args = append(args, retypedLogSize)
+	for _, d := range devices {
+		args = append(args, d)
+	}
+	retypeScript.Eval(ctx, pipe, []string{s.keys.Retyped(), s.keys.RetypedCount()}, args...)
+}
+
+// queueRetypedCheck reads the log's count in pipe; the next refresh applies what it finds.
+func (s *Store) queueRetypedCheck(ctx context.Context, pipe redis.Pipeliner) func() {
+	// MGET: a missing key is a nil element, not the error GET's redis.Nil would make of the pipeline.
+	cmd := pipe.MGet(ctx, s.keys.RetypedCount())
+	return func() {
+		vals, err := cmd.Result()
+		if err != nil || len(vals) != 1 {
+			return
+		}
+		var n int64
+		if v, ok := vals[0].(string); ok {
+			if n, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return
+			}
+		}
+		s.typeMem.logCount.Store(n)
+	}
+}
+
+// applyRetyped forgets the devices the log named since this store last applied it, when the last count
+// read moved. It runs before a batch uses the memory.
+func (s *Store) applyRetyped(ctx context.Context) error {
+	m := s.typeMem
+	seen, count := m.logSeen.Load(), m.logCount.Load()
+	if seen >= 0 && count == seen {
+		return nil
+	}
+	if seen < 0 {
+		// Nothing remembered yet: start from the count as it is.
+		n, err := s.rdb.Get(ctx, s.keys.RetypedCount()).Int64()
+		if err != nil && err != redis.Nil {
+			return fmt.Errorf("deadline: retyped log: %w", err)
+		}
+		m.logSeen.Store(n)
+		m.logCount.Store(n)
+		return nil
+	}
+	res, err := readRetypedScript.Run(ctx, s.rdb, []string{s.keys.Retyped(), s.keys.RetypedCount()}, seen, retypedLogSize).Slice()
+	if err != nil {
+		return fmt.Errorf("deadline: retyped log: %w", err)
+	}
+	n, _ := res[0].(int64)
+	switch {
+	case n-seen > retypedLogSize || n < seen: // fell behind the log, or Redis lost it
+		m.forgetAll()
+	default:
+		devices := make([]string, 0, len(res)-1)
+		for _, v := range res[1:] {
+			if d, ok := v.(string); ok {
+				devices = append(devices, d)
+			}
+		}
+		m.forget(devices)
+	}
+	m.logSeen.Store(n)
+	m.logCount.Store(n)
+	return nil
+}
+
+// retypedCount is the log's count, for tests.
+func (s *Store) retypedCount(ctx context.Context) (int64, error) {
+	n, err := s.rdb.Get(ctx, s.keys.RetypedCount()).Int64()
+	if err == redis.Nil {
+		return 0, nil
+	}
+	return n, err
+}
