@@ -254,7 +254,8 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	var retyped []string
 	for i, sig := range signals {
 		m, isMoved := moved[i]
-		rec, known := recorded.types[i]
+		rec, source := recorded.of(i)
+		known := source != typeUnknown
 		if sig.Type == "" && !isMoved && !known {
 			untyped = append(untyped, sig)
 			continue
@@ -280,8 +281,8 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 			if known && rec != t {
 				retyped = append(retyped, sig.Device)
 			}
-			if !known || rec != t || recorded.read[i] {
-				recorded.learned[sig.Device] = t
+			if source != typeRemembered || rec != t {
+				recorded.learned = append(recorded.learned, learnedType{sig.Device, t})
 			}
 		}
 		ts := slotOf(Slot(sig.Device, layout.Slots))
@@ -361,11 +362,27 @@ func (s *Store) probe(ctx context.Context, pipe redis.Pipeliner, slot int, now i
 
 // recorded is what a batch knows of its devices' recorded types.
 type recorded struct {
-	types   map[int]int    // index in the batch → recorded type index
-	read    map[int]bool   // the type was read from Redis, not remembered
-	learned map[string]int // device → type index to remember once the batch is written
-	logSeen int64          // the retyped count the memory had applied when the batch looked
+	// types holds, by index in the batch, the recorded type index shifted left by two over its source.
+	types   []int32
+	learned []learnedType // to remember once the batch is written
+	logSeen int64         // the retyped count the memory had applied when the batch looked
 }
+
+type learnedType struct {
+	device string
+	index  int
+}
+
+// Where a batch learned a device's recorded type.
+const (
+	typeUnknown    = iota // neither remembered nor in the deadlines set
+	typeRemembered        // from the store's memory
+	typeRead              // from the deadlines set's score
+)
+
+func (r recorded) of(i int) (index, source int) { return int(r.types[i] >> 2), int(r.types[i] & 3) }
+
+func (r recorded) set(i, index, source int) { r.types[i] = int32(index)<<2 | int32(source) }
 
 // recordedTypes finds the type recorded for the devices of the signals that need it: untyped signals, to
 // time their deadline, and typed ones whose device this store does not remember, to learn whether the
@@ -374,20 +391,20 @@ type recorded struct {
 // the script, whose interpreter costs more than the commands it runs; devices not in the deadlines set
 // (new, or interrupted with their type in the incident) are left to the script when untyped.
 func (s *Store) recordedTypes(ctx context.Context, l *Layout, signals []Signal, moved movedSignals, now int64) (recorded, error) {
-	rec := recorded{types: make(map[int]int, len(signals)), read: map[int]bool{}, learned: map[string]int{}, logSeen: s.typeMem.logSeen.Load()}
+	rec := recorded{types: make([]int32, len(signals)), logSeen: s.typeMem.logSeen.Load()}
 	s.typeMem.lookup(func(yield func(int, string) bool) {
 		for i, sig := range signals {
 			if _, isMoved := moved[i]; !isMoved && !yield(i, sig.Device) {
 				return
 			}
 		}
-	}, now, func(i, index int) { rec.types[i] = index })
+	}, now, func(i, index int) { rec.set(i, index, typeRemembered) })
 	bySlot := map[int][]int{}
 	for i, sig := range signals {
 		if _, isMoved := moved[i]; isMoved {
 			continue
 		}
-		if _, ok := rec.types[i]; !ok {
+		if _, source := rec.of(i); source == typeUnknown {
 			slot := Slot(sig.Device, l.Slots)
 			bySlot[slot] = append(bySlot[slot], i)
 		}
@@ -397,9 +414,9 @@ func (s *Store) recordedTypes(ctx context.Context, l *Layout, signals []Signal, 
 	}
 	err := s.deadlineScores(ctx, bySlot, func(i int) string { return signals[i].Device }, func(i int, score float64) {
 		_, t := scoreDeadline(score)
-		rec.types[i], rec.read[i] = t, true
+		rec.set(i, t, typeRead)
 		if signals[i].Type == "" {
-			rec.learned[signals[i].Device] = t
+			rec.learned = append(rec.learned, learnedType{signals[i].Device, t})
 		}
 	})
 	if err != nil {

@@ -83,15 +83,15 @@ func (m *typeMemory) lookup(devices func(yield func(i int, device string) bool),
 }
 
 // remember records devices' type indexes, learned at now (unix seconds); one lock per batch.
-func (m *typeMemory) remember(entries map[string]int, now int64) {
+func (m *typeMemory) remember(entries []learnedType, now int64) {
 	if len(entries) == 0 {
 		return
 	}
 	until := uint32(now + int64(typeMemoryRefresh/time.Second))
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for device, index := range entries {
-		m.putLocked(idHash(device), typeEntry{index: uint16(index), until: until})
+	for _, e := range entries {
+		m.putLocked(idHash(e.device), typeEntry{index: uint16(e.index), until: until})
 	}
 }
 
