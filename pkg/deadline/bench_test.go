@@ -421,19 +421,9 @@ func refreshPass(b *testing.B, store *deadline.Store, batches [][]deadline.Signa
 	return time.Since(start)
 }
 
-// hsetCalls is how often Redis ran HSET (INFO commandstats); commandCalls is the tests' reader.
+// hsetCalls is how often Redis ran HSET (INFO commandstats).
 func hsetCalls(b *testing.B, rdb redis.UniversalClient) int64 {
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	require.NoError(b, err)
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(line, "cmdstat_hset:calls="); ok {
-			calls, _, _ := strings.Cut(v, ",")
-			n, err := strconv.ParseInt(calls, 10, 64)
-			require.NoError(b, err)
-			return n
-		}
-	}
-	return 0
+	return testenv.CommandStats(b, rdb)["hset"].Calls
 }
 
 func usedMemory(b *testing.B, srv *testenv.Redis) int64 {
