@@ -136,7 +136,7 @@ func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
 		watch: newGroupWatch(opts.Now),
 	}
 	s.client = &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Timeout: opts.DialTimeout, Transport: s.transport}
-	s.offsets.onAck = s.health.done
+	s.offsets.onAck = s.health.settled
 	return s, nil
 }
 
@@ -277,7 +277,7 @@ func (s *KafkaSource) fetchLoop(ctx context.Context, reader *kafka.Reader, chain
 			Ack:     ack,
 		})
 		if err != nil {
-			s.health.done() // never applied: its offset stays uncommitted
+			s.health.settled() // never applied: its offset stays uncommitted
 			return
 		}
 	}
