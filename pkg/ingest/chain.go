@@ -191,14 +191,13 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 	default:
 	}
 	src := c.m.source(m.Source)
-	now := c.now()
 	received := m.Received
 	if received.IsZero() {
-		received = now
+		received = c.now()
 	}
 	d, reason := decode(&m)
 	if reason != "" {
-		return c.deadLetter(ctx, &m, src, reason, now)
+		return c.deadLetter(ctx, &m, src, reason, received)
 	}
 	seen := received
 	if d.ts.IsZero() {
@@ -213,7 +212,7 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 	}
 	if d.typ != "" && c.opts.KnownType != nil && !c.opts.KnownType(d.typ) {
 		c.m.unknownTypes.Inc()
-		c.unknown.note(d.typ, d.device, now)
+		c.unknown.note(d.typ, d.device, received)
 		d.typ = deadline.DefaultType // a device-chosen name is never recorded (SPEC §4)
 	}
 	c.intervals.observe(d.device, d.typ, seen)

@@ -148,7 +148,7 @@ func (s *KafkaSource) Name() string { return SourceKafka }
 // consumer behind, whichever member's partition it is on). Blind is set while a rebalance's partitions
 // are not read past its start yet, or while the group cannot be observed.
 func (s *KafkaSource) Health() Health {
-	lag := s.offsets.lag(time.Now())
+	lag := s.offsets.lag(s.opts.Now()) // on the clock add was given
 	glag, blind, why := s.watch.status(s.opts.Now(), s.staleAfter())
 	h := s.health.health(max(lag, glag))
 	h.Blind, h.BlindWhy = blind, why
@@ -266,15 +266,18 @@ func (s *KafkaSource) fetchLoop(ctx context.Context, reader *kafka.Reader, chain
 			continue
 		}
 		backoff.Reset()
-		ack := s.offsets.add(m.Topic, m.Partition, m.Offset)
+		// One clock read serves the lag (the offsets) and the chain (the receive time).
+		received := s.opts.Now()
+		ack := s.offsets.add(m.Topic, m.Partition, m.Offset, received)
 		s.health.begin()
 		err = chain.Submit(ctx, Message{
-			Source:  SourceKafka,
-			Topic:   m.Topic,
-			Key:     m.Key,
-			Payload: m.Value,
-			Stamped: m.Time,
-			Ack:     ack,
+			Source:   SourceKafka,
+			Topic:    m.Topic,
+			Key:      m.Key,
+			Payload:  m.Value,
+			Received: received,
+			Stamped:  m.Time,
+			Ack:      ack,
 		})
 		if err != nil {
 			s.health.settled() // never applied: its offset stays uncommitted

@@ -39,9 +39,8 @@ func newOffsetTracker() *offsetTracker {
 	return &offsetTracker{parts: map[topicPartition]*partitionOffsets{}, ready: make(chan struct{}, 1)}
 }
 
-// add records a fetched message and returns its acknowledgement.
-func (t *offsetTracker) add(topic string, partition int, offset int64) func() {
-	now := time.Now()
+// add records a message fetched at now and returns its acknowledgement.
+func (t *offsetTracker) add(topic string, partition int, offset int64, now time.Time) func() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tp := topicPartition{topic, partition}

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -60,10 +61,10 @@ func TestTopicTemplates(t *testing.T) {
 
 func TestOffsetTrackerCommitsOnlyContiguousAppliedOffsets(t *testing.T) {
 	tr := newOffsetTracker()
-	a0 := tr.add("s", 0, 10)
-	a1 := tr.add("s", 0, 11)
-	a2 := tr.add("s", 0, 13) // a gap (compaction, transaction marker) is fine
-	b0 := tr.add("s", 1, 5)
+	a0 := tr.add("s", 0, 10, time.Now())
+	a1 := tr.add("s", 0, 11, time.Now())
+	a2 := tr.add("s", 0, 13, time.Now()) // a gap (compaction, transaction marker) is fine
+	b0 := tr.add("s", 1, 5, time.Now())
 
 	a1()
 	a2()
@@ -78,8 +79,8 @@ func TestOffsetTrackerCommitsOnlyContiguousAppliedOffsets(t *testing.T) {
 	require.Zero(t, tr.outstanding())
 
 	// A rebalance hands partition 0 back from an earlier offset: the old run's late acks commit nothing.
-	late := tr.add("s", 0, 14)
-	r0 := tr.add("s", 0, 12)
+	late := tr.add("s", 0, 14, time.Now())
+	r0 := tr.add("s", 0, 12, time.Now())
 	late()
 	require.Empty(t, tr.committable())
 	r0()
