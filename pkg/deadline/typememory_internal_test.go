@@ -1,0 +1,44 @@
+package deadline
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRememberedTypesTable: entries survive growth and probing past neighbours whose hashes share their
+// low bits, forgetting hides an entry without losing its neighbours, and the hash 0 is a key like others.
+func TestRememberedTypesTable(t *testing.T) {
+	var tab rememberedTypes
+	_, ok := tab.get(42)
+	require.False(t, ok, "empty")
+	tab.put(7, typeEntry{}) // forgetting what was never there adds nothing
+	require.Zero(t, tab.n)
+
+	const n = 5000
+	key := func(i int) uint64 { return uint64(i) << 40 } // equal low bits: every key probes past the others
+	for i := range n {
+		tab.put(key(i), typeEntry{index: uint16(i % 1024), until: uint32(i + 1)})
+	}
+	require.Equal(t, n, tab.n)
+	require.GreaterOrEqual(t, len(tab.slots), 2*n, "grown at half full")
+	for i := range n {
+		e, ok := tab.get(key(i))
+		require.True(t, ok, i)
+		require.Equal(t, typeEntry{index: uint16(i % 1024), until: uint32(i + 1)}, e)
+	}
+	tab.put(key(10), typeEntry{}) // forget
+	e, ok := tab.get(key(10))
+	require.True(t, ok)
+	require.Zero(t, e.until, "forgotten: present but never trusted")
+	e, ok = tab.get(key(11))
+	require.True(t, ok, "its neighbours stay reachable")
+	require.Equal(t, uint32(12), e.until)
+
+	tab.put(0, typeEntry{index: 3, until: 9})
+	e, ok = tab.get(0)
+	require.True(t, ok)
+	require.Equal(t, uint16(3), e.index)
+	_, ok = tab.get(1<<63 | 5)
+	require.False(t, ok)
+}
