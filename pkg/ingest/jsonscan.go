@@ -99,22 +99,30 @@ func (s *jsonScanner) object(f *objectFields, depth int) {
 			}
 			s.member(f, string(key), s.b[vStart:s.i])
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			s.bad = true
-			return
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return
-		default:
-			s.bad = true
+		if !s.more('}') {
 			return
 		}
 	}
+}
+
+// more reads what follows a member or an element: a comma (more follow) or the container's end; anything
+// else makes the payload bad. It reports whether the container goes on.
+func (s *jsonScanner) more(end byte) bool {
+	s.ws()
+	if s.i >= len(s.b) {
+		s.bad = true
+		return false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		return true
+	case end:
+		s.i++
+		return false
+	}
+	s.bad = true
+	return false
 }
 
 // member takes a top-level member's (already validated) value. Later duplicates win, as in
@@ -255,22 +263,7 @@ func (s *jsonScanner) array(depth int) {
 	for !s.bad {
 		s.ws()
 		s.value(depth + 1)
-		if s.bad {
-			return
-		}
-		s.ws()
-		if s.i >= len(s.b) {
-			s.bad = true
-			return
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return
-		default:
-			s.bad = true
+		if s.bad || !s.more(']') {
 			return
 		}
 	}
