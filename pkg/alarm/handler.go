@@ -112,8 +112,8 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 		return fmt.Errorf("alarm: flapping: %w", err)
 	}
 	decisions := make([]Decision, len(claims))
-	var events []event.Event
-	owner := make([]int, 0, len(claims)) // owner[j] = claim index of events[j]
+	events := make([]event.Event, 0, len(claims)) // about one per claim; an Event is large to copy on growth
+	owner := make([]int, 0, len(claims))          // owner[j] = claim index of events[j]
 	for i, c := range claims {
 		in := Input{Claim: c, Current: current[i], Now: now}
 		in.Policy, _ = policies.Lookup(c.Type)

@@ -237,12 +237,20 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		return res, fmt.Errorf("deadline: claim: %w", err)
 	}
 	var nextDeadline, nextAlarm int64 = -1, -1
+	// Decoded first, so the claims are allocated once: a wake-up may hand over thousands.
+	replies := make([]claimReply, len(cmds))
+	claims := 0
 	for i, cmd := range cmds {
-		slot := slots[i]
 		r, err := decodeClaimReply(cmd.Val())
 		if err != nil {
-			return res, fmt.Errorf("%w (slot %d)", err, slot)
+			return res, fmt.Errorf("%w (slot %d)", err, slots[i])
 		}
+		replies[i] = r
+		claims += (len(r.committed)+len(r.again)+len(r.due))/2 + len(r.replacing)/3
+	}
+	res.Claims = make([]Claim, 0, claims)
+	for i, r := range replies {
+		slot := slots[i]
 		nextDeadline = earliest(nextDeadline, r.nextDeadline)
 		nextAlarm = earliest(nextAlarm, r.nextAlarm)
 		res.More = res.More || r.more
