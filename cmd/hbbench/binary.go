@@ -153,13 +153,15 @@ func daemonCPUScenario(e *env) error {
 	}
 	const rounds = 2
 	perM := map[string][]float64{}
+	shifts := map[string][]time.Duration{}
 	for r := range rounds {
 		for _, b := range bins {
-			cpu, err := daemonCPURound(e, b.path, fmt.Sprintf("r%d-%s-", r, b.name))
+			cpu, shifted, err := daemonCPURound(e, b.path, fmt.Sprintf("r%d-%s-", r, b.name))
 			if err != nil {
 				return fmt.Errorf("hbbench: daemon-cpu %s: %w", b.name, err)
 			}
 			perM[b.name] = append(perM[b.name], cpu.Seconds()*1e6/float64(e.opts.Signals))
+			shifts[b.name] = append(shifts[b.name], shifted...)
 		}
 	}
 	mean := func(v []float64) float64 {
@@ -175,6 +177,11 @@ func daemonCPUScenario(e *env) error {
 			note += fmt.Sprintf("; %.2fx baseline", mean(perM[b.name])/mean(perM["baseline"]))
 		}
 		e.add("daemon-cpu", b.name+" CPU per million signals", mean(perM[b.name]), "core-s", note)
+		sh := shifts[b.name]
+		slices.Sort(sh)
+		e.add("daemon-cpu", b.name+" deadline shift p50", benchrig.Ms(benchrig.Quantile(sh, 0.5)), "ms",
+			fmt.Sprintf("stored deadline − (record timestamp + timeout), %d sampled devices of the first pass (a backlog)", len(sh)))
+		e.add("daemon-cpu", b.name+" deadline shift p99", benchrig.Ms(benchrig.Quantile(sh, 0.99)), "ms", "")
 	}
 	return nil
 }
@@ -189,18 +196,18 @@ func joinFloats(v []float64) string {
 
 // daemonCPURound launches bin on a flushed Redis and a fresh broker, writes -signals untyped signals for
 // devices prefix0… three times and returns the CPU the process spent on the third pass.
-func daemonCPURound(e *env, bin, prefix string) (cpu time.Duration, err error) {
+func daemonCPURound(e *env, bin, prefix string) (cpu time.Duration, shifts []time.Duration, err error) {
 	if err := e.redis.flush(e.ctx); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	k, err := benchrig.Kafka(4, signalTopic, benchrig.EventsTopic, "heartbeat.deadletter")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer k.Close()
 	hb, err := launchOnKafka(e, k, bin, "hbbench-cpu")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -210,27 +217,66 @@ func daemonCPURound(e *env, bin, prefix string) (cpu time.Duration, err error) {
 	}()
 	n := e.opts.Signals
 	id := func(i int) string { return prefix + strconv.Itoa(i) }
-	untyped := func(int) []byte { return []byte("{}") }
+	// Every step-th device of the first pass: when its signal was written (its record's timestamp).
+	step := max(1, n/1000)
+	written := map[int]time.Time{}
+	firstPass := true
+	untyped := func(i int) []byte {
+		if firstPass && i%step == 0 {
+			written[i] = time.Now()
+		}
+		return []byte("{}")
+	}
 	// The first pass makes the fleet known to Redis, the second to the replica; the third, measured, is
 	// the steady state.
 	for pass := 1; pass <= 3; pass++ {
 		before, err := procCPU(hb.PID())
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if err := writeSignalsAs(e.ctx, k.Addrs, n, id, untyped); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if err := awaitApplied(e, hb, pass*n); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		after, err := procCPU(hb.PID())
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		cpu = after - before
+		if pass == 1 {
+			firstPass = false
+			if shifts, err = deadlineShifts(e, id, written); err != nil {
+				return 0, nil, err
+			}
+		}
 	}
-	return cpu, nil
+	return cpu, shifts, nil
+}
+
+// deadlineShifts is, for each device written at written[i], how far the deadline heartbeatd stored lies
+// past the signal's record timestamp + the 10-minute timeout: the consumer's delay when the deadline runs
+// from the time the signal was processed, ≈ 0 when it runs from the record's timestamp (SPEC §4).
+func deadlineShifts(e *env, id func(int) string, written map[int]time.Time) ([]time.Duration, error) {
+	store, err := deadline.New(e.redis.client, deadline.Options{Slots: config.DefaultSlots, Timeout: benchTimeout})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]time.Duration, 0, len(written))
+	for i, at := range written {
+		d, found, err := store.Device(e.ctx, id(i))
+		if err != nil {
+			return nil, err
+		}
+		if !found || d.Deadline.IsZero() {
+			return nil, fmt.Errorf("device %s has no deadline", id(i))
+		}
+		// The record's timestamp has millisecond precision.
+		out = append(out, d.Deadline.Add(-10*time.Minute).Sub(at.Truncate(time.Millisecond)))
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // awaitApplied waits until hb's heartbeatd_signals_total{result="applied",source="kafka"} reaches n.

@@ -286,7 +286,8 @@ func writeSignalsAs(ctx context.Context, brokers []string, n int, id func(i int)
 	defer w.Close()
 	msgs := make([]kafka.Message, 0, 10_000)
 	for i := range n {
-		msgs = append(msgs, kafka.Message{Key: []byte(id(i)), Value: payload(i)})
+		// The record's timestamp is when the message was made, not when its batch goes out.
+		msgs = append(msgs, kafka.Message{Key: []byte(id(i)), Value: payload(i), Time: time.Now()})
 		if len(msgs) == cap(msgs) || i == n-1 {
 			if err := w.WriteMessages(ctx, msgs...); err != nil {
 				return fmt.Errorf("hbbench: write signals: %w", err)
