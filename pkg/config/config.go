@@ -251,7 +251,7 @@ const (
 	DefaultSlots             = 64
 	DefaultKeyPrefix         = "hb"
 	DefaultMaxClockSkew      = 5 * time.Second
-	DefaultIngestBatch       = 256
+	DefaultIngestBatch       = 1024 // per-command costs spread over more signals (docs/benchmarks.md)
 	DefaultIngestLinger      = 2 * time.Millisecond
 	DefaultIngestMaxInFlight = 4
 	DefaultMaxIdleWait       = 50 * time.Millisecond
