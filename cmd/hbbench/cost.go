@@ -14,12 +14,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 // costScenario reads what one applied signal costs Redis and the Go client, like for like with the
 // common alternative: `SET key PX ttl` per device, pipelined (the keyspace-notification design). Each
-// case is one pass over the whole fleet in batches of 256, 4 in flight, after `CONFIG RESETSTAT`; the
+// case is one pass over the whole fleet in batches as ingest sends them by default, after `CONFIG RESETSTAT`; the
 // figures are the pass's `INFO commandstats` time per signal (Redis's time in the commands), Redis's
 // process CPU per signal (commands, protocol and I/O) and this process's CPU per signal (the client).
 func costScenario(e *env) error {
@@ -158,16 +159,17 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// passBatches runs send over order in batches of 256, 4 in flight, as ingest sends them.
+// passBatches runs send over order in batches of ingest.batch, ingest.max_in_flight in flight, as ingest
+// sends them by default.
 func passBatches(order []int, send func(batch []int) error) error {
-	const size, workers = 256, 4
+	size, workers := config.DefaultIngestBatch, config.DefaultIngestMaxInFlight
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for range workers {
 		wg.Go(func() {
 			for {
-				i := int(next.Add(size)) - size
+				i := int(next.Add(int64(size))) - size
 				if i >= len(order) {
 					return
 				}
