@@ -268,6 +268,9 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 			}
 		case sig.Type == "":
 			score = (sig.Seen.UnixMilli()+s.timeout(s.types.name(ctx, rec)).Milliseconds())*MaxTypes + int64(rec)
+			if source == typeRead {
+				recorded.learned = append(recorded.learned, learnedType{sig.Device, rec})
+			}
 		default:
 			t, err := s.types.index(ctx, sig.Type)
 			if err != nil {
@@ -415,9 +418,6 @@ func (s *Store) recordedTypes(ctx context.Context, l *Layout, signals []Signal, 
 	err := s.deadlineScores(ctx, bySlot, func(i int) string { return signals[i].Device }, func(i int, score float64) {
 		_, t := scoreDeadline(score)
 		rec.set(i, t, typeRead)
-		if signals[i].Type == "" {
-			rec.learned = append(rec.learned, learnedType{signals[i].Device, t})
-		}
 	})
 	if err != nil {
 		return rec, fmt.Errorf("deadline: refresh: read recorded types: %w", err)

@@ -2,7 +2,9 @@ package deadline
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"iter"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,7 +26,7 @@ import (
 // again.
 
 // typeMemorySize bounds the devices a Store remembers (two generations of half as many). An entry is a
-// hash and 8 bytes, ≈ 20–40 B with the map's overhead: ≈ 40–80 MB for 2M devices.
+// 16-byte slot in a table at most half full, ≈ 16–32 B: ≈ 32–64 MB per generation of 2M devices.
 const typeMemorySize = 1 << 22
 
 // typeMemoryRefresh is how long a remembered type is trusted without reading it again.
@@ -65,7 +67,7 @@ func newTypeMemory() *typeMemory {
 
 // lookup returns, for each device, its remembered type index and whether there is one still trusted at
 // now (unix seconds); one lock per batch.
-func (m *typeMemory) lookup(devices func(yield func(i int, device string) bool), now int64, found func(i, index int)) {
+func (m *typeMemory) lookup(devices iter.Seq2[int, string], now int64, found func(i, index int)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, device := range devices {
@@ -107,8 +109,8 @@ func (m *typeMemory) forget(devices []string) {
 	defer m.mu.Unlock()
 	for _, d := range devices {
 		k := idHash(d)
-		m.cur.put(k, typeEntry{})
-		m.old.put(k, typeEntry{})
+		m.cur.forget(k)
+		m.old.forget(k)
 	}
 }
 
@@ -147,11 +149,8 @@ func (t *rememberedTypes) get(k uint64) (typeEntry, bool) {
 	}
 }
 
-// put sets k's entry; forgetting (until 0) a key not in the table adds nothing.
+// put sets k's entry.
 func (t *rememberedTypes) put(k uint64, e typeEntry) {
-	if e.until == 0 && t.n == 0 {
-		return
-	}
 	if 2*(t.n+1) > len(t.slots) {
 		t.grow()
 	}
@@ -163,11 +162,23 @@ func (t *rememberedTypes) put(k uint64, e typeEntry) {
 			t.slots[i].typeEntry = e
 			return
 		case 0:
-			if e.until == 0 {
-				return
-			}
 			t.slots[i] = rememberedSlot{key: k, typeEntry: e}
 			t.n++
+			return
+		}
+	}
+}
+
+// forget keeps k's slot, so the keys probing past it stay reachable, and makes its entry untrusted.
+func (t *rememberedTypes) forget(k uint64) {
+	if t.n == 0 {
+		return
+	}
+	k = max(k, 1)
+	mask := uint64(len(t.slots) - 1)
+	for i := k & mask; t.slots[i].key != 0; i = (i + 1) & mask {
+		if t.slots[i].key == k {
+			t.slots[i].until = 0
 			return
 		}
 	}
@@ -244,7 +255,7 @@ func (s *Store) applyRetyped(ctx context.Context) error {
 	if seen < 0 {
 		// Nothing remembered yet: start from the count as it is.
 		n, err := s.rdb.Get(ctx, s.keys.RetypedCount()).Int64()
-		if err != nil && err != redis.Nil {
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("deadline: retyped log: %w", err)
 		}
 		m.logSeen.Store(n)
@@ -271,13 +282,4 @@ func (s *Store) applyRetyped(ctx context.Context) error {
 	m.logSeen.Store(n)
 	m.logCount.Store(n)
 	return nil
-}
-
-// retypedCount is the log's count, for tests.
-func (s *Store) retypedCount(ctx context.Context) (int64, error) {
-	n, err := s.rdb.Get(ctx, s.keys.RetypedCount()).Int64()
-	if err == redis.Nil {
-		return 0, nil
-	}
-	return n, err
 }

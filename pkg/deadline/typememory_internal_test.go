@@ -12,7 +12,7 @@ func TestRememberedTypesTable(t *testing.T) {
 	var tab rememberedTypes
 	_, ok := tab.get(42)
 	require.False(t, ok, "empty")
-	tab.put(7, typeEntry{}) // forgetting what was never there adds nothing
+	tab.forget(7) // forgetting what was never there adds nothing
 	require.Zero(t, tab.n)
 
 	const n = 5000
@@ -27,7 +27,9 @@ func TestRememberedTypesTable(t *testing.T) {
 		require.True(t, ok, i)
 		require.Equal(t, typeEntry{index: uint16(i % 1024), until: uint32(i + 1)}, e)
 	}
-	tab.put(key(10), typeEntry{}) // forget
+	tab.forget(key(10))
+	tab.forget(key(n + 1)) // a key never put: nothing changes
+	require.Equal(t, n, tab.n)
 	e, ok := tab.get(key(10))
 	require.True(t, ok)
 	require.Zero(t, e.until, "forgotten: present but never trusted")
