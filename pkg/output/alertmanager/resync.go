@@ -87,17 +87,22 @@ func (o *Output) resyncSlot(ctx context.Context, ts []*target, slot int) error {
 			incs, states = append(incs, inc), append(states, st)
 		}
 		o.withParents(ctx, incs)
-		outages := o.outagesOf(ctx, incs, states)
-		alerts := make([]alert, 0, len(incs))
+		var unseen []int // incidents not fired here: Redis explains them, their outages included
 		for i := range incs {
-			inc := &incs[i]
-			if m, ok := o.remembered[inc.device]; ok && m.deadline == states[i].Deadline {
-				inc.parent, inc.inhibitedBy = m.x.parent, m.x.inhibitedBy // as it was fired
+			if m, ok := o.remembered[incs[i].device]; ok && m.deadline == states[i].Deadline {
+				incs[i].parent, incs[i].inhibitedBy = m.x.parent, m.x.inhibitedBy // as it was fired
 			} else {
-				inc.inhibitedBy = explainedBy(states[i], inc.parent, outages[i])
+				unseen = append(unseen, i)
 			}
-			o.remember(*inc, now)
-			alerts = append(alerts, o.firing(*inc, now))
+		}
+		outages := o.outagesOf(ctx, incs, states, unseen)
+		for j, i := range unseen {
+			incs[i].inhibitedBy = explainedBy(states[i], incs[i].parent, outages[j])
+		}
+		alerts := make([]alert, 0, len(incs))
+		for _, inc := range incs {
+			o.remember(inc, now)
+			alerts = append(alerts, o.firing(inc, now))
 		}
 		o.send(ctx, ts, alerts)
 		o.handleQueued(ctx)
@@ -114,18 +119,20 @@ type Incident struct {
 	InterruptedAt        time.Time // when its interruption was reported
 }
 
-// outagesOf asks OutageOf about the incidents of a page; "" for each where it cannot tell.
-func (o *Output) outagesOf(ctx context.Context, incs []incident, states []deadline.State) []string {
-	out := make([]string, len(incs))
-	if o.opts.OutageOf == nil || len(incs) == 0 {
+// outagesOf asks OutageOf about the incidents of a page at positions which, and answers in their order;
+// "" for each where it cannot tell. The remembered ones are not asked: what they were fired with stands.
+func (o *Output) outagesOf(ctx context.Context, incs []incident, states []deadline.State, which []int) []string {
+	out := make([]string, len(which))
+	if o.opts.OutageOf == nil || len(which) == 0 {
 		return out
 	}
-	ask := make([]Incident, len(incs))
-	for i, inc := range incs {
-		ask[i] = Incident{Device: inc.device, Type: inc.typ, Parent: inc.parent, InterruptedAt: time.UnixMilli(states[i].InterruptedAt)}
+	ask := make([]Incident, len(which))
+	for j, i := range which {
+		inc := incs[i]
+		ask[j] = Incident{Device: inc.device, Type: inc.typ, Parent: inc.parent, InterruptedAt: time.UnixMilli(states[i].InterruptedAt)}
 	}
 	ids, err := o.opts.OutageOf(ctx, ask)
-	if err != nil || len(ids) != len(incs) {
+	if err != nil || len(ids) != len(which) {
 		o.log.Warn("reading the incidents' outages failed; members not fired here go out unmarked", zap.Error(err))
 		return out
 	}
