@@ -107,7 +107,11 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	}
 	now := h.opts.Now()
 	policies := h.opts.Policies()
-	flaps, err := h.flapHistory(ctx, claims, policies)
+	pols := make([]config.Policy, len(claims))
+	for i, c := range claims {
+		pols[i], _ = policies.Lookup(c.Type)
+	}
+	flaps, err := h.flapHistory(ctx, claims, pols)
 	if err != nil {
 		return fmt.Errorf("alarm: flapping: %w", err)
 	}
@@ -115,8 +119,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	events := make([]event.Event, 0, len(claims)) // about one per claim; an Event is large to copy on growth
 	owner := make([]int, 0, len(claims))          // owner[j] = claim index of events[j]
 	for i, c := range claims {
-		in := Input{Claim: c, Current: current[i], Now: now}
-		in.Policy, _ = policies.Lookup(c.Type)
+		in := Input{Claim: c, Current: current[i], Now: now, Policy: pols[i]}
 		in.Claim.Type = config.BaseType(c.Type) // a device's own timeout is recorded as "<type>@<timeout>"
 		in.ReplacedPolicy = in.Policy
 		if c.Replaced != nil {
@@ -254,12 +257,11 @@ func (h *Handler) parents(ctx context.Context, claims []deadline.Claim) ([]*dead
 }
 
 // flapHistory reads the interruption history of the claims whose type detects flapping.
-func (h *Handler) flapHistory(ctx context.Context, claims []deadline.Claim, policies *config.Policies) ([][]int64, error) {
+func (h *Handler) flapHistory(ctx context.Context, claims []deadline.Claim, pols []config.Policy) ([][]int64, error) {
 	want := make([]bool, len(claims))
 	any := false
 	for i, c := range claims {
-		pol, _ := policies.Lookup(c.Type)
-		want[i] = pol.Flapping.Count > 0 && !c.State.Acked && !c.State.Exhausted
+		want[i] = pols[i].Flapping.Count > 0 && !c.State.Acked && !c.State.Exhausted
 		any = any || want[i]
 	}
 	if !any {
