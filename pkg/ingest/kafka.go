@@ -148,8 +148,9 @@ func (s *KafkaSource) Name() string { return SourceKafka }
 // consumer behind, whichever member's partition it is on). Blind is set while a rebalance's partitions
 // are not read past its start yet, or while the group cannot be observed.
 func (s *KafkaSource) Health() Health {
-	lag := s.offsets.lag(s.opts.Now()) // on the clock add was given
-	glag, blind, why := s.watch.status(s.opts.Now(), s.staleAfter())
+	now := s.opts.Now() // the clock add was given
+	lag := s.offsets.lag(now)
+	glag, blind, why := s.watch.status(now, s.staleAfter())
 	h := s.health.health(max(lag, glag))
 	h.Blind, h.BlindWhy = blind, why
 	return h
