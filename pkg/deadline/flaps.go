@@ -2,45 +2,30 @@ package deadline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // FlapHistory returns, for each claim where want[i] is true, the times (unix ms, oldest first) of its
 // device's last interruptions; one HMGET per slot, one round trip. Others get nil.
 func (s *Store) FlapHistory(ctx context.Context, claims []Claim, want []bool) ([][]int64, error) {
 	out := make([][]int64, len(claims))
-	bySlot := map[int][]int{}
+	var idx []int // idx[j]: the claim of devices[j]
+	var devices []string
 	for i, c := range claims {
 		if want[i] {
-			bySlot[c.Slot] = append(bySlot[c.Slot], i)
+			idx = append(idx, i)
+			devices = append(devices, c.Device)
 		}
 	}
-	if len(bySlot) == 0 {
+	if len(devices) == 0 {
 		return out, nil
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make(map[int]*redis.SliceCmd, len(bySlot))
-	for slot, idx := range bySlot {
-		fields := make([]string, len(idx))
-		for j, i := range idx {
-			fields[j] = claims[i].Device
-		}
-		cmds[slot] = pipe.HMGet(ctx, s.keys.Flaps(slot), fields...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	keyOf := func(j int) string { return s.keys.Flaps(claims[idx[j]].Slot) }
+	err := s.fieldsByDevice(ctx, keyOf, devices, func(j int, v string) { out[idx[j]] = parseFlaps(v) })
+	if err != nil {
 		return nil, fmt.Errorf("deadline: flap history: %w", err)
-	}
-	for slot, idx := range bySlot {
-		for j, v := range cmds[slot].Val() {
-			if str, ok := v.(string); ok {
-				out[idx[j]] = parseFlaps(str)
-			}
-		}
 	}
 	return out, nil
 }

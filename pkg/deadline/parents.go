@@ -198,7 +198,8 @@ func (s *Store) ParentsOf(ctx context.Context, devices []string) ([]string, erro
 	if used, err := s.parentsUsed(ctx); err != nil || !used {
 		return out, err
 	}
-	err := s.fieldsByDevice(ctx, s.keys.parents, devices, func(i int, v string) { out[i] = v })
+	keyOf := func(i int) string { return s.keys.parents(devices[i]) }
+	err := s.fieldsByDevice(ctx, keyOf, devices, func(i int, v string) { out[i] = v })
 	if err != nil {
 		return nil, fmt.Errorf("deadline: parents: %w", err)
 	}
@@ -206,11 +207,12 @@ func (s *Store) ParentsOf(ctx context.Context, devices []string) ([]string, erro
 }
 
 // fieldsByDevice reads, with one HMGET per hash in one round trip, each device's field in the hash
-// keyOf(device) names, and calls found with the device's index and value for each field present.
-func (s *Store) fieldsByDevice(ctx context.Context, keyOf func(string) string, devices []string, found func(i int, v string)) error {
+// keyOf(i) names for devices[i], and calls found with the device's index and value for each field
+// present.
+func (s *Store) fieldsByDevice(ctx context.Context, keyOf func(i int) string, devices []string, found func(i int, v string)) error {
 	byKey := map[string][]int{}
-	for i, d := range devices {
-		k := keyOf(d)
+	for i := range devices {
+		k := keyOf(i)
 		byKey[k] = append(byKey[k], i)
 	}
 	pipe := s.rdb.Pipeline()

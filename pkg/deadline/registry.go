@@ -158,7 +158,8 @@ func (s *Store) Registrations(ctx context.Context, devices []string) ([]*Registr
 	if len(devices) == 0 {
 		return out, nil
 	}
-	err := s.fieldsByDevice(ctx, s.keys.registry, devices, func(i int, v string) {
+	keyOf := func(i int) string { return s.keys.registry(devices[i]) }
+	err := s.fieldsByDevice(ctx, keyOf, devices, func(i int, v string) {
 		var r Registration
 		if json.Unmarshal([]byte(v), &r) == nil {
 			out[i] = &r
