@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
@@ -104,26 +105,15 @@ func measureCost(ctx context.Context, rdb *redis.Client, pass func() error) (pas
 	if err != nil {
 		return passCost{}, err
 	}
-	info, err := rdb.Info(ctx, "commandstats").Result()
+	stats, err := testenv.ReadCommandStats(ctx, rdb)
 	if err != nil {
 		return passCost{}, err
 	}
 	var usec int64
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		line := sc.Text()
-		// cmdstat_zadd:calls=…,usec=…,usec_per_call=…; INFO and CONFIG are this measurement's own.
-		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info") || strings.HasPrefix(line, "cmdstat_config") {
-			continue
-		}
-		for _, f := range strings.Split(line[strings.IndexByte(line, ':')+1:], ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				u, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return passCost{}, fmt.Errorf("commandstats %q: %w", line, err)
-				}
-				usec += u
-			}
+	for name, st := range stats {
+		// INFO and CONFIG are this measurement's own.
+		if !strings.HasPrefix(name, "info") && !strings.HasPrefix(name, "config") {
+			usec += st.Usec
 		}
 	}
 	return passCost{commands: time.Duration(usec) * time.Microsecond, redisCPU: cpu1 - cpu0, clientCPU: self1 - self0, wall: wall}, nil
