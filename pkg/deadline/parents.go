@@ -26,8 +26,12 @@ import (
 // parentBuckets is how many hashes the child → parent links are spread over.
 const parentBuckets = 64
 
-func (k Keyspace) parents(child string) string {
-	return k.prefix + ":parents:{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(child))%parentBuckets)) + "}"
+func (k Keyspace) parents(child string) string { return k.prefix + ":parents:" + bucket(child) }
+
+// bucket is the hash tag "{crc32(device) mod parentBuckets}" of the per-device hashes kept apart from
+// the slots (parent links, registrations).
+func bucket(device string) string {
+	return "{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(device))%parentBuckets)) + "}"
 }
 
 // Children is the set of the devices that named parent as theirs.

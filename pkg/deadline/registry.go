@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -23,9 +22,7 @@ import (
 //     (SyncOverrides) and records a signal of such a device under that name, so its deadline is the
 //     signal time + its own timeout, whatever type the signal names.
 
-func (k Keyspace) registry(device string) string {
-	return k.prefix + ":registry:{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(device))%parentBuckets)) + "}"
-}
+func (k Keyspace) registry(device string) string { return k.prefix + ":registry:" + bucket(device) }
 
 func (k Keyspace) overrides() string        { return k.prefix + ":overrides" }
 func (k Keyspace) overridesVersion() string { return k.prefix + ":overrides:version" }
