@@ -35,7 +35,6 @@ receivers:
 type Alertmanager struct {
 	URL string // "http://127.0.0.1:port"
 
-	opts AlertmanagerOptions
 	port int
 	*server
 }
@@ -46,7 +45,7 @@ func LaunchAlertmanager(ctx context.Context, dir string, opts AlertmanagerOption
 	if err != nil {
 		return nil, err
 	}
-	a := &Alertmanager{opts: opts, server: srv}
+	a := &Alertmanager{server: srv}
 	conf := opts.Config
 	if conf == "" {
 		conf = DefaultAlertmanagerConfig
