@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -222,12 +223,12 @@ func ndjsonRows(body io.Reader) func() (registration, error) {
 	sc.Buffer(make([]byte, 0, 4096), maxRowBytes)
 	return func() (registration, error) {
 		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if line == "" {
+			line := bytes.TrimSpace(sc.Bytes()) // no copy per row: the decoder reads it before the next Scan
+			if len(line) == 0 {
 				continue
 			}
 			var row registration
-			dec := json.NewDecoder(strings.NewReader(line))
+			dec := json.NewDecoder(bytes.NewReader(line))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&row); err != nil {
 				return registration{}, fmt.Errorf("row: %w", err)
