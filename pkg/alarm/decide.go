@@ -177,7 +177,7 @@ func Decide(in Input) Decision {
 		d.Reason = ReasonInterrupted
 		if f := pol.Flapping; f.Count > 0 {
 			d.Flaps = appendFlap(in.Flaps, f, now)
-			if len(d.Flaps) == f.Count && len(recentFlaps(in.Flaps, f, now)) == f.Count-1 {
+			if len(recentFlaps(in.Flaps, f, now)) == f.Count-1 { // this one is the Count-th in the window
 				d.Events = append(d.Events, event.New(event.Flapping, c.Device, c.Type, dl, lastSeen, now, 0))
 			}
 		}
@@ -203,8 +203,9 @@ func Decide(in Input) Decision {
 		}
 		d.Ack.Next = due
 	}
-	if stable, flapping := flappingUntil(d.Flaps, pol.Flapping, now); flapping && n == 0 && !d.Ack.Dormant {
-		d.Ack.Next = stable // interrupted is sent; its repeats wait until it has been stable for a window
+	// d.Flaps is set only with an `interrupted`: its repeats wait until it has been stable for a window.
+	if stable, flapping := flappingUntil(d.Flaps, pol.Flapping, now); flapping && !d.Ack.Dormant {
+		d.Ack.Next = stable
 		d.Reason = ReasonFlapping
 	}
 	// A claim commits with the interval in force when it claimed; a reload since makes it stale.
