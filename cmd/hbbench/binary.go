@@ -283,17 +283,9 @@ func deadlineShifts(e *env, id func(int) string, written map[int]time.Time) ([]t
 func awaitApplied(e *env, hb *testenv.Heartbeatd, n int) error {
 	start := time.Now()
 	for {
-		_, body, err := hb.Get("/metrics")
+		applied, _, err := hb.Metric(`heartbeatd_signals_total{result="applied",source="kafka"}`)
 		if err != nil {
 			return err
-		}
-		applied := 0.0
-		for _, line := range strings.Split(body, "\n") {
-			if v, ok := strings.CutPrefix(line, `heartbeatd_signals_total{result="applied",source="kafka"} `); ok {
-				if applied, err = strconv.ParseFloat(v, 64); err != nil {
-					return fmt.Errorf("metrics %q: %w", line, err)
-				}
-			}
 		}
 		if applied >= float64(n) {
 			return nil

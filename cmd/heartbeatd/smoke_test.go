@@ -1,12 +1,10 @@
 package main_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -93,19 +91,11 @@ func (s *smoke) awaitEvent(t *testing.T, device string, kind event.Kind) event.E
 // metric reads one unlabelled sample from /metrics; ok is false when it is missing.
 func (s *smoke) metric(t *testing.T, name string) (value float64, ok bool) {
 	t.Helper()
-	code, body, err := s.hb.Get("/metrics")
-	if err != nil || code != 200 {
+	value, ok, err := s.hb.Metric(name)
+	if err != nil {
 		return 0, false
 	}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		if v, found := strings.CutPrefix(sc.Text(), name+" "); found {
-			f, err := strconv.ParseFloat(v, 64)
-			require.NoError(t, err)
-			return f, true
-		}
-	}
-	return 0, false
+	return value, ok
 }
 
 // deviceView is the part of GET /v1/devices/{id} the tests look at.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -218,6 +219,29 @@ func (h *Heartbeatd) get(path string) (int, string, error) {
 
 // Get fetches path from heartbeatd's HTTP server: status and body, or an error when it did not answer.
 func (h *Heartbeatd) Get(path string) (int, string, error) { return h.get(path) }
+
+// Metric reads one sample from heartbeatd's /metrics: sample is the metric's name with its labels as
+// the exposition writes them (`heartbeatd_slots_owned`, `heartbeatd_signals_total{result="applied",source="kafka"}`).
+// found is false when /metrics answered without it.
+func (h *Heartbeatd) Metric(sample string) (value float64, found bool, err error) {
+	code, body, err := h.get("/metrics")
+	if err != nil {
+		return 0, false, err
+	}
+	if code != http.StatusOK {
+		return 0, false, fmt.Errorf("testenv: /metrics answered %d", code)
+	}
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), sample+" "); ok {
+			value, err = strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, false, fmt.Errorf("testenv: /metrics %s: %w", sample, err)
+			}
+			return value, true, nil
+		}
+	}
+	return 0, false, nil
+}
 
 // Signal sends sig (SIGHUP: reload) to the running process.
 func (h *Heartbeatd) Signal(tb testing.TB, sig syscall.Signal) {
