@@ -424,6 +424,27 @@ types:
 	assert.Equal(t, "default", p.Names()[0], "Names must return a copy")
 }
 
+// TestPerDeviceTypeName: a registered device's own timeout name splits back into its type and timeout,
+// and looks up as its type's policy with that timeout, never as a configured type.
+func TestPerDeviceTypeName(t *testing.T) {
+	name := PerDeviceType("gateway", 45*time.Second)
+	base, timeout, ok := PerDevice(name)
+	require.True(t, ok, name)
+	assert.Equal(t, "gateway", base)
+	assert.Equal(t, 45*time.Second, timeout)
+	assert.Equal(t, "gateway", BaseType(name))
+	assert.Equal(t, "default", BaseType(PerDeviceType("", time.Minute)), "no type: the default one")
+	assert.Equal(t, "gateway", BaseType("gateway"))
+	_, _, ok = PerDevice("gateway@soon")
+	assert.False(t, ok, "not a duration")
+
+	cfg, err := Parse([]byte("types: {default: {}, gateway: {timeout: 30s, repeat_every: 1m}}\n"), noEnv)
+	require.NoError(t, err)
+	pol, known := cfg.Policies().Lookup(name)
+	assert.False(t, known, "only configured names are known")
+	assert.Equal(t, Policy{Timeout: 45 * time.Second, RepeatEvery: time.Minute, MaxRepeats: 12}, pol)
+}
+
 func TestPolicyTable(t *testing.T) {
 	cfg := &Config{Types: map[string]TypePolicy{
 		"default":            {Timeout: dur(60 * time.Second), RepeatEvery: dur(5 * time.Minute)},

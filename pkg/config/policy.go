@@ -105,6 +105,15 @@ func (p *Policies) Lookup(name string) (pol Policy, known bool) {
 	return p.def, false
 }
 
+// PerDeviceType is the type name a device with its own timeout is recorded under: "<type>@<timeout>",
+// split again by PerDevice. Configured type names cannot hold "@" (validation), so it never collides.
+func PerDeviceType(typ string, timeout time.Duration) string {
+	if typ == "" {
+		typ = DefaultType
+	}
+	return typ + "@" + timeout.String()
+}
+
 // PerDevice splits a per-device timeout type name "<type>@<timeout>" (a registered device's own timeout,
 // SPEC §9) into its type and timeout; ok is false for any other name.
 func PerDevice(name string) (base string, timeout time.Duration, ok bool) {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // The device registry (SPEC §9, PUT /v1/devices/{id}): devices an operator expects, with an optional
@@ -33,15 +35,6 @@ type Registration struct {
 	TimeoutMs int64             `json:"timeout_ms,omitempty"` // 0: the type's
 	Labels    map[string]string `json:"labels,omitempty"`
 	At        int64             `json:"registered_ms"` // unix ms of the last registration
-}
-
-// PerDeviceType is the type name a device with its own timeout is recorded under: "<type>@<timeout>".
-// Configured type names cannot hold "@" (config validation), so it never collides with one.
-func PerDeviceType(typ string, timeout time.Duration) string {
-	if typ == "" {
-		typ = DefaultType
-	}
-	return typ + "@" + timeout.String()
 }
 
 // expectScript puts registered devices that Redis knows nothing of into a slot's deadlines set, so they
@@ -92,7 +85,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 		timeout := s.timeout(name)
 		if reg.TimeoutMs > 0 {
 			timeout = time.Duration(reg.TimeoutMs) * time.Millisecond
-			name = PerDeviceType(reg.Type, timeout)
+			name = config.PerDeviceType(reg.Type, timeout)
 			pipe.HSet(ctx, s.keys.overrides(), dev, name)
 			changed = true
 		} else if table != nil && table.byDev[dev] != "" { // an override removed
