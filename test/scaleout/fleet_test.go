@@ -11,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,17 +102,14 @@ func (r *replica) stats() (stats, error) {
 
 // slotsOwnedMetric reads heartbeatd_slots_owned from /metrics.
 func (r *replica) slotsOwnedMetric() (int, error) {
-	code, body, err := r.hb.Get("/metrics")
-	if err != nil || code != 200 {
-		return 0, fmt.Errorf("%s /metrics: %d %v", r.id, code, err)
+	v, found, err := r.hb.Metric("heartbeatd_slots_owned")
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", r.id, err)
 	}
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, "heartbeatd_slots_owned "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return int(f), err
-		}
+	if !found {
+		return 0, fmt.Errorf("%s: no heartbeatd_slots_owned in /metrics", r.id)
 	}
-	return 0, fmt.Errorf("%s: no heartbeatd_slots_owned in /metrics", r.id)
+	return int(v), nil
 }
 
 // fleet is the devices the test drives: every active device signals each period over Kafka.
