@@ -289,6 +289,17 @@ func TestSilenceCreatedElsewhereAppliesAfterRefresh(t *testing.T) {
 	})
 }
 
+// A type silence covers the devices of that type with their own timeout, recorded as "<type>@<timeout>".
+func TestTypeSilenceCoversOwnTimeouts(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		s, err := f.silences.Create(ctx, Silence{DeviceType: "gateway", Ends: f.t0.Add(time.Hour)})
+		require.NoError(t, err)
+		require.Equal(t, s.Ends, f.silences.SilencedUntil("g", config.PerDeviceType("gateway", 6*time.Second), f.t0).UTC())
+		require.True(t, f.silences.SilencedUntil("g", config.PerDeviceType("sensor", 6*time.Second), f.t0).IsZero())
+	})
+}
+
 func TestPerTypeTimeoutsAndIntervals(t *testing.T) {
 	eachBackend(t, func(t *testing.T, f *fixture) {
 		f.signal("d", "", 0)        // 10s, repeat 1m

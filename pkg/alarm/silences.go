@@ -336,7 +336,8 @@ func (s *Silences) deviceType(ctx context.Context, sil Silence) string {
 func (s *Silences) SilencedUntil(device, typ string, now time.Time) time.Time {
 	idx := s.index.Load()
 	var until time.Time
-	for _, list := range [][]Silence{idx.byDevice[device], idx.byType[typ]} {
+	// A device with its own timeout is recorded as "<type>@<timeout>": its type's silences cover it.
+	for _, list := range [][]Silence{idx.byDevice[device], idx.byType[config.BaseType(typ)]} {
 		for _, sil := range list {
 			if !sil.Starts.After(now) && sil.Ends.After(now) && sil.Ends.After(until) {
 				until = sil.Ends

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // Device is what Redis knows of one device.
@@ -104,7 +106,7 @@ func (s *Store) deviceFrom(ctx context.Context, id string, score *redis.FloatCmd
 // ListOptions selects a page of devices.
 type ListOptions struct {
 	Interrupted bool   // false: devices in the deadlines set; true: devices with an open incident
-	Type        string // "" = every type
+	Type        string // "" = every type; devices with their own timeout are listed under their type
 	Limit       int    // a target: a page may hold somewhat more, never skips any
 	Cursor      string // "" = from the start
 }
@@ -151,7 +153,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 				d.Deadline, idx = scoreDeadline(v)
 				d.Type = s.types.name(ctx, idx)
 			}
-			if opts.Type == "" || opts.Type == d.Type {
+			if opts.Type == "" || opts.Type == config.BaseType(d.Type) {
 				out = append(out, d)
 			}
 		}

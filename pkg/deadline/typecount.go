@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // typeCountScan is the COUNT hint of each SCAN call of CountTypesIn: large enough that a slot of a big
@@ -37,7 +39,7 @@ func (s *Store) CountTypesIn(ctx context.Context, slots []int) (online, interrup
 	named := func(byIdx map[int]int64) map[string]int64 {
 		out := make(map[string]int64, len(byIdx))
 		for idx, n := range byIdx {
-			out[s.types.name(ctx, idx)] += n
+			out[config.BaseType(s.types.name(ctx, idx))] += n // own timeouts count under their type
 		}
 		return out
 	}

@@ -56,3 +56,25 @@ func TestCountTypesIn(t *testing.T) {
 		require.Equal(t, want, on0, "only the devices of the slots asked for")
 	})
 }
+
+// TestOwnTimeoutCountsUnderItsType: a device registered with its own timeout is recorded under a type
+// of its own ("<type>@<timeout>"), yet it is listed and counted under its type, as operators filter.
+func TestOwnTimeoutCountsUnderItsType(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		_, err := f.store.Register(ctx, []string{"own", "plain"},
+			[]deadline.Registration{{Type: "gateway", TimeoutMs: 6000}, {Type: "gateway"}}, []string{"", ""})
+		require.NoError(t, err)
+
+		online, _, err := f.store.CountByType(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[string]int64{"gateway": 2}, online)
+		listed, _, err := f.store.List(ctx, deadline.ListOptions{Type: "gateway", Limit: 10})
+		require.NoError(t, err)
+		ids := []string{}
+		for _, d := range listed {
+			ids = append(ids, d.ID)
+		}
+		require.ElementsMatch(t, []string{"own", "plain"}, ids)
+	})
+}

@@ -386,7 +386,6 @@ func (o *Output) withParents(ctx context.Context, incs []incident) {
 
 // resolveType resolves the alerts of every open incident of a type (a type silence began), listed from
 // Redis in pages: the replica that observes the silence resolves them whichever replica fired them.
-// Every open incident is listed, since a device with its own timeout is recorded as "<type>@<timeout>".
 func (o *Output) resolveType(ctx context.Context, typ string, now time.Time) []alert {
 	if o.opts.Store == nil {
 		return nil
@@ -394,16 +393,14 @@ func (o *Output) resolveType(ctx context.Context, typ string, now time.Time) []a
 	var out []alert
 	cursor, listed := "", 0
 	for listed < maxTypeResolve {
-		page, next, err := o.opts.Store.List(ctx, deadline.ListOptions{Interrupted: true, Limit: o.opts.Batch, Cursor: cursor})
+		page, next, err := o.opts.Store.List(ctx, deadline.ListOptions{Interrupted: true, Type: typ, Limit: o.opts.Batch, Cursor: cursor})
 		if err != nil {
 			o.log.Warn("listing a silenced type's incidents failed; their alerts end by endsAt", zap.String("device_type", typ), zap.Error(err))
 			break
 		}
 		incs := make([]incident, 0, len(page))
 		for _, d := range page {
-			if config.BaseType(d.Type) == typ {
-				incs = append(incs, incident{device: d.ID, typ: typ, deadline: d.Incident.DeadlineTime()})
-			}
+			incs = append(incs, incident{device: d.ID, typ: typ, deadline: d.Incident.DeadlineTime()})
 		}
 		listed += len(page)
 		out = append(out, o.resolutions(ctx, incs, now)...)
