@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/idhash"
 )
 
 // Parent links (SPEC §9): a device's gateway or cell, learned from its signals. They live apart from
@@ -61,18 +63,8 @@ type linkEntry struct {
 	until  int64 // unix seconds after which the link is written again
 }
 
-// idHash is 64-bit FNV-1a of s, inline: the signal path calls it per linked signal without allocating.
-func idHash(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
 func (c *linkCache) has(child, parent string, now time.Time) bool {
-	k, p, t := idHash(child), idHash(parent), now.Unix()
+	k, p, t := idhash.Of(child), idhash.Of(parent), now.Unix()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.cur[k]; ok {
@@ -88,7 +80,7 @@ func (c *linkCache) has(child, parent string, now time.Time) bool {
 func (c *linkCache) put(child, parent string, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.putLocked(idHash(child), linkEntry{parent: idHash(parent), until: now.Add(linkRefresh).Unix()})
+	c.putLocked(idhash.Of(child), linkEntry{parent: idhash.Of(parent), until: now.Add(linkRefresh).Unix()})
 }
 
 func (c *linkCache) putLocked(k uint64, e linkEntry) {
@@ -99,7 +91,7 @@ func (c *linkCache) putLocked(k uint64, e linkEntry) {
 }
 
 func (c *linkCache) forget(child string) {
-	k := idHash(child)
+	k := idhash.Of(child)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.cur, k)

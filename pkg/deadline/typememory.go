@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/idhash"
 )
 
 // A signal without a type (the common MQTT heartbeat) is timed by the type recorded for its device, in
@@ -71,7 +73,7 @@ func (m *typeMemory) lookup(devices iter.Seq2[int, string], now int64, found fun
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, device := range devices {
-		k := idHash(device)
+		k := idhash.Of(device)
 		e, ok := m.cur.get(k)
 		if !ok {
 			if e, ok = m.old.get(k); ok && now < int64(e.until) {
@@ -93,7 +95,7 @@ func (m *typeMemory) remember(entries []learnedType, now int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range entries {
-		m.putLocked(idHash(e.device), typeEntry{index: uint16(e.index), until: until})
+		m.putLocked(idhash.Of(e.device), typeEntry{index: uint16(e.index), until: until})
 	}
 }
 
@@ -108,7 +110,7 @@ func (m *typeMemory) forget(devices []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, d := range devices {
-		k := idHash(d)
+		k := idhash.Of(d)
 		m.cur.forget(k)
 		m.old.forget(k)
 	}

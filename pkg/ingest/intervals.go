@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/heartbeatd/heartbeatd/internal/idhash"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
@@ -173,15 +174,8 @@ func (ti *typeIntervals) add(gap time.Duration) {
 	ti.next = (ti.next + 1) % AdviceMaxIntervals
 }
 
-// deviceKey is a 64-bit FNV-1a hash of the device id, never 0 (the free slot's key).
-func deviceKey(device string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(device); i++ {
-		h ^= uint64(device[i])
-		h *= 1099511628211
-	}
-	return max(h, 1)
-}
+// deviceKey is the device id's hash, never 0 (the free slot's key).
+func deviceKey(device string) uint64 { return max(idhash.Of(device), 1) }
 
 // TimeoutAdvice is GET /v1/stats?advice=true: one replica's sample.
 type TimeoutAdvice struct {
