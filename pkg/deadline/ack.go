@@ -281,6 +281,7 @@ func (s *Store) slotsOf(device string) []int {
 // was not known.
 func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
 	var cmds []*redis.IntCmd
+	var override *redis.IntCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, slot := range s.slotsOf(device) {
 			cmds = append(cmds,
@@ -292,14 +293,17 @@ func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
 		// Its registration, parent link and own timeout go with it; none of them counts as found.
 		p.HDel(ctx, s.keys.registry(device), device)
 		p.HDel(ctx, s.keys.parents(device), device)
-		p.HDel(ctx, s.keys.overrides(), device)
-		p.Incr(ctx, s.keys.overridesVersion())
+		override = p.HDel(ctx, s.keys.overrides(), device)
 		// Replicas remembering its type forget it: a device of the same name starts afresh.
 		s.queueRetyped(ctx, p, []string{device})
 		return nil
 	})
 	s.links.written.forget(device)
 	s.typeMem.forget([]string{device})
+	if err == nil && override.Val() > 0 {
+		// Only a removed own timeout makes every replica reread the overrides table.
+		err = s.rdb.Incr(ctx, s.keys.overridesVersion()).Err()
+	}
 	if err != nil {
 		return false, fmt.Errorf("deadline: delete %q: %w", device, err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -45,5 +46,30 @@ func TestRetentionForgetsTheLongSilentUnregistered(t *testing.T) {
 		require.Equal(t, []string{""}, parents, "its parent link went with it")
 		_, found = f.device(t, "kept")
 		require.True(t, found, "a registered device is expected, never forgotten")
+	})
+}
+
+// TestDeleteEndsAnOwnTimeoutOnEveryReplica: deleting a device with its own timeout makes the other
+// replicas drop it at their next sync, so a device of that name signalling again has its type's timeout.
+func TestDeleteEndsAnOwnTimeoutOnEveryReplica(t *testing.T) {
+	eachBackend(t, 4, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		other := newStore(t, f.rdb, 4, f.clock.Now, nil)
+		_, err := f.store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
+		require.NoError(t, err)
+		require.NoError(t, other.SyncOverrides(ctx))
+		seen := f.clock.Now()
+		require.NoError(t, other.Refresh(ctx, []deadline.Signal{{Device: "own", Type: "gateway", Seen: seen}}))
+		d, _ := f.device(t, "own")
+		require.Equal(t, config.PerDeviceType("gateway", 6*time.Second), d.Type, "the own timeout applies on the other replica")
+
+		found, err := f.store.Delete(ctx, "own")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.NoError(t, other.SyncOverrides(ctx))
+		require.NoError(t, other.Refresh(ctx, []deadline.Signal{{Device: "own", Type: "gateway", Seen: seen}}))
+		d, _ = f.device(t, "own")
+		require.Equal(t, "gateway", d.Type, "deleted: the type's timeout again")
+		require.Equal(t, seen.Add(30*time.Second), d.Deadline)
 	})
 }
