@@ -249,8 +249,17 @@ func (k *Kafka) Consume(tb testing.TB, handle func(Record), topics ...string) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		errs := 0
 		for ctx.Err() == nil {
-			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			fetches := cl.PollFetches(ctx)
+			fetches.EachError(func(t string, p int32, err error) {
+				// The client retries; the first few say why a partition's records may come late.
+				if ctx.Err() == nil && errs < 10 {
+					errs++
+					tb.Logf("testenv: consuming %s[%d]: %v", t, p, err)
+				}
+			})
+			fetches.EachRecord(func(r *kgo.Record) {
 				checkContract(tb, r)
 				handle(record(r))
 			})

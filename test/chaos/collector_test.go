@@ -14,7 +14,11 @@ import (
 
 // collector reads the event and dead-letter topics from the start for the whole scenario.
 type collector struct {
-	mu          sync.Mutex
+	kafka *testenv.Kafka
+	mu    sync.Mutex
+	// seen are the records taken in, by topic, partition and offset: a second read of the topics adds
+	// only what the first one missed.
+	seen        map[recordAt]bool
 	copies      map[string]int                          // event id → copies received
 	devices     map[event.Kind]map[string]*deviceEvents // kind → device → its events of that kind
 	deadletters map[string][]string                     // dead-letter topic field → reasons (all copies)
@@ -22,6 +26,12 @@ type collector struct {
 	// early are interruptions raised before their deadline (heartbeatd's at) or read before it on the
 	// test's clock (Redis's too: one machine) by more than a replica's clock may be off.
 	early []string
+}
+
+type recordAt struct {
+	topic     string
+	partition int32
+	offset    int64
 }
 
 // deviceEvents is what arrived for one device of one kind.
@@ -32,7 +42,8 @@ type deviceEvents struct {
 
 func newCollector(t *testing.T, k *testenv.Kafka) *collector {
 	t.Helper()
-	c := &collector{copies: map[string]int{}, devices: map[event.Kind]map[string]*deviceEvents{}, deadletters: map[string][]string{}}
+	c := &collector{kafka: k, seen: map[recordAt]bool{}, copies: map[string]int{}, devices: map[event.Kind]map[string]*deviceEvents{},
+		deadletters: map[string][]string{}}
 	k.Consume(t, c.add, eventsTopic, deadletterTopic)
 	return c
 }
@@ -41,6 +52,11 @@ func (c *collector) add(r testenv.Record) {
 	read := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	at := recordAt{r.Topic, r.Partition, r.Offset}
+	if c.seen[at] {
+		return
+	}
+	c.seen[at] = true
 	if r.Topic == deadletterTopic {
 		d, err := event.DecodeDeadLetter(r.Value)
 		if err != nil {
@@ -118,9 +134,53 @@ func (c *collector) awaitReported(t *testing.T, ids []string, within time.Durati
 // what was missing.
 func (c *collector) await(t *testing.T, kind event.Kind, ids []string, within time.Duration) {
 	t.Helper()
-	if !poll(within, func() bool { return c.count(kind, ids) == len(ids) }) {
-		t.Logf("chaos: %d of %d devices have their %s event within %v", c.count(kind, ids), len(ids), kind, within)
+	if poll(within, func() bool { return c.count(kind, ids) == len(ids) }) {
+		return
 	}
+	t.Logf("chaos: %d of %d devices have their %s event within %v", c.count(kind, ids), len(ids), kind, within)
+	c.reread(t, kind, ids)
+}
+
+// reread reads the events topic again from its start, on a client of its own, until every device of ids
+// has an event of kind or a few seconds pass, and takes in what the streaming consumer had not: the
+// tally counts what heartbeatd published, and a consumer of the test's that fell behind on a partition
+// must not pass for a lost event. What it found is logged, so a consumer that misses records shows.
+func (c *collector) reread(t *testing.T, kind event.Kind, ids []string) {
+	t.Helper()
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	found := 0
+	recs := c.kafka.ReadUntil(t, eventsTopic, 5*time.Second, func(recs []testenv.Record) bool {
+		for _, r := range recs[found:] {
+			if e, err := event.Decode(r.Value); err == nil && e.Kind == kind && want[e.DeviceID] {
+				delete(want, e.DeviceID)
+			}
+		}
+		found = len(recs)
+		return len(want) == 0
+	})
+	c.mu.Lock()
+	before := len(c.seen)
+	c.mu.Unlock()
+	partitions := map[int32]int{}
+	for _, r := range recs {
+		c.mu.Lock()
+		missed := !c.seen[recordAt{r.Topic, r.Partition, r.Offset}]
+		c.mu.Unlock()
+		if missed {
+			partitions[r.Partition]++
+			c.add(r)
+		}
+	}
+	c.mu.Lock()
+	added := len(c.seen) - before
+	c.mu.Unlock()
+	line := fmt.Sprintf("chaos: a second read of %s found %d records the streaming consumer had not delivered (by partition: %v); now %d of %d devices have their %s event",
+		eventsTopic, added, partitions, c.count(kind, ids), len(ids), kind)
+	t.Log(line)
+	fmt.Println(line)
 }
 
 // tally is one scenario's count.
@@ -129,6 +189,7 @@ type tally struct {
 	devices                          int
 	expected, got, lost, falses, dup int
 	detail                           []string
+	lostIDs                          []string // the first few lost devices, for the daemon to explain
 }
 
 // tallyInterrupted counts against the events: expected devices must each have an interrupted event;
@@ -161,6 +222,7 @@ func (c *collector) tally(kind event.Kind, scenario string, devices int, expecte
 			r.got++
 		} else if len(r.detail) < 10 {
 			r.detail = append(r.detail, fmt.Sprintf("lost %s of %s", kind, id))
+			r.lostIDs = append(r.lostIDs, id)
 		}
 	}
 	for id, d := range got {
@@ -189,6 +251,7 @@ func (r tally) plus(o tally) tally {
 	r.lost += o.lost
 	r.falses += o.falses
 	r.detail = append(r.detail, o.detail...)
+	r.lostIDs = append(r.lostIDs, o.lostIDs...)
 	return r
 }
 

@@ -264,7 +264,23 @@ func (s *scenario) keepersVia(sig signaller, share int) []string {
 // detection scanned past the fault, and reports the tally under name, with the daemon's log on failure.
 func (s *scenario) finish(name, barrier string, within time.Duration) {
 	s.t.Helper()
-	report(s.t, s.events.tallyInterrupted(name, s.n, s.settle(barrier, within)), s.hb.LogTail)
+	r := s.events.tallyInterrupted(name, s.n, s.settle(barrier, within))
+	report(s.t, r, func() string { return explainLost(s.hb, r.lostIDs) }, s.hb.LogTail)
+}
+
+// explainLost is what the daemon says of a few lost devices and of itself: whether their signals were
+// stored, with which deadline, and what held detection back.
+func explainLost(hb *testenv.Heartbeatd, ids []string) string {
+	var b strings.Builder
+	for _, id := range ids[:min(len(ids), 3)] {
+		code, body, err := hb.Get("/v1/devices/" + id)
+		fmt.Fprintf(&b, "--- GET /v1/devices/%s: %d %s %v\n", id, code, strings.TrimSpace(body), err)
+	}
+	if len(ids) > 0 {
+		code, body, err := hb.Get("/v1/stats")
+		fmt.Fprintf(&b, "--- GET /v1/stats: %d %s %v\n", code, strings.TrimSpace(body), err)
+	}
+	return b.String()
 }
 
 // settle is finish without the report: it returns the devices that must each have been reported, the
