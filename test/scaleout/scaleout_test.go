@@ -177,8 +177,14 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 	// predecessor's Kafka group session has timed out, and reports that as an ingest outage, which holds
 	// detection back on every replica (see docs/scaling.md). Killing b and c too would hold it back for
 	// as long; slot takeover is what is measured here.
+	//
+	// Each kill waits until a has joined its group (ready). A process killed while its JoinGroup is
+	// pending is a member that never heartbeats: Kafka expires it a session timeout after the join
+	// completes and rebalances, but kfake starts that timer only once the join response is delivered,
+	// so the dead member would keep its partitions, unread, for the rest of the test.
 	for i := 1; i < rounds(t); i++ {
 		r := c.replicas[0]
+		require.NoError(t, r.hb.AwaitReady(context.Background(), 60*time.Second), "%s joins its Kafka group\n%s", r.id, r.hb.LogTail())
 		kills = append(kills, c.takeover(r, 16, func() { r.hb.Kill(t) }))
 		r.hb.Start(t)
 		r.up = true
@@ -204,6 +210,7 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 			code, body, _ := r.hb.Get("/v1/stats")
 			t.Logf("stats %d %s", code, body)
 		}
+		t.Logf("replica a's log:\n%s", c.replicas[0].hb.LogTail())
 		t.FailNow()
 	}
 
