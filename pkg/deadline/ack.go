@@ -280,9 +280,15 @@ func (s *Store) slotsOf(device string) []int {
 // Delete stops monitoring device (decommissioned): no event follows. It returns false when the device
 // was not known.
 func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
+	// Its parent's children set loses it too, or retention's deletes would grow those sets for good;
+	// one more round trip, only in a fleet with parents.
+	parents, err := s.ParentsOf(ctx, []string{device})
+	if err != nil {
+		return false, fmt.Errorf("deadline: delete %q: %w", device, err)
+	}
 	var cmds []*redis.IntCmd
 	var override *redis.IntCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, slot := range s.slotsOf(device) {
 			cmds = append(cmds,
 				p.ZRem(ctx, s.keys.Deadlines(slot), device),
@@ -293,6 +299,9 @@ func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
 		// Its registration, parent link and own timeout go with it; none of them counts as found.
 		p.HDel(ctx, s.keys.registry(device), device)
 		p.HDel(ctx, s.keys.parents(device), device)
+		if parents[0] != "" {
+			p.SRem(ctx, s.keys.Children(parents[0]), device)
+		}
 		override = p.HDel(ctx, s.keys.overrides(), device)
 		// Replicas remembering its type forget it: a device of the same name starts afresh.
 		s.queueRetyped(ctx, p, []string{device})

@@ -22,7 +22,8 @@ import (
 //   - <prefix>:parents:{<bucket>}: HASH child → parent, the child's bucket = crc32(child) mod
 //     parentBuckets, so no one key holds a whole fleet's links on Redis Cluster;
 //   - <prefix>:children:{<parent>}: SET of the devices that named the parent; a device that moved to
-//     another parent stays listed until its parent is looked up again (the hash has the last word);
+//     another parent stays listed until its parent is looked up again (the hash has the last word), a
+//     deleted one is taken out;
 //   - <prefix>:parents:any: exists once any link was written, so a fleet without parents never reads them.
 
 // parentBuckets is how many hashes the child → parent links are spread over.
