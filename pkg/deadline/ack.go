@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -280,45 +281,70 @@ func (s *Store) slotsOf(device string) []int {
 // Delete stops monitoring device (decommissioned): no event follows. It returns false when the device
 // was not known.
 func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
-	// Its parent's children set loses it too, or retention's deletes would grow those sets for good;
-	// one more round trip, only in a fleet with parents.
-	parents, err := s.ParentsOf(ctx, []string{device})
+	found, err := s.DeleteMany(ctx, []string{device})
 	if err != nil {
-		return false, fmt.Errorf("deadline: delete %q: %w", device, err)
+		return false, err
 	}
-	var cmds []*redis.IntCmd
-	var override *redis.IntCmd
+	return found[0], nil
+}
+
+// DeleteMany is Delete of each device, in one round trip whatever their number (two in a fleet with
+// parents). found[i] is false when devices[i] was not known.
+func (s *Store) DeleteMany(ctx context.Context, devices []string) (found []bool, err error) {
+	if len(devices) == 0 {
+		return nil, nil
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("deadline: delete %q (of %d devices): %w", devices[0], len(devices), err)
+		}
+	}()
+	// Their parents' children sets lose them too, or retention's deletes would grow those sets for good.
+	parents, err := s.ParentsOf(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	cmds := make([][]*redis.IntCmd, len(devices))
+	overrides := make([]*redis.IntCmd, len(devices))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, slot := range s.slotsOf(device) {
-			cmds = append(cmds,
-				p.ZRem(ctx, s.keys.Deadlines(slot), device),
-				p.ZRem(ctx, s.keys.Alarms(slot), device),
-				p.HDel(ctx, s.keys.State(slot), device),
-				p.ZRem(ctx, s.keys.Dead(slot), device))
+		for i, device := range devices {
+			for _, slot := range s.slotsOf(device) {
+				cmds[i] = append(cmds[i],
+					p.ZRem(ctx, s.keys.Deadlines(slot), device),
+					p.ZRem(ctx, s.keys.Alarms(slot), device),
+					p.HDel(ctx, s.keys.State(slot), device),
+					p.ZRem(ctx, s.keys.Dead(slot), device))
+			}
+			// Its registration, parent link and own timeout go with it; none of them counts as found.
+			p.HDel(ctx, s.keys.registry(device), device)
+			p.HDel(ctx, s.keys.parents(device), device)
+			if parents[i] != "" {
+				p.SRem(ctx, s.keys.Children(parents[i]), device)
+			}
+			overrides[i] = p.HDel(ctx, s.keys.overrides(), device)
 		}
-		// Its registration, parent link and own timeout go with it; none of them counts as found.
-		p.HDel(ctx, s.keys.registry(device), device)
-		p.HDel(ctx, s.keys.parents(device), device)
-		if parents[0] != "" {
-			p.SRem(ctx, s.keys.Children(parents[0]), device)
-		}
-		override = p.HDel(ctx, s.keys.overrides(), device)
-		// Replicas remembering its type forget it: a device of the same name starts afresh.
-		s.queueRetyped(ctx, p, []string{device})
+		// Replicas remembering their types forget them: a device of the same name starts afresh.
+		s.queueRetyped(ctx, p, devices)
 		return nil
 	})
-	s.links.written.forget(device)
-	s.typeMem.forget([]string{device})
-	if err == nil && override.Val() > 0 {
-		// Only a removed own timeout makes every replica reread the overrides table.
-		err = s.rdb.Incr(ctx, s.keys.overridesVersion()).Err()
+	for _, device := range devices {
+		s.links.written.forget(device)
 	}
+	s.typeMem.forget(devices)
 	if err != nil {
-		return false, fmt.Errorf("deadline: delete %q: %w", device, err)
+		return nil, err
 	}
-	var n int64
-	for _, c := range cmds {
-		n += c.Val()
+	if slices.ContainsFunc(overrides, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
+		// Only a removed own timeout makes every replica reread the overrides table.
+		if err := s.rdb.Incr(ctx, s.keys.overridesVersion()).Err(); err != nil {
+			return nil, err
+		}
 	}
-	return n > 0, nil
+	found = make([]bool, len(devices))
+	for i := range devices {
+		for _, c := range cmds[i] {
+			found[i] = found[i] || c.Val() > 0
+		}
+	}
+	return found, nil
 }

@@ -41,13 +41,12 @@ func (s *Store) ForgetSilent(ctx context.Context, slot int, cursor uint64, count
 	}
 	var forgotten []string
 	for i, dev := range old {
-		if !silent[i] || regs[i] != nil {
-			continue
+		if silent[i] && regs[i] == nil {
+			forgotten = append(forgotten, dev)
 		}
-		if _, err := s.Delete(ctx, dev); err != nil {
-			return 0, forgotten, err
-		}
-		forgotten = append(forgotten, dev)
+	}
+	if _, err := s.DeleteMany(ctx, forgotten); err != nil {
+		return 0, nil, err
 	}
 	return next, forgotten, nil
 }

@@ -76,3 +76,27 @@ func TestDeleteEndsAnOwnTimeoutOnEveryReplica(t *testing.T) {
 		require.Equal(t, seen.Add(30*time.Second), d.Deadline)
 	})
 }
+
+// TestDeleteManyDeletesEachDevice: one call deletes every known device of the list with its links, and
+// says which were not known.
+func TestDeleteManyDeletesEachDevice(t *testing.T) {
+	eachBackend(t, 4, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		t0 := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "a", Type: "gateway", Seen: t0},
+			deadline.Signal{Device: "b", Type: "gateway", Parent: "gw", Seen: t0},
+			deadline.Signal{Device: "kept", Type: "gateway", Seen: t0})
+		found, err := f.store.DeleteMany(ctx, []string{"a", "never-seen", "b"})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, false, true}, found)
+		for _, id := range []string{"a", "b"} {
+			_, known := f.device(t, id)
+			require.False(t, known, id)
+		}
+		_, known := f.device(t, "kept")
+		require.True(t, known, "a device not named stays")
+		children, err := f.rdb.SMembers(ctx, f.store.Keys().Children("gw")).Result()
+		require.NoError(t, err)
+		require.Empty(t, children)
+	})
+}
