@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -54,7 +55,9 @@ func start(t *testing.T, n int, sections string, fleetPeriod ...time.Duration) *
 	if len(fleetPeriod) > 0 {
 		every = fleetPeriod[0]
 	}
-	testenv.Repeat(t, every, e.fleet.tick)
+	signalling := testenv.Repeat(t, every, e.fleet.tick)
+	// A signal that was never produced would pass for a device gone silent.
+	t.Cleanup(func() { assert.Empty(t, signalling.Failures(), "the fleet's signals were all produced") })
 	return e
 }
 
