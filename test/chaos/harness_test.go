@@ -279,6 +279,14 @@ func explainLost(hb *testenv.Heartbeatd, ids []string) string {
 	if len(ids) > 0 {
 		code, body, err := hb.Get("/v1/stats")
 		fmt.Fprintf(&b, "--- GET /v1/stats: %d %s %v\n", code, strings.TrimSpace(body), err)
+		// What became of the signals it read: applied, late, coalesced, dead-lettered.
+		if _, body, err := hb.Get("/metrics"); err == nil {
+			for line := range strings.Lines(body) {
+				if strings.HasPrefix(line, "heartbeatd_signals_total{") {
+					b.WriteString(line)
+				}
+			}
+		}
 	}
 	return b.String()
 }
