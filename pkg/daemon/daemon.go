@@ -158,8 +158,9 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	})
 	// Every time below is on the clock the replicas share: local time corrected by its offset from Redis.
 	d.clock = alarm.NewClock(alarm.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: log, Registerer: reg})
+	// A late first word is kept as long as detection may be held back for the blind window it waited in.
 	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout,
-		RepeatEvery: d.repeatEvery, Now: d.clock.Now})
+		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack})
 	if err != nil {
 		return fail(err)
 	}

@@ -24,6 +24,8 @@ type Store struct {
 
 	timeout     func(typeName string) time.Duration
 	repeatEvery func(typeName string) time.Duration
+	// lateFirstWord: Options.LateFirstWord.
+	lateFirstWord time.Duration
 
 	// recordPrefix and records name the in-flight records of this store's claims uniquely across
 	// replicas and restarts.
@@ -47,6 +49,9 @@ type Options struct {
 	// fresh incident with its next act one interval away (doc.go); nil commits them without repeats, and
 	// the alarm loop then acknowledges every claim of a type that has repeats itself.
 	RepeatEvery func(typeName string) time.Duration
+	// LateFirstWord is how long past its deadline a late signal of a device Redis does not know may be
+	// and still be written (detection.max_hold_back; 0: never, see Late).
+	LateFirstWord time.Duration
 }
 
 // New returns a Store on rdb. It checks nothing on Redis: call Ping to know Redis answers.
@@ -71,7 +76,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("deadline: record names: %w", err)
 	}
 	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout,
-		repeatEvery: repeatEvery, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":", typeMem: newTypeMemory()}
+		repeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
+		typeMem: newTypeMemory()}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
 }

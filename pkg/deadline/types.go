@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,6 +231,13 @@ func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(),
 // outage (Redis refusing writes) is the device's true last word, and the hold-back covers the gap. The
 // reply is nil when none is late. Only an untyped signal older than the shortest timeout and younger
 // than the longest costs a read: one round trip for the batch, for the types recorded.
+//
+// A late signal of a device Redis does not know at all is the exception, while its deadline passed at
+// most LateFirstWord before it was received: it may be the only word of a device that died while its
+// signals waited in a blind window (a dead replica's Kafka partitions, a consumer behind), and dropped,
+// that device would never be known, so never reported. Written, its deadline is already due: the device
+// is reported interrupted, with nothing to recover or reopen. Telling costs one more round trip, only
+// for a batch with late signals.
 func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time) ([]bool, error) {
 	s.applyOverrides(signals)
 	now := s.now().UnixMilli()
@@ -245,11 +253,13 @@ func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time
 		shortest, longest = min(shortest, d), max(longest, d)
 	}
 	var late []bool
-	mark := func(i int) {
+	// timeouts[i] is the timeout signal i was judged late by.
+	var timeouts []time.Duration
+	mark := func(i int, timeout time.Duration) {
 		if late == nil {
-			late = make([]bool, len(signals))
+			late, timeouts = make([]bool, len(signals)), make([]time.Duration, len(signals))
 		}
-		late[i] = true
+		late[i], timeouts[i] = true, timeout
 	}
 	var untyped []int
 	for i, sig := range signals {
@@ -265,38 +275,72 @@ func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time
 			if t == 0 {
 				name = DefaultType
 			}
-			if age >= AsStored(s.timeout(name)) {
-				mark(i)
+			if timeout := AsStored(s.timeout(name)); age >= timeout {
+				mark(i, timeout)
 			}
 		case age >= longest:
-			mark(i)
+			mark(i, table.of(0))
 		default:
 			untyped = append(untyped, i)
 		}
 	}
-	if len(untyped) == 0 {
+	if len(untyped) > 0 {
+		devices := make([]string, len(untyped))
+		for j, i := range untyped {
+			devices[j] = signals[i].Device
+		}
+		types, _, err := s.recorded(ctx, devices)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range untyped {
+			if timeout := table.of(types[j]); at(i)-signals[i].Seen.UnixMilli() >= timeout.Milliseconds() {
+				mark(i, timeout)
+			}
+		}
+	}
+	if late == nil || s.lateFirstWord <= 0 {
 		return late, nil
 	}
-	devices := make([]string, len(untyped))
-	for j, i := range untyped {
+	return s.keepFirstWords(ctx, signals, late, timeouts, at)
+}
+
+// keepFirstWords unmarks the late signals of devices Redis does not know whose deadline passed at most
+// lateFirstWord before their receipt (Late). It returns nil when none is late any more.
+func (s *Store) keepFirstWords(ctx context.Context, signals []Signal, late []bool, timeouts []time.Duration, at func(int) int64) ([]bool, error) {
+	var candidates []int
+	for i := range signals {
+		overdue := time.Duration(at(i)-signals[i].Seen.UnixMilli())*time.Millisecond - timeouts[i]
+		if late[i] && overdue <= s.lateFirstWord {
+			candidates = append(candidates, i)
+		}
+	}
+	if len(candidates) == 0 {
+		return late, nil
+	}
+	devices := make([]string, len(candidates))
+	for j, i := range candidates {
 		devices[j] = signals[i].Device
 	}
-	types, err := s.recordedTypeIndexes(ctx, devices)
+	_, known, err := s.recorded(ctx, devices)
 	if err != nil {
 		return nil, err
 	}
-	for j, i := range untyped {
-		if at(i)-signals[i].Seen.UnixMilli() >= table.of(types[j]).Milliseconds() {
-			mark(i)
+	for j, i := range candidates {
+		if !known[j] {
+			late[i] = false
 		}
 	}
-	return late, nil
+	if slices.Contains(late, true) {
+		return late, nil
+	}
+	return nil, nil
 }
 
-// recordedTypeIndexes reads, in one round trip, the type index each device's next untyped signal would
-// be written with, as the refresh script finds it: its deadline score, else its open incident's state,
-// in its slot and, while a doubling settles, its old slot; 0 (default) for a device Redis does not know.
-func (s *Store) recordedTypeIndexes(ctx context.Context, devices []string) ([]int, error) {
+// recorded reads, in one round trip, the type index each device's next untyped signal would be written
+// with, as the refresh script finds it: its deadline score, else its open incident's state, in its slot
+// and, while a doubling settles, its old slot; 0 (default) and not known for a device Redis does not know.
+func (s *Store) recorded(ctx context.Context, devices []string) (types []int, known []bool, err error) {
 	l := s.Layout()
 	type reads struct {
 		score, oldScore *redis.FloatCmd
@@ -314,9 +358,9 @@ func (s *Store) recordedTypeIndexes(ctx context.Context, devices []string) ([]in
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("deadline: read recorded types: %w", err)
+		return nil, nil, fmt.Errorf("deadline: read recorded types: %w", err)
 	}
-	out := make([]int, len(devices))
+	out, known := make([]int, len(devices)), make([]bool, len(devices))
 	for i, r := range rs {
 		for _, c := range []struct {
 			score *redis.FloatCmd
@@ -327,9 +371,11 @@ func (s *Store) recordedTypeIndexes(ctx context.Context, devices []string) ([]in
 			}
 			if v, err := c.score.Result(); err == nil {
 				_, out[i] = scoreDeadline(v)
+				known[i] = true
 				break
 			}
 			if v, err := c.state.Result(); err == nil {
+				known[i] = true
 				if st, err := DecodeState(v); err == nil {
 					out[i] = st.TypeIndex
 					break
@@ -337,5 +383,5 @@ func (s *Store) recordedTypeIndexes(ctx context.Context, devices []string) ([]in
 			}
 		}
 	}
-	return out, nil
+	return out, known, nil
 }
