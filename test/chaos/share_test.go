@@ -64,6 +64,24 @@ func TestChaosReplicaKillKafkaGroup(t *testing.T) {
 	require.Contains(t, b.Log(), "replica replica-a stopped answering while reading kafka:chaos-replicas")
 }
 
+// TestChaosReplicaKillKafkaGroupFirstWords: devices heartbeatd never heard of signal once, right after one
+// of two replicas in a Kafka group was SIGKILLed, and fall silent. The signals on the dead replica's
+// partitions are read only once the group has expelled it, past their 2s timeout: late. They are the
+// only word of those devices, and each must still be reported interrupted, not dropped as late and the
+// device never known.
+func TestChaosReplicaKillKafkaGroupFirstWords(t *testing.T) {
+	f := startFleet(t)
+	o := daemonOptions{kafkaIngest: true, kafkaGroup: "chaos-replicas"}
+	o.replica = "replica-a"
+	a := f.startDaemon(o)
+	o.replica = "replica-b"
+	b := f.startDaemon(o)
+	a.Kill(t)
+	newcomers := f.barrier(f.kafkaSignaller(), "replica_kill_kafka_first_words", 30*time.Second)
+	r := f.events.tallyInterrupted("replica_kill_kafka_first_words", len(newcomers), newcomers)
+	report(t, r, func() string { return explainLost(b, r.lostIDs) }, b.LogTail)
+}
+
 // starveFetches makes the Kafka cluster answer every fetch of signalsTopic with no records, after a
 // pause as a broker throttling a consumer would, while on is set: the consumer stays connected and in its
 // group, and records pile up behind it.
