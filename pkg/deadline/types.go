@@ -285,11 +285,7 @@ func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time
 		}
 	}
 	if len(untyped) > 0 {
-		devices := make([]string, len(untyped))
-		for j, i := range untyped {
-			devices[j] = signals[i].Device
-		}
-		types, _, err := s.recorded(ctx, devices)
+		types, _, err := s.recordedOf(ctx, signals, untyped)
 		if err != nil {
 			return nil, err
 		}
@@ -318,11 +314,7 @@ func (s *Store) keepFirstWords(ctx context.Context, signals []Signal, late []boo
 	if len(candidates) == 0 {
 		return late, nil
 	}
-	devices := make([]string, len(candidates))
-	for j, i := range candidates {
-		devices[j] = signals[i].Device
-	}
-	_, known, err := s.recorded(ctx, devices)
+	_, known, err := s.recordedOf(ctx, signals, candidates)
 	if err != nil {
 		return nil, err
 	}
@@ -335,6 +327,15 @@ func (s *Store) keepFirstWords(ctx context.Context, signals []Signal, late []boo
 		return late, nil
 	}
 	return nil, nil
+}
+
+// recordedOf is recorded for the devices of signals[i] for each i of which.
+func (s *Store) recordedOf(ctx context.Context, signals []Signal, which []int) (types []int, known []bool, err error) {
+	devices := make([]string, len(which))
+	for j, i := range which {
+		devices[j] = signals[i].Device
+	}
+	return s.recorded(ctx, devices)
 }
 
 // recorded reads, in one round trip, the type index each device's next untyped signal would be written
