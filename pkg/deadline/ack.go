@@ -288,8 +288,8 @@ func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
 	return found[0], nil
 }
 
-// DeleteMany is Delete of each device, in one round trip whatever their number (two in a fleet with
-// parents). found[i] is false when devices[i] was not known.
+// DeleteMany is Delete of each device, in one round trip whatever their number (one more in a fleet
+// with parents, and one when an own timeout goes). found[i] is false when devices[i] was not known.
 func (s *Store) DeleteMany(ctx context.Context, devices []string) (found []bool, err error) {
 	if len(devices) == 0 {
 		return nil, nil

@@ -237,7 +237,7 @@ func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(),
 // signals waited in a blind window (a dead replica's Kafka partitions, a consumer behind), and dropped,
 // that device would never be known, so never reported. Written, its deadline is already due: the device
 // is reported interrupted, with nothing to recover or reopen. Telling costs one more round trip, only
-// for a batch with late signals.
+// for a batch with late signals whose device was not read already.
 func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time) ([]bool, error) {
 	s.applyOverrides(signals)
 	now := s.now().UnixMilli()
@@ -252,14 +252,15 @@ func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time
 	for _, d := range table {
 		shortest, longest = min(shortest, d), max(longest, d)
 	}
-	var late []bool
-	// timeouts[i] is the timeout signal i was judged late by.
+	// late[i]: signal i is late, by timeouts[i]; settled[i]: whether Redis knows its device was read
+	// already, so the late mark stands.
+	var late, settled []bool
 	var timeouts []time.Duration
-	mark := func(i int, timeout time.Duration) {
+	mark := func(i int, timeout time.Duration, read bool) {
 		if late == nil {
-			late, timeouts = make([]bool, len(signals)), make([]time.Duration, len(signals))
+			late, settled, timeouts = make([]bool, len(signals)), make([]bool, len(signals)), make([]time.Duration, len(signals))
 		}
-		late[i], timeouts[i] = true, timeout
+		late[i], settled[i], timeouts[i] = true, read, timeout
 	}
 	var untyped []int
 	for i, sig := range signals {
@@ -276,38 +277,47 @@ func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time
 				name = DefaultType
 			}
 			if timeout := AsStored(s.timeout(name)); age >= timeout {
-				mark(i, timeout)
+				mark(i, timeout, false)
 			}
 		case age >= longest:
-			mark(i, table.of(0))
+			mark(i, table.of(0), false)
 		default:
 			untyped = append(untyped, i)
 		}
 	}
 	if len(untyped) > 0 {
-		types, _, err := s.recordedOf(ctx, signals, untyped)
+		types, known, err := s.recordedOf(ctx, signals, untyped)
 		if err != nil {
 			return nil, err
 		}
 		for j, i := range untyped {
-			if timeout := table.of(types[j]); at(i)-signals[i].Seen.UnixMilli() >= timeout.Milliseconds() {
-				mark(i, timeout)
+			timeout := table.of(types[j])
+			overdue := time.Duration(at(i)-signals[i].Seen.UnixMilli())*time.Millisecond - timeout
+			if overdue >= 0 && (known[j] || !s.keepsFirstWord(overdue)) {
+				mark(i, timeout, true)
 			}
 		}
 	}
 	if late == nil || s.lateFirstWord <= 0 {
 		return late, nil
 	}
-	return s.keepFirstWords(ctx, signals, late, timeouts, at)
+	return s.keepFirstWords(ctx, signals, late, settled, timeouts, at)
 }
 
-// keepFirstWords unmarks the late signals of devices Redis does not know whose deadline passed at most
-// lateFirstWord before their receipt (Late). It returns nil when none is late any more.
-func (s *Store) keepFirstWords(ctx context.Context, signals []Signal, late []bool, timeouts []time.Duration, at func(int) int64) ([]bool, error) {
+// keepsFirstWord reports whether a late signal overdue by this much is written when Redis does not know
+// its device (Late).
+func (s *Store) keepsFirstWord(overdue time.Duration) bool {
+	return s.lateFirstWord > 0 && overdue <= s.lateFirstWord
+}
+
+// keepFirstWords unmarks the late signals not settled yet of devices Redis does not know whose deadline
+// passed at most lateFirstWord before their receipt (Late). It returns nil when none is late any more.
+func (s *Store) keepFirstWords(ctx context.Context, signals []Signal, late, settled []bool, timeouts []time.Duration,
+	at func(int) int64) ([]bool, error) {
 	var candidates []int
 	for i := range signals {
 		overdue := time.Duration(at(i)-signals[i].Seen.UnixMilli())*time.Millisecond - timeouts[i]
-		if late[i] && overdue <= s.lateFirstWord {
+		if late[i] && !settled[i] && s.keepsFirstWord(overdue) {
 			candidates = append(candidates, i)
 		}
 	}
