@@ -48,28 +48,31 @@ func newCollector(t *testing.T, k *testenv.Kafka) *collector {
 	return c
 }
 
-func (c *collector) add(r testenv.Record) {
+func (c *collector) add(r testenv.Record) { c.take(r) }
+
+// take takes r in unless it was already; it reports whether it was new.
+func (c *collector) take(r testenv.Record) bool {
 	read := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	at := recordAt{r.Topic, r.Partition, r.Offset}
 	if c.seen[at] {
-		return
+		return false
 	}
 	c.seen[at] = true
 	if r.Topic == deadletterTopic {
 		d, err := event.DecodeDeadLetter(r.Value)
 		if err != nil {
 			c.bad = append(c.bad, string(r.Value))
-			return
+			return true
 		}
 		c.deadletters[d.Topic] = append(c.deadletters[d.Topic], d.Reason)
-		return
+		return true
 	}
 	e, err := event.Decode(r.Value)
 	if err != nil {
 		c.bad = append(c.bad, string(r.Value))
-		return
+		return true
 	}
 	c.copies[e.ID]++
 	if e.Kind == event.Interrupted && (e.At.Before(e.Deadline) || read.Before(e.Deadline.Add(-config.DefaultMaxClockOffset))) {
@@ -87,6 +90,7 @@ func (c *collector) add(r testenv.Record) {
 		byDevice[e.DeviceID] = d
 	}
 	d.n++
+	return true
 }
 
 // firstOf is the first event of kind that arrived for device, if any.
@@ -161,22 +165,13 @@ func (c *collector) reread(t *testing.T, kind event.Kind, ids []string) {
 		found = len(recs)
 		return len(want) == 0
 	})
-	c.mu.Lock()
-	before := len(c.seen)
-	c.mu.Unlock()
-	partitions := map[int32]int{}
+	added, partitions := 0, map[int32]int{}
 	for _, r := range recs {
-		c.mu.Lock()
-		missed := !c.seen[recordAt{r.Topic, r.Partition, r.Offset}]
-		c.mu.Unlock()
-		if missed {
+		if c.take(r) {
+			added++
 			partitions[r.Partition]++
-			c.add(r)
 		}
 	}
-	c.mu.Lock()
-	added := len(c.seen) - before
-	c.mu.Unlock()
 	line := fmt.Sprintf("chaos: a second read of %s found %d records the streaming consumer had not delivered (by partition: %v); now %d of %d devices have their %s event",
 		eventsTopic, added, partitions, c.count(kind, ids), len(ids), kind)
 	t.Log(line)
