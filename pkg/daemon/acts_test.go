@@ -180,9 +180,14 @@ func TestOperatorActsAreEvents(t *testing.T) {
 	d.await("sil-1 alarms once its silence is deleted", is(event.Interrupted, "sil-1"))
 	// The type silence ends at its time; meter-1, deferred by it, alarms then.
 	d.await("the type silence ends", is(event.Unsilenced, "meter"), is(event.Interrupted, "meter-1"))
-	// A barrier: a device interrupting after everything above gives any duplicate time to show.
+	// A barrier: a device interrupting after everything above gives any duplicate time to show. The
+	// read also waits for every event checked below: a fresh read may deliver the barrier's partition
+	// before another one's.
 	d.signal("barrier", "")
-	all := d.await("the barrier", is(event.Interrupted, "barrier"))
+	all := d.await("the barrier", is(event.Interrupted, "barrier"),
+		is(event.Interrupted, "ack-1"), is(event.Acked, "ack-1"), is(event.Interrupted, "del-1"), is(event.Deleted, "del-1"),
+		is(event.Silenced, "sil-1"), is(event.Unsilenced, "sil-1"), is(event.Interrupted, "sil-1"),
+		is(event.Silenced, "meter"), is(event.Unsilenced, "meter"), is(event.Interrupted, "meter-1"))
 
 	interrupted := only(t, all, event.Interrupted, "ack-1")
 	acked := only(t, all, event.Acked, "ack-1")
