@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Clock is a settable time source a test shares with the code under test (pass its Now where a
@@ -46,6 +49,19 @@ func AllSlots(n int) []int {
 		s[i] = i
 	}
 	return s
+}
+
+// MetricValue is a counter's or gauge's current value, read as Prometheus would scrape it.
+func MetricValue(tb testing.TB, m prometheus.Metric) float64 {
+	tb.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		tb.Fatalf("testenv: read metric %s: %v", m.Desc(), err)
+	}
+	if d.Gauge != nil {
+		return d.Gauge.GetValue()
+	}
+	return d.Counter.GetValue()
 }
 
 // DeviceIDs names n devices prefix-00000, prefix-00001, …: zero-padded, so they sort in creation order.

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -42,8 +40,8 @@ func TestWatchdog(t *testing.T) {
 	wg.Go(func() { _ = w.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	published := func() float64 { return valueOf(t, m.WatchdogPublished) }
-	counted := func() float64 { return valueOf(t, m.Events.WithLabelValues(string(event.Watchdog))) }
+	published := func() float64 { return testenv.MetricValue(t, m.WatchdogPublished) }
+	counted := func() float64 { return testenv.MetricValue(t, m.Events.WithLabelValues(string(event.Watchdog))) }
 	watchdogs := func(n int) []event.Event {
 		t.Helper()
 		var out []event.Event
@@ -101,15 +99,4 @@ func TestWatchdog(t *testing.T) {
 	require.Equal(t, failed, w.failed.Load(), "nothing was even tried")
 	srv.Start(t)
 	require.Eventually(t, func() bool { return published() > before }, 20*time.Second, 5*time.Millisecond)
-}
-
-// valueOf reads a gauge's or counter's value.
-func valueOf(t *testing.T, c prometheus.Metric) float64 {
-	t.Helper()
-	var d dto.Metric
-	require.NoError(t, c.Write(&d))
-	if d.Gauge != nil {
-		return d.Gauge.GetValue()
-	}
-	return d.Counter.GetValue()
 }

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -241,8 +239,8 @@ func TestObserveNeverBlocks(t *testing.T) {
 		t.Fatal("Observe blocked on a stalled Alertmanager")
 	}
 	// At most the queue and the one batch taken from it are kept.
-	require.GreaterOrEqual(t, valueOf(t, f.out.dropped), float64(1000-8-DefaultBatch))
-	require.LessOrEqual(t, valueOf(t, f.out.queued), 8.0)
+	require.GreaterOrEqual(t, testenv.MetricValue(t, f.out.dropped), float64(1000-8-DefaultBatch))
+	require.LessOrEqual(t, testenv.MetricValue(t, f.out.queued), 8.0)
 }
 
 // While Alertmanager fails, resolves are kept and posted on its return, and the open incidents are
@@ -259,7 +257,7 @@ func TestAlertmanagerOutageKeepsResolves(t *testing.T) {
 	st.open(t, "d3") // interrupted while Alertmanager is down
 	f.out.Observe([]event.Event{st.event(event.Interrupted, "d3"), st.event(event.Recovered, "d1")})
 	st.end(t, "d1")
-	require.Eventually(t, func() bool { return valueOf(t, f.out.posts.WithLabelValues(resultFailed)) >= 2 },
+	require.Eventually(t, func() bool { return testenv.MetricValue(t, f.out.posts.WithLabelValues(resultFailed)) >= 2 },
 		10*time.Second, 5*time.Millisecond, "the posts fail and are retried")
 	require.Contains(t, f.am.active(t0), "d1", "not resolved while down")
 
@@ -457,17 +455,6 @@ func (s *storeFixture) end(t *testing.T, device string) {
 
 func (s *storeFixture) event(kind event.Kind, device string) event.Event {
 	return event.New(kind, device, "default", s.deadline, s.deadline.Add(-30*time.Second), t0, 0)
-}
-
-// valueOf reads a counter or gauge.
-func valueOf(t *testing.T, m prometheus.Metric) float64 {
-	t.Helper()
-	var d dto.Metric
-	require.NoError(t, m.Write(&d))
-	if d.Gauge != nil {
-		return d.Gauge.GetValue()
-	}
-	return d.Counter.GetValue()
 }
 
 // The re-sync marks outage members as their interrupted events did (OutageOf), and the replica owning
