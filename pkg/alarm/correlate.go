@@ -25,8 +25,10 @@ import (
 // groups (Correlator.Record) and asks for the groups' open outages before deciding (Correlator.Open):
 // a member's `interrupted` then carries the outage id, and its repeats wait while the outage lasts. One
 // replica at a time (a Redis lease) runs the correlator: it opens an outage when a group's recent
-// interruptions reach min_devices, announces it, and ends it when fewer than half of its count at the
-// start are still silent. Everything lives in Redis, so a replica's death costs at most one lease.
+// interruptions reach min_devices, announces it, and ends it when fewer than half of its members (those
+// that opened it and those interrupted since) are still silent: an outage seen early from its first
+// members ends with the whole of it, not with its first count. Everything lives in Redis, so a replica's
+// death costs at most one lease.
 
 // CorrelatorOptions configures a Correlator.
 type CorrelatorOptions struct {
@@ -403,19 +405,22 @@ func (c *Correlator) announce(ctx context.Context, g string, o Outage) error {
 	return c.opts.Client.HSet(ctx, c.keys.Outage(g), "announced", "1").Err()
 }
 
-// checkEnd counts the outage's members still silent, and ends it when fewer than half of its count at the
-// start are.
+// checkEnd counts the outage's members still silent, and ends it when fewer than half of its members are:
+// of the larger of its count at the start and the members recorded since (every member interrupted
+// within the window before it or after it), so members that joined late and returned count too.
 func (c *Correlator) checkEnd(ctx context.Context, g string, o Outage, now time.Time) error {
 	rdb := c.opts.Client
 	from := strconv.FormatInt(o.StartedAt.Add(-c.opts.Correlation.Window).UnixMilli(), 10)
 	var silent []string
 	var offset int64
+	gathered := 0
 	for {
 		members, err := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: c.keys.Correlated(g), ByScore: true, Start: from, Stop: "+inf",
 			Offset: offset, Count: membersPage}).Result()
 		if err != nil {
 			return fmt.Errorf("alarm: outage %s members: %w", g, err)
 		}
+		gathered += len(members)
 		still, err := c.opts.Store.Silent(ctx, members)
 		if err != nil {
 			return err
@@ -432,7 +437,8 @@ func (c *Correlator) checkEnd(ctx context.Context, g string, o Outage, now time.
 	}
 	o.Silent = len(silent)
 	o.Sample = silent[:min(len(silent), sampleSize)]
-	if 2*o.Silent >= o.Count {
+	members := max(o.Count, gathered)
+	if 2*o.Silent >= members {
 		view, _ := json.Marshal(o)
 		return rdb.HSet(ctx, c.keys.OutagesOpen(), o.ID, string(view)).Err()
 	}
@@ -455,6 +461,7 @@ func (c *Correlator) checkEnd(ctx context.Context, g string, o Outage, now time.
 	c.mu.Lock()
 	delete(c.lastCheck, g)
 	c.mu.Unlock()
-	c.log.Info("correlated outage ended", zap.String("outage_id", o.ID), zap.Int("still_silent", o.Silent), zap.Int("count", o.Count))
+	c.log.Info("correlated outage ended", zap.String("outage_id", o.ID), zap.Int("still_silent", o.Silent), zap.Int("count", o.Count),
+		zap.Int("members", members))
 	return nil
 }

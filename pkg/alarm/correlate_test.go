@@ -35,7 +35,7 @@ func correlatorFixture(t *testing.T, f *fixture, replica string) *Correlator {
 
 // TestCorrelatedOutage: six gateways interrupted within the window are one outage_started; a member
 // interrupted after it carries its id; no member repeats while it lasts; outage_ended once fewer than
-// half of them are still silent, after which the repeats of the silent ones resume.
+// half of its seven members are still silent, after which the repeats of the silent ones resume.
 func TestCorrelatedOutage(t *testing.T) {
 	eachBackend(t, func(t *testing.T, f *fixture) {
 		corr := correlatorFixture(t, f, "r1")
@@ -71,22 +71,22 @@ func TestCorrelatedOutage(t *testing.T) {
 
 		require.Empty(t, f.at(35*time.Second+10*time.Millisecond), "no member repeats while the outage lasts")
 
-		for _, d := range gws[:4] {
+		for _, d := range gws[:3] {
 			f.signal(d, "gateway", 40*time.Second)
 		}
-		require.Len(t, f.at(40*time.Second+5*time.Millisecond), 4, "recovered")
+		require.Len(t, f.at(40*time.Second+5*time.Millisecond), 3, "recovered")
 		f.clock.Set(f.t0.Add(41 * time.Second))
 		require.NoError(t, corr.tick(ctx))
-		require.Empty(t, f.sink.take(), "3 of 6 still silent: not fewer than half")
-		f.signal(gws[4], "gateway", 41*time.Second)
+		require.Empty(t, f.sink.take(), "4 of 7 members still silent: not fewer than half")
+		f.signal(gws[3], "gateway", 41*time.Second)
 		require.Len(t, f.at(41*time.Second+5*time.Millisecond), 1, "recovered")
 		f.clock.Set(f.t0.Add(42 * time.Second))
 		require.NoError(t, corr.tick(ctx))
 		ended := f.sink.take()
-		require.Len(t, ended, 1)
+		require.Len(t, ended, 1, "3 of 7 members still silent: fewer than half, though half of the 6 at the start")
 		require.Equal(t, event.OutageEnded, ended[0].Kind)
 		require.Equal(t, o.OutageID, ended[0].OutageID)
-		require.Equal(t, 2, ended[0].Count, "gw5 and late are still silent")
+		require.Equal(t, 3, ended[0].Count, "gw4, gw5 and late are still silent")
 		outages, err = corr.Outages(ctx)
 		require.NoError(t, err)
 		require.Equal(t, "ended", outages[0].State)
@@ -94,14 +94,68 @@ func TestCorrelatedOutage(t *testing.T) {
 		require.Empty(t, f.sink.take(), "the ended outage's interruptions do not open another")
 
 		alive := func(at time.Duration) { // the recovered ones keep signalling (timeout 5s)
-			for _, d := range gws[:5] {
+			for _, d := range gws[:4] {
 				f.signal(d, "gateway", at)
 			}
 		}
 		alive(64 * time.Second)
-		require.Equal(t, []string{"gw5 alarm 1"}, f.at(65*time.Second+10*time.Millisecond),
-			"the repeats resume once the outage ended: gw5's skipped one, one interval after it was due")
+		require.Equal(t, []string{"gw4 alarm 1", "gw5 alarm 1"}, f.at(65*time.Second+10*time.Millisecond),
+			"the repeats resume once the outage ended: gw4's and gw5's skipped one, one interval after it was due")
 		alive(68 * time.Second)
 		require.Equal(t, []string{"late alarm 1"}, f.at(70*time.Second+10*time.Millisecond))
+	})
+}
+
+// TestCorrelatedOutageEndsByAllItsMembers: an outage seen early from its first five members and joined by
+// fifteen more ends when fewer than half of its twenty members are still silent, even while more than
+// half of the five it started with are: counted against its start alone it would never end.
+func TestCorrelatedOutageEndsByAllItsMembers(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		corr := correlatorFixture(t, f, "r1")
+		f.handler = NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Correlator: corr, Now: f.clock.Now})
+		ctx := context.Background()
+		var first, later []string
+		for i := range 5 {
+			first = append(first, fmt.Sprintf("first%d", i))
+			f.signal(first[i], "gateway", 0) // timeout 5s
+		}
+		for i := range 15 {
+			later = append(later, fmt.Sprintf("later%02d", i))
+			f.signal(later[i], "gateway", 2*time.Second)
+		}
+		require.Len(t, f.at(5*time.Second+5*time.Millisecond), 5)
+		require.NoError(t, corr.tick(ctx))
+		started := f.sink.take()
+		require.Len(t, started, 1)
+		require.Equal(t, event.OutageStarted, started[0].Kind)
+		require.Equal(t, 5, started[0].Count)
+		joined := f.step(7*time.Second + 5*time.Millisecond)
+		require.Len(t, joined, 15)
+		for _, e := range joined {
+			require.Equal(t, started[0].OutageID, e.OutageID, "%s joined the outage", e.DeviceID)
+		}
+
+		back := func(devices []string, at time.Duration) {
+			for _, d := range devices {
+				f.signal(d, "gateway", at)
+			}
+			require.Len(t, f.at(at+5*time.Millisecond), len(devices), "recovered")
+			f.clock.Set(f.t0.Add(at + time.Second))
+			require.NoError(t, corr.tick(ctx))
+		}
+		back(later[:10], 20*time.Second)
+		require.Empty(t, f.sink.take(), "10 of 20 members still silent: not fewer than half")
+		back(later[10:11], 22*time.Second)
+		ended := f.sink.take()
+		require.Len(t, ended, 1, "9 of 20 members still silent: fewer than half, though all 5 of the start are")
+		require.Equal(t, event.OutageEnded, ended[0].Kind)
+		require.Equal(t, started[0].OutageID, ended[0].OutageID)
+		require.Equal(t, 9, ended[0].Count, "outage_ended counts the members still silent")
+		outages, err := corr.Outages(ctx)
+		require.NoError(t, err)
+		require.Len(t, outages, 1)
+		require.Equal(t, "ended", outages[0].State)
+		require.Equal(t, 5, outages[0].Count, "count stays the outage's count at its start")
+		require.Equal(t, 9, outages[0].Silent)
 	})
 }
