@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -199,6 +201,33 @@ func (k *Kafka) Cluster() *kfake.Cluster {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.cluster
+}
+
+// StarveFetches makes the running cluster answer every fetch of topic with no records, after a pause as
+// a broker throttling a consumer would, while on is set: the consumer stays connected and in its group,
+// and records pile up behind it. A restarted cluster forgets it.
+func (k *Kafka) StarveFetches(topic string, on *atomic.Bool) {
+	c := k.Cluster()
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		if !on.Load() || len(r.Topics) == 0 || r.Topics[0].Topic != topic {
+			return nil, nil, false
+		}
+		c.SleepControl(func() { time.Sleep(100 * time.Millisecond) })
+		resp := r.ResponseKind().(*kmsg.FetchResponse)
+		for _, rt := range r.Topics {
+			t := kmsg.NewFetchResponseTopic()
+			t.Topic, t.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewFetchResponseTopicPartition()
+				p.Partition, p.HighWatermark, p.LastStableOffset = rp.Partition, rp.FetchOffset, rp.FetchOffset
+				t.Partitions = append(t.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, t)
+		}
+		return resp, nil, true
+	})
 }
 
 // ClientOpts are the franz-go options to reach the cluster: seed brokers, TLS and SASL as configured.

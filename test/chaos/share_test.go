@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
@@ -82,33 +81,6 @@ func TestChaosReplicaKillKafkaGroupFirstWords(t *testing.T) {
 	report(t, r, func() string { return explainLost(b, r.lostIDs) }, b.LogTail)
 }
 
-// starveFetches makes the Kafka cluster answer every fetch of signalsTopic with no records, after a
-// pause as a broker throttling a consumer would, while on is set: the consumer stays connected and in its
-// group, and records pile up behind it.
-func starveFetches(k *testenv.Kafka, on *atomic.Bool) {
-	c := k.Cluster()
-	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		r := req.(*kmsg.FetchRequest)
-		if !on.Load() || len(r.Topics) == 0 || r.Topics[0].Topic != signalsTopic {
-			return nil, nil, false
-		}
-		c.SleepControl(func() { time.Sleep(100 * time.Millisecond) })
-		resp := r.ResponseKind().(*kmsg.FetchResponse)
-		for _, rt := range r.Topics {
-			t := kmsg.NewFetchResponseTopic()
-			t.Topic, t.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				p := kmsg.NewFetchResponseTopicPartition()
-				p.Partition, p.HighWatermark, p.LastStableOffset = rp.Partition, rp.FetchOffset, rp.FetchOffset
-				t.Partitions = append(t.Partitions, p)
-			}
-			resp.Topics = append(resp.Topics, t)
-		}
-		return resp, nil, true
-	})
-}
-
 // TestChaosKafkaLag starves heartbeatd's Kafka consumer of records for longer than the timeout while
 // keepers go on producing: a backlog older than the timeout, with nothing fetched and nothing waiting in
 // ingest, which kafka-go's group reader does not report (its Lag() is −1). The group's end offsets against
@@ -124,7 +96,7 @@ func TestChaosKafkaLag(t *testing.T) {
 	})
 
 	var starved atomic.Bool
-	starveFetches(s.kafka, &starved)
+	s.kafka.StarveFetches(signalsTopic, &starved)
 	starved.Store(true)
 	time.Sleep(2*timeout + timeout/2) // the fault itself: a backlog older than the timeout
 	during, err := getStats(s.hb)
