@@ -2,12 +2,14 @@
 // and cmd/hbbench: the detection path wired as pkg/daemon wires it (a deadline store, a scanner over every
 // slot handing claims to the alarm handler, which publishes to Kafka and then acknowledges in Redis), on
 // the caller's Redis and an in-process kfake broker of its own, timed by the wall clock through a Recorder
-// in front of the publisher. It also holds the refresh load both use.
+// in front of the publisher. It also holds the refresh load both use, and how the Go benchmarks of any
+// package read their size from the environment (SizeFromEnv).
 package benchrig
 
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"time"
 
@@ -166,4 +168,14 @@ func Quantile(sorted []time.Duration, q float64) time.Duration {
 		return 0
 	}
 	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+// SizeFromEnv is the positive integer the environment variable name holds (HB_BENCH_DEVICES=1000000), or
+// def when it is unset or holds anything else: `make test` runs the benchmarks once at a small size, a
+// measurement at full size.
+func SizeFromEnv(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"regexp"
 	"runtime"
@@ -19,18 +18,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/benchrig"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 // benchDevices is the fleet size the benchmarks preload: HB_BENCH_DEVICES, default 1M. `make test` runs
 // the benchmarks once at a small size so they keep compiling and working.
-func benchDevices() int {
-	if v, err := strconv.Atoi(os.Getenv("HB_BENCH_DEVICES")); err == nil && v > 0 {
-		return v
-	}
-	return 1_000_000
-}
+func benchDevices() int { return benchrig.SizeFromEnv("HB_BENCH_DEVICES", 1_000_000) }
 
 var benchTypes = []string{"default", "gateway", "sensor"}
 
