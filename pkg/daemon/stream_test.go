@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	contract "github.com/heartbeatd/heartbeatd/api"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -166,7 +166,7 @@ func TestStreamDropsASlowClientWithoutBlocking(t *testing.T) {
 	fast := f.openStream(t)
 	slow, err := f.stream.subscribe() // never read: as a page that stopped reading
 	require.NoError(t, err)
-	require.Equal(t, 2.0, value(t, f.stream.open))
+	require.Equal(t, 2.0, testenv.MetricValue(t, f.stream.open))
 
 	for round := range 3 {
 		devices := make([]string, buffer)
@@ -194,8 +194,8 @@ func TestStreamDropsASlowClientWithoutBlocking(t *testing.T) {
 	_, open := <-slow.frames
 	require.False(t, open, "the slow stream's queue is closed")
 	require.True(t, slow.dropped)
-	require.Equal(t, 1.0, value(t, f.stream.dropped))
-	require.Equal(t, 1.0, value(t, f.stream.open))
+	require.Equal(t, 1.0, testenv.MetricValue(t, f.stream.dropped))
+	require.Equal(t, 1.0, testenv.MetricValue(t, f.stream.open))
 }
 
 // A dropped stream's client is told why before the stream ends, so the page reloads instead of missing
@@ -310,15 +310,4 @@ func TestDeviceEventsFromTheRing(t *testing.T) {
 	f.publish(t, "site/7")
 	events, _ = get("site%2F7")
 	require.Len(t, events, 1)
-}
-
-// value reads a gauge's or counter's current value.
-func value(t *testing.T, m prometheus.Metric) float64 {
-	t.Helper()
-	var d dto.Metric
-	require.NoError(t, m.Write(&d))
-	if d.Counter != nil {
-		return d.GetCounter().GetValue()
-	}
-	return d.GetGauge().GetValue()
 }

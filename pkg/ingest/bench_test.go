@@ -3,8 +3,6 @@ package ingest_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/benchrig"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
@@ -20,12 +19,7 @@ import (
 
 // benchSignals is how many signals one benchmark iteration moves: HB_BENCH_SIGNALS, default 200k.
 // `-benchtime=1x` with a small HB_BENCH_SIGNALS keeps the benchmarks compiling and working in CI.
-func benchSignals() int {
-	if v, err := strconv.Atoi(os.Getenv("HB_BENCH_SIGNALS")); err == nil && v > 0 {
-		return v
-	}
-	return 200_000
-}
+func benchSignals() int { return benchrig.SizeFromEnv("HB_BENCH_SIGNALS", 200_000) }
 
 const benchPayload = `{"type":"gateway","ts":%d}`
 

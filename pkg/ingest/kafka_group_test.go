@@ -26,32 +26,6 @@ func watchedSource(tb testing.TB, addrs []string, member string) *ingest.KafkaSo
 	return src
 }
 
-// throttleFetches makes the cluster answer every fetch of the signal topic with no records (after a
-// pause, as a broker quota throttling a consumer would) while on is set.
-func throttleFetches(k *testenv.Kafka, on *atomic.Bool) {
-	c := k.Cluster()
-	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		r := req.(*kmsg.FetchRequest)
-		if !on.Load() || len(r.Topics) == 0 || r.Topics[0].Topic != signalTopic {
-			return nil, nil, false
-		}
-		c.SleepControl(func() { time.Sleep(100 * time.Millisecond) })
-		resp := r.ResponseKind().(*kmsg.FetchResponse)
-		for _, t := range r.Topics {
-			rt := kmsg.NewFetchResponseTopic()
-			rt.Topic, rt.TopicID = t.Topic, t.TopicID
-			for _, p := range t.Partitions {
-				rp := kmsg.NewFetchResponseTopicPartition()
-				rp.Partition, rp.HighWatermark, rp.LastStableOffset = p.Partition, p.FetchOffset, p.FetchOffset
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
-	})
-}
-
 // awaitCaughtUp waits until src reports no lag worth a window and no blind spot.
 func awaitCaughtUp(t *testing.T, src ingest.Source) {
 	t.Helper()
@@ -68,7 +42,7 @@ func awaitCaughtUp(t *testing.T, src ingest.Source) {
 func TestKafkaLagOfAThrottledConsumer(t *testing.T) {
 	tr, k := newKafkaTransport(t, 2)
 	var throttled atomic.Bool
-	throttleFetches(k, &throttled)
+	k.StarveFetches(signalTopic, &throttled)
 	p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	src := watchedSource(t, k.Addrs, "a/1")
 	p.run(t, src)
