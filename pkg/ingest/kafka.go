@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -66,11 +67,11 @@ type KafkaSource struct {
 	transport *kafka.Transport
 	watch     *groupWatch
 
-	// rebalances counts the generations the reader started (its Stats resets on every read, so only
-	// readStats reads them); observedRebalances is the count the group watch last saw.
-	statsMu            sync.Mutex
-	rebalances         int64
-	observedRebalances int64
+	// generation is the group's current one (nil before the first), which commits go through;
+	// generations counts those started, observedGenerations the count the group watch last saw.
+	generation          atomic.Pointer[kafka.Generation]
+	generations         atomic.Int64
+	observedGenerations atomic.Int64
 }
 
 var (
@@ -200,19 +201,12 @@ func (s *KafkaSource) Run(ctx context.Context, chain *Chain) error {
 		return err
 	}
 
-	reader := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:        s.opts.Brokers,
-		GroupID:        s.opts.GroupID,
-		GroupTopics:    s.opts.Topics,
-		GroupBalancers: s.balancers(),
-		Dialer:         s.dialer,
-		// Enough prefetched messages to fill a few batches while the previous ones are written.
-		QueueCapacity: 1024,
-		MinBytes:      1,
-		MaxBytes:      8 << 20,
-		MaxWait:       500 * time.Millisecond,
-		// Commits are ours (commitLoop): synchronous inside kafka-go, and only for applied offsets.
-		CommitInterval:        0,
+	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                    s.opts.GroupID,
+		Brokers:               s.opts.Brokers,
+		Dialer:                s.dialer,
+		Topics:                s.opts.Topics,
+		GroupBalancers:        s.balancers(),
 		HeartbeatInterval:     s.opts.HeartbeatInterval,
 		SessionTimeout:        s.opts.SessionTimeout,
 		RebalanceTimeout:      s.opts.RebalanceTimeout,
@@ -220,21 +214,24 @@ func (s *KafkaSource) Run(ctx context.Context, chain *Chain) error {
 		WatchPartitionChanges: true,
 		// A new group starts at the beginning of the retained signals: they are real signals, and
 		// replaying one never moves a deadline back.
-		StartOffset:    kafka.FirstOffset,
-		IsolationLevel: kafka.ReadCommitted,
+		StartOffset: kafka.FirstOffset,
+		Timeout:     s.opts.DialTimeout,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			s.log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
+			s.log.Warn("kafka consumer group: " + fmt.Sprintf(msg, args...))
 		}),
 	})
+	if err != nil {
+		return fmt.Errorf("ingest: kafka consumer group: %w", err)
+	}
 	// The committer, the prober and the group watch outlive ctx: at shutdown the chain may still apply
-	// what was fetched, and those offsets should be committed before the reader leaves the group.
+	// what was fetched, and those offsets should be committed before the group is left.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Go(func() { s.commitLoop(bg, reader) })
-	wg.Go(func() { s.probeLoop(bg, chain, reader) })
-	wg.Go(func() { s.watchLoop(bg, reader) })
+	wg.Go(func() { s.commitLoop(bg) })
+	wg.Go(func() { s.probeLoop(bg, chain) })
+	wg.Go(func() { s.watchLoop(bg) })
 
-	s.fetchLoop(ctx, reader, chain)
+	s.consume(ctx, group, chain)
 
 	if !s.health.waitDrained(s.opts.DrainTimeout) {
 		s.log.Warn("shutdown: messages still unapplied; their offsets stay uncommitted and are read again",
@@ -242,60 +239,26 @@ func (s *KafkaSource) Run(ctx context.Context, chain *Chain) error {
 	}
 	stopBG()
 	wg.Wait()
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = s.commit(fctx, reader)
-	if err := reader.Close(); err != nil {
-		s.log.Warn("kafka reader close", zap.Error(err))
+	if err := s.commit(); err != nil {
+		s.log.Warn("shutdown: last offset commit failed; the messages after the last commit are read again", zap.Error(err))
+	}
+	// Closing the group ends its generation (the partition readers return) and leaves the group.
+	if err := group.Close(); err != nil {
+		s.log.Warn("kafka consumer group close", zap.Error(err))
 	}
 	s.transport.CloseIdleConnections()
 	return nil
 }
 
-func (s *KafkaSource) fetchLoop(ctx context.Context, reader *kafka.Reader, chain *Chain) {
-	backoff := loop.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	for {
-		m, err := reader.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.Warn("kafka fetch failed", zap.Error(err))
-			if !loop.Sleep(ctx, backoff.Next()) {
-				return
-			}
-			continue
-		}
-		backoff.Reset()
-		// One clock read serves the lag (the offsets) and the chain (the receive time).
-		received := s.opts.Now()
-		ack := s.offsets.add(m.Topic, m.Partition, m.Offset, received)
-		s.health.begin()
-		err = chain.Submit(ctx, Message{
-			Source:   SourceKafka,
-			Topic:    m.Topic,
-			Key:      m.Key,
-			Payload:  m.Value,
-			Received: received,
-			Stamped:  m.Time,
-			Ack:      ack,
-		})
-		if err != nil {
-			s.health.settled() // never applied: its offset stays uncommitted
-			return
-		}
-	}
-}
-
 // commitLoop commits what became committable, at most once per CommitInterval.
-func (s *KafkaSource) commitLoop(ctx context.Context, reader *kafka.Reader) {
+func (s *KafkaSource) commitLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.offsets.ready:
 		}
-		if err := s.commit(ctx, reader); err != nil && ctx.Err() == nil {
+		if err := s.commit(); err != nil && ctx.Err() == nil {
 			s.log.Warn("kafka offset commit failed; retrying", zap.Error(err))
 			s.offsets.signal()
 		}
@@ -305,19 +268,26 @@ func (s *KafkaSource) commitLoop(ctx context.Context, reader *kafka.Reader) {
 	}
 }
 
-func (s *KafkaSource) commit(ctx context.Context, reader *kafka.Reader) error {
+// commit commits the applied offsets with the current generation. A partition another member owns by
+// now may be committed too: only applied offsets are, so at worst its new owner reads a few again.
+func (s *KafkaSource) commit() error {
+	gen := s.generation.Load()
+	if gen == nil {
+		return nil
+	}
 	offs := s.offsets.committable()
 	if len(offs) == 0 {
 		return nil
 	}
-	msgs := make([]kafka.Message, 0, len(offs))
+	byTopic := map[string]map[int]int64{}
 	for tp, off := range offs {
-		// kafka-go commits Offset+1: the next message to read.
-		msgs = append(msgs, kafka.Message{Topic: tp.topic, Partition: tp.partition, Offset: off})
+		if byTopic[tp.topic] == nil {
+			byTopic[tp.topic] = map[int]int64{}
+		}
+		byTopic[tp.topic][tp.partition] = off + 1 // Kafka's committed offset is the next one to read
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := reader.CommitMessages(cctx, msgs...); err != nil {
+	// CommitOffsets takes no context: the group's Timeout bounds it.
+	if err := gen.CommitOffsets(byTopic); err != nil {
 		return fmt.Errorf("ingest: kafka commit: %w", err)
 	}
 	s.offsets.committed(offs)
@@ -332,7 +302,7 @@ const joinPoll = 50 * time.Millisecond
 // process until its session times out (ingest.kafka.session_timeout), and until then nothing is read.
 // Reporting that time as connected would let detection run on deadlines that the unread signals would
 // have moved; reported as an outage, hold-back covers it.
-func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain, reader *kafka.Reader) {
+func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain) {
 	t := time.NewTicker(joinPoll)
 	defer t.Stop()
 	joined, reachable := false, true // Run probed the brokers just before
@@ -345,7 +315,7 @@ func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain, reader *kafka
 			return
 		case <-t.C:
 		}
-		if !joined && s.readStats(reader) > 0 {
+		if !joined && s.generations.Load() > 0 {
 			joined = true
 			s.log.Info("joined the consumer group", zap.String("group_id", s.opts.GroupID),
 				zap.Duration("after", time.Since(started).Round(time.Millisecond)))
@@ -370,22 +340,10 @@ func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain, reader *kafka
 	}
 }
 
-// readStats returns how many generations the reader has started since it was created.
-func (s *KafkaSource) readStats(reader *kafka.Reader) int64 {
-	s.statsMu.Lock()
-	defer s.statsMu.Unlock()
-	s.rebalances += reader.Stats().Rebalances
-	return s.rebalances
-}
-
-// rebalancedSinceObserved reports whether the reader started a generation since the last call.
-func (s *KafkaSource) rebalancedSinceObserved(reader *kafka.Reader) bool {
-	n := s.readStats(reader)
-	s.statsMu.Lock()
-	defer s.statsMu.Unlock()
-	changed := n != s.observedRebalances
-	s.observedRebalances = n
-	return changed
+// rebalancedSinceObserved reports whether a generation started since the last call.
+func (s *KafkaSource) rebalancedSinceObserved() bool {
+	n := s.generations.Load()
+	return s.observedGenerations.Swap(n) != n
 }
 
 // balancers are kafka-go's default ones, with Member in this process's member metadata.
@@ -409,7 +367,7 @@ type taggedBalancer struct {
 func (b taggedBalancer) UserData() ([]byte, error) { return b.tag, nil }
 
 // watchLoop observes the group every WatchInterval until ctx ends (groupWatch).
-func (s *KafkaSource) watchLoop(ctx context.Context, reader *kafka.Reader) {
+func (s *KafkaSource) watchLoop(ctx context.Context) {
 	loop.Every(ctx, loop.Options{Interval: s.opts.WatchInterval, Immediate: true, MaxBackoff: 4 * s.opts.WatchInterval,
 		OnError: func(err error, failures int, _ time.Duration) {
 			if failures%20 == 1 {
@@ -418,7 +376,7 @@ func (s *KafkaSource) watchLoop(ctx context.Context, reader *kafka.Reader) {
 			}
 		}},
 		func(ctx context.Context) error {
-			err := s.observe(ctx, reader)
+			err := s.observe(ctx)
 			if err != nil {
 				s.watch.failed(err)
 			}
@@ -432,10 +390,10 @@ const maxRecordFetches = 16
 // observe reads the group's committed offsets, then (from the observation's time on) its state and
 // members and every partition's end offset, and folds them into the watch: reading the committed
 // offsets first and the end offsets last only ever makes the group look further behind.
-func (s *KafkaSource) observe(ctx context.Context, reader *kafka.Reader) error {
+func (s *KafkaSource) observe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.DialTimeout)
 	defer cancel()
-	rebalanced := s.rebalancedSinceObserved(reader)
+	rebalanced := s.rebalancedSinceObserved()
 	md, err := s.client.Metadata(ctx, &kafka.MetadataRequest{Topics: s.opts.Topics})
 	if err != nil {
 		return fmt.Errorf("ingest: kafka metadata: %w", err)

@@ -1,0 +1,214 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/internal/loop"
+)
+
+// Fetching: each partition the group assigns is read by its own goroutine straight from its leader, a
+// fetch at a time, and handed to the chain a chunk at a time. kafka-go's Reader hands its messages
+// over one by one through a channel and re-arms the connection's read deadline for each; at the
+// signal rates heartbeatd takes, that was about a fifth of its CPU (docs/benchmarks.md).
+const (
+	// fetchMaxWait is how long the broker may hold a fetch open for a partition with nothing new.
+	fetchMaxWait = 500 * time.Millisecond
+	// fetchMaxBytes bounds one fetch's response.
+	fetchMaxBytes = 8 << 20
+	// fetchChunk is the most messages held at once per partition: memory stays bounded while the chain
+	// pushes back, and the read deadline is re-armed once per chunk.
+	fetchChunk = 256
+	// readTimeout bounds the reading of one chunk of a fetch's response, after fetchMaxWait.
+	readTimeout = 10 * time.Second
+)
+
+// consume follows the group's generations until ctx ends, reading every partition each one assigns.
+// The generation stays joined after ctx ends, for the last commit; Run closes the group.
+func (s *KafkaSource) consume(ctx context.Context, group *kafka.ConsumerGroup, chain *Chain) {
+	backoff := loop.Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second}
+	for {
+		gen, err := group.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				return
+			}
+			s.log.Warn("kafka consumer group: no generation yet; retrying", zap.Error(err))
+			if !loop.Sleep(ctx, backoff.Next()) {
+				return
+			}
+			continue
+		}
+		backoff.Reset()
+		s.generation.Store(gen)
+		s.generations.Add(1)
+		for topic, parts := range gen.Assignments {
+			for _, p := range parts {
+				gen.Start(func(genCtx context.Context) {
+					s.readPartition(ctx, genCtx, chain, topicPartition{topic, p.ID}, p.Offset)
+				})
+			}
+		}
+	}
+}
+
+// readPartition reads tp from offset (the group's committed one, or kafka.FirstOffset) until ctx or the
+// generation ends, reconnecting with backoff. It returns only when the generation ends: a reader that
+// returned would end the generation for all (kafka-go), and a rejoin is a rebalance for every replica.
+func (s *KafkaSource) readPartition(ctx, genCtx context.Context, chain *Chain, tp topicPartition, offset int64) {
+	// Reading stops with either; the last acknowledgements are still committed with this generation.
+	readCtx, stop := context.WithCancel(genCtx)
+	defer stop()
+	unwatch := context.AfterFunc(ctx, stop)
+	defer unwatch()
+	backoff := loop.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	failures := 0
+	for readCtx.Err() == nil {
+		next, err := s.readFrom(readCtx, chain, tp, offset)
+		offset = next
+		if readCtx.Err() != nil {
+			break
+		}
+		if failures++; failures%10 == 1 {
+			s.log.Warn("kafka partition read failed; reconnecting", zap.String("topic", tp.topic),
+				zap.Int("partition", tp.partition), zap.Int64("offset", offset), zap.Int("attempt", failures), zap.Error(err))
+		}
+		if !loop.Sleep(readCtx, backoff.Next()) {
+			break
+		}
+	}
+	<-genCtx.Done()
+}
+
+// readFrom connects to tp's leader and reads from offset until an error or ctx ends; it returns the
+// offset to go on from.
+func (s *KafkaSource) readFrom(ctx context.Context, chain *Chain, tp topicPartition, offset int64) (int64, error) {
+	conn, err := s.dialLeader(ctx, tp)
+	if err != nil {
+		return offset, err
+	}
+	defer conn.Close()
+	// A blocked read ends with ctx, not a fetch wait later.
+	unwatch := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer unwatch()
+	if offset, err = s.seek(conn, tp, offset); err != nil {
+		return offset, err
+	}
+	chunk := make([]kafka.Message, 0, fetchChunk)
+	for {
+		_ = conn.SetReadDeadline(time.Now().Add(fetchMaxWait + readTimeout))
+		batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: fetchMaxBytes,
+			IsolationLevel: kafka.ReadCommitted, MaxWait: fetchMaxWait})
+		var readErr error
+		for {
+			m, err := batch.ReadMessage()
+			if err != nil {
+				readErr = err
+				break
+			}
+			if chunk = append(chunk, m); len(chunk) == fetchChunk {
+				if err := s.handOver(ctx, chain, tp, chunk); err != nil {
+					_ = batch.Close()
+					return chunk[0].Offset, err
+				}
+				offset = m.Offset + 1
+				chunk = chunk[:0]
+				_ = conn.SetReadDeadline(time.Now().Add(readTimeout))
+			}
+		}
+		closeErr := batch.Close()
+		if len(chunk) > 0 {
+			if err := s.handOver(ctx, chain, tp, chunk); err != nil {
+				return chunk[0].Offset, err
+			}
+			offset = chunk[len(chunk)-1].Offset + 1
+			chunk = chunk[:0]
+		}
+		if ctx.Err() != nil {
+			return offset, ctx.Err()
+		}
+		err := closeErr
+		if err == nil && !errors.Is(readErr, io.EOF) {
+			err = readErr
+		}
+		switch {
+		case err == nil, errors.Is(err, kafka.RequestTimedOut):
+			// The fetch ended (or waited in vain); the next one goes on from the connection's offset.
+		case errors.Is(err, kafka.OffsetOutOfRange):
+			// Retention deleted what was not read yet, or the log was truncated: seek again.
+			return offset, fmt.Errorf("ingest: kafka %s/%d at offset %d: %w", tp.topic, tp.partition, offset, err)
+		default:
+			return offset, fmt.Errorf("ingest: kafka fetch %s/%d at offset %d: %w", tp.topic, tp.partition, offset, err)
+		}
+	}
+}
+
+// dialLeader connects to tp's leader through the first broker that answers.
+func (s *KafkaSource) dialLeader(ctx context.Context, tp topicPartition) (*kafka.Conn, error) {
+	var errs []error
+	for _, b := range s.opts.Brokers {
+		conn, err := s.dialer.DialLeader(ctx, "tcp", b, tp.topic, tp.partition)
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, fmt.Errorf("ingest: kafka leader of %s/%d via %s: %w", tp.topic, tp.partition, b, err))
+	}
+	return nil, errors.Join(errs...)
+}
+
+// seek places conn at offset: kafka.FirstOffset (or any negative offset: nothing committed) is the
+// first retained message, and an offset retention already deleted moves up to the first retained one.
+func (s *KafkaSource) seek(conn *kafka.Conn, tp topicPartition, offset int64) (int64, error) {
+	_ = conn.SetDeadline(time.Now().Add(s.opts.DialTimeout))
+	first, last, err := conn.ReadOffsets()
+	if err != nil {
+		return offset, fmt.Errorf("ingest: kafka offsets of %s/%d: %w", tp.topic, tp.partition, err)
+	}
+	switch {
+	case offset < 0:
+		offset = first
+	case offset < first:
+		s.log.Warn("kafka partition: signals deleted by retention before they were read", zap.String("topic", tp.topic),
+			zap.Int("partition", tp.partition), zap.Int64("from", offset), zap.Int64("to", first))
+		offset = first
+	case offset > last:
+		// Past the end (a truncated log): read what comes next rather than wait for the old offset.
+		offset = last
+	}
+	if _, err := conn.Seek(offset, kafka.SeekAbsolute|kafka.SeekDontCheck); err != nil {
+		return offset, fmt.Errorf("ingest: kafka seek %s/%d to %d: %w", tp.topic, tp.partition, offset, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return offset, nil
+}
+
+// handOver submits a chunk of one partition's messages to the chain in order, tracking their offsets.
+// One clock read serves the chunk's lag (the offsets) and its receive time.
+func (s *KafkaSource) handOver(ctx context.Context, chain *Chain, tp topicPartition, msgs []kafka.Message) error {
+	received := s.opts.Now()
+	for i := range msgs {
+		m := &msgs[i]
+		ack := s.offsets.add(tp.topic, tp.partition, m.Offset, received)
+		s.health.begin()
+		err := chain.Submit(ctx, Message{
+			Source:   SourceKafka,
+			Topic:    m.Topic,
+			Key:      m.Key,
+			Payload:  m.Value,
+			Received: received,
+			Stamped:  m.Time,
+			Ack:      ack,
+		})
+		if err != nil {
+			s.health.settled() // never applied: its offset stays uncommitted
+			return err
+		}
+	}
+	return nil
+}
