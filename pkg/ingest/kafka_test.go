@@ -354,3 +354,55 @@ func TestKafkaSignalWithoutTSTakesTheRecordTime(t *testing.T) {
 	require.False(t, got.Before(before.Truncate(time.Millisecond)), "a stamp past max_clock_skew counts as received: %s", got)
 	require.True(t, got.Before(time.Now().Add(time.Second)), "not the future stamp: %s", got)
 }
+
+// TestKafkaGoesOnPastSignalsRetentionDeleted: signals retention deleted before the group read them
+// are skipped, the retained ones after them are applied, and the group's offsets move past them all.
+func TestKafkaGoesOnPastSignalsRetentionDeleted(t *testing.T) {
+	const partitions = 2
+	tr, k := newKafkaTransport(t, partitions)
+	srv := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := startPipeline(t, newStore(t, srv.Client(t)), ingest.ChainOptions{})
+	src := tr.source(t, "a")
+	p.run(t, src)
+	read := devices("read", 20)
+	tr.send(t, rawFor(read, "")...)
+	p.waitApplied(t, read...)
+	require.NoError(t, p.stop(src))
+
+	deleted, retained := devices("deleted", 20), devices("retained", 20)
+	tr.send(t, rawFor(deleted, "")...)
+	// Up to each partition's end (-1), as retention deleting old segments would; the leader answers.
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = signalTopic
+	for i := range partitions {
+		rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+		rp.Partition, rp.Offset = int32(i), -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, shard := range k.Client(t).RequestSharded(ctx, req) {
+		require.NoError(t, shard.Err)
+		for _, t2 := range shard.Resp.(*kmsg.DeleteRecordsResponse).Topics {
+			for _, p := range t2.Partitions {
+				require.Zero(t, p.ErrorCode, "delete records of partition %d", p.Partition)
+			}
+		}
+	}
+	tr.send(t, rawFor(retained, "")...)
+
+	p.run(t, tr.source(t, "a"))
+	p.waitApplied(t, retained...)
+	for _, id := range deleted {
+		require.False(t, p.rec.has(id), "%s was deleted before it was read", id)
+	}
+	require.Eventually(t, func() bool {
+		var sum int64
+		for _, off := range committedOffsets(t, k.Addrs, partitions) {
+			sum += off
+		}
+		return sum == int64(len(read)+len(deleted)+len(retained))
+	}, 20*time.Second, 10*time.Millisecond, "the group's offsets moved past the deleted signals")
+}
