@@ -101,6 +101,7 @@ func (s *KafkaSource) readFrom(ctx context.Context, chain *Chain, tp topicPartit
 		return offset, err
 	}
 	chunk := make([]kafka.Message, 0, fetchChunk)
+	var bufs handOverBuffers
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(fetchMaxWait + readTimeout))
 		batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: fetchMaxBytes,
@@ -113,7 +114,7 @@ func (s *KafkaSource) readFrom(ctx context.Context, chain *Chain, tp topicPartit
 				break
 			}
 			if chunk = append(chunk, m); len(chunk) == fetchChunk {
-				if err := s.handOver(ctx, chain, tp, chunk); err != nil {
+				if err := s.handOver(ctx, chain, tp, chunk, &bufs); err != nil {
 					_ = batch.Close()
 					return chunk[0].Offset, err
 				}
@@ -124,7 +125,7 @@ func (s *KafkaSource) readFrom(ctx context.Context, chain *Chain, tp topicPartit
 		}
 		closeErr := batch.Close()
 		if len(chunk) > 0 {
-			if err := s.handOver(ctx, chain, tp, chunk); err != nil {
+			if err := s.handOver(ctx, chain, tp, chunk, &bufs); err != nil {
 				return chunk[0].Offset, err
 			}
 			offset = chunk[len(chunk)-1].Offset + 1
@@ -190,12 +191,16 @@ func (s *KafkaSource) seek(conn *kafka.Conn, tp topicPartition, offset int64) (i
 
 // handOver submits a chunk of one partition's messages to the chain in order, tracking their offsets.
 // One clock read serves the chunk's lag (the offsets) and its receive time.
-func (s *KafkaSource) handOver(ctx context.Context, chain *Chain, tp topicPartition, msgs []kafka.Message) error {
+func (s *KafkaSource) handOver(ctx context.Context, chain *Chain, tp topicPartition, msgs []kafka.Message, h *handOverBuffers) error {
 	received := s.opts.Now()
+	h.offsets = h.offsets[:0]
+	for i := range msgs {
+		h.offsets = append(h.offsets, msgs[i].Offset)
+	}
+	h.acks = s.offsets.add(tp, received, h.offsets, h.acks[:0])
+	s.health.begin(len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
-		ack := s.offsets.add(tp.topic, tp.partition, m.Offset, received)
-		s.health.begin()
 		err := chain.Submit(ctx, Message{
 			Source:   SourceKafka,
 			Topic:    m.Topic,
@@ -203,12 +208,20 @@ func (s *KafkaSource) handOver(ctx context.Context, chain *Chain, tp topicPartit
 			Payload:  m.Value,
 			Received: received,
 			Stamped:  m.Time,
-			Ack:      ack,
+			Ack:      h.acks[i],
 		})
 		if err != nil {
-			s.health.settled() // never applied: its offset stays uncommitted
+			// Never applied: their offsets stay uncommitted.
+			s.health.dropped(len(msgs) - i)
 			return err
 		}
 	}
+	clear(h.acks)
 	return nil
+}
+
+// handOverBuffers are a partition reader's scratch space for handOver.
+type handOverBuffers struct {
+	offsets []int64
+	acks    []func()
 }

@@ -39,28 +39,34 @@ func newOffsetTracker() *offsetTracker {
 	return &offsetTracker{parts: map[topicPartition]*partitionOffsets{}, ready: make(chan struct{}, 1)}
 }
 
-// add records a message fetched at now and returns its acknowledgement.
-func (t *offsetTracker) add(topic string, partition int, offset int64, now time.Time) func() {
+// add records a partition's messages fetched at now, in fetch order, and appends their
+// acknowledgements to acks: one lock and one lookup for the run.
+func (t *offsetTracker) add(tp topicPartition, now time.Time, offsets []int64, acks []func()) []func() {
+	if len(offsets) == 0 {
+		return acks
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tp := topicPartition{topic, partition}
 	p := t.parts[tp]
-	if p == nil || offset <= p.last {
+	if p == nil || offsets[0] <= p.last {
 		// First message, or the partition was fetched again from an earlier offset (a rebalance gave it
 		// back from its committed offset): start over. Acknowledgements of the old run land on the
 		// detached state and commit nothing.
 		p = &partitionOffsets{last: -1, applied: -1, commit: -1}
 		t.parts[tp] = p
 	}
-	p.last = offset
-	seq := p.head + uint64(len(p.queue))
-	p.queue = append(p.queue, pendingOffset{offset: offset, at: now})
-	return func() {
-		t.ack(tp, p, seq)
-		if t.onAck != nil {
-			t.onAck()
-		}
+	for _, offset := range offsets {
+		p.last = offset
+		seq := p.head + uint64(len(p.queue))
+		p.queue = append(p.queue, pendingOffset{offset: offset, at: now})
+		acks = append(acks, func() {
+			t.ack(tp, p, seq)
+			if t.onAck != nil {
+				t.onAck()
+			}
+		})
 	}
+	return acks
 }
 
 func (t *offsetTracker) signal() {

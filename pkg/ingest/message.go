@@ -109,8 +109,9 @@ func (h *healthState) set(connected bool) bool {
 	return true
 }
 
-func (h *healthState) begin() {
-	if h.outstanding.Add(1) == 1 {
+// begin counts n messages handed to the chain.
+func (h *healthState) begin(n int) {
+	if h.outstanding.Add(int64(n)) == int64(n) {
 		h.progress.Store(time.Now().UnixNano())
 	}
 }
@@ -123,6 +124,9 @@ func (h *healthState) done() {
 // settled is done for a source that reads its lag elsewhere (Kafka: from the offsets), so progress goes
 // unread: it spares a clock read per message.
 func (h *healthState) settled() { h.outstanding.Add(-1) }
+
+// dropped uncounts n messages the chain did not take: they are never acknowledged.
+func (h *healthState) dropped(n int) { h.outstanding.Add(-int64(n)) }
 
 // stall is how long the flow has been waiting for an acknowledgement; 0 when nothing is outstanding.
 func (h *healthState) stall(now time.Time) time.Duration {

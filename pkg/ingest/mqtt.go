@@ -473,7 +473,7 @@ func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
 		s.queueUnacked(chain, m)
 		return
 	}
-	s.health.begin()
+	s.health.begin(1)
 	select {
 	case s.acked <- m:
 		return
@@ -500,7 +500,7 @@ func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
 func (s *MQTTSource) queueUnacked(chain *Chain, m mqtt.Message) {
 	size := int64(len(m.Payload()))
 	if s.unackedBytes.Add(size) <= maxQueuedQoS0Bytes {
-		s.health.begin()
+		s.health.begin(1)
 		select {
 		case s.unacked <- m:
 			return
