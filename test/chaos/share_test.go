@@ -81,10 +81,26 @@ func TestChaosReplicaKillKafkaGroupFirstWords(t *testing.T) {
 	report(t, r, func() string { return explainLost(b, r.lostIDs) }, b.LogTail)
 }
 
+// TestChaosReplicaKillMQTTSharedFirstWords: devices heartbeatd never heard of signal once over MQTT, right
+// after one of two replicas sharing a subscription was SIGKILLed, and fall silent. The broker may have
+// sent some of those signals to the dead replica's session; the survivor takes that session over and
+// reads them late. Each device must still be reported interrupted.
+func TestChaosReplicaKillMQTTSharedFirstWords(t *testing.T) {
+	f := startFleet(t)
+	o := daemonOptions{sharedGroup: "heartbeatd"}
+	o.replica = "replica-a"
+	a := f.startDaemon(o)
+	o.replica = "replica-b"
+	b := f.startDaemon(o)
+	a.Kill(t)
+	newcomers := f.barrier(f.publisher("first-words"), "replica_kill_mqtt_first_words", 30*time.Second)
+	r := f.events.tallyInterrupted("replica_kill_mqtt_first_words", len(newcomers), newcomers)
+	report(t, r, func() string { return explainLost(b, r.lostIDs) }, b.LogTail)
+}
+
 // TestChaosKafkaLag starves heartbeatd's Kafka consumer of records for longer than the timeout while
 // keepers go on producing: a backlog older than the timeout, with nothing fetched and nothing waiting in
-// ingest, which kafka-go's group reader does not report (its Lag() is −1). The group's end offsets against
-// its committed ones show it: detection holds back from where the lag began, no keeper is reported, and
+// ingest, so nothing a replica holds shows it. The group's end offsets against its committed ones do: detection holds back from where the lag began, no keeper is reported, and
 // once the backlog is read the silent devices are.
 func TestChaosKafkaLag(t *testing.T) {
 	s := startScenario(t, daemonOptions{kafkaIngest: true})
