@@ -499,7 +499,8 @@ func TestStoreFixtures(t *testing.T) {
 	require.Equal(t, []int{0, 1, 2, 3}, testenv.AllSlots(4))
 }
 
-// kafka-go, which heartbeatd uses, works against kfake: a Writer with acks=all, and a group Reader.
+// kafka-go, which heartbeatd uses, works against kfake: a Writer with acks=all, and a group Reader (whose
+// ConsumerGroup heartbeatd's Kafka source joins with).
 func TestKafkaWithKafkaGo(t *testing.T) {
 	const topic, n = "device-signals", 10
 	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{topic}})

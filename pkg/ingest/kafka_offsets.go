@@ -152,9 +152,9 @@ func (t *offsetTracker) outstanding() int {
 	return n
 }
 
-// groupWatch follows the whole consumer group from outside the reader: each partition's end offset
-// against the offset the group committed, and the group's state and members. kafka-go's group reader
-// tells neither (its Lag() is −1, a rebalance is invisible until it is over), and no member sees the
+// groupWatch follows the whole consumer group from outside the partition readers: each partition's end
+// offset against the offset the group committed, and the group's state and members. What one member
+// fetched tells neither (a rebalance is invisible to it until it is over), and no member sees the
 // others' partitions; committed offsets belong to the group, so every member reads them all.
 //
 // Every observation marks each partition's end offset with the time it was read. A record that was not
