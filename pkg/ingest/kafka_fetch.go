@@ -33,19 +33,23 @@ const (
 // The generation stays joined after ctx ends, for the last commit; Run closes the group.
 func (s *KafkaSource) consume(ctx context.Context, group *kafka.ConsumerGroup, chain *Chain) {
 	backoff := loop.Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second}
+	failures := 0
 	for {
 		gen, err := group.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				return
 			}
-			s.log.Warn("kafka consumer group: no generation yet; retrying", zap.Error(err))
+			if failures++; failures%10 == 1 {
+				s.log.Warn("kafka consumer group: cannot join; retrying", zap.Int("attempt", failures), zap.Error(err))
+			}
 			if !loop.Sleep(ctx, backoff.Next()) {
 				return
 			}
 			continue
 		}
 		backoff.Reset()
+		failures = 0
 		s.generation.Store(gen)
 		s.generations.Add(1)
 		for topic, parts := range gen.Assignments {
