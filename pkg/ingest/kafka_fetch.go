@@ -76,7 +76,7 @@ func (s *KafkaSource) readPartition(ctx, genCtx context.Context, chain *Chain, t
 	for readCtx.Err() == nil {
 		next, err := s.readFrom(readCtx, chain, tp, offset)
 		offset = next
-		if readCtx.Err() != nil {
+		if readCtx.Err() != nil || errors.Is(err, ErrChainStopped) {
 			break
 		}
 		if failures++; failures%10 == 1 {
