@@ -44,25 +44,35 @@ func costScenario(e *env) error {
 	// Each random case has an order of its own: a pass in the order of the pass before it is periodic.
 	periodic := identity(n)
 	type costCase struct {
-		name  string
-		order []int
-		pass  func(order []int) error
+		name    string
+		order   []int
+		pass    func(order []int) error
+		prepare func() error // unmeasured, right before the pass; nil: nothing
 	}
 	refreshPass := func(typed bool) func(order []int) error {
 		return func(order []int) error { return passRefresh(e.ctx, st, order, typed) }
 	}
 	setPass := func(order []int) error { return passSetPX(e.ctx, rdb, order) }
+	smallPass := func(order []int) error { return passSmallSets(e.ctx, rdb, order) }
 	cases := []costCase{
 		// Periodic first: a random pass leaves no order for a periodic one to follow.
-		{"SET PX pipelined, periodic", periodic, setPass},
-		{"Refresh typed, periodic", periodic, refreshPass(true)},
-		{"Refresh untyped, periodic", periodic, refreshPass(false)},
-		{"SET PX pipelined, random", rand.Perm(n), setPass},
-		{"Refresh typed, random", rand.Perm(n), refreshPass(true)},
-		{"Refresh untyped, random", rand.Perm(n), refreshPass(false)},
-		{"SET PX pipelined, random again", rand.Perm(n), setPass},
+		{"SET PX pipelined, periodic", periodic, setPass, nil},
+		{"Refresh typed, periodic", periodic, refreshPass(true), nil},
+		{"Refresh untyped, periodic", periodic, refreshPass(false), nil},
+		{"SET PX pipelined, random", rand.Perm(n), setPass, nil},
+		{"Refresh typed, random", rand.Perm(n), refreshPass(true), nil},
+		{"Refresh untyped, random", rand.Perm(n), refreshPass(false), nil},
+		{"SET PX pipelined, random again", rand.Perm(n), setPass, nil},
+		// Preloaded last, so the other cases run on the same Redis as before.
+		{"ZADD GT into 65,536 small sets (not heartbeatd's layout), random", rand.Perm(n), smallPass,
+			func() error { return smallPass(identity(n)) }},
 	}
 	for _, c := range cases {
+		if c.prepare != nil {
+			if err := c.prepare(); err != nil {
+				return fmt.Errorf("hbbench: cost %s: %w", c.name, err)
+			}
+		}
 		got, err := measureCost(e.ctx, rdb, func() error { return c.pass(c.order) })
 		if err != nil {
 			return fmt.Errorf("hbbench: cost %s: %w", c.name, err)
@@ -195,6 +205,26 @@ func passSetPX(ctx context.Context, rdb *redis.Client, order []int) error {
 		pipe := rdb.Pipeline()
 		for _, d := range batch {
 			pipe.Set(ctx, "ks:"+deviceID(d), "1", benchTimeout(benchTypes[d%len(benchTypes)]))
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	})
+}
+
+// smallSets is a layout heartbeatd does not use: the fleet's deadlines spread over 65,536 sorted sets,
+// which Redis keeps as listpacks at up to 128 members. Its random pass shows what a random-order signal
+// would cost Redis in sets that small, beside the skip lists of the product's slots (docs/benchmarks.md,
+// "What limits it").
+const smallSets = 1 << 16
+
+// passSmallSets moves each device's deadline in its small set with ZADD GT, one command per device in a
+// pipeline per batch.
+func passSmallSets(ctx context.Context, rdb *redis.Client, order []int) error {
+	return passBatches(order, func(batch []int) error {
+		score := float64(time.Now().UnixMilli())
+		pipe := rdb.Pipeline()
+		for _, d := range batch {
+			pipe.ZAddGT(ctx, "small:"+strconv.Itoa(d%smallSets), redis.Z{Score: score, Member: deviceID(d)})
 		}
 		_, err := pipe.Exec(ctx)
 		return err
