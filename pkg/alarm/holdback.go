@@ -62,6 +62,11 @@ type HoldBackOptions struct {
 	// Stall turns on the check for heartbeatd's own pauses (detection.stall): a gap longer than this
 	// between two of its ticks is a window. 0 = off.
 	Stall time.Duration
+	// WriteFailure, when set, is since when Redis has refused this replica's deadline writes (the ingest
+	// chain's, on the shared clock), zero while they succeed. Watermark opens the Redis window as soon as
+	// it is set: a short outage may fall between two ticks, and the scanners may reach Redis again before
+	// the retried writes land.
+	WriteFailure func() time.Time
 	// ClockCheck, when set, says whether this replica's clock may be trusted (Clock.Check). While it
 	// fails, Watermark claims nothing, for at most MaxHoldBack.
 	ClockCheck func() error
@@ -350,6 +355,7 @@ func (h *HoldBack) Watermark(now time.Time) time.Time {
 	if h.clockHoldsLocked(now) {
 		return claimNothing
 	}
+	h.writesRefusedLocked(now)
 	m := h.opts.MaxHoldBack
 	wm := earliest(Watermark(now, h.local, m), Watermark(now, h.remote, m))
 	if stalled && now.Sub(stalledSince) < m {
@@ -501,7 +507,9 @@ func (h *HoldBack) tick(ctx context.Context) error {
 	}
 	h.mu.Lock()
 	h.lastShared = now
-	h.closeLocked(windowRedis, now)
+	if !h.writesRefusedLocked(now) {
+		h.closeLocked(windowRedis, now)
+	}
 	h.remote = remote
 	h.followMembersLocked(now, peers)
 	h.mu.Unlock()
@@ -573,6 +581,27 @@ func (h *HoldBack) redisDown(now time.Time) {
 
 // redisUnreachable is the reason of the window redisDown opens.
 const redisUnreachable = "redis unreachable"
+
+// writesRefusedLocked opens (or keeps open) the Redis window while WriteFailure reports refused deadline
+// writes, from their start or the last time Redis took this replica's windows, whichever is earlier: the
+// refused batch held signals received before its first attempt. It reports whether writes are refused.
+func (h *HoldBack) writesRefusedLocked(now time.Time) bool {
+	if h.opts.WriteFailure == nil {
+		return false
+	}
+	since := h.opts.WriteFailure()
+	if since.IsZero() {
+		return false
+	}
+	if !h.lastShared.IsZero() {
+		since = earliest(since, h.lastShared)
+	}
+	h.openLocked(now, windowRedis, CauseRedis, ScopeAll, since, redisRefusedWrites)
+	return true
+}
+
+// redisRefusedWrites is the reason of the window writesRefusedLocked opens.
+const redisRefusedWrites = "redis refused deadline writes"
 
 // checkClockLocked follows ClockCheck: since when it fails, and why.
 func (h *HoldBack) checkClockLocked(now time.Time) {

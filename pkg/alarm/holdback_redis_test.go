@@ -90,6 +90,49 @@ func TestHoldBackRedisOutage(t *testing.T) {
 	require.Equal(t, []bool{true, false}, changes)
 }
 
+// TestHoldBackRefusedWritesHoldAtOnce: a Redis outage between two ticks is seen only by the writes it
+// refused. The scanners may reach Redis again before the next tick and before the refused signals are
+// written: the refused writes hold detection back at once, from their start, and keep holding until a
+// tick finds writes taken again, and a grace after that.
+func TestHoldBackRefusedWritesHoldAtOnce(t *testing.T) {
+	rdb, clk := holdBackRedis(t)
+	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
+	var refusedSince atomic.Int64 // unix ms; 0 while writes succeed
+	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+		o.WriteFailure = func() time.Time {
+			if ms := refusedSince.Load(); ms != 0 {
+				return time.UnixMilli(ms)
+			}
+			return time.Time{}
+		}
+	})
+	ctx := context.Background()
+	require.NoError(t, hb.Start(ctx))
+	at(time.Second)
+	require.NoError(t, hb.tick(ctx))
+	require.Equal(t, clk.Now(), hb.Watermark(clk.Now()))
+
+	refusedSince.Store(holdBackT0.Add(1500 * time.Millisecond).UnixMilli())
+	require.Equal(t, holdBackT0.Add(time.Second), hb.Watermark(at(3*time.Second)),
+		"held at once, from the last share before the refused writes")
+	require.NoError(t, hb.tick(ctx))
+	st := hb.Status()
+	require.True(t, st.Active, "a tick that reaches Redis keeps the window open while writes are refused")
+	require.Equal(t, redisRefusedWrites, st.Reason)
+	require.True(t, st.Until.IsZero())
+
+	refusedSince.Store(0)
+	require.Equal(t, holdBackT0.Add(time.Second), hb.Watermark(at(4*time.Second)), "held until a tick closes the window")
+	require.NoError(t, hb.tick(ctx))
+	st = hb.Status()
+	require.True(t, st.Active, "grace after the writes are taken again")
+	require.Equal(t, holdBackT0.Add(14*time.Second), st.Until)
+	at(14*time.Second + time.Millisecond)
+	require.NoError(t, hb.tick(ctx))
+	require.False(t, hb.Status().Active)
+	require.Equal(t, clk.Now(), hb.Watermark(clk.Now()))
+}
+
 // TestWindowsSharedAcrossReplicas: a window one replica opens holds every replica back once shared, with
 // its cause, scope and reason; its grace after it closes holds them too; a replica that dies with a
 // window open leaves it holding until the grace after its last word.

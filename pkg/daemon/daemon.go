@@ -226,7 +226,13 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 	d.holdBack = alarm.NewHoldBack(alarm.HoldBackOptions{Client: d.rdb, Keys: d.store.Keys(), ReplicaID: replica, Probes: probes,
 		Shares: shares, Incarnation: d.incarnation,
-		Grace:       func() time.Duration { return d.coord.Current().GraceAfterOutage() },
+		Grace: func() time.Duration { return d.coord.Current().GraceAfterOutage() },
+		WriteFailure: func() time.Time {
+			if f := d.chain.WriteFailure(); f != nil {
+				return d.shared(f.Since)
+			}
+			return time.Time{}
+		},
 		MaxHoldBack: cfg.Detection.MaxHoldBack, Stall: cfg.Detection.Stall, ClockCheck: d.clock.Check, Now: d.clock.Now,
 		Logger: log, Registerer: reg,
 		OnChange: func(active bool) { d.metrics.HoldBack.Set(b2f(active)) }})
