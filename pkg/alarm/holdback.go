@@ -570,11 +570,7 @@ func (h *HoldBack) readRemote(now time.Time, shared, legacy map[string]string) (
 // in which the backlog the sources kept unacknowledged is stored.
 func (h *HoldBack) redisDown(now time.Time) {
 	h.mu.Lock()
-	since := h.lastShared
-	if since.IsZero() || since.After(now) {
-		since = now
-	}
-	h.openLocked(now, windowRedis, CauseRedis, ScopeAll, since, redisUnreachable)
+	h.openRedisLocked(now, now, redisUnreachable)
 	h.mu.Unlock()
 	h.report(now)
 }
@@ -582,9 +578,9 @@ func (h *HoldBack) redisDown(now time.Time) {
 // redisUnreachable is the reason of the window redisDown opens.
 const redisUnreachable = "redis unreachable"
 
-// writesRefusedLocked opens (or keeps open) the Redis window while WriteFailure reports refused deadline
-// writes, from their start or the last time Redis took this replica's windows, whichever is earlier: the
-// refused batch held signals received before its first attempt. It reports whether writes are refused.
+// writesRefusedLocked keeps the Redis window open while WriteFailure reports refused deadline writes,
+// from their start at the latest: the refused batch held signals received before its first attempt. It
+// reports whether writes are refused.
 func (h *HoldBack) writesRefusedLocked(now time.Time) bool {
 	if h.opts.WriteFailure == nil {
 		return false
@@ -593,15 +589,18 @@ func (h *HoldBack) writesRefusedLocked(now time.Time) bool {
 	if since.IsZero() {
 		return false
 	}
-	if !h.lastShared.IsZero() {
-		since = earliest(since, h.lastShared)
-	}
-	h.openLocked(now, windowRedis, CauseRedis, ScopeAll, since, redisRefusedWrites)
+	h.openRedisLocked(now, since, redisRefusedWrites)
 	return true
 }
 
 // redisRefusedWrites is the reason of the window writesRefusedLocked opens.
 const redisRefusedWrites = "redis refused deadline writes"
+
+// openRedisLocked opens (or keeps open) this replica's Redis window from since or the last time Redis
+// took its windows, whichever is earlier: nothing said after that share is known to be stored.
+func (h *HoldBack) openRedisLocked(now, since time.Time, reason string) {
+	h.openLocked(now, windowRedis, CauseRedis, ScopeAll, earliestSet(h.lastShared, since), reason)
+}
 
 // checkClockLocked follows ClockCheck: since when it fails, and why.
 func (h *HoldBack) checkClockLocked(now time.Time) {
