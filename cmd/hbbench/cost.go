@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +44,10 @@ func costScenario(e *env) error {
 		return err
 	}
 	// Each random case has an order of its own: a pass in the order of the pass before it is periodic.
+	// A jittered pass is the order before it with each device early or late by up to 5% of the period,
+	// as a fleet of periodic devices whose clocks and networks wander a little signals.
 	periodic := identity(n)
+	jitteredSetPX, jitteredTyped := jittered(periodic, 0.05), jittered(periodic, 0.05)
 	type costCase struct {
 		name    string
 		order   []int
@@ -54,18 +59,25 @@ func costScenario(e *env) error {
 	}
 	setPass := func(order []int) error { return passSetPX(e.ctx, rdb, order) }
 	smallPass := func(order []int) error { return passSmallSets(e.ctx, rdb, order) }
+	ownSetPass := func(order []int) error { return passOwnSets(e.ctx, rdb, order) }
 	cases := []costCase{
 		// Periodic first: a random pass leaves no order for a periodic one to follow.
 		{"SET PX pipelined, periodic", periodic, setPass, nil},
 		{"Refresh typed, periodic", periodic, refreshPass(true), nil},
 		{"Refresh untyped, periodic", periodic, refreshPass(false), nil},
+		{"SET PX pipelined, jittered 5%", jitteredSetPX, setPass, nil},
+		{"Refresh typed, jittered 5%", jitteredTyped, refreshPass(true), nil},
+		{"Refresh untyped, jittered 5%", jittered(jitteredTyped, 0.05), refreshPass(false), nil},
 		{"SET PX pipelined, random", rand.Perm(n), setPass, nil},
 		{"Refresh typed, random", rand.Perm(n), refreshPass(true), nil},
 		{"Refresh untyped, random", rand.Perm(n), refreshPass(false), nil},
 		{"SET PX pipelined, random again", rand.Perm(n), setPass, nil},
 		// Preloaded last, so the other cases run on the same Redis as before.
-		{"ZADD GT into 65,536 small sets (not heartbeatd's layout), random", rand.Perm(n), smallPass,
-			func() error { return smallPass(identity(n)) }},
+		{"ZADD GT into 65,536 small sets (not heartbeatd's layout), periodic", periodic, smallPass,
+			func() error { return smallPass(periodic) }},
+		{"ZADD GT into 65,536 small sets (not heartbeatd's layout), random", rand.Perm(n), smallPass, nil},
+		{"ZADD GT into a set per device (not heartbeatd's layout), random", rand.Perm(n), ownSetPass,
+			func() error { return ownSetPass(periodic) }},
 	}
 	for _, c := range cases {
 		if c.prepare != nil {
@@ -89,6 +101,25 @@ func identity(n int) []int {
 	out := make([]int, n)
 	for i := range out {
 		out[i] = i
+	}
+	return out
+}
+
+// jittered is the order of a pass after one in prev when each device signals up to ±j of the period
+// early or late: its place in prev, moved by a uniform random fraction of the fleet.
+func jittered(prev []int, j float64) []int {
+	type arrival struct {
+		at     float64
+		device int
+	}
+	arrivals := make([]arrival, len(prev))
+	for k, d := range prev {
+		arrivals[k] = arrival{float64(k)/float64(len(prev)) + (rand.Float64()*2-1)*j, d}
+	}
+	slices.SortFunc(arrivals, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
+	out := make([]int, len(prev))
+	for k, a := range arrivals {
+		out[k] = a.device
 	}
 	return out
 }
@@ -225,6 +256,20 @@ func passSmallSets(ctx context.Context, rdb *redis.Client, order []int) error {
 		pipe := rdb.Pipeline()
 		for _, d := range batch {
 			pipe.ZAddGT(ctx, "small:"+strconv.Itoa(d%smallSets), redis.Z{Score: score, Member: deviceID(d)})
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	})
+}
+
+// passOwnSets moves each device's deadline with ZADD GT in a sorted set of its own: the least work a
+// sorted set can do per signal, the floor of every layout of them (docs/benchmarks.md, "What limits it").
+func passOwnSets(ctx context.Context, rdb *redis.Client, order []int) error {
+	return passBatches(order, func(batch []int) error {
+		score := float64(time.Now().UnixMilli())
+		pipe := rdb.Pipeline()
+		for _, d := range batch {
+			pipe.ZAddGT(ctx, "own:"+deviceID(d), redis.Z{Score: score, Member: deviceID(d)})
 		}
 		_, err := pipe.Exec(ctx)
 		return err
