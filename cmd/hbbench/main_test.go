@@ -47,7 +47,8 @@ func TestScenariosTiny(t *testing.T) {
 		"storm":     {"plain: deadline → last interrupted", "plain: interrupted events", "storm: deadline → last suppressed", "storm: gateways → last suppressed", "storm: gateways → gateways acked", "storm: interrupted events", "storm: suppressed events"},
 		"recovered": {"latency p50", "latency p99", "latency max"},
 		"rss":       {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
-		"cost":      {"SET PX pipelined, random: commandstats", "Refresh typed, random: commandstats", "Refresh untyped, random: commandstats", "ZADD GT into 65,536 small sets (not heartbeatd's layout), random: commandstats"},
+		"cost": {"SET PX pipelined, random: commandstats", "Refresh typed, random: commandstats", "Refresh untyped, random: commandstats", "ZADD GT into 65,536 small sets (not heartbeatd's layout), random: commandstats",
+			"Refresh typed, jittered 5%: commandstats", "SET PX pipelined, jittered 5%: commandstats", "ZADD GT into a set per device (not heartbeatd's layout), random: commandstats"},
 	}
 	for _, s := range names() {
 		if s == "daemon-cpu" {
