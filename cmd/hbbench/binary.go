@@ -4,7 +4,9 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -142,25 +144,33 @@ func procStatus(pid int, fields ...string) (map[string]int64, error) {
 
 // daemonCPUScenario runs the real binary on hbbench's redis-server and a kfake broker and reads the CPU
 // it spends per million signals applied through its Kafka ingest (utime + stime from /proc/pid/stat,
-// from the first signal written until it counts them applied), in the steady state: the third pass
-// over the same fleet. The signals carry neither type nor time, as
-// the common heartbeat does. With -heartbeatd-baseline the baseline binary runs the same load in
-// alternating rounds, and the ratio is the same-run A/B.
+// from the first signal written until it counts them applied), and Redis's command time per signal, in
+// the steady state. Three untyped passes in a periodic order over the same fleet come first, the third
+// measured (the headline: signals carry neither type nor time, as the common heartbeat does); then one
+// pass of each other case (cpuCases). With -heartbeatd-baseline the baseline binary runs the same load
+// in alternating rounds, and the ratio is the same-run A/B.
 func daemonCPUScenario(e *env) error {
 	bins := []struct{ name, path string }{{"heartbeatd", e.opts.HeartbeatdBin}}
 	if e.opts.BaselineBin != "" {
 		bins = append([]struct{ name, path string }{{"baseline", e.opts.BaselineBin}}, bins...)
 	}
 	const rounds = 2
-	perM := map[string][]float64{}
+	perM := map[string]map[string][]float64{}    // binary → case → core-s per million, per round
+	redisUs := map[string]map[string][]float64{} // binary → case → Redis µs per signal, per round
 	shifts := map[string][]time.Duration{}
+	for _, b := range bins {
+		perM[b.name], redisUs[b.name] = map[string][]float64{}, map[string][]float64{}
+	}
 	for r := range rounds {
 		for _, b := range bins {
-			cpu, shifted, err := daemonCPURound(e, b.path, fmt.Sprintf("r%d-%s-", r, b.name))
+			got, shifted, err := daemonCPURound(e, b.path, fmt.Sprintf("r%d-%s-", r, b.name))
 			if err != nil {
 				return fmt.Errorf("hbbench: daemon-cpu %s: %w", b.name, err)
 			}
-			perM[b.name] = append(perM[b.name], cpu.Seconds()*1e6/float64(e.opts.Signals))
+			for c, m := range got {
+				perM[b.name][c] = append(perM[b.name][c], m.cpu.Seconds()*1e6/float64(e.opts.Signals))
+				redisUs[b.name][c] = append(redisUs[b.name][c], float64(m.commands.Nanoseconds())/1000/float64(e.opts.Signals))
+			}
 			shifts[b.name] = append(shifts[b.name], shifted...)
 		}
 	}
@@ -172,11 +182,21 @@ func daemonCPUScenario(e *env) error {
 		return s / float64(len(v))
 	}
 	for _, b := range bins {
-		note := fmt.Sprintf("%d untyped signals per round via Kafka; rounds %s", e.opts.Signals, joinFloats(perM[b.name]))
-		if b.name != "baseline" && e.opts.BaselineBin != "" {
-			note += fmt.Sprintf("; %.2fx baseline", mean(perM[b.name])/mean(perM["baseline"]))
+		for _, c := range cpuCases {
+			metric, what := b.name+" CPU per million signals", "untyped signals"
+			if c.name != "" {
+				metric += ", " + c.name
+				what = c.name + " signals"
+			}
+			note := fmt.Sprintf("%d %s per round via Kafka; rounds %s", e.opts.Signals, what, joinFloats(perM[b.name][c.name]))
+			if b.name != "baseline" && e.opts.BaselineBin != "" {
+				note += fmt.Sprintf("; %.2fx baseline", mean(perM[b.name][c.name])/mean(perM["baseline"][c.name]))
+			}
+			e.add("daemon-cpu", metric, mean(perM[b.name][c.name]), "core-s", note)
+			redisMetric := b.name + " Redis time per signal, " + cmp.Or(c.name, "untyped periodic")
+			e.add("daemon-cpu", redisMetric, mean(redisUs[b.name][c.name]), "µs/signal",
+				"INFO commandstats over the pass; rounds "+joinFloats(redisUs[b.name][c.name]))
 		}
-		e.add("daemon-cpu", b.name+" CPU per million signals", mean(perM[b.name]), "core-s", note)
 		sh := shifts[b.name]
 		slices.Sort(sh)
 		e.add("daemon-cpu", b.name+" deadline shift p50", benchrig.Ms(benchrig.Quantile(sh, 0.5)), "ms",
@@ -185,6 +205,23 @@ func daemonCPUScenario(e *env) error {
 	}
 	return nil
 }
+
+// cpuCases are the passes daemonCPURound measures, in the order it runs them: the third untyped
+// periodic pass ("", the headline), then the random order and typed signals. Typed signals name the
+// type the devices already have, so they change nothing but the way in.
+var cpuCases = []struct {
+	name   string
+	typed  bool
+	random bool
+}{
+	{"", false, false},
+	{"untyped random", false, true},
+	{"typed periodic", true, false},
+	{"typed random", true, true},
+}
+
+// daemonPass is what one measured pass cost the binary (its CPU) and Redis (its command time).
+type daemonPass struct{ cpu, commands time.Duration }
 
 func joinFloats(v []float64) string {
 	s := make([]string, len(v))
@@ -195,19 +232,20 @@ func joinFloats(v []float64) string {
 }
 
 // daemonCPURound launches bin on a flushed Redis and a fresh broker, writes -signals untyped signals for
-// devices prefix0… three times and returns the CPU the process spent on the third pass.
-func daemonCPURound(e *env, bin, prefix string) (cpu time.Duration, shifts []time.Duration, err error) {
+// devices prefix0… three times, then one pass of each other case of cpuCases, and returns what the
+// process and Redis spent on each measured pass.
+func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shifts []time.Duration, err error) {
 	if err := e.redis.flush(e.ctx); err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	k, err := benchrig.Kafka(4, signalTopic, benchrig.EventsTopic, "heartbeat.deadletter")
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	defer k.Close()
 	hb, err := launchOnKafka(e, k, bin, "hbbench-cpu")
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -227,32 +265,59 @@ func daemonCPURound(e *env, bin, prefix string) (cpu time.Duration, shifts []tim
 		}
 		return []byte("{}")
 	}
-	// The first pass makes the fleet known to Redis, the second to the replica; the third, measured, is
-	// the steady state.
-	for pass := 1; pass <= 3; pass++ {
+	typed := func(int) []byte { return []byte(`{"type":"default"}`) }
+	got = map[string]daemonPass{}
+	applied := 0
+	// measure writes one pass and reads the process's CPU and Redis's command time until it is applied.
+	measure := func(order func(int) string, payload func(int) []byte) (daemonPass, error) {
+		if err := e.redis.client.ConfigResetStat(e.ctx).Err(); err != nil {
+			return daemonPass{}, err
+		}
 		before, err := procCPU(hb.PID())
 		if err != nil {
-			return 0, nil, err
+			return daemonPass{}, err
 		}
-		if err := writeSignalsAs(e.ctx, k.Addrs, n, id, untyped); err != nil {
-			return 0, nil, err
+		if err := writeSignalsAs(e.ctx, k.Addrs, n, order, payload); err != nil {
+			return daemonPass{}, err
 		}
-		if err := awaitApplied(e, hb, pass*n); err != nil {
-			return 0, nil, err
+		applied += n
+		if err := awaitApplied(e, hb, applied); err != nil {
+			return daemonPass{}, err
 		}
 		after, err := procCPU(hb.PID())
 		if err != nil {
-			return 0, nil, err
+			return daemonPass{}, err
 		}
-		cpu = after - before
+		commands, err := commandTime(e.ctx, e.redis.client)
+		return daemonPass{cpu: after - before, commands: commands}, err
+	}
+	// The first pass makes the fleet known to Redis, the second to the replica; the third is the
+	// steady state.
+	for pass := 1; pass <= 3; pass++ {
+		if got[""], err = measure(id, untyped); err != nil {
+			return nil, nil, err
+		}
 		if pass == 1 {
 			firstPass = false
 			if shifts, err = deadlineShifts(e, id, written); err != nil {
-				return 0, nil, err
+				return nil, nil, err
 			}
 		}
 	}
-	return cpu, shifts, nil
+	for _, c := range cpuCases[1:] {
+		order, payload := id, untyped
+		if c.random {
+			perm := rand.Perm(n)
+			order = func(i int) string { return id(perm[i]) }
+		}
+		if c.typed {
+			payload = typed
+		}
+		if got[c.name], err = measure(order, payload); err != nil {
+			return nil, nil, err
+		}
+	}
+	return got, shifts, nil
 }
 
 // deadlineShifts is, for each device written at written[i], how far the deadline heartbeatd stored lies

@@ -146,18 +146,27 @@ func measureCost(ctx context.Context, rdb *redis.Client, pass func() error) (pas
 	if err != nil {
 		return passCost{}, err
 	}
-	stats, err := testenv.ReadCommandStats(ctx, rdb)
+	commands, err := commandTime(ctx, rdb)
 	if err != nil {
 		return passCost{}, err
 	}
+	return passCost{commands: commands, redisCPU: cpu1 - cpu0, clientCPU: self1 - self0, wall: wall}, nil
+}
+
+// commandTime is the time Redis spent in commands since the last `CONFIG RESETSTAT`, from INFO
+// commandstats, leaving out INFO and CONFIG, which are the measurement's own.
+func commandTime(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	stats, err := testenv.ReadCommandStats(ctx, rdb)
+	if err != nil {
+		return 0, err
+	}
 	var usec int64
 	for name, st := range stats {
-		// INFO and CONFIG are this measurement's own.
 		if !strings.HasPrefix(name, "info") && !strings.HasPrefix(name, "config") {
 			usec += st.Usec
 		}
 	}
-	return passCost{commands: time.Duration(usec) * time.Microsecond, redisCPU: cpu1 - cpu0, clientCPU: self1 - self0, wall: wall}, nil
+	return time.Duration(usec) * time.Microsecond, nil
 }
 
 // redisCPU is the server's user + system CPU from INFO cpu.
