@@ -239,7 +239,7 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 	if err := e.redis.flush(e.ctx); err != nil {
 		return nil, nil, err
 	}
-	k, err := benchrig.Kafka(4, signalTopic, benchrig.EventsTopic, "heartbeat.deadletter")
+	k, err := benchrig.Kafka(e.opts.CPUPartitions, signalTopic, benchrig.EventsTopic, "heartbeat.deadletter")
 	if err != nil {
 		return nil, nil, err
 	}

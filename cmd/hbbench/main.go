@@ -54,6 +54,7 @@ type options struct {
 	Scenarios      []string
 	HeartbeatdBin  string
 	BaselineBin    string    // daemon-cpu: the binary to compare with, in alternating rounds
+	CPUPartitions  int       // daemon-cpu: partitions of the signal topic
 	Progress       io.Writer // a line per figure as it is measured
 
 	// The storm scenario: StormGateways × StormPerGateway devices go dark with their gateways in a fleet
@@ -64,7 +65,7 @@ type options struct {
 func defaultOptions() options {
 	return options{Devices: 100_000, Window: 10 * time.Second, Duration: 5 * time.Second, Signals: 200_000,
 		ExpiryDevices: 100_000, RecoverDevices: 10_000, StormFleet: 200_000, StormGateways: 1000, StormPerGateway: 100,
-		RefreshRate: 50_000, Progress: os.Stderr}
+		RefreshRate: 50_000, CPUPartitions: 4, Progress: os.Stderr}
 }
 
 type env struct {
@@ -159,6 +160,7 @@ func mainCode() int {
 	flag.IntVar(&o.RefreshRate, "refresh-rate", o.RefreshRate, "signals/s of the refresh load during the lateness scenario (0 = as fast as it goes)")
 	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss and daemon-cpu scenarios (default: go build ./cmd/heartbeatd)")
 	flag.StringVar(&o.BaselineBin, "heartbeatd-baseline", "", "daemon-cpu: a second heartbeatd binary run in alternating rounds, the same-run A/B baseline")
+	flag.IntVar(&o.CPUPartitions, "cpu-partitions", o.CPUPartitions, "daemon-cpu: partitions of the signal topic, each drained by its own reader")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names(), ","))
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
 	cpuProfile := flag.String("cpuprofile", "", "write hbbench's own CPU profile (scanner, handler, publisher, kfake) to this file")
