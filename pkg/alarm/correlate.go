@@ -208,11 +208,13 @@ type Outage struct {
 	State     string      `json:"state"` // "open" or "ended"
 	StartedAt time.Time   `json:"started_at"`
 	EndedAt   *time.Time  `json:"ended_at,omitempty"`
-	// Count is how many devices were interrupted within the window when it started; Silent how many of
-	// its members were still silent when it was last looked at.
-	Count  int      `json:"count"`
-	Silent int      `json:"silent"`
-	Sample []string `json:"sample"`
+	// Count is how many devices were interrupted within the window when it started; Members the larger
+	// of that and the devices of the group interrupted within the window before it or since, when it was
+	// last looked at; Silent how many of them were still silent then. It ends when 2 × Silent < Members.
+	Count   int      `json:"count"`
+	Members int      `json:"members"`
+	Silent  int      `json:"silent"`
+	Sample  []string `json:"sample"`
 }
 
 // Outages returns the open outages and the last ended ones, newest first.
@@ -232,6 +234,7 @@ func (c *Correlator) Outages(ctx context.Context) ([]Outage, error) {
 	for _, v := range append(open, recent...) {
 		var o Outage
 		if err := json.Unmarshal([]byte(v), &o); err == nil {
+			o.Members = max(o.Members, o.Count) // stored before members were recorded: its count is its floor
 			out = append(out, o)
 		}
 	}
@@ -375,7 +378,7 @@ func (c *Correlator) start(ctx context.Context, g string, n int, now time.Time) 
 	}
 	now = now.UTC().Truncate(time.Millisecond)
 	o := Outage{ID: "outage:" + g + "/" + strconv.FormatInt(now.UnixMilli(), 10), Group: splitGroup(g), State: "open",
-		StartedAt: now, Count: n, Silent: n, Sample: sample}
+		StartedAt: now, Count: n, Members: n, Silent: n, Sample: sample}
 	view, _ := json.Marshal(o)
 	pipe := c.opts.Client.Pipeline() // the group's own hash first: it is what the alarm loop reads
 	pipe.HSet(ctx, c.keys.Outage(g), "id", o.ID, "view", string(view), "announced", "0")
@@ -437,8 +440,8 @@ func (c *Correlator) checkEnd(ctx context.Context, g string, o Outage, now time.
 	}
 	o.Silent = len(silent)
 	o.Sample = silent[:min(len(silent), sampleSize)]
-	members := max(o.Count, gathered)
-	if 2*o.Silent >= members {
+	o.Members = max(o.Count, gathered)
+	if 2*o.Silent >= o.Members {
 		view, _ := json.Marshal(o)
 		return rdb.HSet(ctx, c.keys.OutagesOpen(), o.ID, string(view)).Err()
 	}
@@ -462,6 +465,6 @@ func (c *Correlator) checkEnd(ctx context.Context, g string, o Outage, now time.
 	delete(c.lastCheck, g)
 	c.mu.Unlock()
 	c.log.Info("correlated outage ended", zap.String("outage_id", o.ID), zap.Int("still_silent", o.Silent), zap.Int("count", o.Count),
-		zap.Int("members", members))
+		zap.Int("members", o.Members))
 	return nil
 }

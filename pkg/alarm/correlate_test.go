@@ -156,6 +156,7 @@ func TestCorrelatedOutageEndsByAllItsMembers(t *testing.T) {
 		require.Len(t, outages, 1)
 		require.Equal(t, "ended", outages[0].State)
 		require.Equal(t, 5, outages[0].Count, "count stays the outage's count at its start")
+		require.Equal(t, 20, outages[0].Members, "the members the end rule counted")
 		require.Equal(t, 9, outages[0].Silent)
 	})
 }

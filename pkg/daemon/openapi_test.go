@@ -358,7 +358,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	view, err := json.Marshal(outage)
 	require.NoError(t, err)
 	require.NoError(t, f.store.Client().HSet(ctx, f.store.Keys().OutagesOpen(), outage.ID, view).Err())
-	do("GET /v1/outages", "/v1/outages", token, "", http.StatusOK)
+	// Stored without members, as a release before them stored it: its count is the floor shown.
+	require.Contains(t, string(do("GET /v1/outages", "/v1/outages", token, "", http.StatusOK)), `"members":60`)
 	do("GET /v1/outages/{id}", "/v1/outages/"+outage.ID, token, "", http.StatusOK)
 	do("GET /v1/outages/{id}", "/v1/outages/outage:device_type:nothing/1", token, "", http.StatusNotFound)
 	do("GET /v1/stats", "/v1/stats", token, "", http.StatusOK)
