@@ -58,8 +58,8 @@ func costScenario(e *env) error {
 		return func(order []int) error { return passRefresh(e.ctx, st, order, typed) }
 	}
 	setPass := func(order []int) error { return passSetPX(e.ctx, rdb, order) }
-	smallPass := func(order []int) error { return passSmallSets(e.ctx, rdb, order) }
-	ownSetPass := func(order []int) error { return passOwnSets(e.ctx, rdb, order) }
+	smallPass := func(order []int) error { return passSortedSets(e.ctx, rdb, order, smallSetOf) }
+	ownSetPass := func(order []int) error { return passSortedSets(e.ctx, rdb, order, ownSetOf) }
 	cases := []costCase{
 		// Periodic first: a random pass leaves no order for a periodic one to follow.
 		{"SET PX pipelined, periodic", periodic, setPass, nil},
@@ -252,33 +252,25 @@ func passSetPX(ctx context.Context, rdb *redis.Client, order []int) error {
 }
 
 // smallSets is a layout heartbeatd does not use: the fleet's deadlines spread over 65,536 sorted sets,
-// which Redis keeps as listpacks at up to 128 members. Its random pass shows what a random-order signal
-// would cost Redis in sets that small, beside the skip lists of the product's slots (docs/benchmarks.md,
-// "What limits it").
+// which Redis keeps as listpacks at up to 128 members. Its passes show what a signal would cost Redis in
+// sets that small, beside the skip lists of the product's slots (docs/benchmarks.md, "What limits it").
 const smallSets = 1 << 16
 
-// passSmallSets moves each device's deadline in its small set with ZADD GT, one command per device in a
-// pipeline per batch.
-func passSmallSets(ctx context.Context, rdb *redis.Client, order []int) error {
-	return passBatches(order, func(batch []int) error {
-		score := float64(time.Now().UnixMilli())
-		pipe := rdb.Pipeline()
-		for _, d := range batch {
-			pipe.ZAddGT(ctx, "small:"+strconv.Itoa(d%smallSets), redis.Z{Score: score, Member: deviceID(d)})
-		}
-		_, err := pipe.Exec(ctx)
-		return err
-	})
-}
+// smallSetOf is a device's set in the smallSets layout.
+func smallSetOf(d int) string { return "small:" + strconv.Itoa(d%smallSets) }
 
-// passOwnSets moves each device's deadline with ZADD GT in a sorted set of its own: the least work a
-// sorted set can do per signal, the floor of every layout of them (docs/benchmarks.md, "What limits it").
-func passOwnSets(ctx context.Context, rdb *redis.Client, order []int) error {
+// ownSetOf is a device's set in a layout of a sorted set per device: the least work a sorted set can do
+// per signal, the floor of every layout of them.
+func ownSetOf(d int) string { return "own:" + deviceID(d) }
+
+// passSortedSets moves each device's deadline in the sorted set setOf names with ZADD GT, one command per
+// device in a pipeline per batch.
+func passSortedSets(ctx context.Context, rdb *redis.Client, order []int, setOf func(device int) string) error {
 	return passBatches(order, func(batch []int) error {
 		score := float64(time.Now().UnixMilli())
 		pipe := rdb.Pipeline()
 		for _, d := range batch {
-			pipe.ZAddGT(ctx, "own:"+deviceID(d), redis.Z{Score: score, Member: deviceID(d)})
+			pipe.ZAddGT(ctx, setOf(d), redis.Z{Score: score, Member: deviceID(d)})
 		}
 		_, err := pipe.Exec(ctx)
 		return err
