@@ -258,3 +258,47 @@ types:
 	defer b.mu.Unlock()
 	require.Empty(t, b.problems, "console errors (a CSP violation is one)")
 }
+
+// TestStatusPageOutageGrows: 50 devices of one type fall silent together and open a correlated outage;
+// 30 more fall silent after it started and join it. The page shows the outage with all 80 as its devices,
+// the number its end rule counts, without a reload.
+func TestStatusPageOutageGrows(t *testing.T) {
+	exe := chromium(t)
+	f := startFleet(t, 8, `
+types:
+  default: {timeout: 1s, repeat_every: 0s}
+correlation: {by: [device_type], min_devices: 50, window: 10s}
+`, nil)
+	outageRow := func(devices, silent int) string {
+		return fmt.Sprintf(`[...document.querySelectorAll("#outages tbody tr")].some(r => r.cells.length === 5 && `+
+			`r.cells[0].textContent === "device_type = default" && r.cells[1].textContent === "%d" && r.cells[2].textContent === "%d")`,
+			devices, silent)
+	}
+	first := make([]string, 50)
+	for i := range first {
+		first[i] = fmt.Sprintf("first-%02d", i)
+	}
+	f.signal(t, first...)
+
+	b := newBrowser(t, exe)
+	b.do(t, "open the page with the token", chromedp.Navigate(f.hb.HTTP+"/"), chromedp.WaitVisible(chromedp.ID("token-input")),
+		chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-save")))
+	b.do(t, "the outage of the first 50 is shown", chromedp.WaitVisible(chromedp.ID("outages")), until(outageRow(50, 50)))
+
+	later := make([]string, 30)
+	for i := range later {
+		later[i] = fmt.Sprintf("later-%02d", i)
+	}
+	f.signal(t, later...)
+	b.do(t, "the 30 that joined it count among its devices", until(outageRow(80, 80)))
+	var answer struct {
+		Outages []struct{ Count, Members int }
+	}
+	f.get(t, "/v1/outages", &answer)
+	require.Len(t, answer.Outages, 1)
+	require.Equal(t, 50, answer.Outages[0].Count, "the count at its start")
+	require.Equal(t, 80, answer.Outages[0].Members)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Empty(t, b.problems, "console errors (a CSP violation is one)")
+}
