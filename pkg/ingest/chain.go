@@ -60,7 +60,10 @@ type Chain struct {
 	// dlFailing is set while the dead-letter topic refuses writes: a full queue then drops at once
 	// instead of waiting for room that will not come.
 	dlFailing atomic.Bool
-	// writeFailure is the refresh failure that is still being retried, nil while writes succeed.
+	// writeFailure is the refresh failure still being retried, nil while no batch is: one batch stored
+	// again says nothing of the others still waiting to be, whose signals a claim must not overtake.
+	failMu       sync.Mutex
+	failing      int // batches whose last write failed
 	writeFailure atomic.Pointer[WriteFailure]
 	tokens       chan struct{} // one per batch between dispatch and acknowledgement
 	freed        chan struct{} // a batch was released: the batcher may stop lingering
@@ -425,21 +428,21 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 		err := c.write(ctx, b, refresh)
 		c.m.refresh.Observe(time.Since(start).Seconds())
 		if err == nil {
-			c.writeFailure.Store(nil)
 			if attempt > 0 {
+				c.writeSettled()
 				c.log.Info("deadline refresh recovered", zap.Int("attempts", attempt+1), zap.Duration("after", time.Since(firstErr)))
 			}
 			return true
 		}
 		if ctx.Err() != nil {
+			if attempt > 0 {
+				c.writeSettled()
+			}
 			return false
 		}
 		c.m.refreshErrors.Inc()
-		// Set on every failed attempt (kept from the first): another batch's success may have cleared it.
-		if c.writeFailure.Load() == nil {
-			c.writeFailure.Store(&WriteFailure{Since: start, Err: err})
-		}
 		if attempt == 0 {
+			c.writeFailed(start, err)
 			firstErr = start
 			c.log.Warn("deadline refresh failed; holding the batch unacknowledged and retrying", zap.Int("signals", len(b.sigs)), zap.Error(err))
 		} else if attempt%20 == 0 {
@@ -499,6 +502,26 @@ type retryRefresher interface {
 type WriteFailure struct {
 	Since time.Time
 	Err   error
+}
+
+// writeFailed counts a batch whose write failed, from its first attempt at start: the failure runs from
+// the earliest such start of the batches still failing.
+func (c *Chain) writeFailed(start time.Time, err error) {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	c.failing++
+	if f := c.writeFailure.Load(); f == nil || start.Before(f.Since) {
+		c.writeFailure.Store(&WriteFailure{Since: start, Err: err})
+	}
+}
+
+// writeSettled counts a failed batch stored, or given up at shutdown: the failure ends with the last.
+func (c *Chain) writeSettled() {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	if c.failing--; c.failing == 0 {
+		c.writeFailure.Store(nil)
+	}
 }
 
 // WriteFailure reports the refresh failure being retried, or nil while Redis stores what it is sent.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,8 +26,10 @@ type fakeRefresher struct {
 	mu      sync.Mutex
 	batches [][]deadline.Signal
 	fail    atomic.Bool
-	calls   atomic.Int64
-	hold    chan chan struct{} // when set, each call sends a release channel and waits for it to close
+	// failDevice, when set, fails every batch holding that device.
+	failDevice atomic.Value
+	calls      atomic.Int64
+	hold       chan chan struct{} // when set, each call sends a release channel and waits for it to close
 }
 
 func (f *fakeRefresher) Refresh(ctx context.Context, sigs []deadline.Signal) error {
@@ -45,6 +48,9 @@ func (f *fakeRefresher) Refresh(ctx context.Context, sigs []deadline.Signal) err
 		}
 	}
 	if f.fail.Load() {
+		return errors.New("redis: connection refused")
+	}
+	if d, _ := f.failDevice.Load().(string); d != "" && slices.ContainsFunc(sigs, func(s deadline.Signal) bool { return s.Device == d }) {
 		return errors.New("redis: connection refused")
 	}
 	f.mu.Lock()
@@ -409,6 +415,24 @@ func TestChainReportsRefusedWrites(t *testing.T) {
 	ref.fail.Store(false)
 	require.Eventually(t, func() bool { return f.acks.n() == 1 }, 10*time.Second, time.Millisecond)
 	require.Nil(t, f.chain.WriteFailure())
+}
+
+// TestChainReportsRefusedWritesUntilTheLastIsStored: while one batch is still being retried, another
+// batch stored does not end the failure: the hold-back reads it to keep claims from overtaking the
+// signals still waiting (a false storm after a short Redis outage).
+func TestChainReportsRefusedWritesUntilTheLastIsStored(t *testing.T) {
+	ref := &fakeRefresher{}
+	ref.failDevice.Store("waiting")
+	f := startChain(t, ref, ingest.ChainOptions{Batch: 1})
+	f.submit(t, 0, ingest.Message{Device: "waiting"})
+	require.Eventually(t, func() bool { return f.chain.WriteFailure() != nil }, 5*time.Second, time.Millisecond)
+	since := f.chain.WriteFailure().Since
+	f.submit(t, 1, ingest.Message{Device: "stored"})
+	require.Eventually(t, func() bool { return len(ref.signals()) > 0 }, 5*time.Second, time.Millisecond)
+	require.NotNil(t, f.chain.WriteFailure(), "a batch is still being retried")
+	require.Equal(t, since, f.chain.WriteFailure().Since)
+	ref.failDevice.Store("")
+	require.Eventually(t, func() bool { return f.chain.WriteFailure() == nil }, 10*time.Second, time.Millisecond)
 }
 
 func TestChainStopsWithoutAcknowledgingUnwritten(t *testing.T) {
