@@ -429,20 +429,18 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 		c.m.refresh.Observe(time.Since(start).Seconds())
 		if err == nil {
 			if attempt > 0 {
-				c.writeSettled()
 				c.log.Info("deadline refresh recovered", zap.Int("attempts", attempt+1), zap.Duration("after", time.Since(firstErr)))
 			}
 			return true
 		}
 		if ctx.Err() != nil {
-			if attempt > 0 {
-				c.writeSettled()
-			}
 			return false
 		}
 		c.m.refreshErrors.Inc()
 		if attempt == 0 {
 			c.writeFailed(start, err)
+			// However apply returns from here on (stored, or given up at shutdown, also mid-backoff).
+			defer c.writeSettled()
 			firstErr = start
 			c.log.Warn("deadline refresh failed; holding the batch unacknowledged and retrying", zap.Int("signals", len(b.sigs)), zap.Error(err))
 		} else if attempt%20 == 0 {
