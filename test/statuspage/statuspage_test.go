@@ -274,22 +274,14 @@ correlation: {by: [device_type], min_devices: 50, window: 10s}
 			`r.cells[0].textContent === "device_type = default" && r.cells[1].textContent === "%d" && r.cells[2].textContent === "%d")`,
 			devices, silent)
 	}
-	first := make([]string, 50)
-	for i := range first {
-		first[i] = fmt.Sprintf("first-%02d", i)
-	}
-	f.signal(t, first...)
+	f.signal(t, testenv.DeviceIDs("first", 50)...)
 
 	b := newBrowser(t, exe)
 	b.do(t, "open the page with the token", chromedp.Navigate(f.hb.HTTP+"/"), chromedp.WaitVisible(chromedp.ID("token-input")),
 		chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-save")))
 	b.do(t, "the outage of the first 50 is shown", chromedp.WaitVisible(chromedp.ID("outages")), until(outageRow(50, 50)))
 
-	later := make([]string, 30)
-	for i := range later {
-		later[i] = fmt.Sprintf("later-%02d", i)
-	}
-	f.signal(t, later...)
+	f.signal(t, testenv.DeviceIDs("later", 30)...)
 	b.do(t, "the 30 that joined it count among its devices", until(outageRow(80, 80)))
 	var answer struct {
 		Outages []struct{ Count, Members int }
