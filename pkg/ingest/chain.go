@@ -38,9 +38,12 @@ type ChainOptions struct {
 	// DeadLetterTimeout bounds the retries of one dead letter (default 5s). After it the bad message is
 	// acknowledged without its dead letter (counted): bad input must never hold up valid input.
 	DeadLetterTimeout time.Duration
-	Now               func() time.Time
-	Logger            *zap.Logger
-	Registerer        prometheus.Registerer
+	// StuckWrite: a batch being written longer than this counts as refused (default 1s), since a write
+	// can wait in the Redis client's own dial and retries for seconds before its failure comes back.
+	StuckWrite time.Duration
+	Now        func() time.Time
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer
 }
 
 // ErrChainStopped is returned by Submit when the chain is not running any more.
@@ -62,9 +65,13 @@ type Chain struct {
 	dlFailing atomic.Bool
 	// writeFailure is the refresh failure still being retried, nil while no batch is: one batch stored
 	// again says nothing of the others still waiting to be, whose signals a claim must not overtake.
+	// oldestWrite is when the oldest batch still being written was dispatched (unix ns, 0 = none).
 	failMu       sync.Mutex
-	failing      int // batches whose last write failed
+	writes       map[uint64]time.Time // batches being written, by seq: when each was dispatched
+	failing      int                  // of them, those whose write failed
+	settled      time.Time            // when failing last fell to 0
 	writeFailure atomic.Pointer[WriteFailure]
+	oldestWrite  atomic.Int64
 	tokens       chan struct{} // one per batch between dispatch and acknowledgement
 	freed        chan struct{} // a batch was released: the batcher may stop lingering
 	done         chan struct{} // closed when Run returns
@@ -103,6 +110,7 @@ type ackItem struct {
 
 type batch struct {
 	seq      uint64
+	failed   bool // a write of it failed: it counts in Chain.failing until written
 	sigs     []deadline.Signal
 	received []time.Time // aligned with sigs
 	items    []ackItem
@@ -135,6 +143,9 @@ func NewChain(refresher Refresher, deadLetters event.DeadLetterSink, opts ChainO
 	if opts.DeadLetterTimeout <= 0 {
 		opts.DeadLetterTimeout = 5 * time.Second
 	}
+	if opts.StuckWrite <= 0 {
+		opts.StuckWrite = time.Second
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -158,6 +169,7 @@ func NewChain(refresher Refresher, deadLetters event.DeadLetterSink, opts ChainO
 		freed:     make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		ring:      make([]*batch, opts.MaxInFlight),
+		writes:    make(map[uint64]time.Time, opts.MaxInFlight),
 		intervals: newIntervals(),
 	}
 	c.unknown = newUnknownTypes(c.log)
@@ -405,10 +417,13 @@ func (c *Chain) dispatch(ctx context.Context, b *batch) bool {
 	b.seq = c.seq
 	c.seq++
 	c.inFlight.Add(1)
+	c.writing(b)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		if c.apply(ctx, b) {
+		ok := c.apply(ctx, b)
+		c.written(b)
+		if ok {
 			c.complete(b)
 		}
 	}()
@@ -438,9 +453,7 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 		}
 		c.m.refreshErrors.Inc()
 		if attempt == 0 {
-			c.writeFailed(start, err)
-			// However apply returns from here on (stored, or given up at shutdown, also mid-backoff).
-			defer c.writeSettled()
+			c.writeFailed(b, err)
 			firstErr = start
 			c.log.Warn("deadline refresh failed; holding the batch unacknowledged and retrying", zap.Int("signals", len(b.sigs)), zap.Error(err))
 		} else if attempt%20 == 0 {
@@ -496,35 +509,84 @@ type retryRefresher interface {
 	RefreshRetry(ctx context.Context, signals []deadline.Signal) error
 }
 
-// WriteFailure is a deadline write Redis keeps refusing (down, read-only, out of memory).
+// WriteFailure is a deadline write Redis keeps refusing (down, read-only, out of memory) or leaves
+// unanswered.
 type WriteFailure struct {
 	Since time.Time
 	Err   error
 }
 
-// writeFailed counts a batch whose write failed, from its first attempt at start: the failure runs from
-// the earliest such start of the batches still failing.
-func (c *Chain) writeFailed(start time.Time, err error) {
+// writing records a batch dispatched for writing.
+func (c *Chain) writing(b *batch) {
 	c.failMu.Lock()
 	defer c.failMu.Unlock()
-	c.failing++
-	if f := c.writeFailure.Load(); f == nil || start.Before(f.Since) {
-		c.writeFailure.Store(&WriteFailure{Since: start, Err: err})
+	now := time.Now()
+	c.writes[b.seq] = now
+	if len(c.writes) == 1 {
+		c.oldestWrite.Store(now.UnixNano())
 	}
 }
 
-// writeSettled counts a failed batch stored, or given up at shutdown: the failure ends with the last.
-func (c *Chain) writeSettled() {
+// writeFailed counts a batch whose write failed. The failure runs from the dispatch of the oldest batch
+// still being written, this one or one that has not answered yet (it may wait in the client's retries):
+// none of their signals is known to be stored.
+func (c *Chain) writeFailed(b *batch, err error) {
 	c.failMu.Lock()
 	defer c.failMu.Unlock()
-	if c.failing--; c.failing == 0 {
+	b.failed = true
+	c.failing++
+	since := time.Unix(0, c.oldestWrite.Load())
+	if f := c.writeFailure.Load(); f == nil || since.Before(f.Since) {
+		c.writeFailure.Store(&WriteFailure{Since: since, Err: err})
+	}
+}
+
+// written records a batch stored, or given up at shutdown. A failure ends once no batch fails and every
+// batch dispatched before the last stopped failing is written too.
+func (c *Chain) written(b *batch) {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	now := time.Now()
+	delete(c.writes, b.seq)
+	if b.failed {
+		b.failed = false
+		if c.failing--; c.failing == 0 {
+			c.settled = now
+		}
+	}
+	var oldest time.Time
+	for _, at := range c.writes {
+		if oldest.IsZero() || at.Before(oldest) {
+			oldest = at
+		}
+	}
+	if oldest.IsZero() {
+		c.oldestWrite.Store(0)
+	} else {
+		c.oldestWrite.Store(oldest.UnixNano())
+	}
+	if c.failing == 0 && (oldest.IsZero() || !oldest.Before(c.settled)) {
 		c.writeFailure.Store(nil)
 	}
 }
 
-// WriteFailure reports the refresh failure being retried, or nil while Redis stores what it is sent.
-// Readiness reads it: a Redis that answers PING but refuses writes (maxmemory) stores no signal.
-func (c *Chain) WriteFailure() *WriteFailure { return c.writeFailure.Load() }
+// errStuckWrite is the failure of a write that has not answered within StuckWrite.
+var errStuckWrite = errors.New("a deadline write has not been answered")
+
+// WriteFailure reports the refresh failure being retried, or a write stuck longer than StuckWrite, or nil
+// while Redis stores what it is sent. Readiness reads it: a Redis that answers PING but refuses writes
+// (maxmemory) stores no signal.
+func (c *Chain) WriteFailure() *WriteFailure {
+	if f := c.writeFailure.Load(); f != nil {
+		return f
+	}
+	if at := c.oldestWrite.Load(); at != 0 {
+		if since := time.Unix(0, at); time.Since(since) > c.opts.StuckWrite {
+			return &WriteFailure{Since: since, Err: fmt.Errorf("%w for %v", errStuckWrite, c.opts.StuckWrite)}
+		}
+	}
+	return nil
+}
 
 // complete acknowledges batches strictly in dispatch order. A coalesced message relies on a write made
 // by its own or an earlier batch, so it may only be acknowledged once every earlier batch is stored;

@@ -30,6 +30,9 @@ type fakeRefresher struct {
 	failDevice atomic.Value
 	calls      atomic.Int64
 	hold       chan chan struct{} // when set, each call sends a release channel and waits for it to close
+	// slowDevice, when set, makes every batch holding that device wait until slowRelease is closed.
+	slowDevice  atomic.Value
+	slowRelease chan struct{}
 }
 
 func (f *fakeRefresher) Refresh(ctx context.Context, sigs []deadline.Signal) error {
@@ -43,6 +46,13 @@ func (f *fakeRefresher) Refresh(ctx context.Context, sigs []deadline.Signal) err
 		}
 		select {
 		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if d, _ := f.slowDevice.Load().(string); d != "" && slices.ContainsFunc(sigs, func(s deadline.Signal) bool { return s.Device == d }) {
+		select {
+		case <-f.slowRelease:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -433,6 +443,56 @@ func TestChainReportsRefusedWritesUntilTheLastIsStored(t *testing.T) {
 	require.Equal(t, since, f.chain.WriteFailure().Since)
 	ref.failDevice.Store("")
 	require.Eventually(t, func() bool { return f.chain.WriteFailure() == nil }, 10*time.Second, time.Millisecond)
+}
+
+// TestChainReportsWritesUnansweredDuringAFailure: a batch still waiting for its answer when another
+// batch's write fails (a client retrying its dial) is as unknown as the failed one. The failure runs from
+// its dispatch and lasts until it is written, even after the failed batch is stored.
+func TestChainReportsWritesUnansweredDuringAFailure(t *testing.T) {
+	ref := &fakeRefresher{slowRelease: make(chan struct{})}
+	ref.slowDevice.Store("unanswered")
+	f := startChain(t, ref, ingest.ChainOptions{Batch: 1, StuckWrite: time.Hour})
+	before := time.Now()
+	f.submit(t, 0, ingest.Message{Device: "unanswered"})
+	require.Eventually(t, func() bool { return ref.calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.Nil(t, f.chain.WriteFailure(), "a write waiting is not yet a failure")
+
+	ref.failDevice.Store("refused")
+	refusedAt := time.Now()
+	f.submit(t, 1, ingest.Message{Device: "refused"})
+	require.Eventually(t, func() bool { return f.chain.WriteFailure() != nil }, 5*time.Second, time.Millisecond)
+	since := f.chain.WriteFailure().Since
+	require.True(t, !since.Before(before) && since.Before(refusedAt), "the failure runs from the unanswered batch's dispatch, not the refused one's: %v not in [%v, %v)", since, before, refusedAt)
+
+	ref.failDevice.Store("")
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(ref.signals(), func(s deadline.Signal) bool { return s.Device == "refused" })
+	}, 10*time.Second, time.Millisecond)
+	require.NotNil(t, f.chain.WriteFailure(), "the refused batch is stored, the unanswered one is not")
+	require.Equal(t, since, f.chain.WriteFailure().Since)
+
+	close(ref.slowRelease)
+	require.Eventually(t, func() bool { return f.chain.WriteFailure() == nil }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.acks.n() == 2 }, 5*time.Second, time.Millisecond)
+}
+
+// TestChainReportsAStuckWrite: a write unanswered for longer than StuckWrite counts as refused from its
+// dispatch (a network that drops packets answers nothing for seconds), and ends when it is written.
+func TestChainReportsAStuckWrite(t *testing.T) {
+	ref := &fakeRefresher{slowRelease: make(chan struct{})}
+	ref.slowDevice.Store("stuck")
+	f := startChain(t, ref, ingest.ChainOptions{Batch: 1, StuckWrite: 50 * time.Millisecond})
+	before := time.Now()
+	f.submit(t, 0, ingest.Message{Device: "stuck"})
+	require.Eventually(t, func() bool { return ref.calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.chain.WriteFailure() != nil }, 5*time.Second, time.Millisecond)
+	failure := f.chain.WriteFailure()
+	require.False(t, failure.Since.Before(before))
+	require.GreaterOrEqual(t, time.Since(failure.Since), 50*time.Millisecond)
+	require.ErrorContains(t, failure.Err, "not been answered")
+	close(ref.slowRelease)
+	require.Eventually(t, func() bool { return f.chain.WriteFailure() == nil }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.acks.n() == 1 }, 5*time.Second, time.Millisecond)
 }
 
 func TestChainStopsWithoutAcknowledgingUnwritten(t *testing.T) {
