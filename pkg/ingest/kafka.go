@@ -66,6 +66,7 @@ type KafkaSource struct {
 	client    *kafka.Client // the group watch's requests, over transport
 	transport *kafka.Transport
 	watch     *groupWatch
+	align     *aligner
 
 	// generation is the group's current one (nil before the first), which commits go through;
 	// generations counts those started, observedGenerations the count the group watch last saw.
@@ -135,6 +136,7 @@ func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
 		transport: &kafka.Transport{DialTimeout: opts.DialTimeout, ClientID: "heartbeatd", TLS: opts.TLS, SASL: opts.SASL,
 			MetadataTopics: opts.Topics},
 		watch: newGroupWatch(opts.Now),
+		align: newAligner(alignMaxWait),
 	}
 	s.client = &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Timeout: opts.DialTimeout, Transport: s.transport}
 	s.offsets.onAck = s.health.settled

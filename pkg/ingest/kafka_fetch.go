@@ -22,9 +22,11 @@ const (
 	fetchMaxWait = 500 * time.Millisecond
 	// fetchMaxBytes bounds one fetch's response.
 	fetchMaxBytes = 8 << 20
-	// fetchChunk is the most messages held at once per partition: memory stays bounded while the chain
-	// pushes back, and the read deadline is re-armed once per chunk.
+	// fetchChunk is the most messages handed over at once, and fetchAhead how many chunks a partition's
+	// fetching may run ahead of its hand-over: memory stays bounded while the chain pushes back, and the
+	// read deadline is re-armed once per chunk.
 	fetchChunk = 256
+	fetchAhead = 8
 	// readTimeout bounds the reading of one chunk of a fetch's response, after fetchMaxWait.
 	readTimeout = 10 * time.Second
 )
@@ -52,6 +54,12 @@ func (s *KafkaSource) consume(ctx context.Context, group *kafka.ConsumerGroup, c
 		failures = 0
 		s.generation.Store(gen)
 		s.generations.Add(1)
+		// Every partition is waited for from the start, so the first reader to connect does not run ahead.
+		for topic, parts := range gen.Assignments {
+			for _, p := range parts {
+				s.align.join(topicPartition{topic, p.ID})
+			}
+		}
 		for topic, parts := range gen.Assignments {
 			for _, p := range parts {
 				gen.Start(func(genCtx context.Context) {
@@ -69,6 +77,7 @@ func (s *KafkaSource) readPartition(ctx, genCtx context.Context, chain *Chain, t
 	// Reading stops with either; the last acknowledgements are still committed with this generation.
 	readCtx, stop := context.WithCancel(genCtx)
 	defer stop()
+	defer s.align.leave(tp) // also when the generation ended before the first read
 	unwatch := context.AfterFunc(ctx, stop)
 	defer unwatch()
 	backoff := loop.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
@@ -91,21 +100,90 @@ func (s *KafkaSource) readPartition(ctx, genCtx context.Context, chain *Chain, t
 }
 
 // readFrom connects to tp's leader and reads from offset until an error or ctx ends; it returns the
-// offset to go on from.
+// offset to go on from. A goroutine fetches up to fetchAhead chunks ahead of the hand-over, so a fetch's
+// round trip does not pause this partition while the others go on: partitions drained in step hand the
+// chain their signals in time order, and deadlines written in time order cost Redis a third less per
+// signal than those of partitions that drift apart (docs/benchmarks.md).
 func (s *KafkaSource) readFrom(ctx context.Context, chain *Chain, tp topicPartition, offset int64) (int64, error) {
+	s.align.join(tp)
+	defer s.align.leave(tp)
 	conn, err := s.dialLeader(ctx, tp)
 	if err != nil {
 		return offset, err
 	}
 	defer conn.Close()
-	// A blocked read ends with ctx, not a fetch wait later.
-	unwatch := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	fetchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	// A blocked read ends with the fetching, not a fetch wait later.
+	unwatch := context.AfterFunc(fetchCtx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer unwatch()
 	if offset, err = s.seek(conn, tp, offset); err != nil {
 		return offset, err
 	}
-	chunk := make([]kafka.Message, 0, fetchChunk)
+	chunks := make(chan fetchedChunk, fetchAhead)
+	free := make(chan []kafka.Message, fetchAhead+2) // chunks handed over, for the fetcher to fill again
+	var fetchErr error
+	go func() {
+		defer close(chunks)
+		fetchErr = s.fetch(fetchCtx, conn, tp, offset, chunks, free)
+	}()
 	var bufs handOverBuffers
+	var handOverErr error
+	for c := range chunks {
+		if handOverErr != nil {
+			continue // draining what the fetcher still sends until it stops
+		}
+		chunk := c.msgs
+		if len(chunk) == 0 {
+			s.align.caughtUp(tp)
+			continue
+		}
+		s.align.wait(ctx, tp, chunk[0].Time)
+		if handOverErr = s.handOver(ctx, chain, tp, chunk, &bufs); handOverErr != nil {
+			stop()
+			continue
+		}
+		s.align.handed(tp, chunk[len(chunk)-1].Time, c.atEnd)
+		offset = chunk[len(chunk)-1].Offset + 1
+		select {
+		case free <- chunk[:0]:
+		default:
+		}
+	}
+	if handOverErr != nil {
+		return offset, handOverErr
+	}
+	if ctx.Err() != nil {
+		return offset, ctx.Err()
+	}
+	return offset, fetchErr
+}
+
+// fetch reads tp from conn, positioned at offset, a fetch at a time and sends its messages in chunks of
+// up to fetchChunk until ctx ends or a fetch fails. A chunk sent is not touched again unless it comes
+// back through free.
+func (s *KafkaSource) fetch(ctx context.Context, conn *kafka.Conn, tp topicPartition, offset int64, chunks chan<- fetchedChunk, free <-chan []kafka.Message) error {
+	next := func() []kafka.Message {
+		select {
+		case c := <-free:
+			return c
+		default:
+			return make([]kafka.Message, 0, fetchChunk)
+		}
+	}
+	chunk := next()
+	// send hands the chunk over; the wait for room may be long (the chain pushing back), so the read
+	// deadline is re-armed after it.
+	send := func(atEnd bool) bool {
+		select {
+		case chunks <- fetchedChunk{msgs: chunk, atEnd: atEnd}:
+		case <-ctx.Done():
+			return false
+		}
+		chunk = next()
+		_ = conn.SetReadDeadline(time.Now().Add(readTimeout))
+		return true
+	}
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(fetchMaxWait + readTimeout))
 		batch := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: fetchMaxBytes,
@@ -117,26 +195,20 @@ func (s *KafkaSource) readFrom(ctx context.Context, chain *Chain, tp topicPartit
 				readErr = err
 				break
 			}
-			if chunk = append(chunk, m); len(chunk) == fetchChunk {
-				if err := s.handOver(ctx, chain, tp, chunk, &bufs); err != nil {
-					_ = batch.Close()
-					return chunk[0].Offset, err
-				}
-				offset = m.Offset + 1
-				chunk = chunk[:0]
-				_ = conn.SetReadDeadline(time.Now().Add(readTimeout))
+			offset = m.Offset + 1
+			if chunk = append(chunk, m); len(chunk) == fetchChunk && !send(m.Offset+1 >= batch.HighWaterMark()) {
+				_ = batch.Close()
+				return ctx.Err()
 			}
 		}
+		end := offset >= batch.HighWaterMark()
 		closeErr := batch.Close()
-		if len(chunk) > 0 {
-			if err := s.handOver(ctx, chain, tp, chunk, &bufs); err != nil {
-				return chunk[0].Offset, err
-			}
-			offset = chunk[len(chunk)-1].Offset + 1
-			chunk = chunk[:0]
+		// An empty chunk at the end tells the partition is caught up.
+		if (len(chunk) > 0 || end) && !send(end) {
+			return ctx.Err()
 		}
 		if ctx.Err() != nil {
-			return offset, ctx.Err()
+			return ctx.Err()
 		}
 		err := closeErr
 		if err == nil && !errors.Is(readErr, io.EOF) {
@@ -147,9 +219,9 @@ func (s *KafkaSource) readFrom(ctx context.Context, chain *Chain, tp topicPartit
 			// The fetch ended (or waited in vain); the next one goes on from the connection's offset.
 		case errors.Is(err, kafka.OffsetOutOfRange):
 			// Retention deleted what was not read yet, or the log was truncated: seek again.
-			return offset, fmt.Errorf("ingest: kafka %s/%d at offset %d: %w", tp.topic, tp.partition, offset, err)
+			return fmt.Errorf("ingest: kafka %s/%d at offset %d: %w", tp.topic, tp.partition, offset, err)
 		default:
-			return offset, fmt.Errorf("ingest: kafka fetch %s/%d at offset %d: %w", tp.topic, tp.partition, offset, err)
+			return fmt.Errorf("ingest: kafka fetch %s/%d at offset %d: %w", tp.topic, tp.partition, offset, err)
 		}
 	}
 }
@@ -191,6 +263,13 @@ func (s *KafkaSource) seek(conn *kafka.Conn, tp topicPartition, offset int64) (i
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return offset, nil
+}
+
+// fetchedChunk is a chunk of one partition's messages in offset order; atEnd: its last is the last the
+// partition held when it was fetched.
+type fetchedChunk struct {
+	msgs  []kafka.Message
+	atEnd bool
 }
 
 // handOver submits a chunk of one partition's messages to the chain in order, tracking their offsets.
