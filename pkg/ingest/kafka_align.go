@@ -16,13 +16,16 @@ const (
 	// alignBand: a partition further behind than this holds an older stream (a replay, a producer with
 	// another clock), not drift, and nobody waits for it.
 	alignBand = time.Second
-	// alignMaxWait bounds one chunk's wait, so a partition whose fetch is slow costs the others little.
+	// alignMaxWait bounds one chunk's wait, so a partition whose fetch is slow costs the others little;
+	// alignStall: a partition that has not moved for this long (a fetch hanging on its leader) is waited
+	// for no more, so it cannot slow the others for longer than that.
 	alignMaxWait = 20 * time.Millisecond
+	alignStall   = 100 * time.Millisecond
 )
 
 // aligner keeps a source's partition readers in step by record time.
 type aligner struct {
-	maxWait time.Duration
+	maxWait, stall time.Duration
 
 	mu      sync.Mutex
 	parts   map[topicPartition]partitionPosition
@@ -38,16 +41,17 @@ type partitionPosition struct {
 	pending time.Time // record time of the chunk it waits to hand over; zero while it fetches
 	// caughtUp: its last fetch reached the partition's end, so nothing older waits in it.
 	caughtUp bool
+	moved    time.Time // when it last joined, took a chunk to hand over, handed one or caught up
 }
 
-func newAligner(maxWait time.Duration) *aligner {
-	return &aligner{maxWait: maxWait, parts: map[topicPartition]partitionPosition{}, changed: make(chan struct{})}
+func newAligner(maxWait, stall time.Duration) *aligner {
+	return &aligner{maxWait: maxWait, stall: stall, parts: map[topicPartition]partitionPosition{}, changed: make(chan struct{})}
 }
 
 // join registers tp's reader before its first fetch.
 func (a *aligner) join(tp topicPartition) {
 	a.mu.Lock()
-	a.parts[tp] = partitionPosition{}
+	a.parts[tp] = partitionPosition{moved: time.Now()}
 	a.moveLocked()
 	a.mu.Unlock()
 }
@@ -55,60 +59,68 @@ func (a *aligner) join(tp topicPartition) {
 // wait holds tp's chunk starting at record time at while another partition, starting or still catching
 // up, stands more than alignSlack (and less than alignBand) behind it, for at most maxWait.
 func (a *aligner) wait(ctx context.Context, tp topicPartition, at time.Time) {
-	var expired <-chan time.Time
+	start := time.Now()
+	timer := time.NewTimer(a.maxWait)
+	defer timer.Stop()
 	for {
+		now := time.Now()
 		a.mu.Lock()
 		pos := a.parts[tp]
-		pos.placed, pos.pending = true, at
+		pos.placed, pos.pending, pos.moved = true, at, now
 		a.parts[tp] = pos
-		behind := a.behindLocked(tp, at)
+		stalls, behind := a.behindLocked(tp, at, now)
 		changed := a.changed
 		a.mu.Unlock()
 		if !behind {
 			return
 		}
-		if expired == nil {
-			t := time.NewTimer(a.maxWait)
-			defer t.Stop()
-			expired = t.C
+		// Wake when the partition waited for would count as stalled, if that comes before maxWait.
+		wake := start.Add(a.maxWait)
+		if stalls.Before(wake) {
+			wake = stalls
 		}
+		timer.Reset(wake.Sub(now))
 		select {
 		case <-changed:
-		case <-expired:
-			return
+		case <-timer.C:
+			if !time.Now().Before(start.Add(a.maxWait)) {
+				return
+			}
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// behindLocked reports whether a partition other than tp is starting, or still catching up and in the
-// band behind at.
-func (a *aligner) behindLocked(tp topicPartition, at time.Time) bool {
+// behindLocked reports whether a partition other than tp, not stalled, is starting, or still catching
+// up and in the band behind at; if so, stalls is when the first such would count as stalled.
+func (a *aligner) behindLocked(tp topicPartition, at, now time.Time) (stalls time.Time, behind bool) {
 	for p, pos := range a.parts {
-		switch {
-		case p == tp || pos.caughtUp:
-		case !pos.placed:
-			return true
-		default:
+		if p == tp || pos.caughtUp || now.Sub(pos.moved) >= a.stall {
+			continue
+		}
+		if pos.placed {
 			stands := pos.pending
 			if stands.IsZero() {
 				stands = pos.handed
 			}
 			// A zero time is a record without one: no position to wait for.
-			if lag := at.Sub(stands); !stands.IsZero() && lag > alignSlack && lag < alignBand {
-				return true
+			if lag := at.Sub(stands); stands.IsZero() || lag <= alignSlack || lag >= alignBand {
+				continue
 			}
 		}
+		if s := pos.moved.Add(a.stall); !behind || s.Before(stalls) {
+			stalls, behind = s, true
+		}
 	}
-	return false
+	return stalls, behind
 }
 
 // handed records tp's chunk handed over, its last record at record time last; atEnd: it was the last the
 // partition held.
 func (a *aligner) handed(tp topicPartition, last time.Time, atEnd bool) {
 	a.mu.Lock()
-	a.parts[tp] = partitionPosition{placed: true, handed: last, caughtUp: atEnd}
+	a.parts[tp] = partitionPosition{placed: true, handed: last, caughtUp: atEnd, moved: time.Now()}
 	a.moveLocked()
 	a.mu.Unlock()
 }
@@ -117,7 +129,7 @@ func (a *aligner) handed(tp topicPartition, last time.Time, atEnd bool) {
 func (a *aligner) caughtUp(tp topicPartition) {
 	a.mu.Lock()
 	pos := a.parts[tp]
-	pos.placed, pos.caughtUp = true, true
+	pos.placed, pos.caughtUp, pos.moved = true, true, time.Now()
 	a.parts[tp] = pos
 	a.moveLocked()
 	a.mu.Unlock()

@@ -37,7 +37,7 @@ func returned(done chan struct{}) func() bool {
 // TestAlignerHoldsAChunkAheadOfAPartitionCatchingUp: a chunk waits while another partition that still has
 // a backlog stands behind it, and goes once that partition has caught up with it in record time.
 func TestAlignerHoldsAChunkAheadOfAPartitionCatchingUp(t *testing.T) {
-	a := newAligner(time.Minute)
+	a := newAligner(time.Minute, time.Minute)
 	base := time.Now()
 	a.join(partA)
 	a.join(partB)
@@ -53,7 +53,7 @@ func TestAlignerHoldsAChunkAheadOfAPartitionCatchingUp(t *testing.T) {
 // TestAlignerWaitsForAStartingPartition: a partition that has not fetched yet holds the others until its
 // first chunk places it, so the reader that connects first does not run ahead.
 func TestAlignerWaitsForAStartingPartition(t *testing.T) {
-	a := newAligner(time.Minute)
+	a := newAligner(time.Minute, time.Minute)
 	base := time.Now()
 	a.join(partA)
 	a.join(partB)
@@ -77,7 +77,7 @@ func TestAlignerIgnoresPartitionsCaughtUpOrFarBehind(t *testing.T) {
 		"left":          func(a *aligner) { a.leave(partB) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			a := newAligner(time.Minute)
+			a := newAligner(time.Minute, time.Minute)
 			a.join(partA)
 			a.join(partB)
 			place(a)
@@ -90,7 +90,7 @@ func TestAlignerIgnoresPartitionsCaughtUpOrFarBehind(t *testing.T) {
 // the aligner's bound, and a reader leaving releases the chunks waiting for it at once.
 func TestAlignerWaitIsBounded(t *testing.T) {
 	base := time.Now()
-	a := newAligner(30 * time.Millisecond)
+	a := newAligner(30*time.Millisecond, time.Minute)
 	a.join(partA)
 	a.join(partB)
 	a.handed(partB, base, false)
@@ -98,7 +98,7 @@ func TestAlignerWaitIsBounded(t *testing.T) {
 	a.wait(context.Background(), partA, base.Add(100*time.Millisecond))
 	require.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
 
-	a = newAligner(time.Minute)
+	a = newAligner(time.Minute, time.Minute)
 	a.join(partA)
 	a.join(partB)
 	a.handed(partB, base, false)
@@ -106,4 +106,20 @@ func TestAlignerWaitIsBounded(t *testing.T) {
 	require.Never(t, returned(done), 50*time.Millisecond, time.Millisecond)
 	a.leave(partB)
 	require.Eventually(t, returned(done), 5*time.Second, time.Millisecond)
+}
+
+// TestAlignerStopsWaitingForAStalledPartition: a partition that has not moved for the stall time (its
+// fetch hangs on its leader) holds nobody any more, however long a chunk may wait otherwise.
+func TestAlignerStopsWaitingForAStalledPartition(t *testing.T) {
+	base := time.Now()
+	a := newAligner(time.Minute, 50*time.Millisecond)
+	a.join(partA)
+	a.join(partB)
+	a.handed(partB, base, false)
+	start := time.Now()
+	done := waitAsync(a, partA, base.Add(100*time.Millisecond))
+	require.Eventually(t, returned(done), 5*time.Second, time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "B was waited for until it stalled")
+	require.Eventually(t, returned(waitAsync(a, partA, base.Add(200*time.Millisecond))), 5*time.Second, time.Millisecond,
+		"the next chunk does not wait for B either")
 }
