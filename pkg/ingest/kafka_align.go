@@ -60,8 +60,7 @@ func (a *aligner) join(tp topicPartition) {
 // up, stands more than alignSlack (and less than alignBand) behind it, for at most maxWait.
 func (a *aligner) wait(ctx context.Context, tp topicPartition, at time.Time) {
 	start := time.Now()
-	timer := time.NewTimer(a.maxWait)
-	defer timer.Stop()
+	var timer *time.Timer
 	for {
 		now := time.Now()
 		a.mu.Lock()
@@ -79,7 +78,12 @@ func (a *aligner) wait(ctx context.Context, tp topicPartition, at time.Time) {
 		if stalls.Before(wake) {
 			wake = stalls
 		}
-		timer.Reset(wake.Sub(now))
+		if timer == nil {
+			timer = time.NewTimer(wake.Sub(now))
+			defer timer.Stop()
+		} else {
+			timer.Reset(wake.Sub(now))
+		}
 		select {
 		case <-changed:
 		case <-timer.C:
