@@ -102,8 +102,7 @@ func (s *KafkaSource) readPartition(ctx, genCtx context.Context, chain *Chain, t
 // readFrom connects to tp's leader and reads from offset until an error or ctx ends; it returns the
 // offset to go on from. A goroutine fetches up to fetchAhead chunks ahead of the hand-over, so a fetch's
 // round trip does not pause this partition while the others go on: partitions drained in step hand the
-// chain their signals in time order, and deadlines written in time order cost Redis a third less per
-// signal than those of partitions that drift apart (docs/benchmarks.md).
+// chain their signals in time order (kafka_align.go).
 func (s *KafkaSource) readFrom(ctx context.Context, chain *Chain, tp topicPartition, offset int64) (int64, error) {
 	s.align.join(tp)
 	defer s.align.leave(tp)
