@@ -207,19 +207,25 @@ func daemonCPUScenario(e *env) error {
 }
 
 // cpuCases are the passes daemonCPURound measures, in the order it runs them: the third untyped
-// periodic pass ("", the headline), then typed signals and the random order. Typed signals name the
-// type the devices already have, so they change nothing but the way in. The periodic passes come
-// first: a pass in the fleet's first order after a random one would be random to Redis too.
+// periodic pass ("", the headline), then typed signals, a pass written at a pace the binary keeps up
+// with (the others are backlogs it drains), and the random order. Typed signals name the type the
+// devices already have, so they change nothing but the way in. The periodic passes come first: a pass
+// in the fleet's first order after a random one would be random to Redis too.
 var cpuCases = []struct {
 	name   string
 	typed  bool
 	random bool
+	rate   int // signals a second the pass is written at; 0: as fast as the broker takes them
 }{
-	{"", false, false},
-	{"typed periodic", true, false},
-	{"untyped random", false, true},
-	{"typed random", true, true},
+	{"", false, false, 0},
+	{"typed periodic", true, false, 0},
+	{"untyped periodic, kept up", false, false, pacedRate},
+	{"untyped random", false, true, 0},
+	{"typed random", true, true, 0},
 }
+
+// pacedRate is the pace of the kept-up pass: a quarter of what the binary drains.
+const pacedRate = 200_000
 
 // daemonPass is what one measured pass cost the binary (its CPU) and Redis (its command time).
 type daemonPass struct{ cpu, commands time.Duration }
@@ -270,7 +276,7 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 	got = map[string]daemonPass{}
 	applied := 0
 	// measure writes one pass and reads the process's CPU and Redis's command time until it is applied.
-	measure := func(order func(int) string, payload func(int) []byte) (daemonPass, error) {
+	measure := func(order func(int) string, payload func(int) []byte, rate int) (daemonPass, error) {
 		if err := e.redis.client.ConfigResetStat(e.ctx).Err(); err != nil {
 			return daemonPass{}, err
 		}
@@ -278,7 +284,7 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err != nil {
 			return daemonPass{}, err
 		}
-		if err := writeSignalsAs(e.ctx, k.Addrs, n, order, payload); err != nil {
+		if err := writeSignalsAs(e.ctx, k.Addrs, n, order, payload, rate); err != nil {
 			return daemonPass{}, err
 		}
 		applied += n
@@ -295,7 +301,7 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 	// The first pass makes the fleet known to Redis, the second to the replica; the third is the
 	// steady state.
 	for pass := 1; pass <= 3; pass++ {
-		if got[""], err = measure(id, untyped); err != nil {
+		if got[""], err = measure(id, untyped, 0); err != nil {
 			return nil, nil, err
 		}
 		if pass == 1 {
@@ -314,7 +320,7 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if c.typed {
 			payload = typed
 		}
-		if got[c.name], err = measure(order, payload); err != nil {
+		if got[c.name], err = measure(order, payload, c.rate); err != nil {
 			return nil, nil, err
 		}
 	}

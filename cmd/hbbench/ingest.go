@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/heartbeatd/heartbeatd/internal/benchrig"
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -276,16 +277,27 @@ func mosquittoVersion() string {
 
 // writeSignals writes a signal for devices id(0) … id(n-1) to the signal topic, 10000 per write.
 func writeSignals(ctx context.Context, brokers []string, n int, id func(i int) string) error {
-	return writeSignalsAs(ctx, brokers, n, id, func(int) []byte { return fmt.Appendf(nil, signalPayload, time.Now().UnixMilli()) })
+	return writeSignalsAs(ctx, brokers, n, id, func(int) []byte { return fmt.Appendf(nil, signalPayload, time.Now().UnixMilli()) }, 0)
 }
 
-// writeSignalsAs is writeSignals with payload(i) as device i's signal.
-func writeSignalsAs(ctx context.Context, brokers []string, n int, id func(i int) string, payload func(i int) []byte) error {
+// writeSignalsAs is writeSignals with payload(i) as device i's signal, at about rate signals a second
+// (0: as fast as the broker takes them).
+func writeSignalsAs(ctx context.Context, brokers []string, n int, id func(i int) string, payload func(i int) []byte, rate int) error {
+	start := time.Now()
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: signalTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond,
 		BatchSize: 5000, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
-	msgs := make([]kafka.Message, 0, 10_000)
+	size := 10_000
+	if rate > 0 {
+		size = 1000 // a steadier stream
+	}
+	msgs := make([]kafka.Message, 0, size)
 	for i := range n {
+		if rate > 0 && len(msgs) == 0 {
+			if !loop.Sleep(ctx, time.Until(start.Add(time.Duration(i)*time.Second/time.Duration(rate)))) {
+				return ctx.Err()
+			}
+		}
 		// The record's timestamp is when the message was made, not when its batch goes out.
 		msgs = append(msgs, kafka.Message{Key: []byte(id(i)), Value: payload(i), Time: time.Now()})
 		if len(msgs) == cap(msgs) || i == n-1 {

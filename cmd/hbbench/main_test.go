@@ -66,10 +66,11 @@ func TestScenariosTiny(t *testing.T) {
 	require.Contains(t, got["rss"], "RSS growth per device")
 	// 2000 signals cost the binary less than the kernel's 10 ms CPU tick: reported, maybe as 0.
 	for _, m := range []string{"heartbeatd CPU per million signals", "heartbeatd CPU per million signals, untyped random",
-		"heartbeatd CPU per million signals, typed periodic", "heartbeatd CPU per million signals, typed random"} {
+		"heartbeatd CPU per million signals, typed periodic", "heartbeatd CPU per million signals, typed random",
+		"heartbeatd CPU per million signals, untyped periodic, kept up"} {
 		require.Contains(t, got["daemon-cpu"], m)
 	}
-	for _, c := range []string{"untyped periodic", "untyped random", "typed periodic", "typed random"} {
+	for _, c := range []string{"untyped periodic", "untyped random", "typed periodic", "typed random", "untyped periodic, kept up"} {
 		require.Greater(t, got["daemon-cpu"]["heartbeatd Redis time per signal, "+c], 0.0, "daemon-cpu: Redis time, %s", c)
 	}
 	// Timed by the record's timestamp, not by when it was processed (the clock may tick once between the
