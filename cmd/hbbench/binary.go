@@ -155,11 +155,12 @@ func daemonCPUScenario(e *env) error {
 		bins = append([]struct{ name, path string }{{"baseline", e.opts.BaselineBin}}, bins...)
 	}
 	const rounds = 2
-	perM := map[string]map[string][]float64{}    // binary → case → core-s per million, per round
-	redisUs := map[string]map[string][]float64{} // binary → case → Redis µs per signal, per round
+	perM := map[string]map[string][]float64{}     // binary → case → core-s per million, per round
+	redisUs := map[string]map[string][]float64{}  // binary → case → Redis µs per signal, per round
+	perBatch := map[string]map[string][]float64{} // binary → case → signals per deadline write, per round
 	shifts := map[string][]time.Duration{}
 	for _, b := range bins {
-		perM[b.name], redisUs[b.name] = map[string][]float64{}, map[string][]float64{}
+		perM[b.name], redisUs[b.name], perBatch[b.name] = map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	}
 	for r := range rounds {
 		for _, b := range bins {
@@ -170,6 +171,7 @@ func daemonCPUScenario(e *env) error {
 			for c, m := range got {
 				perM[b.name][c] = append(perM[b.name][c], m.cpu.Seconds()*1e6/float64(e.opts.Signals))
 				redisUs[b.name][c] = append(redisUs[b.name][c], float64(m.commands.Nanoseconds())/1000/float64(e.opts.Signals))
+				perBatch[b.name][c] = append(perBatch[b.name][c], float64(e.opts.Signals)/max(m.batches, 1))
 			}
 			shifts[b.name] = append(shifts[b.name], shifted...)
 		}
@@ -196,6 +198,8 @@ func daemonCPUScenario(e *env) error {
 			redisMetric := b.name + " Redis time per signal, " + cmp.Or(c.name, "untyped periodic")
 			e.add("daemon-cpu", redisMetric, mean(redisUs[b.name][c.name]), "µs/signal",
 				"INFO commandstats over the pass; rounds "+joinFloats(redisUs[b.name][c.name]))
+			e.add("daemon-cpu", b.name+" signals per deadline write, "+cmp.Or(c.name, "untyped periodic"), mean(perBatch[b.name][c.name]),
+				"signals", "signals of the pass ÷ "+batchesMetric+"; rounds "+joinFloats(perBatch[b.name][c.name]))
 		}
 		sh := shifts[b.name]
 		slices.Sort(sh)
@@ -227,8 +231,12 @@ var cpuCases = []struct {
 // pacedRate is the pace of the kept-up pass: a quarter of what the binary drains.
 const pacedRate = 200_000
 
-// daemonPass is what one measured pass cost the binary (its CPU) and Redis (its command time).
-type daemonPass struct{ cpu, commands time.Duration }
+// daemonPass is what one measured pass cost the binary (its CPU) and Redis (its command time), and
+// how many deadline writes (batches) carried its signals.
+type daemonPass struct {
+	cpu, commands time.Duration
+	batches       float64
+}
 
 func joinFloats(v []float64) string {
 	s := make([]string, len(v))
@@ -284,6 +292,10 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err != nil {
 			return daemonPass{}, err
 		}
+		batchesBefore, err := batchesWritten(hb)
+		if err != nil {
+			return daemonPass{}, err
+		}
 		if err := writeSignalsAs(e.ctx, k.Addrs, n, order, payload, rate); err != nil {
 			return daemonPass{}, err
 		}
@@ -295,8 +307,12 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err != nil {
 			return daemonPass{}, err
 		}
+		batches, err := batchesWritten(hb)
+		if err != nil {
+			return daemonPass{}, err
+		}
 		commands, err := commandTime(e.ctx, e.redis.client)
-		return daemonPass{cpu: after - before, commands: commands}, err
+		return daemonPass{cpu: after - before, commands: commands, batches: batches - batchesBefore}, err
 	}
 	// The first pass makes the fleet known to Redis, the second to the replica; the third is the
 	// steady state.
@@ -349,6 +365,18 @@ func deadlineShifts(e *env, id func(int) string, written map[int]time.Time) ([]t
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// batchesMetric counts the binary's deadline writes, one per batch.
+const batchesMetric = "heartbeatd_refresh_duration_seconds_count"
+
+// batchesWritten reads batchesMetric from hb.
+func batchesWritten(hb *testenv.Heartbeatd) (float64, error) {
+	v, found, err := hb.Metric(batchesMetric)
+	if err == nil && !found {
+		err = fmt.Errorf("hbbench: heartbeatd reports no %s", batchesMetric)
+	}
+	return v, err
 }
 
 // awaitApplied waits until hb's heartbeatd_signals_total{result="applied",source="kafka"} reaches n.

@@ -72,6 +72,7 @@ func TestScenariosTiny(t *testing.T) {
 	}
 	for _, c := range []string{"untyped periodic", "untyped random", "typed periodic", "typed random", "untyped periodic, kept up"} {
 		require.Greater(t, got["daemon-cpu"]["heartbeatd Redis time per signal, "+c], 0.0, "daemon-cpu: Redis time, %s", c)
+		require.InDelta(t, 512.5, got["daemon-cpu"]["heartbeatd signals per deadline write, "+c], 511.5, "daemon-cpu: batch size, %s (1 to ingest.batch)", c)
 	}
 	// Timed by the record's timestamp, not by when it was processed (the clock may tick once between the
 	// sample's reading and the record's).
