@@ -50,7 +50,7 @@ func (f *fakeRefresher) Refresh(ctx context.Context, sigs []deadline.Signal) err
 			return ctx.Err()
 		}
 	}
-	if d, _ := f.slowDevice.Load().(string); d != "" && slices.ContainsFunc(sigs, func(s deadline.Signal) bool { return s.Device == d }) {
+	if holds(sigs, &f.slowDevice) {
 		select {
 		case <-f.slowRelease:
 		case <-ctx.Done():
@@ -60,13 +60,19 @@ func (f *fakeRefresher) Refresh(ctx context.Context, sigs []deadline.Signal) err
 	if f.fail.Load() {
 		return errors.New("redis: connection refused")
 	}
-	if d, _ := f.failDevice.Load().(string); d != "" && slices.ContainsFunc(sigs, func(s deadline.Signal) bool { return s.Device == d }) {
+	if holds(sigs, &f.failDevice) {
 		return errors.New("redis: connection refused")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.batches = append(f.batches, append([]deadline.Signal(nil), sigs...))
 	return nil
+}
+
+// holds reports whether sigs hold the device named in device (a string; unset or "": none).
+func holds(sigs []deadline.Signal, device *atomic.Value) bool {
+	d, _ := device.Load().(string)
+	return d != "" && slices.ContainsFunc(sigs, func(s deadline.Signal) bool { return s.Device == d })
 }
 
 func (f *fakeRefresher) signals() []deadline.Signal {
