@@ -155,12 +155,10 @@ func daemonCPUScenario(e *env) error {
 		bins = append([]struct{ name, path string }{{"baseline", e.opts.BaselineBin}}, bins...)
 	}
 	const rounds = 2
-	perM := map[string]map[string][]float64{}     // binary → case → core-s per million, per round
-	redisUs := map[string]map[string][]float64{}  // binary → case → Redis µs per signal, per round
-	perBatch := map[string]map[string][]float64{} // binary → case → signals per deadline write, per round
+	passes := map[string]map[string][]daemonPass{} // binary → case → its pass in each round
 	shifts := map[string][]time.Duration{}
 	for _, b := range bins {
-		perM[b.name], redisUs[b.name], perBatch[b.name] = map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+		passes[b.name] = map[string][]daemonPass{}
 	}
 	for r := range rounds {
 		for _, b := range bins {
@@ -169,13 +167,23 @@ func daemonCPUScenario(e *env) error {
 				return fmt.Errorf("hbbench: daemon-cpu %s: %w", b.name, err)
 			}
 			for c, m := range got {
-				perM[b.name][c] = append(perM[b.name][c], m.cpu.Seconds()*1e6/float64(e.opts.Signals))
-				redisUs[b.name][c] = append(redisUs[b.name][c], float64(m.commands.Nanoseconds())/1000/float64(e.opts.Signals))
-				perBatch[b.name][c] = append(perBatch[b.name][c], float64(e.opts.Signals)/max(m.batches, 1))
+				passes[b.name][c] = append(passes[b.name][c], m)
 			}
 			shifts[b.name] = append(shifts[b.name], shifted...)
 		}
 	}
+	signals := float64(e.opts.Signals)
+	// per is one figure of a binary's case, a value per round.
+	per := func(bin, c string, figure func(daemonPass) float64) []float64 {
+		out := make([]float64, 0, rounds)
+		for _, p := range passes[bin][c] {
+			out = append(out, figure(p))
+		}
+		return out
+	}
+	cpuPerM := func(p daemonPass) float64 { return p.cpu.Seconds() * 1e6 / signals }
+	redisUs := func(p daemonPass) float64 { return float64(p.commands.Nanoseconds()) / 1000 / signals }
+	perBatch := func(p daemonPass) float64 { return signals / max(p.batches, 1) }
 	mean := func(v []float64) float64 {
 		var s float64
 		for _, x := range v {
@@ -190,16 +198,19 @@ func daemonCPUScenario(e *env) error {
 				metric += ", " + c.name
 				what = c.name + " signals"
 			}
-			note := fmt.Sprintf("%d %s per round via Kafka; rounds %s", e.opts.Signals, what, joinFloats(perM[b.name][c.name]))
+			cpu := per(b.name, c.name, cpuPerM)
+			note := fmt.Sprintf("%d %s per round via Kafka; rounds %s", e.opts.Signals, what, joinFloats(cpu))
 			if b.name != "baseline" && e.opts.BaselineBin != "" {
-				note += fmt.Sprintf("; %.2fx baseline", mean(perM[b.name][c.name])/mean(perM["baseline"][c.name]))
+				note += fmt.Sprintf("; %.2fx baseline", mean(cpu)/mean(per("baseline", c.name, cpuPerM)))
 			}
-			e.add("daemon-cpu", metric, mean(perM[b.name][c.name]), "core-s", note)
-			redisMetric := b.name + " Redis time per signal, " + cmp.Or(c.name, "untyped periodic")
-			e.add("daemon-cpu", redisMetric, mean(redisUs[b.name][c.name]), "µs/signal",
-				"INFO commandstats over the pass; rounds "+joinFloats(redisUs[b.name][c.name]))
-			e.add("daemon-cpu", b.name+" signals per deadline write, "+cmp.Or(c.name, "untyped periodic"), mean(perBatch[b.name][c.name]),
-				"signals", "signals of the pass ÷ "+batchesMetric+"; rounds "+joinFloats(perBatch[b.name][c.name]))
+			e.add("daemon-cpu", metric, mean(cpu), "core-s", note)
+			named := cmp.Or(c.name, "untyped periodic")
+			redis := per(b.name, c.name, redisUs)
+			e.add("daemon-cpu", b.name+" Redis time per signal, "+named, mean(redis), "µs/signal",
+				"INFO commandstats over the pass; rounds "+joinFloats(redis))
+			batch := per(b.name, c.name, perBatch)
+			e.add("daemon-cpu", b.name+" signals per deadline write, "+named, mean(batch), "signals",
+				"signals of the pass ÷ "+batchesMetric+"; rounds "+joinFloats(batch))
 		}
 		sh := shifts[b.name]
 		slices.Sort(sh)
