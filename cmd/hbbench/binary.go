@@ -299,11 +299,7 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err := e.redis.client.ConfigResetStat(e.ctx).Err(); err != nil {
 			return daemonPass{}, err
 		}
-		before, err := procCPU(hb.PID())
-		if err != nil {
-			return daemonPass{}, err
-		}
-		batchesBefore, err := batchesWritten(hb)
+		before, err := binaryCounters(hb)
 		if err != nil {
 			return daemonPass{}, err
 		}
@@ -314,16 +310,12 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err := awaitApplied(e, hb, applied); err != nil {
 			return daemonPass{}, err
 		}
-		after, err := procCPU(hb.PID())
-		if err != nil {
-			return daemonPass{}, err
-		}
-		batches, err := batchesWritten(hb)
+		after, err := binaryCounters(hb)
 		if err != nil {
 			return daemonPass{}, err
 		}
 		commands, err := commandTime(e.ctx, e.redis.client)
-		return daemonPass{cpu: after - before, commands: commands, batches: batches - batchesBefore}, err
+		return daemonPass{cpu: after.cpu - before.cpu, commands: commands, batches: after.batches - before.batches}, err
 	}
 	// The first pass makes the fleet known to Redis, the second to the replica; the third is the
 	// steady state.
@@ -381,13 +373,18 @@ func deadlineShifts(e *env, id func(int) string, written map[int]time.Time) ([]t
 // batchesMetric counts the binary's deadline writes, one per batch.
 const batchesMetric = "heartbeatd_refresh_duration_seconds_count"
 
-// batchesWritten reads batchesMetric from hb.
-func batchesWritten(hb *testenv.Heartbeatd) (float64, error) {
-	v, found, err := hb.Metric(batchesMetric)
+// binaryCounters reads what the binary has spent so far: its CPU, and its deadline writes
+// (batchesMetric); a pass costs the difference. commands is left to Redis's own counters.
+func binaryCounters(hb *testenv.Heartbeatd) (daemonPass, error) {
+	cpu, err := procCPU(hb.PID())
+	if err != nil {
+		return daemonPass{}, err
+	}
+	batches, found, err := hb.Metric(batchesMetric)
 	if err == nil && !found {
 		err = fmt.Errorf("hbbench: heartbeatd reports no %s", batchesMetric)
 	}
-	return v, err
+	return daemonPass{cpu: cpu, batches: batches}, err
 }
 
 // awaitApplied waits until hb's heartbeatd_signals_total{result="applied",source="kafka"} reaches n.
