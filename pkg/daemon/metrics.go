@@ -19,6 +19,9 @@ func (d *daemon) registerMetrics(reg prometheus.Registerer) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "slots",
 			Help: "Slots in the Redis layout; the replicas' slots_owned add up to it while every slot has an owner."},
 			func() float64 { return float64(d.store.Slots()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "redis_data_lost_total",
+			Help: "Times this replica found that Redis had lost heartbeatd's data (the slot layout written anew): a restart without persistence, a failover or a flush."},
+			func() float64 { n, _ := d.store.DataLost(); return float64(n) }),
 		readyCollector{health: d.health},
 		ingest.NewLagCollector(d.sources),
 	)

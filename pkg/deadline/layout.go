@@ -23,6 +23,9 @@ type Layout struct {
 	Slots     int
 	Previous  int       // the count before the last doubling while it settles; 0 = settled
 	ChangedAt time.Time // when the last doubling began
+	// Epoch names the data Redis holds: it is drawn when the layout is first written, so a Redis that
+	// lost heartbeatd's data shows a new one (datalost.go). "" until the layout was read.
+	Epoch string
 }
 
 // Moving reports whether a doubling is settling.
@@ -41,13 +44,16 @@ func (l Layout) oldSlot(device string) (int, bool) {
 //
 // KEYS[1] layout hash
 // ARGV[1] slots to initialise with  ARGV[2] now (ms)  ARGV[3] "double" to double, "" to read
-// Reply: {slots, previous, changed_at ms}, or an error when a doubling is asked while one settles.
+// ARGV[4] an epoch for a layout that has none yet (a new one, or one an older version wrote)
+// Reply: {slots, previous, changed_at ms, epoch}, or an error when a doubling is asked while one settles.
 var layoutScript = redis.NewScript(`
 local cur = tonumber(redis.call('HGET', KEYS[1], 'slots'))
 if not cur then
   cur = tonumber(ARGV[1])
   redis.call('HSET', KEYS[1], 'slots', cur)
 end
+redis.call('HSETNX', KEYS[1], 'epoch', ARGV[4])
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
 local prev = tonumber(redis.call('HGET', KEYS[1], 'previous') or '0')
 local changed = tonumber(redis.call('HGET', KEYS[1], 'changed_at') or '0')
 if ARGV[3] == 'double' then
@@ -56,9 +62,9 @@ if ARGV[3] == 'double' then
   end
   if cur * 2 > 16384 then return redis.error_reply('16384 slots is the most') end
   redis.call('HSET', KEYS[1], 'slots', cur * 2, 'previous', cur, 'changed_at', ARGV[2])
-  return {cur * 2, cur, tonumber(ARGV[2])}
+  return {cur * 2, cur, tonumber(ARGV[2]), epoch}
 end
-return {cur, prev, changed}
+return {cur, prev, changed, epoch}
 `)
 
 // ErrHalving is returned when the configured slot count is below the fleet's: slots can only be doubled.
@@ -98,21 +104,29 @@ func (s *Store) RefreshLayout(ctx context.Context) (Layout, error) {
 }
 
 func (s *Store) runLayout(ctx context.Context, slots int, op string) (Layout, error) {
-	v, err := layoutScript.Run(ctx, s.rdb, []string{s.keys.Layout()}, slots, s.now().UnixMilli(), op).Int64Slice()
+	v, err := layoutScript.Run(ctx, s.rdb, []string{s.keys.Layout()}, slots, s.now().UnixMilli(), op, newEpoch()).Result()
 	if err != nil {
 		return s.Layout(), fmt.Errorf("deadline: slot layout: %w", err)
 	}
-	if len(v) != 3 {
-		return s.Layout(), fmt.Errorf("deadline: slot layout reply: want 3 fields, got %d", len(v))
+	r := replyReader{script: "layout"}
+	f := r.fields(v, 4)
+	if r.err != nil {
+		return s.Layout(), r.err
 	}
-	l := Layout{Slots: int(v[0]), Previous: int(v[1])}
-	if v[2] > 0 {
-		l.ChangedAt = time.UnixMilli(v[2])
+	l := Layout{Slots: int(r.int(f[0], "slots")), Previous: int(r.int(f[1], "previous")), Epoch: r.string(f[3], "epoch")}
+	if changed := r.int(f[2], "changed_at"); changed > 0 {
+		l.ChangedAt = time.UnixMilli(changed)
 	}
-	if l.Slots <= 0 || l.Slots&(l.Slots-1) != 0 {
+	switch {
+	case r.err != nil:
+		return s.Layout(), r.err
+	case l.Slots <= 0 || l.Slots&(l.Slots-1) != 0:
 		return s.Layout(), fmt.Errorf("deadline: slot layout in Redis has %d slots, not a power of two", l.Slots)
 	}
-	s.layout.Store(&l)
+	before := s.layout.Swap(&l)
+	if before.Epoch != "" && before.Epoch != l.Epoch {
+		s.dataLost(ctx)
+	}
 	return l, nil
 }
 

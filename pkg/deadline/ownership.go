@@ -109,6 +109,8 @@ type Ownership struct {
 	held    []int
 	renewed time.Time // last successful renewal
 	changed chan struct{}
+
+	lostSeen int64 // the store's data losses already logged; tick's alone
 }
 
 // NewOwnership returns the ownership of store's slots for one replica; Run maintains it.
@@ -178,6 +180,11 @@ func (o *Ownership) tick(ctx context.Context) error {
 	}
 	if l.Slots != before.Slots {
 		o.log.Info("slot layout changed", zap.Int("slots", l.Slots), zap.Int("previous", before.Slots))
+	}
+	if n, at := o.store.DataLost(); n > o.lostSeen {
+		o.lostSeen = n
+		o.log.Error("Redis lost heartbeatd's data (the slot layout was written anew); what Redis alone held is gone "+
+			"(/readyz notes say what), the parent links and type names this replica remembers are written again", zap.Time("noticed", at))
 	}
 	if l.Moving() && o.opts.RetireAfter > 0 {
 		if retired, err := o.store.RetireLayout(ctx, o.opts.RetireAfter); err != nil {

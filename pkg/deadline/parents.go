@@ -47,8 +47,8 @@ func (k Keyspace) parentsInUse() string { return k.prefix + ":parents:any" }
 // hashes and a time, ≈ 40 B with the map's overhead, so a replica remembering 2M links holds ≈ 80 MB.
 const linkCacheSize = 1 << 21
 
-// linkRefresh is how long a remembered link goes unwritten: a link Redis lost (a restart without
-// persistence, a failover, a flush) is written again by the device's next signal after it.
+// linkRefresh is how long a remembered link goes unwritten: a link Redis lost without the store
+// noticing (datalost.go) is written again by the device's next signal after it.
 const linkRefresh = 10 * time.Minute
 
 // linkCache remembers child → parent links written, by hashes of the ids, in two generations: when the
@@ -99,12 +99,26 @@ func (c *linkCache) forget(child string) {
 	delete(c.old, k)
 }
 
+// forgetAll forgets every link, so each is written again (Redis lost them).
+func (c *linkCache) forgetAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur, c.old = nil, nil
+}
+
 // parentLinks is a Store's view of the links: what it wrote, and whether the fleet has any.
 type parentLinks struct {
 	written linkCache
 	// inUse caches whether <prefix>:parents:any exists, checked at most every inUseTTL.
 	inUse   atomic.Bool
 	checked atomic.Int64 // unix ms of the last check
+}
+
+// forgetAll forgets the links written and whether the fleet has any: Redis lost them.
+func (l *parentLinks) forgetAll() {
+	l.written.forgetAll()
+	l.inUse.Store(false)
+	l.checked.Store(0)
 }
 
 // inUseTTL is how long a replica trusts its answer to "does the fleet have parents?". A replica that

@@ -35,6 +35,7 @@ type Store struct {
 	links     parentLinks    // parents.go
 	perDevice perDeviceTypes // registry.go
 	typeMem   *typeMemory    // typememory.go
+	lost      dataLoss       // datalost.go
 }
 
 // Options configures a Store.

@@ -22,7 +22,8 @@ const MaxTypes = 1024
 // DefaultType always has index 0, so a device whose type was never recorded resolves to it.
 const DefaultType = "default"
 
-// registerTypeScript gives name the next free index, or returns the one it has.
+// registerTypeScript gives name the index after the highest one taken, or returns the one it has. Not
+// the count of names: a registry restored after a loss (restoreTypesScript) may have gaps.
 //
 // KEYS[1] type registry hash
 // ARGV[1] type name
@@ -30,13 +31,30 @@ const DefaultType = "default"
 var registerTypeScript = newScript(`
 local i = redis.call('HGET', KEYS[1], ARGV[1])
 if i then return tonumber(i) end
-local n = redis.call('HLEN', KEYS[1])
-if n == 0 and ARGV[1] ~= ${DefaultType} then
+if redis.call('HEXISTS', KEYS[1], ${DefaultType}) == 0 then
   redis.call('HSET', KEYS[1], ${DefaultType}, 0)
-  n = 1
+  if ARGV[1] == ${DefaultType} then return 0 end
+end
+local n = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
+  n = math.max(n, tonumber(v) + 1)
 end
 if n >= ${MaxTypes} then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], n)
+return n
+`)
+
+// restoreTypesScript writes back names under the indexes a store knows them by, leaving any name the
+// registry holds as it is.
+//
+// KEYS[1] type registry hash
+// ARGV name, index, name, index, …
+// Reply: how many names were written back.
+var restoreTypesScript = newScript(`
+local n = 0
+for i = 1, #ARGV, 2 do
+  n = n + redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1])
+end
 return n
 `)
 
@@ -145,6 +163,21 @@ func (r *typeRegistry) name(ctx context.Context, idx int) string {
 		}
 	}
 	return DefaultType
+}
+
+// restore writes back every name this registry knows under its index: Redis lost the registry, and
+// the scores written since still carry these indexes.
+func (r *typeRegistry) restore(ctx context.Context) error {
+	r.mu.RLock()
+	args := make([]any, 0, 2*len(r.byIdx))
+	for i, name := range r.byIdx {
+		args = append(args, name, i)
+	}
+	r.mu.RUnlock()
+	if err := restoreTypesScript.Run(ctx, r.rdb, []string{r.key}, args...).Err(); err != nil {
+		return fmt.Errorf("deadline: restore type registry: %w", err)
+	}
+	return nil
 }
 
 func (r *typeRegistry) reload(ctx context.Context) error {

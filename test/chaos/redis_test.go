@@ -1,11 +1,22 @@
 package chaos
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
 // TestChaosRedisRestart crashes redis-server (AOF, appendfsync always) while signals flow and deadlines
@@ -37,4 +48,89 @@ func redisRestart(t *testing.T, name string, down time.Duration) {
 	require.NoError(t, <-sent)
 	waitReady(t, s.hb)
 	s.finish("redis_restart_"+name, "redis", 30*time.Second)
+}
+
+// TestChaosRedisDataLost restarts Redis without its data (run without persistence, or its files lost)
+// while the fleet signals. heartbeatd must say so (heartbeatd_redis_data_lost_total, a /readyz note),
+// report every device that falls silent afterwards and none that keeps signalling, and a gateway that
+// falls silent afterwards must be one interruption with its children suppressed: the links it remembered
+// having written are written again, not ten minutes later.
+func TestChaosRedisDataLost(t *testing.T) {
+	s := startScenario(t, daemonOptions{})
+	s.keepers(2)
+	gateway, children := "gw-lost", ids("child-lost", 20)
+	family := s.publisher("family")
+	withParent := func(string) []byte { return []byte(`{"parent":"` + gateway + `"}`) }
+	signalFamily := func() error {
+		return errors.Join(family.signal([]string{gateway}, nil), family.signal(children, withParent))
+	}
+	stopFamily := repeatUntilStopped(timeout/5, signalFamily)
+	t.Cleanup(stopFamily)
+	linked := func() bool { return parentOf(s.hb, children[0]) == gateway }
+	require.True(t, poll(30*time.Second, linked), "the child's link was never written")
+
+	s.redis.Kill(t)
+	require.NoError(t, os.RemoveAll(filepath.Join(s.redis.Dir(), "appendonlydir")))
+	s.redis.Start(t)
+	require.True(t, poll(30*time.Second, func() bool { return sample(s.hb, "heartbeatd_redis_data_lost_total") == "1" }),
+		"the loss was not counted\n%s", s.hb.LogTail())
+	waitReady(t, s.hb)
+	_, ready, err := readyz(s.hb)
+	require.NoError(t, err)
+	require.Contains(t, fmt.Sprint(ready["notes"]), "Redis lost heartbeatd's data")
+	require.True(t, poll(30*time.Second, linked), "the child's link was not written again after the loss\n%s", s.hb.LogTail())
+	stopFamily()
+
+	require.NoError(t, <-paced(s.p, s.silent, timeout))
+	expected := append(s.settle("redis_data_lost", 30*time.Second), gateway)
+	s.events.await(t, event.Suppressed, children, 30*time.Second)
+	r := s.events.tallyInterrupted("redis_data_lost", s.n+1+len(children), expected)
+	report(t, r.plus(s.events.tally(event.Suppressed, "", 0, children)), func() string { return explainLost(s.hb, r.lostIDs) }, s.hb.LogTail)
+}
+
+// parentOf is the parent GET /v1/devices/{id} names, "" when none or unknown.
+func parentOf(hb *testenv.Heartbeatd, id string) string {
+	code, body, err := hb.Get("/v1/devices/" + id)
+	var v struct {
+		Parent string `json:"parent"`
+	}
+	if err != nil || code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
+		return ""
+	}
+	return v.Parent
+}
+
+// sample is the value of the unlabelled series name on /metrics, "" when it is not there.
+func sample(hb *testenv.Heartbeatd, name string) string {
+	_, body, err := hb.Get("/metrics")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// repeatUntilStopped calls signal every period (a failed round is tried again at the next) until the
+// returned stop is called; stop returns once the last round is over, and may be called again.
+func repeatUntilStopped(period time.Duration, signal func() error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			_ = signal()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { cancel(); <-done })
 }
