@@ -144,3 +144,19 @@ func (s *sharedServers) close() {
 	}
 	removeHeartbeatdBuild()
 }
+
+// LoseData empties every master rdb reaches (FLUSHALL), as a Redis restarted without persistence comes
+// back: for tests of what heartbeatd does when Redis lost its data.
+func LoseData(tb testing.TB, rdb redis.UniversalClient) {
+	tb.Helper()
+	ctx := context.Background()
+	var err error
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.FlushAll(ctx).Err() })
+	} else {
+		err = rdb.FlushAll(ctx).Err()
+	}
+	if err != nil {
+		tb.Fatalf("testenv: flush redis: %v", err)
+	}
+}

@@ -85,6 +85,8 @@ type silenceIndex struct {
 	all      []Silence
 	byDevice map[string][]Silence
 	byType   map[string][]Silence
+	// losses is how many times the store had found Redis without its data when the snapshot was read.
+	losses int64
 }
 
 // NewSilences returns the store; Load or Run fills its in-memory index.
@@ -357,14 +359,55 @@ func (s *Silences) Lookup(id string) (Silence, bool) {
 	return Silence{}, false
 }
 
-// Load re-reads every silence into the in-memory index.
+// Load re-reads every silence into the in-memory index. When Redis holds fewer than the index, it asks
+// the store whether Redis lost its data since the index was read (a restart without persistence): then
+// the silences the index holds are written back instead of forgotten.
 func (s *Silences) Load(ctx context.Context) error {
+	losses := s.losses()
 	all, err := s.read(ctx)
 	if err != nil {
 		return err
 	}
-	s.index.Store(buildIndex(all))
+	if known := s.index.Load(); len(all) < len(known.all) && s.opts.Store != nil {
+		if losses, err = s.opts.Store.CheckDataLost(ctx); err != nil {
+			return err
+		}
+		if losses > known.losses {
+			if all, err = s.restore(ctx, known.all); err != nil {
+				return err
+			}
+		}
+	}
+	idx := buildIndex(all)
+	idx.losses = losses
+	s.index.Store(idx)
 	return nil
+}
+
+// losses is the store's count of data losses now.
+func (s *Silences) losses() int64 {
+	if s.opts.Store == nil {
+		return 0
+	}
+	n, _ := s.opts.Store.DataLost()
+	return n
+}
+
+// restore writes known back where Redis lost it, leaving what is stored as it is, and reads them all.
+func (s *Silences) restore(ctx context.Context, known []Silence) ([]Silence, error) {
+	pipe := s.rdb.Pipeline()
+	for _, sil := range known {
+		b, err := json.Marshal(sil)
+		if err != nil {
+			return nil, err
+		}
+		pipe.HSetNX(ctx, s.key, sil.ID, b)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("alarm: restore silences: %w", err)
+	}
+	s.log.Warn("Redis lost the silences; written back from this replica's copy", zap.Int("silences", len(known)))
+	return s.read(ctx)
 }
 
 // Run reloads the index every Refresh until ctx is done. Beside it, a second loop tends the silences

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -143,5 +144,46 @@ func TestSilenceEndedEarlyIsNotAnnouncedAgain(t *testing.T) {
 		list, err = a.read(ctx)
 		require.NoError(t, err)
 		require.Empty(t, list, "given up on after giveUpAfter")
+	})
+}
+
+// TestSilencesOutliveRedisLosingThem: Redis comes back empty, as after a restart without persistence.
+// A replica's next refresh writes the silences it knew back instead of forgetting them, whether or not
+// its heartbeat noticed the loss first; a silence deleted on another replica is still forgotten.
+func TestSilencesOutliveRedisLosingThem(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		_, err := f.store.SyncLayout(ctx, f.store.Slots())
+		require.NoError(t, err)
+		sil, other := f.replica(), f.replica()
+		kept, err := sil.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Hour)})
+		require.NoError(t, err)
+		deleted, err := sil.Create(ctx, Silence{DeviceType: "gateway", Ends: f.t0.Add(time.Hour)})
+		require.NoError(t, err)
+		require.NoError(t, sil.Load(ctx))
+		ok, err := other.Delete(ctx, deleted.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		stored := func() []string {
+			require.NoError(t, sil.Load(ctx))
+			all, err := other.List(ctx)
+			require.NoError(t, err)
+			var ids []string
+			for _, s := range all {
+				ids = append(ids, s.ID)
+			}
+			return ids
+		}
+		require.Equal(t, []string{kept.ID}, stored(), "a deletion is no loss")
+
+		for _, noticed := range []bool{false, true} {
+			testenv.LoseData(t, f.rdb)
+			if noticed {
+				_, err := f.store.RefreshLayout(ctx)
+				require.NoError(t, err)
+			}
+			require.Equal(t, []string{kept.ID}, stored(), "the heartbeat noticed the loss first: %v", noticed)
+			require.Equal(t, kept.Ends, sil.SilencedUntil("d1", "default", f.clock.Now()))
+		}
 	})
 }

@@ -111,7 +111,7 @@ func (d *daemon) notes() map[string]string {
 			notes = map[string]string{}
 		}
 		notes["redis_data"] = fmt.Sprintf("Redis lost heartbeatd's data (noticed %s): devices silent since before then are not "+
-			"watched until they signal again, and the open incidents, silences, registered devices and parked events written "+
+			"watched until they signal again, and the open incidents, registered devices and parked events written "+
 			"before then are gone; run Redis with persistence", at.UTC().Format(time.RFC3339))
 	}
 	return notes

@@ -18,8 +18,9 @@ import (
 //     replica that starts after the loss gives no name another index.
 //
 // The types it remembers per device stay: an untyped signal keeps its device's type, and its write
-// records the type in Redis again. What Redis alone held (devices silent since before the loss, open
-// incidents, silences, registrations, parked events) is gone; DataLost lets the daemon say so.
+// records the type in Redis again. The silences go back too (alarm.Silences). What Redis alone held
+// (devices silent since before the loss, open incidents, registrations, parked events) is gone; DataLost
+// lets the daemon say so.
 
 // dataLoss counts the losses a store noticed.
 type dataLoss struct {
@@ -35,6 +36,16 @@ func (s *Store) DataLost() (int64, time.Time) {
 		return 0, time.Time{}
 	}
 	return n, time.UnixMilli(s.lost.last.Load())
+}
+
+// CheckDataLost reads the layout again and returns DataLost's count: for a caller that found less in
+// Redis than it knew, to tell a deletion from a loss the heartbeat has not noticed yet.
+func (s *Store) CheckDataLost(ctx context.Context) (int64, error) {
+	if _, err := s.RefreshLayout(ctx); err != nil {
+		return 0, err
+	}
+	n, _ := s.DataLost()
+	return n, nil
 }
 
 // dataLost forgets what the store remembers having written and restores the type registry. A failed

@@ -1,13 +1,12 @@
 package deadline_test
 
 import (
-	"context"
 	"strconv"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -36,7 +35,7 @@ func TestStoresNoticeRedisLostTheirData(t *testing.T) {
 		lost, _ := f.store.DataLost()
 		require.Zero(t, lost, "a layout read of the same data is no loss")
 
-		flushRedis(t, f.rdb)
+		testenv.LoseData(t, f.rdb)
 		for _, s := range []*deadline.Store{f.store, other} {
 			_, err := s.RefreshLayout(ctx)
 			require.NoError(t, err)
@@ -54,14 +53,4 @@ func TestStoresNoticeRedisLostTheirData(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"gw"}, parents)
 	})
-}
-
-// flushRedis empties every master of rdb, as a Redis restarted without persistence is.
-func flushRedis(t *testing.T, rdb redis.UniversalClient) {
-	t.Helper()
-	if c, ok := rdb.(*redis.ClusterClient); ok {
-		require.NoError(t, c.ForEachMaster(t.Context(), func(ctx context.Context, m *redis.Client) error { return m.FlushAll(ctx).Err() }))
-		return
-	}
-	require.NoError(t, rdb.FlushAll(t.Context()).Err())
 }
