@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -502,24 +503,11 @@ func (f *fleet) keep(p signaller, devices []string) {
 		p = f.publisher("keeper-" + f.t.Name())
 	}
 	var rounds atomic.Int64
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(timeout / 5)
-		defer tick.Stop()
-		for {
-			if p.up() && p.signal(devices, nil) == nil {
-				rounds.Add(1)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+	f.t.Cleanup(repeatUntilStopped(timeout/5, func() {
+		if p.up() && p.signal(devices, nil) == nil {
+			rounds.Add(1)
 		}
-	}()
-	f.t.Cleanup(func() { cancel(); <-done })
+	}))
 	// The first round is in before the scenario goes on, so every keeper is known to heartbeatd.
 	require.True(f.t, poll(30*time.Second, func() bool { return rounds.Load() > 0 }), "keepers never signalled")
 }
@@ -548,6 +536,27 @@ func (s *scenario) firstInterruption() {
 	s.t.Helper()
 	require.True(s.t, poll(30*time.Second, func() bool { return s.events.interruptedDevices() > 0 }),
 		"no interruption at all\n%s", s.hb.LogTail())
+}
+
+// repeatUntilStopped calls round now and every period until the returned stop is called; stop returns
+// once the last round is over, and may be called again.
+func repeatUntilStopped(period time.Duration, round func()) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			round()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { cancel(); <-done })
 }
 
 // concat joins id lists.

@@ -1,15 +1,12 @@
 package chaos
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,10 +58,11 @@ func TestChaosRedisDataLost(t *testing.T) {
 	gateway, children := "gw-lost", ids("child-lost", 20)
 	family := s.publisher("family")
 	withParent := func(string) []byte { return []byte(`{"parent":"` + gateway + `"}`) }
-	signalFamily := func() error {
-		return errors.Join(family.signal([]string{gateway}, nil), family.signal(children, withParent))
-	}
-	stopFamily := repeatUntilStopped(timeout/5, signalFamily)
+	stopFamily := repeatUntilStopped(timeout/5, func() {
+		// A round the broker refused is sent again at the next.
+		_ = family.signal([]string{gateway}, nil)
+		_ = family.signal(children, withParent)
+	})
 	t.Cleanup(stopFamily)
 	linked := func() bool { return parentOf(s.hb, children[0]) == gateway }
 	require.True(t, poll(30*time.Second, linked), "the child's link was never written")
@@ -106,25 +104,4 @@ func parentOf(hb *testenv.Heartbeatd, id string) string {
 		return ""
 	}
 	return v.Parent
-}
-
-// repeatUntilStopped calls signal every period (a failed round is tried again at the next) until the
-// returned stop is called; stop returns once the last round is over, and may be called again.
-func repeatUntilStopped(period time.Duration, signal func() error) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			_ = signal()
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return sync.OnceFunc(func() { cancel(); <-done })
 }
