@@ -103,24 +103,7 @@ func (g *evictionGuard) run(ctx context.Context) error {
 	return nil
 }
 
-// notes are the /readyz notes: conditions that do not make heartbeatd unready but need an operator.
-func (d *daemon) notes() map[string]string {
-	notes := d.eviction.notes()
-	if n, at := d.store.DataLost(); n > 0 && d.clock.Now().Before(at.Add(dataLostNoted)) {
-		if notes == nil {
-			notes = map[string]string{}
-		}
-		notes["redis_data"] = fmt.Sprintf("Redis lost heartbeatd's data (noticed %s): devices silent since before then are not "+
-			"watched until they signal again, and the open incidents, registered devices and parked events written "+
-			"before then are gone; run Redis with persistence", at.UTC().Format(time.RFC3339))
-	}
-	return notes
-}
-
-// dataLostNoted is how long /readyz names a loss of Redis's data (heartbeatd_redis_data_lost_total
-// counts them all).
-const dataLostNoted = time.Hour
-
+// notes is the eviction guard's part of the /readyz notes (daemon.notes).
 func (g *evictionGuard) notes() map[string]string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
