@@ -26,6 +26,8 @@ import (
 type dataLoss struct {
 	count atomic.Int64
 	last  atomic.Int64 // unix ms of the last one noticed
+	// typesOwed is set while the type registry has not been written back since the last loss.
+	typesOwed atomic.Bool
 }
 
 // DataLost returns how many times this store found Redis without the data it had written, and when it
@@ -48,13 +50,25 @@ func (s *Store) CheckDataLost(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// dataLost forgets what the store remembers having written and restores the type registry. A failed
-// restore is not fatal: the indexes stay cached here, and the next Load or registration writes them.
-func (s *Store) dataLost(ctx context.Context) {
+// dataLost forgets what the store remembers having written and owes the type registry its names.
+func (s *Store) dataLost() {
 	s.lost.last.Store(s.now().UnixMilli())
 	s.lost.count.Add(1)
 	s.links.forgetAll()
-	_ = s.types.restore(ctx)
+	s.lost.typesOwed.Store(true)
+}
+
+// payTypes writes the type registry back while it is owed, at each layout read until it succeeds: a
+// registration before it would give a lost name a new index, where the scores carry the old one.
+func (s *Store) payTypes(ctx context.Context) error {
+	if !s.lost.typesOwed.Load() {
+		return nil
+	}
+	if err := s.types.restore(ctx); err != nil {
+		return err
+	}
+	s.lost.typesOwed.Store(false)
+	return nil
 }
 
 // newEpoch draws the epoch a new layout is written with.

@@ -125,9 +125,9 @@ func (s *Store) runLayout(ctx context.Context, slots int, op string) (Layout, er
 	}
 	before := s.layout.Swap(&l)
 	if before.Epoch != "" && before.Epoch != l.Epoch {
-		s.dataLost(ctx)
+		s.dataLost()
 	}
-	return l, nil
+	return l, s.payTypes(ctx)
 }
 
 // movedSignal is what Redis held for a device whose slot changed in a doubling.

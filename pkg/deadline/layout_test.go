@@ -192,6 +192,14 @@ func TestStoresNoticeRedisLostTheirData(t *testing.T) {
 		require.Zero(t, lost, "a layout read of the same data is no loss")
 
 		testenv.LoseData(t, f.rdb)
+		// A write-back of the registry that fails is owed until a layout read succeeds in it.
+		require.NoError(t, f.rdb.Set(ctx, f.store.Keys().Types(), "not a hash", 0).Err())
+		_, err = f.store.RefreshLayout(ctx)
+		require.ErrorContains(t, err, "WRONGTYPE")
+		require.NoError(t, f.rdb.Del(ctx, f.store.Keys().Types()).Err())
+		_, err = f.store.RefreshLayout(ctx)
+		require.NoError(t, err)
+		require.Equal(t, types, registry(), "written back by the store that owed it")
 		for _, s := range []*deadline.Store{f.store, other} {
 			_, err := s.RefreshLayout(ctx)
 			require.NoError(t, err)
