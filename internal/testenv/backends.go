@@ -160,3 +160,22 @@ func LoseData(tb testing.TB, rdb redis.UniversalClient) {
 		tb.Fatalf("testenv: flush redis: %v", err)
 	}
 }
+
+// LoseDataOf empties the master that holds key (FLUSHALL), as one Redis Cluster master restarted without
+// persistence comes back while the others keep their data; on a standalone Redis it is LoseData.
+func LoseDataOf(tb testing.TB, rdb redis.UniversalClient, key string) {
+	tb.Helper()
+	ctx := context.Background()
+	var err error
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		var m *redis.Client
+		if m, err = c.MasterForKey(ctx, key); err == nil {
+			err = m.FlushAll(ctx).Err()
+		}
+	} else {
+		err = rdb.FlushAll(ctx).Err()
+	}
+	if err != nil {
+		tb.Fatalf("testenv: flush the redis master of %q: %v", key, err)
+	}
+}

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -185,5 +187,45 @@ func TestSilencesOutliveRedisLosingThem(t *testing.T) {
 			require.Equal(t, []string{kept.ID}, stored(), "the heartbeat noticed the loss first: %v", noticed)
 			require.Equal(t, kept.Ends, sil.SilencedUntil("d1", "default", f.clock.Now()))
 		}
+	})
+}
+
+// TestSilencesOutliveTheirMasterLosingThem: on Redis Cluster the master of the silences comes back empty
+// while the layout's master keeps its data (the prefix "test" puts the two on different masters of the
+// test cluster); on a standalone Redis that is all of the data. The replica whose refresh finds the
+// silences gone first writes them back, and both keep them in force.
+func TestSilencesOutliveTheirMasterLosingThem(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		replica := func() *Silences {
+			store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, KeyPrefix: "test", Now: f.clock.Now,
+				Timeout: func(string) time.Duration { return time.Minute }})
+			require.NoError(t, err)
+			_, err = store.SyncLayout(ctx, 8)
+			require.NoError(t, err)
+			return NewSilences(f.rdb, store.Keys(), SilencesOptions{Store: store, Now: f.clock.Now, Logger: zaptest.NewLogger(t)})
+		}
+		sil, other := replica(), replica()
+		kept, err := sil.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Hour)})
+		require.NoError(t, err)
+		require.NoError(t, other.Load(ctx))
+
+		keys := deadline.NewKeyspace("test")
+		epoch, err := f.rdb.HGet(ctx, keys.Layout(), "epoch").Result()
+		require.NoError(t, err)
+		testenv.LoseDataOf(t, f.rdb, keys.Silences())
+		if _, cluster := f.rdb.(*redis.ClusterClient); cluster {
+			kept, err := f.rdb.HGet(ctx, keys.Layout(), "epoch").Result()
+			require.NoError(t, err)
+			require.Equal(t, epoch, kept, "the layout's master must be another one for this test")
+		}
+		for _, s := range []*Silences{other, sil} {
+			require.NoError(t, s.Load(ctx))
+			require.Equal(t, kept.Ends, s.SilencedUntil("d1", "default", f.clock.Now()))
+		}
+		all, err := sil.List(ctx)
+		require.NoError(t, err)
+		require.Len(t, all, 1)
+		require.Equal(t, kept.ID, all[0].ID)
 	})
 }

@@ -20,7 +20,7 @@ func (d *daemon) registerMetrics(reg prometheus.Registerer) {
 			Help: "Slots in the Redis layout; the replicas' slots_owned add up to it while every slot has an owner."},
 			func() float64 { return float64(d.store.Slots()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "redis_data_lost_total",
-			Help: "Times this replica found that Redis had lost heartbeatd's data (the slot layout written anew): a restart without persistence, a failover or a flush."},
+			Help: "Times this replica found that Redis had lost heartbeatd's data (the slot layout written anew, or a slot's epoch marker gone from its Redis Cluster master): a restart without persistence, a failover or a flush."},
 			func() float64 { n, _ := d.store.DataLost(); return float64(n) }),
 		readyCollector{health: d.health},
 		ingest.NewLagCollector(d.sources),

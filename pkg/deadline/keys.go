@@ -29,6 +29,10 @@ func (k Keyspace) slotKey(slot int, name string) string {
 // Deadlines is the ZSET device → deadline_ms×MaxTypes + type index of every online device in slot.
 func (k Keyspace) Deadlines(slot int) string { return k.slotKey(slot, "deadlines") }
 
+// Epoch is the STRING holding the layout's epoch on the Redis master of slot: on Redis Cluster the
+// layout lives on one master, and a slot's marker gone says that its master lost its data (datalost.go).
+func (k Keyspace) Epoch(slot int) string { return k.slotKey(slot, "epoch") }
+
 // Alarms is the ZSET device → next act time (ms) of slot's incidents; also the lease of a claim and of
 // an in-flight record.
 func (k Keyspace) Alarms(slot int) string { return k.slotKey(slot, "alarms") }

@@ -26,6 +26,9 @@ type Layout struct {
 	// Epoch names the data Redis holds: it is drawn when the layout is first written, so a Redis that
 	// lost heartbeatd's data shows a new one (datalost.go). "" until the layout was read.
 	Epoch string
+	// Losses counts the data losses replicas noticed on Redis masters other than the layout's (a Redis
+	// Cluster master restarted empty), so that every replica reacts to each (datalost.go).
+	Losses int64
 }
 
 // Moving reports whether a doubling is settling.
@@ -45,7 +48,8 @@ func (l Layout) oldSlot(device string) (int, bool) {
 // KEYS[1] layout hash
 // ARGV[1] slots to initialise with  ARGV[2] now (ms)  ARGV[3] "double" to double, "" to read
 // ARGV[4] an epoch for a layout that has none yet (a new one, or one an older version wrote)
-// Reply: {slots, previous, changed_at ms, epoch}, or an error when a doubling is asked while one settles.
+// Reply: {slots, previous, changed_at ms, epoch, losses}, or an error when a doubling is asked while one
+// settles.
 var layoutScript = redis.NewScript(`
 local cur = tonumber(redis.call('HGET', KEYS[1], 'slots'))
 if not cur then
@@ -56,15 +60,16 @@ redis.call('HSETNX', KEYS[1], 'epoch', ARGV[4])
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 local prev = tonumber(redis.call('HGET', KEYS[1], 'previous') or '0')
 local changed = tonumber(redis.call('HGET', KEYS[1], 'changed_at') or '0')
+local losses = tonumber(redis.call('HGET', KEYS[1], 'losses') or '0')
 if ARGV[3] == 'double' then
   if prev > 0 then
     return redis.error_reply('the doubling from ' .. prev .. ' to ' .. cur .. ' slots is still settling')
   end
   if cur * 2 > 16384 then return redis.error_reply('16384 slots is the most') end
   redis.call('HSET', KEYS[1], 'slots', cur * 2, 'previous', cur, 'changed_at', ARGV[2])
-  return {cur * 2, cur, tonumber(ARGV[2]), epoch}
+  return {cur * 2, cur, tonumber(ARGV[2]), epoch, losses}
 end
-return {cur, prev, changed, epoch}
+return {cur, prev, changed, epoch, losses}
 `)
 
 // ErrHalving is returned when the configured slot count is below the fleet's: slots can only be doubled.
@@ -109,11 +114,12 @@ func (s *Store) runLayout(ctx context.Context, slots int, op string) (Layout, er
 		return s.Layout(), fmt.Errorf("deadline: slot layout: %w", err)
 	}
 	r := replyReader{script: "layout"}
-	f := r.fields(v, 4)
+	f := r.fields(v, 5)
 	if r.err != nil {
 		return s.Layout(), r.err
 	}
-	l := Layout{Slots: int(r.int(f[0], "slots")), Previous: int(r.int(f[1], "previous")), Epoch: r.string(f[3], "epoch")}
+	l := Layout{Slots: int(r.int(f[0], "slots")), Previous: int(r.int(f[1], "previous")), Epoch: r.string(f[3], "epoch"),
+		Losses: r.int(f[4], "losses")}
 	if changed := r.int(f[2], "changed_at"); changed > 0 {
 		l.ChangedAt = time.UnixMilli(changed)
 	}
@@ -124,9 +130,7 @@ func (s *Store) runLayout(ctx context.Context, slots int, op string) (Layout, er
 		return s.Layout(), fmt.Errorf("deadline: slot layout in Redis has %d slots, not a power of two", l.Slots)
 	}
 	before := s.layout.Swap(&l)
-	if before.Epoch != "" && before.Epoch != l.Epoch {
-		s.dataLost()
-	}
+	s.followLosses(ctx, *before, l)
 	return l, s.payTypes(ctx)
 }
 

@@ -3,10 +3,12 @@ package deadline_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
@@ -216,5 +218,65 @@ func TestStoresNoticeRedisLostTheirData(t *testing.T) {
 		parents, err := f.store.ParentsOf(ctx, []string{"child"})
 		require.NoError(t, err)
 		require.Equal(t, []string{"gw"}, parents)
+	})
+}
+
+// TestStoresNoticeOneMasterLosingItsData: on Redis Cluster the master of the type registry comes back
+// empty while the layout's master keeps its data (on a standalone Redis that is all of it). Every store
+// counts the loss once, however often it reads the layout; the registry comes back; a store started
+// afterwards counts nothing; the children's next signals write again the parent links that were lost.
+func TestStoresNoticeOneMasterLosingItsData(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := t.Context()
+		keys := f.store.Keys()
+		stores := []*deadline.Store{f.store, newStore(t, f.rdb, 8, f.clock.Now, nil)}
+		for _, s := range stores {
+			_, err := s.SyncLayout(ctx, 8)
+			require.NoError(t, err)
+		}
+		var children []deadline.Signal
+		var ids []string
+		for i := range 20 {
+			ids = append(ids, fmt.Sprintf("child-%d", i))
+			children = append(children, deadline.Signal{Device: ids[i], Type: "sensor", Parent: "gw", Seen: f.clock.Now()})
+		}
+		f.refresh(t, children...)
+		types, err := f.rdb.HGetAll(ctx, keys.Types()).Result()
+		require.NoError(t, err)
+		epoch := f.store.Layout().Epoch
+
+		testenv.LoseDataOf(t, f.rdb, keys.Types())
+		if _, cluster := f.rdb.(*redis.ClusterClient); cluster {
+			kept, err := f.rdb.HGet(ctx, keys.Layout(), "epoch").Result()
+			require.NoError(t, err)
+			require.Equal(t, epoch, kept, "the layout's master must be another one for this test")
+		}
+		for read := range 3 {
+			for i, s := range stores {
+				_, err := s.RefreshLayout(ctx)
+				require.NoError(t, err)
+				lost, _ := s.DataLost()
+				require.Equal(t, int64(1), lost, "store %d, read %d", i, read)
+			}
+		}
+		after, err := f.rdb.HGetAll(ctx, keys.Types()).Result()
+		require.NoError(t, err)
+		require.Equal(t, types, after)
+		later := newStore(t, f.rdb, 8, f.clock.Now, nil)
+		_, err = later.SyncLayout(ctx, 8)
+		require.NoError(t, err)
+		lost, _ := later.DataLost()
+		require.Zero(t, lost, "a store that never saw the data has lost none")
+
+		parents, err := f.store.ParentsOf(ctx, ids)
+		require.NoError(t, err)
+		require.Contains(t, parents, "", "some links were on the master that lost its data")
+		for i := range children {
+			children[i].Seen = f.clock.Now().Add(1)
+		}
+		f.refresh(t, children...)
+		parents, err = f.store.ParentsOf(ctx, ids)
+		require.NoError(t, err)
+		require.Equal(t, slices.Repeat([]string{"gw"}, len(ids)), parents)
 	})
 }
