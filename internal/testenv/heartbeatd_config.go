@@ -39,7 +39,7 @@ func (c HeartbeatdConfig) outputs() string {
 	if len(c.Alertmanager) == 0 {
 		return ""
 	}
-	return "outputs:\n  alertmanager: {urls: [" + quoteAll(c.Alertmanager) + "]}\n"
+	return "outputs:\n  alertmanager: {urls: [" + QuoteAll(c.Alertmanager) + "]}\n"
 }
 
 // KafkaReplicaConfig wires one replica of a suite that signals over Kafka: Redis, ingest of SignalsTopic
@@ -56,7 +56,7 @@ type KafkaReplicaConfig struct {
 // detection, correlation). A restarted replica waits out its predecessor's group session
 // (session_timeout) before it reads; 6s keeps that short.
 func (c KafkaReplicaConfig) YAML(sections string) string {
-	brokers := quoteAll(c.Kafka)
+	brokers := QuoteAll(c.Kafka)
 	return fmt.Sprintf(`
 redis: {addrs: [%q], slots: %d}
 ingest:
@@ -69,8 +69,8 @@ log: {level: info, format: json}
 `, c.Redis, c.Slots, brokers, SignalsTopic, c.Replica, brokers, EventsTopic, DeadLetterTopic, c.Replica) + sections
 }
 
-// quoteAll is ss as the items of a YAML flow sequence.
-func quoteAll(ss []string) string {
+// QuoteAll is ss as the items of a YAML flow sequence, for config files written by tests.
+func QuoteAll(ss []string) string {
 	q := make([]string, len(ss))
 	for i, s := range ss {
 		q[i] = strconv.Quote(s)

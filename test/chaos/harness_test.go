@@ -119,6 +119,10 @@ type daemonOptions struct {
 	sweepEvery         time.Duration
 	// redisUser logs in to Redis as this ACL user (password redisPassword) instead of default.
 	redisUser string
+	// redisCluster, when set, is the Redis the daemon uses instead of the fleet's, under keyPrefix
+	// (redis.key_prefix; "" = the default).
+	redisCluster *testenv.RedisCluster
+	keyPrefix    string
 }
 
 // redisPassword is the password of daemonOptions.redisUser.
@@ -149,6 +153,12 @@ func (f *fleet) config(o daemonOptions) string {
 		o.grace = time.Second
 	}
 	redis := fmt.Sprintf("{addrs: [%q], slots: %d", f.redis.Addr, slots)
+	if o.redisCluster != nil {
+		redis = fmt.Sprintf("{addrs: [%s], slots: %d", testenv.QuoteAll(o.redisCluster.Addrs), slots)
+	}
+	if o.keyPrefix != "" {
+		redis += fmt.Sprintf(", key_prefix: %q", o.keyPrefix)
+	}
 	if o.redisUser != "" {
 		redis += fmt.Sprintf(", username: %q, password: %q", o.redisUser, redisPassword)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -52,13 +53,39 @@ func redisRestart(t *testing.T, name string, down time.Duration) {
 	require.Zero(t, lost, "Redis came back with its data: no loss to report")
 }
 
-// TestChaosRedisDataLost restarts Redis without its data (run without persistence, or its files lost)
-// while the fleet signals. heartbeatd must say so (heartbeatd_redis_data_lost_total, a /readyz note),
-// report every device that falls silent afterwards and none that keeps signalling, and a gateway that
-// falls silent afterwards must be one interruption with its children suppressed: the links it remembered
-// having written are written again, not ten minutes later.
+// TestChaosRedisDataLost loses Redis's data while the fleet signals: "standalone" restarts Redis without
+// its files (run without persistence, or its files lost); "cluster_master" empties the one Redis Cluster
+// master that holds the silences while the layout's master keeps its data (the key prefix "test" puts
+// them apart), as a master restarted without persistence comes back. heartbeatd must say so
+// (heartbeatd_redis_data_lost_total, a /readyz note), report every device that falls silent afterwards
+// and none that keeps signalling, keep a silence set before the loss, and a gateway that falls silent
+// afterwards must be one interruption with its children suppressed: the links it remembered having
+// written are written again, not ten minutes later.
 func TestChaosRedisDataLost(t *testing.T) {
-	s := startScenario(t, daemonOptions{})
+	t.Run("standalone", func(t *testing.T) {
+		s := startScenario(t, daemonOptions{})
+		redisDataLost(s, "redis_data_lost", func() {
+			s.redis.Kill(t)
+			require.NoError(t, os.RemoveAll(filepath.Join(s.redis.Dir(), "appendonlydir")))
+			s.redis.Start(t)
+		})
+	})
+	t.Run("cluster_master", func(t *testing.T) {
+		cluster := testenv.StartRedisCluster(t)
+		s := startScenario(t, daemonOptions{redisCluster: cluster, keyPrefix: "test"})
+		redisDataLost(s, "redis_cluster_master_lost", func() {
+			rdb, keys := cluster.Client(t), deadline.NewKeyspace("test")
+			epoch := func() string { return rdb.HGet(t.Context(), keys.Layout(), "epoch").Val() }
+			before := epoch()
+			testenv.LoseDataOf(t, rdb, keys.Silences())
+			require.Equal(t, before, epoch(), "the layout's master must keep its data in this case")
+		})
+	})
+}
+
+// redisDataLost is one case of TestChaosRedisDataLost: lose takes Redis's data away.
+func redisDataLost(s *scenario, name string, lose func()) {
+	t := s.t
 	s.keepers(2)
 	gateway, children := "gw-lost", ids("child-lost", 20)
 	family := s.publisher("family")
@@ -69,8 +96,15 @@ func TestChaosRedisDataLost(t *testing.T) {
 		_ = family.signal(children, withParent)
 	})
 	t.Cleanup(stopFamily)
-	linked := func() bool { return parentOf(s.hb, children[0]) == gateway }
-	require.True(t, poll(30*time.Second, linked), "the child's link was never written")
+	linked := func() bool {
+		for _, c := range children {
+			if parentOf(s.hb, c) != gateway {
+				return false
+			}
+		}
+		return true
+	}
+	require.True(t, poll(30*time.Second, linked), "the children's links were never written")
 	// A silence set before the loss still holds after it: this silent device is never interrupted.
 	silenced := s.silent[0]
 	resp, err := http.Post(s.hb.HTTP+"/v1/silences", "application/json",
@@ -79,23 +113,21 @@ func TestChaosRedisDataLost(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 
-	s.redis.Kill(t)
-	require.NoError(t, os.RemoveAll(filepath.Join(s.redis.Dir(), "appendonlydir")))
-	s.redis.Start(t)
+	lose()
 	require.True(t, poll(30*time.Second, func() bool { n, _, _ := s.hb.Metric("heartbeatd_redis_data_lost_total"); return n == 1 }),
 		"the loss was not counted\n%s", s.hb.LogTail())
 	waitReady(t, s.hb)
 	_, ready, err := readyz(s.hb)
 	require.NoError(t, err)
 	require.Contains(t, fmt.Sprint(ready["notes"]), "Redis lost heartbeatd's data")
-	require.True(t, poll(30*time.Second, linked), "the child's link was not written again after the loss\n%s", s.hb.LogTail())
+	require.True(t, poll(30*time.Second, linked), "the children's links were not written again after the loss\n%s", s.hb.LogTail())
 	stopFamily()
 
 	require.NoError(t, <-paced(s.p, s.silent, timeout))
 	s.silent = s.silent[1:]
-	expected := append(s.settle("redis_data_lost", 30*time.Second), gateway)
+	expected := append(s.settle(name, 30*time.Second), gateway)
 	s.events.await(t, event.Suppressed, children, 30*time.Second)
-	r := s.events.tallyInterrupted("redis_data_lost", s.n+1+len(children), expected)
+	r := s.events.tallyInterrupted(name, s.n+1+len(children), expected)
 	report(t, r.plus(s.events.tally(event.Suppressed, "", 0, children)), func() string { return explainLost(s.hb, r.lostIDs) }, s.hb.LogTail)
 }
 
