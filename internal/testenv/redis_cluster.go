@@ -19,18 +19,24 @@ import (
 // RedisClusterOptions configures StartRedisCluster.
 type RedisClusterOptions struct {
 	// Masters is the number of master nodes (default 3, the fewest redis-cli --cluster create accepts).
-	// There are no replicas.
 	Masters int
+	// Replicas is the number of replicas of each master (default 0), for tests of a failover.
+	Replicas int
+	// NodeTimeout is cluster-node-timeout: how long a master may be unreachable before its replica
+	// takes over (default 5s).
+	NodeTimeout time.Duration
 }
 
 // RedisCluster is a Redis Cluster of local redis-server processes, each on its own client and bus port
 // and in its own directory, with the 16384 hash slots spread over the masters by redis-cli.
 type RedisCluster struct {
-	Addrs []string // "127.0.0.1:port" of every master
+	Addrs []string // "127.0.0.1:port" of every node, masters and replicas
 
-	dir    string
-	ownDir bool // made by the launcher, removed by Close
-	nodes  []*clusterNode
+	dir         string
+	ownDir      bool // made by the launcher, removed by Close
+	nodes       []*clusterNode
+	replicas    int
+	nodeTimeout time.Duration
 }
 
 type clusterNode struct {
@@ -54,11 +60,11 @@ func LaunchRedisCluster(ctx context.Context, dir string, opts RedisClusterOption
 	if err != nil {
 		return nil, err
 	}
-	c := &RedisCluster{}
+	c := &RedisCluster{replicas: opts.Replicas, nodeTimeout: cmp.Or(opts.NodeTimeout, 5*time.Second)}
 	if c.dir, c.ownDir, err = serverDir(dir, "redis-cluster"); err != nil {
 		return nil, err
 	}
-	if err := c.launch(ctx, n, srvPath, cli); err != nil {
+	if err := c.launch(ctx, n*(1+opts.Replicas), srvPath, cli); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -90,7 +96,7 @@ func (c *RedisCluster) launch(ctx context.Context, n int, srvPath, cli string) e
 				return err
 			}
 			node.addr = "127.0.0.1:" + strconv.Itoa(node.port)
-			node.args = node.arguments()
+			node.args = node.arguments(c.nodeTimeout)
 			return nil
 		})
 		if err != nil {
@@ -104,7 +110,7 @@ func (c *RedisCluster) launch(ctx context.Context, n int, srvPath, cli string) e
 	return c.awaitOK(ctx)
 }
 
-func (n *clusterNode) arguments() []string {
+func (n *clusterNode) arguments(nodeTimeout time.Duration) []string {
 	return []string{
 		"--port", strconv.Itoa(n.port),
 		"--cluster-port", strconv.Itoa(n.busPort),
@@ -116,7 +122,7 @@ func (n *clusterNode) arguments() []string {
 		"--appendonly", "no",
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes.conf", // in --dir
-		"--cluster-node-timeout", "5000",
+		"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
 		"--enable-debug-command", "local",
 	}
 }
@@ -126,7 +132,7 @@ func (c *RedisCluster) create(ctx context.Context, cli string) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(c.replicas), "--cluster-yes")
 	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("testenv: redis-cli --cluster create: %w\n%s\n%s", err, out, c.LogTail())
@@ -134,14 +140,18 @@ func (c *RedisCluster) create(ctx context.Context, cli string) error {
 	return nil
 }
 
-// awaitOK polls CLUSTER INFO on every node until each reports cluster_state:ok and knows every master:
-// only then do all nodes route every slot the same way.
+// awaitOK polls CLUSTER INFO on every node until each reports cluster_state:ok and knows every node, and
+// every replica is in sync with its master: only then do all nodes route every slot the same way, and a
+// master's writes reach its replica.
 func (c *RedisCluster) awaitOK(ctx context.Context) error {
 	deadline := time.Now().Add(startTimeout)
 	var last error
 	for _, addr := range c.Addrs {
 		for {
-			if last = clusterOK(addr, len(c.Addrs)); last == nil {
+			if last = clusterOK(addr, len(c.Addrs)); last == nil && c.replicas > 0 {
+				last = replicaInSync(addr)
+			}
+			if last == nil {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -174,6 +184,57 @@ func clusterOK(addr string, masters int) error {
 	return nil
 }
 
+// replicaInSync returns nil for a master, and for a replica whose link to its master is up.
+func replicaInSync(addr string) error {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	info, err := rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return err
+	}
+	if strings.Contains(info, "role:slave") && !strings.Contains(info, "master_link_status:up") {
+		return fmt.Errorf("%s: replica not in sync with its master yet", addr)
+	}
+	return nil
+}
+
+// KillMasterOf kills (SIGKILL) the master that holds key and waits until one of its replicas has taken
+// over: a failover. The cluster needs Replicas; it is left with the killed node down.
+func (c *RedisCluster) KillMasterOf(tb testing.TB, key string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout+2*c.nodeTimeout)
+	defer cancel()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	defer rdb.Close()
+	master, err := rdb.MasterForKey(ctx, key)
+	if err != nil {
+		tb.Fatalf("testenv: the master of %q: %v", key, err)
+	}
+	victim := master.Options().Addr
+	for _, n := range c.nodes {
+		if n.addr == victim {
+			n.Kill(tb)
+		}
+	}
+	for {
+		// A new client each time: one reads the slots' owners once, from any node that answers.
+		after := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, MaxRetries: -1})
+		m, err := after.MasterForKey(ctx, key)
+		moved := err == nil && m.Options().Addr != victim && m.Ping(ctx).Err() == nil
+		_ = after.Close()
+		if moved {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("testenv: no replica took over from %s: %v\n%s", victim, ctx.Err(), c.LogTail())
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
 // Client returns a go-redis cluster client, closed by tb.Cleanup.
 func (c *RedisCluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
@@ -196,6 +257,9 @@ func (c *RedisCluster) flush() error {
 		err := rdb.FlushAll(ctx).Err()
 		if err == nil {
 			err = rdb.ScriptFlush(ctx).Err()
+		}
+		if err != nil && strings.HasPrefix(err.Error(), "READONLY") {
+			err = nil // a replica: its master's flush empties it
 		}
 		cancel()
 		_ = rdb.Close()
@@ -237,8 +301,9 @@ func (c *RedisCluster) Close() {
 	}
 }
 
-// StartRedisCluster starts opts.Masters cluster-enabled redis-servers on free loopback ports, joins them
-// with `redis-cli --cluster create … --cluster-replicas 0 --cluster-yes`, and waits until every node
+// StartRedisCluster starts opts.Masters × (1 + opts.Replicas) cluster-enabled redis-servers on free
+// loopback ports, joins them with `redis-cli --cluster create … --cluster-replicas <Replicas>
+// --cluster-yes`, and waits until every node
 // reports cluster_state:ok. tb.Cleanup kills the nodes. A missing redis-server or redis-cli skips the
 // test, or fails it with CI=true (see Need).
 //

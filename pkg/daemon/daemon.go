@@ -152,7 +152,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	if err != nil {
 		return fail(fmt.Errorf("redis.tls: %w", err))
 	}
-	d.rdb = redis.NewUniversalClient(&redis.UniversalOptions{
+	d.rdb = newRedisClient(&redis.UniversalOptions{
 		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
 		TLSConfig: redisTLS, PoolSize: cfg.Redis.PoolSize,
 	})
@@ -598,6 +598,22 @@ func (d *daemon) closeClients() {
 type redisLogger struct{ log *zap.SugaredLogger }
 
 func (l redisLogger) Printf(_ context.Context, format string, v ...any) { l.log.Debugf(format, v...) }
+
+// clusterStateReload bounds how long a Redis Cluster client keeps sending to a master that died: go-redis
+// reloads the slots' owners only on a redirect or after ClusterStateReloadInterval (60s by default),
+// and a dead master answers no redirect, so the deadline writes to its slots failed for a minute after
+// its replica took over (go-redis issue 3979). A reload is one CLUSTER SLOTS, at most this often.
+const clusterStateReload = time.Second
+
+// newRedisClient is redis.NewUniversalClient with clusterStateReload for a cluster (several addresses).
+func newRedisClient(o *redis.UniversalOptions) redis.UniversalClient {
+	if len(o.Addrs) <= 1 {
+		return redis.NewUniversalClient(o)
+	}
+	c := o.Cluster()
+	c.ClusterStateReloadInterval = clusterStateReload
+	return redis.NewClusterClient(c)
+}
 
 func b2f(b bool) float64 {
 	if b {

@@ -53,6 +53,26 @@ func redisRestart(t *testing.T, name string, down time.Duration) {
 	require.Zero(t, lost, "Redis came back with its data: no loss to report")
 }
 
+// TestChaosRedisClusterFailover kills the Redis Cluster master that holds the slot layout and the
+// silences (every replica's heartbeat reads it) while signals flow and deadlines pass, and its replica
+// takes over. Signals that could not be stored land afterwards, every silent device is reported, no keeper
+// is, and a failover to a replica in sync is not reported as lost data.
+func TestChaosRedisClusterFailover(t *testing.T) {
+	cluster := testenv.StartRedisCluster(t, testenv.RedisClusterOptions{Replicas: 1, NodeTimeout: time.Second})
+	s := startScenario(t, daemonOptions{redisCluster: cluster})
+	s.keepers(2)
+	sent := paced(s.p, s.silent, timeout)
+	s.firstInterruption()
+	cluster.KillMasterOf(t, deadline.NewKeyspace("").Layout())
+	require.NoError(t, <-sent)
+	waitReady(t, s.hb)
+	s.finish("redis_cluster_failover", "redis", 30*time.Second)
+	lost, found, err := s.hb.Metric("heartbeatd_redis_data_lost_total")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Zero(t, lost, "the replica that took over had the data: no loss to report")
+}
+
 // TestChaosRedisDataLost loses Redis's data while the fleet signals: "standalone" restarts Redis without
 // its files (run without persistence, or its files lost); "cluster_master" empties the one Redis Cluster
 // master that holds the silences while the layout's master keeps its data (the key prefix "test" puts
