@@ -215,9 +215,9 @@ func TestSilencesOutliveTheirMasterLosingThem(t *testing.T) {
 		require.NoError(t, err)
 		testenv.LoseDataOf(t, f.rdb, keys.Silences())
 		if _, cluster := f.rdb.(*redis.ClusterClient); cluster {
-			kept, err := f.rdb.HGet(ctx, keys.Layout(), "epoch").Result()
+			after, err := f.rdb.HGet(ctx, keys.Layout(), "epoch").Result()
 			require.NoError(t, err)
-			require.Equal(t, epoch, kept, "the layout's master must be another one for this test")
+			require.Equal(t, epoch, after, "the layout's master must be another one for this test")
 		}
 		for _, s := range []*Silences{other, sil} {
 			require.NoError(t, s.Load(ctx))
