@@ -162,20 +162,30 @@ func LoseData(tb testing.TB, rdb redis.UniversalClient) {
 }
 
 // LoseDataOf empties the master that holds key (FLUSHALL), as one Redis Cluster master restarted without
-// persistence comes back while the others keep their data; on a standalone Redis it is LoseData.
-func LoseDataOf(tb testing.TB, rdb redis.UniversalClient, key string) {
+// persistence comes back while the others keep their data; on a standalone Redis it is LoseData. On a
+// cluster, each of keep must live on another master (the test's premise), or the test fails first.
+func LoseDataOf(tb testing.TB, rdb redis.UniversalClient, key string, keep ...string) {
 	tb.Helper()
-	ctx := context.Background()
-	var err error
-	if c, ok := rdb.(*redis.ClusterClient); ok {
-		var m *redis.Client
-		if m, err = c.MasterForKey(ctx, key); err == nil {
-			err = m.FlushAll(ctx).Err()
-		}
-	} else {
-		err = rdb.FlushAll(ctx).Err()
+	c, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		LoseData(tb, rdb)
+		return
 	}
-	if err != nil {
+	ctx := context.Background()
+	master := func(key string) *redis.Client {
+		m, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			tb.Fatalf("testenv: the redis master of %q: %v", key, err)
+		}
+		return m
+	}
+	lost := master(key)
+	for _, k := range keep {
+		if master(k).Options().Addr == lost.Options().Addr {
+			tb.Fatalf("testenv: %q and %q live on one master; the test needs them apart", key, k)
+		}
+	}
+	if err := lost.FlushAll(ctx).Err(); err != nil {
 		tb.Fatalf("testenv: flush the redis master of %q: %v", key, err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -211,14 +210,7 @@ func TestSilencesOutliveTheirMasterLosingThem(t *testing.T) {
 		require.NoError(t, other.Load(ctx))
 
 		keys := deadline.NewKeyspace("test")
-		epoch, err := f.rdb.HGet(ctx, keys.Layout(), "epoch").Result()
-		require.NoError(t, err)
-		testenv.LoseDataOf(t, f.rdb, keys.Silences())
-		if _, cluster := f.rdb.(*redis.ClusterClient); cluster {
-			after, err := f.rdb.HGet(ctx, keys.Layout(), "epoch").Result()
-			require.NoError(t, err)
-			require.Equal(t, epoch, after, "the layout's master must be another one for this test")
-		}
+		testenv.LoseDataOf(t, f.rdb, keys.Silences(), keys.Layout())
 		for _, s := range []*Silences{other, sil} {
 			require.NoError(t, s.Load(ctx))
 			require.Equal(t, kept.Ends, s.SilencedUntil("d1", "default", f.clock.Now()))
