@@ -22,12 +22,14 @@ import (
 //   - parent links it remembers are written again by each child's next signal, not 10 minutes later, so
 //     a gateway that falls silent after the loss is still one event and not a storm of its children;
 //   - the type names it knows go back into the registry under the indexes the scores already use, so a
-//     replica that starts after the loss gives no name another index.
+//     replica that starts after the loss gives no name another index;
+//   - the per-device timeouts it applies go back into their table (SyncOverrides), so a device with a
+//     longer timeout than its type's is not reported at its type's deadline.
 //
 // The types it remembers per device stay: an untyped signal keeps its device's type, and its write
 // records the type in Redis again. The silences go back too (alarm.Silences). What Redis alone held
-// (devices silent since before the loss, open incidents, registrations, parked events) is gone; DataLost
-// lets the daemon say so.
+// (devices silent since before the loss, open incidents, registrations as such, parked events) is gone;
+// DataLost lets the daemon say so.
 
 // dataLoss counts the losses a store noticed.
 type dataLoss struct {
@@ -35,6 +37,8 @@ type dataLoss struct {
 	last  atomic.Int64 // unix ms of the last one noticed
 	// typesOwed is set while the type registry has not been written back since the last loss.
 	typesOwed atomic.Bool
+	// overridesOwed is set while the per-device timeouts have not been written back since the last loss.
+	overridesOwed atomic.Bool
 
 	mu     sync.Mutex // one layout read at a time follows the losses
 	losses int64      // the layout's losses field as this store last accounted for it
@@ -151,6 +155,7 @@ func (s *Store) dataLost() {
 	s.lost.count.Add(1)
 	s.links.forgetAll()
 	s.lost.typesOwed.Store(true)
+	s.lost.overridesOwed.Store(true)
 }
 
 // payTypes writes the type registry back while it is owed, at each layout read until it succeeds: a

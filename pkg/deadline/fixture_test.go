@@ -11,10 +11,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
-var timeoutOf = testenv.TypeTimeouts(map[string]time.Duration{"default": 60 * time.Second, "gateway": 30 * time.Second, "sensor": 10 * time.Minute})
+var byType = testenv.TypeTimeouts(map[string]time.Duration{"default": 60 * time.Second, "gateway": 30 * time.Second, "sensor": 10 * time.Minute})
+
+// timeoutOf times the fixture's types, and a registered device's own timeout name by that timeout, as
+// the daemon's policies do.
+func timeoutOf(name string) time.Duration {
+	if _, d, ok := config.PerDevice(name); ok {
+		return d
+	}
+	return byType(name)
+}
 
 type fixture struct {
 	store *deadline.Store

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -271,5 +272,51 @@ func TestStoresNoticeOneMasterLosingItsData(t *testing.T) {
 		parents, err = f.store.ParentsOf(ctx, ids)
 		require.NoError(t, err)
 		require.Equal(t, slices.Repeat([]string{"gw"}, len(ids)), parents)
+	})
+}
+
+// TestOwnTimeoutsOutliveRedisLosingThem: after a loss, a replica whose table sync comes before its layout
+// read writes back the per-device timeouts it applies (the table's version went back), and so does one
+// that noticed the loss first; a replica started afterwards applies them too.
+func TestOwnTimeoutsOutliveRedisLosingThem(t *testing.T) {
+	eachBackend(t, 4, func(t *testing.T, f fixture) {
+		ctx := t.Context()
+		other := newStore(t, f.rdb, 4, f.clock.Now, nil)
+		for _, s := range []*deadline.Store{f.store, other} {
+			_, err := s.SyncLayout(ctx, 4)
+			require.NoError(t, err)
+		}
+		_, err := f.store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 90_000}}, []string{""})
+		require.NoError(t, err)
+		require.NoError(t, other.SyncOverrides(ctx))
+		own := config.PerDeviceType("gateway", 90*time.Second)
+		appliedBy := func(s *deadline.Store) {
+			t.Helper()
+			seen := f.clock.Now()
+			require.NoError(t, s.Refresh(ctx, []deadline.Signal{{Device: "own", Type: "gateway", Seen: seen}}))
+			d, _ := f.device(t, "own")
+			require.Equal(t, own, d.Type)
+			require.Equal(t, seen.Add(90*time.Second), d.Deadline, "its own timeout, not the type's 30s")
+			f.clock.Advance(time.Millisecond)
+		}
+		appliedBy(other)
+
+		testenv.LoseData(t, f.rdb)
+		require.NoError(t, other.SyncOverrides(ctx), "before any layout read")
+		lost, _ := other.DataLost()
+		require.Equal(t, int64(1), lost, "the version going back was checked")
+		appliedBy(other)
+		_, err = f.store.RefreshLayout(ctx)
+		require.NoError(t, err)
+		require.NoError(t, f.store.SyncOverrides(ctx))
+		appliedBy(f.store)
+
+		later := newStore(t, f.rdb, 4, f.clock.Now, nil)
+		_, err = later.SyncLayout(ctx, 4)
+		require.NoError(t, err)
+		require.NoError(t, later.SyncOverrides(ctx))
+		appliedBy(later)
+		require.NoError(t, other.SyncOverrides(ctx))
+		appliedBy(other)
 	})
 }

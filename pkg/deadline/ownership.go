@@ -184,7 +184,7 @@ func (o *Ownership) tick(ctx context.Context) error {
 	if n, at := o.store.DataLost(); n > o.lostSeen {
 		o.lostSeen = n
 		o.log.Error("Redis lost heartbeatd's data (the slot layout written anew, or a slot's epoch marker gone from its master); what Redis alone held is gone "+
-			"(/readyz notes say what), the parent links and type names this replica remembers are written again", zap.Time("noticed", at))
+			"(/readyz notes say what), the parent links, type names and per-device timeouts this replica remembers are written again", zap.Time("noticed", at))
 	}
 	if l.Moving() && o.opts.RetireAfter > 0 {
 		if retired, err := o.store.RetireLayout(ctx, o.opts.RetireAfter); err != nil {

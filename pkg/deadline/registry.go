@@ -187,16 +187,26 @@ type overrideTable struct {
 type perDeviceTypes struct{ table atomic.Pointer[overrideTable] }
 
 // SyncOverrides reads the per-device timeout table when its version in Redis moved since the last read.
-// The daemon calls it every few seconds; a registration applies on every replica within that long.
+// The daemon calls it every few seconds; a registration applies on every replica within that long. After
+// a data loss it first writes back the table it holds: the version only grows, so one that went back is
+// a loss even before the layout read has noticed it.
 func (s *Store) SyncOverrides(ctx context.Context) error {
-	v, err := s.rdb.Get(ctx, s.keys.overridesVersion()).Int64()
-	if errors.Is(err, redis.Nil) {
-		v, err = 0, nil
-	}
+	v, err := s.overridesVersion(ctx)
 	if err != nil {
-		return fmt.Errorf("deadline: overrides version: %w", err)
+		return err
 	}
-	if cur := s.perDevice.table.Load(); cur != nil && cur.version == v {
+	cur := s.perDevice.table.Load()
+	if cur != nil && v < cur.version && !s.lost.overridesOwed.Load() {
+		if _, err := s.CheckDataLost(ctx); err != nil {
+			return err
+		}
+	}
+	if s.lost.overridesOwed.Load() {
+		if v, err = s.restoreOverrides(ctx, cur, v); err != nil {
+			return err
+		}
+	}
+	if cur != nil && cur.version == v {
 		return nil
 	}
 	all, err := s.rdb.HGetAll(ctx, s.keys.overrides()).Result()
@@ -215,6 +225,49 @@ func (s *Store) SyncOverrides(ctx context.Context) error {
 	s.perDevice.table.Store(&overrideTable{version: v, byDev: all})
 	return nil
 }
+
+func (s *Store) overridesVersion(ctx context.Context) (int64, error) {
+	v, err := s.rdb.Get(ctx, s.keys.overridesVersion()).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("deadline: overrides version: %w", err)
+	}
+	return v, nil
+}
+
+// restoreOverrides writes back the per-device timeouts of table that Redis no longer holds, leaving any
+// device written since as it is, and moves the version past both the table's and Redis's (v) so every
+// replica reads the table again. It returns the version after it.
+func (s *Store) restoreOverrides(ctx context.Context, table *overrideTable, v int64) (int64, error) {
+	if table == nil || len(table.byDev) == 0 {
+		s.lost.overridesOwed.Store(false)
+		return v, nil
+	}
+	// Types first: a name registered before the registry's write-back would get another index.
+	if err := s.payTypes(ctx); err != nil {
+		return 0, err
+	}
+	pipe := s.rdb.Pipeline()
+	for dev, name := range table.byDev {
+		pipe.HSetNX(ctx, s.keys.overrides(), dev, name)
+		if pipe.Len() == restorePipeline {
+			if _, err := pipe.Exec(ctx); err != nil {
+				return 0, fmt.Errorf("deadline: restore overrides: %w", err)
+			}
+		}
+	}
+	next := pipe.IncrBy(ctx, s.keys.overridesVersion(), table.version+1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("deadline: restore overrides: %w", err)
+	}
+	s.lost.overridesOwed.Store(false)
+	return next.Val(), nil
+}
+
+// restorePipeline bounds the commands one write-back sends at once.
+const restorePipeline = 4096
 
 // applyOverrides records the signals of devices with their own timeout under its name. A fleet without
 // any pays one atomic load per batch.
