@@ -116,6 +116,21 @@ func fleet(n int, prefix string, seen time.Time, typeOf func(i int) string) []de
 // gateways is a fleet type function: every device a gateway.
 func gateways(int) string { return "gateway" }
 
+// replicas returns f.store and n-1 more stores on its Redis and clock, each having read the layout of
+// slots, as the replicas of one deployment have.
+func (f fixture) replicas(t *testing.T, slots, n int) []*deadline.Store {
+	t.Helper()
+	stores := []*deadline.Store{f.store}
+	for range n - 1 {
+		stores = append(stores, newStore(t, f.rdb, slots, f.clock.Now, nil))
+	}
+	for _, s := range stores {
+		_, err := s.SyncLayout(t.Context(), slots)
+		require.NoError(t, err)
+	}
+	return stores
+}
+
 // device returns what Redis knows of id and whether it knows anything.
 func (f fixture) device(t *testing.T, id string) (deadline.Device, bool) {
 	t.Helper()

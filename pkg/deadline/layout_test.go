@@ -175,11 +175,7 @@ func TestReplayAfterDoublingDoesNotReopenIncident(t *testing.T) {
 func TestStoresNoticeRedisLostTheirData(t *testing.T) {
 	eachBackend(t, 8, func(t *testing.T, f fixture) {
 		ctx := t.Context()
-		other := newStore(t, f.rdb, 8, f.clock.Now, nil)
-		for _, s := range []*deadline.Store{f.store, other} {
-			_, err := s.SyncLayout(ctx, 8)
-			require.NoError(t, err)
-		}
+		other := f.replicas(t, 8, 2)[1]
 		registry := func() map[string]string {
 			all, err := f.rdb.HGetAll(ctx, f.store.Keys().Types()).Result()
 			require.NoError(t, err)
@@ -229,11 +225,7 @@ func TestStoresNoticeOneMasterLosingItsData(t *testing.T) {
 	eachBackend(t, 8, func(t *testing.T, f fixture) {
 		ctx := t.Context()
 		keys := f.store.Keys()
-		stores := []*deadline.Store{f.store, newStore(t, f.rdb, 8, f.clock.Now, nil)}
-		for _, s := range stores {
-			_, err := s.SyncLayout(ctx, 8)
-			require.NoError(t, err)
-		}
+		stores := f.replicas(t, 8, 2)
 		var children []deadline.Signal
 		var ids []string
 		for i := range 20 {
@@ -281,11 +273,7 @@ func TestStoresNoticeOneMasterLosingItsData(t *testing.T) {
 func TestOwnTimeoutsOutliveRedisLosingThem(t *testing.T) {
 	eachBackend(t, 4, func(t *testing.T, f fixture) {
 		ctx := t.Context()
-		other := newStore(t, f.rdb, 4, f.clock.Now, nil)
-		for _, s := range []*deadline.Store{f.store, other} {
-			_, err := s.SyncLayout(ctx, 4)
-			require.NoError(t, err)
-		}
+		other := f.replicas(t, 4, 2)[1]
 		_, err := f.store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 90_000}}, []string{""})
 		require.NoError(t, err)
 		require.NoError(t, other.SyncOverrides(ctx))
