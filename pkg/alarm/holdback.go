@@ -67,6 +67,10 @@ type HoldBackOptions struct {
 	// it is set: a short outage may fall between two ticks, and the scanners may reach Redis again before
 	// the retried writes land.
 	WriteFailure func() time.Time
+	// WriteTrouble, when set, is the latest span that is over in which writes were refused or went
+	// unanswered (the chain's LastWriteTrouble, on the shared clock). A Redis that froze also blocked
+	// every loop that would have seen WriteFailure meanwhile; the span still becomes a window.
+	WriteTrouble func() (from, to time.Time)
 	// ClockCheck, when set, says whether this replica's clock may be trusted (Clock.Check). While it
 	// fails, Watermark claims nothing, for at most MaxHoldBack.
 	ClockCheck func() error
@@ -115,6 +119,7 @@ type HoldBack struct {
 	local      []Window // this replica's
 	remote     []Window // the other replicas', as last read from Redis
 	lastShared time.Time
+	troubleTo  time.Time // the end of the last write trouble recorded as a window
 	clockBad   time.Time // since when ClockCheck fails; zero while it passes
 	clockErr   error
 	peers      map[string]entry       // the other replicas carrying shares, as last read
@@ -505,10 +510,12 @@ func (h *HoldBack) tick(ctx context.Context) error {
 		pipe.HDel(ctx, keys.Health(), stale...)
 		_, _ = pipe.Exec(ctx)
 	}
+	// The round trip may have waited long on a frozen Redis: what is healthy now is healthy from now.
+	after := h.opts.Now()
 	h.mu.Lock()
 	h.lastShared = now
-	if !h.writesRefusedLocked(now) {
-		h.closeLocked(windowRedis, now)
+	if !h.writesRefusedLocked(after) {
+		h.closeLocked(windowRedis, after)
 	}
 	h.remote = remote
 	h.followMembersLocked(now, peers)
@@ -579,13 +586,26 @@ func (h *HoldBack) redisDown(now time.Time) {
 const redisUnreachable = "redis unreachable"
 
 // writesRefusedLocked keeps the Redis window open while WriteFailure reports refused deadline writes,
-// from their start at the latest: the refused batch held signals received before its first attempt. It
-// reports whether writes are refused.
+// from their start at the latest: the refused batch held signals received before its first attempt. A
+// span of trouble that ended unseen (WriteTrouble) becomes the window it would have been. It reports
+// whether writes are refused.
 func (h *HoldBack) writesRefusedLocked(now time.Time) bool {
-	if h.opts.WriteFailure == nil {
-		return false
+	var since time.Time
+	if h.opts.WriteFailure != nil {
+		since = h.opts.WriteFailure()
 	}
-	since := h.opts.WriteFailure()
+	// Read after WriteFailure: a trouble ends (and is recorded) before the failure is cleared.
+	if h.opts.WriteTrouble != nil {
+		if from, to := h.opts.WriteTrouble(); to.After(h.troubleTo) {
+			h.troubleTo = to
+			if i := h.find(windowRedis); i < 0 || !h.local[i].Live(now) {
+				h.log.Warn("deadline writes were refused or unanswered, unseen until now: holding detection back over that span",
+					zap.Time("from", from), zap.Time("to", to))
+			}
+			h.recordLocked(now, Window{ID: windowRedis, Cause: CauseRedis, Scope: ScopeAll, From: earliestSet(h.lastShared, from),
+				To: to, Reason: redisRefusedWrites})
+		}
+	}
 	if since.IsZero() {
 		return false
 	}

@@ -133,6 +133,81 @@ func TestHoldBackRefusedWritesHoldAtOnce(t *testing.T) {
 	require.Equal(t, clk.Now(), hb.Watermark(clk.Now()))
 }
 
+// TestHoldBackRecordsWriteTroubleNoOneSaw: a Redis that froze blocked every loop that reads the writes'
+// failure, the scanners' claims and the ticks alike, and its writes were answered the moment it woke,
+// before the signals that queued meanwhile were written. The span of that trouble still holds detection
+// back, from its start until a grace after its end, once; a span already recorded is not again.
+func TestHoldBackRecordsWriteTroubleNoOneSaw(t *testing.T) {
+	rdb, clk := holdBackRedis(t)
+	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
+	var from, to atomic.Int64 // unix ms of the last trouble; 0: none
+	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+		o.WriteFailure = func() time.Time { return time.Time{} }
+		o.WriteTrouble = func() (time.Time, time.Time) {
+			if to.Load() == 0 {
+				return time.Time{}, time.Time{}
+			}
+			return time.UnixMilli(from.Load()), time.UnixMilli(to.Load())
+		}
+	})
+	ctx := context.Background()
+	require.NoError(t, hb.Start(ctx))
+	at(time.Second)
+	require.NoError(t, hb.tick(ctx))
+	require.Equal(t, clk.Now(), hb.Watermark(clk.Now()))
+
+	from.Store(holdBackT0.Add(2 * time.Second).UnixMilli())
+	to.Store(holdBackT0.Add(8 * time.Second).UnixMilli())
+	require.Equal(t, holdBackT0.Add(time.Second), hb.Watermark(at(8100*time.Millisecond)),
+		"held at the first look, from the last share before the trouble")
+	require.NoError(t, hb.tick(ctx))
+	st := hb.Status()
+	require.True(t, st.Active)
+	require.Equal(t, redisRefusedWrites, st.Reason)
+	require.Equal(t, holdBackT0.Add(18*time.Second), st.Until, "a grace after the trouble ended")
+
+	at(18*time.Second + time.Millisecond)
+	require.NoError(t, hb.tick(ctx))
+	require.False(t, hb.Status().Active)
+	require.Equal(t, clk.Now(), hb.Watermark(clk.Now()), "the same span is recorded once")
+}
+
+// TestHoldBackTickThatWaitedClosesWhenItReturns: a tick that waited seconds on a frozen Redis closes
+// the Redis window at the time it returned: closed at its start, the grace would already be over and the
+// signals still queued behind the freeze could be overtaken by a claim.
+func TestHoldBackTickThatWaitedClosesWhenItReturns(t *testing.T) {
+	rdb, clk := holdBackRedis(t)
+	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
+	var refusedSince atomic.Int64 // unix ms; 0 while writes succeed
+	var wait atomic.Int64         // how long the next tick waits after its start
+	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+		o.WriteFailure = func() time.Time {
+			if ms := refusedSince.Load(); ms != 0 {
+				return time.UnixMilli(ms)
+			}
+			return time.Time{}
+		}
+		// The probes are read first in a tick: this one stands for the wait that follows.
+		o.Probes = []Probe{{Name: "slow", Trouble: func(time.Time) (time.Time, string) {
+			clk.Advance(time.Duration(wait.Swap(0)))
+			return time.Time{}, ""
+		}}}
+	})
+	ctx := context.Background()
+	require.NoError(t, hb.Start(ctx))
+	at(time.Second)
+	require.NoError(t, hb.tick(ctx))
+
+	refusedSince.Store(holdBackT0.Add(1500 * time.Millisecond).UnixMilli())
+	require.Equal(t, holdBackT0.Add(time.Second), hb.Watermark(at(3*time.Second)))
+	refusedSince.Store(0)
+	wait.Store(int64(6 * time.Second))
+	require.NoError(t, hb.tick(ctx))
+	st := hb.Status()
+	require.True(t, st.Active)
+	require.Equal(t, holdBackT0.Add(19*time.Second), st.Until, "a grace after the tick returned at 9s")
+}
+
 // TestWindowsSharedAcrossReplicas: a window one replica opens holds every replica back once shared, with
 // its cause, scope and reason; its grace after it closes holds them too; a replica that dies with a
 // window open leaves it holding until the grace after its last word.

@@ -233,6 +233,12 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 			}
 			return time.Time{}
 		},
+		WriteTrouble: func() (time.Time, time.Time) {
+			if t := d.chain.LastWriteTrouble(); !t.To.IsZero() {
+				return d.shared(t.From), d.shared(t.To)
+			}
+			return time.Time{}, time.Time{}
+		},
 		MaxHoldBack: cfg.Detection.MaxHoldBack, Stall: cfg.Detection.Stall, ClockCheck: d.clock.Check, Now: d.clock.Now,
 		Logger: log, Registerer: reg,
 		OnChange: func(active bool) { d.metrics.HoldBack.Set(b2f(active)) }})

@@ -72,9 +72,11 @@ type Chain struct {
 	settled      time.Time            // when failing last fell to 0
 	writeFailure atomic.Pointer[WriteFailure]
 	oldestWrite  atomic.Int64
-	tokens       chan struct{} // one per batch between dispatch and acknowledgement
-	freed        chan struct{} // a batch was released: the batcher may stop lingering
-	done         chan struct{} // closed when Run returns
+	// troubled is the latest span, over, in which a write was refused or went unanswered past StuckWrite.
+	troubled atomic.Pointer[WriteSpan]
+	tokens   chan struct{} // one per batch between dispatch and acknowledgement
+	freed    chan struct{} // a batch was released: the batcher may stop lingering
+	done     chan struct{} // closed when Run returns
 
 	inFlight atomic.Int64
 	seq      uint64 // batcher only
@@ -547,6 +549,9 @@ func (c *Chain) written(b *batch) {
 	c.failMu.Lock()
 	defer c.failMu.Unlock()
 	now := time.Now()
+	if at, ok := c.writes[b.seq]; ok && (b.failed || now.Sub(at) > c.opts.StuckWrite) {
+		c.troubledUntil(at, now)
+	}
 	delete(c.writes, b.seq)
 	if b.failed {
 		b.failed = false
@@ -568,6 +573,40 @@ func (c *Chain) written(b *batch) {
 	if c.failing == 0 && (oldest.IsZero() || !oldest.Before(c.settled)) {
 		c.writeFailure.Store(nil)
 	}
+}
+
+// troubledUntil records that a write dispatched at from was refused or unanswered until to; the span
+// grows while troubles follow each other within StuckWrite.
+func (c *Chain) troubledUntil(from, to time.Time) {
+	if f := c.writeFailure.Load(); f != nil && f.Since.Before(from) {
+		from = f.Since
+	}
+	if at := c.oldestWrite.Load(); at != 0 && time.Unix(0, at).Before(from) {
+		from = time.Unix(0, at)
+	}
+	if prev := c.troubled.Load(); prev != nil && !prev.To.Add(c.opts.StuckWrite).Before(from) {
+		if prev.From.Before(from) {
+			from = prev.From
+		}
+		if prev.To.After(to) {
+			to = prev.To
+		}
+	}
+	c.troubled.Store(&WriteSpan{From: from, To: to})
+}
+
+// WriteSpan is a span of time in which deadline writes were in trouble.
+type WriteSpan struct{ From, To time.Time }
+
+// LastWriteTrouble returns the latest span that is over in which a deadline write was refused or went
+// unanswered longer than StuckWrite: from the dispatch of the oldest write then in flight until one was
+// stored (zero when there was none). A reader that slept through it, waiting on the same frozen Redis,
+// learns of it afterwards, while the signals that queued meanwhile are still being written.
+func (c *Chain) LastWriteTrouble() WriteSpan {
+	if t := c.troubled.Load(); t != nil {
+		return *t
+	}
+	return WriteSpan{}
 }
 
 // errStuckWrite is the failure of a write that has not answered within StuckWrite.

@@ -482,6 +482,43 @@ func TestChainReportsWritesUnansweredDuringAFailure(t *testing.T) {
 	require.Eventually(t, func() bool { return f.acks.n() == 2 }, 5*time.Second, time.Millisecond)
 }
 
+// TestChainRemembersAWriteTroubleOnceOver: a stuck write and a refused one each leave the span of their
+// trouble behind once written (the hold-back may have been waiting on the same frozen Redis and seen
+// neither); one soon after the other extends the span, and a write answered in time leaves it as it is.
+func TestChainRemembersAWriteTroubleOnceOver(t *testing.T) {
+	ref := &fakeRefresher{slowRelease: make(chan struct{})}
+	ref.slowDevice.Store("stuck")
+	f := startChain(t, ref, ingest.ChainOptions{Batch: 1, StuckWrite: 50 * time.Millisecond})
+	require.Zero(t, f.chain.LastWriteTrouble())
+	before := time.Now()
+	f.submit(t, 0, ingest.Message{Device: "stuck"})
+	require.Eventually(t, func() bool { return ref.calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.chain.WriteFailure() != nil }, 5*time.Second, time.Millisecond)
+	require.Zero(t, f.chain.LastWriteTrouble(), "not over yet")
+	close(ref.slowRelease)
+	require.Eventually(t, func() bool { return f.acks.n() == 1 }, 5*time.Second, time.Millisecond)
+	stuck := f.chain.LastWriteTrouble()
+	require.False(t, stuck.From.Before(before))
+	require.GreaterOrEqual(t, stuck.To.Sub(stuck.From), 50*time.Millisecond)
+
+	f.submit(t, 1, ingest.Message{Device: "in-time"})
+	require.Eventually(t, func() bool { return f.acks.n() == 2 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, stuck, f.chain.LastWriteTrouble(), "a write answered in time is no trouble")
+
+	ref.failDevice.Store("refused")
+	f.submit(t, 2, ingest.Message{Device: "refused"})
+	require.Eventually(t, func() bool { return f.chain.WriteFailure() != nil }, 5*time.Second, time.Millisecond)
+	ref.failDevice.Store("")
+	require.Eventually(t, func() bool { return f.acks.n() == 3 }, 10*time.Second, time.Millisecond)
+	refused := f.chain.LastWriteTrouble()
+	require.True(t, refused.To.After(stuck.To))
+	if refused.From.Sub(stuck.To) > 50*time.Millisecond {
+		require.True(t, refused.From.After(stuck.To), "a later trouble is a span of its own")
+	} else {
+		require.Equal(t, stuck.From, refused.From, "one soon after the other extends the span")
+	}
+}
+
 // TestChainReportsAStuckWrite: a write unanswered for longer than StuckWrite counts as refused from its
 // dispatch (a network that drops packets answers nothing for seconds), and ends when it is written.
 func TestChainReportsAStuckWrite(t *testing.T) {

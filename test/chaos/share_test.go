@@ -19,18 +19,7 @@ import (
 // tallies as scenario name what the survivor b reports. It returns b.
 func killOneOfTwo(t *testing.T, name string, sig func(*fleet) signaller, o daemonOptions) *testenv.Heartbeatd {
 	t.Helper()
-	f := startFleet(t)
-	o.replica = "replica-a"
-	a := f.startDaemon(o)
-	o.replica = "replica-b"
-	b := f.startDaemon(o)
-	s := &scenario{fleet: f, n: fleetSize(t), hb: b, silent: ids("silent", fleetSize(t))}
-	var keepVia signaller
-	if sig != nil {
-		s.p, keepVia = sig(f), sig(f)
-	} else {
-		s.p = f.publisher("devices")
-	}
+	s, keepVia, a, b := twoSharing(t, sig, o)
 	s.keepersVia(keepVia, 10)
 	sent := paced(s.p, s.silent, timeout)
 	s.awaitQuarter()
@@ -38,6 +27,25 @@ func killOneOfTwo(t *testing.T, name string, sig func(*fleet) signaller, o daemo
 	require.NoError(t, <-sent)
 	s.finish(name, name, 30*time.Second)
 	return b
+}
+
+// twoSharing starts replicas a and b with o's options under their names, and a scenario watched on b
+// whose devices signal through sig (nil: MQTT); keepVia is a second signaller of sig's kind for keepers
+// (nil with MQTT: keepers get a publisher of their own).
+func twoSharing(t *testing.T, sig func(*fleet) signaller, o daemonOptions) (s *scenario, keepVia signaller, a, b *testenv.Heartbeatd) {
+	t.Helper()
+	f := startFleet(t)
+	o.replica = "replica-a"
+	a = f.startDaemon(o)
+	o.replica = "replica-b"
+	b = f.startDaemon(o)
+	s = &scenario{fleet: f, n: fleetSize(t), hb: b, silent: ids("silent", fleetSize(t))}
+	if sig != nil {
+		s.p, keepVia = sig(f), sig(f)
+	} else {
+		s.p = f.publisher("devices")
+	}
+	return s, keepVia, a, b
 }
 
 // TestChaosReplicaKillMQTTShared: two replicas in one MQTT shared group (README's advice for splitting
