@@ -513,6 +513,12 @@ func (h *HoldBack) tick(ctx context.Context) error {
 	// The round trip may have waited long on a frozen Redis: what is healthy now is healthy from now.
 	after := h.opts.Now()
 	h.mu.Lock()
+	if after.Sub(now) > slowRoundTrip {
+		// The other replicas' windows just read are as old as the wait: what they opened meanwhile (their
+		// writes stuck behind the same Redis) reaches this replica at its next tick, within the grace.
+		h.recordLocked(after, Window{ID: windowRedis, Cause: CauseRedis, Scope: ScopeAll, From: earliestSet(h.lastShared, now),
+			To: after, Reason: redisUnreachable})
+	}
 	h.lastShared = now
 	if !h.writesRefusedLocked(after) {
 		h.closeLocked(windowRedis, after)
@@ -584,6 +590,10 @@ func (h *HoldBack) redisDown(now time.Time) {
 
 // redisUnreachable is the reason of the window redisDown opens.
 const redisUnreachable = "redis unreachable"
+
+// slowRoundTrip is how long a tick's round trip may take before its wait counts as Redis unreachable:
+// the ingest chain's default for a stuck write.
+const slowRoundTrip = time.Second
 
 // writesRefusedLocked keeps the Redis window open while WriteFailure reports refused deadline writes,
 // from their start at the latest: the refused batch held signals received before its first attempt. A

@@ -208,6 +208,37 @@ func TestHoldBackTickThatWaitedClosesWhenItReturns(t *testing.T) {
 	require.Equal(t, holdBackT0.Add(19*time.Second), st.Until, "a grace after the tick returned at 9s")
 }
 
+// TestHoldBackTickThatWaitedHoldsBack: a tick whose round trip took seconds read the other replicas'
+// windows as they were when it was sent; it holds back over its wait and a grace after, so that what they
+// opened meanwhile reaches it before a claim does. A round trip in time holds nothing.
+func TestHoldBackTickThatWaitedHoldsBack(t *testing.T) {
+	rdb, clk := holdBackRedis(t)
+	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
+	var wait atomic.Int64 // how long the next tick waits after its start
+	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+		// The probes are read first in a tick: this one stands for the wait that follows.
+		o.Probes = []Probe{{Name: "slow", Trouble: func(time.Time) (time.Time, string) {
+			clk.Advance(time.Duration(wait.Swap(0)))
+			return time.Time{}, ""
+		}}}
+	})
+	ctx := context.Background()
+	require.NoError(t, hb.Start(ctx))
+	at(time.Second)
+	wait.Store(int64(900 * time.Millisecond))
+	require.NoError(t, hb.tick(ctx))
+	require.False(t, hb.Status().Active, "a round trip within a second")
+
+	at(3 * time.Second)
+	wait.Store(int64(6 * time.Second))
+	require.NoError(t, hb.tick(ctx))
+	st := hb.Status()
+	require.True(t, st.Active)
+	require.Equal(t, redisUnreachable, st.Reason)
+	require.Equal(t, holdBackT0.Add(19*time.Second), st.Until, "a grace after the tick returned at 9s")
+	require.Equal(t, holdBackT0.Add(time.Second), hb.Watermark(clk.Now()), "from the last share before it")
+}
+
 // TestWindowsSharedAcrossReplicas: a window one replica opens holds every replica back once shared, with
 // its cause, scope and reason; its grace after it closes holds them too; a replica that dies with a
 // window open leaves it holding until the grace after its last word.
