@@ -138,11 +138,8 @@ func TestHoldBackRefusedWritesHoldAtOnce(t *testing.T) {
 // before the signals that queued meanwhile were written. The span of that trouble still holds detection
 // back, from its start until a grace after its end, once; a span already recorded is not again.
 func TestHoldBackRecordsWriteTroubleNoOneSaw(t *testing.T) {
-	rdb, clk := holdBackRedis(t)
-	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
 	var from, to atomic.Int64 // unix ms of the last trouble; 0: none
-	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
-		o.WriteFailure = func() time.Time { return time.Time{} }
+	hb, at, _ := startedHoldBack(t, func(o *HoldBackOptions) {
 		o.WriteTrouble = func() (time.Time, time.Time) {
 			if to.Load() == 0 {
 				return time.Time{}, time.Time{}
@@ -151,10 +148,9 @@ func TestHoldBackRecordsWriteTroubleNoOneSaw(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	require.NoError(t, hb.Start(ctx))
-	at(time.Second)
+	now := at(time.Second)
 	require.NoError(t, hb.tick(ctx))
-	require.Equal(t, clk.Now(), hb.Watermark(clk.Now()))
+	require.Equal(t, now, hb.Watermark(now))
 
 	from.Store(holdBackT0.Add(2 * time.Second).UnixMilli())
 	to.Store(holdBackT0.Add(8 * time.Second).UnixMilli())
@@ -166,26 +162,21 @@ func TestHoldBackRecordsWriteTroubleNoOneSaw(t *testing.T) {
 	require.Equal(t, redisRefusedWrites, st.Reason)
 	require.Equal(t, holdBackT0.Add(18*time.Second), st.Until, "a grace after the trouble ended")
 
-	at(18*time.Second + time.Millisecond)
+	now = at(18*time.Second + time.Millisecond)
 	require.NoError(t, hb.tick(ctx))
 	require.False(t, hb.Status().Active)
-	require.Equal(t, clk.Now(), hb.Watermark(clk.Now()), "the same span is recorded once")
+	require.Equal(t, now, hb.Watermark(now), "the same span is recorded once")
 }
 
-// TestHoldBackTickThatWaitedClosesWhenItReturns: a tick that waited seconds on a frozen Redis closes
-// the Redis window at the time it returned: closed at its start, the grace would already be over and the
-// signals still queued behind the freeze could be overtaken by a claim.
-func TestHoldBackTickThatWaitedClosesWhenItReturns(t *testing.T) {
+// slowTicks starts replica r1's hold-back on a fresh Redis (mod changes its options); its next tick
+// waits as long as wait holds after the tick's start, and at sets the clock to T0 + d.
+func startedHoldBack(t *testing.T, mod func(*HoldBackOptions)) (hb *HoldBack, at func(time.Duration) time.Time, wait *atomic.Int64) {
+	t.Helper()
 	rdb, clk := holdBackRedis(t)
-	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
-	var refusedSince atomic.Int64 // unix ms; 0 while writes succeed
-	var wait atomic.Int64         // how long the next tick waits after its start
-	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
-		o.WriteFailure = func() time.Time {
-			if ms := refusedSince.Load(); ms != 0 {
-				return time.UnixMilli(ms)
-			}
-			return time.Time{}
+	wait = new(atomic.Int64)
+	hb = newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+		if mod != nil {
+			mod(o)
 		}
 		// The probes are read first in a tick: this one stands for the wait that follows.
 		o.Probes = []Probe{{Name: "slow", Trouble: func(time.Time) (time.Time, string) {
@@ -193,8 +184,24 @@ func TestHoldBackTickThatWaitedClosesWhenItReturns(t *testing.T) {
 			return time.Time{}, ""
 		}}}
 	})
+	require.NoError(t, hb.Start(context.Background()))
+	return hb, func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }, wait
+}
+
+// TestHoldBackTickThatWaitedClosesWhenItReturns: a tick that waited seconds on a frozen Redis closes
+// the Redis window at the time it returned: closed at its start, the grace would already be over and the
+// signals still queued behind the freeze could be overtaken by a claim.
+func TestHoldBackTickThatWaitedClosesWhenItReturns(t *testing.T) {
+	var refusedSince atomic.Int64 // unix ms; 0 while writes succeed
+	hb, at, wait := startedHoldBack(t, func(o *HoldBackOptions) {
+		o.WriteFailure = func() time.Time {
+			if ms := refusedSince.Load(); ms != 0 {
+				return time.UnixMilli(ms)
+			}
+			return time.Time{}
+		}
+	})
 	ctx := context.Background()
-	require.NoError(t, hb.Start(ctx))
 	at(time.Second)
 	require.NoError(t, hb.tick(ctx))
 
@@ -212,18 +219,8 @@ func TestHoldBackTickThatWaitedClosesWhenItReturns(t *testing.T) {
 // windows as they were when it was sent; it holds back over its wait and a grace after, so that what they
 // opened meanwhile reaches it before a claim does. A round trip in time holds nothing.
 func TestHoldBackTickThatWaitedHoldsBack(t *testing.T) {
-	rdb, clk := holdBackRedis(t)
-	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
-	var wait atomic.Int64 // how long the next tick waits after its start
-	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
-		// The probes are read first in a tick: this one stands for the wait that follows.
-		o.Probes = []Probe{{Name: "slow", Trouble: func(time.Time) (time.Time, string) {
-			clk.Advance(time.Duration(wait.Swap(0)))
-			return time.Time{}, ""
-		}}}
-	})
+	hb, at, wait := startedHoldBack(t, nil)
 	ctx := context.Background()
-	require.NoError(t, hb.Start(ctx))
 	at(time.Second)
 	wait.Store(int64(900 * time.Millisecond))
 	require.NoError(t, hb.tick(ctx))
@@ -236,7 +233,7 @@ func TestHoldBackTickThatWaitedHoldsBack(t *testing.T) {
 	require.True(t, st.Active)
 	require.Equal(t, redisUnreachable, st.Reason)
 	require.Equal(t, holdBackT0.Add(19*time.Second), st.Until, "a grace after the tick returned at 9s")
-	require.Equal(t, holdBackT0.Add(time.Second), hb.Watermark(clk.Now()), "from the last share before it")
+	require.Equal(t, holdBackT0.Add(time.Second), hb.Watermark(at(9*time.Second)), "from the last share before it")
 }
 
 // TestWindowsSharedAcrossReplicas: a window one replica opens holds every replica back once shared, with
