@@ -241,6 +241,7 @@ func TestAsyncAPI(t *testing.T) {
 	}
 	require.True(t, slices.Contains(mqtt, get(t, doc, "channels", "mqttHeartbeat", "address").(string)))
 	require.True(t, slices.Contains(mqtt, get(t, doc, "channels", "mqttTelemetry", "address").(string)))
+	require.Equal(t, def.Ingest.MQTT.Probe.Topic, get(t, doc, "channels", "mqttProbe", "address"))
 }
 
 // The headers must agree with the value they travel with.

@@ -31,6 +31,10 @@ type MosquittoOptions struct {
 	// MaxQueued is max_queued_messages, the QoS 1 messages queued per client before mosquitto drops
 	// them; 0 means 1000000.
 	MaxQueued int
+	// ACL, when set, is the acl_file's content: what every (anonymous) client may read and write, as
+	// "topic readwrite devices/#" lines. Anything else is refused: a SUBSCRIBE gets a failure code, a
+	// PUBLISH is dropped without a word.
+	ACL string
 }
 
 // Mosquitto is a mosquitto process on its own ports and directory. Its configuration lifts the queue
@@ -78,6 +82,11 @@ func LaunchMosquitto(ctx context.Context, dir string, opts MosquittoOptions) (*M
 		if err := os.WriteFile(m.confPath, []byte(m.config()), 0o644); err != nil {
 			return fmt.Errorf("testenv: write mosquitto config: %w", err)
 		}
+		if m.opts.ACL != "" {
+			if err := os.WriteFile(filepath.Join(m.dir, "acl"), []byte(m.opts.ACL+"\n"), 0o644); err != nil {
+				return fmt.Errorf("testenv: write mosquitto acl: %w", err)
+			}
+		}
 		m.probe = m.listening(tlsConf)
 		return nil
 	})
@@ -108,6 +117,9 @@ func (m *Mosquitto) config() string {
 		w("persistence_location %s/", m.dir)
 	} else {
 		w("persistence false")
+	}
+	if m.opts.ACL != "" {
+		w("acl_file %s", filepath.Join(m.dir, "acl"))
 	}
 	w("listener %d 127.0.0.1", m.port)
 	if f := m.opts.TLS; f != nil {

@@ -134,7 +134,23 @@ type MQTT struct {
 	TLS           TLS            `yaml:"tls"`
 	QoS           int            `yaml:"qos"`
 	Subscriptions []Subscription `yaml:"subscriptions"`
+	// Probe: heartbeatd publishes to a topic of its own and expects it back within ingest.max_lag, so a
+	// broker that stops delivering while the connection stays open is a blind window, not a silent fleet.
+	Probe MQTTProbe `yaml:"probe"`
 }
+
+// MQTTProbe is ingest.mqtt.probe.
+type MQTTProbe struct {
+	Enabled bool `yaml:"enabled"`
+	// Topic is where each replica publishes and reads its probe; {client_id} stands for its client id.
+	Topic string `yaml:"topic"`
+	// Every is how often a probe goes out: shorter than ingest.max_lag; 0 = half of it, at most 1s
+	// (Config.MQTTProbeEvery).
+	Every time.Duration `yaml:"every"`
+}
+
+// DefaultMQTTProbeTopic is ingest.mqtt.probe.topic's default.
+const DefaultMQTTProbeTopic = "heartbeatd/probe/{client_id}"
 
 // Subscription is one MQTT topic template: {device_id} exactly once and {device_type} at most once,
 // each a whole topic level.
@@ -321,6 +337,7 @@ func Default() *Config {
 					{Topic: "devices/{device_id}/heartbeat"},
 					{Topic: "fleet/{device_type}/{device_id}/telemetry"},
 				},
+				Probe: MQTTProbe{Enabled: true, Topic: DefaultMQTTProbeTopic},
 			},
 			Kafka: KafkaIngest{
 				Brokers:        []string{"127.0.0.1:9092"},

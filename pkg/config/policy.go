@@ -171,6 +171,22 @@ func (c Cluster) ReplicaIDOrDefault() string {
 	return host + "-" + strconv.Itoa(os.Getpid())
 }
 
+// MQTTProbeTopic is the topic of this replica's MQTT probe ("" when it is off).
+func (c *Config) MQTTProbeTopic() string {
+	if !c.Ingest.MQTT.Probe.Enabled {
+		return ""
+	}
+	return strings.ReplaceAll(c.Ingest.MQTT.Probe.Topic, "{client_id}", c.MQTTClientID())
+}
+
+// MQTTProbeEvery is ingest.mqtt.probe.every, or when it is 0 half of ingest.max_lag, at most 1s.
+func (c *Config) MQTTProbeEvery() time.Duration {
+	if e := c.Ingest.MQTT.Probe.Every; e > 0 {
+		return e
+	}
+	return min(time.Second, c.Ingest.MaxLag/2)
+}
+
 // MQTTClientID is ingest.mqtt.client_id, or when it is empty one derived from this replica:
 // "heartbeatd-" and cluster.replica_id when that is set, else the host name. Unlike ReplicaIDOrDefault it
 // holds no pid: the client id names a persistent session on the broker (clean session off), and an id

@@ -270,6 +270,16 @@ func (c *Config) validateIngest(v *validator) {
 		v.add("ingest.mqtt.qos", "must be 0, 1 or 2")
 	}
 	validateTLS(v, "ingest.mqtt.tls", m.TLS)
+	if m.Enabled && m.Probe.Enabled {
+		if m.Probe.Topic == "" || strings.ContainsAny(m.Probe.Topic, "+#") || strings.HasPrefix(m.Probe.Topic, "$") {
+			v.add("ingest.mqtt.probe.topic", "%q: want a topic name without wildcards, not starting with $", m.Probe.Topic)
+		}
+		v.nonNegative("ingest.mqtt.probe.every", m.Probe.Every)
+		if m.Probe.Every >= in.MaxLag {
+			// A probe is the source's proof of delivery: one per max_lag would hold claims back between two.
+			v.add("ingest.mqtt.probe.every", "%s must be shorter than ingest.max_lag (%s)", FormatDuration(m.Probe.Every), FormatDuration(in.MaxLag))
+		}
+	}
 
 	k := in.Kafka
 	if k.Enabled {

@@ -300,7 +300,8 @@ func (d *daemon) buildSources() error {
 		}
 		src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: in.MQTT.Brokers, ClientID: d.cfg.MQTTClientID(),
 			Username: in.MQTT.Username, Password: in.MQTT.Password, TLS: tlsCfg, QoS: byte(in.MQTT.QoS),
-			Subscriptions: subs, DrainTimeout: drain, Now: d.clock.Now, Logger: d.log})
+			Subscriptions: subs, DrainTimeout: drain, ProbeTopic: d.cfg.MQTTProbeTopic(), ProbeEvery: d.cfg.MQTTProbeEvery(),
+			ProbeLate: in.MaxLag, Now: d.clock.Now, Logger: d.log})
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -53,7 +54,12 @@ type MQTTOptions struct {
 	// memory while Redis is slow. QoS 1 and 2 messages are bounded by the broker's in-flight window
 	// instead, since each waits unacknowledged for its Redis write.
 	MaxQueuedQoS0 int
-	// Now is the clock the replicas share, for TakenOver (default time.Now).
+	// ProbeTopic, when set, is where the source publishes its probe (mqttprobe.go) every ProbeEvery
+	// (default 1s); ProbeLate is how late a signal may be (default 2s, ingest.max_lag).
+	ProbeTopic string
+	ProbeEvery time.Duration
+	ProbeLate  time.Duration
+	// Now is the clock the replicas share, for TakenOver and the probe (default time.Now).
 	Now    func() time.Time
 	Logger *zap.Logger
 }
@@ -74,6 +80,7 @@ type MQTTSource struct {
 	templates []topicTemplate
 	log       *zap.Logger
 	health    *healthState
+	probe     *mqttProbe // nil without ProbeTopic
 
 	mu     sync.Mutex
 	client mqtt.Client
@@ -163,6 +170,10 @@ func NewMQTTSource(opts MQTTOptions) (*MQTTSource, error) {
 		s.opts.Logger = zap.NewNop()
 	}
 	s.log = s.opts.Logger.With(zap.String("component", "ingest-mqtt"))
+	if opts.ProbeTopic != "" {
+		s.probe = &mqttProbe{topic: opts.ProbeTopic, every: cmp.Or(opts.ProbeEvery, time.Second),
+			late: cmp.Or(opts.ProbeLate, config.DefaultMaxLag), now: opts.Now}
+	}
 	return s, nil
 }
 
@@ -171,7 +182,17 @@ func (s *MQTTSource) Name() string { return SourceMQTT }
 
 // Health implements Source. Lag is how long the oldest unacknowledged message has waited for the chain:
 // MQTT has no offsets, so a stalled chain (Redis down) is what shows.
-func (s *MQTTSource) Health() Health { return s.health.health(s.health.stall(time.Now())) }
+func (s *MQTTSource) Health() Health {
+	h := s.health.health(s.health.stall(time.Now()))
+	if since := s.probe.blind(s.opts.Now()); !since.IsZero() {
+		h.Blind, h.BlindWhy = since, fmt.Sprintf("no probe came back from the broker within %s", s.probe.late)
+	}
+	return h
+}
+
+// ReadUpTo is the stamp of the last probe back from the broker, on the shared clock: it delivered
+// everything sent before it (zero without a probe back).
+func (s *MQTTSource) ReadUpTo() time.Time { return s.probe.readUpTo() }
 
 // Filters returns the MQTT filters the source subscribes to.
 func (s *MQTTSource) Filters() []string {
@@ -207,6 +228,9 @@ func (s *MQTTSource) Run(ctx context.Context, chain *Chain) error {
 	client, err := s.connect(ctx, chain)
 	if err != nil || client == nil {
 		return err
+	}
+	if s.probe != nil {
+		wg.Go(func() { s.probe.run(ctx, client, s.log) })
 	}
 	<-ctx.Done()
 	if s.shared() {
@@ -424,6 +448,13 @@ func (s *MQTTSource) onConnect(chain *Chain, c mqtt.Client) {
 	if err != nil {
 		return
 	}
+	if s.probe != nil {
+		if err := s.subscribeProbe(c); err != nil {
+			s.log.Warn("mqtt probe not subscribed: a broker that stops delivering with its connection open goes unnoticed",
+				zap.String("topic", s.probe.topic), zap.Error(err))
+		}
+		s.probe.connected()
+	}
 	s.setConnected(chain, true)
 	s.log.Info("mqtt connected and subscribed", zap.Strings("filters", s.Filters()))
 }
@@ -453,6 +484,21 @@ func (s *MQTTSource) subscribe(c mqtt.Client) error {
 	return nil
 }
 
+// subscribeProbe subscribes to the probe's topic with QoS 0: a probe is worth nothing later.
+func (s *MQTTSource) subscribeProbe(c mqtt.Client) error {
+	tok := c.Subscribe(s.probe.topic, 0, nil)
+	if !tok.WaitTimeout(s.opts.ConnectTimeout) {
+		return fmt.Errorf("ingest: mqtt probe subscribe timed out after %s", s.opts.ConnectTimeout)
+	}
+	if err := tok.Error(); err != nil {
+		return fmt.Errorf("ingest: mqtt probe subscribe: %w", err)
+	}
+	if code := tok.(*mqtt.SubscribeToken).Result()[s.probe.topic]; code == 0x80 {
+		return errors.New("ingest: mqtt probe subscription refused by the broker (check its ACL)")
+	}
+	return nil
+}
+
 // setConnected moves the gauge before the health, so whoever sees the health change (hold-back, a test)
 // also reads the gauge that goes with it.
 func (s *MQTTSource) setConnected(chain *Chain, up bool) {
@@ -463,6 +509,9 @@ func (s *MQTTSource) setConnected(chain *Chain, up bool) {
 }
 
 func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
+	if s.probe.onEcho(m) {
+		return
+	}
 	if m.Retained() {
 		// A retained message is delivered on (re-)subscribe: an old signal replayed, not one sent now.
 		// Taking it as a live signal would mark a long-silent device alive at every reconnect.

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,4 +29,26 @@ func TestChaosMQTTOutage(t *testing.T) {
 	// The fault took effect: detection was held back (else the scenario proves nothing).
 	require.Contains(t, s.hb.Log(), "detection held back")
 	s.finish("mqtt_outage", "mqtt", 30*time.Second)
+}
+
+// TestChaosMQTTFrozen freezes the MQTT broker with SIGSTOP for three timeouts while keepers signal and
+// devices expire. Unlike a stopped broker nothing closes: heartbeatd's connection stays up and simply
+// delivers nothing, as if every device had fallen silent at once, until a keep-alive goes unanswered (up
+// to 40 s). heartbeatd's probe through the broker notices within max_lag: no keeper may be reported.
+func TestChaosMQTTFrozen(t *testing.T) {
+	s := startScenario(t, daemonOptions{})
+	s.keepers(2)
+	sent := paced(s.p, s.silent, timeout)
+	s.firstInterruption()
+	pid := s.broker.PID()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	frozen := time.Now()
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	time.Sleep(time.Until(frozen.Add(3 * timeout))) // the freeze's length is the fault itself
+	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+	require.NoError(t, <-sent)
+	waitReady(t, s.hb)
+	// The fault took effect: heartbeatd noticed the broker delivered nothing (its probe did not come back).
+	require.Contains(t, s.hb.Log(), "no probe came back from the broker")
+	s.finish("mqtt_frozen", "mqtt", 30*time.Second)
 }
