@@ -41,21 +41,31 @@ func redisFrozen(s *scenario, name string, keepVia signaller, replicas ...*teste
 	s.keepersVia(keepVia, 2)
 	sent := paced(s.p, s.silent, timeout)
 	s.firstInterruption()
-	pid := s.redis.PID()
-	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-	frozen := time.Now()
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-	for _, hb := range replicas {
-		require.True(t, poll(30*time.Second, func() bool {
-			code, _, _ := hb.Get("/readyz")
-			return code != http.StatusOK
-		}), "readyz stayed 200 with Redis frozen\n%s", hb.LogTail())
-	}
-	time.Sleep(time.Until(frozen.Add(3 * timeout))) // the freeze's length is the fault itself
-	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+	freeze(t, s.redis.PID(), 3*timeout, func() {
+		for _, hb := range replicas {
+			require.True(t, poll(30*time.Second, func() bool {
+				code, _, _ := hb.Get("/readyz")
+				return code != http.StatusOK
+			}), "readyz stayed 200 with Redis frozen\n%s", hb.LogTail())
+		}
+	})
 	require.NoError(t, <-sent)
 	for _, hb := range replicas {
 		waitReady(t, hb)
 	}
 	s.finish(name, "redis", 30*time.Second)
+}
+
+// freeze stops process pid with SIGSTOP for d (a paused VM, a hung process: its connections stay open
+// and answer nothing), runs during meanwhile, and resumes it.
+func freeze(t *testing.T, pid int, d time.Duration, during func()) {
+	t.Helper()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	frozen := time.Now()
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	if during != nil {
+		during()
+	}
+	time.Sleep(time.Until(frozen.Add(d))) // the freeze's length is the fault itself
+	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
 }

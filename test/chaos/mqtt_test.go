@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,12 +39,7 @@ func TestChaosMQTTFrozen(t *testing.T) {
 	s.keepers(2)
 	sent := paced(s.p, s.silent, timeout)
 	s.firstInterruption()
-	pid := s.broker.PID()
-	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-	frozen := time.Now()
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-	time.Sleep(time.Until(frozen.Add(3 * timeout))) // the freeze's length is the fault itself
-	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+	freeze(t, s.broker.PID(), 3*timeout, nil)
 	require.NoError(t, <-sent)
 	waitReady(t, s.hb)
 	// The fault took effect: heartbeatd noticed the broker delivered nothing (its probe did not come back).
