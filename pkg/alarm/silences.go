@@ -395,15 +395,15 @@ func (s *Silences) losses() int64 {
 
 // restore writes known back where Redis lost it, leaving what is stored as it is, and reads them all.
 func (s *Silences) restore(ctx context.Context, known []Silence) ([]Silence, error) {
-	pipe := s.rdb.Pipeline()
+	pairs := make([]any, 0, 2*len(known))
 	for _, sil := range known {
 		b, err := json.Marshal(sil)
 		if err != nil {
 			return nil, err
 		}
-		pipe.HSetNX(ctx, s.key, sil.ID, b)
+		pairs = append(pairs, sil.ID, b)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := deadline.SetMissing(ctx, s.rdb, s.key, pairs); err != nil {
 		return nil, fmt.Errorf("alarm: restore silences: %w", err)
 	}
 	s.log.Warn("Redis lost the silences; written back from this replica's copy", zap.Int("silences", len(known)))

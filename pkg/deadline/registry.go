@@ -249,25 +249,20 @@ func (s *Store) restoreOverrides(ctx context.Context, table *overrideTable, v in
 	if err := s.payTypes(ctx); err != nil {
 		return 0, err
 	}
-	pipe := s.rdb.Pipeline()
+	pairs := make([]any, 0, 2*len(table.byDev))
 	for dev, name := range table.byDev {
-		pipe.HSetNX(ctx, s.keys.overrides(), dev, name)
-		if pipe.Len() == restorePipeline {
-			if _, err := pipe.Exec(ctx); err != nil {
-				return 0, fmt.Errorf("deadline: restore overrides: %w", err)
-			}
-		}
+		pairs = append(pairs, dev, name)
 	}
-	next := pipe.IncrBy(ctx, s.keys.overridesVersion(), table.version+1)
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := SetMissing(ctx, s.rdb, s.keys.overrides(), pairs); err != nil {
+		return 0, fmt.Errorf("deadline: restore overrides: %w", err)
+	}
+	next, err := s.rdb.IncrBy(ctx, s.keys.overridesVersion(), table.version+1).Result()
+	if err != nil {
 		return 0, fmt.Errorf("deadline: restore overrides: %w", err)
 	}
 	s.lost.overridesOwed.Store(false)
-	return next.Val(), nil
+	return next, nil
 }
-
-// restorePipeline bounds the commands one write-back sends at once.
-const restorePipeline = 4096
 
 // applyOverrides records the signals of devices with their own timeout under its name. A fleet without
 // any pays one atomic load per batch.

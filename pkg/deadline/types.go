@@ -23,7 +23,7 @@ const MaxTypes = 1024
 const DefaultType = "default"
 
 // registerTypeScript gives name the index after the highest one taken, or returns the one it has. Not
-// the count of names: a registry restored after a loss (restoreTypesScript) may have gaps.
+// the count of names: a registry restored after a loss (typeRegistry.restore) may have gaps.
 //
 // KEYS[1] type registry hash
 // ARGV[1] type name
@@ -41,20 +41,6 @@ for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
 end
 if n >= ${MaxTypes} then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], n)
-return n
-`)
-
-// restoreTypesScript writes back names under the indexes a store knows them by, leaving any name the
-// registry holds as it is.
-//
-// KEYS[1] type registry hash
-// ARGV name, index, name, index, …
-// Reply: how many names were written back.
-var restoreTypesScript = newScript(`
-local n = 0
-for i = 1, #ARGV, 2 do
-  n = n + redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1])
-end
 return n
 `)
 
@@ -169,12 +155,12 @@ func (r *typeRegistry) name(ctx context.Context, idx int) string {
 // the scores written since still carry these indexes.
 func (r *typeRegistry) restore(ctx context.Context) error {
 	r.mu.RLock()
-	args := make([]any, 0, 2*len(r.byIdx))
+	pairs := make([]any, 0, 2*len(r.byIdx))
 	for i, name := range r.byIdx {
-		args = append(args, name, i)
+		pairs = append(pairs, name, i)
 	}
 	r.mu.RUnlock()
-	if err := restoreTypesScript.Run(ctx, r.rdb, []string{r.key}, args...).Err(); err != nil {
+	if _, err := SetMissing(ctx, r.rdb, r.key, pairs); err != nil {
 		return fmt.Errorf("deadline: restore type registry: %w", err)
 	}
 	return nil
