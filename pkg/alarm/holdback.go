@@ -516,8 +516,7 @@ func (h *HoldBack) tick(ctx context.Context) error {
 	if after.Sub(now) > slowRoundTrip {
 		// The other replicas' windows just read are as old as the wait: what they opened meanwhile (their
 		// writes stuck behind the same Redis) reaches this replica at its next tick, within the grace.
-		h.recordLocked(after, Window{ID: windowRedis, Cause: CauseRedis, Scope: ScopeAll, From: earliestSet(h.lastShared, now),
-			To: after, Reason: redisUnreachable})
+		h.recordRedisLocked(after, now, after, redisUnreachable)
 	}
 	h.lastShared = now
 	if !h.writesRefusedLocked(after) {
@@ -612,8 +611,7 @@ func (h *HoldBack) writesRefusedLocked(now time.Time) bool {
 				h.log.Warn("deadline writes were refused or unanswered, unseen until now: holding detection back over that span",
 					zap.Time("from", from), zap.Time("to", to))
 			}
-			h.recordLocked(now, Window{ID: windowRedis, Cause: CauseRedis, Scope: ScopeAll, From: earliestSet(h.lastShared, from),
-				To: to, Reason: redisRefusedWrites})
+			h.recordRedisLocked(now, from, to, redisRefusedWrites)
 		}
 	}
 	if since.IsZero() {
@@ -630,6 +628,12 @@ const redisRefusedWrites = "redis refused deadline writes"
 // took its windows, whichever is earlier: nothing said after that share is known to be stored.
 func (h *HoldBack) openRedisLocked(now, since time.Time, reason string) {
 	h.openLocked(now, windowRedis, CauseRedis, ScopeAll, earliestSet(h.lastShared, since), reason)
+}
+
+// recordRedisLocked is openRedisLocked for a span already over at to.
+func (h *HoldBack) recordRedisLocked(now, since, to time.Time, reason string) {
+	h.recordLocked(now, Window{ID: windowRedis, Cause: CauseRedis, Scope: ScopeAll, From: earliestSet(h.lastShared, since),
+		To: to, Reason: reason})
 }
 
 // checkClockLocked follows ClockCheck: since when it fails, and why.

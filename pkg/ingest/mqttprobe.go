@@ -39,9 +39,9 @@ func (p *mqttProbe) onEcho(m mqtt.Message) bool {
 		return false
 	}
 	m.Ack()
-	if ns, err := strconv.ParseInt(string(m.Payload()), 10, 64); err == nil {
-		for cur := p.echoed.Load(); ns > cur && !p.echoed.CompareAndSwap(cur, ns); cur = p.echoed.Load() {
-		}
+	// One writer: paho hands messages over on one goroutine (SetOrderMatters).
+	if ns, err := strconv.ParseInt(string(m.Payload()), 10, 64); err == nil && ns > p.echoed.Load() {
+		p.echoed.Store(ns)
 	}
 	return true
 }
