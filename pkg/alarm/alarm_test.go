@@ -455,7 +455,7 @@ func TestHoldBackIngestOutage(t *testing.T) {
 		troubleSince.Store(&time.Time{})
 		hb := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r1", Now: f.clock.Now,
 			Grace:  func() time.Duration { return 10 * time.Second },
-			Probes: []Probe{{Name: "mqtt", Trouble: func(time.Time) (time.Time, string) { return *troubleSince.Load(), "disconnected" }}}})
+			Probes: []Probe{{Name: "mqtt", Trouble: func(time.Time) ProbeTrouble { return ProbeTrouble{Since: *troubleSince.Load(), Why: "disconnected"} }}}})
 		require.NoError(t, hb.Start(ctx))
 		step := func(d time.Duration) []string {
 			f.clock.Set(f.t0.Add(d))

@@ -3,10 +3,8 @@ package alarm
 import (
 	"context"
 	"fmt"
-	"iter"
+	"math"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,14 +20,25 @@ import (
 // Probe is one ingest source as the hold-back sees it.
 type Probe struct {
 	Name string
-	// Trouble reports since when the source has not delivered signals in time (disconnected, or its
-	// oldest pending message waited too long), on the shared clock; zero when it is healthy. why says
-	// what is wrong.
-	Trouble func(now time.Time) (since time.Time, why string)
+	// Trouble reports whether the source delivers signals in time at now.
+	Trouble func(now time.Time) ProbeTrouble
 	// Floor, when set, is the latest deadline the source vouches for at now (all it read up to, plus
 	// the lag it is allowed); zero = no bound. Watermark never passes it, so a lag counts from where it
 	// began even before Trouble reports it. At most MaxHoldBack old, like every hold.
 	Floor func(now time.Time) time.Time
+}
+
+// ProbeTrouble is what a probe reports.
+type ProbeTrouble struct {
+	// Since is since when the source has not delivered signals in time (disconnected, or its oldest
+	// pending message waited too long), on the shared clock; zero when it is healthy. Why says what is
+	// wrong.
+	Since time.Time
+	Why   string
+	// Kept: the source's broker keeps every signal it did not deliver, and the source's Floor holds back
+	// past what was read (a Kafka consumer behind or rebalancing), so the window needs no grace once the
+	// trouble is over. A window that was not kept at any moment keeps its grace.
+	Kept bool
 }
 
 // HoldBackOptions configures a HoldBack.
@@ -47,10 +56,13 @@ type HoldBackOptions struct {
 	Shares      []Share
 	Incarnation string
 	MemberLapse time.Duration
-	// Grace is how long a window keeps holding after it closed (detection.grace_after_outage, 0 = the
-	// longest type timeout, resolved by the caller); read whenever a window opens or closes, so a reload
-	// applies.
+	// Grace caps how long a window keeps holding a device after it closed, which is the device's own
+	// timeout (Window.GraceFor): detection.grace_after_outage, or the longest timeout of any type when
+	// that is 0 (resolved by the caller); read whenever a window opens or closes, so a reload applies.
 	Grace func() time.Duration
+	// Timeouts are the configured types' timeouts, for the per-type hold in the status and the log; nil =
+	// none shown.
+	Timeouts func() map[string]time.Duration
 	// Interval is how often probes are read and this replica's windows are shared (default 250ms).
 	Interval time.Duration
 	// DownAfter: a service-alive mark older than this at start-up means heartbeatd was not running
@@ -98,6 +110,9 @@ type HoldBackStatus struct {
 	Degraded bool `json:"degraded,omitempty"`
 	// Windows are every replica's windows that are open or in their grace, oldest first.
 	Windows []Window `json:"windows,omitempty"`
+	// ByType is how the windows hold each configured type that they hold: each device waits its own
+	// timeout of visible time after a window.
+	ByType map[string]TypeHold `json:"by_type,omitempty"`
 	// Clock says why this replica claims nothing (its offset from Redis TIME); empty while it scans.
 	Clock string `json:"clock,omitempty"`
 }
@@ -251,7 +266,7 @@ func (h *HoldBack) release() {
 func (h *HoldBack) Open(id string, cause Cause, scope Scope, from time.Time, reason string) {
 	now := h.opts.Now()
 	h.mu.Lock()
-	h.openLocked(now, id, cause, scope, from, reason)
+	h.openLocked(now, id, cause, scope, from, reason, false)
 	h.mu.Unlock()
 	h.report(now)
 }
@@ -289,7 +304,9 @@ func (h *HoldBack) put(w Window) {
 	h.local = append(h.local, w)
 }
 
-func (h *HoldBack) openLocked(now time.Time, id string, cause Cause, scope Scope, from time.Time, reason string) {
+// openLocked opens window id, or keeps it open; kept says the source keeps what it does not deliver
+// meanwhile (ProbeTrouble.Kept), and a window stays kept only while every cause of it is.
+func (h *HoldBack) openLocked(now time.Time, id string, cause Cause, scope Scope, from time.Time, reason string, kept bool) {
 	from = earliest(from, now)
 	if scope == "" {
 		scope = ScopeAll
@@ -299,10 +316,11 @@ func (h *HoldBack) openLocked(now time.Time, id string, cause Cause, scope Scope
 		if !w.To.IsZero() {
 			h.log.Warn("blind window reopened within its grace", zap.String("window", id), zap.String("reason", reason))
 		}
-		w.From, w.To, w.Cause, w.Scope, w.Reason = earliest(w.From, from), time.Time{}, cause, scope, reason
+		w.From, w.To, w.Cause, w.Scope, w.Reason, w.Kept = earliest(w.From, from), time.Time{}, cause, scope, reason, w.Kept && kept
 		return
 	}
-	h.put(Window{ID: id, Replica: h.opts.ReplicaID, Cause: cause, Scope: scope, From: from, Opened: now, Grace: h.opts.Grace(), Reason: reason})
+	h.put(Window{ID: id, Replica: h.opts.ReplicaID, Cause: cause, Scope: scope, From: from, Opened: now, Grace: h.opts.Grace(),
+		Kept: kept, Reason: reason})
 	h.log.Warn("blind window opened", zap.String("window", id), zap.String("cause", string(cause)), zap.Time("from", from),
 		zap.String("reason", reason))
 }
@@ -313,13 +331,39 @@ func (h *HoldBack) closeLocked(id string, to time.Time) {
 		return
 	}
 	w := &h.local[i]
-	w.To, w.Grace = maxTime(to, w.From), h.opts.Grace()
-	h.log.Info("blind window closed; grace before claiming what fell inside it", zap.String("window", id),
-		zap.Duration("lasted", w.To.Sub(w.From)), zap.Duration("grace", w.Grace), zap.Time("until", w.Until()))
+	w.To, w.Grace = maxTime(to, w.From), h.graceOf(*w)
+	if w.Kept {
+		h.log.Info("blind window closed; nothing was lost in it: no grace", zap.String("window", id),
+			zap.Duration("lasted", w.To.Sub(w.From)))
+		return
+	}
+	h.log.Info("blind window closed; each device is held its own timeout after it", zap.String("window", id),
+		zap.Duration("lasted", w.To.Sub(w.From)), zap.Duration("grace", w.Grace), zap.Time("until", w.Until()),
+		zap.Any("grace_by_type", h.graceByType(*w)))
+}
+
+// graceOf is the grace cap of w as it closes: none for a window in which nothing was lost.
+func (h *HoldBack) graceOf(w Window) time.Duration {
+	if w.Kept {
+		return 0
+	}
+	return h.opts.Grace()
+}
+
+// graceByType is each configured type's grace after w, for the log.
+func (h *HoldBack) graceByType(w Window) map[string]string {
+	if h.opts.Timeouts == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for name, timeout := range h.opts.Timeouts() {
+		out[name] = w.GraceFor(timeout).String()
+	}
+	return out
 }
 
 func (h *HoldBack) recordLocked(now time.Time, w Window) {
-	w.Replica, w.Grace = h.opts.ReplicaID, h.opts.Grace()
+	w.Replica, w.Grace = h.opts.ReplicaID, h.graceOf(w)
 	if w.Scope == "" {
 		w.Scope = ScopeAll
 	}
@@ -345,10 +389,23 @@ func (h *HoldBack) stalled(from, to time.Time, gap time.Duration) {
 		Reason: "heartbeatd stalled for " + gap.Round(time.Millisecond).String()})
 }
 
-// Watermark is the latest deadline that may be claimed at now (deadline.ScannerOptions.Watermark): the
-// package's Watermark over every replica's windows, no later than the last stall tick while a stall is
-// being noticed, and nothing while this replica's clock cannot be trusted.
-func (h *HoldBack) Watermark(now time.Time) time.Time {
+// Watermark is the latest deadline that may be claimed at now of every device, whatever its timeout.
+func (h *HoldBack) Watermark(now time.Time) time.Time { return h.WatermarkFor(now)(math.MaxInt64) }
+
+// WatermarkFor is what may be claimed at now, per device timeout (deadline.ScannerOptions.Watermark):
+// the package's Watermark over every replica's windows for that timeout, no later than the last stall
+// tick while a stall is being noticed nor than what the sources and the replicas carrying shares vouch
+// for, and nothing while this replica's clock cannot be trusted.
+func (h *HoldBack) WatermarkFor(now time.Time) deadline.WatermarkFunc {
+	floor, windows := h.floor(now)
+	return func(timeout time.Duration) time.Time {
+		return earliest(floor, Watermark(now, windows, timeout, h.opts.MaxHoldBack))
+	}
+}
+
+// floor is the latest deadline that may be claimed at now of any device, whatever the windows say, and
+// the windows that hold some devices at now.
+func (h *HoldBack) floor(now time.Time) (time.Time, []Window) {
 	var stalledSince time.Time
 	stalled := false
 	if h.stall != nil {
@@ -358,11 +415,17 @@ func (h *HoldBack) Watermark(now time.Time) time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.clockHoldsLocked(now) {
-		return claimNothing
+		return claimNothing, nil
 	}
 	h.writesRefusedLocked(now)
 	m := h.opts.MaxHoldBack
-	wm := earliest(Watermark(now, h.local, m), Watermark(now, h.remote, m))
+	var windows []Window
+	for w := range h.liveLocked(now) {
+		if w.Holds(now, m) {
+			windows = append(windows, w)
+		}
+	}
+	wm := now
 	if stalled && now.Sub(stalledSince) < m {
 		wm = earliest(wm, stalledSince)
 	}
@@ -377,7 +440,7 @@ func (h *HoldBack) Watermark(now time.Time) time.Time {
 			wm = earliest(wm, floor)
 		}
 	}
-	return wm
+	return wm, windows
 }
 
 // Scans reports whether this replica may scan: false while its clock cannot be trusted (bounded by
@@ -396,80 +459,6 @@ func (h *HoldBack) clockHoldsLocked(now time.Time) bool {
 	return !h.clockBad.IsZero() && now.Before(h.clockBad.Add(h.opts.MaxHoldBack))
 }
 
-// Degraded reports whether detection runs although it cannot trust silence: a live window is past
-// MaxHoldBack, or this replica's clock has been off that long. DegradedSink marks the events then.
-func (h *HoldBack) Degraded() bool { return atNowLocked(h, h.degradedLocked) }
-
-func (h *HoldBack) degradedLocked(now time.Time) bool {
-	for w := range h.liveLocked(now) {
-		if w.Expired(now, h.opts.MaxHoldBack) {
-			return true
-		}
-	}
-	return !h.clockBad.IsZero() && !h.clockHoldsLocked(now)
-}
-
-// liveLocked yields every replica's windows that are open or in their grace at now.
-func (h *HoldBack) liveLocked(now time.Time) iter.Seq[Window] {
-	return func(yield func(Window) bool) {
-		for _, ws := range [][]Window{h.local, h.remote} {
-			for _, w := range ws {
-				if w.Live(now) && !yield(w) {
-					return
-				}
-			}
-		}
-	}
-}
-
-// heldFor is how long the oldest live window has lasted (heartbeatd_hold_back_seconds).
-func (h *HoldBack) heldFor() time.Duration {
-	return atNowLocked(h, func(now time.Time) time.Duration {
-		var d time.Duration
-		for w := range h.liveLocked(now) {
-			d = max(d, now.Sub(w.Opened))
-		}
-		return d
-	})
-}
-
-// Status is the current hold-back state.
-func (h *HoldBack) Status() HoldBackStatus { return atNowLocked(h, h.statusLocked) }
-
-func (h *HoldBack) statusLocked(now time.Time) HoldBackStatus {
-	var st HoldBackStatus
-	open := false
-	for w := range h.liveLocked(now) {
-		st.Windows = append(st.Windows, w)
-		if !w.Holds(now, h.opts.MaxHoldBack) {
-			st.Degraded = true
-			continue
-		}
-		if !st.Active || w.From.Before(st.Since) {
-			st.Since, st.Reason = w.From, w.Reason
-			if w.Replica != h.opts.ReplicaID {
-				st.Reason += " (replica " + w.Replica + ")"
-			}
-		}
-		open = open || w.To.IsZero()
-		st.Until = maxTime(st.Until, w.Until())
-		st.Active = true
-	}
-	if open {
-		st.Until = time.Time{}
-	}
-	slices.SortFunc(st.Windows, func(a, b Window) int { return a.From.Compare(b.From) })
-	if h.clockErr != nil {
-		if h.clockHoldsLocked(now) {
-			st.Clock = h.clockErr.Error()
-		} else {
-			st.Degraded = true
-			st.Clock = h.clockErr.Error() + fmt.Sprintf(" (scanning again after detection.max_hold_back %s)", h.opts.MaxHoldBack)
-		}
-	}
-	return st
-}
-
 // Changed fires (coalesced) when hold-back starts or ends or detection turns degraded, so scanners
 // re-claim at once.
 func (h *HoldBack) Changed() <-chan struct{} { return h.changed }
@@ -481,8 +470,8 @@ func (h *HoldBack) tick(ctx context.Context) error {
 	h.mu.Lock()
 	for _, p := range h.opts.Probes {
 		id := "ingest/" + p.Name
-		if since, why := p.Trouble(now); !since.IsZero() {
-			h.openLocked(now, id, CauseIngest, ScopeAll, since, p.Name+": "+why)
+		if t := p.Trouble(now); !t.Since.IsZero() {
+			h.openLocked(now, id, CauseIngest, ScopeAll, t.Since, p.Name+": "+t.Why, t.Kept)
 		} else {
 			h.closeLocked(id, now)
 		}
@@ -575,68 +564,6 @@ func (h *HoldBack) readRemote(now time.Time, shared, legacy map[string]string) (
 	return remote, peers, stale
 }
 
-// redisDown opens (or keeps open) this replica's Redis window from the last time Redis took its windows:
-// while Redis refuses writes the ingest chain stores no signal, so a deadline that passes meanwhile says
-// nothing about the device. The hold applies at once, locally, because the scanners may reach Redis
-// again before the next tick shares it; the next successful tick closes the window and starts its grace,
-// in which the backlog the sources kept unacknowledged is stored.
-func (h *HoldBack) redisDown(now time.Time) {
-	h.mu.Lock()
-	h.openRedisLocked(now, now, redisUnreachable)
-	h.mu.Unlock()
-	h.report(now)
-}
-
-// redisUnreachable is the reason of the window redisDown opens.
-const redisUnreachable = "redis unreachable"
-
-// slowRoundTrip is how long a tick's round trip may take before its wait counts as Redis unreachable:
-// the ingest chain's default for a stuck write.
-const slowRoundTrip = time.Second
-
-// writesRefusedLocked keeps the Redis window open while WriteFailure reports refused deadline writes,
-// from their start at the latest: the refused batch held signals received before its first attempt. A
-// span of trouble that ended unseen (WriteTrouble) becomes the window it would have been. It reports
-// whether writes are refused.
-func (h *HoldBack) writesRefusedLocked(now time.Time) bool {
-	var since time.Time
-	if h.opts.WriteFailure != nil {
-		since = h.opts.WriteFailure()
-	}
-	// Read after WriteFailure: a trouble ends (and is recorded) before the failure is cleared.
-	if h.opts.WriteTrouble != nil {
-		if from, to := h.opts.WriteTrouble(); to.After(h.troubleTo) {
-			h.troubleTo = to
-			if i := h.find(windowRedis); i < 0 || !h.local[i].Live(now) {
-				h.log.Warn("deadline writes were refused or unanswered, unseen until now: holding detection back over that span",
-					zap.Time("from", from), zap.Time("to", to))
-			}
-			h.recordRedisLocked(now, from, to, redisRefusedWrites)
-		}
-	}
-	if since.IsZero() {
-		return false
-	}
-	h.openRedisLocked(now, since, redisRefusedWrites)
-	return true
-}
-
-// redisRefusedWrites is the reason of the window writesRefusedLocked opens.
-const redisRefusedWrites = "redis refused deadline writes"
-
-// openRedisLocked opens (or keeps open) this replica's Redis window from since or the last time Redis
-// took its windows, whichever is earlier: nothing said after that share is known to be stored.
-func (h *HoldBack) openRedisLocked(now, since time.Time, reason string) {
-	h.openLocked(now, windowRedis, CauseRedis, ScopeAll, earliestSet(h.lastShared, since), reason)
-}
-
-// recordRedisLocked is openRedisLocked for a span already over at to.
-func (h *HoldBack) recordRedisLocked(now, since, to time.Time, reason string) {
-	h.recordLocked(now, Window{ID: windowRedis, Cause: CauseRedis, Scope: ScopeAll, From: earliestSet(h.lastShared, since),
-		To: to, Reason: reason})
-}
-
-// checkClockLocked follows ClockCheck: since when it fails, and why.
 func (h *HoldBack) checkClockLocked(now time.Time) {
 	if h.opts.ClockCheck == nil {
 		return
@@ -649,107 +576,6 @@ func (h *HoldBack) checkClockLocked(now time.Time) {
 		h.clockBad = now
 	}
 	h.clockErr = err
-}
-
-// report logs and announces what changed since the last report: the hold starting, moving or ending,
-// detection turning degraded or trusted again, this replica's clock.
-func (h *HoldBack) report(now time.Time) {
-	h.reportMu.Lock()
-	defer h.reportMu.Unlock()
-	h.mu.Lock()
-	st := h.statusLocked(now)
-	h.mu.Unlock()
-	prev := h.reported
-	h.reported = st
-	wake := false
-	if prev.Active != st.Active || !prev.Since.Equal(st.Since) {
-		if st.Active {
-			h.log.Warn("detection held back", zap.Time("since", st.Since), zap.Time("until", st.Until), zap.String("reason", st.Reason),
-				zap.Int("windows", len(st.Windows)))
-		} else if prev.Active {
-			h.log.Info("hold-back ended: claiming every passed deadline again")
-		}
-		if h.opts.OnChange != nil && prev.Active != st.Active {
-			h.opts.OnChange(st.Active)
-		}
-		wake = true
-	}
-	if prev.Degraded != st.Degraded {
-		if st.Degraded {
-			var why []string
-			for _, w := range st.Windows {
-				if !w.Holds(now, h.opts.MaxHoldBack) {
-					why = append(why, w.Replica+"/"+w.ID+": "+w.Reason)
-				}
-			}
-			if st.Clock != "" {
-				why = append(why, st.Clock)
-			}
-			h.log.Error(`blind for longer than detection.max_hold_back: detection resumed, degraded (events carry "degraded": true)`,
-				zap.Duration("max_hold_back", h.opts.MaxHoldBack), zap.Strings("windows", why))
-		} else {
-			h.log.Info("detection no longer degraded")
-		}
-		wake = true
-	}
-	if prev.Clock == "" && st.Clock != "" && !st.Degraded {
-		h.log.Error("this replica claims nothing while its clock cannot be trusted", zap.String("clock", st.Clock))
-		wake = true
-	} else if prev.Clock != "" && st.Clock == "" {
-		h.log.Info("clock trusted again: claiming")
-		wake = true
-	}
-	if wake {
-		select {
-		case h.changed <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// legacyOutage is this replica's holding windows in the 0.1.0 form (updated:start:end:grace:reason, Unix
-// ms), for replicas of that version during a rolling upgrade: the earliest start, and the latest end of
-// the hold (zero while a window is open).
-func legacyOutage(now time.Time, local []Window, maxHold time.Duration) string {
-	var start, end time.Time
-	open := false
-	var reasons []string
-	for _, w := range local {
-		if !w.Holds(now, maxHold) {
-			continue
-		}
-		start = earliestSet(start, w.From)
-		open = open || w.To.IsZero()
-		end = maxTime(end, w.Until())
-		reasons = append(reasons, w.Reason)
-	}
-	if open {
-		end = time.Time{}
-	}
-	return fmt.Sprintf("%d:%d:%d:0:%s", now.UnixMilli(), ms(start), ms(end), strings.Join(reasons, "; "))
-}
-
-// outage is a 0.1.0 replica's view: start zero = none; end zero = ongoing.
-type outage struct {
-	start, end time.Time
-	grace      time.Duration
-	reason     string
-}
-
-func parseOutage(v string) (updated time.Time, o outage, ok bool) {
-	f := strings.SplitN(v, ":", 5)
-	if len(f) != 5 {
-		return time.Time{}, outage{}, false
-	}
-	var n [4]int64
-	for i := range n {
-		x, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return time.Time{}, outage{}, false
-		}
-		n[i] = x
-	}
-	return time.UnixMilli(n[0]), outage{start: fromMs(n[1]), end: fromMs(n[2]), grace: time.Duration(n[3]) * time.Millisecond, reason: f[4]}, true
 }
 
 func earliest(a, b time.Time) time.Time {

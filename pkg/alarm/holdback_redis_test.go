@@ -179,9 +179,9 @@ func startedHoldBack(t *testing.T, mod func(*HoldBackOptions)) (hb *HoldBack, at
 			mod(o)
 		}
 		// The probes are read first in a tick: this one stands for the wait that follows.
-		o.Probes = []Probe{{Name: "slow", Trouble: func(time.Time) (time.Time, string) {
+		o.Probes = []Probe{{Name: "slow", Trouble: func(time.Time) ProbeTrouble {
 			clk.Advance(time.Duration(wait.Swap(0)))
-			return time.Time{}, ""
+			return ProbeTrouble{}
 		}}}
 	})
 	require.NoError(t, hb.Start(context.Background()))
@@ -294,11 +294,11 @@ func TestWindowsSharedAcrossReplicas(t *testing.T) {
 func TestMaxHoldBackEndsTheHoldDegraded(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
 	var healthy atomic.Bool
-	stuck := Probe{Name: "mqtt", Trouble: func(time.Time) (time.Time, string) {
+	stuck := Probe{Name: "mqtt", Trouble: func(time.Time) ProbeTrouble {
 		if healthy.Load() {
-			return time.Time{}, ""
+			return ProbeTrouble{}
 		}
-		return holdBackT0, "subscription refused"
+		return ProbeTrouble{Since: holdBackT0, Why: "subscription refused"}
 	}}
 	reg := prometheus.NewRegistry()
 	r1 := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) { o.Probes, o.Registerer = []Probe{stuck}, reg })
@@ -498,7 +498,7 @@ func TestProbeFloor(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
 	var floor atomic.Int64
 	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
-		o.Probes = []Probe{{Name: "kafka", Trouble: func(time.Time) (time.Time, string) { return time.Time{}, "" },
+		o.Probes = []Probe{{Name: "kafka", Trouble: func(time.Time) ProbeTrouble { return ProbeTrouble{} },
 			Floor: func(time.Time) time.Time { return time.UnixMilli(floor.Load()) }}}
 	})
 	require.NoError(t, hb.Start(context.Background()))

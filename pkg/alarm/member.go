@@ -28,6 +28,9 @@ type Share struct {
 	// the broker ends a dead MQTT session after 1.5 keep-alives, a Kafka coordinator expels a dead member
 	// after its session timeout and rebalances.
 	Release time.Duration
+	// Kept: the broker keeps what a dead member did not read (Kafka), so once the share is read past the
+	// member's last word nothing is lost and its window needs no grace.
+	Kept bool
 	// TakenOver, when set, reports whether this replica has seen member's share handed to the living and
 	// read past since (MQTT: the dead session taken over and ended; Kafka: the group rebalanced without
 	// the member and caught up). Called on the hold-back's tick, so it must not block.
@@ -108,8 +111,11 @@ func (h *HoldBack) memberDiedLocked(now time.Time, replica string, e entry, why 
 	for i, s := range m.shares {
 		names[i] = s.Name
 	}
+	// Kafka keeps what a dead member did not read, and the share counts as read again once the group read
+	// past the member's last word: nothing is lost then. An MQTT share's undelivered messages may be.
+	kept := !slices.ContainsFunc(m.shares, func(s Share) bool { return !s.Kept })
 	h.openLocked(now, id, CauseMember, ScopeAll, e.at, "replica "+replica+" "+why+" while reading "+strings.Join(names, ", ")+
-		" alone; held until its share is read again")
+		" alone; held until its share is read again", kept)
 }
 
 // readInFullLocked reports whether a live replica reads s.Signals under a split other than s.Name.

@@ -30,9 +30,11 @@ type Scope string
 // ScopeAll blinds every device.
 const ScopeAll Scope = "all"
 
-// Window is a span in which heartbeatd may have missed signals: a deadline that passed inside it proves
-// nothing about the device until the window has closed and Grace has passed (the backlog of the blind
-// span lands meanwhile).
+// Window is a span in which heartbeatd may have missed signals: a deadline that passed after its start
+// proves nothing about the device until the window has closed and the device had a full timeout of
+// visible time after it (GraceFor): a device that signalled unseen inside the window signals again
+// within its own timeout of the window's end. So a 30 s gateway is watched again 30 s after a window
+// that holds a 2 h meter for two hours.
 type Window struct {
 	// ID names the window among its replica's windows ("ingest/mqtt", "stall"); reopening an ID keeps
 	// the window's start and its Opened, so a flapping cause counts as one hold.
@@ -46,12 +48,22 @@ type Window struct {
 	To time.Time `json:"to,omitzero"`
 	// Opened is when the window was recorded. detection.max_hold_back counts from here rather than from
 	// From, so an outage noticed only at start-up (heartbeatd was down for hours) still gets its grace.
-	Opened time.Time     `json:"opened"`
-	Grace  time.Duration `json:"-"`
-	Reason string        `json:"reason,omitempty"`
+	Opened time.Time `json:"opened"`
+	// Grace caps the grace of every device (GraceFor): detection.grace_after_outage, else the longest
+	// timeout of any type; 0 for a window in which nothing was lost (Kept).
+	Grace time.Duration `json:"-"`
+	// Kept: the source kept every signal sent during the window (Kafka: lag, rebalance, a dead member's
+	// partitions) and the window closed once they were read past its end, so it needs no grace.
+	Kept   bool   `json:"kept,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
-// Until is when the window stops holding if nothing else happens: To + Grace; zero while it is open.
+// GraceFor is how long after the window's end a device whose timeout is timeout stays held: its own
+// timeout, capped by Grace.
+func (w Window) GraceFor(timeout time.Duration) time.Duration { return min(timeout, w.Grace) }
+
+// Until is when the window stops holding every device if nothing else happens: To + Grace; zero while
+// it is open.
 func (w Window) Until() time.Time {
 	if w.To.IsZero() {
 		return time.Time{}
@@ -59,9 +71,23 @@ func (w Window) Until() time.Time {
 	return w.To.Add(w.Grace)
 }
 
-// Live reports whether the window is open or in its grace at now.
+// UntilFor is Until for the devices whose timeout is timeout.
+func (w Window) UntilFor(timeout time.Duration) time.Time {
+	if w.To.IsZero() {
+		return time.Time{}
+	}
+	return w.To.Add(w.GraceFor(timeout))
+}
+
+// Live reports whether the window is open or in some device's grace at now.
 func (w Window) Live(now time.Time) bool {
 	return w.To.IsZero() || now.Before(w.To.Add(w.Grace))
+}
+
+// HoldsFor reports whether the window holds back the devices whose timeout is timeout at now: it holds
+// (Holds) and they are still in their grace.
+func (w Window) HoldsFor(now time.Time, timeout, maxHold time.Duration) bool {
+	return w.Holds(now, maxHold) && (w.To.IsZero() || now.Before(w.UntilFor(timeout)))
 }
 
 // Expired reports whether the window has held longer than maxHold at now (maxHold ≤ 0: never).
@@ -75,12 +101,13 @@ func (w Window) Holds(now time.Time, maxHold time.Duration) bool {
 	return w.Live(now) && !w.Expired(now, maxHold)
 }
 
-// Watermark is the scanner's rule: at now, claim only deadlines no window that holds can explain, that
-// is up to the earliest start of a holding window, or up to now when none holds.
-func Watermark(now time.Time, windows []Window, maxHold time.Duration) time.Time {
+// Watermark is the scanner's rule for the devices whose timeout is timeout: at now, claim only deadlines
+// no window that holds them can explain, that is up to the earliest start of such a window, or up to now
+// when none holds them.
+func Watermark(now time.Time, windows []Window, timeout, maxHold time.Duration) time.Time {
 	wm := now
 	for _, w := range windows {
-		if w.Holds(now, maxHold) && w.From.Before(wm) {
+		if w.HoldsFor(now, timeout, maxHold) && w.From.Before(wm) {
 			wm = w.From
 		}
 	}
@@ -95,6 +122,26 @@ func (w Window) MarshalJSON() ([]byte, error) {
 		Grace string    `json:"grace"`
 		Until time.Time `json:"until,omitzero"`
 	}{plain(w), w.Grace.String(), w.Until()})
+}
+
+// TypeHold is how the windows hold the devices of one type (HoldBackStatus.ByType).
+type TypeHold struct {
+	// Grace is how long after a window's end its devices stay held: their timeout, capped by the
+	// window's grace (the longest of the windows that hold them).
+	Grace time.Duration
+	// Since: deadlines of the type later than this are not claimed.
+	Since time.Time
+	// Until is when the hold of the type ends if nothing else happens; zero while a window is open.
+	Until time.Time
+}
+
+// MarshalJSON writes the grace as a duration string, like Window's.
+func (t TypeHold) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Grace string    `json:"grace"`
+		Since time.Time `json:"since"`
+		Until time.Time `json:"until,omitzero"`
+	}{t.Grace.String(), t.Since, t.Until})
 }
 
 // sharedWindows is one replica's entry in the Windows hash: its windows as of At, all times on the shared
@@ -112,6 +159,7 @@ type sharedShare struct {
 	Signals string `json:"signals"`
 	Member  string `json:"member"`
 	Release int64  `json:"release_ms"`
+	Kept    bool   `json:"kept,omitempty"`
 }
 
 type sharedWindow struct {
@@ -122,6 +170,7 @@ type sharedWindow struct {
 	To     int64  `json:"to,omitempty"`
 	Opened int64  `json:"opened"`
 	Grace  int64  `json:"grace_ms"`
+	Kept   bool   `json:"kept,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -136,11 +185,12 @@ type entry struct {
 func encodeEntry(at time.Time, incarnation string, shares []Share, windows []Window) string {
 	s := sharedWindows{At: at.UnixMilli(), Incarnation: incarnation, Windows: make([]sharedWindow, len(windows))}
 	for _, sh := range shares {
-		s.Shares = append(s.Shares, sharedShare{Name: sh.Name, Signals: sh.Signals, Member: sh.Member, Release: sh.Release.Milliseconds()})
+		s.Shares = append(s.Shares, sharedShare{Name: sh.Name, Signals: sh.Signals, Member: sh.Member, Release: sh.Release.Milliseconds(),
+			Kept: sh.Kept})
 	}
 	for i, w := range windows {
 		s.Windows[i] = sharedWindow{ID: w.ID, Cause: w.Cause, Scope: w.Scope, From: w.From.UnixMilli(), To: ms(w.To),
-			Opened: w.Opened.UnixMilli(), Grace: w.Grace.Milliseconds(), Reason: w.Reason}
+			Opened: w.Opened.UnixMilli(), Grace: w.Grace.Milliseconds(), Kept: w.Kept, Reason: w.Reason}
 	}
 	b, _ := json.Marshal(s) // plain strings and numbers always encode
 	return string(b)
@@ -155,7 +205,7 @@ func decodeEntry(replica, v string) (e entry, ok bool) {
 	e = entry{at: time.UnixMilli(s.At), incarnation: s.Incarnation, windows: make([]Window, 0, len(s.Windows))}
 	for _, sh := range s.Shares {
 		e.shares = append(e.shares, Share{Name: sh.Name, Signals: sh.Signals, Member: sh.Member,
-			Release: time.Duration(sh.Release) * time.Millisecond})
+			Release: time.Duration(sh.Release) * time.Millisecond, Kept: sh.Kept})
 	}
 	for _, w := range s.Windows {
 		scope := w.Scope
@@ -163,7 +213,7 @@ func decodeEntry(replica, v string) (e entry, ok bool) {
 			scope = ScopeAll
 		}
 		e.windows = append(e.windows, Window{ID: w.ID, Replica: replica, Cause: w.Cause, Scope: scope, From: fromMs(w.From),
-			To: fromMs(w.To), Opened: fromMs(w.Opened), Grace: time.Duration(w.Grace) * time.Millisecond, Reason: w.Reason})
+			To: fromMs(w.To), Opened: fromMs(w.Opened), Grace: time.Duration(w.Grace) * time.Millisecond, Kept: w.Kept, Reason: w.Reason})
 	}
 	return e, true
 }

@@ -142,6 +142,15 @@ func (p *Policies) Default() Policy { return p.def }
 // Names lists the configured types: "default" first, then sorted. The slice is the caller's.
 func (p *Policies) Names() []string { return append([]string(nil), p.names...) }
 
+// Timeouts maps every configured type to its timeout. The map is the caller's.
+func (p *Policies) Timeouts() map[string]time.Duration {
+	out := make(map[string]time.Duration, len(p.names))
+	for _, name := range p.names {
+		out[name] = p.byName[name].Timeout
+	}
+	return out
+}
+
 // LongestTimeout is the largest timeout of any type.
 func (p *Policies) LongestTimeout() time.Duration { return p.longestTimeout }
 

@@ -206,8 +206,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	var probes []alarm.Probe
 	var shares []alarm.Share
 	for _, src := range d.sources {
-		trouble := func(now time.Time) (time.Time, string) { return d.trouble(src, now) }
-		probe := alarm.Probe{Name: src.Name(), Trouble: trouble}
+		probe := alarm.Probe{Name: src.Name(), Trouble: func(now time.Time) alarm.ProbeTrouble { return d.probeTrouble(src, now) }}
 		if r, ok := src.(interface{ ReadUpTo() time.Time }); ok {
 			probe.Floor = func(time.Time) time.Time {
 				if t := r.ReadUpTo(); !t.IsZero() {
@@ -220,13 +219,14 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		if sh, ok := src.(ingest.Sharing); ok {
 			for _, s := range sh.Shares() {
 				shares = append(shares, alarm.Share{Name: s.Name, Signals: s.Signals, Member: s.Member, Release: s.Release,
-					TakenOver: sh.TakenOver})
+					Kept: s.Kept, TakenOver: sh.TakenOver})
 			}
 		}
 	}
 	d.holdBack = alarm.NewHoldBack(alarm.HoldBackOptions{Client: d.rdb, Keys: d.store.Keys(), ReplicaID: replica, Probes: probes,
 		Shares: shares, Incarnation: d.incarnation,
-		Grace: func() time.Duration { return d.coord.Current().GraceAfterOutage() },
+		Grace:    d.graceAfterOutage,
+		Timeouts: func() map[string]time.Duration { return d.policies.Load().Timeouts() },
 		WriteFailure: func() time.Time {
 			if f := d.chain.WriteFailure(); f != nil {
 				return d.shared(f.Since)
@@ -375,17 +375,36 @@ func (d *daemon) applyTypes(cfg *config.Config) error {
 // it may have missed signals) and why; why is "" while the source is healthy. The hold-back and /readyz
 // both read it, so they never disagree about a source.
 func (d *daemon) trouble(src ingest.Source, now time.Time) (since time.Time, why string) {
+	t := d.probeTrouble(src, now)
+	return t.Since, t.Why
+}
+
+// probeTrouble is src's health as a blind window sees it. A lag or a rebalance of a source whose broker
+// keeps what it did not deliver (Kafka) loses nothing: it needs no grace once over.
+func (d *daemon) probeTrouble(src ingest.Source, now time.Time) alarm.ProbeTrouble {
 	h := src.Health()
-	switch {
-	case !h.Connected:
-		return d.shared(h.Since), "disconnected"
-	case h.Lag > d.cfg.Ingest.MaxLag:
-		since, why = now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
+	if !h.Connected {
+		// Even a broker that keeps every record may have refused the devices' own writes meanwhile.
+		return alarm.ProbeTrouble{Since: d.shared(h.Since), Why: "disconnected"}
 	}
-	if !h.Blind.IsZero() && (why == "" || h.Blind.Before(since)) {
-		since, why = h.Blind, h.BlindWhy // on the shared clock already
+	t := alarm.ProbeTrouble{Kept: h.Kept}
+	if h.Lag > d.cfg.Ingest.MaxLag {
+		t.Since, t.Why = now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
 	}
-	return since, why
+	if !h.Blind.IsZero() && (t.Why == "" || h.Blind.Before(t.Since)) {
+		t.Since, t.Why = h.Blind, h.BlindWhy // on the shared clock already
+	}
+	return t
+}
+
+// graceAfterOutage caps the grace after a blind window (alarm.HoldBackOptions.Grace):
+// detection.grace_after_outage, or when that is 0 the longest timeout of any type, per-device timeouts
+// included, so that every device waits its own.
+func (d *daemon) graceAfterOutage() time.Duration {
+	if g := d.coord.Current().Detection.GraceAfterOutage; g > 0 {
+		return g
+	}
+	return max(d.policies.Load().LongestTimeout(), d.store.LongestTimeout())
 }
 
 // shared reads a source's local-clock time on the clock the blind windows use.
@@ -501,7 +520,7 @@ func (d *daemon) run(ctx context.Context) error {
 
 	wake := make(chan struct{}, 1)
 	scanner := deadline.NewScanner(deadline.ScannerOptions{Store: d.store, Slots: d.ownership.Slots, Handle: d.handler.Handle,
-		Watermark: d.holdBack.Watermark, Now: d.clock.Now, MaxIdleWait: d.cfg.Detection.MaxIdleWait, Lease: d.cfg.Detection.Lease,
+		Watermark: d.holdBack.WatermarkFor, Now: d.clock.Now, MaxIdleWait: d.cfg.Detection.MaxIdleWait, Lease: d.cfg.Detection.Lease,
 		Batch: d.cfg.Detection.Batch, Concurrency: d.cfg.Detection.Scanners, Logger: d.log, Wake: wake})
 
 	lc := &lifecycle{log: d.log}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -35,6 +36,8 @@ type ClaimResult struct {
 	// NextDeadline and NextAlarm are the earliest scores left in the claimed slots (zero when none), so
 	// the scanner sleeps exactly until then instead of polling.
 	NextDeadline, NextAlarm time.Time
+	// HeldBack: hold-back kept some passed deadlines of some type from this claim.
+	HeldBack bool
 }
 
 // claimScript claims up to batch due devices of one slot, in four sections: (1) fresh claims, (2) due
@@ -45,6 +48,9 @@ type ClaimResult struct {
 // ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5] the record of this call's committed claims
 // ARGV[6] a committed claim's next act per type index (now + its repeat interval, or a dormant score),
 // listSep-separated, or one value for every type
+// ARGV[7] the watermark (ms) per type index, listSep-separated, where types differ (hold-back after a
+// blind window: each device waits its own timeout); "" when ARGV[2] holds for every type. An index
+// past the list gets ARGV[2].
 // Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due}, where
 // committed and again are flat pairs (device, deadlines-set score) packed into one packSep-separated
 // string: the committed fresh claims, and the claims of expired records handed out again; replacing is
@@ -58,17 +64,49 @@ type ClaimResult struct {
 var claimScript = newScript(`
 ${luaPieces}
 local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local record, actsByType = ARGV[5], ARGV[6]
+local record, actsByType, wmByType = ARGV[5], ARGV[6], ARGV[7]
 local floor, byte = math.floor, string.byte
 -- Formatted once: Redis turns a Lua number into text with %.17g for every element.
 local leased = string.format('%.0f', now + lease)
 
--- (1) Fresh claims: up to batch members of the deadlines set due by the watermark. Returns the committed
--- claims (flat pairs), the replacing ones (flat triples) and how many members were due.
+-- The highest score due by watermark w (ms) for every type.
+local function dueBy(w) return string.format('%.0f', w * ${MaxTypes} + ${MaxTypes} - 1) end
+
+-- Past the common watermark, the members of types whose own watermark is later (ARGV[7]) are due too:
+-- appended to due (flat pairs) up to batch in all. Members of types still held are stepped over, at most
+-- batch × ${heldScanFactor} of them a call. Returns the members appended, to be removed by name.
+local function pastWatermark(due)
+  local byName = {}
+  if #due / 2 >= batch or wmByType == '' then return byName end
+  local wms, high = {}, wm
+  for v in string.gmatch(wmByType, ${listItem}) do
+    local x = tonumber(v)
+    wms[#wms+1] = x
+    if x > high then high = x end
+  end
+  if high <= wm then return byName end
+  local past = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. dueBy(wm), dueBy(high), 'LIMIT', 0, batch * ${heldScanFactor},
+    'WITHSCORES')
+  for i = 1, #past, 2 do
+    local s = tonumber(past[i+1])
+    if floor(s / ${MaxTypes}) <= (wms[s % ${MaxTypes} + 1] or wm) then
+      due[#due+1] = past[i]
+      due[#due+1] = past[i+1]
+      byName[#byName+1] = past[i]
+      if #due / 2 >= batch then break end
+    end
+  end
+  return byName
+end
+
+-- (1) Fresh claims: up to batch members of the deadlines set due by the watermark, then by their type's.
+-- Returns the committed claims (flat pairs), the replacing ones (flat triples) and how many members were
+-- due.
 local function claimFresh()
   local committed, replacing = {}, {}
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', wm * ${MaxTypes} + ${MaxTypes} - 1),
-    'LIMIT', 0, batch, 'WITHSCORES')
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', dueBy(wm), 'LIMIT', 0, batch, 'WITHSCORES')
+  local byRank = #due / 2
+  local byName = pastWatermark(due)
   local n = #due / 2
   if n == 0 then return committed, replacing, 0 end
   local acts = {}
@@ -104,7 +142,8 @@ local function claimFresh()
       end
     end
   end
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
+  if byRank > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, byRank - 1) end
+  pieces(byName, 1, function(...) redis.call('ZREM', KEYS[1], ...) end)
   if #hset > 0 then
     hset[#hset+1] = ${StateGuardField}
     hset[#hset+1] = ${stateGuardValue}
@@ -200,9 +239,23 @@ return {nd, na, more, packed, packedAgain, replacing, due}
 type ClaimOptions struct {
 	Now       time.Time
 	Watermark time.Time // deadlines later than this stay put (hold-back); zero = Now
-	Lease     time.Duration
-	Batch     int // most devices per slot
+	// WatermarkFor, when set, bounds the deadlines further by each device's timeout (hold-back after a
+	// blind window, docs/concepts.md): a device whose type's timeout is t is claimed only when its deadline
+	// is no later than WatermarkFor(t).
+	WatermarkFor WatermarkFunc
+	Lease        time.Duration
+	Batch        int // most devices per slot
 }
+
+// WatermarkFunc is what hold-back lets a claim take at one moment: the latest deadline that may be
+// claimed of a device whose timeout is timeout. A device that may have signalled unseen in a blind window
+// waits its own timeout of visible time after the window, so a 30 s gateway is watched again long before
+// a 2 h meter.
+type WatermarkFunc func(timeout time.Duration) time.Time
+
+// heldScanFactor bounds how many members of held types one claim steps over per slot, in batches: a slot
+// with more of them ahead of a due member of a released type claims that one once they are released.
+const heldScanFactor = 4
 
 // Claim claims the due devices of slots in one round trip.
 //
@@ -218,6 +271,8 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	if wm.IsZero() || wm.After(opts.Now) {
 		wm = opts.Now
 	}
+	wm, wmByType := s.watermarkByIndex(wm, opts.WatermarkFor)
+	res.HeldBack = wm.Before(opts.Now)
 	now := opts.Now.UnixMilli()
 	repeats := s.types.byIndex(s.repeatEvery)
 	acts := repeats.render(func(every time.Duration) string {
@@ -227,7 +282,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		return strconv.FormatInt(now+every.Milliseconds(), 10)
 	})
 	record := s.newRecord()
-	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts}
+	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType}
 	calls := make([]scriptCall, len(slots))
 	for i, slot := range slots {
 		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.InFlight(slot)}, args: args}
@@ -292,6 +347,50 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		res.NextAlarm = time.UnixMilli(nextAlarm)
 	}
 	return res, nil
+}
+
+// watermarkByIndex applies watermarkFor to every type index this store knows, below wm: it returns the earliest of the
+// watermarks, which the claim script applies to every type, and the watermark (ms) per type index where
+// they differ ("" where they do not). An index this replica has not learnt yet gets the earliest.
+func (s *Store) watermarkByIndex(wm time.Time, watermarkFor WatermarkFunc) (time.Time, string) {
+	if watermarkFor == nil {
+		return wm, ""
+	}
+	names := s.types.names()
+	byIndex := make([]time.Time, len(names))
+	low, uniform := wm, true
+	for i, name := range names {
+		if name == "" {
+			continue
+		}
+		byIndex[i] = wm
+		if h := watermarkFor(AsStored(s.timeout(name))); h.Before(wm) {
+			byIndex[i] = h
+		}
+		uniform = uniform && byIndex[i].Equal(byIndex[0])
+		low = minTime(low, byIndex[i])
+	}
+	if uniform {
+		return low, ""
+	}
+	var b strings.Builder
+	for i, t := range byIndex {
+		if i > 0 {
+			b.WriteString(listSep)
+		}
+		if t.IsZero() {
+			t = low
+		}
+		b.WriteString(strconv.FormatInt(t.UnixMilli(), 10))
+	}
+	return low, b.String()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // freshClaim reads a fresh claim: device, deadlines-set score, replaced state ("" when none).

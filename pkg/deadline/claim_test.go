@@ -2,6 +2,7 @@ package deadline_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -54,6 +55,65 @@ func TestWatermarkHoldsBackLaterDeadlines(t *testing.T) {
 		res := f.claimAll(t, deadline.ClaimOptions{Watermark: t0.Add(35 * time.Second)})
 		require.Equal(t, []string{"early"}, devices(res.Claims))
 		require.Equal(t, []string{"late"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims))
+	})
+}
+
+// TestWatermarkPerTimeout: after a blind window, each device waits its own timeout. A gateway (30 s)
+// released by its watermark is claimed although sensors (10 min) due before it stay held, and the
+// sensors are claimed once their own watermark passes their deadlines.
+func TestWatermarkPerTimeout(t *testing.T) {
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		blindFrom := t0.Add(-time.Minute)
+		// Sensors whose deadlines (t0 + 5 s) fell after the window's start, ahead of the gateway's (t0 + 40 s).
+		var sensors []deadline.Signal
+		for i := range 20 {
+			sensors = append(sensors, deadline.Signal{Device: fmt.Sprintf("sensor-%d", i), Type: "sensor", Seen: t0.Add(-10*time.Minute + 5*time.Second)})
+		}
+		f.refresh(t, sensors...)
+		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0.Add(10 * time.Second)},
+			deadline.Signal{Device: "old", Type: "gateway", Seen: blindFrom.Add(-time.Minute)})
+		f.clock.Advance(time.Minute)
+		held := func(timeout time.Duration) time.Time {
+			if timeout > 30*time.Second {
+				return blindFrom // still in its grace: nothing after the window's start
+			}
+			return f.clock.Now()
+		}
+		res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 8})
+		require.Equal(t, []string{"gw", "old"}, devices(res.Claims), "the gateways, past held sensors; the old one by the common watermark")
+		require.True(t, res.HeldBack)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held}).Claims, "the sensors stay held")
+
+		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.clock.Now() }})
+		require.Len(t, res.Claims, len(sensors), "released")
+		require.False(t, res.HeldBack)
+	})
+}
+
+// TestWatermarkPerTimeoutBoundsTheStepOver: a slot whose held members outnumber what one claim steps
+// over claims nothing past them, and says it is held back, rather than reading the whole slot.
+func TestWatermarkPerTimeoutBoundsTheStepOver(t *testing.T) {
+	eachBackend(t, 1, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		var sensors []deadline.Signal
+		for i := range 100 {
+			sensors = append(sensors, deadline.Signal{Device: fmt.Sprintf("sensor-%03d", i), Type: "sensor", Seen: t0.Add(-10*time.Minute + 5*time.Second)})
+		}
+		f.refresh(t, sensors...)
+		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
+		f.clock.Advance(time.Minute)
+		held := func(timeout time.Duration) time.Time {
+			if timeout > 30*time.Second {
+				return t0.Add(-5 * time.Minute)
+			}
+			return f.clock.Now()
+		}
+		res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 4})
+		require.Empty(t, res.Claims, "100 held members are more than 4 × 4 stepped over")
+		require.True(t, res.HeldBack)
+		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 64})
+		require.Equal(t, []string{"gw"}, devices(res.Claims))
 	})
 }
 

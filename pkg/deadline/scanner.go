@@ -21,8 +21,9 @@ type ScannerOptions struct {
 	// handled twice at once by one replica. An error backs the scanner off; the claims stay leased and
 	// come back when their lease runs out.
 	Handle func(ctx context.Context, claims []Claim) error
-	// Watermark returns the latest deadline that may be claimed now (hold-back); nil = now.
-	Watermark func(now time.Time) time.Time
+	// Watermark returns what hold-back lets a claim at now take, per device timeout; nil = every passed
+	// deadline.
+	Watermark func(now time.Time) WatermarkFunc
 	Now       func() time.Time // nil = time.Now
 	// MaxIdleWait is the longest sleep when no earlier deadline is known (detection.max_idle_wait); it
 	// also bounds how late a deadline written by another replica after the last claim is noticed.
@@ -178,11 +179,11 @@ func (s *Scanner) wakeUp(ctx context.Context, slots []int) (time.Duration, error
 		return s.opts.MaxIdleWait, nil
 	}
 	now := s.opts.Now()
-	wm := now
+	var wm WatermarkFunc
 	if s.opts.Watermark != nil {
 		wm = s.opts.Watermark(now)
 	}
-	res, err := s.opts.Store.Claim(ctx, slots, ClaimOptions{Now: now, Watermark: wm, Lease: s.opts.Lease, Batch: s.opts.Batch})
+	res, err := s.opts.Store.Claim(ctx, slots, ClaimOptions{Now: now, WatermarkFor: wm, Lease: s.opts.Lease, Batch: s.opts.Batch})
 	if err != nil {
 		return 0, err
 	}
@@ -194,14 +195,13 @@ func (s *Scanner) wakeUp(ctx context.Context, slots []int) (time.Duration, error
 	if res.More {
 		return 0, nil
 	}
-	return NextWait(s.opts.Now(), wm.Before(now), res, s.opts.MaxIdleWait), nil
+	return NextWait(s.opts.Now(), res.HeldBack, res, s.opts.MaxIdleWait), nil
 }
 
 // NextWait is how long to sleep after a claim: until the earliest alarm entry or claimable deadline,
-// at most maxIdle. While held back (the claim's watermark was before its now) the next deadline does not
-// shorten the sleep: it may be due but not claimable, and waking for it would spin. heldBack must compare
-// the watermark with the claim's own now, not with the now after handling, or every sleep would be
-// maxIdle.
+// at most maxIdle. While held back (ClaimResult.HeldBack: a watermark was before the claim's now) the
+// next deadline does not shorten the sleep: it may be due but not claimable, and waking for it would
+// spin.
 func NextWait(now time.Time, heldBack bool, res ClaimResult, maxIdle time.Duration) time.Duration {
 	wait := maxIdle
 	consider := func(t time.Time) {

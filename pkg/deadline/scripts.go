@@ -14,6 +14,7 @@ import (
 var scriptConstants = strings.NewReplacer(
 	// Scores: deadline_ms × MaxTypes + type index; a dormant alarm entry is scored from DormantAfter up.
 	"${MaxTypes}", strconv.Itoa(MaxTypes),
+	"${heldScanFactor}", strconv.Itoa(heldScanFactor),
 	"${DormantAfter}", strconv.Itoa(DormantAfter),
 	"${DefaultType}", luaString(DefaultType),
 	// State hashes and encoded states (state.go).

@@ -190,21 +190,42 @@ func AsStored(d time.Duration) time.Duration { return max(d, 0).Truncate(time.Mi
 // byIndex returns fn (a duration per type name) AsStored for every known type index; an index this
 // replica does not know yet gets the default type's.
 func (r *typeRegistry) byIndex(fn func(string) time.Duration) typeTable {
+	names := r.names()
+	t := make(typeTable, len(names))
+	for i, name := range names {
+		if name == "" {
+			name = DefaultType
+		}
+		t[i] = AsStored(fn(name))
+	}
+	return t
+}
+
+// names returns every known type name at its index, "" at an index this replica does not know.
+func (r *typeRegistry) names() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	maxIdx := 0
 	for i := range r.byIdx {
 		maxIdx = max(maxIdx, i)
 	}
-	t := make(typeTable, maxIdx+1)
-	for i := range t {
-		name, ok := r.byIdx[i]
-		if !ok {
-			name = DefaultType
-		}
-		t[i] = AsStored(fn(name))
+	out := make([]string, maxIdx+1)
+	for i, name := range r.byIdx {
+		out[i] = name
 	}
-	return t
+	return out
+}
+
+// LongestTimeout is the longest timeout of any type name the registry holds, per-device timeouts
+// included.
+func (s *Store) LongestTimeout() time.Duration {
+	var longest time.Duration
+	for _, name := range s.types.names() {
+		if name != "" {
+			longest = max(longest, s.timeout(name))
+		}
+	}
+	return longest
 }
 
 // typeTable is a duration per type index.

@@ -155,7 +155,7 @@ func (s *KafkaSource) Health() Health {
 	lag := s.offsets.lag(now)
 	glag, blind, why := s.watch.status(now, s.staleAfter())
 	h := s.health.health(max(lag, glag))
-	h.Blind, h.BlindWhy = blind, why
+	h.Blind, h.BlindWhy, h.Kept = blind, why, true
 	return h
 }
 
@@ -172,7 +172,7 @@ func (s *KafkaSource) Shares() []Shared {
 	return []Shared{{Name: "kafka:" + s.opts.GroupID, Signals: "kafka:" + strings.Join(topics, ","), Member: s.opts.Member,
 		// The coordinator expels a silent member a session timeout after its last heartbeat, then waits
 		// up to the rebalance timeout for the others to rejoin.
-		Release: s.opts.SessionTimeout + s.opts.HeartbeatInterval + s.opts.RebalanceTimeout}}
+		Release: s.opts.SessionTimeout + s.opts.HeartbeatInterval + s.opts.RebalanceTimeout, Kept: true}}
 }
 
 // ReadUpTo is the time up to which the whole group has read every partition, on Now's clock (zero until

@@ -85,7 +85,7 @@ func TestKafkaRebalanceAndTakeOver(t *testing.T) {
 	require.Eventually(t, func() bool { return !a.TakenOver("b/1", time.Now().Add(-time.Second)) }, 10*time.Second, 10*time.Millisecond)
 	require.False(t, a.TakenOver("b/1", time.Now()), "b is a member")
 	require.Equal(t, []ingest.Shared{{Name: "kafka:heartbeatd", Signals: "kafka:" + signalTopic, Member: "a/1",
-		Release: 6*time.Second + 100*time.Millisecond + 3*time.Second}}, a.Shares())
+		Release: 6*time.Second + 100*time.Millisecond + 3*time.Second, Kept: true}}, a.Shares())
 
 	var leaveAt atomic.Int64
 	k.Cluster().ControlKey(int16(kmsg.LeaveGroup), func(kmsg.Request) (kmsg.Response, error, bool) {

@@ -52,6 +52,9 @@ type Health struct {
 	// not lagging (a Kafka rebalance not yet read past), on the source's clock; BlindWhy says why.
 	Blind    time.Time
 	BlindWhy string
+	// Kept: the broker keeps what the source has not read yet (Kafka), so a lag or a Blind span loses
+	// nothing: once read past, every signal sent meanwhile is in.
+	Kept bool
 }
 
 // Shared is a part of the signals a source reads alone among the replicas: its share of an MQTT shared
@@ -61,6 +64,7 @@ type Shared struct {
 	Signals string        // what is split: "mqtt:<filter>", "kafka:<topics>"
 	Member  string        // this replica in the split: its MQTT client id, its Kafka member tag
 	Release time.Duration // the longest a dead member's share goes unread once others read the split
+	Kept    bool          // the broker keeps what a dead member did not read (Kafka), so nothing of it is lost
 }
 
 // Sharing is a source that may read shares of the signals: Shares lists them (none when it reads all

@@ -185,6 +185,8 @@ type tally struct {
 	expected, got, lost, falses, dup int
 	detail                           []string
 	lostIDs                          []string // the first few lost devices, for the daemon to explain
+	// figures are further measurements of the scenario ("name=value"), printed after the counts.
+	figures []string
 }
 
 // tallyInterrupted counts against the events: expected devices must each have an interrupted event;
@@ -252,8 +254,12 @@ func (r tally) plus(o tally) tally {
 
 // line is the scenario's one-line summary.
 func (r tally) line() string {
-	return fmt.Sprintf("chaos: %s devices=%d expected=%d got=%d lost=%d false=%d dup=%d",
+	line := fmt.Sprintf("chaos: %s devices=%d expected=%d got=%d lost=%d false=%d dup=%d",
 		r.scenario, r.devices, r.expected, r.got, r.lost, r.falses, r.dup)
+	for _, f := range r.figures {
+		line += " " + f
+	}
+	return line
 }
 
 // report prints the scenario's line (t.Log and stdout, so `make chaos` shows it) and fails the test

@@ -104,6 +104,9 @@ type daemonOptions struct {
 	replica string        // replica id and MQTT client id; default "chaos"
 	timeout time.Duration // default timeout
 	grace   time.Duration // detection.grace_after_outage; default 1s
+	// ownGrace leaves detection.grace_after_outage at 0: after a blind window each device waits its own
+	// timeout (grace is ignored).
+	ownGrace bool
 	// types are further device types (name → timeout), without repeats like default.
 	types map[string]time.Duration
 	// sharedGroup subscribes to the devices' topic as an MQTT shared subscription of that group, so
@@ -179,6 +182,9 @@ func (f *fleet) config(o daemonOptions) string {
 			strings.Join(f.kafka.Addrs, ","), signalsTopic, o.kafkaGroup)
 	}
 	detection := fmt.Sprintf("{grace_after_outage: %s, lease: 2s", o.grace)
+	if o.ownGrace {
+		detection = "{lease: 2s"
+	}
 	if o.maxHoldBack > 0 {
 		detection += fmt.Sprintf(", max_hold_back: %s", o.maxHoldBack)
 	}
@@ -351,6 +357,9 @@ type stats struct {
 	} `json:"devices"`
 	HoldBack struct {
 		Active bool `json:"active"`
+		ByType map[string]struct {
+			Grace string `json:"grace"`
+		} `json:"by_type"`
 	} `json:"hold_back"`
 	OwnedSlots []int `json:"owned_slots"`
 	Slots      int   `json:"slots"`

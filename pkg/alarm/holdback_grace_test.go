@@ -1,0 +1,167 @@
+package alarm
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// mixedFleet are the types of the grace tests: gateways that signal every few seconds beside meters that
+// report every two hours.
+var mixedFleet = map[string]time.Duration{"gateway": 3 * time.Second, "meter": 2 * time.Hour}
+
+// troubleProbe is a probe whose trouble the test sets; zero = healthy.
+func troubleProbe(name string, trouble *atomic.Pointer[ProbeTrouble]) Probe {
+	trouble.Store(&ProbeTrouble{})
+	return Probe{Name: name, Trouble: func(time.Time) ProbeTrouble { return *trouble.Load() }}
+}
+
+// TestGraceIsEachDevicesOwnTimeout: after a blind window a gateway is watched again three seconds after
+// the window's end, while a meter waits its own two hours (bounded by max_hold_back), on the replica
+// whose source was blind and on the one that reads its window from Redis alike; /v1/stats says so per
+// type. A set grace_after_outage caps every device's grace.
+func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
+	rdb, clk := holdBackRedis(t)
+	var trouble atomic.Pointer[ProbeTrouble]
+	var graceCap atomic.Int64
+	graceCap.Store(int64(2 * time.Hour)) // grace_after_outage 0: the longest timeout
+	opts := func(o *HoldBackOptions) {
+		o.Grace = func() time.Duration { return time.Duration(graceCap.Load()) }
+		o.Timeouts = func() map[string]time.Duration { return mixedFleet }
+		o.MaxHoldBack = 10 * time.Minute
+	}
+	r1 := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+		opts(o)
+		o.Probes = []Probe{troubleProbe("mqtt", &trouble)}
+	})
+	r2 := newReplicaHoldBack(rdb, "r2", clk.Now, opts)
+	ctx := context.Background()
+	require.NoError(t, r1.Start(ctx))
+	require.NoError(t, r2.Start(ctx))
+
+	from := clk.Now()
+	trouble.Store(&ProbeTrouble{Since: from, Why: "disconnected"})
+	clk.Advance(5 * time.Second)
+	ticks(t, r1, r2)
+	for _, h := range []*HoldBack{r1, r2} {
+		wm := h.WatermarkFor(clk.Now())
+		require.Equal(t, []time.Time{from, from}, []time.Time{wm(3 * time.Second), wm(2 * time.Hour)}, "open: every device held")
+		require.Equal(t, TypeHold{Grace: 3 * time.Second, Since: from}, h.Status().ByType["gateway"])
+	}
+
+	trouble.Store(&ProbeTrouble{})
+	clk.Advance(time.Second)
+	end := clk.Now()
+	ticks(t, r1, r2)
+	st := r2.Status()
+	require.Equal(t, map[string]TypeHold{
+		"gateway": {Grace: 3 * time.Second, Since: from, Until: end.Add(3 * time.Second)},
+		"meter":   {Grace: 2 * time.Hour, Since: from, Until: end.Add(2 * time.Hour)},
+	}, st.ByType)
+
+	clk.Set(end.Add(3*time.Second - time.Millisecond))
+	for _, h := range []*HoldBack{r1, r2} {
+		require.Equal(t, from, h.WatermarkFor(clk.Now())(3*time.Second), "a gateway has not had its timeout of visible time yet")
+	}
+	clk.Set(end.Add(3 * time.Second))
+	ticks(t, r1, r2)
+	for _, h := range []*HoldBack{r1, r2} {
+		wm := h.WatermarkFor(clk.Now())
+		require.Equal(t, clk.Now(), wm(3*time.Second), "gateways are watched again")
+		require.Equal(t, from, wm(2*time.Hour), "meters wait their own timeout")
+		require.Equal(t, from, h.Watermark(clk.Now()), "the watermark of every device is the meters'")
+		require.NotContains(t, h.Status().ByType, "gateway")
+	}
+	clk.Set(from.Add(5*time.Second + 10*time.Minute)) // max_hold_back after r1's tick opened the window
+	require.Equal(t, clk.Now(), r2.WatermarkFor(clk.Now())(2*time.Hour), "no hold past max_hold_back")
+	require.True(t, r2.Degraded())
+
+	// grace_after_outage 1s caps every device's grace, the gateways' too.
+	graceCap.Store(int64(time.Second))
+	from = clk.Now()
+	r1.Open("stall", CauseStall, ScopeAll, from, "stalled") // another window: the first one is past max_hold_back
+	clk.Advance(time.Second)
+	end = clk.Now()
+	r1.Close("stall", end)
+	clk.Set(end.Add(time.Second - time.Millisecond))
+	require.Equal(t, from, r1.Watermark(clk.Now()))
+	clk.Set(end.Add(time.Second))
+	require.Equal(t, clk.Now(), r1.Watermark(clk.Now()), "capped at 1s for the meters too")
+}
+
+// TestKeptWindowNeedsNoGrace: a window of a source that keeps what it did not deliver (a Kafka consumer
+// behind or rebalancing) stops holding the moment it closes, for every type, since its source's floor
+// covers what was not read yet. A window that was not kept at some moment keeps its grace.
+func TestKeptWindowNeedsNoGrace(t *testing.T) {
+	rdb, clk := holdBackRedis(t)
+	var trouble atomic.Pointer[ProbeTrouble]
+	r1 := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+		o.Grace = func() time.Duration { return 2 * time.Hour }
+		o.MaxHoldBack = 10 * time.Minute
+		o.Probes = []Probe{troubleProbe("kafka", &trouble)}
+	})
+	r2 := newReplicaHoldBack(rdb, "r2", clk.Now, func(o *HoldBackOptions) { o.MaxHoldBack = 10 * time.Minute })
+	ctx := context.Background()
+	require.NoError(t, r1.Start(ctx))
+	require.NoError(t, r2.Start(ctx))
+
+	from := clk.Now()
+	trouble.Store(&ProbeTrouble{Since: from, Why: "rebalancing", Kept: true})
+	clk.Advance(5 * time.Second)
+	ticks(t, r1, r2)
+	require.Equal(t, from, r2.Watermark(clk.Now()), "held while the group rebalances")
+	trouble.Store(&ProbeTrouble{})
+	clk.Advance(time.Second)
+	ticks(t, r1, r2)
+	for _, h := range []*HoldBack{r1, r2} {
+		require.Equal(t, clk.Now(), h.Watermark(clk.Now()), "read past the window: nothing held, not even the meters")
+		require.False(t, h.Status().Active)
+	}
+
+	// Behind, then disconnected, then behind again: what the broker refused meanwhile may be lost.
+	from = clk.Now()
+	trouble.Store(&ProbeTrouble{Since: from, Why: "lagging 3s behind", Kept: true})
+	ticks(t, r1)
+	trouble.Store(&ProbeTrouble{Since: from, Why: "disconnected"})
+	ticks(t, r1)
+	trouble.Store(&ProbeTrouble{Since: from, Why: "lagging 3s behind", Kept: true})
+	ticks(t, r1)
+	trouble.Store(&ProbeTrouble{})
+	clk.Advance(time.Second)
+	end := clk.Now()
+	ticks(t, r1, r2)
+	require.Equal(t, from, r2.WatermarkFor(clk.Now())(time.Minute), "grace after a window that was not kept throughout")
+	clk.Set(end.Add(time.Minute))
+	require.Equal(t, clk.Now(), r2.WatermarkFor(clk.Now())(time.Minute))
+}
+
+// TestKeptShareOfADeadMemberNeedsNoGrace: a replica that died reading its partitions of a Kafka group
+// holds the others until the group has read them past its last word, and not a grace longer.
+func TestKeptShareOfADeadMemberNeedsNoGrace(t *testing.T) {
+	rdb, clk := holdBackRedis(t)
+	var taken atomic.Bool
+	share := func(member string) Share {
+		return Share{Name: "kafka:hb", Signals: "kafka:signals", Member: member, Release: 5 * time.Second, Kept: true,
+			TakenOver: func(string, time.Time) bool { return taken.Load() }}
+	}
+	replica := func(id, member string) *HoldBack {
+		return newReplicaHoldBack(rdb, id, clk.Now, func(o *HoldBackOptions) {
+			o.Incarnation, o.MemberLapse, o.Shares = id+"-1", time.Second, []Share{share(member)}
+		})
+	}
+	r1, r2 := replica("r1", "m1"), replica("r2", "m2")
+	require.NoError(t, r1.Start(context.Background()))
+	require.NoError(t, r2.Start(context.Background()))
+	ticks(t, r1, r2)
+	last := clk.Now()
+	clk.Advance(1500 * time.Millisecond) // r1 stops answering
+	ticks(t, r2)
+	require.Equal(t, last, r2.Watermark(clk.Now()), "held from r1's last word")
+	taken.Store(true)
+	clk.Advance(100 * time.Millisecond)
+	ticks(t, r2)
+	require.Equal(t, clk.Now(), r2.Watermark(clk.Now()), "the group read past r1's last word: nothing was lost")
+}

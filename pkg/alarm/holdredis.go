@@ -1,0 +1,70 @@
+package alarm
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// redisDown opens (or keeps open) this replica's Redis window from the last time Redis took its windows:
+// while Redis refuses writes the ingest chain stores no signal, so a deadline that passes meanwhile says
+// nothing about the device. The hold applies at once, locally, because the scanners may reach Redis
+// again before the next tick shares it; the next successful tick closes the window and starts its grace,
+// in which the backlog the sources kept unacknowledged is stored.
+func (h *HoldBack) redisDown(now time.Time) {
+	h.mu.Lock()
+	h.openRedisLocked(now, now, redisUnreachable)
+	h.mu.Unlock()
+	h.report(now)
+}
+
+// redisUnreachable is the reason of the window redisDown opens.
+const redisUnreachable = "redis unreachable"
+
+// slowRoundTrip is how long a tick's round trip may take before its wait counts as Redis unreachable:
+// the ingest chain's default for a stuck write.
+const slowRoundTrip = time.Second
+
+// writesRefusedLocked keeps the Redis window open while WriteFailure reports refused deadline writes,
+// from their start at the latest: the refused batch held signals received before its first attempt. A
+// span of trouble that ended unseen (WriteTrouble) becomes the window it would have been. It reports
+// whether writes are refused.
+func (h *HoldBack) writesRefusedLocked(now time.Time) bool {
+	var since time.Time
+	if h.opts.WriteFailure != nil {
+		since = h.opts.WriteFailure()
+	}
+	// Read after WriteFailure: a trouble ends (and is recorded) before the failure is cleared.
+	if h.opts.WriteTrouble != nil {
+		if from, to := h.opts.WriteTrouble(); to.After(h.troubleTo) {
+			h.troubleTo = to
+			if i := h.find(windowRedis); i < 0 || !h.local[i].Live(now) {
+				h.log.Warn("deadline writes were refused or unanswered, unseen until now: holding detection back over that span",
+					zap.Time("from", from), zap.Time("to", to))
+			}
+			h.recordRedisLocked(now, from, to, redisRefusedWrites)
+		}
+	}
+	if since.IsZero() {
+		return false
+	}
+	h.openRedisLocked(now, since, redisRefusedWrites)
+	return true
+}
+
+// redisRefusedWrites is the reason of the window writesRefusedLocked opens.
+const redisRefusedWrites = "redis refused deadline writes"
+
+// openRedisLocked opens (or keeps open) this replica's Redis window from since or the last time Redis
+// took its windows, whichever is earlier: nothing said after that share is known to be stored.
+func (h *HoldBack) openRedisLocked(now, since time.Time, reason string) {
+	h.openLocked(now, windowRedis, CauseRedis, ScopeAll, earliestSet(h.lastShared, since), reason, false)
+}
+
+// recordRedisLocked is openRedisLocked for a span already over at to.
+func (h *HoldBack) recordRedisLocked(now, since, to time.Time, reason string) {
+	h.recordLocked(now, Window{ID: windowRedis, Cause: CauseRedis, Scope: ScopeAll, From: earliestSet(h.lastShared, since),
+		To: to, Reason: reason})
+}
+
+// checkClockLocked follows ClockCheck: since when it fails, and why.

@@ -1,0 +1,175 @@
+package alarm
+
+import (
+	"fmt"
+	"iter"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Degraded reports whether detection runs although it cannot trust silence: a live window is past
+// MaxHoldBack, or this replica's clock has been off that long. DegradedSink marks the events then.
+func (h *HoldBack) Degraded() bool { return atNowLocked(h, h.degradedLocked) }
+
+func (h *HoldBack) degradedLocked(now time.Time) bool {
+	for w := range h.liveLocked(now) {
+		if w.Expired(now, h.opts.MaxHoldBack) {
+			return true
+		}
+	}
+	return !h.clockBad.IsZero() && !h.clockHoldsLocked(now)
+}
+
+// liveLocked yields every replica's windows that are open or in their grace at now.
+func (h *HoldBack) liveLocked(now time.Time) iter.Seq[Window] {
+	return func(yield func(Window) bool) {
+		for _, ws := range [][]Window{h.local, h.remote} {
+			for _, w := range ws {
+				if w.Live(now) && !yield(w) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// heldFor is how long the oldest live window has lasted (heartbeatd_hold_back_seconds).
+func (h *HoldBack) heldFor() time.Duration {
+	return atNowLocked(h, func(now time.Time) time.Duration {
+		var d time.Duration
+		for w := range h.liveLocked(now) {
+			d = max(d, now.Sub(w.Opened))
+		}
+		return d
+	})
+}
+
+// Status is the current hold-back state.
+func (h *HoldBack) Status() HoldBackStatus { return atNowLocked(h, h.statusLocked) }
+
+func (h *HoldBack) statusLocked(now time.Time) HoldBackStatus {
+	var st HoldBackStatus
+	open := false
+	for w := range h.liveLocked(now) {
+		st.Windows = append(st.Windows, w)
+		if !w.Holds(now, h.opts.MaxHoldBack) {
+			st.Degraded = true
+			continue
+		}
+		if !st.Active || w.From.Before(st.Since) {
+			st.Since, st.Reason = w.From, w.Reason
+			if w.Replica != h.opts.ReplicaID {
+				st.Reason += " (replica " + w.Replica + ")"
+			}
+		}
+		open = open || w.To.IsZero()
+		st.Until = maxTime(st.Until, w.Until())
+		st.Active = true
+	}
+	if open {
+		st.Until = time.Time{}
+	}
+	st.ByType = h.byTypeLocked(now)
+	slices.SortFunc(st.Windows, func(a, b Window) int { return a.From.Compare(b.From) })
+	if h.clockErr != nil {
+		if h.clockHoldsLocked(now) {
+			st.Clock = h.clockErr.Error()
+		} else {
+			st.Degraded = true
+			st.Clock = h.clockErr.Error() + fmt.Sprintf(" (scanning again after detection.max_hold_back %s)", h.opts.MaxHoldBack)
+		}
+	}
+	return st
+}
+
+// byTypeLocked is how the windows hold each configured type they hold at now.
+func (h *HoldBack) byTypeLocked(now time.Time) map[string]TypeHold {
+	if h.opts.Timeouts == nil {
+		return nil
+	}
+	var out map[string]TypeHold
+	for name, timeout := range h.opts.Timeouts() {
+		var th TypeHold
+		open := false
+		for w := range h.liveLocked(now) {
+			if !w.HoldsFor(now, timeout, h.opts.MaxHoldBack) {
+				continue
+			}
+			if th.Since.IsZero() || w.From.Before(th.Since) {
+				th.Since = w.From
+			}
+			th.Grace = max(th.Grace, w.GraceFor(timeout))
+			th.Until = maxTime(th.Until, w.UntilFor(timeout))
+			open = open || w.To.IsZero()
+		}
+		if th.Since.IsZero() {
+			continue
+		}
+		if open {
+			th.Until = time.Time{}
+		}
+		if out == nil {
+			out = map[string]TypeHold{}
+		}
+		out[name] = th
+	}
+	return out
+}
+
+// report logs and announces what changed since the last report: the hold starting, moving or ending,
+// detection turning degraded or trusted again, this replica's clock.
+func (h *HoldBack) report(now time.Time) {
+	h.reportMu.Lock()
+	defer h.reportMu.Unlock()
+	h.mu.Lock()
+	st := h.statusLocked(now)
+	h.mu.Unlock()
+	prev := h.reported
+	h.reported = st
+	wake := false
+	if prev.Active != st.Active || !prev.Since.Equal(st.Since) {
+		if st.Active {
+			h.log.Warn("detection held back", zap.Time("since", st.Since), zap.Time("until", st.Until), zap.String("reason", st.Reason),
+				zap.Int("windows", len(st.Windows)))
+		} else if prev.Active {
+			h.log.Info("hold-back ended: claiming every passed deadline again")
+		}
+		if h.opts.OnChange != nil && prev.Active != st.Active {
+			h.opts.OnChange(st.Active)
+		}
+		wake = true
+	}
+	if prev.Degraded != st.Degraded {
+		if st.Degraded {
+			var why []string
+			for _, w := range st.Windows {
+				if !w.Holds(now, h.opts.MaxHoldBack) {
+					why = append(why, w.Replica+"/"+w.ID+": "+w.Reason)
+				}
+			}
+			if st.Clock != "" {
+				why = append(why, st.Clock)
+			}
+			h.log.Error(`blind for longer than detection.max_hold_back: detection resumed, degraded (events carry "degraded": true)`,
+				zap.Duration("max_hold_back", h.opts.MaxHoldBack), zap.Strings("windows", why))
+		} else {
+			h.log.Info("detection no longer degraded")
+		}
+		wake = true
+	}
+	if prev.Clock == "" && st.Clock != "" && !st.Degraded {
+		h.log.Error("this replica claims nothing while its clock cannot be trusted", zap.String("clock", st.Clock))
+		wake = true
+	} else if prev.Clock != "" && st.Clock == "" {
+		h.log.Info("clock trusted again: claiming")
+		wake = true
+	}
+	if wake {
+		select {
+		case h.changed <- struct{}{}:
+		default:
+		}
+	}
+}
