@@ -94,19 +94,24 @@ func rssScenario(e *env) (err error) {
 // a prebuilt one) on hbbench's Redis, ingesting k's signal topic as consumer group, and waits until it
 // is ready.
 func launchOnKafka(e *env, k *testenv.Kafka, bin, group string) (*testenv.Heartbeatd, error) {
+	return launchOnKafkaWith(e, k, bin, group, `
+  default: {timeout: 10m}
+  gateway: {timeout: 10m}`)
+}
+
+// launchOnKafkaWith is launchOnKafka with types, the YAML of the types section's entries.
+func launchOnKafkaWith(e *env, k *testenv.Kafka, bin, group, types string) (*testenv.Heartbeatd, error) {
 	brokers := strings.Join(k.Addrs, ",")
 	cfg := fmt.Sprintf(`
 redis: {addrs: [%q], slots: %d}
-types:
-  default: {timeout: 10m}
-  gateway: {timeout: 10m}
+types:%s
 ingest:
   mqtt: {enabled: false}
   kafka: {enabled: true, brokers: [%q], topics: [%q], group_id: %s}
 events:
   kafka: {brokers: [%q]}
 log: {level: warn}
-`, e.redis.Addr, config.DefaultSlots, brokers, signalTopic, group, brokers)
+`, e.redis.Addr, config.DefaultSlots, types, brokers, signalTopic, group, brokers)
 	hb, err := testenv.LaunchHeartbeatd(e.ctx, "", testenv.HeartbeatdOptions{Config: cfg, Binary: bin})
 	if err != nil {
 		return nil, fmt.Errorf("hbbench: %w (-heartbeatd names a prebuilt binary)", err)

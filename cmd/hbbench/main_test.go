@@ -46,6 +46,7 @@ func TestScenariosTiny(t *testing.T) {
 		"expiry":    {"all events acked after", "events/s"},
 		"storm":     {"plain: deadline → last interrupted", "plain: interrupted events", "storm: deadline → last suppressed", "storm: gateways → last suppressed", "storm: gateways → gateways acked", "storm: interrupted events", "storm: suppressed events"},
 		"recovered": {"latency p50", "latency p99", "latency max"},
+		"blind":     {"heartbeatd lateness p50", "heartbeatd lateness max"},
 		"rss":       {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
 		"cost": {"SET PX pipelined, random: commandstats", "Refresh typed, random: commandstats", "Refresh untyped, random: commandstats", "ZADD GT into 65,536 small sets (not heartbeatd's layout), random: commandstats",
 			"Refresh typed, jittered 5%: commandstats", "SET PX pipelined, jittered 5%: commandstats", "ZADD GT into a set per device (not heartbeatd's layout), random: commandstats"},
@@ -80,6 +81,7 @@ func TestScenariosTiny(t *testing.T) {
 	zero := map[string][]string{
 		"lateness": {"heartbeatd early events", "heartbeatd missing events", "heartbeatd wrong-deadline events", "keyspace SET PX missing events"},
 		"expiry":   {"early events"},
+		"blind":    {"heartbeatd false interruptions"},
 		"storm":    {"plain: other events", "storm: dark devices interrupted", "storm: other events", "early events"},
 	}
 	for s, metrics := range zero {

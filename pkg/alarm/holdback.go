@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -313,16 +315,42 @@ func (h *HoldBack) openLocked(now time.Time, id string, cause Cause, scope Scope
 	}
 	if i := h.find(id); i >= 0 && h.local[i].Live(now) {
 		w := &h.local[i]
-		if !w.To.IsZero() {
+		switch {
+		case w.To.IsZero():
+			w.From, w.Cause, w.Scope, w.Reason, w.Kept = earliest(w.From, from), cause, scope, reason, w.Kept && kept
+			return
+		case from.After(w.To) && h.countLocked(id) < maxWindowsPerID:
+			// A trouble that began after the last one ended is a window of its own: the earlier one holds on
+			// under a name of its own, each device for its own grace, and the new one neither starts at the
+			// earlier start nor takes its grace (a lag the broker kept after a lost connection needs none).
+			w.ID = id + "@" + strconv.FormatInt(w.To.UnixMilli(), 10)
+		default:
+			// Overlapping, or flapping past maxWindowsPerID: one window, whose first opening bounds the hold.
 			h.log.Warn("blind window reopened within its grace", zap.String("window", id), zap.String("reason", reason))
+			w.From, w.To, w.Cause, w.Scope, w.Reason, w.Kept = earliest(w.From, from), time.Time{}, cause, scope, reason, w.Kept && kept
+			return
 		}
-		w.From, w.To, w.Cause, w.Scope, w.Reason, w.Kept = earliest(w.From, from), time.Time{}, cause, scope, reason, w.Kept && kept
-		return
 	}
 	h.put(Window{ID: id, Replica: h.opts.ReplicaID, Cause: cause, Scope: scope, From: from, Opened: now, Grace: h.opts.Grace(),
 		Kept: kept, Reason: reason})
 	h.log.Warn("blind window opened", zap.String("window", id), zap.String("cause", string(cause)), zap.Time("from", from),
 		zap.String("reason", reason))
+}
+
+// maxWindowsPerID bounds how many windows one cause keeps live at once (openLocked): a source that
+// flaps faster merges its troubles into the latest window.
+const maxWindowsPerID = 8
+
+// countLocked is how many of this replica's windows cause id holds: id itself and the earlier ones it
+// renamed.
+func (h *HoldBack) countLocked(id string) int {
+	n := 0
+	for _, w := range h.local {
+		if w.ID == id || strings.HasPrefix(w.ID, id+"@") {
+			n++
+		}
+	}
+	return n
 }
 
 func (h *HoldBack) closeLocked(id string, to time.Time) {

@@ -77,7 +77,9 @@ func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
 	}
 	clk.Set(from.Add(5*time.Second + 10*time.Minute)) // max_hold_back after r1's tick opened the window
 	require.Equal(t, clk.Now(), r2.WatermarkFor(clk.Now())(2*time.Hour), "no hold past max_hold_back")
-	require.True(t, r2.Degraded())
+	require.True(t, r2.Degraded(), "the meters are claimed without their full grace")
+	degraded := r2.DegradedFor(func(typ string) time.Duration { return mixedFleet[typ] })()
+	require.Equal(t, []bool{false, true}, []bool{degraded("gateway"), degraded("meter")}, "only the meters' events are marked")
 
 	// grace_after_outage 1s caps every device's grace, the gateways' too.
 	graceCap.Store(int64(time.Second))
@@ -136,6 +138,39 @@ func TestKeptWindowNeedsNoGrace(t *testing.T) {
 	require.Equal(t, from, r2.WatermarkFor(clk.Now())(time.Minute), "grace after a window that was not kept throughout")
 	clk.Set(end.Add(time.Minute))
 	require.Equal(t, clk.Now(), r2.WatermarkFor(clk.Now())(time.Minute))
+}
+
+// TestKeptWindowAfterALostOne: a source that lost its connection and, later, fell behind the broker
+// opens two windows: the lag does not take the first window's start or grace.
+func TestKeptWindowAfterALostOne(t *testing.T) {
+	rdb, clk := holdBackRedis(t)
+	var trouble atomic.Pointer[ProbeTrouble]
+	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+		o.Grace = func() time.Duration { return 2 * time.Hour }
+		o.MaxHoldBack = 10 * time.Minute
+		o.Probes = []Probe{troubleProbe("kafka", &trouble)}
+	})
+	require.NoError(t, hb.Start(context.Background()))
+	lost := clk.Now()
+	trouble.Store(&ProbeTrouble{Since: lost, Why: "disconnected"})
+	ticks(t, hb)
+	trouble.Store(&ProbeTrouble{})
+	clk.Advance(time.Second)
+	ticks(t, hb)
+
+	clk.Advance(time.Minute)
+	behind := clk.Now()
+	trouble.Store(&ProbeTrouble{Since: behind, Why: "lagging 3s behind", Kept: true})
+	ticks(t, hb)
+	wm := hb.WatermarkFor(clk.Now())
+	require.Equal(t, []time.Time{behind, lost}, []time.Time{wm(3 * time.Second), wm(2 * time.Hour)},
+		"the lag holds from its own start; the meters are still in the first window's grace")
+	trouble.Store(&ProbeTrouble{})
+	clk.Advance(time.Second)
+	ticks(t, hb)
+	wm = hb.WatermarkFor(clk.Now())
+	require.Equal(t, []time.Time{clk.Now(), lost}, []time.Time{wm(3 * time.Second), wm(2 * time.Hour)}, "the lag needed no grace")
+	require.Len(t, hb.Status().Windows, 1, "the lag's window is over; the first one holds the meters on")
 }
 
 // TestKeptShareOfADeadMemberNeedsNoGrace: a replica that died reading its partitions of a Kafka group

@@ -3,23 +3,61 @@ package alarm
 import (
 	"fmt"
 	"iter"
+	"math"
 	"slices"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-// Degraded reports whether detection runs although it cannot trust silence: a live window is past
-// MaxHoldBack, or this replica's clock has been off that long. DegradedSink marks the events then.
-func (h *HoldBack) Degraded() bool { return atNowLocked(h, h.degradedLocked) }
+// Degraded reports whether detection runs although it cannot trust silence for some configured type
+// (DegradedFor), or for any device when no types are given.
+func (h *HoldBack) Degraded() bool {
+	return atNowLocked(h, func(now time.Time) bool { return h.degradedLocked(now, h.longestTimeout()) })
+}
 
-func (h *HoldBack) degradedLocked(now time.Time) bool {
+// DegradedFor reports, by device type, whether detection runs at now although it cannot trust the
+// silence of such devices: a window past MaxHoldBack still blinds them, or this replica's clock has been
+// off that long. DegradedSink marks their events then. A type's devices are judged by the type's
+// timeout (timeoutOf), a device's own timeout aside.
+func (h *HoldBack) DegradedFor(timeoutOf func(deviceType string) time.Duration) func() func(deviceType string) bool {
+	return func() func(string) bool {
+		now := h.opts.Now()
+		h.mu.Lock()
+		clock := !h.clockBad.IsZero() && !h.clockHoldsLocked(now)
+		var expired []Window
+		for w := range h.liveLocked(now) {
+			if w.Expired(now, h.opts.MaxHoldBack) {
+				expired = append(expired, w)
+			}
+		}
+		h.mu.Unlock()
+		return func(typ string) bool {
+			timeout := timeoutOf(typ)
+			return clock || slices.ContainsFunc(expired, func(w Window) bool { return w.Blinds(now, timeout) })
+		}
+	}
+}
+
+func (h *HoldBack) degradedLocked(now time.Time, timeout time.Duration) bool {
 	for w := range h.liveLocked(now) {
-		if w.Expired(now, h.opts.MaxHoldBack) {
+		if w.Expired(now, h.opts.MaxHoldBack) && w.Blinds(now, timeout) {
 			return true
 		}
 	}
 	return !h.clockBad.IsZero() && !h.clockHoldsLocked(now)
+}
+
+// longestTimeout is the longest configured timeout, or no bound without Timeouts (every window's grace).
+func (h *HoldBack) longestTimeout() time.Duration {
+	if h.opts.Timeouts == nil {
+		return math.MaxInt64
+	}
+	var longest time.Duration
+	for _, t := range h.opts.Timeouts() {
+		longest = max(longest, t)
+	}
+	return longest
 }
 
 // liveLocked yields every replica's windows that are open or in their grace at now.
@@ -51,11 +89,12 @@ func (h *HoldBack) Status() HoldBackStatus { return atNowLocked(h, h.statusLocke
 
 func (h *HoldBack) statusLocked(now time.Time) HoldBackStatus {
 	var st HoldBackStatus
+	longest := h.longestTimeout()
 	open := false
 	for w := range h.liveLocked(now) {
 		st.Windows = append(st.Windows, w)
 		if !w.Holds(now, h.opts.MaxHoldBack) {
-			st.Degraded = true
+			st.Degraded = st.Degraded || w.Blinds(now, longest)
 			continue
 		}
 		if !st.Active || w.From.Before(st.Since) {

@@ -84,10 +84,16 @@ func (w Window) Live(now time.Time) bool {
 	return w.To.IsZero() || now.Before(w.To.Add(w.Grace))
 }
 
-// HoldsFor reports whether the window holds back the devices whose timeout is timeout at now: it holds
-// (Holds) and they are still in their grace.
+// Blinds reports whether the devices whose timeout is timeout may have signalled unseen in the window,
+// at now: it is open or they are in their grace, max_hold_back aside.
+func (w Window) Blinds(now time.Time, timeout time.Duration) bool {
+	return w.To.IsZero() || now.Before(w.UntilFor(timeout))
+}
+
+// HoldsFor reports whether the window holds back the devices whose timeout is timeout at now: it blinds
+// them and is not past maxHold.
 func (w Window) HoldsFor(now time.Time, timeout, maxHold time.Duration) bool {
-	return w.Holds(now, maxHold) && (w.To.IsZero() || now.Before(w.UntilFor(timeout)))
+	return w.Blinds(now, timeout) && !w.Expired(now, maxHold)
 }
 
 // Expired reports whether the window has held longer than maxHold at now (maxHold ≤ 0: never).

@@ -247,7 +247,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 	// One sink for every event: the alarm loop's, the operator acts' and the silences' alike, so the
 	// degraded mark and the outputs that follow Kafka treat them the same.
-	sink := alarm.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.Degraded)
+	sink := alarm.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Store: d.store, Acts: acts, Now: d.clock.Now, Logger: log})
 	d.correlator = alarm.NewCorrelator(alarm.CorrelatorOptions{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
