@@ -47,6 +47,9 @@ type HoldBackOptions struct {
 	Shares      []Share
 	Incarnation string
 	MemberLapse time.Duration
+	// ClientIDs are the broker sessions this replica holds alone (its MQTT client id), advertised in its
+	// entry: Start refuses to join while another live process holds one of them (duplicate.go).
+	ClientIDs []string
 	// Grace is how long a window keeps holding after it closed (detection.grace_after_outage, 0 = the
 	// longest type timeout, resolved by the caller); read whenever a window opens or closes, so a reload
 	// applies.
@@ -180,10 +183,14 @@ func NewHoldBack(opts HoldBackOptions) *HoldBack {
 	return h
 }
 
-// Start notices whether heartbeatd was down (the alive mark is stale) and, if so, records a window from
+// Start refuses (ErrReplicaInUse) to run beside a live process of this replica's id or client ids;
+// then it notices whether heartbeatd was down (the alive mark is stale) and, if so, records a window from
 // the mark to now, and whether this replica's previous process died carrying shares; then it shares
 // this replica's windows and reads everyone's, so the first claim already honours them.
 func (h *HoldBack) Start(ctx context.Context) error {
+	if err := h.refuseDuplicate(ctx); err != nil {
+		return err
+	}
 	now := h.opts.Now()
 	pipe := h.opts.Client.Pipeline()
 	alive := pipe.Get(ctx, h.opts.Keys.Alive())
@@ -494,7 +501,7 @@ func (h *HoldBack) tick(ctx context.Context) error {
 
 	keys := h.opts.Keys
 	pipe := h.opts.Client.Pipeline()
-	pipe.HSet(ctx, keys.Windows(), h.opts.ReplicaID, encodeEntry(now, h.opts.Incarnation, h.opts.Shares, local))
+	pipe.HSet(ctx, keys.Windows(), h.opts.ReplicaID, encodeEntry(now, h.opts.Incarnation, h.opts.ClientIDs, h.opts.Shares, local))
 	pipe.HSet(ctx, keys.Health(), h.opts.ReplicaID, legacyOutage(now, local, h.opts.MaxHoldBack))
 	pipe.Set(ctx, keys.Alive(), now.UnixMilli(), 0)
 	shared := pipe.HGetAll(ctx, keys.Windows())

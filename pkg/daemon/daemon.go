@@ -205,6 +205,10 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 	var probes []alarm.Probe
 	var shares []alarm.Share
+	var clientIDs []string // a second replica with one of them is refused at start (alarm.ErrReplicaInUse)
+	if cfg.Ingest.MQTT.Enabled {
+		clientIDs = append(clientIDs, cfg.MQTTClientID())
+	}
 	for _, src := range d.sources {
 		trouble := func(now time.Time) (time.Time, string) { return d.trouble(src, now) }
 		probe := alarm.Probe{Name: src.Name(), Trouble: trouble}
@@ -225,7 +229,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		}
 	}
 	d.holdBack = alarm.NewHoldBack(alarm.HoldBackOptions{Client: d.rdb, Keys: d.store.Keys(), ReplicaID: replica, Probes: probes,
-		Shares: shares, Incarnation: d.incarnation,
+		Shares: shares, Incarnation: d.incarnation, ClientIDs: clientIDs,
 		Grace: func() time.Duration { return d.coord.Current().GraceAfterOutage() },
 		WriteFailure: func() time.Time {
 			if f := d.chain.WriteFailure(); f != nil {
@@ -433,7 +437,9 @@ const dataLostNoted = time.Hour
 // types, brings the slot layout in line with redis.slots and notices a service outage for the hold-back.
 func (d *daemon) prepare(ctx context.Context) error {
 	return loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second},
-		Permanent: func(err error) bool { return errors.Is(err, deadline.ErrHalving) },
+		Permanent: func(err error) bool {
+			return errors.Is(err, deadline.ErrHalving) || errors.Is(err, alarm.ErrReplicaInUse)
+		},
 		OnError: func(err error, _ int, retryIn time.Duration) {
 			d.log.Warn("waiting for Redis", zap.Strings("addrs", d.cfg.Redis.Addrs), zap.Error(err), zap.Duration("retry_in", retryIn))
 		}}, d.prepareOnce)

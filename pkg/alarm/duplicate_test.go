@@ -1,0 +1,83 @@
+package alarm
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+// startIdentity starts the hold-back of one process (replica id, incarnation, MQTT client id) on rdb, on
+// the real clock: a live process's entry changes at every tick. Interval 50ms, lapse 1s.
+func startIdentity(rdb redis.UniversalClient, id, incarnation, clientID string) (*HoldBack, error) {
+	h := newReplicaHoldBack(rdb, id, time.Now, func(o *HoldBackOptions) {
+		o.Incarnation, o.ClientIDs, o.Interval, o.MemberLapse = incarnation, []string{clientID}, 50*time.Millisecond, time.Second
+	})
+	return h, h.Start(context.Background())
+}
+
+func windowsEntries(t *testing.T, rdb redis.UniversalClient) map[string]string {
+	t.Helper()
+	all, err := rdb.HGetAll(context.Background(), deadline.NewKeyspace("hb").Windows()).Result()
+	require.NoError(t, err)
+	return all
+}
+
+// TestStartRefusesALiveReplicaOfTheSameIdentity: two processes on one host without cluster.replica_id
+// get replica ids of their own (host-pid) and one MQTT client id (heartbeatd-host). While the first
+// runs, the second refuses to start, naming the keys that tell them apart, and writes nothing; so does
+// a process of the first one's replica id. A process of its own identity starts beside it.
+func TestStartRefusesALiveReplicaOfTheSameIdentity(t *testing.T) {
+	rdb, _ := holdBackRedis(t)
+	running, err := startIdentity(rdb, "host-100", "i1", "heartbeatd-host")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = running.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	before := windowsEntries(t, rdb)
+	require.Len(t, before, 1)
+
+	_, err = startIdentity(rdb, "host-200", "i2", "heartbeatd-host")
+	require.ErrorIs(t, err, ErrReplicaInUse)
+	for _, want := range []string{`MQTT client id "heartbeatd-host"`, `running replica "host-100"`, "cluster.replica_id", "ingest.mqtt.client_id"} {
+		require.ErrorContains(t, err, want)
+	}
+	_, err = startIdentity(rdb, "host-100", "i3", "heartbeatd-elsewhere")
+	require.ErrorIs(t, err, ErrReplicaInUse)
+	require.ErrorContains(t, err, `replica id "host-100" is in use by another running process`)
+	after := windowsEntries(t, rdb)
+	require.Len(t, after, 1, "the refused processes wrote no entry")
+	e, ok := decodeEntry("host-100", after["host-100"])
+	require.True(t, ok)
+	require.Equal(t, "i1", e.incarnation, "the running process's entry is its own still")
+
+	began := time.Now()
+	_, err = startIdentity(rdb, "host-300", "i4", "heartbeatd-host-300")
+	require.NoError(t, err, "another identity joins")
+	require.Less(t, time.Since(began), 500*time.Millisecond, "and is not kept waiting")
+}
+
+// TestStartAfterACrashIsNotBlockedByTheDeadEntry: a process killed right after it started leaves its
+// entry, as recent as a live one's. Its successor, under the same replica id or (the default replica
+// id holds the pid) under another with the same client id, starts once the entry has not changed for a
+// lapse: it waits that long and no longer.
+func TestStartAfterACrashIsNotBlockedByTheDeadEntry(t *testing.T) {
+	for _, successor := range []string{"host-100", "host-200"} {
+		t.Run(successor, func(t *testing.T) {
+			rdb, _ := holdBackRedis(t)
+			_, err := startIdentity(rdb, "host-100", "i1", "heartbeatd-host")
+			require.NoError(t, err) // killed: no tick after Start's, no release
+			began := time.Now()
+			_, err = startIdentity(rdb, successor, "i2", "heartbeatd-host")
+			require.NoError(t, err)
+			took := time.Since(began)
+			require.GreaterOrEqual(t, took, time.Second, "a recent entry is watched for the lapse before it counts as dead")
+			require.Less(t, took, 3*time.Second)
+		})
+	}
+}
