@@ -235,3 +235,16 @@ func TestSmokeStopWhileRedisDown(t *testing.T) {
 		s.awaitEvent(t, d, event.Interrupted)
 	}
 }
+
+// TestSmokeOutageSeriesWithoutCorrelation: with correlation off, /metrics still shows
+// heartbeatd_outages_open and the outage kinds of heartbeatd_events_total, at 0, so alerts and dashboards
+// on them need no case for a missing series.
+func TestSmokeOutageSeriesWithoutCorrelation(t *testing.T) {
+	s := startSmoke(t)
+	for _, sample := range []string{"heartbeatd_outages_open", `heartbeatd_events_total{kind="outage_started"}`,
+		`heartbeatd_events_total{kind="outage_ended"}`} {
+		v, ok := s.metric(t, sample)
+		require.True(t, ok, "%s missing from /metrics", sample)
+		require.Zero(t, v, sample)
+	}
+}
