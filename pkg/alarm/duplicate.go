@@ -6,12 +6,19 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // ErrReplicaInUse is Start's error when another live heartbeatd process holds this replica's id or one
 // of its broker client ids: starting anyway would take its MQTT session over, again and again, losing
 // messages on both sides.
-var ErrReplicaInUse = errors.New("refusing to start beside a live replica of the same identity")
+var ErrReplicaInUse = errors.New("refusing to start beside a live replica of the same identity " +
+	"(two of one MQTT client id take each other's session over)")
+
+// ownIdentity is the advice that ends a clash.
+const ownIdentity = "give every replica its own cluster.replica_id and ingest.mqtt.client_id " +
+	"(which defaults to heartbeatd-<cluster.replica_id, else the host name>)"
 
 // refuseDuplicate returns ErrReplicaInUse while another live process holds this replica's entry in the
 // Windows hash (same replica id, another incarnation) or advertises one of its client ids.
@@ -44,9 +51,8 @@ func (h *HoldBack) refuseDuplicate(ctx context.Context) error {
 				continue
 			}
 			if seen, ok := first[replica]; ok && seen != v {
-				return fmt.Errorf("%w: %s (it wrote its entry %s ago); give every replica its own cluster.replica_id "+
-					"and ingest.mqtt.client_id (which defaults to heartbeatd-<cluster.replica_id, else the host name>)",
-					ErrReplicaInUse, clash, now.Sub(e.at).Round(time.Millisecond))
+				return fmt.Errorf("%w: %s (it wrote its entry %s ago); %s", ErrReplicaInUse, clash,
+					now.Sub(e.at).Round(time.Millisecond), ownIdentity)
 			}
 			first[replica] = v
 			watching = true
@@ -64,6 +70,26 @@ func (h *HoldBack) refuseDuplicate(ctx context.Context) error {
 	}
 }
 
+// warnDuplicates logs, once per process of it, each live replica found holding this replica's identity
+// after both started: one that started while this replica was paused past the lapse, or one of a
+// version that does not check at start. Their MQTT sessions take each other over until one stops.
+func (h *HoldBack) warnDuplicates(now time.Time, shared map[string]string) {
+	for replica, v := range shared {
+		e, ok := decodeEntry(replica, v)
+		if !ok || now.Sub(e.at) > h.opts.MemberLapse {
+			continue
+		}
+		clash, process := h.clash(replica, e), replica+"/"+e.incarnation
+		if clash == "" || h.duplicatesLogged[process] {
+			continue
+		}
+		h.duplicatesLogged[process] = true
+		h.log.Error("another live replica holds this replica's identity, and their MQTT sessions take each other over: "+
+			clash+"; stop one of them and "+ownIdentity,
+			zap.String("replica", replica), zap.String("incarnation", e.incarnation))
+	}
+}
+
 // clash says what of this replica's identity the entry of replica holds, "" when nothing.
 func (h *HoldBack) clash(replica string, e entry) string {
 	if replica == h.opts.ReplicaID {
@@ -78,8 +104,7 @@ func (h *HoldBack) clash(replica string, e entry) string {
 	}
 	for _, id := range h.clientIDs() {
 		if slices.Contains(theirs, id) {
-			return fmt.Sprintf("MQTT client id %q of replica %q is in use by running replica %q, whose MQTT session it would take over",
-				id, h.opts.ReplicaID, replica)
+			return fmt.Sprintf("MQTT client id %q of replica %q is in use by running replica %q", id, h.opts.ReplicaID, replica)
 		}
 	}
 	return ""

@@ -7,16 +7,25 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
-// startIdentity starts the hold-back of one process (replica id, incarnation, MQTT client id) on rdb, on
-// the real clock: a live process's entry changes at every tick. Interval 50ms, lapse 1s.
-func startIdentity(rdb redis.UniversalClient, id, incarnation, clientID string) (*HoldBack, error) {
-	h := newReplicaHoldBack(rdb, id, time.Now, func(o *HoldBackOptions) {
+// identity is the hold-back of one process (replica id, incarnation, MQTT client id) on rdb, on the real
+// clock: a live process's entry changes at every tick. Interval 50ms, lapse 1s.
+func identity(rdb redis.UniversalClient, id, incarnation, clientID string, log *zap.Logger) *HoldBack {
+	return newReplicaHoldBack(rdb, id, time.Now, func(o *HoldBackOptions) {
 		o.Incarnation, o.ClientIDs, o.Interval, o.MemberLapse = incarnation, []string{clientID}, 50*time.Millisecond, time.Second
+		o.Logger = log
 	})
+}
+
+// startIdentity is identity, started.
+func startIdentity(rdb redis.UniversalClient, id, incarnation, clientID string) (*HoldBack, error) {
+	h := identity(rdb, id, incarnation, clientID, nil)
 	return h, h.Start(context.Background())
 }
 
@@ -79,5 +88,26 @@ func TestStartAfterACrashIsNotBlockedByTheDeadEntry(t *testing.T) {
 			require.GreaterOrEqual(t, took, time.Second, "a recent entry is watched for the lapse before it counts as dead")
 			require.Less(t, took, 3*time.Second)
 		})
+	}
+}
+
+// TestRunningReplicaLogsALiveDuplicate: a process of its client id that joined without the check at
+// start (it started while this one was paused past the lapse, or it is of an older version) is named in
+// the running replica's log, once, with the keys that end the clash.
+func TestRunningReplicaLogsALiveDuplicate(t *testing.T) {
+	rdb, _ := holdBackRedis(t)
+	core, logs := observer.New(zapcore.ErrorLevel)
+	running := identity(rdb, "host-100", "i1", "heartbeatd-host", zap.New(core))
+	require.NoError(t, running.Start(context.Background()))
+	ticks(t, running)
+	require.Zero(t, logs.Len(), "alone, nothing to say")
+
+	ticks(t, identity(rdb, "host-200", "i2", "heartbeatd-host", nil)) // joined without Start
+	ticks(t, running, running)
+	require.Equal(t, 1, logs.Len(), "logged once per process")
+	msg := logs.All()[0].Message
+	for _, want := range []string{`MQTT client id "heartbeatd-host" of replica "host-100" is in use by running replica "host-200"`,
+		"cluster.replica_id", "ingest.mqtt.client_id"} {
+		require.Contains(t, msg, want)
 	}
 }

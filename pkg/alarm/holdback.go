@@ -127,6 +127,8 @@ type HoldBack struct {
 	clockErr   error
 	peers      map[string]entry       // the other replicas carrying shares, as last read
 	members    map[string]*deadMember // by window id: replica incarnations that died carrying shares
+	// duplicatesLogged: the processes of another replica found holding this one's identity (tick's alone).
+	duplicatesLogged map[string]bool
 
 	reportMu sync.Mutex // one report at a time, so OnChange sees the changes in order
 	reported HoldBackStatus
@@ -167,7 +169,7 @@ func NewHoldBack(opts HoldBackOptions) *HoldBack {
 		opts.MemberLapse = max(opts.Stall, 4*opts.Interval)
 	}
 	h := &HoldBack{opts: opts, log: opts.Logger.With(zap.String("component", "holdback")), changed: make(chan struct{}, 1),
-		members: map[string]*deadMember{}}
+		members: map[string]*deadMember{}, duplicatesLogged: map[string]bool{}}
 	if opts.Stall > 0 {
 		h.stall = &stallDetector{threshold: opts.Stall, record: h.stalled}
 	}
@@ -510,6 +512,7 @@ func (h *HoldBack) tick(ctx context.Context) error {
 		h.redisDown(now)
 		return fmt.Errorf("alarm: share the blind windows: %w", err)
 	}
+	h.warnDuplicates(now, shared.Val())
 	remote, peers, stale := h.readRemote(now, shared.Val(), legacy.Val())
 	if len(stale) > 0 {
 		pipe := h.opts.Client.Pipeline()
