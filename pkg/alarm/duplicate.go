@@ -25,14 +25,16 @@ const ownIdentity = "give every replica its own cluster.replica_id and ingest.mq
 //
 // What is live: an entry whose last word is older than MemberLapse is dead, like a member's (member.go).
 // A newer one may be this replica's own predecessor that crashed a moment ago, so it is read again every
-// Interval for MemberLapse: a live process rewrites it every Interval (refuse), a dead one leaves it as
-// it was (go on). A replica restarting with its replica id is therefore never blocked by itself, only
-// delayed by MemberLapse after a crash; a graceful stop removed the entry and delays nothing.
+// Interval: a live process rewrites it every Interval (refuse), a dead one leaves it as it was, and one
+// unchanged for four Intervals (1s by default; at most MemberLapse) is not running (go on). A replica
+// restarting with its replica id is therefore never blocked by itself, only delayed by that after a
+// crash; a graceful stop removed the entry and delays nothing. One paused meanwhile and back later is
+// left to warnDuplicates.
 func (h *HoldBack) refuseDuplicate(ctx context.Context) error {
 	first := map[string]string{} // rival replica → its entry as first read
 	tick := time.NewTicker(h.opts.Interval)
 	defer tick.Stop()
-	watched := time.NewTimer(max(h.opts.MemberLapse, 2*h.opts.Interval))
+	watched := time.NewTimer(min(h.opts.MemberLapse, 4*h.opts.Interval))
 	defer watched.Stop()
 	for {
 		all, err := h.opts.Client.HGetAll(ctx, h.opts.Keys.Windows()).Result()
@@ -64,7 +66,7 @@ func (h *HoldBack) refuseDuplicate(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-watched.C:
-			return nil // unchanged for a lapse: left by processes that are gone
+			return nil // unchanged for four Intervals: left by processes that are not running
 		case <-tick.C:
 		}
 	}

@@ -15,11 +15,10 @@ import (
 )
 
 // identity is the hold-back of one process (replica id, incarnation, MQTT client id) on rdb, on the real
-// clock: a live process's entry changes at every tick. Interval 50ms, lapse 1s.
+// clock: a live process's entry changes at every tick. Interval and lapse as in production (250ms, 1s).
 func identity(rdb redis.UniversalClient, id, incarnation, clientID string, log *zap.Logger) *HoldBack {
 	return newReplicaHoldBack(rdb, id, time.Now, func(o *HoldBackOptions) {
-		o.Incarnation, o.ClientIDs, o.Interval, o.MemberLapse = incarnation, []string{clientID}, 50*time.Millisecond, time.Second
-		o.Logger = log
+		o.Incarnation, o.ClientIDs, o.Logger = incarnation, []string{clientID}, log
 	})
 }
 
@@ -73,8 +72,8 @@ func TestStartRefusesALiveReplicaOfTheSameIdentity(t *testing.T) {
 
 // TestStartAfterACrashIsNotBlockedByTheDeadEntry: a process killed right after it started leaves its
 // entry, as recent as a live one's. Its successor, under the same replica id or (the default replica
-// id holds the pid) under another with the same client id, starts once the entry has not changed for a
-// lapse: it waits that long and no longer.
+// id holds the pid) under another with the same client id, starts once the entry has not changed for
+// four ticks (1s): it waits that long and no longer.
 func TestStartAfterACrashIsNotBlockedByTheDeadEntry(t *testing.T) {
 	for _, successor := range []string{"host-100", "host-200"} {
 		t.Run(successor, func(t *testing.T) {
@@ -85,7 +84,7 @@ func TestStartAfterACrashIsNotBlockedByTheDeadEntry(t *testing.T) {
 			_, err = startIdentity(rdb, successor, "i2", "heartbeatd-host")
 			require.NoError(t, err)
 			took := time.Since(began)
-			require.GreaterOrEqual(t, took, time.Second, "a recent entry is watched for the lapse before it counts as dead")
+			require.GreaterOrEqual(t, took, time.Second, "a recent entry is watched for four ticks before it counts as dead")
 			require.Less(t, took, 3*time.Second)
 		})
 	}
