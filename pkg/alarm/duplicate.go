@@ -73,23 +73,40 @@ func (h *HoldBack) refuseDuplicate(ctx context.Context) error {
 }
 
 // warnDuplicates logs, once per process of it, each live replica found holding this replica's identity
-// after both started: one that started while this replica was paused past the lapse, or one of a
-// version that does not check at start. Their MQTT sessions take each other over until one stops.
+// after both started: one that started while this replica was paused past the check's watch, or one of
+// a version that does not check at start. Their MQTT sessions take each other over until one stops. A
+// rival is live once its entry changed between two ticks: a process that died just before this one
+// started leaves its entry as it was. (One of this replica's own id is caught at start only: each tick
+// reads back the entry it just wrote.)
 func (h *HoldBack) warnDuplicates(now time.Time, shared map[string]string) {
+	current := map[string]rival{}
 	for replica, v := range shared {
 		e, ok := decodeEntry(replica, v)
 		if !ok || now.Sub(e.at) > h.opts.MemberLapse {
 			continue
 		}
-		clash, process := h.clash(replica, e), replica+"/"+e.incarnation
-		if clash == "" || h.duplicatesLogged[process] {
+		clash := h.clash(replica, e)
+		if clash == "" {
 			continue
 		}
-		h.duplicatesLogged[process] = true
-		h.log.Error("another live replica holds this replica's identity, and their MQTT sessions take each other over: "+
-			clash+"; stop one of them and "+ownIdentity,
-			zap.String("replica", replica), zap.String("incarnation", e.incarnation))
+		process := replica + "/" + e.incarnation
+		r := h.rivals[process]
+		if !r.logged && r.entry != "" && r.entry != v {
+			h.log.Error("another live replica holds this replica's identity, and their MQTT sessions take each other over: "+
+				clash+"; stop one of them and "+ownIdentity,
+				zap.String("replica", replica), zap.String("incarnation", e.incarnation))
+			r.logged = true
+		}
+		r.entry = v
+		current[process] = r
 	}
+	h.rivals = current
+}
+
+// rival is a process holding this replica's identity as the last tick read it.
+type rival struct {
+	entry  string // its entry then
+	logged bool
 }
 
 // clash says what of this replica's identity the entry of replica holds, "" when nothing.

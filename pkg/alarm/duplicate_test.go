@@ -14,17 +14,17 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
-// identity is the hold-back of one process (replica id, incarnation, MQTT client id) on rdb, on the real
-// clock: a live process's entry changes at every tick. Interval and lapse as in production (250ms, 1s).
-func identity(rdb redis.UniversalClient, id, incarnation, clientID string, log *zap.Logger) *HoldBack {
-	return newReplicaHoldBack(rdb, id, time.Now, func(o *HoldBackOptions) {
+// identity is the hold-back of one process (replica id, incarnation, MQTT client id) on rdb, on clock now;
+// tick interval and lapse as in production (250ms, 1s).
+func identity(rdb redis.UniversalClient, id, incarnation, clientID string, now func() time.Time, log *zap.Logger) *HoldBack {
+	return newReplicaHoldBack(rdb, id, now, func(o *HoldBackOptions) {
 		o.Incarnation, o.ClientIDs, o.Logger = incarnation, []string{clientID}, log
 	})
 }
 
-// startIdentity is identity, started.
+// startIdentity is identity on the real clock, started: a live process's entry changes at every tick.
 func startIdentity(rdb redis.UniversalClient, id, incarnation, clientID string) (*HoldBack, error) {
-	h := identity(rdb, id, incarnation, clientID, nil)
+	h := identity(rdb, id, incarnation, clientID, time.Now, nil)
 	return h, h.Start(context.Background())
 }
 
@@ -91,21 +91,33 @@ func TestStartAfterACrashIsNotBlockedByTheDeadEntry(t *testing.T) {
 }
 
 // TestRunningReplicaLogsALiveDuplicate: a process of its client id that joined without the check at
-// start (it started while this one was paused past the lapse, or it is of an older version) is named in
-// the running replica's log, once, with the keys that end the clash.
+// start (it started while this one was paused, or it is of an older version) is named in the running
+// replica's log once it is seen writing, once, with the keys that end the clash. The entry a duplicate
+// left when it died is never taken for one.
 func TestRunningReplicaLogsALiveDuplicate(t *testing.T) {
-	rdb, _ := holdBackRedis(t)
+	rdb, clk := holdBackRedis(t)
 	core, logs := observer.New(zapcore.ErrorLevel)
-	running := identity(rdb, "host-100", "i1", "heartbeatd-host", zap.New(core))
+	running := identity(rdb, "host-100", "i1", "heartbeatd-host", clk.Now, zap.New(core))
 	require.NoError(t, running.Start(context.Background()))
-	ticks(t, running)
-	require.Zero(t, logs.Len(), "alone, nothing to say")
+	tick := func(hbs ...*HoldBack) {
+		t.Helper()
+		clk.Advance(250 * time.Millisecond)
+		ticks(t, hbs...)
+	}
 
-	ticks(t, identity(rdb, "host-200", "i2", "heartbeatd-host", nil)) // joined without Start
-	ticks(t, running, running)
+	dead := identity(rdb, "host-200", "i2", "heartbeatd-host", clk.Now, nil)
+	tick(dead) // joined without Start, and died at once
+	tick(running)
+	tick(running)
+	require.Zero(t, logs.Len(), "a duplicate's entry that does not change is no live duplicate")
+
+	joined := identity(rdb, "host-300", "i3", "heartbeatd-host", clk.Now, nil)
+	for range 3 {
+		tick(joined, running)
+	}
 	require.Equal(t, 1, logs.Len(), "logged once per process")
 	msg := logs.All()[0].Message
-	for _, want := range []string{`MQTT client id "heartbeatd-host" of replica "host-100" is in use by running replica "host-200"`,
+	for _, want := range []string{`MQTT client id "heartbeatd-host" of replica "host-100" is in use by running replica "host-300"`,
 		"cluster.replica_id", "ingest.mqtt.client_id"} {
 		require.Contains(t, msg, want)
 	}

@@ -127,8 +127,7 @@ type HoldBack struct {
 	clockErr   error
 	peers      map[string]entry       // the other replicas carrying shares, as last read
 	members    map[string]*deadMember // by window id: replica incarnations that died carrying shares
-	// duplicatesLogged: the processes of another replica found holding this one's identity (tick's alone).
-	duplicatesLogged map[string]bool
+	rivals     map[string]rival       // by replica/incarnation: live holders of this one's identity (tick's alone)
 
 	reportMu sync.Mutex // one report at a time, so OnChange sees the changes in order
 	reported HoldBackStatus
@@ -169,7 +168,7 @@ func NewHoldBack(opts HoldBackOptions) *HoldBack {
 		opts.MemberLapse = max(opts.Stall, 4*opts.Interval)
 	}
 	h := &HoldBack{opts: opts, log: opts.Logger.With(zap.String("component", "holdback")), changed: make(chan struct{}, 1),
-		members: map[string]*deadMember{}, duplicatesLogged: map[string]bool{}}
+		members: map[string]*deadMember{}}
 	if opts.Stall > 0 {
 		h.stall = &stallDetector{threshold: opts.Stall, record: h.stalled}
 	}
