@@ -31,12 +31,17 @@ type smoke struct {
 	kafka  *testenv.Kafka
 	hb     *testenv.Heartbeatd
 	device mqtt.Client
+	// clientID is ingest.mqtt.client_id; "" derives it from the host name.
+	clientID string
 }
 
-func startSmoke(t *testing.T) *smoke {
+func startSmoke(t *testing.T) *smoke { return startSmokeAs(t, "smoke") }
+
+// startSmokeAs is startSmoke with heartbeatd's MQTT client id set to clientID.
+func startSmokeAs(t *testing.T, clientID string) *smoke {
 	t.Helper()
 	s := &smoke{redis: testenv.StartRedis(t), broker: testenv.StartMosquitto(t),
-		kafka: testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})}
+		kafka: testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}}), clientID: clientID}
 	s.hb = testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: s.config(smokeTypes)})
 	s.device = s.broker.Connect(t, mqtt.NewClientOptions().SetClientID("smoke-device"))
 	s.awaitReady(t)
@@ -45,7 +50,7 @@ func startSmoke(t *testing.T) *smoke {
 
 // config is a config for the real binary on the smoke's servers with the given types block.
 func (s *smoke) config(types string) string {
-	servers := testenv.HeartbeatdConfig{Redis: s.redis.Addr, Slots: 8, MQTT: s.broker.Addr, ClientID: "smoke", Kafka: s.kafka.Addrs}
+	servers := testenv.HeartbeatdConfig{Redis: s.redis.Addr, Slots: 8, MQTT: s.broker.Addr, ClientID: s.clientID, Kafka: s.kafka.Addrs}
 	return servers.YAML(types + `
 detection: {grace_after_outage: 100ms}
 shutdown_timeout: 5s
@@ -228,5 +233,18 @@ func TestSmokeStopWhileRedisDown(t *testing.T) {
 	s.hb.Start(t)
 	for _, d := range devices {
 		s.awaitEvent(t, d, event.Interrupted)
+	}
+}
+
+// TestSmokeOutageSeriesWithoutCorrelation: with correlation off, /metrics still shows
+// heartbeatd_outages_open and the outage kinds of heartbeatd_events_total, at 0, so alerts and dashboards
+// on them need no case for a missing series.
+func TestSmokeOutageSeriesWithoutCorrelation(t *testing.T) {
+	s := startSmoke(t)
+	for _, sample := range []string{"heartbeatd_outages_open", `heartbeatd_events_total{kind="outage_started"}`,
+		`heartbeatd_events_total{kind="outage_ended"}`} {
+		v, ok := s.metric(t, sample)
+		require.True(t, ok, "%s missing from /metrics", sample)
+		require.Zero(t, v, sample)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -39,10 +38,12 @@ type CorrelatorOptions struct {
 	Sink      event.Sink
 	ReplicaID string
 	// Labels returns the labels of devices, for labels.<name> groups (nil: none known).
-	Labels     func(ctx context.Context, devices []string) ([]map[string]string, error)
-	Now        func() time.Time
-	Logger     *zap.Logger
-	Registerer prometheus.Registerer
+	Labels func(ctx context.Context, devices []string) ([]map[string]string, error)
+	Now    func() time.Time
+	Logger *zap.Logger
+	// Metrics count the outage events in events_total and show outages_open (nil: series of its own,
+	// not registered).
+	Metrics *Metrics
 }
 
 // Correlator groups interruptions into outages; nil-safe: a nil *Correlator correlates nothing.
@@ -50,7 +51,6 @@ type Correlator struct {
 	opts CorrelatorOptions
 	keys deadline.Keyspace
 	log  *zap.Logger
-	open prometheus.Gauge
 
 	mu        sync.Mutex
 	lastCheck map[string]time.Time // group → when its open outage was last checked for its end
@@ -84,14 +84,11 @@ func NewCorrelator(opts CorrelatorOptions) *Correlator {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	c := &Correlator{opts: opts, keys: opts.Store.Keys(), log: opts.Logger.With(zap.String("component", "correlator")),
-		lastCheck: map[string]time.Time{},
-		open: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "outages_open",
-			Help: "Correlated outages open now (SPEC §9)."})}
-	if opts.Registerer != nil {
-		opts.Registerer.MustRegister(c.open)
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
 	}
-	return c
+	return &Correlator{opts: opts, keys: opts.Store.Keys(), log: opts.Logger.With(zap.String("component", "correlator")),
+		lastCheck: map[string]time.Time{}}
 }
 
 // groupKey is a group's name in Redis and in its outage's device id: "<by>:<value>".
@@ -295,7 +292,7 @@ func (c *Correlator) tick(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("alarm: outages open: %w", err)
 	}
-	c.open.Set(float64(n))
+	c.opts.Metrics.OutagesOpen.Set(float64(n))
 	held, err := leaseScript.Run(ctx, c.opts.Client, []string{c.keys.Correlator()}, c.opts.ReplicaID, correlatorLease.Milliseconds()).Int()
 	if err != nil {
 		return fmt.Errorf("alarm: correlator lease: %w", err)
@@ -401,8 +398,17 @@ func outageEvent(kind event.Kind, o Outage, at time.Time) event.Event {
 	return e
 }
 
+// publish sends one outage event and, once Kafka took it, counts it like the alarm loop's events.
+func (c *Correlator) publish(ctx context.Context, e event.Event) error {
+	if err := c.opts.Sink.Publish(ctx, []event.Event{e})[0]; err != nil {
+		return err
+	}
+	c.opts.Metrics.Events.WithLabelValues(string(e.Kind)).Inc()
+	return nil
+}
+
 func (c *Correlator) announce(ctx context.Context, g string, o Outage) error {
-	if err := c.opts.Sink.Publish(ctx, []event.Event{outageEvent(event.OutageStarted, o, o.StartedAt)})[0]; err != nil {
+	if err := c.publish(ctx, outageEvent(event.OutageStarted, o, o.StartedAt)); err != nil {
 		return fmt.Errorf("alarm: publish outage_started %s: %w", o.ID, err)
 	}
 	return c.opts.Client.HSet(ctx, c.keys.Outage(g), "announced", "1").Err()
@@ -446,7 +452,7 @@ func (c *Correlator) checkEnd(ctx context.Context, g string, o Outage, now time.
 		return rdb.HSet(ctx, c.keys.OutagesOpen(), o.ID, string(view)).Err()
 	}
 	at := now.UTC().Truncate(time.Millisecond)
-	if err := c.opts.Sink.Publish(ctx, []event.Event{outageEvent(event.OutageEnded, o, at)})[0]; err != nil {
+	if err := c.publish(ctx, outageEvent(event.OutageEnded, o, at)); err != nil {
 		return fmt.Errorf("alarm: publish outage_ended %s: %w", o.ID, err)
 	}
 	o.State, o.EndedAt = "ended", &at

@@ -58,6 +58,9 @@ type HoldBackOptions struct {
 	Shares      []Share
 	Incarnation string
 	MemberLapse time.Duration
+	// ClientIDs are the broker sessions this replica holds alone (its MQTT client id), advertised in its
+	// entry: Start refuses to join while another live process holds one of them (duplicate.go).
+	ClientIDs []string
 	// Grace caps how long a window keeps holding a device after it closed, which is the device's own
 	// timeout (Window.GraceFor): detection.grace_after_outage, or the longest timeout of any type when
 	// that is 0 (resolved by the caller); read whenever a window opens or closes, so a reload applies.
@@ -141,6 +144,7 @@ type HoldBack struct {
 	clockErr   error
 	peers      map[string]entry       // the other replicas carrying shares, as last read
 	members    map[string]*deadMember // by window id: replica incarnations that died carrying shares
+	rivals     map[string]rival       // by replica/incarnation: live holders of this one's identity (tick's alone)
 
 	reportMu sync.Mutex // one report at a time, so OnChange sees the changes in order
 	reported HoldBackStatus
@@ -197,10 +201,14 @@ func NewHoldBack(opts HoldBackOptions) *HoldBack {
 	return h
 }
 
-// Start notices whether heartbeatd was down (the alive mark is stale) and, if so, records a window from
+// Start refuses (ErrReplicaInUse) to run beside a live process of this replica's id or client ids;
+// then it notices whether heartbeatd was down (the alive mark is stale) and, if so, records a window from
 // the mark to now, and whether this replica's previous process died carrying shares; then it shares
 // this replica's windows and reads everyone's, so the first claim already honours them.
 func (h *HoldBack) Start(ctx context.Context) error {
+	if err := h.refuseDuplicate(ctx); err != nil {
+		return err
+	}
 	now := h.opts.Now()
 	pipe := h.opts.Client.Pipeline()
 	alive := pipe.Get(ctx, h.opts.Keys.Alive())
@@ -511,7 +519,7 @@ func (h *HoldBack) tick(ctx context.Context) error {
 
 	keys := h.opts.Keys
 	pipe := h.opts.Client.Pipeline()
-	pipe.HSet(ctx, keys.Windows(), h.opts.ReplicaID, encodeEntry(now, h.opts.Incarnation, h.opts.Shares, local))
+	pipe.HSet(ctx, keys.Windows(), h.opts.ReplicaID, encodeEntry(now, h.opts.Incarnation, h.opts.ClientIDs, h.opts.Shares, local))
 	pipe.HSet(ctx, keys.Health(), h.opts.ReplicaID, legacyOutage(now, local, h.opts.MaxHoldBack))
 	pipe.Set(ctx, keys.Alive(), now.UnixMilli(), 0)
 	shared := pipe.HGetAll(ctx, keys.Windows())
@@ -520,6 +528,7 @@ func (h *HoldBack) tick(ctx context.Context) error {
 		h.redisDown(now)
 		return fmt.Errorf("alarm: share the blind windows: %w", err)
 	}
+	h.warnDuplicates(now, shared.Val())
 	remote, peers, stale := h.readRemote(now, shared.Val(), legacy.Val())
 	if len(stale) > 0 {
 		pipe := h.opts.Client.Pipeline()

@@ -26,6 +26,9 @@ type Metrics struct {
 	WatchdogPublished prometheus.Gauge
 	// Forgotten counts devices forgotten by retention.forget_after.
 	Forgotten prometheus.Counter
+	// OutagesOpen is set by the correlator; it stays 0 while correlation is off, so alerts and
+	// dashboards on it need no "absent" case.
+	OutagesOpen prometheus.Gauge
 }
 
 // NewMetrics creates the series and registers them with reg (nil = not registered, for tests).
@@ -51,6 +54,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "When Kafka last acknowledged this replica's watchdog event (Unix time); 0 before the first."}),
 		Forgotten: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "devices_forgotten_total",
 			Help: "Devices forgotten after retention.forget_after of silence, not being registered."}),
+		OutagesOpen: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "outages_open",
+			Help: "Correlated outages open now (SPEC §9); 0 while correlation is off."}),
 	}
 	for _, k := range []event.Kind{event.Interrupted, event.Alarm, event.Recovered, event.Exhausted, event.Watchdog,
 		event.Suppressed, event.Flapping, event.OutageStarted, event.OutageEnded} {
@@ -58,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Lateness, m.ClaimsPending, m.DeadClaims, m.Devices, m.HoldBack, m.PublishFailures,
-			m.WatchdogPublished, m.Forgotten)
+			m.WatchdogPublished, m.Forgotten, m.OutagesOpen)
 	}
 	return m
 }

@@ -151,11 +151,13 @@ func (t TypeHold) MarshalJSON() ([]byte, error) {
 }
 
 // sharedWindows is one replica's entry in the Windows hash: its windows as of At, all times on the shared
-// clock (Unix ms), so every replica reads them alike whatever its own clock says, and the shares it reads
-// alone with the incarnation of the process that reads them (member.go).
+// clock (Unix ms), so every replica reads them alike whatever its own clock says, the shares it reads
+// alone with the incarnation of the process that reads them (member.go), and the broker client ids it
+// holds alone (duplicate.go).
 type sharedWindows struct {
 	At          int64          `json:"at"`
 	Incarnation string         `json:"incarnation,omitempty"`
+	ClientIDs   []string       `json:"client_ids,omitempty"`
 	Shares      []sharedShare  `json:"shares,omitempty"`
 	Windows     []sharedWindow `json:"windows"`
 }
@@ -184,12 +186,13 @@ type sharedWindow struct {
 type entry struct {
 	at          time.Time
 	incarnation string
+	clientIDs   []string
 	shares      []Share // without TakenOver, which stays with the replica that reads the share
 	windows     []Window
 }
 
-func encodeEntry(at time.Time, incarnation string, shares []Share, windows []Window) string {
-	s := sharedWindows{At: at.UnixMilli(), Incarnation: incarnation, Windows: make([]sharedWindow, len(windows))}
+func encodeEntry(at time.Time, incarnation string, clientIDs []string, shares []Share, windows []Window) string {
+	s := sharedWindows{At: at.UnixMilli(), Incarnation: incarnation, ClientIDs: clientIDs, Windows: make([]sharedWindow, len(windows))}
 	for _, sh := range shares {
 		s.Shares = append(s.Shares, sharedShare{Name: sh.Name, Signals: sh.Signals, Member: sh.Member, Release: sh.Release.Milliseconds(),
 			Kept: sh.Kept})
@@ -208,7 +211,7 @@ func decodeEntry(replica, v string) (e entry, ok bool) {
 	if err := json.Unmarshal([]byte(v), &s); err != nil || s.At <= 0 {
 		return entry{}, false
 	}
-	e = entry{at: time.UnixMilli(s.At), incarnation: s.Incarnation, windows: make([]Window, 0, len(s.Windows))}
+	e = entry{at: time.UnixMilli(s.At), incarnation: s.Incarnation, clientIDs: s.ClientIDs, windows: make([]Window, 0, len(s.Windows))}
 	for _, sh := range s.Shares {
 		e.shares = append(e.shares, Share{Name: sh.Name, Signals: sh.Signals, Member: sh.Member,
 			Release: time.Duration(sh.Release) * time.Millisecond, Kept: sh.Kept})

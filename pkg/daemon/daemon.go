@@ -205,6 +205,10 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 	var probes []alarm.Probe
 	var shares []alarm.Share
+	var clientIDs []string // a second replica with one of them is refused at start (alarm.ErrReplicaInUse)
+	if cfg.Ingest.MQTT.Enabled {
+		clientIDs = append(clientIDs, cfg.MQTTClientID())
+	}
 	for _, src := range d.sources {
 		probe := alarm.Probe{Name: src.Name(), Trouble: func(now time.Time) alarm.ProbeTrouble { return d.probeTrouble(src, now) }}
 		if r, ok := src.(interface{ ReadUpTo() time.Time }); ok {
@@ -224,7 +228,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		}
 	}
 	d.holdBack = alarm.NewHoldBack(alarm.HoldBackOptions{Client: d.rdb, Keys: d.store.Keys(), ReplicaID: replica, Probes: probes,
-		Shares: shares, Incarnation: d.incarnation,
+		Shares: shares, Incarnation: d.incarnation, ClientIDs: clientIDs,
 		Grace:    d.graceAfterOutage,
 		Timeouts: func() map[string]time.Duration { return d.policies.Load().Timeouts() },
 		WriteFailure: func() time.Time {
@@ -251,7 +255,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Store: d.store, Acts: acts, Now: d.clock.Now, Logger: log})
 	d.correlator = alarm.NewCorrelator(alarm.CorrelatorOptions{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
-		Sink: sink, ReplicaID: replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, Registerer: reg})
+		Sink: sink, ReplicaID: replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, Metrics: d.metrics})
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load, Correlator: d.correlator,
 		Sink:     sink,
 		Silences: d.silences, ParentWait: cfg.Detection.ParentWait, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,
@@ -452,7 +456,9 @@ const dataLostNoted = time.Hour
 // types, brings the slot layout in line with redis.slots and notices a service outage for the hold-back.
 func (d *daemon) prepare(ctx context.Context) error {
 	return loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second},
-		Permanent: func(err error) bool { return errors.Is(err, deadline.ErrHalving) },
+		Permanent: func(err error) bool {
+			return errors.Is(err, deadline.ErrHalving) || errors.Is(err, alarm.ErrReplicaInUse)
+		},
 		OnError: func(err error, _ int, retryIn time.Duration) {
 			d.log.Warn("waiting for Redis", zap.Strings("addrs", d.cfg.Redis.Addrs), zap.Error(err), zap.Duration("retry_in", retryIn))
 		}}, d.prepareOnce)

@@ -34,7 +34,15 @@ func EventLine(value []byte) (string, error) {
 	silent := silence(ev.SilentForMs)
 	switch ev.Kind {
 	case event.Interrupted:
-		return fmt.Sprintf("INTERRUPTED %s silent %s deadline %s", who, silent, clock(ev.Deadline)), nil
+		return fmt.Sprintf("INTERRUPTED %s silent %s deadline %s%s", who, silent, clock(ev.Deadline), inOutage(ev)), nil
+	case event.Suppressed:
+		return fmt.Sprintf("SUPPRESSED %s silent %s: its parent %s is interrupted", who, silent, ev.Parent), nil
+	case event.OutageStarted:
+		return fmt.Sprintf("OUTAGE STARTED %s: %d devices silent (%s)", outageGroup(ev), ev.Count, ev.OutageID), nil
+	case event.OutageEnded:
+		// Its deadline is when the outage started; its count, the members still silent as it ends.
+		return fmt.Sprintf("OUTAGE ENDED %s after %s: %d devices still silent (%s)", outageGroup(ev),
+			silence(ev.At.Sub(ev.Deadline).Milliseconds()), ev.Count, ev.OutageID), nil
 	case event.Alarm:
 		return fmt.Sprintf("ALARM #%d %s silent %s deadline %s", ev.Repeat, who, silent, clock(ev.Deadline)), nil
 	case event.Recovered:
@@ -46,6 +54,23 @@ func EventLine(value []byte) (string, error) {
 	default:
 		return fmt.Sprintf("%s %s silent %s repeat %d", strings.ToUpper(string(ev.Kind)), who, silent, ev.Repeat), nil
 	}
+}
+
+// inOutage names the correlated outage a device's event belongs to, "" for none.
+func inOutage(ev event.Event) string {
+	if ev.OutageID == "" {
+		return ""
+	}
+	return " in " + ev.OutageID
+}
+
+// outageGroup renders what an outage's devices share, "device_type=meter"; the event's device id when
+// the group is missing.
+func outageGroup(ev event.Event) string {
+	if ev.Group == nil {
+		return ev.DeviceID
+	}
+	return ev.Group.By + "=" + ev.Group.Value
 }
 
 // silence renders an outage length for people: "5.0s", "2m05.3s", "3h07m12s".

@@ -51,6 +51,38 @@ func TestEventLine(t *testing.T) {
 	require.ErrorIs(t, err, event.ErrSchema)
 }
 
+// TestEventLineNamesParentAndOutage: dev mode prints a suppressed device with the parent that explains
+// it, an outage's events with their group, device count and id, and a member's interrupted with the
+// outage it belongs to: the events as the daemon encodes them.
+func TestEventLineNamesParentAndOutage(t *testing.T) {
+	start := time.Date(2026, 11, 22, 10, 0, 30, 0, time.UTC)
+	line := func(e event.Event) string {
+		t.Helper()
+		value, err := json.Marshal(e)
+		require.NoError(t, err)
+		got, err := EventLine(value)
+		require.NoError(t, err)
+		return got
+	}
+	suppressed := event.New(event.Suppressed, "meter-7", "meter", start, start.Add(-5*time.Second), start.Add(12*time.Millisecond), 0)
+	suppressed.Parent = "gw-017"
+	require.Equal(t, "SUPPRESSED meter-7 (meter) silent 5.0s: its parent gw-017 is interrupted", line(suppressed))
+
+	const id = "outage:device_type:meter/1795255230000"
+	group := &event.Group{By: "device_type", Value: "meter"}
+	started := event.New(event.OutageStarted, "outage:device_type:meter", "", start, time.Time{}, start, 0)
+	started.OutageID, started.Group, started.Count, started.Sample = id, group, 80, []string{"meter-1", "meter-2"}
+	require.Equal(t, "OUTAGE STARTED device_type=meter: 80 devices silent ("+id+")", line(started))
+
+	ended := event.New(event.OutageEnded, "outage:device_type:meter", "", start, time.Time{}, start.Add(125300*time.Millisecond), 0)
+	ended.OutageID, ended.Group, ended.Count = id, group, 3
+	require.Equal(t, "OUTAGE ENDED device_type=meter after 2m05.3s: 3 devices still silent ("+id+")", line(ended))
+
+	member := event.New(event.Interrupted, "meter-81", "meter", start, start.Add(-5*time.Second), start.Add(12*time.Millisecond), 0)
+	member.OutageID = id
+	require.Equal(t, "INTERRUPTED meter-81 (meter) silent 5.0s deadline "+start.Local().Format("15:04:05.000")+" in "+id, line(member))
+}
+
 func TestPrintEvents(t *testing.T) {
 	s := startStack(t)
 	ctx, cancel := context.WithCancel(context.Background())
