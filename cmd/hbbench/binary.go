@@ -353,7 +353,7 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 
 // deadlineShifts is, for each device written at written[i], how far the deadline heartbeatd stored lies
 // past the signal's record timestamp + the 10-minute timeout: the consumer's delay when the deadline runs
-// from the time the signal was processed, ≈ 0 when it runs from the record's timestamp (SPEC §4).
+// from the time the signal was processed, ≈ 0 when it runs from the record's timestamp (docs/signals.md).
 func deadlineShifts(e *env, id func(int) string, written map[int]time.Time) ([]time.Duration, error) {
 	store, err := deadline.New(e.redis.client, deadline.Options{Slots: config.DefaultSlots, Timeout: benchTimeout})
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl/plain"
 )
 
-// SASLMechanism returns the kafka-go SASL mechanism for a config's sasl block (SPEC §3): mechanism ""
+// SASLMechanism returns the kafka-go SASL mechanism for a config's sasl block (docs/configuration.md): mechanism ""
 // (no SASL: nil, nil), "plain", "scram-sha-256" or "scram-sha-512", case-insensitive.
 //
 // SCRAM is implemented here rather than through kafka-go/sasl/scram, which pulls in a further module for

@@ -15,7 +15,7 @@ import (
 )
 
 // Act is who performed an operator's act (ack, silence, unsilence, delete) and why; its event carries
-// both when given (SPEC §5).
+// both when given (docs/events.md).
 type Act struct {
 	By   string `json:"by,omitempty"`
 	Note string `json:"note,omitempty"`

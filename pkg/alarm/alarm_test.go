@@ -173,7 +173,7 @@ func TestLifecycleInterruptedRepeatsExhausted(t *testing.T) {
 		require.Equal(t, []string{"d1 alarm 2", "d1 exhausted 2"}, f.at(130*time.Second+5*time.Millisecond))
 		require.Empty(t, f.at(time.Hour), "exhausted: no more alarms")
 
-		// What Kafka holds: the same events, in order, keyed by device, with the SPEC fields.
+		// What Kafka holds: the same events, in order, keyed by device, with the fields of docs/events.md.
 		recs := f.kafka.ReadAll(t, eventsTopic, 4, 10*time.Second)
 		require.Len(t, recs, 4)
 		var kinds []event.Kind

@@ -20,7 +20,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// Correlated outages (SPEC §9). The alarm loop records every `interrupted` in each of the device's
+// Correlated outages (docs/concepts.md). The alarm loop records every `interrupted` in each of the device's
 // groups (Correlator.Record) and asks for the groups' open outages before deciding (Correlator.Open):
 // a member's `interrupted` then carries the outage id, and its repeats wait while the outage lasts. One
 // replica at a time (a Redis lease) runs the correlator: it opens an outage when a group's recent
@@ -65,7 +65,7 @@ const (
 	endCheckEvery = time.Second
 	// groupsPerTick bounds the groups one tick looks at.
 	groupsPerTick = 1000
-	// sampleSize is how many device ids an outage event carries (SPEC §5).
+	// sampleSize is how many device ids an outage event carries (docs/events.md).
 	sampleSize = 20
 	// recentOutages is how many ended outages GET /v1/outages lists.
 	recentOutages = 50

@@ -33,7 +33,7 @@ type Input struct {
 	Parent     *deadline.Parent
 	ParentWait time.Duration
 	// OutageID is the open correlated outage of one of the device's groups ("" when none): its
-	// `interrupted` carries it, and its repeats wait while the outage lasts (SPEC §9).
+	// `interrupted` carries it, and its repeats wait while the outage lasts (docs/concepts.md).
 	OutageID string
 	// Flaps are the times (unix ms, oldest first) of the device's last interruptions, read when its
 	// type detects flapping.
@@ -213,7 +213,7 @@ func Decide(in Input) Decision {
 	return d
 }
 
-// decideUnderParent judges a device whose parent may explain its silence (SPEC §9). held: d is the
+// decideUnderParent judges a device whose parent may explain its silence (docs/concepts.md). held: d is the
 // decision (wait, suppress, or wait for the own verdict after the parent's recovery). own: the device
 // gets its own interruption now, although one was reported under its parent before.
 func decideUnderParent(in Input, d *Decision) (held, own bool) {

@@ -202,7 +202,7 @@ func TestDecideEventFields(t *testing.T) {
 		Policy: config.Policy{Timeout: 30 * time.Second, RepeatEvery: time.Minute}, Now: now})
 	require.Len(t, d.Events, 1)
 	e := d.Events[0]
-	// The SPEC §5 example, field by field (its id carries 2025's Unix ms; this is 2026-11-22T10:00:30Z).
+	// The contract's first example, field by field (its id carried 2025's Unix ms; this is 2026-11-22T10:00:30Z).
 	require.Equal(t, "dev-42/1795341630000/interrupted/0", e.ID)
 	require.Equal(t, time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), e.LastSeen)
 	require.Equal(t, deadlineAt, e.Deadline)

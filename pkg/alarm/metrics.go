@@ -13,7 +13,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// Metrics are the alarm loop's Prometheus series (SPEC §8).
+// Metrics are the alarm loop's Prometheus series (docs/metrics.md).
 type Metrics struct {
 	Events          *prometheus.CounterVec // kind
 	Lateness        prometheus.Histogram   // interrupted: event time − deadline

@@ -61,7 +61,7 @@ type SilencesOptions struct {
 	// Store names a silenced device's type for the silence's events and lets End re-arm the incidents a
 	// silence deferred; nil = neither (the incidents alarm when the silence would have ended).
 	Store *deadline.Store
-	// Acts publishes silenced and unsilenced (SPEC §5); nil = no events.
+	// Acts publishes silenced and unsilenced (docs/events.md); nil = no events.
 	Acts   *Acts
 	Now    func() time.Time
 	Logger *zap.Logger

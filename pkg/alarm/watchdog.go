@@ -34,7 +34,7 @@ type WatchdogOptions struct {
 	Logger *zap.Logger
 }
 
-// Watchdog publishes this replica's watchdog event every Every (SPEC §5), so consumers and the shipped
+// Watchdog publishes this replica's watchdog event every Every (docs/events.md), so consumers and the shipped
 // alert rule (heartbeatd_watchdog_last_published_timestamp_seconds) notice a pipeline that went quiet
 // end to end: the Prometheus Watchdog pattern.
 type Watchdog struct {

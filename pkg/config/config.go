@@ -1,4 +1,4 @@
-// Package config loads heartbeatd's YAML configuration (SPEC §3): built-in defaults, then a strict
+// Package config loads heartbeatd's YAML configuration (docs/configuration.md): built-in defaults, then a strict
 // decode of the file (an unknown key is an error naming the key and its line), then HEARTBEATD_<PATH>
 // environment overrides, then secrets read from *_file keys, then validation that names every bad key
 // at once. It also resolves the per-type alarm policies, builds TLS settings for the Redis, MQTT and
@@ -7,7 +7,7 @@
 //
 // configs/heartbeatd.yaml is the documented reference of every key; a test keeps it loadable.
 //
-// # Rules where SPEC §3 is silent
+// # Rules where docs/configuration.md is silent
 //
 //   - A key written with no value (`tls:` with everything below commented out) keeps its default; a
 //     list written with no value is empty.
@@ -32,7 +32,7 @@ import (
 	"time"
 )
 
-// Config is the whole configuration; the yaml tags are the keys of SPEC §3 plus the tuning keys below
+// Config is the whole configuration; the yaml tags are the keys of docs/configuration.md plus the tuning keys below
 // it documents in configs/heartbeatd.yaml.
 //
 // A *Config handed out by Load, Parse or a Coordinator is shared: treat it as read-only.
@@ -65,7 +65,7 @@ type Redis struct {
 	DB           int      `yaml:"db"` // standalone only
 	TLS          TLS      `yaml:"tls"`
 	KeyPrefix    string   `yaml:"key_prefix"`
-	// Slots is the number of deadline shards, a power of two (DESIGN.md: online doubling).
+	// Slots is the number of deadline shards, a power of two (docs/scaling.md: online doubling).
 	Slots int `yaml:"slots"`
 	// PoolSize is the connection pool per node; 0 leaves go-redis's default (10 per CPU).
 	PoolSize int `yaml:"pool_size"`
@@ -93,7 +93,7 @@ type TypePolicy struct {
 	Flapping *Flapping `yaml:"flapping,omitempty"`
 }
 
-// Flapping detects a device that keeps going silent and coming back (SPEC §5): the Count-th
+// Flapping detects a device that keeps going silent and coming back (docs/events.md): the Count-th
 // interruption within Window raises one `flapping` event, and its repeats pause until it has been stable
 // for one Window.
 type Flapping struct {
@@ -229,7 +229,7 @@ type Detection struct {
 	// back (deadline.Sweeper): the bound on how late a recovery whose probe was lost is reported.
 	SweepEvery time.Duration `yaml:"sweep_every"`
 	// ParentWait is how long past its parent's deadline a silent child waits for the parent's verdict
-	// (SPEC §9) before it alarms on its own.
+	// (docs/concepts.md) before it alarms on its own.
 	ParentWait time.Duration `yaml:"parent_wait"`
 	// LagThreshold is the deprecated name of ingest.max_lag, still read (Deprecations says so); nil
 	// when not written.
@@ -262,7 +262,7 @@ type Log struct {
 	Format string `yaml:"format"` // json | console
 }
 
-// Built-in defaults (SPEC §3 and the tuning keys).
+// Built-in defaults (docs/configuration.md and the tuning keys).
 const (
 	DefaultSlots             = 64
 	DefaultKeyPrefix         = "hb"
@@ -308,13 +308,13 @@ type Retention struct {
 	ForgetAfter time.Duration `yaml:"forget_after"`
 }
 
-// DefaultForgetAfter is SPEC §9's 30 days.
+// DefaultForgetAfter is retention.forget_after's 30 days (docs/configuration.md).
 const DefaultForgetAfter = 30 * 24 * time.Hour
 
-// BuiltinPolicy is what `types.default` falls back to for fields it does not set (SPEC §3's values).
+// BuiltinPolicy is what `types.default` falls back to for fields it does not set (docs/configuration.md's values).
 var BuiltinPolicy = Policy{Timeout: 60 * time.Second, RepeatEvery: 5 * time.Minute, MaxRepeats: 12}
 
-// Default returns the built-in configuration, before any file: SPEC §3 with no `types` (the file must
+// Default returns the built-in configuration, before any file: docs/configuration.md with no `types` (the file must
 // name at least `default`).
 func Default() *Config {
 	return &Config{

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Correlation groups interruptions into outages (SPEC §9): when at least MinDevices devices that share
+// Correlation groups interruptions into outages (docs/concepts.md): when at least MinDevices devices that share
 // the value of one of By interrupt within Window, one outage_started replaces their repeats.
 type Correlation struct {
 	// By lists the keys devices are grouped by, each on its own: device_type, parent, or labels.<name>

@@ -12,7 +12,7 @@ import (
 // Outputs are destinations besides the events topic. Kafka stays the system of record: an output
 // follows the events Kafka acknowledged and never blocks or slows them.
 type Outputs struct {
-	// Alertmanager posts open incidents to Alertmanager's v2 API as alerts (SPEC §5); off while URLs is
+	// Alertmanager posts open incidents to Alertmanager's v2 API as alerts (docs/alertmanager.md); off while URLs is
 	// empty.
 	Alertmanager Alertmanager `yaml:"alertmanager"`
 }

@@ -115,7 +115,7 @@ func PerDeviceType(typ string, timeout time.Duration) string {
 }
 
 // PerDevice splits a per-device timeout type name "<type>@<timeout>" (a registered device's own timeout,
-// SPEC §9) into its type and timeout; ok is false for any other name.
+// docs/concepts.md) into its type and timeout; ok is false for any other name.
 func PerDevice(name string) (base string, timeout time.Duration, ok bool) {
 	i := strings.LastIndexByte(name, '@')
 	if i < 0 {

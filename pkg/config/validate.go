@@ -195,7 +195,7 @@ func (c *Config) validateTypes(v *validator) {
 	}
 }
 
-// checkName applies SPEC §4's device-id rules to a type name, which arrives the same way (payload or
+// checkName applies docs/signals.md's device-id rules to a type name, which arrives the same way (payload or
 // topic level) and is stored beside it.
 func checkName(name string) string {
 	switch {

@@ -87,7 +87,7 @@ type api struct {
 	typeCounts typeCountsCache
 }
 
-// NewAPI returns the HTTP handler of SPEC §6.
+// NewAPI returns the HTTP handler of docs/http-api.md.
 func NewAPI(opts APIOptions) http.Handler {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -321,7 +321,7 @@ func (a *api) reload(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
 }
 
-// DeviceView is the JSON of one device (SPEC §6).
+// DeviceView is the JSON of one device (docs/http-api.md).
 type DeviceView struct {
 	DeviceID      string     `json:"device_id"`
 	DeviceType    string     `json:"device_type"`
@@ -336,7 +336,7 @@ type DeviceView struct {
 	NextAlarm     *time.Time `json:"next_alarm,omitempty"`
 	SilencedUntil *time.Time `json:"silenced_until"`
 	// Parent is the device's gateway or cell; Suppressed says its interruption was reported as
-	// `suppressed` because the parent is down (SPEC §9).
+	// `suppressed` because the parent is down (docs/concepts.md).
 	Parent     string `json:"parent,omitempty"`
 	Suppressed bool   `json:"suppressed,omitempty"`
 }

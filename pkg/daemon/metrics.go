@@ -8,7 +8,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
-// registerMetrics registers the daemon's own series (SPEC §8): build_info, the slot layout, each
+// registerMetrics registers the daemon's own series (docs/metrics.md): build_info, the slot layout, each
 // readiness check and each ingest source's lag. The components register theirs where they are built.
 func (d *daemon) registerMetrics(reg prometheus.Registerer) {
 	reg.MustRegister(

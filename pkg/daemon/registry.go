@@ -22,7 +22,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
-// The device registry (SPEC §6, §9): PUT /v1/devices/{id} registers one device, POST /v1/devices:import
+// The device registry (docs/http-api.md, §9): PUT /v1/devices/{id} registers one device, POST /v1/devices:import
 // many. A registered device that never signals alarms at registration + its timeout; a per-device timeout
 // overrides its type's from its next signal; labels serve correlation (labels.<name>) and the listing
 // filter. PUT replaces the registration: a field left out is cleared, except the parent, which signals
@@ -38,7 +38,7 @@ const importBatch = 4000
 // importTimeout bounds one import's reading and answering.
 const importTimeout = 10 * time.Minute
 
-// importErrorsShown is how many row errors an import answers with (SPEC §6: the first 20).
+// importErrorsShown is how many row errors an import answers with (docs/http-api.md: the first 20).
 const importErrorsShown = 20
 
 // Label limits: names like Prometheus label names, values of bounded length, few per device.
@@ -124,7 +124,7 @@ func (a *api) putDevice(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"device": a.view(d), "expected": added == 1})
 }
 
-// importResult is POST /v1/devices:import's answer (SPEC §6).
+// importResult is POST /v1/devices:import's answer (docs/http-api.md).
 type importResult struct {
 	Imported int           `json:"imported"`
 	Failed   int           `json:"failed"`

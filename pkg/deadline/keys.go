@@ -56,7 +56,7 @@ func (k Keyspace) State(slot int) string { return k.slotKey(slot, "state") }
 // StateGuardField is a field the claim and ack scripts keep in every state hash, with a value longer than
 // any hash-max-listpack-value, so Redis keeps the hash a hashtable: a listpack (the default up to 512
 // fields) looks every field up by a linear scan. A control character cannot be part of a device id
-// (SPEC §4), so the field never collides with a device.
+// (docs/signals.md), so the field never collides with a device.
 const StateGuardField = "\x00hashtable"
 
 // stateGuardValue is StateGuardField's value: longer than hash-max-listpack-value (64 by default) even
@@ -96,7 +96,7 @@ func Slot(device string, slots int) int {
 	return int(crc32.ChecksumIEEE([]byte(device)) & uint32(slots-1))
 }
 
-// Correlated outages (SPEC §9; pkg/alarm's correlator). A group is "<by>:<value>"; its keys share the
+// Correlated outages (docs/concepts.md; pkg/alarm's correlator). A group is "<by>:<value>"; its keys share the
 // group as hash tag, so the correlator's reads of one group go to one node on Redis Cluster.
 
 // Correlated is the ZSET device → ms of its interruption, of one group: the last window's, and every
@@ -118,5 +118,5 @@ func (k Keyspace) OutagesRecent() string { return k.prefix + ":outages:recent" }
 func (k Keyspace) Correlator() string { return k.prefix + ":correlator" }
 
 // Flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last
-// interruptions, for the devices of types with flapping detection (SPEC §5).
+// interruptions, for the devices of types with flapping detection (docs/events.md).
 func (k Keyspace) Flaps(slot int) string { return k.slotKey(slot, "flaps") }

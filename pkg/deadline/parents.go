@@ -15,7 +15,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/idhash"
 )
 
-// Parent links (SPEC §9): a device's gateway or cell, learned from its signals. They live apart from
+// Parent links (docs/concepts.md): a device's gateway or cell, learned from its signals. They live apart from
 // the slots, so a device without a parent pays nothing on the signal path and the links need no move
 // when the slots double:
 //

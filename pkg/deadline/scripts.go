@@ -73,7 +73,7 @@ end
 `
 
 // packSep separates the items of a list packed into one script argument or reply element (device ids
-// hold no control characters, SPEC §4); listSep the values of a per-type table (typeTable.render).
+// hold no control characters, docs/signals.md); listSep the values of a per-type table (typeTable.render).
 const (
 	packSep = "\n"
 	listSep = ","

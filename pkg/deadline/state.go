@@ -91,7 +91,7 @@ func (s State) Encode() string {
 	return string(append(b, s.Reason...))
 }
 
-// Hold says what an incident's next act waits on besides its own policy (SPEC §9).
+// Hold says what an incident's next act waits on besides its own policy (docs/concepts.md).
 type Hold byte
 
 const (

@@ -84,7 +84,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 }
 
 // recordMark starts the name of every in-flight record: a control character, so a record never collides
-// with a device in the alarms set (SPEC §4), and the claim script tells the two apart by it.
+// with a device in the alarms set (docs/signals.md), and the claim script tells the two apart by it.
 const recordMark = "\x00claims:"
 
 // newRecord names the in-flight record of one claim, unique to this store.

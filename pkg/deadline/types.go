@@ -265,7 +265,7 @@ func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(),
 
 // Late reports, aligned with signals, which are late: their deadline — Seen plus the timeout of their
 // type (the signal's, else the one recorded for the device, else the default) — had passed when they were
-// received (received[i]; nil: now), so they prove nothing about now (SPEC §4). Written, such a signal
+// received (received[i]; nil: now), so they prove nothing about now (docs/signals.md). Written, such a signal
 // would put an already due deadline back, and an interrupted device would report `recovered` and a new
 // `interrupted` at once. Judged at receipt, not at the write: a signal held through heartbeatd's own
 // outage (Redis refusing writes) is the device's true last word, and the hold-back covers the gap. The

@@ -16,7 +16,7 @@ import (
 )
 
 // TestDevShowsAnAlarm: `heartbeatd dev` needs nothing installed and shows an interrupted event within a
-// minute (SPEC §2), answers on the HTTP address it was given, and stops cleanly when its context ends
+// minute (README.md), answers on the HTTP address it was given, and stops cleanly when its context ends
 // (the command cancels it on SIGTERM).
 func TestDevShowsAnAlarm(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))

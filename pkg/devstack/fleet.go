@@ -63,7 +63,7 @@ const (
 	flapSilentFloor = 12 * time.Second // silent phase: past the dev timeouts, at least 4 intervals (+ up to 3s)
 )
 
-// The stories of storm control (SPEC §9) the default fleet tells beside the chance silences above, with
+// The stories of storm control (docs/concepts.md) the default fleet tells beside the chance silences above, with
 // devices of their own, so that with the dev config `suppressed` and `outage_started` show within a
 // minute:
 //   - a gateway and the beacons behind it (on a shorter timeout: they expire first) go dark together:

@@ -20,7 +20,7 @@ func clock(t time.Time) string {
 	return t.Local().Format("15:04:05.000")
 }
 
-// EventLine renders one event value (JSON, SPEC §5) as the line dev mode prints, e.g.
+// EventLine renders one event value (JSON, docs/events.md) as the line dev mode prints, e.g.
 // "INTERRUPTED gw-017 (gateway) silent 5.0s deadline 18:42:10.000".
 func EventLine(value []byte) (string, error) {
 	ev, err := event.Decode(value)

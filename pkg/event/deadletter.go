@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Dead-letter sources (SPEC §5).
+// Dead-letter sources (docs/events.md).
 const (
 	SourceMQTT  = "mqtt"
 	SourceKafka = "kafka"
@@ -32,7 +32,7 @@ type DeadLetter struct {
 	Source string `json:"source"` // SourceMQTT or SourceKafka
 	Topic  string `json:"topic"`  // the MQTT or Kafka topic the input arrived on
 	// Key is the Kafka message key of the input, when it had one: there the device id usually travels in
-	// the key, and without it an operator could not tell which device sent the bad value. Not in SPEC §5's
+	// the key, and without it an operator could not tell which device sent the bad value. Not in docs/events.md's
 	// list; added because the spec's fields alone lose that. Set it with SetKey, which bounds it.
 	Key              []byte    `json:"key_b64,omitempty"`
 	KeySize          int       `json:"key_size,omitempty"`      // original length, set only when truncated

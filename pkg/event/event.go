@@ -1,4 +1,4 @@
-// Package event holds what heartbeatd publishes: the alarm events of SPEC §5 and the dead letters of bad
+// Package event holds what heartbeatd publishes: the alarm events of docs/events.md and the dead letters of bad
 // input. Consumers written in Go import this package to decode the events; it links no Kafka client (the
 // publisher is pkg/event/kafka). heartbeatd's alarm and ingest packages depend only on the Sink interfaces
 // so their tests can use fakes.
@@ -29,9 +29,9 @@ const (
 	Recovered Kind = "recovered"
 	// Exhausted says max_repeats was reached: no more alarms until the device recovers.
 	Exhausted Kind = "exhausted"
-	// Suppressed replaces interrupted for a device whose parent is interrupted (SPEC §9); no repeats follow.
+	// Suppressed replaces interrupted for a device whose parent is interrupted (docs/concepts.md); no repeats follow.
 	Suppressed Kind = "suppressed"
-	// OutageStarted and OutageEnded bracket a correlated outage (SPEC §9); keyed by the group.
+	// OutageStarted and OutageEnded bracket a correlated outage (docs/concepts.md); keyed by the group.
 	OutageStarted Kind = "outage_started"
 	OutageEnded   Kind = "outage_ended"
 	// Flapping says the device crossed flapping.count interruptions within flapping.window.
@@ -54,7 +54,7 @@ func (k Kind) Valid() bool {
 	return false
 }
 
-// Event is one message on the events topic. Its JSON form is fixed by SPEC §5: field order as declared
+// Event is one message on the events topic. Its JSON form is fixed by docs/events.md: field order as declared
 // here, times as RFC 3339 in UTC with at most millisecond precision ("2026-11-22T10:00:30.012Z",
 // "2026-11-22T10:00:00Z"); a zero time is written as null.
 type Event struct {
@@ -69,7 +69,7 @@ type Event struct {
 	SilentForMs int64     `json:"silent_for_ms"`
 	Repeat      int       `json:"repeat"`
 	// Degraded marks an event raised while a blind window outlived detection.max_hold_back: detection
-	// resumed without trusting that silence means a silent device (SPEC §7). Written only when true.
+	// resumed without trusting that silence means a silent device (docs/concepts.md). Written only when true.
 	Degraded bool `json:"degraded,omitempty"`
 	Detail
 }
@@ -169,7 +169,7 @@ type wireEvent struct {
 	Detail
 }
 
-// MarshalJSON writes the SPEC §5 form: the bytes encoding/json writes for wireEvent (without HTML
+// MarshalJSON writes the docs/events.md form: the bytes encoding/json writes for wireEvent (without HTML
 // escaping), appended by hand. Encoding every event by reflection was a fifth of the alarm loop's CPU
 // during an expiry storm (profile of hbbench -scenarios expiry); TestMarshalJSONMatchesEncodingJSON
 // keeps the two identical.
@@ -231,7 +231,7 @@ func (e *Detail) appendExtras(b []byte) []byte {
 		b = appendJSONString(b, e.Group.Value)
 		b = append(b, '}')
 	}
-	// An outage event always carries its count and sample (SPEC §5), 0 and [] included: the only place
+	// An outage event always carries its count and sample (docs/events.md), 0 and [] included: the only place
 	// this encoder writes what encoding/json's omitempty would leave out.
 	if e.Count != 0 || e.Group != nil {
 		b = append(b, `,"count":`...)
@@ -316,7 +316,7 @@ func appendDigits(b []byte, n, width int) []byte {
 	return append(b, buf[:width]...)
 }
 
-// UnmarshalJSON reads the SPEC §5 form; any RFC 3339 time is accepted.
+// UnmarshalJSON reads the docs/events.md form; any RFC 3339 time is accepted.
 func (e *Event) UnmarshalJSON(b []byte) error {
 	var w wireEvent
 	if err := json.Unmarshal(b, &w); err != nil {
@@ -332,7 +332,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 }
 
 // timeLayout is RFC 3339 with up to three fraction digits, trailing zeros dropped: whole seconds print
-// as "…:00Z", as in the SPEC example.
+// as "…:00Z", as in the example of docs/events.md.
 const timeLayout = "2006-01-02T15:04:05.999Z07:00"
 
 // normalizeTime brings a time to what the wire carries: UTC, whole milliseconds, no monotonic reading.

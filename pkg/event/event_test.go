@@ -16,7 +16,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
 
-// specExample is SPEC §5's example, verbatim.
+// specExample is docs/events.md's example, verbatim.
 const specExample = `{
   "schema": "heartbeatd.event/v1",
   "id": "dev-42/1763800230000/interrupted/0",
@@ -37,9 +37,10 @@ func mustTime(tb testing.TB, s string) time.Time {
 	return t
 }
 
-// The event New builds for SPEC §5's situation must render exactly as the SPEC shows it. The one
-// difference is the id: the SPEC's "1763800230000" is 2025-11-22T08:30:30Z, not the deadline the same
-// example shows (2026-11-22T10:00:30Z = 1795341630000), so the golden file carries the consistent id.
+// The event New builds for the example of docs/events.md must render exactly as that example shows it.
+// specExample keeps the id the contract's first example had, "1763800230000" (2025-11-22T08:30:30Z), which
+// does not match its deadline (2026-11-22T10:00:30Z = 1795341630000); the golden file and docs/events.md
+// carry the consistent id.
 func TestEventJSONGolden(t *testing.T) {
 	e := New(Interrupted, "dev-42", "gateway",
 		mustTime(t, "2026-11-22T10:00:30Z"), mustTime(t, "2026-11-22T10:00:00Z"),
@@ -59,12 +60,12 @@ func TestEventJSONGolden(t *testing.T) {
 	if diff := cmp.Diff(string(want), indented.String()); diff != "" {
 		t.Errorf("event JSON (-want +got):\n%s", diff)
 	}
-	// Apart from the id, the golden file is the SPEC example byte for byte.
+	// Apart from the id, the golden file is that example byte for byte.
 	require.Equal(t, specExample+"\n",
 		strings.Replace(string(want), "1795341630000", "1763800230000", 1))
 }
 
-// The SPEC example decodes and re-encodes to the same bytes: field order and time format round-trip.
+// The example decodes and re-encodes to the same bytes: field order and time format round-trip.
 func TestEventSpecExampleRoundTrip(t *testing.T) {
 	e, err := Decode([]byte(specExample))
 	require.NoError(t, err)
@@ -203,7 +204,7 @@ func TestDeadLetterJSON(t *testing.T) {
 		t.Errorf("dead letter round trip (-want +got):\n%s", diff)
 	}
 
-	// Without a key the SPEC's five fields are all there is.
+	// Without a key the five fields of docs/events.md's dead letter are all there is.
 	b, err = NewDeadLetter("no_device_id", SourceMQTT, "devices//heartbeat", nil, time.UnixMilli(0)).MarshalJSON()
 	require.NoError(t, err)
 	require.Equal(t, `{"reason":"no_device_id","source":"mqtt","topic":"devices//heartbeat","payload_b64":"",`+

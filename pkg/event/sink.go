@@ -4,7 +4,7 @@ import "context"
 
 // Sink is where the alarm loop sends events. Publish is synchronous and returns one error per event,
 // aligned with the input, nil where the event was acknowledged by all in-sync replicas: only those may be
-// acknowledged in Redis (DESIGN "Publish then acknowledge").
+// acknowledged in Redis (docs/concepts.md, "Claim protocol").
 type Sink interface {
 	Publish(ctx context.Context, events []Event) []error
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // Watchdog is published by every replica every detection.watchdog_every through the same publisher as
-// device events (SPEC §5), so a consumer that stops receiving it knows the pipeline stopped end to end:
+// device events (docs/events.md), so a consumer that stops receiving it knows the pipeline stopped end to end:
 // the Prometheus Watchdog pattern. Its device_id and key are the replica's id; it has no type, deadline
 // or last_seen.
 const Watchdog Kind = "watchdog"

@@ -230,7 +230,7 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 	if d.typ != "" && c.opts.KnownType != nil && !c.opts.KnownType(d.typ) {
 		c.m.unknownTypes.Inc()
 		c.unknown.note(d.typ, d.device, received)
-		d.typ = deadline.DefaultType // a device-chosen name is never recorded (SPEC §4)
+		d.typ = deadline.DefaultType // a device-chosen name is never recorded (docs/signals.md)
 	}
 	c.intervals.observe(d.device, d.typ, seen)
 	it := item{sig: deadline.Signal{Device: d.device, Type: d.typ, Parent: d.parent, Seen: seen}, received: received, ack: m.Ack, src: src}
@@ -478,7 +478,7 @@ type lateRefresher interface {
 	Late(ctx context.Context, signals []deadline.Signal, received []time.Time) ([]bool, error)
 }
 
-// write refreshes the batch's signals except the late ones (SPEC §4): a signal whose deadline already
+// write refreshes the batch's signals except the late ones (docs/signals.md): a signal whose deadline already
 // passed proves nothing about now, and written it would report a recovery and a new interruption at
 // once. It is acknowledged and counted as late, and moves nothing, last_seen included. Judged at receipt
 // (deadline.Store.Late), so a batch held through a Redis outage is written once Redis is back.

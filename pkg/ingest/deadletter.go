@@ -25,7 +25,7 @@ type batchDeadLetterSink interface {
 
 // deadLetter counts bad input and queues its dead letter. A burst larger than the queue waits for room
 // while the dead-letter topic takes writes (the writer drains thousands a second, so valid neighbours wait
-// for milliseconds, never for a broken topic): losing the dead letters of a flood would break SPEC §4's
+// for milliseconds, never for a broken topic): losing the dead letters of a flood would break docs/signals.md's
 // promise that every bad message reaches the topic. While the topic refuses writes, or after waiting
 // DeadLetterTimeout, the message is acknowledged without its dead letter (counted and logged), so bad
 // input can never stall the good.

@@ -6,19 +6,19 @@ import (
 	"unicode/utf8"
 )
 
-// Dead-letter reasons (SPEC §4): a fixed set, so the deadletters_total{reason} label stays bounded.
+// Dead-letter reasons (docs/signals.md): a fixed set, so the deadletters_total{reason} label stays bounded.
 const (
 	ReasonNoDeviceID      = "no_device_id"
 	ReasonInvalidDeviceID = "invalid_device_id"
 	// ReasonInvalidType is a `type` that is not a string, or a type name (payload or topic) that breaks
-	// the device-id rules. Not in SPEC §4's list: folding it into invalid_device_id or malformed_json
+	// the device-id rules. Not in docs/signals.md's list: folding it into invalid_device_id or malformed_json
 	// would send an operator looking at the wrong field.
 	ReasonInvalidType   = "invalid_type"
 	ReasonMalformedJSON = "malformed_json"
 	ReasonBadTS         = "bad_ts"
 	ReasonOversize      = "oversize"
 	// ReasonIDMismatch is a payload device_id that differs from the device the MQTT topic or Kafka key
-	// names: identity is bound by the transport (SPEC §4), so a publisher allowed on one topic cannot
+	// names: identity is bound by the transport (docs/signals.md), so a publisher allowed on one topic cannot
 	// keep another device alive.
 	ReasonIDMismatch = "id_mismatch"
 )
@@ -27,7 +27,7 @@ const (
 var Reasons = []string{ReasonNoDeviceID, ReasonInvalidDeviceID, ReasonInvalidType, ReasonMalformedJSON, ReasonBadTS, ReasonOversize,
 	ReasonIDMismatch}
 
-// Limits (SPEC §4).
+// Limits (docs/signals.md).
 const (
 	MaxPayload = 64 << 10 // bytes
 	MaxIDLen   = 256      // bytes of UTF-8, for device ids and type names
@@ -41,7 +41,7 @@ const maxTSMillis = 1e14
 type decoded struct {
 	device string
 	typ    string
-	parent string    // the device's gateway or cell (SPEC §9): payload `parent`, else the topic's
+	parent string    // the device's gateway or cell (docs/concepts.md): payload `parent`, else the topic's
 	ts     time.Time // zero: the payload carries no ts
 }
 
@@ -121,7 +121,7 @@ func isJSONObject(p []byte) bool {
 func ValidID(s string) bool { return validID(s) }
 
 // validID reports whether s is a valid device id or type name: 1–MaxIDLen bytes of UTF-8 without
-// control characters (SPEC §4). A Kafka key is checked as bytes, before it is copied into a string.
+// control characters (docs/signals.md). A Kafka key is checked as bytes, before it is copied into a string.
 func validID[T string | []byte](s T) bool {
 	if len(s) == 0 || len(s) > MaxIDLen {
 		return false

@@ -15,9 +15,9 @@
 // them, so the broker never stops sending; past MQTTOptions.MaxQueuedQoS0 waiting ones they are shed
 // (signals_total{result="shed"}), so memory stays bounded at any rate and any Redis speed.
 //
-// # Rules where SPEC §4 is silent
+// # Rules where docs/signals.md is silent
 //
-//   - Identity is bound by the transport (SPEC §4): where the MQTT topic or the Kafka key names the device,
+//   - Identity is bound by the transport (docs/signals.md): where the MQTT topic or the Kafka key names the device,
 //     a payload device_id must name the same one (else id_mismatch, a seventh reason); it names the device
 //     only on a topic without {device_id} or a record without a key (how a gateway publishes for its
 //     children). The payload's type wins over the topic's. A JSON null or "" counts as absent.
@@ -27,10 +27,10 @@
 //   - ts: an RFC 3339 string, or a number (seconds below 1e11, else milliseconds), from 1970 to the year
 //     5138; a numeric string, a negative number or any other value is bad_ts. A ts more than
 //     max_clock_skew past the receive time is replaced by the receive time; an old ts is kept (the
-//     deadline just does not move back). A signal whose deadline already passed is late (SPEC §4):
+//     deadline just does not move back). A signal whose deadline already passed is late (docs/signals.md):
 //     acknowledged and counted, not written; it moves nothing, last_seen included (Chain.write).
 //   - A type name follows the device-id rules; one that does not, or a `type` that is not a string, is
-//     dead-lettered as invalid_type (a sixth reason beside SPEC §4's five). A valid name without a
+//     dead-lettered as invalid_type (a sixth reason beside docs/signals.md's five). A valid name without a
 //     configured policy is written as the default type: only configured names reach Redis.
 //   - MQTT retained messages are acknowledged and counted (result "retained") but never applied: a broker
 //     replays them on every subscribe, so they would mark long-silent devices alive at each reconnect.

@@ -13,7 +13,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
-// Timeout advice (SPEC §9) is read from a fixed sample of the fleet, so that the signal path of a device
+// Timeout advice (docs/concepts.md) is read from a fixed sample of the fleet, so that the signal path of a device
 // outside it costs one checksum of its id and memory stays bounded under any rate and any number of ids.
 const (
 	// AdviceSampleEvery: a device is in the sample when crc32c(id) % AdviceSampleEvery == 0, the same
@@ -52,7 +52,7 @@ func Sampled(device string) bool {
 // the timeout must cover how often the device really signals; a signal not newer than the device's
 // latest (out of order, replayed) adds none, as it moves no deadline; a late one counts from its own ts,
 // so the interval is the device's cadence, not how long delivery took. A signal that names no type
-// counts under the type the same device last named, else under default, as Redis records it (SPEC §4);
+// counts under the type the same device last named, else under default, as Redis records it (docs/signals.md);
 // a device typed only by PUT /v1/devices/{id} whose signals never name one counts under default.
 // With several replicas each sees the signals it reads, so its advice is its share of the sample.
 //

@@ -328,7 +328,7 @@ func TestKafkaNotConnectedUntilTheGroupAssignsPartitions(t *testing.T) {
 }
 
 // TestKafkaSignalWithoutTSTakesTheRecordTime: a record without ts is a signal at its record timestamp,
-// so the deadline does not move by the consumer's delay (SPEC §4); one stamped further in the future than
+// so the deadline does not move by the consumer's delay (docs/signals.md); one stamped further in the future than
 // max_clock_skew counts as received now.
 func TestKafkaSignalWithoutTSTakesTheRecordTime(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalTopic}})

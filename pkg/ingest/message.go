@@ -29,8 +29,8 @@ type Message struct {
 	// ts and the transport stamps none. Zero means now (the chain's clock).
 	Received time.Time
 	// Stamped is the time the transport recorded for the message (a Kafka record's timestamp): the
-	// signal time when the payload carries no ts, so a consumer's delay never shifts a deadline (SPEC
-	// §4). Zero: none (MQTT).
+	// signal time when the payload carries no ts, so a consumer's delay never shifts a deadline
+	// (docs/signals.md). Zero: none (MQTT).
 	Stamped time.Time
 	// Ack acknowledges the message at its broker. The chain calls it exactly once, after the message's
 	// deadline write was acknowledged by Redis (or its dead letter was handled).

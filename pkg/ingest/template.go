@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Topic template placeholders (SPEC §3): each stands for exactly one topic level.
+// Topic template placeholders (docs/configuration.md): each stands for exactly one topic level.
 const (
 	placeholderDevice = "{device_id}"
 	placeholderType   = "{device_type}"

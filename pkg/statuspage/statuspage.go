@@ -1,4 +1,4 @@
-// Package statuspage is the fleet status page of SPEC §10: one hand-written HTML file, its style and
+// Package statuspage is the fleet status page of docs/status-page.md: one hand-written HTML file, its style and
 // script inline, embedded in the binary so it works offline and needs no build step. The page holds no
 // data: it reads the HTTP API with the token the operator enters (kept in the browser tab's
 // sessionStorage), so serving it needs no token. pkg/daemon serves Handler at GET /.

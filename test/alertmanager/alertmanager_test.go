@@ -188,7 +188,7 @@ func lacks(devices ...string) func(map[string]testenv.Alert) bool {
 	}
 }
 
-// An interrupted device fires with the labels of SPEC §5 and startsAt at its deadline, stays active
+// An interrupted device fires with the labels of docs/events.md and startsAt at its deadline, stays active
 // past the endsAt of any single post (re-posted), and is resolved by its recovery and by an ack.
 func TestAlertsFireRefreshAndResolve(t *testing.T) {
 	s := startStack(t)

@@ -18,7 +18,7 @@ const fullFor = 3 * timeout
 // not store; signals held meanwhile are stored once memory is freed, and the keepers, whose deadlines
 // could not move while Redis was full, are not reported. The devices that signal while Redis is full
 // name type "held", whose timeout outlasts the outage: a held signal whose deadline passed before it
-// could be written proves nothing about now and is dropped as late (SPEC §4).
+// could be written proves nothing about now and is dropped as late (docs/signals.md).
 func TestChaosRedisFull(t *testing.T) {
 	s := startScenario(t, daemonOptions{types: map[string]time.Duration{"held": fullFor + 10*time.Second}})
 	n, hb, full := s.n, s.hb, s.silent // the devices that signal while Redis is full

@@ -65,7 +65,7 @@ detection: {lease: 4s, grace_after_outage: 500ms}
 	repeats := e.events.ids(members, event.Alarm)
 	require.Empty(t, repeats, "no member repeats while the outage lasts")
 
-	// The outage ends once fewer than half of its members are still silent (SPEC §9): all 10,100 joined
+	// The outage ends once fewer than half of its members are still silent (docs/concepts.md): all 10,100 joined
 	// it, however few of them its count at outage_started held, so the 1,100 left silent end it.
 	back := first[:9000]
 	e.fleet.add(back, signal{typ: "sensor"})

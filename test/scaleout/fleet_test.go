@@ -1,5 +1,5 @@
 // Package scaleout runs several real heartbeatd processes on one Redis and one Kafka and checks the
-// replica guarantees of SPEC §7 at the process level: a SIGKILLed replica's slots are taken over and every
+// replica guarantees of docs/concepts.md at the process level: a SIGKILLed replica's slots are taken over and every
 // device that expired meanwhile is reported, none that kept signalling is, a SIGTERMed replica hands its
 // slots over at once, and the slot count is doubled online under flowing signals and expiries.
 package scaleout

@@ -192,7 +192,7 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 	}
 	t.Logf("takeover after SIGKILL: %s (cluster.slot_lease 3s + cluster.replica_heartbeat 1s)", summary(kills))
 	t.Logf("takeover after SIGTERM: %s; the process took %s to exit", summary(stops), summary(stopTook))
-	// SPEC §7: "within a few seconds". The bound is loose: this machine is shared.
+	// docs/concepts.md: "within a few seconds". The bound is loose: this machine is shared.
 	require.LessOrEqual(t, slices.Max(kills), 10*time.Second, "a dead replica's slots are taken over within a few seconds")
 
 	// The last restarted a holds detection back until its Kafka group hands it partitions. Doubling is

@@ -158,7 +158,7 @@ func newTransport(opts PublisherOptions) *kafka.Transport {
 	}
 }
 
-// Publish writes the events to the events topic, key = device id, value = the SPEC §5 JSON, with the
+// Publish writes the events to the events topic, key = device id, value = the docs/events.md JSON, with the
 // CloudEvents headers, and waits until they are acknowledged or the write timeout passes. The result is
 // aligned with events: nil where the event was delivered. An event reported failed may still arrive
 // later (a cancelled write is not recalled); that is the at-least-once duplicate the event id lets

@@ -261,7 +261,7 @@ func TestDeadLetterTopicUnset(t *testing.T) {
 	require.ErrorContains(t, p.PublishDeadLetter(context.Background(), event.DeadLetter{}), "no dead-letter topic")
 }
 
-// Managed Kafka needs TLS and SASL together; every mechanism of SPEC §3 against a broker that demands both.
+// Managed Kafka needs TLS and SASL together; every mechanism of docs/configuration.md against a broker that demands both.
 func TestPublishTLSAndSASL(t *testing.T) {
 	certs := testenv.GenerateTLS(t)
 	serverTLS, clientTLS := certs.ServerConfig(t), certs.ClientConfig(t)

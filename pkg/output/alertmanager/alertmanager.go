@@ -1,4 +1,4 @@
-// Package alertmanager is heartbeatd's Alertmanager output (SPEC §5, outputs.alertmanager): it posts
+// Package alertmanager is heartbeatd's Alertmanager output (docs/events.md, outputs.alertmanager): it posts
 // the open incidents to Alertmanager's v2 API as DeviceSilent alerts, so operators get Alertmanager's
 // receivers, grouping and silences without writing a Kafka consumer.
 //

@@ -165,7 +165,7 @@ func incidentEvent(kind event.Kind, device, typ string, repeat int) event.Event 
 	return event.New(kind, device, typ, dl, dl.Add(-30*time.Second), t0, repeat)
 }
 
-// Events become alerts: the labels of SPEC §5, startsAt at the deadline, endsAt four resends ahead
+// Events become alerts: the labels of docs/events.md, startsAt at the deadline, endsAt four resends ahead
 // while open; recovered, acked and deleted resolve with the labels the incident fired with; an
 // exhausted device stays firing; watchdog and unsilenced make nothing; outages are DeviceOutage alerts.
 func TestEventsBecomeAlerts(t *testing.T) {
