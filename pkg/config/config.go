@@ -208,7 +208,7 @@ type Detection struct {
 	// Scanners is how many claim loops run at once in a replica, each over its own share of the owned
 	// slots, so Redis claims for one share while another share's events are on their way to Kafka.
 	Scanners int `yaml:"scanners"`
-	// GraceAfterOutage: 0 means the longest type timeout; use Config.GraceAfterOutage.
+	// GraceAfterOutage caps the grace after a blind window, which is each device's own timeout; 0 = no cap.
 	GraceAfterOutage time.Duration `yaml:"grace_after_outage"`
 	// Lease is how long a claim may stay unacknowledged before it is delivered again.
 	Lease time.Duration `yaml:"lease"`

@@ -47,7 +47,6 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("(-want +got)\n%s", diff)
 	}
 	assert.Equal(t, BuiltinPolicy, cfg.Policies().Default())
-	assert.Equal(t, 60*time.Second, cfg.GraceAfterOutage())
 }
 
 // The reference config documents the defaults: it must load, state exactly the built-in values, and
@@ -414,10 +413,6 @@ types:
 	assert.Equal(t, []string{"default", "gateway", "silent-ok", "temperature-sensor", "tracker"}, p.Names())
 	assert.Equal(t, 10*time.Minute, p.LongestTimeout())
 	assert.Equal(t, 15*time.Minute, p.LongestCycle())
-	assert.Equal(t, 10*time.Minute, cfg.GraceAfterOutage())
-
-	cfg.Detection.GraceAfterOutage = time.Minute
-	assert.Equal(t, time.Minute, cfg.GraceAfterOutage())
 
 	names := p.Names()
 	names[0] = "mutated"

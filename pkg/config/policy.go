@@ -158,15 +158,6 @@ func (p *Policies) LongestTimeout() time.Duration { return p.longestTimeout }
 // written under an old layout has come due (slot doubling retires the old layout then).
 func (p *Policies) LongestCycle() time.Duration { return p.longestCycle }
 
-// GraceAfterOutage is how long detection holds back after an outage ends: detection.grace_after_outage,
-// or when that is 0 the longest type timeout, the time every healthy device needs to have signalled again.
-func (c *Config) GraceAfterOutage() time.Duration {
-	if c.Detection.GraceAfterOutage > 0 {
-		return c.Detection.GraceAfterOutage
-	}
-	return c.Policies().LongestTimeout()
-}
-
 // ReplicaIDOrDefault is cluster.replica_id, or hostname-pid when it is empty: unique per process on a
 // host and recognisable in /v1/stats.
 func (c Cluster) ReplicaIDOrDefault() string {

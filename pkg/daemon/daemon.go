@@ -203,49 +203,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	if err := d.buildSources(); err != nil {
 		return fail(err)
 	}
-	var probes []alarm.Probe
-	var shares []alarm.Share
-	var clientIDs []string // a second replica with one of them is refused at start (alarm.ErrReplicaInUse)
-	if cfg.Ingest.MQTT.Enabled {
-		clientIDs = append(clientIDs, cfg.MQTTClientID())
-	}
-	for _, src := range d.sources {
-		probe := alarm.Probe{Name: src.Name(), Trouble: func(now time.Time) alarm.ProbeTrouble { return d.probeTrouble(src, now) }}
-		if r, ok := src.(interface{ ReadUpTo() time.Time }); ok {
-			probe.Floor = func(time.Time) time.Time {
-				if t := r.ReadUpTo(); !t.IsZero() {
-					return t.Add(d.cfg.Ingest.MaxLag)
-				}
-				return time.Time{}
-			}
-		}
-		probes = append(probes, probe)
-		if sh, ok := src.(ingest.Sharing); ok {
-			for _, s := range sh.Shares() {
-				shares = append(shares, alarm.Share{Name: s.Name, Signals: s.Signals, Member: s.Member, Release: s.Release,
-					Kept: s.Kept, TakenOver: sh.TakenOver})
-			}
-		}
-	}
-	d.holdBack = alarm.NewHoldBack(alarm.HoldBackOptions{Client: d.rdb, Keys: d.store.Keys(), ReplicaID: replica, Probes: probes,
-		Shares: shares, Incarnation: d.incarnation, ClientIDs: clientIDs,
-		Grace:    d.graceAfterOutage,
-		Timeouts: func() map[string]time.Duration { return d.policies.Load().Timeouts() },
-		WriteFailure: func() time.Time {
-			if f := d.chain.WriteFailure(); f != nil {
-				return d.shared(f.Since)
-			}
-			return time.Time{}
-		},
-		WriteTrouble: func() (time.Time, time.Time) {
-			if t := d.chain.LastWriteTrouble(); !t.To.IsZero() {
-				return d.shared(t.From), d.shared(t.To)
-			}
-			return time.Time{}, time.Time{}
-		},
-		MaxHoldBack: cfg.Detection.MaxHoldBack, Stall: cfg.Detection.Stall, ClockCheck: d.clock.Check, Now: d.clock.Now,
-		Logger: log, Registerer: reg,
-		OnChange: func(active bool) { d.metrics.HoldBack.Set(b2f(active)) }})
+	d.holdBack = d.buildHoldBack(replica, reg)
 	if err := d.buildObservers(reg); err != nil {
 		return fail(err)
 	}
@@ -373,50 +331,6 @@ func (d *daemon) applyTypes(cfg *config.Config) error {
 	}
 	d.policies.Store(next)
 	return nil
-}
-
-// trouble says what keeps a source from delivering signals in time at now: since when (deadlines after
-// it may have missed signals) and why; why is "" while the source is healthy. The hold-back and /readyz
-// both read it, so they never disagree about a source.
-func (d *daemon) trouble(src ingest.Source, now time.Time) (since time.Time, why string) {
-	t := d.probeTrouble(src, now)
-	return t.Since, t.Why
-}
-
-// probeTrouble is src's health as a blind window sees it. A lag or a rebalance of a source whose broker
-// keeps what it did not deliver (Kafka) loses nothing: it needs no grace once over.
-func (d *daemon) probeTrouble(src ingest.Source, now time.Time) alarm.ProbeTrouble {
-	h := src.Health()
-	if !h.Connected {
-		// Even a broker that keeps every record may have refused the devices' own writes meanwhile.
-		return alarm.ProbeTrouble{Since: d.shared(h.Since), Why: "disconnected"}
-	}
-	t := alarm.ProbeTrouble{Kept: h.Kept}
-	if h.Lag > d.cfg.Ingest.MaxLag {
-		t.Since, t.Why = now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
-	}
-	if !h.Blind.IsZero() && (t.Why == "" || h.Blind.Before(t.Since)) {
-		t.Since, t.Why = h.Blind, h.BlindWhy // on the shared clock already
-	}
-	return t
-}
-
-// graceAfterOutage caps the grace after a blind window (alarm.HoldBackOptions.Grace):
-// detection.grace_after_outage, or when that is 0 the longest timeout of any type, per-device timeouts
-// included, so that every device waits its own.
-func (d *daemon) graceAfterOutage() time.Duration {
-	if g := d.coord.Current().Detection.GraceAfterOutage; g > 0 {
-		return g
-	}
-	return max(d.policies.Load().LongestTimeout(), d.store.LongestTimeout())
-}
-
-// shared reads a source's local-clock time on the clock the blind windows use.
-func (d *daemon) shared(local time.Time) time.Time {
-	if d.clock == nil {
-		return local
-	}
-	return d.clock.Shared(local)
 }
 
 // ready checks every dependency /readyz reports on.
