@@ -20,6 +20,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 )
 
 const eventsTopic = "heartbeat.events"
@@ -453,13 +454,15 @@ func TestHoldBackIngestOutage(t *testing.T) {
 		ctx := context.Background()
 		var troubleSince atomic.Pointer[time.Time]
 		troubleSince.Store(&time.Time{})
-		hb := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r1", Now: f.clock.Now,
-			Grace:  func() time.Duration { return 10 * time.Second },
-			Probes: []Probe{{Name: "mqtt", Trouble: func(time.Time) ProbeTrouble { return ProbeTrouble{Since: *troubleSince.Load(), Why: "disconnected"} }}}})
+		hb := holdback.New(holdback.Options{Client: f.rdb, ReplicaID: "r1", Now: f.clock.Now,
+			Grace: func() time.Duration { return 10 * time.Second },
+			Probes: []holdback.Probe{{Name: "mqtt", Trouble: func(time.Time) holdback.ProbeTrouble {
+				return holdback.ProbeTrouble{Since: *troubleSince.Load(), Why: "disconnected"}
+			}}}})
 		require.NoError(t, hb.Start(ctx))
 		step := func(d time.Duration) []string {
 			f.clock.Set(f.t0.Add(d))
-			require.NoError(t, hb.tick(ctx))
+			require.NoError(t, hb.Tick(ctx))
 			return f.at(d, hb.Watermark(f.clock.Now()))
 		}
 		f.signal("early", "", -5*time.Second) // silent before the outage: deadline t0+5s
@@ -494,7 +497,7 @@ func TestHoldBackServiceWasDown(t *testing.T) {
 	eachBackend(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		grace := func() time.Duration { return 10 * time.Second }
-		first := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r1", Now: f.clock.Now, Grace: grace})
+		first := holdback.New(holdback.Options{Client: f.rdb, ReplicaID: "r1", Now: f.clock.Now, Grace: grace})
 		require.NoError(t, first.Start(ctx))
 		require.False(t, first.Status().Active, "a first start ever is not an outage")
 
@@ -503,7 +506,7 @@ func TestHoldBackServiceWasDown(t *testing.T) {
 		f.signal("b", "", 2*time.Second)      // deadline t0+12s: really falls silent
 		// Down from t0 to t0+20s.
 		f.clock.Set(f.t0.Add(20 * time.Second))
-		hb := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r1", Now: f.clock.Now, Grace: grace})
+		hb := holdback.New(holdback.Options{Client: f.rdb, ReplicaID: "r1", Now: f.clock.Now, Grace: grace})
 		require.NoError(t, hb.Start(ctx))
 		st := hb.Status()
 		require.True(t, st.Active)
@@ -513,14 +516,14 @@ func TestHoldBackServiceWasDown(t *testing.T) {
 
 		step := func(d time.Duration) []string {
 			f.clock.Set(f.t0.Add(d))
-			require.NoError(t, hb.tick(ctx))
+			require.NoError(t, hb.Tick(ctx))
 			return f.at(d, hb.Watermark(f.clock.Now()))
 		}
 		require.Equal(t, []string{"gone interrupted 0"}, step(20*time.Second), "no storm: only the device silent before the stop")
 		f.signal("a", "", 21*time.Second) // its backlog arrives
 
 		// Another replica started meanwhile sees the same hold through Redis.
-		other := NewHoldBack(HoldBackOptions{Client: f.rdb, Keys: f.store.Keys(), ReplicaID: "r2", Now: f.clock.Now, Grace: grace})
+		other := holdback.New(holdback.Options{Client: f.rdb, ReplicaID: "r2", Now: f.clock.Now, Grace: grace})
 		require.Empty(t, step(25*time.Second))
 		require.NoError(t, other.Start(ctx))
 		require.True(t, other.Status().Active, "r1's outage holds r2 back too")

@@ -23,6 +23,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 	"github.com/heartbeatd/heartbeatd/pkg/statuspage"
 )
@@ -41,7 +42,7 @@ type Silences interface {
 type APIOptions struct {
 	Store    *deadline.Store
 	Silences Silences
-	HoldBack func() alarm.HoldBackStatus
+	HoldBack func() holdback.Status
 	// Health holds the last readiness checks; /readyz never runs a check itself.
 	Health *Health
 	// Notes are conditions /readyz names without failing (name → why), such as a Redis that may evict

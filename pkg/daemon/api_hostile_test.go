@@ -21,6 +21,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 )
 
 // commandCalls is how often Redis ran cmd (INFO commandstats), e.g. "ping", "zscan".
@@ -132,7 +133,7 @@ func TestReadyzStormCostsDependenciesNothing(t *testing.T) {
 // TestReadyzBeforeTheFirstCheck: until the first round ends, /readyz is 503 without running one.
 func TestReadyzBeforeTheFirstCheck(t *testing.T) {
 	h := NewHealth(func(context.Context) map[string]error { panic("a probe must not run a check") }, HealthOptions{})
-	srv := NewAPI(APIOptions{Health: h, HoldBack: func() alarm.HoldBackStatus { return alarm.HoldBackStatus{} }})
+	srv := NewAPI(APIOptions{Health: h, HoldBack: func() holdback.Status { return holdback.Status{} }})
 	rec := httptest.NewRecorder()
 	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	require.Equal(t, http.StatusServiceUnavailable, rec.Code)

@@ -20,6 +20,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 )
 
 type apiFixture struct {
@@ -35,14 +36,14 @@ type apiFixture struct {
 	now      time.Time
 	reloads  int
 	redisErr error
-	holdBack atomic.Pointer[alarm.HoldBackStatus] // what the API's HoldBack hook answers
+	holdBack atomic.Pointer[holdback.Status] // what the API's HoldBack hook answers
 }
 
 func newAPIFixture(t testing.TB, token string) *apiFixture {
 	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
 	f := &apiFixture{rdb: rdb, now: time.Now().Truncate(time.Millisecond)}
-	f.holdBack.Store(&alarm.HoldBackStatus{Active: true, Since: f.now.Add(-time.Minute), Reason: "mqtt: disconnected"})
+	f.holdBack.Store(&holdback.Status{Active: true, Since: f.now.Add(-time.Minute), Reason: "mqtt: disconnected"})
 	timeout := func(typ string) time.Duration {
 		if typ == "gateway" {
 			return 30 * time.Second
@@ -65,7 +66,7 @@ func newAPIFixture(t testing.TB, token string) *apiFixture {
 	f.health.refresh(context.Background())
 	h := NewAPI(APIOptions{
 		Store: store, Silences: f.silences,
-		HoldBack: func() alarm.HoldBackStatus { return *f.holdBack.Load() },
+		HoldBack: func() holdback.Status { return *f.holdBack.Load() },
 		Health:   f.health,
 		Reload: func() error {
 			f.reloads++
@@ -325,15 +326,15 @@ func TestAPIProbesReloadMetricsAndUnknownRoutes(t *testing.T) {
 	require.NotContains(t, body, "status")
 
 	// Past max_hold_back: detection runs degraded, and says so without leaving service.
-	f.holdBack.Store(&alarm.HoldBackStatus{Degraded: true, Windows: []alarm.Window{{ID: "ingest/mqtt", Replica: "r1",
-		Cause: alarm.CauseIngest, Scope: alarm.ScopeAll, From: f.now.Add(-time.Hour), Opened: f.now.Add(-time.Hour), Reason: "mqtt: disconnected"}}})
+	f.holdBack.Store(&holdback.Status{Degraded: true, Windows: []holdback.Window{{ID: "ingest/mqtt", Replica: "r1",
+		Cause: holdback.CauseIngest, Scope: holdback.ScopeAll, From: f.now.Add(-time.Hour), Opened: f.now.Add(-time.Hour), Reason: "mqtt: disconnected"}}})
 	code, body = f.call(t, "GET", "/readyz", "", "")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "degraded", body["status"])
 	hb := body["hold_back"].(map[string]any)
 	require.Equal(t, true, hb["degraded"])
 	require.Equal(t, "ingest", hb["windows"].([]any)[0].(map[string]any)["cause"], "the windows are named")
-	f.holdBack.Store(&alarm.HoldBackStatus{})
+	f.holdBack.Store(&holdback.Status{})
 	code, body = f.call(t, "GET", "/readyz", "", "")
 	require.Equal(t, http.StatusOK, code)
 	require.NotContains(t, body, "hold_back")

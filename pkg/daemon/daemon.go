@@ -26,6 +26,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
@@ -112,13 +113,13 @@ type daemon struct {
 	policies atomic.Pointer[config.Policies]
 
 	rdb       redis.UniversalClient
-	clock     *alarm.Clock
+	clock     *holdback.Clock
 	store     *deadline.Store
 	publisher *kafka.Publisher
 	silences  *alarm.Silences
 	metrics   *alarm.Metrics
 	ownership *deadline.Ownership
-	holdBack  *alarm.HoldBack
+	holdBack  *holdback.Tracker
 	// correlator groups interruptions into outages; nil while correlation is off.
 	correlator *alarm.Correlator
 	handler    *alarm.Handler
@@ -136,7 +137,7 @@ type daemon struct {
 	stream    *EventStream // one of observers: the status page's live events
 
 	slotsOwned prometheus.Gauge
-	// incarnation tells this process from the replica's earlier ones (alarm.HoldBackOptions).
+	// incarnation tells this process from the replica's earlier ones (holdback.Options).
 	incarnation string
 }
 
@@ -157,7 +158,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		TLSConfig: redisTLS, PoolSize: cfg.Redis.PoolSize,
 	})
 	// Every time below is on the clock the replicas share: local time corrected by its offset from Redis.
-	d.clock = alarm.NewClock(alarm.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: log, Registerer: reg})
+	d.clock = holdback.NewClock(holdback.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: log, Registerer: reg})
 	// A late first word is kept as long as detection may be held back for the blind window it waited in.
 	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout,
 		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack})
@@ -209,7 +210,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 	// One sink for every event: the alarm loop's, the operator acts' and the silences' alike, so the
 	// degraded mark and the outputs that follow Kafka treat them the same.
-	sink := alarm.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
+	sink := holdback.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Store: d.store, Acts: acts, Now: d.clock.Now, Logger: log})
 	d.correlator = alarm.NewCorrelator(alarm.CorrelatorOptions{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
@@ -371,7 +372,7 @@ const dataLostNoted = time.Hour
 func (d *daemon) prepare(ctx context.Context) error {
 	return loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second},
 		Permanent: func(err error) bool {
-			return errors.Is(err, deadline.ErrHalving) || errors.Is(err, alarm.ErrReplicaInUse)
+			return errors.Is(err, deadline.ErrHalving) || errors.Is(err, holdback.ErrReplicaInUse)
 		},
 		OnError: func(err error, _ int, retryIn time.Duration) {
 			d.log.Warn("waiting for Redis", zap.Strings("addrs", d.cfg.Redis.Addrs), zap.Error(err), zap.Duration("retry_in", retryIn))

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 )
 
 // A Redis whose maxmemory-policy may evict keys without a TTL (allkeys-*) is warned about once per change
@@ -43,7 +43,7 @@ func TestEvictionPolicyNote(t *testing.T) {
 	health := NewHealth(func(context.Context) map[string]error { return map[string]error{"redis": nil} }, HealthOptions{Interval: time.Hour})
 	health.refresh(ctx)
 	srv := httptest.NewServer(NewAPI(APIOptions{Health: health, Notes: g.notes, Token: "tok",
-		HoldBack: func() alarm.HoldBackStatus { return alarm.HoldBackStatus{} }}))
+		HoldBack: func() holdback.Status { return holdback.Status{} }}))
 	defer srv.Close()
 	readyz := func(token string) (int, map[string]any) {
 		code, body := callJSON(t, srv.URL, http.MethodGet, "/readyz", token, "")

@@ -6,21 +6,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
 // buildHoldBack builds the hold-back of replica from the sources built already: each is a probe, and
 // its shares of the signals are advertised to the other replicas.
-func (d *daemon) buildHoldBack(replica string, reg prometheus.Registerer) *alarm.HoldBack {
-	var probes []alarm.Probe
-	var shares []alarm.Share
-	var clientIDs []string // a second replica with one of them is refused at start (alarm.ErrReplicaInUse)
+func (d *daemon) buildHoldBack(replica string, reg prometheus.Registerer) *holdback.Tracker {
+	var probes []holdback.Probe
+	var shares []holdback.Share
+	var clientIDs []string // a second replica with one of them is refused at start (holdback.ErrReplicaInUse)
 	if d.cfg.Ingest.MQTT.Enabled {
 		clientIDs = append(clientIDs, d.cfg.MQTTClientID())
 	}
 	for _, src := range d.sources {
-		probe := alarm.Probe{Name: src.Name(), Trouble: func(now time.Time) alarm.ProbeTrouble { return d.probeTrouble(src, now) }}
+		probe := holdback.Probe{Name: src.Name(), Trouble: func(now time.Time) holdback.ProbeTrouble { return d.probeTrouble(src, now) }}
 		if r, ok := src.(interface{ ReadUpTo() time.Time }); ok {
 			probe.Floor = func(time.Time) time.Time {
 				if t := r.ReadUpTo(); !t.IsZero() {
@@ -32,12 +32,12 @@ func (d *daemon) buildHoldBack(replica string, reg prometheus.Registerer) *alarm
 		probes = append(probes, probe)
 		if sh, ok := src.(ingest.Sharing); ok {
 			for _, s := range sh.Shares() {
-				shares = append(shares, alarm.Share{Name: s.Name, Signals: s.Signals, Member: s.Member, Release: s.Release,
+				shares = append(shares, holdback.Share{Name: s.Name, Signals: s.Signals, Member: s.Member, Release: s.Release,
 					Kept: s.Kept, TakenOver: sh.TakenOver})
 			}
 		}
 	}
-	return alarm.NewHoldBack(alarm.HoldBackOptions{Client: d.rdb, Keys: d.store.Keys(), ReplicaID: replica, Probes: probes,
+	return holdback.New(holdback.Options{Client: d.rdb, KeyPrefix: d.cfg.Redis.KeyPrefix, ReplicaID: replica, Probes: probes,
 		Shares: shares, Incarnation: d.incarnation, ClientIDs: clientIDs,
 		Grace:    d.graceAfterOutage,
 		Timeouts: func() map[string]time.Duration { return d.policies.Load().Timeouts() },
@@ -68,13 +68,13 @@ func (d *daemon) trouble(src ingest.Source, now time.Time) (since time.Time, why
 
 // probeTrouble is src's health as a blind window sees it. A lag or a rebalance of a source whose broker
 // keeps what it did not deliver (Kafka) loses nothing: it needs no grace once over.
-func (d *daemon) probeTrouble(src ingest.Source, now time.Time) alarm.ProbeTrouble {
+func (d *daemon) probeTrouble(src ingest.Source, now time.Time) holdback.ProbeTrouble {
 	h := src.Health()
 	if !h.Connected {
 		// Even a broker that keeps every record may have refused the devices' own writes meanwhile.
-		return alarm.ProbeTrouble{Since: d.shared(h.Since), Why: "disconnected"}
+		return holdback.ProbeTrouble{Since: d.shared(h.Since), Why: "disconnected"}
 	}
-	t := alarm.ProbeTrouble{Kept: h.Kept}
+	t := holdback.ProbeTrouble{Kept: h.Kept}
 	if h.Lag > d.cfg.Ingest.MaxLag {
 		t.Since, t.Why = now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
 	}
@@ -84,7 +84,7 @@ func (d *daemon) probeTrouble(src ingest.Source, now time.Time) alarm.ProbeTroub
 	return t
 }
 
-// graceAfterOutage caps the grace after a blind window (alarm.HoldBackOptions.Grace):
+// graceAfterOutage caps the grace after a blind window (holdback.Options.Grace):
 // detection.grace_after_outage, or when that is 0 the longest timeout of any type, per-device timeouts
 // included, so that every device waits its own.
 func (d *daemon) graceAfterOutage() time.Duration {

@@ -26,6 +26,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
@@ -271,11 +272,11 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		return map[string]error{"redis": redisErr, "events": nil, "clock": nil, "mqtt": nil}
 	}, HealthOptions{Interval: time.Hour})
 	health.refresh(ctx)
-	holdBack := alarm.HoldBackStatus{Active: true, Since: f.now.Add(-time.Minute), Reason: "mqtt: disconnected",
-		Degraded: true, Windows: []alarm.Window{{ID: "ingest/mqtt", Replica: "r1", Cause: alarm.CauseIngest,
-			Scope: alarm.ScopeAll, From: f.now.Add(-time.Hour), Opened: f.now.Add(-time.Hour), Reason: "mqtt: disconnected"}}}
+	holdBack := holdback.Status{Active: true, Since: f.now.Add(-time.Minute), Reason: "mqtt: disconnected",
+		Degraded: true, Windows: []holdback.Window{{ID: "ingest/mqtt", Replica: "r1", Cause: holdback.CauseIngest,
+			Scope: holdback.ScopeAll, From: f.now.Add(-time.Hour), Opened: f.now.Add(-time.Hour), Reason: "mqtt: disconnected"}}}
 	opts := APIOptions{
-		Store: f.store, Silences: silences, HoldBack: func() alarm.HoldBackStatus { return holdBack }, Health: health,
+		Store: f.store, Silences: silences, HoldBack: func() holdback.Status { return holdBack }, Health: health,
 		Notes: func() map[string]string { return map[string]string{"redis_eviction": "maxmemory-policy allkeys-lru"} },
 		Reload: func() error {
 			if reloads++; reloads > 1 {

@@ -81,16 +81,6 @@ func (k Keyspace) Silences() string { return k.prefix + ":silences" }
 // Layout records the slot-count history for online slot doubling.
 func (k Keyspace) Layout() string { return k.prefix + ":layout" }
 
-// Health is the HASH replica → ingest outage in the 0.1.0 form, kept so replicas of both versions honour
-// each other's outages during a rolling upgrade (pkg/alarm).
-func (k Keyspace) Health() string { return k.prefix + ":health" }
-
-// Windows is the HASH replica → JSON of its blind windows (pkg/alarm), read by every replica's hold-back.
-func (k Keyspace) Windows() string { return k.prefix + ":windows" }
-
-// Alive is the key every replica refreshes while it runs, so a restart after a full outage is noticed.
-func (k Keyspace) Alive() string { return k.prefix + ":alive" }
-
 // Slot is the slot of device among slots (a power of two).
 func Slot(device string, slots int) int {
 	return int(crc32.ChecksumIEEE([]byte(device)) & uint32(slots-1))

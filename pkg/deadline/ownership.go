@@ -88,7 +88,7 @@ type OwnershipOptions struct {
 	// timeout plus the longest repeat cycle, so every old entry has come due by then.
 	RetireAfter time.Duration
 	// Now is the clock of the alive marks in the replica set, shared by every replica (Redis TIME
-	// corrected, pkg/alarm.Clock), so a skewed replica neither looks dead nor drops live ones; nil =
+	// corrected, pkg/holdback.Clock), so a skewed replica neither looks dead nor drops live ones; nil =
 	// time.Now.
 	Now func() time.Time
 	// Eligible, when set and false, makes the replica step aside: it releases its leases and leaves the

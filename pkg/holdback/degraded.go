@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 )
 
 // DegradedSink marks the events published through it "degraded" while degraded reports true for their
-// device type (HoldBack.DegradedFor): consumers see which alarms were raised while detection could not
+// device type (Tracker.DegradedFor): consumers see which alarms were raised while detection could not
 // trust the silence of such devices. It sits between the Handler and the real sink, so the state
 // machine stays unaware of hold-back. degraded is asked once per batch.
 func DegradedSink(next event.Sink, degraded func() func(deviceType string) bool) event.Sink {

@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"context"
@@ -28,16 +28,16 @@ func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
 	var trouble atomic.Pointer[ProbeTrouble]
 	var graceCap atomic.Int64
 	graceCap.Store(int64(2 * time.Hour)) // grace_after_outage 0: the longest timeout
-	opts := func(o *HoldBackOptions) {
+	opts := func(o *Options) {
 		o.Grace = func() time.Duration { return time.Duration(graceCap.Load()) }
 		o.Timeouts = func() map[string]time.Duration { return mixedFleet }
 		o.MaxHoldBack = 10 * time.Minute
 	}
-	r1 := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+	r1 := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
 		opts(o)
 		o.Probes = []Probe{troubleProbe("mqtt", &trouble)}
 	})
-	r2 := newReplicaHoldBack(rdb, "r2", clk.Now, opts)
+	r2 := newReplicaTracker(rdb, "r2", clk.Now, opts)
 	ctx := context.Background()
 	require.NoError(t, r1.Start(ctx))
 	require.NoError(t, r2.Start(ctx))
@@ -46,7 +46,7 @@ func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
 	trouble.Store(&ProbeTrouble{Since: from, Why: "disconnected"})
 	clk.Advance(5 * time.Second)
 	ticks(t, r1, r2)
-	for _, h := range []*HoldBack{r1, r2} {
+	for _, h := range []*Tracker{r1, r2} {
 		wm := h.WatermarkFor(clk.Now())
 		require.Equal(t, []time.Time{from, from}, []time.Time{wm(3 * time.Second), wm(2 * time.Hour)}, "open: every device held")
 		require.Equal(t, TypeHold{Grace: 3 * time.Second, Since: from}, h.Status().ByType["gateway"])
@@ -63,12 +63,12 @@ func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
 	}, st.ByType)
 
 	clk.Set(end.Add(3*time.Second - time.Millisecond))
-	for _, h := range []*HoldBack{r1, r2} {
+	for _, h := range []*Tracker{r1, r2} {
 		require.Equal(t, from, h.WatermarkFor(clk.Now())(3*time.Second), "a gateway has not had its timeout of visible time yet")
 	}
 	clk.Set(end.Add(3 * time.Second))
 	ticks(t, r1, r2)
-	for _, h := range []*HoldBack{r1, r2} {
+	for _, h := range []*Tracker{r1, r2} {
 		wm := h.WatermarkFor(clk.Now())
 		require.Equal(t, clk.Now(), wm(3*time.Second), "gateways are watched again")
 		require.Equal(t, from, wm(2*time.Hour), "meters wait their own timeout")
@@ -100,12 +100,12 @@ func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
 func TestKeptWindowNeedsNoGrace(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
 	var trouble atomic.Pointer[ProbeTrouble]
-	r1 := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+	r1 := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
 		o.Grace = func() time.Duration { return 2 * time.Hour }
 		o.MaxHoldBack = 10 * time.Minute
 		o.Probes = []Probe{troubleProbe("kafka", &trouble)}
 	})
-	r2 := newReplicaHoldBack(rdb, "r2", clk.Now, func(o *HoldBackOptions) { o.MaxHoldBack = 10 * time.Minute })
+	r2 := newReplicaTracker(rdb, "r2", clk.Now, func(o *Options) { o.MaxHoldBack = 10 * time.Minute })
 	ctx := context.Background()
 	require.NoError(t, r1.Start(ctx))
 	require.NoError(t, r2.Start(ctx))
@@ -118,7 +118,7 @@ func TestKeptWindowNeedsNoGrace(t *testing.T) {
 	trouble.Store(&ProbeTrouble{})
 	clk.Advance(time.Second)
 	ticks(t, r1, r2)
-	for _, h := range []*HoldBack{r1, r2} {
+	for _, h := range []*Tracker{r1, r2} {
 		require.Equal(t, clk.Now(), h.Watermark(clk.Now()), "read past the window: nothing held, not even the meters")
 		require.False(t, h.Status().Active)
 	}
@@ -145,7 +145,7 @@ func TestKeptWindowNeedsNoGrace(t *testing.T) {
 func TestKeptWindowAfterALostOne(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
 	var trouble atomic.Pointer[ProbeTrouble]
-	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+	hb := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
 		o.Grace = func() time.Duration { return 2 * time.Hour }
 		o.MaxHoldBack = 10 * time.Minute
 		o.Probes = []Probe{troubleProbe("kafka", &trouble)}
@@ -182,8 +182,8 @@ func TestKeptShareOfADeadMemberNeedsNoGrace(t *testing.T) {
 		return Share{Name: "kafka:hb", Signals: "kafka:signals", Member: member, Release: 5 * time.Second, Kept: true,
 			TakenOver: func(string, time.Time) bool { return taken.Load() }}
 	}
-	replica := func(id, member string) *HoldBack {
-		return newReplicaHoldBack(rdb, id, clk.Now, func(o *HoldBackOptions) {
+	replica := func(id, member string) *Tracker {
+		return newReplicaTracker(rdb, id, clk.Now, func(o *Options) {
 			o.Incarnation, o.MemberLapse, o.Shares = id+"-1", time.Second, []Share{share(member)}
 		})
 	}

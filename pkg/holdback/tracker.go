@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"context"
@@ -41,10 +41,11 @@ type ProbeTrouble struct {
 	Kept bool
 }
 
-// HoldBackOptions configures a HoldBack.
-type HoldBackOptions struct {
-	Client    redis.UniversalClient
-	Keys      deadline.Keyspace
+// Options configures a Tracker.
+type Options struct {
+	Client redis.UniversalClient
+	// KeyPrefix is redis.key_prefix ("" = its default); the tracker's keys are its own (keys.go).
+	KeyPrefix string
 	ReplicaID string
 	// Probes become this replica's ingest windows ("ingest/<name>"), opened and closed at every tick.
 	Probes []Probe
@@ -98,8 +99,8 @@ type HoldBackOptions struct {
 	Registerer prometheus.Registerer
 }
 
-// HoldBackStatus is the hold-back state shown by /readyz, /v1/stats and the log.
-type HoldBackStatus struct {
+// Status is the hold-back state shown by /readyz, /v1/stats and the log.
+type Status struct {
 	// Active: some window holds detection back.
 	Active bool `json:"active"`
 	// Since is the earliest start of a holding window: deadlines later than it are not claimed while
@@ -120,7 +121,7 @@ type HoldBackStatus struct {
 	Clock string `json:"clock,omitempty"`
 }
 
-// HoldBack keeps heartbeatd from reporting devices as silent when it is heartbeatd that could not hear
+// Tracker keeps heartbeatd from reporting devices as silent when it is heartbeatd that could not hear
 // them. Every reason for that is a blind window (window.go): a source of any replica down or lagging,
 // heartbeatd down or stalled, Redis refusing writes. Each replica shares its windows in Redis and every
 // scanner honours all of them (Watermark), because with shared subscriptions and consumer groups one
@@ -128,8 +129,9 @@ type HoldBackStatus struct {
 //
 // Sources that know of further windows (a Kafka partition being rebalanced, a dead member's share) call
 // Open and Close, or Record for a span already over.
-type HoldBack struct {
-	opts  HoldBackOptions
+type Tracker struct {
+	opts  Options
+	keys  keyspace
 	log   *zap.Logger
 	stall *stallDetector // nil when Stall is 0
 
@@ -145,7 +147,7 @@ type HoldBack struct {
 	rivals     map[string]rival       // by replica/incarnation: live holders of this one's identity (tick's alone)
 
 	reportMu sync.Mutex // one report at a time, so OnChange sees the changes in order
-	reported HoldBackStatus
+	reported Status
 	changed  chan struct{}
 }
 
@@ -159,8 +161,8 @@ const (
 // claimNothing is the watermark that lets no deadline through (every score is a later Unix time).
 var claimNothing = time.UnixMilli(0)
 
-// NewHoldBack returns a tracker; call Start before the scanners begin, then Run.
-func NewHoldBack(opts HoldBackOptions) *HoldBack {
+// New returns a tracker; call Start before the scanners begin, then Run.
+func New(opts Options) *Tracker {
 	if opts.Interval <= 0 {
 		opts.Interval = 250 * time.Millisecond
 	}
@@ -182,7 +184,7 @@ func NewHoldBack(opts HoldBackOptions) *HoldBack {
 	if opts.MemberLapse <= 0 {
 		opts.MemberLapse = max(opts.Stall, 4*opts.Interval)
 	}
-	h := &HoldBack{opts: opts, log: opts.Logger.With(zap.String("component", "holdback")), changed: make(chan struct{}, 1),
+	h := &Tracker{opts: opts, keys: newKeyspace(opts.KeyPrefix), log: opts.Logger.With(zap.String("component", "holdback")), changed: make(chan struct{}, 1),
 		members: map[string]*deadMember{}}
 	if opts.Stall > 0 {
 		h.stall = &stallDetector{threshold: opts.Stall, record: h.stalled}
@@ -203,18 +205,18 @@ func NewHoldBack(opts HoldBackOptions) *HoldBack {
 // then it notices whether heartbeatd was down (the alive mark is stale) and, if so, records a window from
 // the mark to now, and whether this replica's previous process died carrying shares; then it shares
 // this replica's windows and reads everyone's, so the first claim already honours them.
-func (h *HoldBack) Start(ctx context.Context) error {
+func (h *Tracker) Start(ctx context.Context) error {
 	if err := h.refuseDuplicate(ctx); err != nil {
 		return err
 	}
 	now := h.opts.Now()
 	pipe := h.opts.Client.Pipeline()
-	alive := pipe.Get(ctx, h.opts.Keys.Alive())
-	own := pipe.HGet(ctx, h.opts.Keys.Windows(), h.opts.ReplicaID)
+	alive := pipe.Get(ctx, h.keys.alive())
+	own := pipe.HGet(ctx, h.keys.windows(), h.opts.ReplicaID)
 	_, _ = pipe.Exec(ctx)
 	mark, err := alive.Int64()
 	if err != nil && err != redis.Nil {
-		return fmt.Errorf("alarm: read the service-alive mark: %w", err)
+		return fmt.Errorf("holdback: read the service-alive mark: %w", err)
 	}
 	if prev, ok := decodeEntry(h.opts.ReplicaID, own.Val()); ok && prev.incarnation != h.opts.Incarnation {
 		// The previous process of this replica left its entry: it did not stop cleanly, and what it read
@@ -238,7 +240,7 @@ func (h *HoldBack) Start(ctx context.Context) error {
 // Run reads the probes and shares the windows every Interval, and checks for stalls every
 // config.StallTick, until ctx is done; Redis errors back off and keep the last known windows (scanners
 // cannot claim without Redis anyway).
-func (h *HoldBack) Run(ctx context.Context) error {
+func (h *Tracker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if h.stall != nil {
 		wg.Go(func() {
@@ -259,23 +261,23 @@ func (h *HoldBack) Run(ctx context.Context) error {
 
 // release removes this replica's entries on a graceful stop; the alive mark stays, so a full stop of the
 // service is still noticed at the next start.
-func (h *HoldBack) release() {
+func (h *Tracker) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	pipe := h.opts.Client.Pipeline()
-	pipe.HDel(ctx, h.opts.Keys.Windows(), h.opts.ReplicaID)
-	pipe.HDel(ctx, h.opts.Keys.Health(), h.opts.ReplicaID)
+	pipe.HDel(ctx, h.keys.windows(), h.opts.ReplicaID)
+	pipe.HDel(ctx, h.keys.health(), h.opts.ReplicaID)
 	_, _ = pipe.Exec(ctx)
 }
 
 // Watermark is the latest deadline that may be claimed at now of every device, whatever its timeout.
-func (h *HoldBack) Watermark(now time.Time) time.Time { return h.WatermarkFor(now)(math.MaxInt64) }
+func (h *Tracker) Watermark(now time.Time) time.Time { return h.WatermarkFor(now)(math.MaxInt64) }
 
 // WatermarkFor is what may be claimed at now, per device timeout (deadline.ScannerOptions.Watermark):
 // the package's Watermark over every replica's windows for that timeout, no later than the last stall
 // tick while a stall is being noticed nor than what the sources and the replicas carrying shares vouch
 // for, and nothing while this replica's clock cannot be trusted.
-func (h *HoldBack) WatermarkFor(now time.Time) deadline.WatermarkFunc {
+func (h *Tracker) WatermarkFor(now time.Time) deadline.WatermarkFunc {
 	floor, windows := h.floor(now)
 	return func(timeout time.Duration) time.Time {
 		return earliest(floor, Watermark(now, windows, timeout, h.opts.MaxHoldBack))
@@ -284,7 +286,7 @@ func (h *HoldBack) WatermarkFor(now time.Time) deadline.WatermarkFunc {
 
 // floor is the latest deadline that may be claimed at now of any device, whatever the windows say, and
 // the windows that hold some devices at now.
-func (h *HoldBack) floor(now time.Time) (time.Time, []Window) {
+func (h *Tracker) floor(now time.Time) (time.Time, []Window) {
 	var stalledSince time.Time
 	stalled := false
 	if h.stall != nil {
@@ -324,27 +326,30 @@ func (h *HoldBack) floor(now time.Time) (time.Time, []Window) {
 
 // Scans reports whether this replica may scan: false while its clock cannot be trusted (bounded by
 // MaxHoldBack, like every hold). deadline.OwnershipOptions.Eligible.
-func (h *HoldBack) Scans() bool { return !atNowLocked(h, h.clockHoldsLocked) }
+func (h *Tracker) Scans() bool { return !atNowLocked(h, h.clockHoldsLocked) }
 
 // atNowLocked is read(now) under h.mu, with now taken before the lock.
-func atNowLocked[T any](h *HoldBack, read func(now time.Time) T) T {
+func atNowLocked[T any](h *Tracker, read func(now time.Time) T) T {
 	now := h.opts.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return read(now)
 }
 
-func (h *HoldBack) clockHoldsLocked(now time.Time) bool {
+func (h *Tracker) clockHoldsLocked(now time.Time) bool {
 	return !h.clockBad.IsZero() && now.Before(h.clockBad.Add(h.opts.MaxHoldBack))
 }
 
 // Changed fires (coalesced) when hold-back starts or ends or detection turns degraded, so scanners
 // re-claim at once.
-func (h *HoldBack) Changed() <-chan struct{} { return h.changed }
+func (h *Tracker) Changed() <-chan struct{} { return h.changed }
+
+// Tick runs one round of Run at once: for callers that drive time themselves (tests on a fake clock).
+func (h *Tracker) Tick(ctx context.Context) error { return h.tick(ctx) }
 
 // tick folds the probes and the clock check into this replica's windows, shares them with the alive
 // mark, and reads every other replica's.
-func (h *HoldBack) tick(ctx context.Context) error {
+func (h *Tracker) tick(ctx context.Context) error {
 	now := h.opts.Now()
 	h.mu.Lock()
 	for _, p := range h.opts.Probes {
@@ -360,23 +365,22 @@ func (h *HoldBack) tick(ctx context.Context) error {
 	local := slices.Clone(h.local)
 	h.mu.Unlock()
 
-	keys := h.opts.Keys
 	pipe := h.opts.Client.Pipeline()
-	pipe.HSet(ctx, keys.Windows(), h.opts.ReplicaID, encodeEntry(now, h.opts.Incarnation, h.opts.ClientIDs, h.opts.Shares, local))
-	pipe.HSet(ctx, keys.Health(), h.opts.ReplicaID, legacyOutage(now, local, h.opts.MaxHoldBack))
-	pipe.Set(ctx, keys.Alive(), now.UnixMilli(), 0)
-	shared := pipe.HGetAll(ctx, keys.Windows())
-	legacy := pipe.HGetAll(ctx, keys.Health())
+	pipe.HSet(ctx, h.keys.windows(), h.opts.ReplicaID, encodeEntry(now, h.opts.Incarnation, h.opts.ClientIDs, h.opts.Shares, local))
+	pipe.HSet(ctx, h.keys.health(), h.opts.ReplicaID, legacyOutage(now, local, h.opts.MaxHoldBack))
+	pipe.Set(ctx, h.keys.alive(), now.UnixMilli(), 0)
+	shared := pipe.HGetAll(ctx, h.keys.windows())
+	legacy := pipe.HGetAll(ctx, h.keys.health())
 	if _, err := pipe.Exec(ctx); err != nil {
 		h.redisDown(now)
-		return fmt.Errorf("alarm: share the blind windows: %w", err)
+		return fmt.Errorf("holdback: share the blind windows: %w", err)
 	}
 	h.warnDuplicates(now, shared.Val())
 	remote, peers, stale := h.readRemote(now, shared.Val(), legacy.Val())
 	if len(stale) > 0 {
 		pipe := h.opts.Client.Pipeline()
-		pipe.HDel(ctx, keys.Windows(), stale...)
-		pipe.HDel(ctx, keys.Health(), stale...)
+		pipe.HDel(ctx, h.keys.windows(), stale...)
+		pipe.HDel(ctx, h.keys.health(), stale...)
 		_, _ = pipe.Exec(ctx)
 	}
 	// The round trip may have waited long on a frozen Redis: what is healthy now is healthy from now.
@@ -401,7 +405,7 @@ func (h *HoldBack) tick(ctx context.Context) error {
 // readRemote turns the other replicas' entries into windows, and returns those that advertise shares. A
 // replica silent for longer than a few intervals stopped without saying so: its windows end at its last
 // word and keep their grace, and its entry goes once none is live (or at once when it cannot be read).
-func (h *HoldBack) readRemote(now time.Time, shared, legacy map[string]string) (remote []Window, peers map[string]entry, stale []string) {
+func (h *Tracker) readRemote(now time.Time, shared, legacy map[string]string) (remote []Window, peers map[string]entry, stale []string) {
 	staleAfter := 20*h.opts.Interval + h.opts.DownAfter
 	peers = map[string]entry{}
 	for replica, v := range shared {
@@ -444,7 +448,7 @@ func (h *HoldBack) readRemote(now time.Time, shared, legacy map[string]string) (
 	return remote, peers, stale
 }
 
-func (h *HoldBack) checkClockLocked(now time.Time) {
+func (h *Tracker) checkClockLocked(now time.Time) {
 	if h.opts.ClockCheck == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 // holdBackT0 is where the hold-back tests' clocks start.
@@ -25,19 +24,19 @@ func holdBackRedis(t *testing.T) (*redis.Client, *testenv.Clock) {
 	return testenv.StartRedis(t).Client(t), testenv.NewClock(holdBackT0)
 }
 
-// newReplicaHoldBack is replica id's hold-back on rdb (key prefix "hb"): grace 10s, max_hold_back 1m,
+// newReplicaTracker is replica id's hold-back on rdb (key prefix "hb"): grace 10s, max_hold_back 1m,
 // time from now; mod changes the rest.
-func newReplicaHoldBack(rdb redis.UniversalClient, id string, now func() time.Time, mod func(*HoldBackOptions)) *HoldBack {
-	opts := HoldBackOptions{Client: rdb, Keys: deadline.NewKeyspace("hb"), ReplicaID: id, Now: now,
+func newReplicaTracker(rdb redis.UniversalClient, id string, now func() time.Time, mod func(*Options)) *Tracker {
+	opts := Options{Client: rdb, KeyPrefix: "hb", ReplicaID: id, Now: now,
 		Grace: func() time.Duration { return 10 * time.Second }, MaxHoldBack: time.Minute}
 	if mod != nil {
 		mod(&opts)
 	}
-	return NewHoldBack(opts)
+	return New(opts)
 }
 
 // ticks runs one tick of each hold-back, in order.
-func ticks(t *testing.T, hbs ...*HoldBack) {
+func ticks(t *testing.T, hbs ...*Tracker) {
 	t.Helper()
 	for _, h := range hbs {
 		require.NoError(t, h.tick(context.Background()))
@@ -55,7 +54,7 @@ func TestHoldBackRedisOutage(t *testing.T) {
 	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
 	var mu sync.Mutex
 	var changes []bool
-	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+	hb := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
 		o.OnChange = func(active bool) { mu.Lock(); defer mu.Unlock(); changes = append(changes, active) }
 	})
 	ctx := context.Background()
@@ -98,7 +97,7 @@ func TestHoldBackRefusedWritesHoldAtOnce(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
 	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
 	var refusedSince atomic.Int64 // unix ms; 0 while writes succeed
-	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+	hb := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
 		o.WriteFailure = func() time.Time {
 			if ms := refusedSince.Load(); ms != 0 {
 				return time.UnixMilli(ms)
@@ -139,7 +138,7 @@ func TestHoldBackRefusedWritesHoldAtOnce(t *testing.T) {
 // back, from its start until a grace after its end, once; a span already recorded is not again.
 func TestHoldBackRecordsWriteTroubleNoOneSaw(t *testing.T) {
 	var from, to atomic.Int64 // unix ms of the last trouble; 0: none
-	hb, at, _ := startedHoldBack(t, func(o *HoldBackOptions) {
+	hb, at, _ := startedHoldBack(t, func(o *Options) {
 		o.WriteTrouble = func() (time.Time, time.Time) {
 			if to.Load() == 0 {
 				return time.Time{}, time.Time{}
@@ -170,11 +169,11 @@ func TestHoldBackRecordsWriteTroubleNoOneSaw(t *testing.T) {
 
 // slowTicks starts replica r1's hold-back on a fresh Redis (mod changes its options); its next tick
 // waits as long as wait holds after the tick's start, and at sets the clock to T0 + d.
-func startedHoldBack(t *testing.T, mod func(*HoldBackOptions)) (hb *HoldBack, at func(time.Duration) time.Time, wait *atomic.Int64) {
+func startedHoldBack(t *testing.T, mod func(*Options)) (hb *Tracker, at func(time.Duration) time.Time, wait *atomic.Int64) {
 	t.Helper()
 	rdb, clk := holdBackRedis(t)
 	wait = new(atomic.Int64)
-	hb = newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+	hb = newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
 		if mod != nil {
 			mod(o)
 		}
@@ -193,7 +192,7 @@ func startedHoldBack(t *testing.T, mod func(*HoldBackOptions)) (hb *HoldBack, at
 // signals still queued behind the freeze could be overtaken by a claim.
 func TestHoldBackTickThatWaitedClosesWhenItReturns(t *testing.T) {
 	var refusedSince atomic.Int64 // unix ms; 0 while writes succeed
-	hb, at, wait := startedHoldBack(t, func(o *HoldBackOptions) {
+	hb, at, wait := startedHoldBack(t, func(o *Options) {
 		o.WriteFailure = func() time.Time {
 			if ms := refusedSince.Load(); ms != 0 {
 				return time.UnixMilli(ms)
@@ -241,7 +240,7 @@ func TestHoldBackTickThatWaitedHoldsBack(t *testing.T) {
 // window open leaves it holding until the grace after its last word.
 func TestWindowsSharedAcrossReplicas(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
-	r1, r2 := newReplicaHoldBack(rdb, "r1", clk.Now, nil), newReplicaHoldBack(rdb, "r2", clk.Now, nil)
+	r1, r2 := newReplicaTracker(rdb, "r1", clk.Now, nil), newReplicaTracker(rdb, "r2", clk.Now, nil)
 	ctx := context.Background()
 	require.NoError(t, r1.Start(ctx))
 	require.NoError(t, r2.Start(ctx))
@@ -284,7 +283,7 @@ func TestWindowsSharedAcrossReplicas(t *testing.T) {
 	clk.Set(last.Add(10 * time.Second))
 	ticks(t, r2)
 	require.Equal(t, clk.Now(), r2.Watermark(clk.Now()))
-	_, err := rdb.HGet(ctx, deadline.NewKeyspace("hb").Windows(), "r1").Result()
+	_, err := rdb.HGet(ctx, newKeyspace("hb").windows(), "r1").Result()
 	require.ErrorIs(t, err, redis.Nil, "the dead replica's entry is gone once none of its windows is live")
 }
 
@@ -301,8 +300,8 @@ func TestMaxHoldBackEndsTheHoldDegraded(t *testing.T) {
 		return ProbeTrouble{Since: holdBackT0, Why: "subscription refused"}
 	}}
 	reg := prometheus.NewRegistry()
-	r1 := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) { o.Probes, o.Registerer = []Probe{stuck}, reg })
-	r2 := newReplicaHoldBack(rdb, "r2", clk.Now, nil)
+	r1 := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) { o.Probes, o.Registerer = []Probe{stuck}, reg })
+	r2 := newReplicaTracker(rdb, "r2", clk.Now, nil)
 	ctx := context.Background()
 	require.NoError(t, r1.Start(ctx))
 	require.NoError(t, r2.Start(ctx))
@@ -317,7 +316,7 @@ func TestMaxHoldBackEndsTheHoldDegraded(t *testing.T) {
 
 	clk.Set(holdBackT0.Add(time.Minute))
 	ticks(t, r1, r2)
-	for _, h := range []*HoldBack{r1, r2} {
+	for _, h := range []*Tracker{r1, r2} {
 		require.Equal(t, clk.Now(), h.Watermark(clk.Now()), "no hold lasts past max_hold_back")
 		require.True(t, h.Degraded())
 		st := h.Status()
@@ -349,8 +348,8 @@ func TestMaxHoldBackEndsTheHoldDegraded(t *testing.T) {
 // the other replicas, with the grace after it.
 func TestStallOpensWindow(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
-	r1 := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) { o.Stall = time.Second })
-	r2 := newReplicaHoldBack(rdb, "r2", clk.Now, nil)
+	r1 := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) { o.Stall = time.Second })
+	r2 := newReplicaTracker(rdb, "r2", clk.Now, nil)
 	ctx := context.Background()
 	require.NoError(t, r1.Start(ctx))
 	require.NoError(t, r2.Start(ctx))
@@ -410,7 +409,7 @@ func TestClockOffset(t *testing.T) {
 			require.InDelta(t, -tc.skew.Seconds(), gauge(t, reg, "heartbeatd_clock_offset_seconds"), 0.5)
 
 			clk := testenv.NewClock(holdBackT0)
-			hb := newReplicaHoldBack(rdb, "skewed-"+tc.name, clk.Now, func(o *HoldBackOptions) { o.ClockCheck = c.Check })
+			hb := newReplicaTracker(rdb, "skewed-"+tc.name, clk.Now, func(o *Options) { o.ClockCheck = c.Check })
 			require.NoError(t, hb.Start(ctx))
 			require.Equal(t, claimNothing, hb.Watermark(clk.Now()), "stops scanning")
 			require.False(t, hb.Scans())
@@ -447,10 +446,10 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 func TestSkewedReplicasAgree(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
 	ctx := context.Background()
-	replica := func(id string, skew time.Duration) *HoldBack {
+	replica := func(id string, skew time.Duration) *Tracker {
 		c := NewClock(ClockOptions{Client: rdb, Local: func() time.Time { return time.Now().Add(skew) }, MaxOffset: time.Minute})
 		require.NoError(t, c.Measure(ctx))
-		return newReplicaHoldBack(rdb, id, c.Now, func(o *HoldBackOptions) { o.ClockCheck = c.Check })
+		return newReplicaTracker(rdb, id, c.Now, func(o *Options) { o.ClockCheck = c.Check })
 	}
 	behind := replica("behind", -7*time.Second)
 	require.NoError(t, behind.Start(ctx))
@@ -463,7 +462,7 @@ func TestSkewedReplicasAgree(t *testing.T) {
 	require.Len(t, st.Windows, 1, "the lagging replica's window is not stale, and no service outage was seen")
 	require.Equal(t, "behind", st.Windows[0].Replica)
 	require.True(t, st.Active)
-	_, err := rdb.HGet(ctx, deadline.NewKeyspace("hb").Windows(), "behind").Result()
+	_, err := rdb.HGet(ctx, newKeyspace("hb").windows(), "behind").Result()
 	require.NoError(t, err, "not deleted as stale")
 }
 
@@ -471,18 +470,18 @@ func TestSkewedReplicasAgree(t *testing.T) {
 // upgrade, through the 0.1.0 Health hash.
 func TestLegacyOutages(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
-	keys := deadline.NewKeyspace("hb")
+	keys := newKeyspace("hb")
 	ctx := context.Background()
 	old := holdBackT0.Add(-3 * time.Second)
-	require.NoError(t, rdb.HSet(ctx, keys.Health(), "old", fmt.Sprintf("%d:%d:0:5000:mqtt: disconnected", holdBackT0.UnixMilli(), old.UnixMilli())).Err())
-	hb := newReplicaHoldBack(rdb, "new", clk.Now, nil)
+	require.NoError(t, rdb.HSet(ctx, keys.health(), "old", fmt.Sprintf("%d:%d:0:5000:mqtt: disconnected", holdBackT0.UnixMilli(), old.UnixMilli())).Err())
+	hb := newReplicaTracker(rdb, "new", clk.Now, nil)
 	require.NoError(t, hb.Start(ctx))
 	require.Equal(t, old, hb.Watermark(clk.Now()), "a 0.1.0 replica's outage holds")
 	require.Contains(t, hb.Status().Reason, "(replica old)")
 
 	hb.Open("stall", CauseStall, ScopeAll, holdBackT0.Add(-time.Second), "heartbeatd stalled for 2s")
 	ticks(t, hb)
-	v, err := rdb.HGet(ctx, keys.Health(), "new").Result()
+	v, err := rdb.HGet(ctx, keys.health(), "new").Result()
 	require.NoError(t, err)
 	updated, o, ok := parseOutage(v)
 	require.True(t, ok, "a 0.1.0 replica reads ours")
@@ -497,7 +496,7 @@ func TestLegacyOutages(t *testing.T) {
 func TestProbeFloor(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
 	var floor atomic.Int64
-	hb := newReplicaHoldBack(rdb, "r1", clk.Now, func(o *HoldBackOptions) {
+	hb := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
 		o.Probes = []Probe{{Name: "kafka", Trouble: func(time.Time) ProbeTrouble { return ProbeTrouble{} },
 			Floor: func(time.Time) time.Time { return time.UnixMilli(floor.Load()) }}}
 	})

@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"time"
@@ -11,7 +11,7 @@ import (
 // nothing about the device. The hold applies at once, locally, because the scanners may reach Redis
 // again before the next tick shares it; the next successful tick closes the window and starts its grace,
 // in which the backlog the sources kept unacknowledged is stored.
-func (h *HoldBack) redisDown(now time.Time) {
+func (h *Tracker) redisDown(now time.Time) {
 	h.mu.Lock()
 	h.openRedisLocked(now, now, redisUnreachable)
 	h.mu.Unlock()
@@ -29,7 +29,7 @@ const slowRoundTrip = time.Second
 // from their start at the latest: the refused batch held signals received before its first attempt. A
 // span of trouble that ended unseen (WriteTrouble) becomes the window it would have been. It reports
 // whether writes are refused.
-func (h *HoldBack) writesRefusedLocked(now time.Time) bool {
+func (h *Tracker) writesRefusedLocked(now time.Time) bool {
 	var since time.Time
 	if h.opts.WriteFailure != nil {
 		since = h.opts.WriteFailure()
@@ -57,12 +57,12 @@ const redisRefusedWrites = "redis refused deadline writes"
 
 // openRedisLocked opens (or keeps open) this replica's Redis window from since or the last time Redis
 // took its windows, whichever is earlier: nothing said after that share is known to be stored.
-func (h *HoldBack) openRedisLocked(now, since time.Time, reason string) {
+func (h *Tracker) openRedisLocked(now, since time.Time, reason string) {
 	h.openLocked(now, windowRedis, CauseRedis, ScopeAll, earliestSet(h.lastShared, since), reason, false)
 }
 
 // recordRedisLocked is openRedisLocked for a span already over at to.
-func (h *HoldBack) recordRedisLocked(now, since, to time.Time, reason string) {
+func (h *Tracker) recordRedisLocked(now, since, to time.Time, reason string) {
 	h.recordLocked(now, Window{ID: windowRedis, Cause: CauseRedis, Scope: ScopeAll, From: earliestSet(h.lastShared, since),
 		To: to, Reason: reason})
 }

@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"context"
@@ -30,16 +30,16 @@ const ownIdentity = "give every replica its own cluster.replica_id and ingest.mq
 // restarting with its replica id is therefore never blocked by itself, only delayed by that after a
 // crash; a graceful stop removed the entry and delays nothing. One paused meanwhile and back later is
 // left to warnDuplicates.
-func (h *HoldBack) refuseDuplicate(ctx context.Context) error {
+func (h *Tracker) refuseDuplicate(ctx context.Context) error {
 	first := map[string]string{} // rival replica → its entry as first read
 	tick := time.NewTicker(h.opts.Interval)
 	defer tick.Stop()
 	watched := time.NewTimer(min(h.opts.MemberLapse, 4*h.opts.Interval))
 	defer watched.Stop()
 	for {
-		all, err := h.opts.Client.HGetAll(ctx, h.opts.Keys.Windows()).Result()
+		all, err := h.opts.Client.HGetAll(ctx, h.keys.windows()).Result()
 		if err != nil {
-			return fmt.Errorf("alarm: read the replicas' entries: %w", err)
+			return fmt.Errorf("holdback: read the replicas' entries: %w", err)
 		}
 		now := h.opts.Now()
 		watching := false
@@ -78,7 +78,7 @@ func (h *HoldBack) refuseDuplicate(ctx context.Context) error {
 // rival is live once its entry changed between two ticks: a process that died just before this one
 // started leaves its entry as it was. (One of this replica's own id is caught at start only: each tick
 // reads back the entry it just wrote.)
-func (h *HoldBack) warnDuplicates(now time.Time, shared map[string]string) {
+func (h *Tracker) warnDuplicates(now time.Time, shared map[string]string) {
 	current := map[string]rival{}
 	for replica, v := range shared {
 		e, ok := decodeEntry(replica, v)
@@ -110,7 +110,7 @@ type rival struct {
 }
 
 // clash says what of this replica's identity the entry of replica holds, "" when nothing.
-func (h *HoldBack) clash(replica string, e entry) string {
+func (h *Tracker) clash(replica string, e entry) string {
 	if replica == h.opts.ReplicaID {
 		if e.incarnation == h.opts.Incarnation {
 			return "" // this process's own, written by an earlier attempt of Start
@@ -131,7 +131,7 @@ func (h *HoldBack) clash(replica string, e entry) string {
 
 // clientIDs are the broker identities this replica holds alone: ClientIDs, and its shares' members (a
 // Kafka member tag holds the incarnation, so only an MQTT client id can ever clash).
-func (h *HoldBack) clientIDs() []string {
+func (h *Tracker) clientIDs() []string {
 	ids := slices.Clone(h.opts.ClientIDs)
 	for _, s := range h.opts.Shares {
 		ids = append(ids, s.Member)

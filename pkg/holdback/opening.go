@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"slices"
@@ -12,7 +12,7 @@ import (
 // Open records that this replica cannot trust silence since from, until Close(id). Opening an id that
 // is open keeps its start and when it was opened; one whose earlier window is over but still in some
 // device's grace opens a window of its own (openLocked).
-func (h *HoldBack) Open(id string, cause Cause, scope Scope, from time.Time, reason string) {
+func (h *Tracker) Open(id string, cause Cause, scope Scope, from time.Time, reason string) {
 	now := h.opts.Now()
 	h.mu.Lock()
 	h.openLocked(now, id, cause, scope, from, reason, false)
@@ -22,7 +22,7 @@ func (h *HoldBack) Open(id string, cause Cause, scope Scope, from time.Time, rea
 
 // Close ends window id at to; it keeps holding for the grace after to. An id that is not open is
 // ignored.
-func (h *HoldBack) Close(id string, to time.Time) {
+func (h *Tracker) Close(id string, to time.Time) {
 	now := h.opts.Now()
 	h.mu.Lock()
 	h.closeLocked(id, to)
@@ -32,7 +32,7 @@ func (h *HoldBack) Close(id string, to time.Time) {
 
 // Record adds a window that is already over (w.To set): a stall, or the time heartbeatd was down. It
 // merges with a live window of the same id.
-func (h *HoldBack) Record(w Window) {
+func (h *Tracker) Record(w Window) {
 	now := h.opts.Now()
 	h.mu.Lock()
 	h.recordLocked(now, w)
@@ -40,12 +40,12 @@ func (h *HoldBack) Record(w Window) {
 	h.report(now)
 }
 
-func (h *HoldBack) find(id string) int {
+func (h *Tracker) find(id string) int {
 	return slices.IndexFunc(h.local, func(w Window) bool { return w.ID == id })
 }
 
 // put stores w as this replica's window id, replacing a dead one of that id.
-func (h *HoldBack) put(w Window) {
+func (h *Tracker) put(w Window) {
 	if i := h.find(w.ID); i >= 0 {
 		h.local[i] = w
 		return
@@ -55,7 +55,7 @@ func (h *HoldBack) put(w Window) {
 
 // openLocked opens window id, or keeps it open; kept says the source keeps what it does not deliver
 // meanwhile (ProbeTrouble.Kept), and a window stays kept only while every cause of it is.
-func (h *HoldBack) openLocked(now time.Time, id string, cause Cause, scope Scope, from time.Time, reason string, kept bool) {
+func (h *Tracker) openLocked(now time.Time, id string, cause Cause, scope Scope, from time.Time, reason string, kept bool) {
 	from = earliest(from, now)
 	if scope == "" {
 		scope = ScopeAll
@@ -90,7 +90,7 @@ const maxWindowsPerID = 8
 
 // countLocked is how many of this replica's windows cause id holds: id itself and the earlier ones it
 // renamed.
-func (h *HoldBack) countLocked(id string) int {
+func (h *Tracker) countLocked(id string) int {
 	n := 0
 	for _, w := range h.local {
 		if w.ID == id || strings.HasPrefix(w.ID, id+"@") {
@@ -100,7 +100,7 @@ func (h *HoldBack) countLocked(id string) int {
 	return n
 }
 
-func (h *HoldBack) closeLocked(id string, to time.Time) {
+func (h *Tracker) closeLocked(id string, to time.Time) {
 	i := h.find(id)
 	if i < 0 || !h.local[i].To.IsZero() {
 		return
@@ -118,7 +118,7 @@ func (h *HoldBack) closeLocked(id string, to time.Time) {
 }
 
 // graceOf is the grace cap of w as it closes: none for a window in which nothing was lost.
-func (h *HoldBack) graceOf(w Window) time.Duration {
+func (h *Tracker) graceOf(w Window) time.Duration {
 	if w.Kept {
 		return 0
 	}
@@ -126,7 +126,7 @@ func (h *HoldBack) graceOf(w Window) time.Duration {
 }
 
 // graceByType is each configured type's grace after w, for the log.
-func (h *HoldBack) graceByType(w Window) map[string]string {
+func (h *Tracker) graceByType(w Window) map[string]string {
 	if h.opts.Timeouts == nil {
 		return nil
 	}
@@ -137,7 +137,7 @@ func (h *HoldBack) graceByType(w Window) map[string]string {
 	return out
 }
 
-func (h *HoldBack) recordLocked(now time.Time, w Window) {
+func (h *Tracker) recordLocked(now time.Time, w Window) {
 	w.Replica, w.Grace = h.opts.ReplicaID, h.graceOf(w)
 	if w.Scope == "" {
 		w.Scope = ScopeAll
@@ -157,7 +157,7 @@ func (h *HoldBack) recordLocked(now time.Time, w Window) {
 }
 
 // stalled records a stall the detector found.
-func (h *HoldBack) stalled(from, to time.Time, gap time.Duration) {
+func (h *Tracker) stalled(from, to time.Time, gap time.Duration) {
 	h.log.Warn("heartbeatd stalled: holding detection back over what it could not hear", zap.Time("from", from),
 		zap.Duration("gap", gap), zap.Duration("detection.stall", h.opts.Stall))
 	h.Record(Window{ID: windowStall, Cause: CauseStall, From: from, To: to,

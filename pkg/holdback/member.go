@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"slices"
@@ -54,7 +54,7 @@ func memberWindowID(replica, incarnation string) string {
 // MemberLapse) or came back as another process (incarnation changed), holds detection back from their
 // last word, and closes each such window once every share of it is read again. peers are the other
 // replicas' entries that advertise shares.
-func (h *HoldBack) followMembersLocked(now time.Time, peers map[string]entry) {
+func (h *Tracker) followMembersLocked(now time.Time, peers map[string]entry) {
 	lapse := h.opts.MemberLapse
 	before := h.peers
 	h.peers = peers
@@ -91,7 +91,7 @@ func (h *HoldBack) followMembersLocked(now time.Time, peers map[string]entry) {
 
 // memberDiedLocked opens the window of a replica incarnation that stopped while carrying shares, once;
 // shares whose signals another live replica reads in full are not lost and hold nothing.
-func (h *HoldBack) memberDiedLocked(now time.Time, replica string, e entry, why string) {
+func (h *Tracker) memberDiedLocked(now time.Time, replica string, e entry, why string) {
 	id := memberWindowID(replica, e.incarnation)
 	if _, ok := h.members[id]; ok {
 		return
@@ -119,7 +119,7 @@ func (h *HoldBack) memberDiedLocked(now time.Time, replica string, e entry, why 
 }
 
 // readInFullLocked reports whether a live replica reads s.Signals under a split other than s.Name.
-func (h *HoldBack) readInFullLocked(now time.Time, s Share) bool {
+func (h *Tracker) readInFullLocked(now time.Time, s Share) bool {
 	other := func(x Share) bool { return x.Signals == s.Signals && x.Name != s.Name }
 	if slices.ContainsFunc(h.opts.Shares, other) {
 		return true
@@ -133,7 +133,7 @@ func (h *HoldBack) readInFullLocked(now time.Time, s Share) bool {
 }
 
 // sharesReadAgainLocked reports whether every share of m is read by the living again.
-func (h *HoldBack) sharesReadAgainLocked(now time.Time, m *deadMember, peers map[string]entry) bool {
+func (h *Tracker) sharesReadAgainLocked(now time.Time, m *deadMember, peers map[string]entry) bool {
 	for _, s := range m.shares {
 		if !h.shareReadAgainLocked(now, m, s, peers) {
 			return false
@@ -142,7 +142,7 @@ func (h *HoldBack) sharesReadAgainLocked(now time.Time, m *deadMember, peers map
 	return true
 }
 
-func (h *HoldBack) shareReadAgainLocked(now time.Time, m *deadMember, s Share, peers map[string]entry) bool {
+func (h *Tracker) shareReadAgainLocked(now time.Time, m *deadMember, s Share, peers map[string]entry) bool {
 	read := false // some live replica reads this share
 	for _, own := range h.opts.Shares {
 		if own.Name != s.Name {
@@ -173,7 +173,7 @@ func (h *HoldBack) shareReadAgainLocked(now time.Time, m *deadMember, s Share, p
 // memberFloorLocked is the latest deadline the replicas carrying shares vouch for: each one's last word
 // plus MemberLapse. Past it, a replica may have died with signals unread before a tick can tell; once one
 // has, its window takes over. A zero time means no bound.
-func (h *HoldBack) memberFloorLocked(now time.Time) time.Time {
+func (h *Tracker) memberFloorLocked(now time.Time) time.Time {
 	var floor time.Time
 	for replica, p := range h.peers {
 		if _, dead := h.members[memberWindowID(replica, p.incarnation)]; dead {

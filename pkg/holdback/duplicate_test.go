@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"context"
@@ -10,27 +10,25 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
-
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 // identity is the hold-back of one process (replica id, incarnation, MQTT client id) on rdb, on clock now;
 // tick interval and lapse as in production (250ms, 1s).
-func identity(rdb redis.UniversalClient, id, incarnation, clientID string, now func() time.Time, log *zap.Logger) *HoldBack {
-	return newReplicaHoldBack(rdb, id, now, func(o *HoldBackOptions) {
+func identity(rdb redis.UniversalClient, id, incarnation, clientID string, now func() time.Time, log *zap.Logger) *Tracker {
+	return newReplicaTracker(rdb, id, now, func(o *Options) {
 		o.Incarnation, o.ClientIDs, o.Logger = incarnation, []string{clientID}, log
 	})
 }
 
 // startIdentity is identity on the real clock, started: a live process's entry changes at every tick.
-func startIdentity(rdb redis.UniversalClient, id, incarnation, clientID string) (*HoldBack, error) {
+func startIdentity(rdb redis.UniversalClient, id, incarnation, clientID string) (*Tracker, error) {
 	h := identity(rdb, id, incarnation, clientID, time.Now, nil)
 	return h, h.Start(context.Background())
 }
 
 func windowsEntries(t *testing.T, rdb redis.UniversalClient) map[string]string {
 	t.Helper()
-	all, err := rdb.HGetAll(context.Background(), deadline.NewKeyspace("hb").Windows()).Result()
+	all, err := rdb.HGetAll(context.Background(), newKeyspace("hb").windows()).Result()
 	require.NoError(t, err)
 	return all
 }
@@ -99,7 +97,7 @@ func TestRunningReplicaLogsALiveDuplicate(t *testing.T) {
 	core, logs := observer.New(zapcore.ErrorLevel)
 	running := identity(rdb, "host-100", "i1", "heartbeatd-host", clk.Now, zap.New(core))
 	require.NoError(t, running.Start(context.Background()))
-	tick := func(hbs ...*HoldBack) {
+	tick := func(hbs ...*Tracker) {
 		t.Helper()
 		clk.Advance(250 * time.Millisecond)
 		ticks(t, hbs...)

@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // member is one replica of the member tests: it reads the same signals as every other through the share
 // name (a split of them) as member (release 5s); taken, when set, answers its TakenOver.
 type member struct {
-	*HoldBack
+	*Tracker
 	mu    sync.Mutex
 	asked []string // "member@since ms" of each TakenOver call
 	taken bool
@@ -33,7 +33,7 @@ func newMember(t *testing.T, rdb redis.UniversalClient, clk *testenv.Clock, id, 
 			return m.taken
 		}
 	}
-	m.HoldBack = newReplicaHoldBack(rdb, id, clk.Now, func(o *HoldBackOptions) {
+	m.Tracker = newReplicaTracker(rdb, id, clk.Now, func(o *Options) {
 		o.Incarnation, o.MemberLapse = incarnation, time.Second
 		if name != "" {
 			o.Shares = []Share{share}
@@ -56,12 +56,12 @@ func sharingPair(t *testing.T, takenOver bool) (redis.UniversalClient, *testenv.
 	rdb, clk := holdBackRedis(t)
 	r1 := newMember(t, rdb, clk, "r1", "i1", "mqtt:hb", "client-1", takenOver)
 	r2 := newMember(t, rdb, clk, "r2", "i2", "mqtt:hb", "client-2", takenOver)
-	ticks(t, r1.HoldBack, r2.HoldBack)
+	ticks(t, r1.Tracker, r2.Tracker)
 	return rdb, clk, r1, r2
 }
 
 // memberWindow is the one window h opened itself (the others' are shown too), a member window.
-func memberWindow(t *testing.T, h *HoldBack) Window {
+func memberWindow(t *testing.T, h *Tracker) Window {
 	t.Helper()
 	var own []Window
 	for _, w := range h.Status().Windows {
@@ -84,13 +84,13 @@ func TestMemberDeathHoldsUntilTheShareIsReadAgain(t *testing.T) {
 	require.Equal(t, last, r2.Watermark(last), "a live member vouches for its share")
 
 	clk.Advance(900 * time.Millisecond)
-	ticks(t, r2.HoldBack)
+	ticks(t, r2.Tracker)
 	require.False(t, r2.Status().Active, "a word 900ms old is within the lapse")
 	clk.Advance(300 * time.Millisecond)
 	require.Equal(t, last.Add(time.Second), r2.Watermark(clk.Now()), "before any tick tells: nothing past its word + lapse")
 
-	ticks(t, r2.HoldBack)
-	w := memberWindow(t, r2.HoldBack)
+	ticks(t, r2.Tracker)
+	w := memberWindow(t, r2.Tracker)
 	require.Equal(t, []any{"member/r1/i1", "r2", last, time.Time{}}, []any{w.ID, w.Replica, w.From, w.To})
 	require.Contains(t, w.Reason, "replica r1 stopped answering while reading mqtt:hb alone")
 	require.Equal(t, last, r2.Watermark(clk.Now()))
@@ -99,21 +99,21 @@ func TestMemberDeathHoldsUntilTheShareIsReadAgain(t *testing.T) {
 	r2.mu.Unlock()
 
 	clk.Advance(time.Second)
-	ticks(t, r2.HoldBack)
-	require.True(t, memberWindow(t, r2.HoldBack).To.IsZero(), "still not taken over")
+	ticks(t, r2.Tracker)
+	require.True(t, memberWindow(t, r2.Tracker).To.IsZero(), "still not taken over")
 	r2.takeOver(true)
 	clk.Advance(100 * time.Millisecond)
 	closed := clk.Now()
-	ticks(t, r2.HoldBack)
-	w = memberWindow(t, r2.HoldBack)
+	ticks(t, r2.Tracker)
+	w = memberWindow(t, r2.Tracker)
 	require.Equal(t, []any{closed, closed.Add(10 * time.Second)}, []any{w.To, w.Until()}, "closed when taken over, then the grace")
 	require.Equal(t, last, r2.Watermark(clk.Now()))
 
 	clk.Set(closed.Add(10 * time.Second))
-	ticks(t, r2.HoldBack)
+	ticks(t, r2.Tracker)
 	require.Equal(t, clk.Now(), r2.Watermark(clk.Now()), "over after the grace")
 	clk.Advance(10 * time.Second) // r1's entry lapses for good and is dropped: the window is not reopened
-	ticks(t, r2.HoldBack)
+	ticks(t, r2.Tracker)
 	require.False(t, r2.Status().Active)
 	require.Equal(t, clk.Now(), r2.Watermark(clk.Now()))
 }
@@ -127,35 +127,35 @@ func TestMemberDeathReleaseBound(t *testing.T) {
 	r1 := newMember(t, rdb, clk, "r1", "i1", "kafka:signals", "r1/i1", false)
 	r2 := newMember(t, rdb, clk, "r2", "i2", "kafka:signals", "r2/i2", false)
 	r3 := newMember(t, rdb, clk, "r3", "i3", "", "", false) // reads no share
-	ticks(t, r1.HoldBack, r2.HoldBack, r3.HoldBack)
+	ticks(t, r1.Tracker, r2.Tracker, r3.Tracker)
 	last := clk.Now()
 
 	clk.Advance(1500 * time.Millisecond)
-	ticks(t, r2.HoldBack, r3.HoldBack)
-	for _, h := range []*HoldBack{r2.HoldBack, r3.HoldBack} {
+	ticks(t, r2.Tracker, r3.Tracker)
+	for _, h := range []*Tracker{r2.Tracker, r3.Tracker} {
 		require.Equal(t, last, memberWindow(t, h).From)
 	}
 	clk.Set(last.Add(5*time.Second - time.Millisecond))
-	ticks(t, r2.HoldBack, r3.HoldBack)
-	require.True(t, memberWindow(t, r3.HoldBack).To.IsZero())
+	ticks(t, r2.Tracker, r3.Tracker)
+	require.True(t, memberWindow(t, r3.Tracker).To.IsZero())
 	clk.Set(last.Add(5 * time.Second))
-	ticks(t, r2.HoldBack, r3.HoldBack)
-	for _, h := range []*HoldBack{r2.HoldBack, r3.HoldBack} {
+	ticks(t, r2.Tracker, r3.Tracker)
+	for _, h := range []*Tracker{r2.Tracker, r3.Tracker} {
 		require.Equal(t, last.Add(5*time.Second), memberWindow(t, h).To, "closed at the release")
 	}
 
 	// r2 dies too: nobody reads kafka:signals any more, so r3 holds until MaxHoldBack.
 	clk.Advance(20 * time.Second)
-	ticks(t, r2.HoldBack, r3.HoldBack)
+	ticks(t, r2.Tracker, r3.Tracker)
 	require.False(t, r3.Status().Active)
 	gone := clk.Now()
 	clk.Advance(1500 * time.Millisecond)
-	ticks(t, r3.HoldBack)
+	ticks(t, r3.Tracker)
 	clk.Set(gone.Add(30 * time.Second))
-	ticks(t, r3.HoldBack)
+	ticks(t, r3.Tracker)
 	require.Equal(t, gone, r3.Watermark(clk.Now()), "no live reader: held past the release")
 	clk.Set(gone.Add(time.Minute + 1500*time.Millisecond))
-	ticks(t, r3.HoldBack)
+	ticks(t, r3.Tracker)
 	require.True(t, r3.Degraded(), "bounded by max_hold_back like every window")
 }
 
@@ -166,18 +166,18 @@ func TestMemberPauseIsNoDeath(t *testing.T) {
 	_, clk, r1, r2 := sharingPair(t, false)
 	paused := clk.Now()
 	clk.Advance(1500 * time.Millisecond)
-	ticks(t, r2.HoldBack)
+	ticks(t, r2.Tracker)
 	require.Equal(t, paused, r2.Watermark(clk.Now()))
 
-	ticks(t, r1.HoldBack, r2.HoldBack)
+	ticks(t, r1.Tracker, r2.Tracker)
 	require.False(t, r2.Status().Active, "answering again ends the hold")
 	require.Empty(t, r2.Status().Windows)
 	require.Equal(t, clk.Now(), r2.Watermark(clk.Now()))
 
 	died := clk.Now()
 	clk.Advance(1500 * time.Millisecond)
-	ticks(t, r2.HoldBack)
-	require.Equal(t, died, memberWindow(t, r2.HoldBack).From, "the same process dying later is noticed")
+	ticks(t, r2.Tracker)
+	require.Equal(t, died, memberWindow(t, r2.Tracker).From, "the same process dying later is noticed")
 }
 
 // TestMemberRestart: r1 is killed and restarted between two ticks of r2 (a new process, same replica and
@@ -190,8 +190,8 @@ func TestMemberRestart(t *testing.T) {
 
 	clk.Advance(300 * time.Millisecond)
 	again := newMember(t, rdb, clk, "r1", "i1b", "mqtt:hb", "client-1", false)
-	ticks(t, r2.HoldBack)
-	for _, h := range []*HoldBack{again.HoldBack, r2.HoldBack} {
+	ticks(t, r2.Tracker)
+	for _, h := range []*Tracker{again.Tracker, r2.Tracker} {
 		w := memberWindow(t, h)
 		require.Equal(t, []any{"member/r1/i1", last, clk.Now()}, []any{w.ID, w.From, w.To})
 		require.Contains(t, w.Reason, "replica r1 restarted")
@@ -199,11 +199,11 @@ func TestMemberRestart(t *testing.T) {
 	}
 
 	clk.Advance(10 * time.Second)
-	ticks(t, again.HoldBack, r2.HoldBack)
+	ticks(t, again.Tracker, r2.Tracker)
 	require.Equal(t, clk.Now(), r2.Watermark(clk.Now()))
 	again.release()
 	clk.Advance(2 * time.Second)
-	ticks(t, r2.HoldBack)
+	ticks(t, r2.Tracker)
 	require.False(t, r2.Status().Active, "a released replica handed its share over")
 }
 
@@ -213,9 +213,9 @@ func TestMemberOfAnotherSplit(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
 	r1 := newMember(t, rdb, clk, "r1", "i1", "kafka:group-r1", "r1/i1", false)
 	r2 := newMember(t, rdb, clk, "r2", "i2", "kafka:group-r2", "r2/i2", false)
-	ticks(t, r1.HoldBack, r2.HoldBack)
+	ticks(t, r1.Tracker, r2.Tracker)
 	clk.Advance(1500 * time.Millisecond)
-	ticks(t, r2.HoldBack)
+	ticks(t, r2.Tracker)
 	require.False(t, r2.Status().Active)
 	require.Equal(t, clk.Now(), r2.Watermark(clk.Now()))
 }

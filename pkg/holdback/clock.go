@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"context"
@@ -35,7 +35,7 @@ type ClockOptions struct {
 // Clock is the one clock every replica shares: the local clock corrected by its offset from Redis TIME.
 // Leases, alive marks, blind windows and deadlines all use it, so replicas whose own clocks disagree still
 // agree on what is stale and what is due. A replica whose offset exceeds MaxOffset keeps the corrected
-// clock but stops scanning (Check, HoldBack): a clock that far off may step at any moment.
+// clock but stops scanning (Check, Tracker): a clock that far off may step at any moment.
 type Clock struct {
 	opts ClockOptions
 	log  *zap.Logger
@@ -99,9 +99,9 @@ func (c *Clock) Check() error {
 	defer c.mu.Unlock()
 	switch {
 	case !c.measured:
-		return errors.New("alarm: clock offset from Redis TIME not measured yet")
+		return errors.New("holdback: clock offset from Redis TIME not measured yet")
 	case c.offset.Abs() > c.opts.MaxOffset:
-		return fmt.Errorf("alarm: clock offset %s from Redis TIME exceeds detection.max_clock_offset %s: this replica does not scan",
+		return fmt.Errorf("holdback: clock offset %s from Redis TIME exceeds detection.max_clock_offset %s: this replica does not scan",
 			signed(c.offset), c.opts.MaxOffset)
 	}
 	return nil
@@ -130,7 +130,7 @@ func (c *Clock) Measure(ctx context.Context) error {
 		}
 	}
 	if bestRTT == 0 {
-		return fmt.Errorf("alarm: measure the clock offset: %w", errors.Join(errs...))
+		return fmt.Errorf("holdback: measure the clock offset: %w", errors.Join(errs...))
 	}
 	c.mu.Lock()
 	first := !c.measured

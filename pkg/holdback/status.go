@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 
 // Degraded reports whether detection runs although it cannot trust silence for some configured type
 // (DegradedFor), or for any device when no types are given.
-func (h *HoldBack) Degraded() bool {
+func (h *Tracker) Degraded() bool {
 	return atNowLocked(h, func(now time.Time) bool { return h.degradedLocked(now, h.longestTimeout()) })
 }
 
@@ -20,7 +20,7 @@ func (h *HoldBack) Degraded() bool {
 // silence of such devices: a window past MaxHoldBack still blinds them, or this replica's clock has been
 // off that long. DegradedSink marks their events then. A type's devices are judged by the type's
 // timeout (timeoutOf), a device's own timeout aside.
-func (h *HoldBack) DegradedFor(timeoutOf func(deviceType string) time.Duration) func() func(deviceType string) bool {
+func (h *Tracker) DegradedFor(timeoutOf func(deviceType string) time.Duration) func() func(deviceType string) bool {
 	return func() func(string) bool {
 		now := h.opts.Now()
 		h.mu.Lock()
@@ -39,7 +39,7 @@ func (h *HoldBack) DegradedFor(timeoutOf func(deviceType string) time.Duration) 
 	}
 }
 
-func (h *HoldBack) degradedLocked(now time.Time, timeout time.Duration) bool {
+func (h *Tracker) degradedLocked(now time.Time, timeout time.Duration) bool {
 	for w := range h.liveLocked(now) {
 		if w.Expired(now, h.opts.MaxHoldBack) && w.Blinds(now, timeout) {
 			return true
@@ -49,7 +49,7 @@ func (h *HoldBack) degradedLocked(now time.Time, timeout time.Duration) bool {
 }
 
 // longestTimeout is the longest configured timeout, or no bound without Timeouts (every window's grace).
-func (h *HoldBack) longestTimeout() time.Duration {
+func (h *Tracker) longestTimeout() time.Duration {
 	if h.opts.Timeouts == nil {
 		return math.MaxInt64
 	}
@@ -61,7 +61,7 @@ func (h *HoldBack) longestTimeout() time.Duration {
 }
 
 // liveLocked yields every replica's windows that are open or in their grace at now.
-func (h *HoldBack) liveLocked(now time.Time) iter.Seq[Window] {
+func (h *Tracker) liveLocked(now time.Time) iter.Seq[Window] {
 	return func(yield func(Window) bool) {
 		for _, ws := range [][]Window{h.local, h.remote} {
 			for _, w := range ws {
@@ -74,7 +74,7 @@ func (h *HoldBack) liveLocked(now time.Time) iter.Seq[Window] {
 }
 
 // heldFor is how long the oldest live window has lasted (heartbeatd_hold_back_seconds).
-func (h *HoldBack) heldFor() time.Duration {
+func (h *Tracker) heldFor() time.Duration {
 	return atNowLocked(h, func(now time.Time) time.Duration {
 		var d time.Duration
 		for w := range h.liveLocked(now) {
@@ -85,10 +85,10 @@ func (h *HoldBack) heldFor() time.Duration {
 }
 
 // Status is the current hold-back state.
-func (h *HoldBack) Status() HoldBackStatus { return atNowLocked(h, h.statusLocked) }
+func (h *Tracker) Status() Status { return atNowLocked(h, h.statusLocked) }
 
-func (h *HoldBack) statusLocked(now time.Time) HoldBackStatus {
-	var st HoldBackStatus
+func (h *Tracker) statusLocked(now time.Time) Status {
+	var st Status
 	longest := h.longestTimeout()
 	open := false
 	for w := range h.liveLocked(now) {
@@ -124,7 +124,7 @@ func (h *HoldBack) statusLocked(now time.Time) HoldBackStatus {
 }
 
 // byTypeLocked is how the windows hold each configured type they hold at now.
-func (h *HoldBack) byTypeLocked(now time.Time) map[string]TypeHold {
+func (h *Tracker) byTypeLocked(now time.Time) map[string]TypeHold {
 	if h.opts.Timeouts == nil {
 		return nil
 	}
@@ -159,7 +159,7 @@ func (h *HoldBack) byTypeLocked(now time.Time) map[string]TypeHold {
 
 // report logs and announces what changed since the last report: the hold starting, moving or ending,
 // detection turning degraded or trusted again, this replica's clock.
-func (h *HoldBack) report(now time.Time) {
+func (h *Tracker) report(now time.Time) {
 	h.reportMu.Lock()
 	defer h.reportMu.Unlock()
 	h.mu.Lock()

@@ -1,4 +1,4 @@
-package alarm
+package holdback
 
 import (
 	"encoding/json"
@@ -130,7 +130,7 @@ func (w Window) MarshalJSON() ([]byte, error) {
 	}{plain(w), w.Grace.String(), w.Until()})
 }
 
-// TypeHold is how the windows hold the devices of one type (HoldBackStatus.ByType).
+// TypeHold is how the windows hold the devices of one type (Status.ByType).
 type TypeHold struct {
 	// Grace is how long after a window's end its devices stay held: their timeout, capped by the
 	// window's grace (the longest of the windows that hold them).
