@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 )
 
 // scrape is reg as /metrics serves it (text exposition).
@@ -33,14 +34,15 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 func TestOutageMetrics(t *testing.T) {
 	off := prometheus.NewRegistry()
 	NewMetrics(off)
-	require.Nil(t, NewCorrelator(CorrelatorOptions{}), "correlation off")
+	require.Nil(t, correlate.New(correlate.Options{}), "correlation off")
 	require.Contains(t, scrape(t, off), "heartbeatd_outages_open 0\n")
 
 	eachBackend(t, func(t *testing.T, f *fixture) {
 		reg := prometheus.NewRegistry()
 		m := NewMetrics(reg)
-		corr := NewCorrelator(CorrelatorOptions{Client: f.rdb, Store: f.store, Sink: f.sink, ReplicaID: "r1", Now: f.clock.Now,
-			Correlation: config.Correlation{By: []string{config.CorrelateByType}, MinDevices: 5, Window: 10 * time.Second}, Metrics: m})
+		corr := correlate.New(correlate.Options{Client: f.rdb, Store: f.store, Sink: f.sink, ReplicaID: "r1", Now: f.clock.Now,
+			Correlation: config.Correlation{By: []string{config.CorrelateByType}, MinDevices: 5, Window: 10 * time.Second},
+			Events:      m.Events, OutagesOpen: m.OutagesOpen})
 		f.handler = NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Correlator: corr, Now: f.clock.Now,
 			Metrics: m})
 		ctx := context.Background()
@@ -50,8 +52,8 @@ func TestOutageMetrics(t *testing.T) {
 			f.signal(gws[i], "gateway", 0) // timeout 5s
 		}
 		require.Len(t, f.at(5*time.Second+5*time.Millisecond), 5)
-		require.NoError(t, corr.tick(ctx)) // opens the outage
-		require.NoError(t, corr.tick(ctx))
+		require.NoError(t, corr.Tick(ctx)) // opens the outage
+		require.NoError(t, corr.Tick(ctx))
 		require.Len(t, f.sink.take(), 1, "outage_started")
 		got := scrape(t, reg)
 		for _, want := range []string{`heartbeatd_events_total{kind="interrupted"} 5`, `heartbeatd_events_total{kind="outage_started"} 1`,
@@ -64,8 +66,8 @@ func TestOutageMetrics(t *testing.T) {
 		}
 		require.Len(t, f.at(10*time.Second+5*time.Millisecond), 5, "recovered")
 		f.clock.Set(f.t0.Add(12 * time.Second))
-		require.NoError(t, corr.tick(ctx)) // ends it
-		require.NoError(t, corr.tick(ctx))
+		require.NoError(t, corr.Tick(ctx)) // ends it
+		require.NoError(t, corr.Tick(ctx))
 		require.Len(t, f.sink.take(), 1, "outage_ended")
 		got = scrape(t, reg)
 		for _, want := range []string{`heartbeatd_events_total{kind="outage_started"} 1`, `heartbeatd_events_total{kind="outage_ended"} 1`,

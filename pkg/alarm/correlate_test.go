@@ -10,6 +10,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -25,9 +26,9 @@ func (f *fixture) step(d time.Duration) []event.Event {
 	return f.sink.take()
 }
 
-func correlatorFixture(t *testing.T, f *fixture, replica string) *Correlator {
+func correlatorFixture(t *testing.T, f *fixture, replica string) *correlate.Correlator {
 	t.Helper()
-	c := NewCorrelator(CorrelatorOptions{Client: f.rdb, Store: f.store, Sink: f.sink, ReplicaID: replica, Now: f.clock.Now,
+	c := correlate.New(correlate.Options{Client: f.rdb, Store: f.store, Sink: f.sink, ReplicaID: replica, Now: f.clock.Now,
 		Correlation: config.Correlation{By: []string{config.CorrelateByType}, MinDevices: 5, Window: 10 * time.Second}})
 	require.NotNil(t, c)
 	return c
@@ -48,7 +49,7 @@ func TestCorrelatedOutage(t *testing.T) {
 		}
 		f.signal("late", "gateway", 2*time.Second)
 		require.Len(t, f.at(5*time.Second+5*time.Millisecond), 6)
-		require.NoError(t, corr.tick(ctx))
+		require.NoError(t, corr.Tick(ctx))
 		started := f.sink.take()
 		require.Len(t, started, 1)
 		o := started[0]
@@ -57,7 +58,7 @@ func TestCorrelatedOutage(t *testing.T) {
 		require.Equal(t, &event.Group{By: "device_type", Value: "gateway"}, o.Group)
 		require.Equal(t, 6, o.Count)
 		require.Len(t, o.Sample, 6)
-		require.NoError(t, corr.tick(ctx))
+		require.NoError(t, corr.Tick(ctx))
 		require.Empty(t, f.sink.take(), "announced once")
 
 		late := f.step(7*time.Second + 5*time.Millisecond)
@@ -76,12 +77,12 @@ func TestCorrelatedOutage(t *testing.T) {
 		}
 		require.Len(t, f.at(40*time.Second+5*time.Millisecond), 3, "recovered")
 		f.clock.Set(f.t0.Add(41 * time.Second))
-		require.NoError(t, corr.tick(ctx))
+		require.NoError(t, corr.Tick(ctx))
 		require.Empty(t, f.sink.take(), "4 of 7 members still silent: not fewer than half")
 		f.signal(gws[3], "gateway", 41*time.Second)
 		require.Len(t, f.at(41*time.Second+5*time.Millisecond), 1, "recovered")
 		f.clock.Set(f.t0.Add(42 * time.Second))
-		require.NoError(t, corr.tick(ctx))
+		require.NoError(t, corr.Tick(ctx))
 		ended := f.sink.take()
 		require.Len(t, ended, 1, "3 of 7 members still silent: fewer than half, though half of the 6 at the start")
 		require.Equal(t, event.OutageEnded, ended[0].Kind)
@@ -90,7 +91,7 @@ func TestCorrelatedOutage(t *testing.T) {
 		outages, err = corr.Outages(ctx)
 		require.NoError(t, err)
 		require.Equal(t, "ended", outages[0].State)
-		require.NoError(t, corr.tick(ctx))
+		require.NoError(t, corr.Tick(ctx))
 		require.Empty(t, f.sink.take(), "the ended outage's interruptions do not open another")
 
 		alive := func(at time.Duration) { // the recovered ones keep signalling (timeout 5s)
@@ -124,7 +125,7 @@ func TestCorrelatedOutageEndsByAllItsMembers(t *testing.T) {
 			f.signal(later[i], "gateway", 2*time.Second)
 		}
 		require.Len(t, f.at(5*time.Second+5*time.Millisecond), 5)
-		require.NoError(t, corr.tick(ctx))
+		require.NoError(t, corr.Tick(ctx))
 		started := f.sink.take()
 		require.Len(t, started, 1)
 		require.Equal(t, event.OutageStarted, started[0].Kind)
@@ -141,7 +142,7 @@ func TestCorrelatedOutageEndsByAllItsMembers(t *testing.T) {
 			}
 			require.Len(t, f.at(at+5*time.Millisecond), len(devices), "recovered")
 			f.clock.Set(f.t0.Add(at + time.Second))
-			require.NoError(t, corr.tick(ctx))
+			require.NoError(t, corr.Tick(ctx))
 		}
 		back(later[:10], 20*time.Second)
 		require.Empty(t, f.sink.take(), "10 of 20 members still silent: not fewer than half")

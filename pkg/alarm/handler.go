@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -37,7 +38,7 @@ type HandlerOptions struct {
 	// (detection.parent_wait).
 	ParentWait time.Duration
 	// Correlator groups interruptions into outages; nil = correlation off.
-	Correlator *Correlator
+	Correlator *correlate.Correlator
 	// Timeout bounds one batch's publish and acknowledge; the batch is finished even when the scanner is
 	// stopping, so a graceful stop does not leave claims for the lease to return (default 15s).
 	Timeout time.Duration

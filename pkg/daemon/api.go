@@ -22,6 +22,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
@@ -62,7 +63,7 @@ type APIOptions struct {
 	// the next request scans the fleet again; default DefaultTypeCountsTTL.
 	TypeCountsTTL time.Duration
 	// Outages lists the correlated outages (nil: correlation is off, the listing is empty).
-	Outages *alarm.Correlator
+	Outages *correlate.Correlator
 	Now     func() time.Time
 	Logger  *zap.Logger
 	// Events publishes the operator acts (acked, deleted) through the daemon's sink, the one the alarm

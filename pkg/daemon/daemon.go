@@ -23,6 +23,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
@@ -121,7 +122,7 @@ type daemon struct {
 	ownership *deadline.Ownership
 	holdBack  *holdback.Tracker
 	// correlator groups interruptions into outages; nil while correlation is off.
-	correlator *alarm.Correlator
+	correlator *correlate.Correlator
 	handler    *alarm.Handler
 	chain      *ingest.Chain
 	sources    []ingest.Source
@@ -213,8 +214,9 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	sink := holdback.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Store: d.store, Acts: acts, Now: d.clock.Now, Logger: log})
-	d.correlator = alarm.NewCorrelator(alarm.CorrelatorOptions{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
-		Sink: sink, ReplicaID: replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, Metrics: d.metrics})
+	d.correlator = correlate.New(correlate.Options{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
+		Sink: sink, ReplicaID: replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,
+		Events: d.metrics.Events, OutagesOpen: d.metrics.OutagesOpen})
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load, Correlator: d.correlator,
 		Sink:     sink,
 		Silences: d.silences, ParentWait: cfg.Detection.ParentWait, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,

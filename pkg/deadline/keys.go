@@ -86,27 +86,6 @@ func Slot(device string, slots int) int {
 	return int(crc32.ChecksumIEEE([]byte(device)) & uint32(slots-1))
 }
 
-// Correlated outages (docs/concepts.md; pkg/alarm's correlator). A group is "<by>:<value>"; its keys share the
-// group as hash tag, so the correlator's reads of one group go to one node on Redis Cluster.
-
-// Correlated is the ZSET device → ms of its interruption, of one group: the last window's, and every
-// member's while the group's outage is open.
-func (k Keyspace) Correlated(group string) string { return k.prefix + ":corr:{" + group + "}" }
-
-// CorrelatedGroups is the ZSET group → ms of its last interruption: the groups the correlator looks at.
-func (k Keyspace) CorrelatedGroups() string { return k.prefix + ":corr:groups" }
-
-// Outage is the HASH of a group's open outage.
-func (k Keyspace) Outage(group string) string { return k.prefix + ":outage:{" + group + "}" }
-
-// OutagesOpen is the HASH outage id → its JSON view, for the API; OutagesRecent the LIST of the views
-// of the last ended ones, newest first.
-func (k Keyspace) OutagesOpen() string   { return k.prefix + ":outages:open" }
-func (k Keyspace) OutagesRecent() string { return k.prefix + ":outages:recent" }
-
-// Correlator is the lease of the one replica that opens and ends outages.
-func (k Keyspace) Correlator() string { return k.prefix + ":correlator" }
-
 // Flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last
 // interruptions, for the devices of types with flapping detection (docs/events.md).
 func (k Keyspace) Flaps(slot int) string { return k.slotKey(slot, "flaps") }

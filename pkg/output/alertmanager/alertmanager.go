@@ -74,7 +74,7 @@ type Options struct {
 	Silence func(id string) (deviceID, deviceType string, ok bool)
 	// Timeout of a type, to date last_seen of incidents read from Redis.
 	TypeTimeout func(typ string) time.Duration
-	// Outages lists the correlated outages open now (alarm.Correlator.Outages); the replica owning slot
+	// Outages lists the correlated outages open now (correlate.Correlator.Outages); the replica owning slot
 	// 0 re-posts their DeviceOutage alerts with its re-sync. nil: outage alerts come from their events
 	// only and end by endsAt.
 	Outages func(ctx context.Context) ([]Outage, error)

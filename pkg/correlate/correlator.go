@@ -1,4 +1,4 @@
-package alarm
+package correlate
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -20,7 +21,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// Correlated outages (docs/concepts.md). The alarm loop records every `interrupted` in each of the device's
+// The alarm loop records every `interrupted` in each of the device's
 // groups (Correlator.Record) and asks for the groups' open outages before deciding (Correlator.Open):
 // a member's `interrupted` then carries the outage id, and its repeats wait while the outage lasts. One
 // replica at a time (a Redis lease) runs the correlator: it opens an outage when a group's recent
@@ -29,8 +30,8 @@ import (
 // members ends with the whole of it, not with its first count. Everything lives in Redis, so a replica's
 // death costs at most one lease.
 
-// CorrelatorOptions configures a Correlator.
-type CorrelatorOptions struct {
+// Options configures a Correlator.
+type Options struct {
 	Client      redis.UniversalClient
 	Store       *deadline.Store
 	Correlation config.Correlation
@@ -41,15 +42,18 @@ type CorrelatorOptions struct {
 	Labels func(ctx context.Context, devices []string) ([]map[string]string, error)
 	Now    func() time.Time
 	Logger *zap.Logger
-	// Metrics count the outage events in events_total and show outages_open (nil: series of its own,
-	// not registered).
-	Metrics *Metrics
+	// KeyPrefix is redis.key_prefix ("" = its default); the correlator's keys are its own (keys.go).
+	KeyPrefix string
+	// Events counts the outage events by kind (heartbeatd_events_total, shared with the alarm loop's
+	// events) and OutagesOpen shows the open outages; nil: series of their own, not registered.
+	Events      *prometheus.CounterVec
+	OutagesOpen prometheus.Gauge
 }
 
 // Correlator groups interruptions into outages; nil-safe: a nil *Correlator correlates nothing.
 type Correlator struct {
-	opts CorrelatorOptions
-	keys deadline.Keyspace
+	opts Options
+	keys keyspace
 	log  *zap.Logger
 
 	mu        sync.Mutex
@@ -73,8 +77,8 @@ const (
 	membersPage = 5000
 )
 
-// NewCorrelator returns a correlator, or nil when correlation is off.
-func NewCorrelator(opts CorrelatorOptions) *Correlator {
+// New returns a correlator, or nil when correlation is off.
+func New(opts Options) *Correlator {
 	if !opts.Correlation.Enabled() {
 		return nil
 	}
@@ -84,10 +88,13 @@ func NewCorrelator(opts CorrelatorOptions) *Correlator {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	if opts.Metrics == nil {
-		opts.Metrics = NewMetrics(nil)
+	if opts.Events == nil {
+		opts.Events = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_total"}, []string{"kind"})
 	}
-	return &Correlator{opts: opts, keys: opts.Store.Keys(), log: opts.Logger.With(zap.String("component", "correlator")),
+	if opts.OutagesOpen == nil {
+		opts.OutagesOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "outages_open"})
+	}
+	return &Correlator{opts: opts, keys: newKeyspace(opts.KeyPrefix), log: opts.Logger.With(zap.String("component", "correlator")),
 		lastCheck: map[string]time.Time{}}
 }
 
@@ -157,10 +164,10 @@ func (c *Correlator) Open(ctx context.Context, groups []string) (map[string]stri
 	pipe := c.opts.Client.Pipeline()
 	cmds := make([]*redis.StringCmd, len(groups))
 	for i, g := range groups {
-		cmds[i] = pipe.HGet(ctx, c.keys.Outage(g), "id")
+		cmds[i] = pipe.HGet(ctx, c.keys.outage(g), "id")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("alarm: open outages: %w", err)
+		return nil, fmt.Errorf("correlate: open outages: %w", err)
 	}
 	for i, g := range groups {
 		if id, err := cmds[i].Result(); err == nil {
@@ -188,12 +195,12 @@ func (c *Correlator) Record(ctx context.Context, devices []string, groups [][]st
 	pipe := c.opts.Client.Pipeline()
 	marks := make([]redis.Z, 0, len(byGroup))
 	for g, zs := range byGroup {
-		pipe.ZAdd(ctx, c.keys.Correlated(g), zs...)
+		pipe.ZAdd(ctx, c.keys.correlated(g), zs...)
 		marks = append(marks, redis.Z{Score: ms, Member: g})
 	}
-	pipe.ZAdd(ctx, c.keys.CorrelatedGroups(), marks...)
+	pipe.ZAdd(ctx, c.keys.groups(), marks...)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("alarm: record interruptions: %w", err)
+		return fmt.Errorf("correlate: record interruptions: %w", err)
 	}
 	return nil
 }
@@ -219,13 +226,13 @@ func (c *Correlator) Outages(ctx context.Context) ([]Outage, error) {
 	if c == nil {
 		return []Outage{}, nil
 	}
-	open, err := c.opts.Client.HVals(ctx, c.keys.OutagesOpen()).Result()
+	open, err := c.opts.Client.HVals(ctx, c.keys.open()).Result()
 	if err != nil {
-		return nil, fmt.Errorf("alarm: outages: %w", err)
+		return nil, fmt.Errorf("correlate: outages: %w", err)
 	}
-	recent, err := c.opts.Client.LRange(ctx, c.keys.OutagesRecent(), 0, recentOutages-1).Result()
+	recent, err := c.opts.Client.LRange(ctx, c.keys.recent(), 0, recentOutages-1).Result()
 	if err != nil {
-		return nil, fmt.Errorf("alarm: outages: %w", err)
+		return nil, fmt.Errorf("correlate: outages: %w", err)
 	}
 	out := make([]Outage, 0, len(open)+len(recent))
 	for _, v := range append(open, recent...) {
@@ -284,28 +291,31 @@ return 0`)
 func (c *Correlator) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = releaseScript.Run(ctx, c.opts.Client, []string{c.keys.Correlator()}, c.opts.ReplicaID).Err()
+	_ = releaseScript.Run(ctx, c.opts.Client, []string{c.keys.lease()}, c.opts.ReplicaID).Err()
 }
 
+// Tick runs one round of Run at once: for callers that drive time themselves (tests on a fake clock).
+func (c *Correlator) Tick(ctx context.Context) error { return c.tick(ctx) }
+
 func (c *Correlator) tick(ctx context.Context) error {
-	n, err := c.opts.Client.HLen(ctx, c.keys.OutagesOpen()).Result()
+	n, err := c.opts.Client.HLen(ctx, c.keys.open()).Result()
 	if err != nil {
-		return fmt.Errorf("alarm: outages open: %w", err)
+		return fmt.Errorf("correlate: outages open: %w", err)
 	}
-	c.opts.Metrics.OutagesOpen.Set(float64(n))
-	held, err := leaseScript.Run(ctx, c.opts.Client, []string{c.keys.Correlator()}, c.opts.ReplicaID, correlatorLease.Milliseconds()).Int()
+	c.opts.OutagesOpen.Set(float64(n))
+	held, err := leaseScript.Run(ctx, c.opts.Client, []string{c.keys.lease()}, c.opts.ReplicaID, correlatorLease.Milliseconds()).Int()
 	if err != nil {
-		return fmt.Errorf("alarm: correlator lease: %w", err)
+		return fmt.Errorf("correlate: correlator lease: %w", err)
 	}
 	if held != 1 {
 		return nil
 	}
 	now := c.opts.Now()
 	window := c.opts.Correlation.Window
-	groups, err := c.opts.Client.ZRangeArgs(ctx, redis.ZRangeArgs{Key: c.keys.CorrelatedGroups(), ByScore: true,
+	groups, err := c.opts.Client.ZRangeArgs(ctx, redis.ZRangeArgs{Key: c.keys.groups(), ByScore: true,
 		Start: "-inf", Stop: "+inf", Count: groupsPerTick}).Result()
 	if err != nil {
-		return fmt.Errorf("alarm: correlated groups: %w", err)
+		return fmt.Errorf("correlate: correlated groups: %w", err)
 	}
 	for _, g := range groups {
 		if err := c.look(ctx, g, now, window); err != nil {
@@ -319,21 +329,21 @@ func (c *Correlator) tick(ctx context.Context) error {
 func (c *Correlator) look(ctx context.Context, g string, now time.Time, window time.Duration) error {
 	rdb := c.opts.Client
 	since := strconv.FormatInt(now.Add(-window).UnixMilli(), 10)
-	state, err := rdb.HGetAll(ctx, c.keys.Outage(g)).Result()
+	state, err := rdb.HGetAll(ctx, c.keys.outage(g)).Result()
 	if err != nil {
-		return fmt.Errorf("alarm: outage %s: %w", g, err)
+		return fmt.Errorf("correlate: outage %s: %w", g, err)
 	}
 	if len(state) == 0 {
 		// No outage: keep only the window's interruptions, and open one if they are enough.
-		if err := rdb.ZRemRangeByScore(ctx, c.keys.Correlated(g), "-inf", "("+since).Err(); err != nil {
-			return fmt.Errorf("alarm: outage %s: %w", g, err)
+		if err := rdb.ZRemRangeByScore(ctx, c.keys.correlated(g), "-inf", "("+since).Err(); err != nil {
+			return fmt.Errorf("correlate: outage %s: %w", g, err)
 		}
-		n, err := rdb.ZCard(ctx, c.keys.Correlated(g)).Result()
+		n, err := rdb.ZCard(ctx, c.keys.correlated(g)).Result()
 		if err != nil {
-			return fmt.Errorf("alarm: outage %s: %w", g, err)
+			return fmt.Errorf("correlate: outage %s: %w", g, err)
 		}
 		if n == 0 {
-			return rdb.ZRem(ctx, c.keys.CorrelatedGroups(), g).Err()
+			return rdb.ZRem(ctx, c.keys.groups(), g).Err()
 		}
 		if int(n) < c.opts.Correlation.MinDevices {
 			return nil
@@ -362,26 +372,26 @@ func (c *Correlator) look(ctx context.Context, g string, now time.Time, window t
 func decodeOutage(state map[string]string) (Outage, error) {
 	var o Outage
 	if err := json.Unmarshal([]byte(state["view"]), &o); err != nil {
-		return o, fmt.Errorf("alarm: outage state: %w", err)
+		return o, fmt.Errorf("correlate: outage state: %w", err)
 	}
 	return o, nil
 }
 
 // start opens g's outage with the n devices interrupted within the window.
 func (c *Correlator) start(ctx context.Context, g string, n int, now time.Time) error {
-	sample, err := c.opts.Client.ZRange(ctx, c.keys.Correlated(g), 0, sampleSize-1).Result()
+	sample, err := c.opts.Client.ZRange(ctx, c.keys.correlated(g), 0, sampleSize-1).Result()
 	if err != nil {
-		return fmt.Errorf("alarm: outage %s: %w", g, err)
+		return fmt.Errorf("correlate: outage %s: %w", g, err)
 	}
 	now = now.UTC().Truncate(time.Millisecond)
 	o := Outage{ID: "outage:" + g + "/" + strconv.FormatInt(now.UnixMilli(), 10), Group: splitGroup(g), State: "open",
 		StartedAt: now, Count: n, Members: n, Silent: n, Sample: sample}
 	view, _ := json.Marshal(o)
 	pipe := c.opts.Client.Pipeline() // the group's own hash first: it is what the alarm loop reads
-	pipe.HSet(ctx, c.keys.Outage(g), "id", o.ID, "view", string(view), "announced", "0")
-	pipe.HSet(ctx, c.keys.OutagesOpen(), o.ID, string(view))
+	pipe.HSet(ctx, c.keys.outage(g), "id", o.ID, "view", string(view), "announced", "0")
+	pipe.HSet(ctx, c.keys.open(), o.ID, string(view))
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("alarm: open outage %s: %w", g, err)
+		return fmt.Errorf("correlate: open outage %s: %w", g, err)
 	}
 	c.log.Warn("correlated outage started", zap.String("outage_id", o.ID), zap.Int("devices", n))
 	return c.announce(ctx, g, o)
@@ -403,15 +413,15 @@ func (c *Correlator) publish(ctx context.Context, e event.Event) error {
 	if err := c.opts.Sink.Publish(ctx, []event.Event{e})[0]; err != nil {
 		return err
 	}
-	c.opts.Metrics.Events.WithLabelValues(string(e.Kind)).Inc()
+	c.opts.Events.WithLabelValues(string(e.Kind)).Inc()
 	return nil
 }
 
 func (c *Correlator) announce(ctx context.Context, g string, o Outage) error {
 	if err := c.publish(ctx, outageEvent(event.OutageStarted, o, o.StartedAt)); err != nil {
-		return fmt.Errorf("alarm: publish outage_started %s: %w", o.ID, err)
+		return fmt.Errorf("correlate: publish outage_started %s: %w", o.ID, err)
 	}
-	return c.opts.Client.HSet(ctx, c.keys.Outage(g), "announced", "1").Err()
+	return c.opts.Client.HSet(ctx, c.keys.outage(g), "announced", "1").Err()
 }
 
 // checkEnd counts the outage's members still silent, and ends it when fewer than half of its members are:
@@ -424,10 +434,10 @@ func (c *Correlator) checkEnd(ctx context.Context, g string, o Outage, now time.
 	var offset int64
 	gathered := 0
 	for {
-		members, err := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: c.keys.Correlated(g), ByScore: true, Start: from, Stop: "+inf",
+		members, err := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: c.keys.correlated(g), ByScore: true, Start: from, Stop: "+inf",
 			Offset: offset, Count: membersPage}).Result()
 		if err != nil {
-			return fmt.Errorf("alarm: outage %s members: %w", g, err)
+			return fmt.Errorf("correlate: outage %s members: %w", g, err)
 		}
 		gathered += len(members)
 		still, err := c.opts.Store.Silent(ctx, members)
@@ -449,23 +459,23 @@ func (c *Correlator) checkEnd(ctx context.Context, g string, o Outage, now time.
 	o.Members = max(o.Count, gathered)
 	if 2*o.Silent >= o.Members {
 		view, _ := json.Marshal(o)
-		return rdb.HSet(ctx, c.keys.OutagesOpen(), o.ID, string(view)).Err()
+		return rdb.HSet(ctx, c.keys.open(), o.ID, string(view)).Err()
 	}
 	at := now.UTC().Truncate(time.Millisecond)
 	if err := c.publish(ctx, outageEvent(event.OutageEnded, o, at)); err != nil {
-		return fmt.Errorf("alarm: publish outage_ended %s: %w", o.ID, err)
+		return fmt.Errorf("correlate: publish outage_ended %s: %w", o.ID, err)
 	}
 	o.State, o.EndedAt = "ended", &at
 	view, _ := json.Marshal(o)
 	pipe := rdb.Pipeline() // keys of several hash slots: no transaction on Redis Cluster
-	pipe.Del(ctx, c.keys.Outage(g))
-	pipe.HDel(ctx, c.keys.OutagesOpen(), o.ID)
-	pipe.LPush(ctx, c.keys.OutagesRecent(), string(view))
-	pipe.LTrim(ctx, c.keys.OutagesRecent(), 0, recentOutages-1)
+	pipe.Del(ctx, c.keys.outage(g))
+	pipe.HDel(ctx, c.keys.open(), o.ID)
+	pipe.LPush(ctx, c.keys.recent(), string(view))
+	pipe.LTrim(ctx, c.keys.recent(), 0, recentOutages-1)
 	// Its members' interruptions are spent: left in the window they would open a new outage at once.
-	pipe.Del(ctx, c.keys.Correlated(g))
+	pipe.Del(ctx, c.keys.correlated(g))
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("alarm: end outage %s: %w", g, err)
+		return fmt.Errorf("correlate: end outage %s: %w", g, err)
 	}
 	c.mu.Lock()
 	delete(c.lastCheck, g)
