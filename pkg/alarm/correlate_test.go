@@ -48,16 +48,18 @@ func TestCorrelatedOutage(t *testing.T) {
 			f.signal(gws[i], "gateway", 0) // timeout 5s, repeat 30s
 		}
 		f.signal("late", "gateway", 2*time.Second)
-		require.Len(t, f.at(5*time.Second+5*time.Millisecond), 6)
-		require.NoError(t, corr.Tick(ctx))
-		started := f.sink.take()
-		require.Len(t, started, 1)
-		o := started[0]
-		require.Equal(t, event.OutageStarted, o.Kind)
+		batch := f.step(5*time.Second + 5*time.Millisecond)
+		require.Len(t, batch, 7)
+		o := batch[0]
+		require.Equal(t, event.OutageStarted, o.Kind, "judged as the interruptions are decided, announced before its members")
 		require.Equal(t, "outage:device_type:gateway", o.DeviceID)
 		require.Equal(t, &event.Group{By: "device_type", Value: "gateway"}, o.Group)
 		require.Equal(t, 6, o.Count)
 		require.Len(t, o.Sample, 6)
+		for _, e := range batch[1:] {
+			require.Equal(t, []any{event.Interrupted, o.OutageID}, []any{e.Kind, e.OutageID}, "%s is paged with its outage", e.DeviceID)
+		}
+		require.NoError(t, corr.Tick(ctx))
 		require.NoError(t, corr.Tick(ctx))
 		require.Empty(t, f.sink.take(), "announced once")
 
@@ -124,10 +126,8 @@ func TestCorrelatedOutageEndsByAllItsMembers(t *testing.T) {
 			later = append(later, fmt.Sprintf("later%02d", i))
 			f.signal(later[i], "gateway", 2*time.Second)
 		}
-		require.Len(t, f.at(5*time.Second+5*time.Millisecond), 5)
-		require.NoError(t, corr.Tick(ctx))
-		started := f.sink.take()
-		require.Len(t, started, 1)
+		started := f.step(5*time.Second + 5*time.Millisecond)
+		require.Len(t, started, 6, "outage_started and its five members")
 		require.Equal(t, event.OutageStarted, started[0].Kind)
 		require.Equal(t, 5, started[0].Count)
 		joined := f.step(7*time.Second + 5*time.Millisecond)

@@ -35,6 +35,9 @@ type Input struct {
 	// OutageID is the open correlated outage of one of the device's groups ("" when none): its
 	// `interrupted` carries it, and its repeats wait while the outage lasts (docs/concepts.md).
 	OutageID string
+	// GroupWait, when set, is how long a new `interrupted` without an outage waits while one of its
+	// groups may still reach its threshold (correlation.group_wait); the handler sets it only then.
+	GroupWait time.Duration
 	// Flaps are the times (unix ms, oldest first) of the device's last interruptions, read when its
 	// type detects flapping.
 	Flaps []int64
@@ -61,6 +64,7 @@ const (
 	ReasonParentBack  Reason = "parent-back"  // the parent recovered: own verdict one timeout after it
 	ReasonOutage      Reason = "outage"       // a correlated outage covers it: no repeats while it lasts
 	ReasonFlapping    Reason = "flapping"     // flapping: no repeats until stable for a window
+	ReasonGroupWait   Reason = "group-wait"   // its group may become an outage: interrupted waits
 )
 
 // ParentRecheck is how often a suppressed device looks at its parent again, besides being woken when
@@ -165,6 +169,18 @@ func Decide(in Input) Decision {
 		}
 	}
 
+	if n == 0 && in.OutageID == "" && in.GroupWait > 0 {
+		since := now
+		if st.Hold == deadline.HoldGroup && st.InterruptedAt > 0 {
+			since = time.UnixMilli(st.InterruptedAt)
+		}
+		if until := since.Add(in.GroupWait); until.After(now) {
+			d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldGroup, since.UnixMilli()
+			d.Ack.Next = until
+			d.Reason = ReasonGroupWait
+			return d
+		}
+	}
 	lastSeen := dl.Add(-pol.Timeout)
 	next := &d.Ack.State
 	next.Next = n + 1
@@ -223,7 +239,7 @@ func decideUnderParent(in Input, d *Decision) (held, own bool) {
 	// The parent has been silent since the child's last signal (1 s of slack for their clocks).
 	silentToo := p.Known && !p.LastSignal.After(lastSeen.Add(time.Second))
 	switch {
-	case st.Hold == deadline.HoldNone && st.Next == 0:
+	case (st.Hold == deadline.HoldNone || st.Hold == deadline.HoldGroup) && st.Next == 0:
 		switch {
 		case !silentToo:
 			return false, false

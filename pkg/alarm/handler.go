@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -116,9 +117,8 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	if err != nil {
 		return fmt.Errorf("alarm: flapping: %w", err)
 	}
+	inputs := make([]Input, len(claims))
 	decisions := make([]Decision, len(claims))
-	events := make([]event.Event, 0, len(claims)) // about one per claim; an Event is large to copy on growth
-	owner := make([]int, 0, len(claims))          // owner[j] = claim index of events[j]
 	for i, c := range claims {
 		in := Input{Claim: c, Current: current[i], Now: now, Policy: pols[i]}
 		in.Claim.Type = config.BaseType(c.Type) // a device's own timeout is recorded as "<type>@<timeout>"
@@ -130,7 +130,15 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, in.Claim.Type, now)
 		}
 		in.Parent, in.ParentWait, in.OutageID, in.Flaps = parents[i], h.opts.ParentWait, outages[i], flaps[i]
+		inputs[i] = in
 		decisions[i] = Decide(in)
+	}
+	if err := h.judgeOutages(ctx, inputs, decisions, groups, now); err != nil {
+		return fmt.Errorf("alarm: correlation: %w", err)
+	}
+	events := make([]event.Event, 0, len(claims)) // about one per claim; an Event is large to copy on growth
+	owner := make([]int, 0, len(claims))          // owner[j] = claim index of events[j]
+	for i := range claims {
 		for _, e := range decisions[i].Events {
 			events = append(events, e)
 			owner = append(owner, i)
@@ -183,9 +191,6 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	if err := h.wakeChildren(ctx, claims, decisions, failed, ackNow); err != nil {
 		h.log.Warn("waking the children of interrupted or recovered devices failed; they look again within their bounds",
 			zap.Error(err))
-	}
-	if err := h.recordInterruptions(ctx, claims, decisions, failed, groups, now); err != nil {
-		h.log.Warn("recording interruptions for correlation failed; outages may count fewer devices", zap.Error(err))
 	}
 	var flapUpdates []deadline.FlapUpdate
 	for i, d := range decisions {
@@ -323,27 +328,47 @@ func (h *Handler) outages(ctx context.Context, claims []deadline.Claim, parents 
 	return groups, ids, nil
 }
 
-// recordInterruptions tells the correlator which devices were just reported interrupted.
-func (h *Handler) recordInterruptions(ctx context.Context, claims []deadline.Claim, decisions []Decision, failed []error,
-	groups [][]string, now time.Time) error {
-	if h.opts.Correlator == nil {
+// judgeOutages records the batch's interruptions in their groups and judges the groups' outage
+// thresholds before anything is published (correlate.Correlator.Join): a member that opens or finds an
+// outage goes out carrying its id, after its outage_started (announced here first); with
+// correlation.group_wait, one whose groups may still become an outage waits for it instead.
+func (h *Handler) judgeOutages(ctx context.Context, inputs []Input, decisions []Decision, groups [][]string, now time.Time) error {
+	corr := h.opts.Correlator
+	if corr == nil {
 		return nil
 	}
+	var which []int
 	var devices []string
 	var theirs [][]string
 	for i, d := range decisions {
-		if failed[i] != nil || len(groups[i]) == 0 {
-			continue
-		}
-		for _, e := range d.Events {
-			if e.Kind == event.Interrupted {
-				devices = append(devices, claims[i].Device)
-				theirs = append(theirs, groups[i])
-				break
-			}
+		if len(groups[i]) > 0 && interrupts(d) {
+			which = append(which, i)
+			devices = append(devices, inputs[i].Claim.Device)
+			theirs = append(theirs, groups[i])
 		}
 	}
-	return h.opts.Correlator.Record(ctx, devices, theirs, now)
+	ids, unannounced, err := corr.Join(ctx, devices, theirs, now)
+	if err != nil {
+		return err
+	}
+	wait := corr.GroupWait()
+	for k, i := range which {
+		switch in := &inputs[i]; {
+		case in.OutageID != "":
+		case ids[k] != "":
+			in.OutageID = ids[k]
+			decisions[i] = Decide(*in)
+		case wait > 0:
+			in.GroupWait = wait
+			decisions[i] = Decide(*in)
+		}
+	}
+	return corr.Announce(ctx, unannounced)
+}
+
+// interrupts reports whether d publishes an `interrupted`.
+func interrupts(d Decision) bool {
+	return slices.ContainsFunc(d.Events, func(e event.Event) bool { return e.Kind == event.Interrupted })
 }
 
 // wakeChildren makes the children of the devices whose verdict just changed (interrupted, suppressed,

@@ -14,6 +14,9 @@ type Correlation struct {
 	By         []string      `yaml:"by"`
 	MinDevices int           `yaml:"min_devices"`
 	Window     time.Duration `yaml:"window"`
+	// GroupWait holds a new interruption at most this long while one of its groups may still reach
+	// MinDevices, so an outage that strikes at once pages once (0 = publish at once, untagged).
+	GroupWait time.Duration `yaml:"group_wait"`
 }
 
 // Correlation keys that name no label.
@@ -52,6 +55,11 @@ func (c *Config) validateCorrelation(v *validator) {
 	if k.Enabled() {
 		v.positiveInt("correlation.min_devices", int64(k.MinDevices))
 		v.positive("correlation.window", k.Window)
+		v.nonNegative("correlation.group_wait", k.GroupWait)
+		if k.GroupWait > k.Window {
+			v.add("correlation.group_wait", "%s: longer than correlation.window %s, a held interruption would leave the window it waits for",
+				FormatDuration(k.GroupWait), FormatDuration(k.Window))
+		}
 	}
 }
 
@@ -61,6 +69,10 @@ func (c *Config) CorrelationTable() string {
 	if !k.Enabled() {
 		return "correlation: off\n"
 	}
-	return fmt.Sprintf("correlation: by %s; an outage is %d or more devices of one group interrupted within %s\n",
-		strings.Join(k.By, ", "), k.MinDevices, FormatDuration(k.Window))
+	wait := ""
+	if k.GroupWait > 0 {
+		wait = fmt.Sprintf("; a new interruption waits up to %s for its outage", FormatDuration(k.GroupWait))
+	}
+	return fmt.Sprintf("correlation: by %s; an outage is %d or more devices of one group interrupted within %s%s\n",
+		strings.Join(k.By, ", "), k.MinDevices, FormatDuration(k.Window), wait)
 }

@@ -129,6 +129,15 @@ func (c *Correlator) Groups(typ, parent string, labels map[string]string) []stri
 	return out
 }
 
+// GroupWait is correlation.group_wait: how long a new interruption waits while its groups may still
+// become an outage (0 = none, and with correlation off).
+func (c *Correlator) GroupWait() time.Duration {
+	if c == nil {
+		return 0
+	}
+	return c.opts.Correlation.GroupWait
+}
+
 // WantsParents reports whether groups need the devices' parents.
 func (c *Correlator) WantsParents() bool {
 	if c == nil {
@@ -298,18 +307,26 @@ func (c *Correlator) release() {
 func (c *Correlator) Tick(ctx context.Context) error { return c.tick(ctx) }
 
 func (c *Correlator) tick(ctx context.Context) error {
+	held, err := leaseScript.Run(ctx, c.opts.Client, []string{c.keys.lease()}, c.opts.ReplicaID, correlatorLease.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("correlate: correlator lease: %w", err)
+	}
+	if held == 1 {
+		if err := c.lookAll(ctx); err != nil {
+			return err
+		}
+	}
+	// After looking: the open outages as this tick left them.
 	n, err := c.opts.Client.HLen(ctx, c.keys.open()).Result()
 	if err != nil {
 		return fmt.Errorf("correlate: outages open: %w", err)
 	}
 	c.opts.OutagesOpen.Set(float64(n))
-	held, err := leaseScript.Run(ctx, c.opts.Client, []string{c.keys.lease()}, c.opts.ReplicaID, correlatorLease.Milliseconds()).Int()
-	if err != nil {
-		return fmt.Errorf("correlate: correlator lease: %w", err)
-	}
-	if held != 1 {
-		return nil
-	}
+	return nil
+}
+
+// lookAll looks at the groups interrupted lately, oldest first, at most groupsPerTick of them.
+func (c *Correlator) lookAll(ctx context.Context) error {
 	now := c.opts.Now()
 	window := c.opts.Correlation.Window
 	groups, err := c.opts.Client.ZRangeArgs(ctx, redis.ZRangeArgs{Key: c.keys.groups(), ByScore: true,
@@ -384,7 +401,7 @@ func (c *Correlator) start(ctx context.Context, g string, n int, now time.Time) 
 		return fmt.Errorf("correlate: outage %s: %w", g, err)
 	}
 	now = now.UTC().Truncate(time.Millisecond)
-	o := Outage{ID: "outage:" + g + "/" + strconv.FormatInt(now.UnixMilli(), 10), Group: splitGroup(g), State: "open",
+	o := Outage{ID: outageID(g, now), Group: splitGroup(g), State: "open",
 		StartedAt: now, Count: n, Members: n, Silent: n, Sample: sample}
 	view, _ := json.Marshal(o)
 	pipe := c.opts.Client.Pipeline() // the group's own hash first: it is what the alarm loop reads

@@ -357,7 +357,7 @@ func (a *api) view(d deadline.Device) DeviceView {
 	if d.Incident != nil {
 		v.State = "interrupted"
 		dl = d.Incident.DeadlineTime()
-		if d.Incident.InterruptedAt > 0 {
+		if d.Incident.Next > 0 && d.Incident.InterruptedAt > 0 { // a held incident keeps since when it waits there
 			v.InterruptedAt = ptr(time.UnixMilli(d.Incident.InterruptedAt))
 		}
 		v.Repeats = max(d.Incident.Next-1, 0)

@@ -17,8 +17,8 @@ type State struct {
 	Next          int    // repeat number of the next event to send; 0 = interrupted not sent yet
 	Acked         bool   // an operator acknowledged: no more repeats until recovery
 	Exhausted     bool   // max_repeats reached: no more repeats until recovery
-	Hold          Hold   // why repeats wait on another device (a parent); kept in the exhausted field
-	InterruptedAt int64  // ms when the interrupted event was first published; 0 = not yet
+	Hold          Hold   // why the next act waits on other devices (a parent, a group); kept in the exhausted field
+	InterruptedAt int64  // ms when the interrupted event was first published (HoldGroup: since when it waits); 0 = not yet
 	Failures      int    // consecutive publish failures of the current act
 	Reason        string // why the claim was parked, if it was
 }
@@ -101,6 +101,9 @@ const (
 	// HoldAfterParent: the parent recovered; the device gets its own `interrupted` one timeout after
 	// the parent's recovery signal unless it signals first.
 	HoldAfterParent
+	// HoldGroup: the `interrupted` waits (correlation.group_wait, from InterruptedAt) while one of the
+	// device's groups may still reach its outage threshold; nothing was sent yet.
+	HoldGroup
 )
 
 // quietField encodes the exhausted flag and the hold in one field: 0, 1 exhausted, 2 + hold − 1. Older
@@ -116,7 +119,7 @@ func (s State) quietField() byte {
 }
 
 func holdOf(field string) Hold {
-	if len(field) == 1 && field[0] > '1' && field[0] <= '1'+byte(HoldAfterParent) {
+	if len(field) == 1 && field[0] > '1' && field[0] <= '1'+byte(HoldGroup) {
 		return Hold(field[0] - '1')
 	}
 	return HoldNone
