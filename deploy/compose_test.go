@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"encoding/base64"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // composeFile is the part of docker-compose.yml the test reads.
@@ -21,6 +24,8 @@ type composeFile struct {
 		Environment    map[string]string
 		Volumes        []string
 		Secrets        []string
+		Ports          []string
+		Command        []string
 	}
 	Volumes map[string]any
 }
@@ -63,6 +68,7 @@ func TestComposeFile(t *testing.T) {
 	require.Equal(t, "/run/secrets/api-token", c.Services["heartbeatd"].Environment["HEARTBEATD_HTTP_TOKEN_FILE"])
 
 	// init.sh makes every secret file the compose file names.
+	require.Contains(t, c.Services["mosquitto"].Secrets, "mqtt-devices")
 	dir := t.TempDir()
 	script, err := os.ReadFile("secrets/init.sh")
 	require.NoError(t, err)
@@ -74,5 +80,64 @@ func TestComposeFile(t *testing.T) {
 		st, err := os.Stat(filepath.Join(dir, strings.TrimPrefix(s.File, "./deploy/secrets/")))
 		require.NoError(t, err, "init.sh does not make secret %s", name)
 		require.Positive(t, st.Size())
+	}
+}
+
+// listeners maps each listener name of a KAFKA_*LISTENERS value to its host:port.
+func listeners(t *testing.T, value string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, l := range strings.Split(value, ",") {
+		name, addr, ok := strings.Cut(l, "://")
+		require.True(t, ok, "listener %q", l)
+		out[name] = addr
+	}
+	return out
+}
+
+// Kafka answers both where heartbeatd dials it (kafka:9092 on the compose network, configs/compose.yaml)
+// and on the host's loopback: a client reconnects to the address the listener it reached advertises, so
+// the host listener must advertise the published address. heartbeatd creates its own topics with a
+// replication factor the one broker accepts; the kafka-topics service creates the signal topics.
+func TestComposeKafkaListeners(t *testing.T) {
+	b, err := os.ReadFile("../docker-compose.yml")
+	require.NoError(t, err)
+	var c composeFile
+	require.NoError(t, yaml.Unmarshal(b, &c))
+	kafka := c.Services["kafka"]
+	bound := listeners(t, kafka.Environment["KAFKA_LISTENERS"])
+	advertised := listeners(t, kafka.Environment["KAFKA_ADVERTISED_LISTENERS"])
+	protocols := map[string]string{}
+	for _, p := range strings.Split(kafka.Environment["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"], ",") {
+		name, proto, _ := strings.Cut(p, ":")
+		protocols[name] = proto
+	}
+
+	// The secrets compose mounts, here.
+	pw := filepath.Join(t.TempDir(), "mqtt-password")
+	require.NoError(t, os.WriteFile(pw, []byte("pw"), 0o600))
+	env := map[string]string{"HEARTBEATD_INGEST_MQTT_PASSWORD_FILE": pw, "HEARTBEATD_HTTP_TOKEN": "a-token-for-this-test"}
+	cfg, err := config.LoadEnv("../configs/compose.yaml", func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	require.Equal(t, []string{advertised["PLAINTEXT"]}, cfg.Events.Kafka.Brokers, "heartbeatd dials the network listener")
+	require.Equal(t, []string{advertised["PLAINTEXT"]}, cfg.Ingest.Kafka.Brokers)
+	require.Equal(t, "PLAINTEXT", kafka.Environment["KAFKA_INTER_BROKER_LISTENER_NAME"])
+
+	host, port, err := net.SplitHostPort(advertised["EXTERNAL"])
+	require.NoError(t, err, "an EXTERNAL listener for the host")
+	require.Equal(t, "127.0.0.1", host, "advertised as the host reaches it")
+	require.Equal(t, ":"+port, bound["EXTERNAL"], "bound in the container on the advertised port")
+	require.Equal(t, "PLAINTEXT", protocols["EXTERNAL"])
+	require.Contains(t, kafka.Ports, "127.0.0.1:"+port+":"+port, "published on the host's loopback only")
+	for name := range advertised {
+		require.Contains(t, bound, name, "advertised listener %s is bound", name)
+		require.Contains(t, protocols, name, "listener %s has a protocol", name)
+	}
+
+	require.True(t, cfg.Events.Kafka.CreateTopics.Enabled, "heartbeatd creates its topics")
+	require.Equal(t, 1, cfg.Events.Kafka.CreateTopics.ReplicationFactor, "one broker")
+	script := strings.Join(c.Services["kafka-topics"].Command, "\n")
+	for _, topic := range cfg.Ingest.Kafka.Topics {
+		require.Contains(t, script, "--topic "+topic+" ", "the kafka-topics service creates signal topic %s", topic)
 	}
 }

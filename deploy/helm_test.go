@@ -20,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // helmVersion is the helm the chart is checked with, built from the Go module proxy.
@@ -139,7 +140,7 @@ func render(t *testing.T, args ...string) map[string]object {
 
 // The chart passes helm lint --strict, renders what an operator expects (replicas with probes on
 // /healthz and /readyz, a non-root read-only container, the token and passwords from a Secret as files,
-// a ServiceMonitor and a PodDisruptionBudget on the pods' labels), and its config with the Deployment's
+// a ServiceMonitor and a PodDisruptionBudget on the pods' labels), and its config with the StatefulSet's
 // environment is one `heartbeatd check-config` accepts.
 func TestHelmChart(t *testing.T) {
 	for _, set := range [][]string{nil, {"--set", "serviceMonitor.enabled=true,secrets.redisPassword=r,secrets.mqttPassword=m"}} {
@@ -147,10 +148,10 @@ func TestHelmChart(t *testing.T) {
 		require.NoError(t, err, out)
 	}
 	objs := render(t, "--set", "serviceMonitor.enabled=true,secrets.redisPassword=redis-pw,secrets.mqttPassword=mqtt-pw")
-	for _, kind := range []string{"ConfigMap", "Secret", "Deployment", "Service", "ServiceMonitor", "PodDisruptionBudget"} {
+	for _, kind := range []string{"ConfigMap", "Secret", "StatefulSet", "Service", "ServiceMonitor", "PodDisruptionBudget"} {
 		require.Contains(t, objs, kind)
 	}
-	dep := objs["Deployment"]
+	dep := objs["StatefulSet"]
 	require.Equal(t, 2, dep.at("spec", "replicas"))
 	podLabels := dep.at("spec", "template", "metadata", "labels").(map[string]any)
 	for _, sel := range []any{dep.at("spec", "selector", "matchLabels"), objs["Service"].at("spec", "selector"),
@@ -235,5 +236,48 @@ func TestHelmChart(t *testing.T) {
 	require.Contains(t, msg, "secrets.existingSecretKeys must hold api-token")
 	objs = render(t, "--set", "secrets.existingSecret=mine,secrets.existingSecretKeys={api-token,kafka-events-password}")
 	require.NotContains(t, objs, "Secret", "the operator's own Secret is used")
-	require.Equal(t, "mine", objs["Deployment"].at("spec", "template", "spec", "volumes", 1, "secret", "secretName"))
+	require.Equal(t, "mine", objs["StatefulSet"].at("spec", "template", "spec", "volumes", 1, "secret", "secretName"))
+}
+
+// Each replica keeps its MQTT client id across rollouts: the chart runs a StatefulSet, whose pods are
+// named <name>-<ordinal> whatever the revision, the replica id (and so the client id) is the pod's name,
+// and the config sets no client id of its own. A rollout replaces one pod at a time, the old one first.
+func TestHelmStableMQTTClientIDs(t *testing.T) {
+	ids := map[string]bool{}
+	var name string
+	for _, tag := range []string{"1.0.0", "1.0.1"} { // two revisions: a rollout
+		objs := render(t, "--set", "image.tag="+tag+",replicaCount=3")
+		require.NotContains(t, objs, "Deployment", "a Deployment's pod names change at every rollout")
+		sts := objs["StatefulSet"]
+		require.Equal(t, objs["Service"].at("metadata", "name"), sts.at("spec", "serviceName"), "governed by the chart's Service")
+		require.Equal(t, "RollingUpdate", sts.at("spec", "updateStrategy", "type"))
+		require.Nil(t, sts.at("spec", "updateStrategy", "rollingUpdate", "maxUnavailable"), "one pod at a time")
+		if name == "" {
+			name = sts.at("metadata", "name").(string)
+		}
+		require.Equal(t, name, sts.at("metadata", "name"), "the pods' names come from it")
+
+		var replicaID any
+		for _, e := range sts.at("spec", "template", "spec", "containers", 0, "env").([]any) {
+			if e := object(e.(map[string]any)); e.at("name") == "HEARTBEATD_CLUSTER_REPLICA_ID" {
+				replicaID = e.at("valueFrom", "fieldRef", "fieldPath")
+			}
+		}
+		require.Equal(t, "metadata.name", replicaID, "the replica id is the pod's name")
+
+		cfgText := objs["ConfigMap"].at("data", "heartbeatd.yaml").(string)
+		for ordinal := range 3 {
+			pod := fmt.Sprintf("%s-%d", name, ordinal)
+			cfg, err := config.Parse([]byte(cfgText), func(k string) (string, bool) {
+				if k == "HEARTBEATD_CLUSTER_REPLICA_ID" {
+					return pod, true
+				}
+				return "", false
+			})
+			require.NoError(t, err)
+			ids[cfg.MQTTClientID()] = true
+		}
+	}
+	require.Equal(t, map[string]bool{"heartbeatd-hb-heartbeatd-0": true, "heartbeatd-hb-heartbeatd-1": true,
+		"heartbeatd-hb-heartbeatd-2": true}, ids, "three replicas, the same three client ids in both revisions")
 }

@@ -1,3 +1,5 @@
 // Package docs holds no code. Its test keeps the documentation in this directory and README.md from
-// drifting away from the code: every metric and HTTP route they name must exist.
+// drifting away from the code: every metric, HTTP route and event kind they name must exist, every
+// configuration snippet must load merged onto configs/heartbeatd.yaml, and every example event must
+// validate against api/event.schema.json with the id heartbeatd would give it.
 package docs

@@ -195,8 +195,19 @@ type EventsKafka struct {
 	Brokers         []string `yaml:"brokers"`
 	Topic           string   `yaml:"topic"`
 	DeadletterTopic string   `yaml:"deadletter_topic"`
-	TLS             TLS      `yaml:"tls"`
-	SASL            SASL     `yaml:"sasl"`
+	// CreateTopics: heartbeatd creates topic and deadletter_topic when they are missing. Ingest topics are
+	// the producers' and never created: a mistyped one would be read empty forever instead of reported.
+	CreateTopics CreateTopics `yaml:"create_topics"`
+	TLS          TLS          `yaml:"tls"`
+	SASL         SASL         `yaml:"sasl"`
+}
+
+// CreateTopics is events.kafka.create_topics. Partitions and ReplicationFactor are also what the
+// kafka-topics.sh command heartbeatd shows for a missing topic uses, so they count with Enabled off.
+type CreateTopics struct {
+	Enabled           bool `yaml:"enabled"`
+	Partitions        int  `yaml:"partitions"`
+	ReplicationFactor int  `yaml:"replication_factor"`
 }
 
 // Detection tunes the scanners and the claim → publish → acknowledge loop.
@@ -288,6 +299,11 @@ const (
 	DefaultSlotLease           = 3 * time.Second
 	DefaultMaxBodyBytes        = 1 << 20
 	DefaultShutdownTimeout     = 10 * time.Second
+	// DefaultTopicPartitions bounds how many consumers of one group share the events topic.
+	DefaultTopicPartitions = 12
+	// DefaultTopicReplicationFactor: the topics outlive the loss of a broker. A one-broker cluster
+	// refuses it; set 1 there.
+	DefaultTopicReplicationFactor = 3
 
 	// StallTick is how often heartbeatd checks that it is not paused; a stall shorter than MinStall could
 	// not be told from a late tick.
@@ -350,6 +366,8 @@ func Default() *Config {
 			Brokers:         []string{"127.0.0.1:9092"},
 			Topic:           "heartbeat.events",
 			DeadletterTopic: "heartbeat.deadletter",
+			CreateTopics: CreateTopics{Enabled: true, Partitions: DefaultTopicPartitions,
+				ReplicationFactor: DefaultTopicReplicationFactor},
 		}},
 		Detection: Detection{
 			MaxIdleWait:        DefaultMaxIdleWait,

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -351,12 +352,23 @@ func validateSubscription(v *validator, key string, s Subscription) {
 	}
 }
 
+// maxTopicPartitions is far above any sane events topic; more is surely a typo.
+const maxTopicPartitions = 10000
+
 func (c *Config) validateEvents(v *validator) {
 	e := c.Events.Kafka
 	brokers(v, "events.kafka.brokers", e.Brokers)
 	v.required("events.kafka.topic", e.Topic)
 	if v.required("events.kafka.deadletter_topic", e.DeadletterTopic) && e.DeadletterTopic == e.Topic {
 		v.add("events.kafka.deadletter_topic", "must differ from events.kafka.topic (consumers would read dead letters as events)")
+	}
+	// Checked with creation off too: they also make the command shown for a missing topic.
+	if e.CreateTopics.Partitions < 1 || e.CreateTopics.Partitions > maxTopicPartitions {
+		v.add("events.kafka.create_topics.partitions", "%d must be between 1 and %d", e.CreateTopics.Partitions, maxTopicPartitions)
+	}
+	if e.CreateTopics.ReplicationFactor < 1 || e.CreateTopics.ReplicationFactor > math.MaxInt16 {
+		v.add("events.kafka.create_topics.replication_factor", "%d must be between 1 and %d (the number of brokers at most)",
+			e.CreateTopics.ReplicationFactor, math.MaxInt16)
 	}
 	validateTLS(v, "events.kafka.tls", e.TLS)
 	validateSASL(v, "events.kafka.sasl", e.SASL)

@@ -116,3 +116,15 @@ func TestComposeConfigNeedsItsSecrets(t *testing.T) {
 	assert.Equal(t, "heartbeatd", cfg.Ingest.MQTT.Username)
 	assert.Equal(t, "0123456789abcdef0123456789abcdef", cfg.HTTP.Token)
 }
+
+// events.kafka.create_topics: a partial block keeps the other defaults; values Kafka could never accept
+// are named, also with creation off, since they make the command shown for a missing topic.
+func TestCreateTopics(t *testing.T) {
+	cfg, err := Parse([]byte(minimal+"events: {kafka: {create_topics: {replication_factor: 1}}}"), noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, CreateTopics{Enabled: true, Partitions: 12, ReplicationFactor: 1}, cfg.Events.Kafka.CreateTopics)
+
+	parseFails(t, minimal+"events: {kafka: {create_topics: {enabled: false, partitions: 0, replication_factor: 40000}}}", noEnv,
+		"config: events.kafka.create_topics.partitions: 0 must be between 1 and 10000",
+		"config: events.kafka.create_topics.replication_factor: 40000 must be between 1 and 32767")
+}

@@ -178,6 +178,8 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 	d.publisher, err = kafka.NewPublisher(kafka.PublisherOptions{Brokers: cfg.Events.Kafka.Brokers, Topic: cfg.Events.Kafka.Topic,
 		DeadLetterTopic: cfg.Events.Kafka.DeadletterTopic, Source: kafka.CloudEventsSource(cfg.Redis.KeyPrefix),
+		Topics: kafka.TopicCreation{Create: cfg.Events.Kafka.CreateTopics.Enabled, Partitions: cfg.Events.Kafka.CreateTopics.Partitions,
+			ReplicationFactor: cfg.Events.Kafka.CreateTopics.ReplicationFactor},
 		TLS: eventsTLS, SASL: eventsSASL, Logger: log})
 	if err != nil {
 		return fail(err)
@@ -458,6 +460,7 @@ func (d *daemon) run(ctx context.Context) error {
 			return fmt.Errorf("http: %w", err)
 		}
 	})
+	lc.add("kafka topics", d.ensureTopics)
 	lc.add("silences", d.silences.Run)
 	if d.correlator != nil {
 		lc.add("correlator", d.correlator.Run)

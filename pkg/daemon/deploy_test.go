@@ -24,9 +24,10 @@ import (
 )
 
 // TestComposeDeployment runs heartbeatd with configs/compose.yaml against a mosquitto configured by
-// deploy/mosquitto.conf, its password file built the way docker-compose.yml builds it and secrets made by
-// deploy/secrets/init.sh: anonymous clients are refused, heartbeatd logs in with the configured user and
-// becomes ready, and its API wants the token.
+// deploy/mosquitto.conf and deploy/mosquitto.acl, its password file built the way docker-compose.yml
+// builds it and secrets made by deploy/secrets/init.sh, and a one-broker Kafka with only the signal
+// topic: anonymous clients are refused, heartbeatd logs in with the configured user, subscribes through
+// the ACL, creates its topics and becomes ready, and its API wants the token.
 func TestComposeDeployment(t *testing.T) {
 	dir := t.TempDir()
 	secrets := initSecrets(t, dir)
@@ -38,7 +39,8 @@ func TestComposeDeployment(t *testing.T) {
 	require.Error(t, tok.Error(), "deploy/mosquitto.conf must refuse anonymous clients")
 
 	rdb := testenv.StartRedis(t)
-	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"device-signals", "heartbeat.events", "heartbeat.deadletter"}})
+	// As compose's kafka-topics service leaves it: the signal topic only; heartbeatd creates its own.
+	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"device-signals"}})
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	env := map[string]string{
 		"HEARTBEATD_REDIS_ADDRS":               rdb.Addr,
@@ -174,10 +176,13 @@ func startDeployMosquitto(t *testing.T, dir, password string) string {
 
 	conf, err := os.ReadFile(filepath.Join("..", "..", "deploy", "mosquitto.conf"))
 	require.NoError(t, err)
+	acl, err := filepath.Abs(filepath.Join("..", "..", "deploy", "mosquitto.acl"))
+	require.NoError(t, err)
 	port := testenv.FreePort(t)
 	moved := map[string]string{
 		"listener":             fmt.Sprintf("listener %d 127.0.0.1", port),
 		"password_file":        "password_file " + passwd,
+		"acl_file":             "acl_file " + acl,
 		"persistence_location": "persistence_location " + dir + "/",
 		"log_dest":             "log_dest stderr",
 	}

@@ -27,6 +27,8 @@ type PublisherOptions struct {
 	Brokers         []string
 	Topic           string // events; required
 	DeadLetterTopic string // dead letters; PublishDeadLetter fails when empty
+	// Topics says whether EnsureTopics creates the two topics when missing, and how.
+	Topics TopicCreation
 	// Source is every event's CloudEvents source, its ce_source header: CloudEventsSource of
 	// redis.key_prefix, so consumers of one topic tell deployments apart. Default: that of the default
 	// key prefix.
@@ -370,35 +372,19 @@ func firstNonNil(errs []error) int {
 }
 
 // Ready probes the brokers the way a new producer would: dial (TLS, SASL) and fetch the metadata of the
-// events and dead-letter topics, each of which must exist. It uses a connection of its own because the
-// writer's metadata is a cache that keeps answering while the brokers are gone. Meant for /readyz.
+// events and dead-letter topics, each of which must exist: a missing one is a *MissingTopicsError naming
+// the command that creates it. It uses a connection of its own. Meant for /readyz.
 func (p *Publisher) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.probeT)
 	defer cancel()
-	t := newTransport(p.opts)
+	client, t := p.probeClient()
 	defer t.CloseIdleConnections()
-	client := &kafka.Client{Addr: p.addr, Transport: t}
-	res, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: t.MetadataTopics})
+	missing, err := p.missingTopics(ctx, client)
 	if err != nil {
-		return fmt.Errorf("event: kafka not reachable: %w", err)
+		return err
 	}
-	for _, name := range t.MetadataTopics {
-		found := false
-		for _, topic := range res.Topics {
-			if topic.Name != name {
-				continue
-			}
-			found = true
-			if topic.Error != nil {
-				return fmt.Errorf("event: kafka topic %s: %w", name, topic.Error)
-			}
-			if len(topic.Partitions) == 0 {
-				return fmt.Errorf("event: kafka topic %s has no partitions", name)
-			}
-		}
-		if !found {
-			return fmt.Errorf("event: kafka topic %s: %w", name, kafka.UnknownTopicOrPartition)
-		}
+	if len(missing) > 0 {
+		return p.missingError(missing, nil)
 	}
 	return nil
 }
