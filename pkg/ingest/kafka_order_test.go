@@ -67,6 +67,7 @@ func TestKafkaPartitionsHandOverInRecordTimeOrder(t *testing.T) {
 		worst = max(worst, newest.Sub(s.Seen))
 	}
 	t.Logf("signals %d, furthest behind the newest before it: %v", len(msgs), worst)
-	// Aligned, the drift stays within a few of a sparse partition's chunks (128ms each); unaligned it passed 1.5s.
-	require.Less(t, worst, 800*time.Millisecond, "partitions drifted apart")
+	// Aligned, the drift stays within a few of a sparse partition's chunks (128ms each), up to 0.9s when
+	// other tests starve this one of CPU; unaligned it passed 1.5s.
+	require.Less(t, worst, 1200*time.Millisecond, "partitions drifted apart")
 }
