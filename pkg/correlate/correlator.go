@@ -21,14 +21,14 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// The alarm loop records every `interrupted` in each of the device's
-// groups (Correlator.Record) and asks for the groups' open outages before deciding (Correlator.Open):
-// a member's `interrupted` then carries the outage id, and its repeats wait while the outage lasts. One
-// replica at a time (a Redis lease) runs the correlator: it opens an outage when a group's recent
-// interruptions reach min_devices, announces it, and ends it when fewer than half of its members (those
-// that opened it and those interrupted since) are still silent: an outage seen early from its first
-// members ends with the whole of it, not with its first count. Everything lives in Redis, so a replica's
-// death costs at most one lease.
+// The alarm loop asks for the groups' open outages before deciding (Correlator.Open), then records
+// every `interrupted` in each of the device's groups, opening an outage that reaches its threshold
+// (Correlator.Join, join.go): a member's `interrupted` then carries the outage id, and its repeats wait
+// while the outage lasts. One replica at a time (a Redis lease) runs the correlator's tick: it announces
+// an outage whose opener died before announcing it, and ends one when fewer than half of its members
+// (those that opened it and those interrupted since) are still silent: an outage seen early from its
+// first members ends with the whole of it, not with its first count. Everything lives in Redis, so a
+// replica's death costs at most one lease.
 
 // Options configures a Correlator.
 type Options struct {
@@ -342,7 +342,8 @@ func (c *Correlator) lookAll(ctx context.Context) error {
 	return nil
 }
 
-// look opens, announces, checks or ends one group's outage, and forgets a quiet group.
+// look announces, checks or ends one group's outage, and forgets a quiet group. It never opens one:
+// Join does, atomically with the interruption that reaches the threshold.
 func (c *Correlator) look(ctx context.Context, g string, now time.Time, window time.Duration) error {
 	rdb := c.opts.Client
 	since := strconv.FormatInt(now.Add(-window).UnixMilli(), 10)
@@ -351,7 +352,7 @@ func (c *Correlator) look(ctx context.Context, g string, now time.Time, window t
 		return fmt.Errorf("correlate: outage %s: %w", g, err)
 	}
 	if len(state) == 0 {
-		// No outage: keep only the window's interruptions, and open one if they are enough.
+		// No outage: keep only the window's interruptions.
 		if err := rdb.ZRemRangeByScore(ctx, c.keys.correlated(g), "-inf", "("+since).Err(); err != nil {
 			return fmt.Errorf("correlate: outage %s: %w", g, err)
 		}
@@ -362,10 +363,7 @@ func (c *Correlator) look(ctx context.Context, g string, now time.Time, window t
 		if n == 0 {
 			return rdb.ZRem(ctx, c.keys.groups(), g).Err()
 		}
-		if int(n) < c.opts.Correlation.MinDevices {
-			return nil
-		}
-		return c.start(ctx, g, int(n), now)
+		return nil
 	}
 	o, err := decodeOutage(state)
 	if err != nil {
@@ -392,26 +390,6 @@ func decodeOutage(state map[string]string) (Outage, error) {
 		return o, fmt.Errorf("correlate: outage state: %w", err)
 	}
 	return o, nil
-}
-
-// start opens g's outage with the n devices interrupted within the window.
-func (c *Correlator) start(ctx context.Context, g string, n int, now time.Time) error {
-	sample, err := c.opts.Client.ZRange(ctx, c.keys.correlated(g), 0, sampleSize-1).Result()
-	if err != nil {
-		return fmt.Errorf("correlate: outage %s: %w", g, err)
-	}
-	now = now.UTC().Truncate(time.Millisecond)
-	o := Outage{ID: outageID(g, now), Group: splitGroup(g), State: "open",
-		StartedAt: now, Count: n, Members: n, Silent: n, Sample: sample}
-	view, _ := json.Marshal(o)
-	pipe := c.opts.Client.Pipeline() // the group's own hash first: it is what the alarm loop reads
-	pipe.HSet(ctx, c.keys.outage(g), "id", o.ID, "view", string(view), "announced", "0")
-	pipe.HSet(ctx, c.keys.open(), o.ID, string(view))
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("correlate: open outage %s: %w", g, err)
-	}
-	c.log.Warn("correlated outage started", zap.String("outage_id", o.ID), zap.Int("devices", n))
-	return c.announce(ctx, g, o)
 }
 
 // outageEvent is outage_started or outage_ended for o, keyed by its group.

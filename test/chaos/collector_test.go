@@ -26,6 +26,8 @@ type collector struct {
 	// early are interruptions raised before their deadline (heartbeatd's at) or read before it on the
 	// test's clock (Redis's too: one machine) by more than a replica's clock may be off.
 	early []string
+	// outages are the ids of the outage_started events that arrived.
+	outages map[string]bool
 }
 
 type recordAt struct {
@@ -43,7 +45,7 @@ type deviceEvents struct {
 func newCollector(t *testing.T, k *testenv.Kafka) *collector {
 	t.Helper()
 	c := &collector{kafka: k, seen: map[recordAt]bool{}, copies: map[string]int{}, devices: map[event.Kind]map[string]*deviceEvents{},
-		deadletters: map[string][]string{}}
+		deadletters: map[string][]string{}, outages: map[string]bool{}}
 	k.Consume(t, c.add, eventsTopic, deadletterTopic)
 	return c
 }
@@ -75,6 +77,9 @@ func (c *collector) take(r testenv.Record) bool {
 		return true
 	}
 	c.copies[e.ID]++
+	if e.Kind == event.OutageStarted {
+		c.outages[e.OutageID] = true
+	}
 	if e.Kind == event.Interrupted && (e.At.Before(e.Deadline) || read.Before(e.Deadline.Add(-config.DefaultMaxClockOffset))) {
 		c.early = append(c.early, fmt.Sprintf("early %s (deadline %s, raised %s, read %s)", e.ID,
 			e.Deadline.Format(time.RFC3339Nano), e.At.Format(time.RFC3339Nano), read.UTC().Format(time.RFC3339Nano)))

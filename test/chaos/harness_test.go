@@ -126,6 +126,8 @@ type daemonOptions struct {
 	// (redis.key_prefix; "" = the default).
 	redisCluster *testenv.RedisCluster
 	keyPrefix    string
+	// correlation is the correlation block's YAML flow mapping ("" = off).
+	correlation string
 }
 
 // redisPassword is the password of daemonOptions.redisUser.
@@ -212,8 +214,16 @@ detection: %s}
 cluster: {replica_id: %q, replica_heartbeat: 250ms, slot_lease: 1s}
 log: {level: info, format: console}
 shutdown_timeout: 5s
-`, redis, types, f.broker.Addr, o.replica, sub, kafkaIngest, strings.Join(f.kafka.Addrs, ","), eventsTopic, deadletterTopic,
-		detection, o.replica)
+%s`, redis, types, f.broker.Addr, o.replica, sub, kafkaIngest, strings.Join(f.kafka.Addrs, ","), eventsTopic, deadletterTopic,
+		detection, o.replica, correlation(o.correlation))
+}
+
+// correlation is the config's correlation line for the flow mapping m ("" = none).
+func correlation(m string) string {
+	if m == "" {
+		return ""
+	}
+	return "correlation: " + m + "\n"
 }
 
 // startDaemon starts heartbeatd and waits until it is ready (its MQTT subscription exists, so signals
