@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -219,105 +218,20 @@ func (s *Silences) End(ctx context.Context, id string, act Act) (bool, error) {
 	return true, err
 }
 
-// rearmBatch bounds one read of a slot's deferred incidents while a type silence is re-armed (a
-// variable so tests can span several batches with a small fleet).
-var rearmBatch = 500
-
-// rearmScript moves the next act of each given incident to ARGV[2] where it is still exactly ARGV[1]:
-// the silence's end, which is where Decide put every incident the silence deferred. An incident the
-// alarm loop holds (leased: scored now + lease) or scheduled for another reason is left alone.
-//
-// KEYS[1] alarms; ARGV[1] the silence's end (ms), ARGV[2] the new act time (ms), ARGV[3…] devices.
-// Reply: how many moved.
-var rearmScript = redis.NewScript(`
-local moved = 0
-local want = tonumber(ARGV[1])
-for i = 3, #ARGV do
-  local sc = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if sc and tonumber(sc) == want then
-    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i])
-    moved = moved + 1
-  end
-end
-return moved`)
-
 // Rearm brings forward the next act of the incidents sil deferred, to now + two index refreshes: by
-// then every replica's index has dropped the ended silence, so the claim is not deferred again. A device
-// silence looks at its device; a type silence at every slot's incidents scheduled at its end, in bounded
-// batches, keeping those of its type. It returns how many incidents it moved.
+// then every replica's index has dropped the ended silence, so the claim is not deferred again. The
+// deadline store owns the alarms set and finds them (deadline.Store.RearmDevice, RearmType). It returns
+// how many incidents it moved.
 func (s *Silences) Rearm(ctx context.Context, sil Silence, now time.Time) (int, error) {
 	store := s.opts.Store
 	if store == nil {
 		return 0, nil
 	}
-	end := sil.Ends.UnixMilli()
-	at := now.Add(2 * s.opts.Refresh).UnixMilli()
-	keys := store.Keys()
-	moved := 0
-	move := func(slot int, devices []string) error {
-		args := make([]any, 0, 2+len(devices))
-		args = append(args, end, at)
-		for _, d := range devices {
-			args = append(args, d)
-		}
-		n, err := rearmScript.Run(ctx, s.rdb, []string{keys.Alarms(slot)}, args...).Int()
-		if err != nil {
-			return fmt.Errorf("alarm: re-arm slot %d: %w", slot, err)
-		}
-		moved += n
-		return nil
-	}
-	l := store.Layout()
+	at := now.Add(2 * s.opts.Refresh)
 	if sil.DeviceID != "" {
-		slots := []int{deadline.Slot(sil.DeviceID, l.Slots)}
-		if l.Previous > 0 && deadline.Slot(sil.DeviceID, l.Previous) != slots[0] {
-			slots = append(slots, deadline.Slot(sil.DeviceID, l.Previous))
-		}
-		for _, slot := range slots {
-			if err := move(slot, []string{sil.DeviceID}); err != nil {
-				return moved, err
-			}
-		}
-		return moved, nil
+		return store.RearmDevice(ctx, sil.DeviceID, sil.Ends, at)
 	}
-	score := strconv.FormatInt(end, 10)
-	for slot := range l.Slots {
-		for offset := int64(0); ; {
-			members, err := s.rdb.ZRangeByScore(ctx, keys.Alarms(slot), &redis.ZRangeBy{Min: score, Max: score,
-				Offset: offset, Count: int64(rearmBatch)}).Result()
-			if err != nil {
-				return moved, fmt.Errorf("alarm: re-arm slot %d: %w", slot, err)
-			}
-			if len(members) == 0 {
-				break
-			}
-			states, err := s.rdb.HMGet(ctx, keys.State(slot), members...).Result()
-			if err != nil {
-				return moved, fmt.Errorf("alarm: re-arm slot %d: %w", slot, err)
-			}
-			var ours []string
-			for i, v := range states {
-				// Members without a state are in-flight records' leases, not incidents.
-				if str, ok := v.(string); ok {
-					st, err := deadline.DecodeState(str)
-					if err == nil && config.BaseType(store.TypeName(ctx, st.TypeIndex)) == sil.DeviceType {
-						ours = append(ours, members[i])
-					}
-				}
-			}
-			if len(ours) > 0 {
-				if err := move(slot, ours); err != nil {
-					return moved, err
-				}
-			}
-			// Moved incidents left the range; the others are still in it, so the next page skips them.
-			offset += int64(len(members) - len(ours))
-			if len(members) < rearmBatch {
-				break
-			}
-		}
-	}
-	return moved, nil
+	return store.RearmType(ctx, sil.DeviceType, sil.Ends, at)
 }
 
 // deviceType is the type of a device silence's device as Redis knows it ("" when unknown), so the
