@@ -27,6 +27,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 // BuildInfo is what `heartbeatd version` prints and the log's first line carries.
@@ -115,7 +116,7 @@ type daemon struct {
 	clock     *alarm.Clock
 	store     *deadline.Store
 	publisher *kafka.Publisher
-	silences  *alarm.Silences
+	silences  *silence.Silences
 	metrics   *alarm.Metrics
 	ownership *deadline.Ownership
 	holdBack  *alarm.HoldBack
@@ -211,7 +212,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	// degraded mark and the outputs that follow Kafka treat them the same.
 	sink := alarm.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
-	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Store: d.store, Acts: acts, Now: d.clock.Now, Logger: log})
+	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log})
 	d.correlator = alarm.NewCorrelator(alarm.CorrelatorOptions{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
 		Sink: sink, ReplicaID: replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, Metrics: d.metrics})
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load, Correlator: d.correlator,

@@ -27,6 +27,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 const openAPIFile = "openapi.yaml"
@@ -245,13 +246,13 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 
 // fullSilences is the silence store, full on demand.
 type fullSilences struct {
-	*alarm.Silences
+	*silence.Silences
 	full bool
 }
 
-func (s *fullSilences) Create(ctx context.Context, sl alarm.Silence) (alarm.Silence, error) {
+func (s *fullSilences) Create(ctx context.Context, sl silence.Silence) (silence.Silence, error) {
 	if s.full {
-		return alarm.Silence{}, fmt.Errorf("alarm: %w", alarm.ErrTooManySilences)
+		return silence.Silence{}, fmt.Errorf("alarm: %w", silence.ErrTooMany)
 	}
 	return s.Silences.Create(ctx, sl)
 }
@@ -379,9 +380,9 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("POST /v1/silences", "/v1/silences", token, `{"device_id":"a","for":"1h"}`, http.StatusConflict)
 	silences.full = false
 	do("GET /v1/silences", "/v1/silences", token, "", http.StatusOK)
-	var silence alarm.Silence
-	require.NoError(t, json.Unmarshal(created, &silence))
-	id := silence.ID
+	var sil silence.Silence
+	require.NoError(t, json.Unmarshal(created, &sil))
+	id := sil.ID
 	do("DELETE /v1/silences/{id}", "/v1/silences/"+id+"?by="+strings.Repeat("x", 300), token, "", http.StatusBadRequest)
 	do("DELETE /v1/silences/{id}", "/v1/silences/"+id+"?by=alice&note=done", token, "", http.StatusNoContent)
 	do("DELETE /v1/silences/{id}", "/v1/silences/"+id, token, "", http.StatusNotFound)

@@ -75,9 +75,6 @@ func (k Keyspace) Owner(slot int) string { return k.prefix + ":owner:{" + strcon
 // Replicas is the ZSET replica id → last heartbeat (ms) of live replicas.
 func (k Keyspace) Replicas() string { return k.prefix + ":replicas" }
 
-// Silences is the HASH silence id → JSON silence.
-func (k Keyspace) Silences() string { return k.prefix + ":silences" }
-
 // Layout records the slot-count history for online slot doubling.
 func (k Keyspace) Layout() string { return k.prefix + ":layout" }
 
