@@ -288,7 +288,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		Timeout:    func(string) time.Duration { return time.Minute }, Token: token, Gatherer: prometheus.NewRegistry(),
 		MaxBodySize: 1024, Now: func() time.Time { return f.now }, KnownType: func(n string) bool { return n == "gateway" || n == "default" },
 		MaxImportBytes: 4096, Stream: NewEventStream(StreamOptions{MaxClients: 1}),
-		Outages: alarm.NewCorrelator(alarm.CorrelatorOptions{Client: f.store.Client(), Store: f.store,
+		Outages: alarm.NewCorrelator(alarm.CorrelatorOptions{Client: f.rdb, Store: f.store,
 			Correlation: config.Correlation{By: []string{"device_type"}, MinDevices: 2, Window: time.Second}}),
 	}
 	opts.Advice = func() ingest.TimeoutAdvice {
@@ -358,7 +358,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		State: "open", StartedAt: f.now.UTC(), Count: 60, Silent: 58, Sample: []string{"gw-7", "gw-9"}}
 	view, err := json.Marshal(outage)
 	require.NoError(t, err)
-	require.NoError(t, f.store.Client().HSet(ctx, f.store.Keys().OutagesOpen(), outage.ID, view).Err())
+	require.NoError(t, f.rdb.HSet(ctx, f.store.Keys().OutagesOpen(), outage.ID, view).Err())
 	// Stored without members, as a release before them stored it: its count is the floor shown.
 	require.Contains(t, string(do("GET /v1/outages", "/v1/outages", token, "", http.StatusOK)), `"members":60`)
 	do("GET /v1/outages/{id}", "/v1/outages/"+outage.ID, token, "", http.StatusOK)
