@@ -55,7 +55,7 @@ func (s *Silences) End(ctx context.Context, id string, act event.Act) (bool, err
 			s.log.Warn("the silence is deleted, but its unsilenced event is not published: Redis failed the guard",
 				zap.String("id", id), zap.Error(gerr))
 		case first:
-			s.opts.Events.Publish(ctx, Event(event.Unsilenced, sil, s.deviceType(ctx, sil), act, now))
+			s.opts.Events.Publish(ctx, eventOf(event.Unsilenced, sil, s.deviceType(ctx, sil), act, now))
 		}
 	}
 	return true, err
@@ -155,7 +155,7 @@ func (s *Silences) announceEnd(ctx context.Context, sil Silence, now time.Time) 
 		}
 		return nil
 	}
-	if !s.opts.Events.Publish(ctx, Event(event.Unsilenced, sil, s.deviceType(ctx, sil), event.Act{}, now)) {
+	if !s.opts.Events.Publish(ctx, eventOf(event.Unsilenced, sil, s.deviceType(ctx, sil), event.Act{}, now)) {
 		_ = s.rdb.Del(ctx, key).Err() // any replica may try again; the lease ends it otherwise
 		return errNotAnnounced
 	}

@@ -2,6 +2,7 @@ package silence
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -13,10 +14,10 @@ type Publisher interface {
 	Publish(ctx context.Context, e event.Event) bool
 }
 
-// Event is the `silenced` or `unsilenced` event of sil: one per silence, id silence/<silence id>/<kind>,
+// eventOf is the `silenced` or `unsilenced` event of sil: one per silence, id silence/<silence id>/<kind>,
 // keyed (device_id) by the matcher: the device, or the type for a type silence. deviceType is the
 // silenced device's type where known ("" else); a type silence's is its type.
-func Event(kind event.Kind, sil Silence, deviceType string, act event.Act, now time.Time) event.Event {
+func eventOf(kind event.Kind, sil Silence, deviceType string, act event.Act, now time.Time) event.Event {
 	key := sil.DeviceID
 	if key == "" {
 		key, deviceType = sil.DeviceType, sil.DeviceType
@@ -30,4 +31,18 @@ func Event(kind event.Kind, sil Silence, deviceType string, act event.Act, now t
 // EventID is the id of a silence's silenced or unsilenced event.
 func EventID(silenceID string, kind event.Kind) string {
 	return "silence/" + silenceID + "/" + string(kind)
+}
+
+// IDOfEvent returns the id of the silence whose silenced or unsilenced event has id eventID
+// (EventID's inverse); false for any other event.
+func IDOfEvent(eventID string) (string, bool) {
+	rest, ok := strings.CutPrefix(eventID, "silence/")
+	if !ok {
+		return "", false
+	}
+	id, kind, ok := strings.Cut(rest, "/")
+	if !ok || id == "" || (event.Kind(kind) != event.Silenced && event.Kind(kind) != event.Unsilenced) {
+		return "", false
+	}
+	return id, true
 }

@@ -146,7 +146,7 @@ func (s *Silences) Create(ctx context.Context, sil Silence) (Silence, error) {
 	// The index first: the alarm loop honours the silence before consumers hear of it.
 	err = s.Load(ctx)
 	if s.opts.Events != nil {
-		s.opts.Events.Publish(ctx, Event(event.Silenced, sil, s.deviceType(ctx, sil), event.Act{By: sil.By, Note: sil.Comment}, now))
+		s.opts.Events.Publish(ctx, eventOf(event.Silenced, sil, s.deviceType(ctx, sil), event.Act{By: sil.By, Note: sil.Comment}, now))
 	}
 	return sil, err
 }

@@ -179,7 +179,7 @@ func TestSilenceEndIsAnnouncedOnceAcrossReplicas(t *testing.T) {
 		require.NoError(t, err)
 		created := f.sink.take()
 		require.Len(t, created, 1)
-		require.Equal(t, Event(event.Silenced, s, "gateway", event.Act{By: "carol", Note: "swap"}, f.t0), created[0])
+		require.Equal(t, eventOf(event.Silenced, s, "gateway", event.Act{By: "carol", Note: "swap"}, f.t0), created[0])
 		require.NoError(t, b.Load(ctx))
 
 		f.clock.Set(f.t0.Add(time.Minute))
@@ -225,7 +225,7 @@ func TestSilenceEndedEarlyIsNotAnnouncedAgain(t *testing.T) {
 		require.True(t, ok)
 		got := f.sink.take()
 		require.Len(t, got, 1)
-		require.Equal(t, Event(event.Unsilenced, s, "sensor", event.Act{By: "dave", Note: "done"}, f.t0), got[0])
+		require.Equal(t, eventOf(event.Unsilenced, s, "sensor", event.Act{By: "dave", Note: "done"}, f.t0), got[0])
 
 		f.sink.down.Store(true) // the gateway silence's end cannot be announced
 		f.clock.Set(f.t0.Add(3 * time.Minute))
@@ -372,4 +372,16 @@ func TestKeysKeepTheirStrings(t *testing.T) {
 	require.Equal(t, "hb:silences", silencesKey(""))
 	require.Equal(t, "test:silences", silencesKey("test"))
 	require.Equal(t, "hb:silences:ended:abc", endedKey(silencesKey(""), "abc"))
+}
+
+func TestIDOfEventInvertsEventID(t *testing.T) {
+	for _, kind := range []event.Kind{event.Silenced, event.Unsilenced} {
+		id, ok := IDOfEvent(EventID("6ebb8040fb252584", kind))
+		require.True(t, ok)
+		require.Equal(t, "6ebb8040fb252584", id)
+	}
+	for _, other := range []string{"d1/1795340000000/interrupted/0", "silence/x/acked", "silence//silenced", "silence/x"} {
+		_, ok := IDOfEvent(other)
+		require.False(t, ok, other)
+	}
 }

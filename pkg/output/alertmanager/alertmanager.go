@@ -38,6 +38,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 // Defaults of Options.
@@ -310,7 +311,10 @@ func (o *Output) typeSilence(e event.Event) (string, bool) {
 	if o.opts.Silence == nil {
 		return "", false
 	}
-	id := strings.TrimSuffix(strings.TrimPrefix(e.ID, "silence/"), "/"+string(event.Silenced))
+	id, ok := silence.IDOfEvent(e.ID)
+	if !ok {
+		return "", false
+	}
 	device, typ, ok := o.opts.Silence(id)
 	return typ, ok && device == "" && typ != ""
 }
