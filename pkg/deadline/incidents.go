@@ -39,10 +39,10 @@ func (s *Store) ScanOpenIncidents(ctx context.Context, slot int, cursor uint64, 
 	}
 	var out []OpenIncident
 	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i] == StateGuardField {
+		if kv[i] == stateGuardField {
 			continue
 		}
-		st, err := DecodeState(kv[i+1])
+		st, err := decodeState(kv[i+1])
 		if err != nil || st.Next == 0 || st.Acked {
 			continue
 		}

@@ -98,7 +98,7 @@ func (s *Store) incidentsOfType(ctx context.Context, slot int, members []string,
 	var ours []string
 	for i, v := range states {
 		if str, ok := v.(string); ok {
-			st, err := DecodeState(str)
+			st, err := decodeState(str)
 			if err == nil && config.BaseType(s.TypeName(ctx, st.TypeIndex)) == typ {
 				ours = append(ours, members[i])
 			}
