@@ -2,10 +2,7 @@ package alarm
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -13,35 +10,6 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
-
-// Act is who performed an operator's act (ack, silence, unsilence, delete) and why; its event carries
-// both when given (docs/events.md).
-type Act struct {
-	By   string `json:"by,omitempty"`
-	Note string `json:"note,omitempty"`
-}
-
-// The bounds of an act's by and note, so an act cannot grow an event past what Kafka takes.
-const (
-	MaxActBy   = 256
-	MaxActNote = 1024
-)
-
-// ErrInvalidAct is wrapped by Act.Validate.
-var ErrInvalidAct = errors.New("invalid act")
-
-// Validate checks the bounds of by and note and that both are UTF-8 text.
-func (a Act) Validate() error {
-	switch {
-	case len(a.By) > MaxActBy:
-		return fmt.Errorf("%w: by is at most %d bytes", ErrInvalidAct, MaxActBy)
-	case len(a.Note) > MaxActNote:
-		return fmt.Errorf("%w: note is at most %d bytes", ErrInvalidAct, MaxActNote)
-	case !utf8.ValidString(a.By) || !utf8.ValidString(a.Note):
-		return fmt.Errorf("%w: by and note must be UTF-8", ErrInvalidAct)
-	}
-	return nil
-}
 
 // DefaultActTimeout bounds the publication of one act's event: the act is already stored, so a Kafka
 // outage delays the operator's answer by at most this much.
@@ -113,7 +81,7 @@ func (a *Acts) Publish(ctx context.Context, e event.Event) bool {
 // AckedEvent is the `acked` event of an incident of device (of type typ, whose timeout dates last_seen):
 // its id is <device>/<incident deadline ms>/acked/0, so an ack repeated for the same incident is the
 // same event.
-func AckedEvent(device, typ string, incident deadline.State, timeout time.Duration, act Act, now time.Time) event.Event {
+func AckedEvent(device, typ string, incident deadline.State, timeout time.Duration, act event.Act, now time.Time) event.Event {
 	dl := incident.DeadlineTime()
 	e := event.New(event.Acked, device, typ, dl, dl.Add(-timeout), now, 0)
 	e.By, e.Note = act.By, act.Note
@@ -123,7 +91,7 @@ func AckedEvent(device, typ string, incident deadline.State, timeout time.Durati
 // DeletedEvent is the `deleted` event of device, whose deadline (its open incident's, else its current
 // one) is dl: its id is <device>/<ms of the act>/deleted/0, since a device may be deleted, signal again
 // and be deleted again under the same deadline.
-func DeletedEvent(device, typ string, dl time.Time, timeout time.Duration, act Act, now time.Time) event.Event {
+func DeletedEvent(device, typ string, dl time.Time, timeout time.Duration, act event.Act, now time.Time) event.Event {
 	var lastSeen time.Time
 	if !dl.IsZero() {
 		lastSeen = dl.Add(-timeout)
@@ -132,23 +100,4 @@ func DeletedEvent(device, typ string, dl time.Time, timeout time.Duration, act A
 	e.ID = event.ID(device, now, event.Deleted, 0)
 	e.By, e.Note = act.By, act.Note
 	return e
-}
-
-// SilenceEvent is the `silenced` or `unsilenced` event of sil: one per silence, id
-// silence/<silence id>/<kind>, keyed (device_id) by the matcher: the device, or the type for a type
-// silence. deviceType is the silenced device's type where known ("" else); a type silence's is its type.
-func SilenceEvent(kind event.Kind, sil Silence, deviceType string, act Act, now time.Time) event.Event {
-	key := sil.DeviceID
-	if key == "" {
-		key, deviceType = sil.DeviceType, sil.DeviceType
-	}
-	e := event.New(kind, key, deviceType, time.Time{}, time.Time{}, now, 0)
-	e.ID = SilenceEventID(sil.ID, kind)
-	e.By, e.Note = act.By, act.Note
-	return e
-}
-
-// SilenceEventID is the id of a silence's silenced or unsilenced event.
-func SilenceEventID(silenceID string, kind event.Kind) string {
-	return "silence/" + silenceID + "/" + string(kind)
 }

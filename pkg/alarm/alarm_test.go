@@ -2,7 +2,6 @@ package alarm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -21,6 +20,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 const eventsTopic = "heartbeat.events"
@@ -77,7 +77,7 @@ type fixture struct {
 	clock    *testenv.Clock // shared by the store, the handler and the test
 	sink     *recorder
 	handler  *Handler
-	silences *Silences
+	silences *silence.Silences
 	policies atomic.Pointer[config.Policies]
 	t0       time.Time
 }
@@ -117,7 +117,7 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	f.sink = &recorder{next: pub}
-	f.silences = NewSilences(f.rdb, store.Keys(), SilencesOptions{Now: f.clock.Now})
+	f.silences = silence.New(f.rdb, silence.Options{Now: f.clock.Now})
 	f.handler = f.newHandler()
 	return f
 }
@@ -247,9 +247,9 @@ func TestAckStopsRepeatsButRecoveryIsReported(t *testing.T) {
 func TestSilenceByDeviceAndByTypeAlarmsWhenItEnds(t *testing.T) {
 	eachBackend(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
-		_, err := f.silences.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Minute)})
+		_, err := f.silences.Create(ctx, silence.Silence{DeviceID: "d1", Ends: f.t0.Add(time.Minute)})
 		require.NoError(t, err)
-		_, err = f.silences.Create(ctx, Silence{DeviceType: "gateway", Ends: f.t0.Add(2 * time.Minute), Comment: "firmware rollout"})
+		_, err = f.silences.Create(ctx, silence.Silence{DeviceType: "gateway", Ends: f.t0.Add(2 * time.Minute), Comment: "firmware rollout"})
 		require.NoError(t, err)
 		f.signal("d1", "", 0)        // default, silenced by device for 1m
 		f.signal("g1", "gateway", 0) // silenced by type for 2m
@@ -263,41 +263,6 @@ func TestSilenceByDeviceAndByTypeAlarmsWhenItEnds(t *testing.T) {
 		list, err := f.silences.List(ctx)
 		require.NoError(t, err)
 		require.Empty(t, list, "both silences ended")
-
-		_, err = f.silences.Create(ctx, Silence{Ends: f.t0.Add(time.Hour)})
-		require.ErrorIs(t, err, ErrInvalidSilence)
-		_, err = f.silences.Create(ctx, Silence{DeviceID: "x", Ends: f.t0.Add(-time.Second)})
-		require.ErrorIs(t, err, ErrInvalidSilence)
-	})
-}
-
-func TestSilenceCreatedElsewhereAppliesAfterRefresh(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
-		ctx := context.Background()
-		other := NewSilences(f.rdb, f.store.Keys(), SilencesOptions{Now: f.clock.Now})
-		s, err := other.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Hour)})
-		require.NoError(t, err)
-		require.True(t, f.silences.SilencedUntil("d1", "default", f.t0).IsZero(), "not read yet")
-		require.NoError(t, f.silences.Load(ctx))
-		require.Equal(t, s.Ends, f.silences.SilencedUntil("d1", "default", f.t0).UTC())
-		ok, err := f.silences.Delete(ctx, s.ID)
-		require.NoError(t, err)
-		require.True(t, ok)
-		require.True(t, f.silences.SilencedUntil("d1", "default", f.t0).IsZero())
-		ok, err = f.silences.Delete(ctx, s.ID)
-		require.NoError(t, err)
-		require.False(t, ok)
-	})
-}
-
-// A type silence covers the devices of that type with their own timeout, recorded as "<type>@<timeout>".
-func TestTypeSilenceCoversOwnTimeouts(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
-		ctx := context.Background()
-		s, err := f.silences.Create(ctx, Silence{DeviceType: "gateway", Ends: f.t0.Add(time.Hour)})
-		require.NoError(t, err)
-		require.Equal(t, s.Ends, f.silences.SilencedUntil("g", config.PerDeviceType("gateway", 6*time.Second), f.t0).UTC())
-		require.True(t, f.silences.SilencedUntil("g", config.PerDeviceType("sensor", 6*time.Second), f.t0).IsZero())
 	})
 }
 
@@ -342,7 +307,7 @@ func TestMixedBatchReleasesItsRecordWithTheAcks(t *testing.T) {
 				loud = d
 			}
 		}
-		_, err := f.silences.Create(ctx, Silence{DeviceID: quiet, Ends: f.t0.Add(5 * time.Minute)})
+		_, err := f.silences.Create(ctx, silence.Silence{DeviceID: quiet, Ends: f.t0.Add(5 * time.Minute)})
 		require.NoError(t, err)
 		f.signal(quiet, "", 0) // default: timeout 10s, repeat 1m
 		f.signal(loud, "", 0)
@@ -533,11 +498,4 @@ func TestHoldBackServiceWasDown(t *testing.T) {
 		require.Equal(t, []string{"b interrupted 0"}, step(30*time.Second+time.Millisecond))
 
 	})
-}
-
-func TestSilenceJSONRoundTrip(t *testing.T) {
-	s := Silence{ID: "x", DeviceType: "gateway", Starts: time.Unix(1, 0).UTC(), Ends: time.Unix(2, 0).UTC()}
-	b, err := json.Marshal(s)
-	require.NoError(t, err)
-	require.JSONEq(t, `{"id":"x","device_type":"gateway","starts":"1970-01-01T00:00:01Z","ends":"1970-01-01T00:00:02Z"}`, string(b))
 }

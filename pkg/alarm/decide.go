@@ -4,7 +4,8 @@
 // Redis only after its events were published.
 //
 // Decide is the whole policy as a pure function; Handler is the loop around it (re-check, publish,
-// acknowledge); Silences and HoldBack are the stores and trackers the HTTP API and scanners read.
+// acknowledge); HoldBack is the tracker the HTTP API and scanners read. Silences are pkg/silence's: the
+// Handler asks a SilenceChecker.
 package alarm
 
 import (

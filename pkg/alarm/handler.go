@@ -15,7 +15,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// SilenceChecker answers whether a device is silenced; *Silences is one.
+// SilenceChecker answers whether a device is silenced; pkg/silence's *Silences is one.
 type SilenceChecker interface {
 	SilencedUntil(device, typ string, now time.Time) time.Time
 }

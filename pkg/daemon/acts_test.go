@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 // actsDaemon is one heartbeatd run in-process on real servers, for the operator acts' tests.
@@ -141,8 +141,8 @@ func only(t *testing.T, all []event.Event, kind event.Kind, device string) event
 func silenceEvents(t *testing.T, all []event.Event, silenceID, device string) (on, off event.Event) {
 	t.Helper()
 	on, off = only(t, all, event.Silenced, device), only(t, all, event.Unsilenced, device)
-	require.Equal(t, alarm.SilenceEventID(silenceID, event.Silenced), on.ID)
-	require.Equal(t, alarm.SilenceEventID(silenceID, event.Unsilenced), off.ID)
+	require.Equal(t, silence.EventID(silenceID, event.Silenced), on.ID)
+	require.Equal(t, silence.EventID(silenceID, event.Unsilenced), off.ID)
 	return on, off
 }
 
@@ -215,7 +215,7 @@ func TestOperatorActsAreEvents(t *testing.T) {
 	only(t, all, event.Interrupted, "meter-1")
 
 	// The silence store lists what the API stored: by, and note as the comment.
-	var list struct{ Silences []alarm.Silence }
+	var list struct{ Silences []silence.Silence }
 	raw, err := json.Marshal(d.call("GET", "/v1/silences", "", http.StatusOK))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &list))

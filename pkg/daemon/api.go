@@ -24,17 +24,19 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 	"github.com/heartbeatd/heartbeatd/pkg/statuspage"
 )
 
-// Silences is what the API needs from the silence store (*alarm.Silences).
+// Silences is what the API needs from the silence store (*silence.Silences).
 type Silences interface {
-	Create(ctx context.Context, s alarm.Silence) (alarm.Silence, error)
-	List(ctx context.Context) ([]alarm.Silence, error)
+	Create(ctx context.Context, s silence.Silence) (silence.Silence, error)
+	List(ctx context.Context) ([]silence.Silence, error)
 	// End ends a silence early on behalf of act; false when there is none with that id.
-	End(ctx context.Context, id string, act alarm.Act) (bool, error)
+	End(ctx context.Context, id string, act event.Act) (bool, error)
 	// SilencedUntil is when the latest silence covering device (of type typ) ends; zero when none does.
 	SilencedUntil(device, typ string, now time.Time) time.Time
 }
@@ -442,7 +444,7 @@ func (a *api) devices(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var act alarm.Act
+	var act event.Act
 	if !a.decodeOptionalBody(w, r, &act) || !validAct(w, act) {
 		return
 	}
@@ -504,14 +506,14 @@ func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
 
 // actFromQuery reads an act's optional by and note from the query (DELETE has no body); on failure it
 // has answered 400.
-func actFromQuery(w http.ResponseWriter, r *http.Request) (alarm.Act, bool) {
+func actFromQuery(w http.ResponseWriter, r *http.Request) (event.Act, bool) {
 	q := r.URL.Query()
-	act := alarm.Act{By: q.Get("by"), Note: q.Get("note")}
+	act := event.Act{By: q.Get("by"), Note: q.Get("note")}
 	return act, validAct(w, act)
 }
 
 // validAct answers 400 for an act whose by or note is out of bounds.
-func validAct(w http.ResponseWriter, act alarm.Act) bool {
+func validAct(w http.ResponseWriter, act event.Act) bool {
 	if err := act.Validate(); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return false
@@ -664,7 +666,7 @@ func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := a.Now()
-	s := alarm.Silence{DeviceID: req.DeviceID, DeviceType: req.DeviceType, Starts: now, Comment: cmp.Or(req.Comment, req.Note),
+	s := silence.Silence{DeviceID: req.DeviceID, DeviceType: req.DeviceType, Starts: now, Comment: cmp.Or(req.Comment, req.Note),
 		By: req.By}
 	switch {
 	case req.Until != "" && req.For != "":
@@ -698,11 +700,11 @@ func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	created, err := a.Silences.Create(r.Context(), s)
-	if errors.Is(err, alarm.ErrInvalidSilence) {
+	if errors.Is(err, silence.ErrInvalid) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if errors.Is(err, alarm.ErrTooManySilences) {
+	if errors.Is(err, silence.ErrTooMany) {
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
@@ -756,7 +758,7 @@ func (a *api) listSilences(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if list == nil {
-		list = []alarm.Silence{}
+		list = []silence.Silence{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"silences": list})
 }

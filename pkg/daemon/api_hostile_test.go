@@ -19,9 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 // commandCalls is how often Redis ran cmd (INFO commandstats), e.g. "ping", "zscan".
@@ -232,27 +232,28 @@ func TestTypeCountsCacheSharesOneRun(t *testing.T) {
 	require.NotNil(t, tc)
 }
 
-// TestSilencesAreBounded: past alarm.MaxSilences a create is refused with 409 and nothing is stored.
+// TestSilencesAreBounded: past silence.MaxStored a create is refused with 409 and nothing is stored.
 func TestSilencesAreBounded(t *testing.T) {
+	const silencesKey = "hb:silences" // pkg/silence's hash under the default prefix (docs/concepts.md)
 	f := newAPIFixture(t, "")
-	fill := make([]any, 0, 2*(alarm.MaxSilences-1))
-	for i := range alarm.MaxSilences - 1 {
-		b, err := json.Marshal(alarm.Silence{ID: fmt.Sprintf("fill-%d", i), DeviceID: fmt.Sprintf("d-%d", i),
+	fill := make([]any, 0, 2*(silence.MaxStored-1))
+	for i := range silence.MaxStored - 1 {
+		b, err := json.Marshal(silence.Silence{ID: fmt.Sprintf("fill-%d", i), DeviceID: fmt.Sprintf("d-%d", i),
 			Starts: f.now, Ends: f.now.Add(time.Hour)})
 		require.NoError(t, err)
 		fill = append(fill, fmt.Sprintf("fill-%d", i), b)
 	}
-	require.NoError(t, f.rdb.HSet(context.Background(), f.store.Keys().Silences(), fill...).Err())
+	require.NoError(t, f.rdb.HSet(context.Background(), silencesKey, fill...).Err())
 
 	code, body := f.call(t, "POST", "/v1/silences", "", `{"device_type":"gateway","for":"1h"}`)
 	require.Equal(t, http.StatusCreated, code, body)
 	code, body = f.call(t, "POST", "/v1/silences", "", `{"device_type":"default","for":"1h"}`)
 	require.Equal(t, http.StatusConflict, code)
 	require.Contains(t, body["error"], "too many silences")
-	require.Contains(t, body["error"], strconv.Itoa(alarm.MaxSilences))
-	n, err := f.rdb.HLen(context.Background(), f.store.Keys().Silences()).Result()
+	require.Contains(t, body["error"], strconv.Itoa(silence.MaxStored))
+	n, err := f.rdb.HLen(context.Background(), silencesKey).Result()
 	require.NoError(t, err)
-	require.Equal(t, int64(alarm.MaxSilences), n)
+	require.Equal(t, int64(silence.MaxStored), n)
 
 	code, _ = f.call(t, "DELETE", "/v1/silences/fill-0", "", "")
 	require.Equal(t, http.StatusNoContent, code)

@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 type apiFixture struct {
@@ -28,7 +28,7 @@ type apiFixture struct {
 	handler  http.Handler
 	rdb      *redis.Client
 	store    *deadline.Store
-	silences *alarm.Silences
+	silences *silence.Silences
 	// health runs check, or, when check is nil, reports redisErr for Redis and the rest ready. It does
 	// not run by itself: refresh it, or Start it (its interval is an hour: one round, then none).
 	health   *Health
@@ -54,7 +54,7 @@ func newAPIFixture(t testing.TB, token string) *apiFixture {
 	require.NoError(t, err)
 	require.NoError(t, store.Load(context.Background(), "default", "gateway"))
 	f.store = store
-	f.silences = alarm.NewSilences(rdb, store.Keys(), alarm.SilencesOptions{Now: func() time.Time { return f.now }})
+	f.silences = silence.New(rdb, silence.Options{Now: func() time.Time { return f.now }})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "heartbeatd_test_total", Help: "x"}))
 	f.health = NewHealth(func(ctx context.Context) map[string]error {

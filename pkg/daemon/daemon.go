@@ -29,6 +29,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 // BuildInfo is what `heartbeatd version` prints and the log's first line carries.
@@ -117,7 +118,7 @@ type daemon struct {
 	clock     *holdback.Clock
 	store     *deadline.Store
 	publisher *kafka.Publisher
-	silences  *alarm.Silences
+	silences  *silence.Silences
 	metrics   *alarm.Metrics
 	ownership *deadline.Ownership
 	holdBack  *holdback.Tracker
@@ -215,7 +216,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	// degraded mark and the outputs that follow Kafka treat them the same.
 	sink := holdback.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
-	d.silences = alarm.NewSilences(d.rdb, d.store.Keys(), alarm.SilencesOptions{Store: d.store, Acts: acts, Now: d.clock.Now, Logger: log})
+	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log})
 	d.correlator = correlate.New(correlate.Options{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
 		Sink: sink, ReplicaID: replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,
 		Events: d.metrics.Events, OutagesOpen: d.metrics.OutagesOpen})

@@ -40,7 +40,7 @@ func (d *daemon) buildAlertmanager(am config.Alertmanager, reg prometheus.Regist
 	}
 	out, err := alertmanager.New(alertmanager.Options{URLs: am.URLs, ResendEvery: am.Resend(), Labels: am.LabelSet(),
 		Timeout: am.PostTimeout(), TLS: tlsCfg, Token: am.Token,
-		Store: d.store, Slots: d.ownership.Slots, TypeTimeout: d.timeout,
+		Store: d.store, Slots: d.ownership.Slots,
 		Silenced: func(device, typ string, now time.Time) bool {
 			return d.silences.SilencedUntil(device, typ, now).After(now)
 		},

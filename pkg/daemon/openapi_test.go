@@ -22,13 +22,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	contract "github.com/heartbeatd/heartbeatd/api"
-	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 const openAPIFile = "openapi.yaml"
@@ -247,13 +247,13 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 
 // fullSilences is the silence store, full on demand.
 type fullSilences struct {
-	*alarm.Silences
+	*silence.Silences
 	full bool
 }
 
-func (s *fullSilences) Create(ctx context.Context, sl alarm.Silence) (alarm.Silence, error) {
+func (s *fullSilences) Create(ctx context.Context, sl silence.Silence) (silence.Silence, error) {
 	if s.full {
-		return alarm.Silence{}, fmt.Errorf("alarm: %w", alarm.ErrTooManySilences)
+		return silence.Silence{}, fmt.Errorf("alarm: %w", silence.ErrTooMany)
 	}
 	return s.Silences.Create(ctx, sl)
 }
@@ -289,7 +289,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		Timeout:    func(string) time.Duration { return time.Minute }, Token: token, Gatherer: prometheus.NewRegistry(),
 		MaxBodySize: 1024, Now: func() time.Time { return f.now }, KnownType: func(n string) bool { return n == "gateway" || n == "default" },
 		MaxImportBytes: 4096, Stream: NewEventStream(StreamOptions{MaxClients: 1}),
-		Outages: correlate.New(correlate.Options{Client: f.store.Client(), Store: f.store,
+		Outages: correlate.New(correlate.Options{Client: f.rdb, Store: f.store,
 			Correlation: config.Correlation{By: []string{"device_type"}, MinDevices: 2, Window: time.Second}}),
 	}
 	opts.Advice = func() ingest.TimeoutAdvice {
@@ -361,7 +361,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	require.NoError(t, err)
 	// Stored without members, as a release before them stored it (in the correlator's hash of open
 	// outages, spelled out here as that release wrote it): its count is the floor shown.
-	require.NoError(t, f.store.Client().HSet(ctx, "hb:outages:open", outage.ID, view).Err())
+	require.NoError(t, f.rdb.HSet(ctx, "hb:outages:open", outage.ID, view).Err())
 	require.Contains(t, string(do("GET /v1/outages", "/v1/outages", token, "", http.StatusOK)), `"members":60`)
 	do("GET /v1/outages/{id}", "/v1/outages/"+outage.ID, token, "", http.StatusOK)
 	do("GET /v1/outages/{id}", "/v1/outages/outage:device_type:nothing/1", token, "", http.StatusNotFound)
@@ -382,9 +382,9 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("POST /v1/silences", "/v1/silences", token, `{"device_id":"a","for":"1h"}`, http.StatusConflict)
 	silences.full = false
 	do("GET /v1/silences", "/v1/silences", token, "", http.StatusOK)
-	var silence alarm.Silence
-	require.NoError(t, json.Unmarshal(created, &silence))
-	id := silence.ID
+	var sil silence.Silence
+	require.NoError(t, json.Unmarshal(created, &sil))
+	id := sil.ID
 	do("DELETE /v1/silences/{id}", "/v1/silences/"+id+"?by="+strings.Repeat("x", 300), token, "", http.StatusBadRequest)
 	do("DELETE /v1/silences/{id}", "/v1/silences/"+id+"?by=alice&note=done", token, "", http.StatusNoContent)
 	do("DELETE /v1/silences/{id}", "/v1/silences/"+id, token, "", http.StatusNotFound)

@@ -64,7 +64,7 @@ for j = 1, #ms do
   local i = 3 + (j - 1) * 5
   local m, dl, c = ms[j], ARGV[i+2], stored[j]
   -- The incident is the one claimed when its state starts with the claimed deadline and stateSep, or,
-  -- as a claim committed it, is the bare deadline score (see DecodeState).
+  -- as a claim committed it, is the bare deadline score (see decodeState).
   local bare = c and not find(c, ${stateSep}, 1, true)
   if not (c and ((not bare and find(c, dl, 1, true) == 1 and byte(c, #dl + 1) == ${stateSepByte}) or
       (bare and floor(tonumber(c) / ${MaxTypes}) == tonumber(dl)))) then
@@ -102,7 +102,7 @@ if #hdel > 0 then redis.call('HDEL', KEYS[3], unpack(hdel)) end
 if #unalarm > 0 then redis.call('ZREM', KEYS[2], unpack(unalarm)) end
 if #undead > 0 then redis.call('ZREM', KEYS[4], unpack(undead)) end
 if #hset > 0 then
-  hset[#hset+1] = ${StateGuardField}
+  hset[#hset+1] = ${stateGuardField}
   hset[#hset+1] = ${stateGuardValue}
   redis.call('HSET', KEYS[3], unpack(hset))
 end
@@ -244,7 +244,7 @@ var setAckedScript = newScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
 if not string.find(cur, ${stateSep}, 1, true) then
-  -- A bare deadline score: a committed incident, interrupted sent (see DecodeState).
+  -- A bare deadline score: a committed incident, interrupted sent (see decodeState).
   local sc = tonumber(cur)
   local dl = math.floor(sc / ${MaxTypes})
   cur = string.format(${stateCommittedFormat}, dl, sc - dl * ${MaxTypes}, dl)

@@ -145,7 +145,7 @@ local function claimFresh()
   if byRank > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, byRank - 1) end
   pieces(byName, 1, function(...) redis.call('ZREM', KEYS[1], ...) end)
   if #hset > 0 then
-    hset[#hset+1] = ${StateGuardField}
+    hset[#hset+1] = ${stateGuardField}
     hset[#hset+1] = ${stateGuardValue}
     pieces(hset, 2, function(...) redis.call('HSET', KEYS[3], ...) end)
     pieces(zadd, 2, function(...) redis.call('ZADD', KEYS[2], ...) end)
@@ -401,7 +401,7 @@ func (s *Store) freshClaim(ctx context.Context, slot int, device, score, prev st
 	}
 	c := Claim{Device: device, Slot: slot, State: st, Fresh: true, Type: s.types.name(ctx, st.TypeIndex)}
 	if prev != "" {
-		p, err := DecodeState(prev)
+		p, err := decodeState(prev)
 		if err != nil {
 			return Claim{}, err
 		}
@@ -412,7 +412,7 @@ func (s *Store) freshClaim(ctx context.Context, slot int, device, score, prev st
 
 // dueClaim reads a due alarm entry's claim: device, state.
 func (s *Store) dueClaim(ctx context.Context, slot int, device, state string) (Claim, error) {
-	st, err := DecodeState(state)
+	st, err := decodeState(state)
 	if err != nil {
 		return Claim{}, err
 	}

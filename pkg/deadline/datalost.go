@@ -27,7 +27,7 @@ import (
 //     longer timeout than its type's is not reported at its type's deadline.
 //
 // The types it remembers per device stay: an untyped signal keeps its device's type, and its write
-// records the type in Redis again. The silences go back too (alarm.Silences). What Redis alone held
+// records the type in Redis again. The silences go back too (pkg/silence, Silences.Load). What Redis alone held
 // (devices silent since before the loss, open incidents, registrations as such, parked events) is gone;
 // DataLost lets the daemon say so.
 

@@ -61,7 +61,7 @@ func (s *Store) ParkedClaims(ctx context.Context, limit int) ([]Parked, error) {
 		return nil, fmt.Errorf("deadline: parked claims: %w", err)
 	}
 	for i, cmd := range states {
-		if st, err := DecodeState(cmd.Val()); err == nil {
+		if st, err := decodeState(cmd.Val()); err == nil {
 			out[i].Reason = st.Reason
 		}
 	}

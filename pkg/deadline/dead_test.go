@@ -65,7 +65,7 @@ func TestRequeueDropsParkedClaimsWithoutIncident(t *testing.T) {
 	eachBackend(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		c := park(t, f, "gone", "refused")
-		require.NoError(t, f.store.Client().HDel(ctx, f.store.Keys().State(c.Slot), "gone").Err())
+		require.NoError(t, f.rdb.HDel(ctx, f.store.Keys().State(c.Slot), "gone").Err())
 		n, err := f.store.Requeue(ctx)
 		require.NoError(t, err)
 		require.Zero(t, n)

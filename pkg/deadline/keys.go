@@ -50,16 +50,16 @@ func dormantScore(now int64) string { return strconv.FormatInt(DormantAfter+now,
 // record's lease is its member in the slot's alarms set.
 func (k Keyspace) InFlight(slot int) string { return k.slotKey(slot, "inflight") }
 
-// State is the HASH device → encoded State of an interrupted device, plus StateGuardField.
+// State is the HASH device → encoded State of an interrupted device, plus stateGuardField.
 func (k Keyspace) State(slot int) string { return k.slotKey(slot, "state") }
 
-// StateGuardField is a field the claim and ack scripts keep in every state hash, with a value longer than
+// stateGuardField is a field the claim and ack scripts keep in every state hash, with a value longer than
 // any hash-max-listpack-value, so Redis keeps the hash a hashtable: a listpack (the default up to 512
 // fields) looks every field up by a linear scan. A control character cannot be part of a device id
 // (docs/signals.md), so the field never collides with a device.
-const StateGuardField = "\x00hashtable"
+const stateGuardField = "\x00hashtable"
 
-// stateGuardValue is StateGuardField's value: longer than hash-max-listpack-value (64 by default) even
+// stateGuardValue is stateGuardField's value: longer than hash-max-listpack-value (64 by default) even
 // where an operator raised it a lot; 64 slots × 512 B is the whole cost.
 var stateGuardValue = strings.Repeat("-", 512)
 
@@ -74,9 +74,6 @@ func (k Keyspace) Owner(slot int) string { return k.prefix + ":owner:{" + strcon
 
 // Replicas is the ZSET replica id → last heartbeat (ms) of live replicas.
 func (k Keyspace) Replicas() string { return k.prefix + ":replicas" }
-
-// Silences is the HASH silence id → JSON silence.
-func (k Keyspace) Silences() string { return k.prefix + ":silences" }
 
 // Layout records the slot-count history for online slot doubling.
 func (k Keyspace) Layout() string { return k.prefix + ":layout" }

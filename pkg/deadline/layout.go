@@ -205,7 +205,7 @@ func (s *Store) resolveMoved(ctx context.Context, l *Layout, signals []Signal) (
 	for i, lk := range looks {
 		m := movedSignal{oldSlot: lk.oldSlot, newScore: lk.newScore.Val(), oldScore: lk.oldScore.Val(), oldIncidentType: -1}
 		if v, err := lk.state.Result(); err == nil {
-			if st, err := DecodeState(v); err == nil {
+			if st, err := decodeState(v); err == nil {
 				m.hasIncidentState, m.oldIncidentType, m.oldIncidentAt = true, st.TypeIndex, st.Deadline
 			}
 		}
@@ -314,7 +314,7 @@ func (s *Store) migrateSlot(ctx context.Context, l Layout, old int) error {
 		for i := 0; i+1 < len(kv); i += 2 {
 			dev, st := kv[i], kv[i+1]
 			to := Slot(dev, l.Slots)
-			if to == old || dev == StateGuardField {
+			if to == old || dev == stateGuardField {
 				continue
 			}
 			pipe := s.rdb.Pipeline()

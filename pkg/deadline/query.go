@@ -89,7 +89,7 @@ func (s *Store) deviceFrom(ctx context.Context, id string, score *redis.FloatCmd
 		d.Deadline, typeIdx = scoreDeadline(v)
 	}
 	if v, err := state.Result(); err == nil {
-		st, err := DecodeState(v)
+		st, err := decodeState(v)
 		if err != nil {
 			return d, false, err
 		}
@@ -136,12 +136,12 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 			return nil, "", fmt.Errorf("deadline: list slot %d: %w", slot, err)
 		}
 		for i := 0; i+1 < len(keys); i += 2 {
-			if keys[i] == StateGuardField {
+			if keys[i] == stateGuardField {
 				continue
 			}
 			d := Device{ID: keys[i]}
 			if opts.Interrupted {
-				st, err := DecodeState(keys[i+1])
+				st, err := decodeState(keys[i+1])
 				if err != nil {
 					continue
 				}
@@ -218,7 +218,7 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 		cmds[slot] = slotCmds{
 			pipe.ZCard(ctx, s.keys.Deadlines(slot)), pipe.HLen(ctx, s.keys.State(slot)),
 			pipe.ZCard(ctx, s.keys.Dead(slot)), pipe.ZCard(ctx, s.keys.Alarms(slot)),
-			pipe.HLen(ctx, s.keys.InFlight(slot)), pipe.HExists(ctx, s.keys.State(slot), StateGuardField),
+			pipe.HLen(ctx, s.keys.InFlight(slot)), pipe.HExists(ctx, s.keys.State(slot), stateGuardField),
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -20,10 +20,10 @@ func (s *Store) ForgetSilent(ctx context.Context, slot int, cursor uint64, count
 	}
 	var old []string
 	for i := 0; i+1 < len(fields); i += 2 {
-		if fields[i] == StateGuardField {
+		if fields[i] == stateGuardField {
 			continue
 		}
-		st, err := DecodeState(fields[i+1])
+		st, err := decodeState(fields[i+1])
 		if err == nil && st.DeadlineTime().Before(before) {
 			old = append(old, fields[i])
 		}

@@ -18,7 +18,7 @@ var scriptConstants = strings.NewReplacer(
 	"${DormantAfter}", strconv.Itoa(DormantAfter),
 	"${DefaultType}", luaString(DefaultType),
 	// State hashes and encoded states (state.go).
-	"${StateGuardField}", luaString(StateGuardField),
+	"${stateGuardField}", luaString(stateGuardField),
 	"${stateGuardValue}", luaString(stateGuardValue),
 	"${stateSep}", luaString(stateSep),
 	"${stateSepByte}", strconv.Itoa(int(stateSep[0])),

@@ -10,7 +10,7 @@ import (
 // State is what Redis keeps about an interrupted device (an incident; see doc.go), encoded in the slot's
 // state hash as its fields in order, separated by stateSep (Encode). The deadline comes first because the
 // scripts compare it to guard against acknowledging a stale incident; the reason comes last because it is
-// free text. A committed incident is stored as the bare deadlines-set score instead (see DecodeState).
+// free text. A committed incident is stored as the bare deadlines-set score instead (see decodeState).
 type State struct {
 	Deadline      int64  // ms; identifies the incident
 	TypeIndex     int    // index in the type registry
@@ -23,7 +23,7 @@ type State struct {
 	Reason        string // why the claim was parked, if it was
 }
 
-// The fields of an encoded State, in order. Encode and DecodeState write and read them; the Lua patterns
+// The fields of an encoded State, in order. Encode and decodeState write and read them; the Lua patterns
 // and formats below are derived from the same order.
 const (
 	fieldDeadline = iota
@@ -55,7 +55,7 @@ var (
 	// stateOpenFormat(deadline, type index): a fresh incident, nothing sent.
 	stateOpenFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d"})
 	// stateCommittedFormat(deadline, type index, deadline): a committed incident spelled in full, as
-	// DecodeState reads its bare score.
+	// decodeState reads its bare score.
 	stateCommittedFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldNext: "1", fieldInterruptedAt: "%.0f"})
 )
 
@@ -132,11 +132,11 @@ func flag(b bool) byte {
 	return '0'
 }
 
-// DecodeState parses an encoded State: the full form Encode writes, or the bare deadline score
+// decodeState parses an encoded State: the full form Encode writes, or the bare deadline score
 // (deadline×MaxTypes + type index) the claim stores for a committed incident, which saves Redis formatting
 // a state per claim. A committed incident's `interrupted` counts as sent, and its repeats are timed from
 // its deadline: the claim that committed it came within the detection lateness of it.
-func DecodeState(v string) (State, error) {
+func decodeState(v string) (State, error) {
 	if !strings.Contains(v, stateSep) {
 		s, err := stateOfScore(v)
 		s.Next, s.InterruptedAt = 1, s.Deadline

@@ -15,7 +15,7 @@ func luaPattern(p string) *regexp.Regexp {
 	return regexp.MustCompile(strings.ReplaceAll(p, "%d", "[0-9]"))
 }
 
-// The scripts' patterns and formats are derived from the field order; Encode and DecodeState must read
+// The scripts' patterns and formats are derived from the field order; Encode and decodeState must read
 // what they write and write what they read.
 func TestStateLuaPatternsAgreeWithEncode(t *testing.T) {
 	st := State{Deadline: 1_763_800_031_000, TypeIndex: 7, Next: 2, InterruptedAt: 1_763_800_031_005, Failures: 1, Reason: "kafka: a:b"}
@@ -38,19 +38,44 @@ func TestStateLuaPatternsAgreeWithEncode(t *testing.T) {
 func TestStateLuaFormatsDecode(t *testing.T) {
 	const dl, typ = int64(1_763_800_031_000), 7
 	// Go's %.0f and %d print an integral float and an int as Lua's string.format does.
-	open, err := DecodeState(fmt.Sprintf(stateOpenFormat, float64(dl), typ))
+	open, err := decodeState(fmt.Sprintf(stateOpenFormat, float64(dl), typ))
 	require.NoError(t, err)
 	require.Equal(t, State{Deadline: dl, TypeIndex: typ}, open, "a fresh incident, nothing sent")
 
-	committed, err := DecodeState(fmt.Sprintf(stateCommittedFormat, float64(dl), typ, float64(dl)))
+	committed, err := decodeState(fmt.Sprintf(stateCommittedFormat, float64(dl), typ, float64(dl)))
 	require.NoError(t, err)
-	bare, err := DecodeState(strconv.FormatInt(dl*MaxTypes+typ, 10))
+	bare, err := decodeState(strconv.FormatInt(dl*MaxTypes+typ, 10))
 	require.NoError(t, err)
 	require.Equal(t, bare, committed, "the full form of a committed incident reads as its bare score")
 }
 
 func TestLuaString(t *testing.T) {
-	require.Equal(t, `'\000hashtable'`, luaString(StateGuardField))
+	require.Equal(t, `'\000hashtable'`, luaString(stateGuardField))
 	require.Equal(t, `'([^\n]+)\n'`, luaString("([^\n]+)\n"))
 	require.Equal(t, `'it\'s \\ %d'`, luaString(`it's \ %d`))
+}
+
+func TestDecodeStateReadsFullAndClaimForms(t *testing.T) {
+	full := State{Deadline: 1_763_800_031_000, TypeIndex: 2, Next: 3, Acked: true, InterruptedAt: 1_763_800_031_005, Failures: 1, Reason: "kafka: a:b"}
+	got, err := decodeState(full.Encode())
+	require.NoError(t, err)
+	require.Equal(t, full, got)
+	for _, hold := range []Hold{HoldNone, HoldParent, HoldAfterParent} {
+		held := State{Deadline: 1_763_800_031_000, Next: 1, Hold: hold, InterruptedAt: 1_763_800_031_005}
+		got, err := decodeState(held.Encode())
+		require.NoError(t, err)
+		require.Equal(t, held, got)
+	}
+	exhausted := State{Deadline: 1_763_800_031_000, Next: 4, Exhausted: true}
+	got, err = decodeState(exhausted.Encode())
+	require.NoError(t, err)
+	require.Equal(t, exhausted, got)
+	got, err = decodeState(fmt.Sprint(1_763_800_031_000*MaxTypes + 2))
+	require.NoError(t, err)
+	require.Equal(t, State{Deadline: 1_763_800_031_000, TypeIndex: 2, Next: 1, InterruptedAt: 1_763_800_031_000}, got,
+		"a committed incident: interrupted sent, repeats timed from the deadline")
+	for _, bad := range []string{"", "x", "-5", "1:2"} {
+		_, err := decodeState(bad)
+		require.Error(t, err, "%q", bad)
+	}
 }

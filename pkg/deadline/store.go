@@ -101,9 +101,6 @@ func (s *Store) Slots() int { return s.layout.Load().Slots }
 // Layout returns the slot layout in force.
 func (s *Store) Layout() Layout { return *s.layout.Load() }
 
-// Client returns the Redis client.
-func (s *Store) Client() redis.UniversalClient { return s.rdb }
-
 // Ping reports whether Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {

@@ -57,7 +57,7 @@ func TestUntypedSignalOfJustClaimedDeviceKeepsItsType(t *testing.T) {
 		require.Equal(t, seen.Add(10*time.Minute).UnixMilli(), d.Deadline.UnixMilli(), "the sensor timeout, not the default")
 		require.NotNil(t, d.Incident, "the incident stays open until the alarm loop reports recovery")
 		want := c[0].State
-		want.Next, want.InterruptedAt = 1, want.Deadline // committed by the claim (see DecodeState)
+		want.Next, want.InterruptedAt = 1, want.Deadline // committed by the claim (see decodeState)
 		require.Equal(t, want, *d.Incident)
 	})
 }

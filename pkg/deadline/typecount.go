@@ -26,10 +26,10 @@ func (s *Store) CountTypesIn(ctx context.Context, slots []int) (online, interrup
 			return nil, nil, err
 		}
 		if err := s.scanSlot(ctx, slot, true, func(field, v string) {
-			if field == StateGuardField {
+			if field == stateGuardField {
 				return
 			}
-			if st, err := DecodeState(v); err == nil {
+			if st, err := decodeState(v); err == nil {
 				interruptedIdx[st.TypeIndex]++
 			}
 		}); err != nil {

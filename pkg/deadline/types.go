@@ -427,7 +427,7 @@ func (s *Store) recorded(ctx context.Context, devices []string) (types []int, kn
 			}
 			if v, err := c.state.Result(); err == nil {
 				known[i] = true
-				if st, err := DecodeState(v); err == nil {
+				if st, err := decodeState(v); err == nil {
 					out[i] = st.TypeIndex
 					break
 				}

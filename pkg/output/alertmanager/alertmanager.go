@@ -38,6 +38,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 // Defaults of Options.
@@ -72,8 +73,6 @@ type Options struct {
 	Silenced func(device, typ string, now time.Time) bool
 	// Silence resolves a silence id to its matcher, to tell a type silence's event from a device's.
 	Silence func(id string) (deviceID, deviceType string, ok bool)
-	// Timeout of a type, to date last_seen of incidents read from Redis.
-	TypeTimeout func(typ string) time.Duration
 	// Outages lists the correlated outages open now (correlate.Correlator.Outages); the replica owning slot
 	// 0 re-posts their DeviceOutage alerts with its re-sync. nil: outage alerts come from their events
 	// only and end by endsAt.
@@ -153,9 +152,6 @@ func New(opts Options) (*Output, error) {
 	}
 	if opts.Silenced == nil {
 		opts.Silenced = func(string, string, time.Time) bool { return false }
-	}
-	if opts.TypeTimeout == nil {
-		opts.TypeTimeout = func(string) time.Duration { return 0 }
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -315,7 +311,10 @@ func (o *Output) typeSilence(e event.Event) (string, bool) {
 	if o.opts.Silence == nil {
 		return "", false
 	}
-	id := strings.TrimSuffix(strings.TrimPrefix(e.ID, "silence/"), "/"+string(event.Silenced))
+	id, ok := silence.IDOfEvent(e.ID)
+	if !ok {
+		return "", false
+	}
 	device, typ, ok := o.opts.Silence(id)
 	return typ, ok && device == "" && typ != ""
 }

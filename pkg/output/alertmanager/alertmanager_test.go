@@ -289,8 +289,7 @@ func TestResyncPostsTheOwnedSlots(t *testing.T) {
 	seen := map[string]int{}
 	for _, half := range [][]int{{0, 1}, {2, 3}} {
 		f := newFixture(t, Options{Store: st.store, Slots: func() []int { return half },
-			Silenced:    func(device, _ string, _ time.Time) bool { return device == "silenced" },
-			TypeTimeout: func(string) time.Duration { return 30 * time.Second }})
+			Silenced: func(device, _ string, _ time.Time) bool { return device == "silenced" }})
 		f.run()
 		want := 0
 		for _, d := range append(slices.Clone(all), "acked", "silenced", "fresh") {

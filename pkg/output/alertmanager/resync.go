@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -48,43 +47,26 @@ func (o *Output) resync(ctx context.Context, ts []*target) {
 	}
 }
 
-// resyncSlot posts the open incidents of one slot, a page (HSCAN of its state hash) at a time.
+// resyncSlot posts the open incidents of one slot, a page (deadline.Store.ScanOpenIncidents) at a time.
 func (o *Output) resyncSlot(ctx context.Context, ts []*target, slot int) error {
-	store := o.opts.Store
-	key := store.Keys().State(slot)
 	var cursor uint64
 	for {
-		kv, next, err := store.Client().HScan(ctx, key, cursor, "", int64(o.opts.Batch)).Result()
+		open, next, err := o.opts.Store.ScanOpenIncidents(ctx, slot, cursor, o.opts.Batch)
 		if err != nil {
 			return fmt.Errorf("alertmanager: list slot %d: %w", slot, err)
 		}
 		now := o.opts.Now()
 		var incs []incident
 		var states []deadline.State
-		for i := 0; i+1 < len(kv); i += 2 {
-			device := kv[i]
-			if device == deadline.StateGuardField {
+		for _, oi := range open {
+			if r, ok := o.recent[oi.Device]; ok && r.deadline == oi.State.Deadline {
 				continue
 			}
-			st, err := deadline.DecodeState(kv[i+1])
-			if err != nil || st.Next == 0 || st.Acked {
+			if o.opts.Silenced(oi.Device, oi.Type, now) {
 				continue
 			}
-			if r, ok := o.recent[device]; ok && r.deadline == st.Deadline {
-				continue
-			}
-			// A device's own timeout is recorded as the type "<type>@<timeout>"; its events and its
-			// silences name the type.
-			recorded := store.TypeName(ctx, st.TypeIndex)
-			typ := config.BaseType(recorded)
-			if o.opts.Silenced(device, typ, now) {
-				continue
-			}
-			inc := incident{device: device, typ: typ, deadline: st.DeadlineTime()}
-			if t := o.opts.TypeTimeout(recorded); t > 0 {
-				inc.lastSeen = inc.deadline.Add(-t)
-			}
-			incs, states = append(incs, inc), append(states, st)
+			inc := incident{device: oi.Device, typ: oi.Type, deadline: oi.State.DeadlineTime(), lastSeen: oi.LastSeen()}
+			incs, states = append(incs, inc), append(states, oi.State)
 		}
 		o.withParents(ctx, incs)
 		var unseen []int // incidents not fired here: Redis explains them, their outages included
