@@ -131,3 +131,51 @@ func (s *Store) Requeue(ctx context.Context) (int, error) {
 	}
 	return total, nil
 }
+
+// wakeParkedScript moves the parked claims of devices that signalled again back to the alarms set, due
+// now, their failure count cleared: the scanner then reports the recovery (or ends quietly an incident
+// whose interruption never went out), as it would have without the refusal.
+//
+// KEYS[1] dead  KEYS[2] alarms  KEYS[3] state
+// ARGV[1] now (ms), then the devices
+// Reply: how many claims it made due.
+var wakeParkedScript = newScript(`
+local n = 0
+for i = 2, #ARGV do
+  local m = ARGV[i]
+  if redis.call('ZREM', KEYS[1], m) == 1 then
+    local st = redis.call('HGET', KEYS[3], m)
+    if st then
+      redis.call('HSET', KEYS[3], m, (string.gsub(st, ${stateFailuresPattern}, ${stateNoFailures})))
+      redis.call('ZADD', KEYS[2], ARGV[1], m)
+      n = n + 1
+    end
+  end
+end
+return n
+`)
+
+// WakeParked looks over one page of slot's parked claims (a ZSCAN step from cursor reading about count)
+// and makes due those whose device signalled again, so a parked claim recovers on its device's next
+// signal within one sweep, not only when an operator re-drives it. It returns the next page's cursor (0
+// when the slot is done) and how many claims it made due.
+func (s *Store) WakeParked(ctx context.Context, slot int, cursor uint64, count int) (next uint64, woken int, err error) {
+	entries, next, err := s.rdb.ZScan(ctx, s.keys.Dead(slot), cursor, "", int64(count)).Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("deadline: parked claims of slot %d: %w", slot, err)
+	}
+	parked := make([]string, 0, len(entries)/2)
+	for i := 0; i+1 < len(entries); i += 2 {
+		parked = append(parked, entries[i])
+	}
+	back, err := s.backInDeadlines(ctx, slot, parked)
+	if err != nil || len(back) == 0 {
+		return next, 0, err
+	}
+	args := append([]any{s.now().UnixMilli()}, back...)
+	n, err := wakeParkedScript.Run(ctx, s.rdb, []string{s.keys.Dead(slot), s.keys.Alarms(slot), s.keys.State(slot)}, args...).Int()
+	if err != nil {
+		return 0, 0, fmt.Errorf("deadline: wake parked claims of slot %d: %w", slot, err)
+	}
+	return next, n, nil
+}

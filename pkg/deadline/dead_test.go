@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -73,5 +74,29 @@ func TestRequeueDropsParkedClaimsWithoutIncident(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, counts.Parked)
 		require.Zero(t, counts.Pending)
+	})
+}
+
+// TestParkedClaimRecoversOnItsDevicesNextSignal: the sweep makes due the parked claim of a device that
+// signalled again, so its recovery is reported without an operator's requeue; a device still silent
+// stays parked.
+func TestParkedClaimRecoversOnItsDevicesNextSignal(t *testing.T) {
+	eachBackend(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		park(t, f, "back", "refused: too large")
+		park(t, f, "silent", "refused: too large")
+		f.clock.Advance(time.Minute)
+		f.refresh(t, deadline.Signal{Device: "back", Type: "gateway", Seen: f.clock.Now()})
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "parked: the probe does not reach it")
+
+		sw := deadline.NewSweeper(deadline.SweeperOptions{Store: f.store, Slots: func() []int { return testenv.AllSlots(f.store.Slots()) }})
+		require.NoError(t, sw.Pass(ctx))
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Equal(t, []string{"back"}, devices(res.Claims), "its recovery is due at once")
+		require.Zero(t, res.Claims[0].State.Failures, "a fresh count of attempts")
+		list, err := f.store.ParkedClaims(ctx, 10)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		require.Equal(t, "silent", list[0].Device, "still silent: still parked")
 	})
 }

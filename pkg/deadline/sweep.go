@@ -60,33 +60,45 @@ func (s *Store) SweepDormant(ctx context.Context, slot int, cursor uint64, count
 	if len(dormant) == 0 {
 		return next, 0, nil
 	}
-	layout := s.layout.Load()
-	bySlot := map[int][]int{}
-	for i, dev := range dormant {
-		bySlot[slot] = append(bySlot[slot], i)
-		if now := Slot(dev, layout.Slots); now != slot {
-			bySlot[now] = append(bySlot[now], i)
-		}
+	back, err := s.backInDeadlines(ctx, slot, dormant)
+	if err != nil || len(back) == 0 {
+		return next, 0, err
 	}
-	back := make([]bool, len(dormant))
-	err = s.deadlineScores(ctx, bySlot, func(i int) string { return dormant[i] }, func(i int, _ float64) { back[i] = true })
-	if err != nil {
-		return 0, 0, fmt.Errorf("deadline: sweep slot %d: %w", slot, err)
-	}
-	args := []any{s.now().UnixMilli()}
-	for i, dev := range dormant {
-		if back[i] {
-			args = append(args, dev)
-		}
-	}
-	if len(args) == 1 {
-		return next, 0, nil
-	}
+	args := append([]any{s.now().UnixMilli()}, back...)
 	n, err := wakeDormantScript.Run(ctx, s.rdb, []string{s.keys.Alarms(slot)}, args...).Int()
 	if err != nil {
 		return 0, 0, fmt.Errorf("deadline: sweep slot %d: %w", slot, err)
 	}
 	return next, n, nil
+}
+
+// backInDeadlines returns those of devices (with an incident in slot) that are back in the deadlines
+// set: they signalled since. While a doubling settles, a device's new slot is looked at too. One ZMSCORE
+// per slot, one round trip.
+func (s *Store) backInDeadlines(ctx context.Context, slot int, devices []string) ([]any, error) {
+	if len(devices) == 0 {
+		return nil, nil
+	}
+	layout := s.layout.Load()
+	bySlot := map[int][]int{}
+	for i, dev := range devices {
+		bySlot[slot] = append(bySlot[slot], i)
+		if now := Slot(dev, layout.Slots); now != slot {
+			bySlot[now] = append(bySlot[now], i)
+		}
+	}
+	back := make([]bool, len(devices))
+	err := s.deadlineScores(ctx, bySlot, func(i int) string { return devices[i] }, func(i int, _ float64) { back[i] = true })
+	if err != nil {
+		return nil, fmt.Errorf("deadline: slot %d: devices back: %w", slot, err)
+	}
+	var out []any
+	for i, dev := range devices {
+		if back[i] {
+			out = append(out, dev)
+		}
+	}
+	return out, nil
 }
 
 // DefaultSweepEvery is how often each slot's dormant incidents are swept when SweeperOptions.Every is
@@ -206,6 +218,26 @@ func (w *Sweeper) sweep(ctx context.Context) error {
 				break
 			}
 		}
+		if err := w.wakeParked(ctx, slot); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// wakeParked makes due the parked claims of slot whose device signalled again (Store.WakeParked).
+func (w *Sweeper) wakeParked(ctx context.Context, slot int) error {
+	for cursor := uint64(0); ; {
+		next, woken, err := w.opts.Store.WakeParked(ctx, slot, cursor, w.opts.Page)
+		if err != nil {
+			return err
+		}
+		if woken > 0 {
+			w.log.Info("parked claims whose device signalled again made due: their recovery is reported",
+				zap.Int("slot", slot), zap.Int("claims", woken))
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
 }
