@@ -111,8 +111,13 @@ type ListOptions struct {
 	Cursor      string // "" = from the start
 }
 
+// listScanFactor bounds the entries one page reads to this many times its limit: a filter that matches
+// few devices returns a short (even empty) page and a cursor instead of reading the fleet in one request.
+const listScanFactor = 10
+
 // List pages through devices slot by slot with SCAN cursors, so it never blocks Redis on a large fleet.
-// It returns the cursor of the next page, "" at the end.
+// It returns the cursor of the next page, "" at the end. A page reads at most listScanFactor × Limit
+// entries, so with a type filter a page may be short or empty while the cursor goes on.
 func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, error) {
 	slot, cur, err := parseCursor(opts.Cursor)
 	if err != nil {
@@ -122,19 +127,31 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 	if limit <= 0 {
 		limit = 100
 	}
+	if opts.Type != "" && !s.types.mayHold(opts.Type) {
+		// Another replica may have registered it since this one read the registry.
+		if err := s.types.reload(ctx); err != nil {
+			return nil, "", err
+		}
+		if !s.types.mayHold(opts.Type) {
+			return nil, "", nil // no device can be of a type the registry never named
+		}
+	}
 	var out []Device
 	slots := s.Slots()
-	for slot < slots && len(out) < limit {
+	budget := listScanFactor * limit
+	for read := 0; slot < slots && len(out) < limit && read < budget; {
+		count := int64(max(limit-len(out), 10))
 		var keys []string
 		var next uint64
 		if opts.Interrupted {
-			keys, next, err = s.rdb.HScan(ctx, s.keys.State(slot), cur, "", int64(limit-len(out))).Result()
+			keys, next, err = s.rdb.HScan(ctx, s.keys.State(slot), cur, "", count).Result()
 		} else {
-			keys, next, err = s.rdb.ZScan(ctx, s.keys.Deadlines(slot), cur, "", int64(limit-len(out))).Result()
+			keys, next, err = s.rdb.ZScan(ctx, s.keys.Deadlines(slot), cur, "", count).Result()
 		}
 		if err != nil {
 			return nil, "", fmt.Errorf("deadline: list slot %d: %w", slot, err)
 		}
+		read += len(keys) / 2
 		for i := 0; i+1 < len(keys); i += 2 {
 			if keys[i] == stateGuardField {
 				continue

@@ -201,6 +201,19 @@ func (r *typeRegistry) byIndex(fn func(string) time.Duration) typeTable {
 	return t
 }
 
+// mayHold reports whether a device can be listed under base type name: the registry holds the name, or
+// a per-device timeout name of it. Devices of names it never held are recorded under the default type.
+func (r *typeRegistry) mayHold(name string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for n := range r.byName {
+		if n == name || strings.HasPrefix(n, name+"@") {
+			return true
+		}
+	}
+	return false
+}
+
 // names returns every known type name at its index, "" at an index this replica does not know.
 func (r *typeRegistry) names() []string {
 	r.mu.RLock()
