@@ -18,6 +18,8 @@ type Published struct {
 	Kind                  event.Kind
 	DeviceID              string
 	Deadline, At, AckedAt time.Time
+	// Explained: the event names its outage or its parent, so a consumer does not page on it.
+	Explained bool
 }
 
 // Recorder sits in front of a real event.Sink and records every event it acknowledged.
@@ -41,7 +43,8 @@ func (r *Recorder) Publish(ctx context.Context, events []event.Event) []error {
 	defer r.mu.Unlock()
 	for i, e := range events {
 		if errs[i] == nil {
-			r.got = append(r.got, Published{Kind: e.Kind, DeviceID: e.DeviceID, Deadline: e.Deadline.UTC(), At: e.At.UTC(), AckedAt: acked})
+			r.got = append(r.got, Published{Kind: e.Kind, DeviceID: e.DeviceID, Deadline: e.Deadline.UTC(), At: e.At.UTC(), AckedAt: acked,
+				Explained: e.OutageID != "" || e.Parent != ""})
 			r.count[e.Kind]++
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
@@ -108,9 +109,12 @@ func (r *Rig) timeout() time.Duration { return r.policies.Default().Timeout }
 
 // startScanner runs a scanner over every slot with the daemon's detection defaults, handing claims to an
 // alarm handler; the returned function stops it and waits.
-func (r *Rig) startScanner() (stop func() error) {
+func (r *Rig) startScanner() (stop func() error) { return r.startScannerWith(nil) }
+
+// startScannerWith is startScanner with the handler correlating through corr (nil: off).
+func (r *Rig) startScannerWith(corr *correlate.Correlator) (stop func() error) {
 	h := alarm.NewHandler(alarm.HandlerOptions{Store: r.Store, Sink: r.Events, Policies: func() *config.Policies { return r.policies },
-		ParentWait: r.parentWait})
+		ParentWait: r.parentWait, Correlator: corr})
 	slots := make([]int, r.Store.Slots())
 	for i := range slots {
 		slots[i] = i
