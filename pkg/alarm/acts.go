@@ -19,6 +19,8 @@ import (
 type Act struct {
 	By   string `json:"by,omitempty"`
 	Note string `json:"note,omitempty"`
+	// Token is the name of the API token that acted, when By names someone else (docs/access.md).
+	Token string `json:"token,omitempty"`
 }
 
 // The bounds of an act's by and note, so an act cannot grow an event past what Kafka takes.
@@ -116,7 +118,7 @@ func (a *Acts) Publish(ctx context.Context, e event.Event) bool {
 func AckedEvent(device, typ string, incident deadline.State, timeout time.Duration, act Act, now time.Time) event.Event {
 	dl := incident.DeadlineTime()
 	e := event.New(event.Acked, device, typ, dl, dl.Add(-timeout), now, 0)
-	e.By, e.Note = act.By, act.Note
+	e.By, e.Note, e.Token = act.By, act.Note, act.Token
 	return e
 }
 
@@ -130,7 +132,7 @@ func DeletedEvent(device, typ string, dl time.Time, timeout time.Duration, act A
 	}
 	e := event.New(event.Deleted, device, typ, dl, lastSeen, now, 0)
 	e.ID = event.ID(device, now, event.Deleted, 0)
-	e.By, e.Note = act.By, act.Note
+	e.By, e.Note, e.Token = act.By, act.Note, act.Token
 	return e
 }
 
@@ -144,7 +146,7 @@ func SilenceEvent(kind event.Kind, sil Silence, deviceType string, act Act, now 
 	}
 	e := event.New(kind, key, deviceType, time.Time{}, time.Time{}, now, 0)
 	e.ID = SilenceEventID(sil.ID, kind)
-	e.By, e.Note = act.By, act.Note
+	e.By, e.Note, e.Token = act.By, act.Note, act.Token
 	return e
 }
 

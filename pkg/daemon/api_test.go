@@ -19,6 +19,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -38,7 +39,8 @@ type apiFixture struct {
 	holdBack atomic.Pointer[alarm.HoldBackStatus] // what the API's HoldBack hook answers
 }
 
-func newAPIFixture(t testing.TB, token string) *apiFixture {
+// newAPIFixture serves the API with token (an admin; "" = none) and any further named tokens.
+func newAPIFixture(t testing.TB, token string, tokens ...config.AccessToken) *apiFixture {
 	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
 	f := &apiFixture{rdb: rdb, now: time.Now().Truncate(time.Millisecond)}
@@ -75,7 +77,7 @@ func newAPIFixture(t testing.TB, token string) *apiFixture {
 			return nil
 		},
 		OwnedSlots: func() []int { return []int{0, 1, 2, 3} },
-		Timeout:    timeout, Token: token, Gatherer: reg, MaxBodySize: 1024,
+		Timeout:    timeout, Token: token, Tokens: tokens, Gatherer: reg, MaxBodySize: 1024,
 		Now: func() time.Time { return f.now },
 	})
 	f.handler = h
