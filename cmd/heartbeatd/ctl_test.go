@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +162,31 @@ func TestCtl(t *testing.T) {
 	code, _, errOut = runBinary(t, []string{"HEARTBEATD_URL=http://127.0.0.1:1"}, "ctl", "stats")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "connection refused")
+}
+
+// check-config lists the API's tokens by name, role and scope, and where each secret comes from, never
+// the secret nor the digest of a secret kept in a file.
+func TestCheckConfigShowsTokens(t *testing.T) {
+	dir := t.TempDir()
+	opsFile := filepath.Join(dir, "ops-token")
+	require.NoError(t, os.WriteFile(opsFile, []byte(ctlOpsToken+"\n"), 0o600))
+	viewerSum := sha256.Sum256([]byte(ctlViewerToken))
+	opsSum := sha256.Sum256([]byte(ctlOpsToken))
+	path := filepath.Join(dir, "heartbeatd.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(goodConfig, `http: {token: "`+httpToken+`"}`, fmt.Sprintf(`
+http:
+  token: %s
+  tokens:
+    - {name: ops, role: operate, token_file: %s}
+    - {name: berlin, role: read, token_sha256: %s, scope: labels.site=berlin}
+`, httpToken, opsFile, hex.EncodeToString(viewerSum[:])), 1)), 0o600))
+	code, stdout, stderr := runBinary(t, nil, "check-config", "-config", path)
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `(?m)^NAME\s+ROLE\s+SCOPE\s+SECRET$`, stdout)
+	assert.Regexp(t, `(?m)^http\.token\s+admin\s+whole fleet\s+http\.token$`, stdout)
+	assert.Regexp(t, `(?m)^ops\s+operate\s+whole fleet\s+token_file `+regexp.QuoteMeta(opsFile)+`$`, stdout)
+	assert.Regexp(t, `(?m)^berlin\s+read\s+labels\.site=berlin\s+token_sha256$`, stdout)
+	for _, secret := range []string{httpToken, ctlOpsToken, hex.EncodeToString(opsSum[:])} {
+		assert.NotContains(t, stdout+stderr, secret)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"text/tabwriter"
 	"unicode"
 )
 
@@ -224,4 +225,36 @@ func (c *Config) validateTokens(v *validator) {
 			digests[d] = key
 		}
 	}
+}
+
+// AccessTable describes the API's tokens for check-config: names, roles, scopes and where each secret
+// comes from, never a secret or its digest.
+func (c *Config) AccessTable() string {
+	h := c.HTTP
+	if h.Token == "" && len(h.Tokens) == 0 {
+		return "api tokens: none: the API listens on loopback and every caller there is an admin\n"
+	}
+	var b strings.Builder
+	b.WriteString("api tokens:\n")
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tROLE\tSCOPE\tSECRET")
+	if h.Token != "" {
+		from := "http.token"
+		if h.TokenFile != "" {
+			from = "token_file " + h.TokenFile
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", AdminTokenName, RoleAdmin, "whole fleet", from)
+	}
+	for _, t := range h.Tokens {
+		scope, from := t.Scope, "token_sha256"
+		if scope == "" {
+			scope = "whole fleet"
+		}
+		if t.TokenFile != "" {
+			from = "token_file " + t.TokenFile
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.Name, t.Role, scope, from)
+	}
+	_ = w.Flush()
+	return b.String()
 }

@@ -55,7 +55,7 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable()
+	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable() + "\n" + cfg.AccessTable()
 	for i, w := range cfg.Warnings() {
 		if i == 0 {
 			out += "\n"
