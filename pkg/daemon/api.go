@@ -54,8 +54,10 @@ type APIOptions struct {
 	Token string
 	// Tokens are the tokens the API admits (docs/access.md); none and no Token: the API is open to its
 	// loopback listener.
-	Tokens      []config.AccessToken
-	Gatherer    prometheus.Gatherer
+	Tokens   []config.AccessToken
+	Gatherer prometheus.Gatherer
+	// Registerer takes heartbeatd_api_refused_total; nil = not registered.
+	Registerer  prometheus.Registerer
 	MaxBodySize int64
 	// TypeCountsTTL is how long per-type counts (/v1/stats?by_type=true) are served from memory before
 	// the next request scans the fleet again; default DefaultTypeCountsTTL.
@@ -84,6 +86,7 @@ type api struct {
 	APIOptions
 	log        *zap.Logger
 	mux        *http.ServeMux
+	refused    *prometheus.CounterVec // heartbeatd_api_refused_total{reason}
 	typeCounts typeCountsCache
 }
 
@@ -111,7 +114,7 @@ func NewAPI(opts APIOptions) http.Handler {
 		admin := config.HTTP{Token: opts.Token}.AccessTokens()
 		opts.Tokens = append(admin, opts.Tokens...)
 	}
-	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http"))}
+	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http")), refused: newRefusedCounter(opts.Registerer)}
 	mux := http.NewServeMux()
 	a.mux = mux
 	for _, rt := range a.routes() {

@@ -77,7 +77,7 @@ func newAPIFixture(t testing.TB, token string, tokens ...config.AccessToken) *ap
 			return nil
 		},
 		OwnedSlots: func() []int { return []int{0, 1, 2, 3} },
-		Timeout:    timeout, Token: token, Tokens: tokens, Gatherer: reg, MaxBodySize: 1024,
+		Timeout:    timeout, Token: token, Tokens: tokens, Gatherer: reg, Registerer: reg, MaxBodySize: 1024,
 		Now: func() time.Time { return f.now },
 	})
 	f.handler = h

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
@@ -25,6 +27,28 @@ const (
 	// filtered routes limit what they show or do to the token's scope themselves.
 	filtered
 )
+
+// The reasons of heartbeatd_api_refused_total: a probe of tokens or a misconfigured client shows there.
+const (
+	refusedToken     = "token"      // 401: no token, or one the API does not know
+	refusedRole      = "role"       // 403: the token's role is below the route's
+	refusedScope     = "scope"      // 403 or 404: the route or device is outside the token's scope
+	refusedCrossSite = "cross_site" // 403: without tokens, a request from another site or host name
+)
+
+// newRefusedCounter counts refused requests by reason, every reason from 0.
+func newRefusedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "api_refused_total",
+		Help: "API requests refused by access control: reason token (401), role or scope (403, or 404 for a device a scoped token asks for outside its scope or unknown), cross_site."},
+		[]string{"reason"})
+	for _, r := range []string{refusedToken, refusedRole, refusedScope, refusedCrossSite} {
+		c.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(c)
+	}
+	return c
+}
 
 // caller is who a request acts for: a configured token, or, when none is configured, anyone on loopback
 // (an admin with no name).
@@ -92,15 +116,18 @@ func (a *api) guard(rt route) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, ok := a.authenticate(r)
 		if !ok {
+			a.refused.WithLabelValues(refusedToken).Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="heartbeatd"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
 		if why := a.crossSite(r); why != "" {
+			a.refused.WithLabelValues(refusedCrossSite).Inc()
 			writeError(w, http.StatusForbidden, why)
 			return
 		}
 		if c.Role < rt.role {
+			a.refused.WithLabelValues(refusedRole).Inc()
 			writeError(w, http.StatusForbidden, fmt.Sprintf("%s needs the %s role; token %q has %s", rt.pattern, rt.role, c.Name, c.Role))
 			return
 		}
@@ -120,6 +147,7 @@ func (a *api) guard(rt route) http.HandlerFunc {
 func (a *api) scopeAdmits(w http.ResponseWriter, r *http.Request, rt route, scope config.Scope) bool {
 	switch rt.scope {
 	case fleetWide:
+		a.refused.WithLabelValues(refusedScope).Inc()
 		writeError(w, http.StatusForbidden, fmt.Sprintf("%s covers the whole fleet; this token is scoped to %s", rt.pattern, scope))
 		return false
 	case pathDevice:
@@ -130,6 +158,7 @@ func (a *api) scopeAdmits(w http.ResponseWriter, r *http.Request, rt route, scop
 			return false
 		}
 		if !in { // the same answer as for a device that does not exist: a scope hides the rest of the fleet
+			a.refused.WithLabelValues(refusedScope).Inc()
 			writeError(w, http.StatusNotFound, fmt.Sprintf("device %q is not known", id))
 			return false
 		}

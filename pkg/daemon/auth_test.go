@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -39,6 +40,7 @@ func TestEveryRouteEveryRole(t *testing.T) {
 	}
 	f := newAPIFixture(t, "", tokens...)
 	f.signal(t, "dev-1", "", f.now)
+	unauthorized, forbidden := 0, 0
 	for _, rt := range f.handler.(*api).routes() {
 		method, pattern, _ := strings.Cut(rt.pattern, " ")
 		path := strings.NewReplacer("{id}", "dev-1", "{id...}", "o-1", "{$}", "").Replace(pattern)
@@ -52,17 +54,23 @@ func TestEveryRouteEveryRole(t *testing.T) {
 		for _, tok := range []string{"", "unknown-secret"} {
 			code, out := admission(t, f.srv.URL, method, path, tok)
 			assert.Equal(t, http.StatusUnauthorized, code, "%s with token %q: %v", rt.pattern, tok, out)
+			unauthorized++
 		}
 		for _, role := range roles {
 			code, out := admission(t, f.srv.URL, method, path, role.String()+"-secret")
 			if role < rt.role {
 				require.Equal(t, http.StatusForbidden, code, "%s as %s: %v", rt.pattern, role, out)
 				assert.Contains(t, out["error"], "needs the "+rt.role.String()+" role", rt.pattern)
+				forbidden++
 				continue
 			}
 			assert.NotContains(t, []int{http.StatusUnauthorized, http.StatusForbidden}, code, "%s as %s: %v", rt.pattern, role, out)
 		}
 	}
+	// Every refusal is counted, by reason.
+	_, metrics := request(t, f.srv.URL, "GET", "/metrics", "", "")
+	assert.Contains(t, string(metrics), fmt.Sprintf(`heartbeatd_api_refused_total{reason="token"} %d`, unauthorized))
+	assert.Contains(t, string(metrics), fmt.Sprintf(`heartbeatd_api_refused_total{reason="role"} %d`, forbidden))
 }
 
 // admission calls a route and returns its status, with the JSON error of a refusal; the body of an
@@ -81,9 +89,11 @@ func admission(t *testing.T, base, method, path, token string) (int, map[string]
 	return resp.StatusCode, out
 }
 
-// A scoped token sees, acks, silences and deletes only the devices in its scope; a device outside it
-// answers as one that does not exist; fleet-wide views are refused.
-func TestScopedTokens(t *testing.T) {
+// newScopedFixture serves the API with an admin token and two scoped operate tokens, berlin
+// (labels.site=berlin) and gateways (device_type=gateway), over three interrupted devices: ber-1 (site
+// berlin), par-1 (site paris) and gw-1 (a gateway).
+func newScopedFixture(t *testing.T) *apiFixture {
+	t.Helper()
 	f := newAPIFixture(t, "admin-secret",
 		accessToken("berlin", config.RoleOperate, "labels.site=berlin"),
 		accessToken("gateways", config.RoleOperate, "device_type=gateway"))
@@ -94,6 +104,13 @@ func TestScopedTokens(t *testing.T) {
 	f.signal(t, "gw-1", "gateway", f.now)
 	f.now = f.now.Add(2 * time.Minute) // past every deadline: all three are interrupted
 	f.interrupt(t)
+	return f
+}
+
+// A scoped token sees, acks, silences and deletes only the devices in its scope; a device outside it
+// answers as one that does not exist; fleet-wide views are refused.
+func TestScopedTokens(t *testing.T) {
+	f := newScopedFixture(t)
 
 	listed := func(token, query string) []string {
 		code, out := f.call(t, "GET", "/v1/devices"+query, token, "")
@@ -136,11 +153,18 @@ func TestScopedTokens(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	assert.Equal(t, false, out["acked"], "par-1 was not acked by the berlin token")
 
-	// Silences: a device in scope, the scope's own type; a type silence beyond a label scope is refused,
-	// and a scoped listing shows only the silences the token could have made.
+	// Deleting: out of scope refused above; in scope it goes.
+	code, _ = f.call(t, "DELETE", "/v1/devices/ber-1", "berlin-secret", "")
+	require.Equal(t, http.StatusNoContent, code)
+}
+
+// A scoped token may silence a device in its scope, or its own type; a type silence beyond a label scope
+// is refused; its listing shows, and it may end, only the silences it could have made.
+func TestScopedSilences(t *testing.T) {
+	f := newScopedFixture(t)
 	code, berSilence := f.call(t, "POST", "/v1/silences", "berlin-secret", `{"device_id":"ber-1","for":"1h"}`)
 	require.Equal(t, http.StatusCreated, code, "%v", berSilence)
-	code, out = f.call(t, "POST", "/v1/silences", "berlin-secret", `{"device_type":"default","for":"1h"}`)
+	code, out := f.call(t, "POST", "/v1/silences", "berlin-secret", `{"device_type":"default","for":"1h"}`)
 	require.Equal(t, http.StatusForbidden, code, "%v", out)
 	code, gwSilence := f.call(t, "POST", "/v1/silences", "gateways-secret", `{"device_type":"gateway","for":"1h"}`)
 	require.Equal(t, http.StatusCreated, code, "%v", gwSilence)
@@ -163,10 +187,7 @@ func TestScopedTokens(t *testing.T) {
 	assert.Len(t, silenceIDs("admin-secret"), 3)
 	code, _ = f.call(t, "DELETE", "/v1/silences/"+berSilence["id"].(string), "berlin-secret", "")
 	require.Equal(t, http.StatusNoContent, code)
-
-	// Deleting: out of scope refused above; in scope it goes.
-	code, _ = f.call(t, "DELETE", "/v1/devices/ber-1", "berlin-secret", "")
-	require.Equal(t, http.StatusNoContent, code)
+	assert.Empty(t, silenceIDs("berlin-secret"))
 }
 
 // whoami tells a token what it is; without any configured token the caller is an anonymous admin.

@@ -232,7 +232,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health, Notes: d.notes,
 			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Tokens: cfg.HTTP.AccessTokens(),
 			Advice:   func() ingest.TimeoutAdvice { return d.chain.Intervals().Advise(d.replica, d.policies.Load()) },
-			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
+			Gatherer: reg, Registerer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
 			Outages: d.correlator, KnownType: d.knownType}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
