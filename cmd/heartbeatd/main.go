@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/internal/ctl"
 	"github.com/heartbeatd/heartbeatd/pkg/daemon"
 	"github.com/heartbeatd/heartbeatd/pkg/devstack"
 )
@@ -36,7 +37,8 @@ const usage = `heartbeatd watches an IoT fleet for silence.
 Usage:
   heartbeatd [run] -config configs/heartbeatd.yaml   run the daemon (default)
   heartbeatd dev [-http 127.0.0.1:8080]              everything in one process with a simulated fleet
-  heartbeatd check-config -config FILE               validate a config and print the per-type policy table
+  heartbeatd check-config -config FILE               validate a config and print the per-type policy table and tokens
+  heartbeatd ctl COMMAND …                           operate a running heartbeatd through its API (heartbeatd ctl help)
   heartbeatd version (or --version)                  version, commit, Go version
   heartbeatd help (or -h, --help)                    this text
   heartbeatd probe URL                               exit 0 when URL answers 200 (container health checks)
@@ -58,6 +60,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if cmd == "help" {
 		fmt.Fprint(stdout, usage)
 		return 0
+	}
+	if cmd == "ctl" { // a client with flags of its own
+		return ctl.Run(args, os.LookupEnv, stdout, stderr)
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -84,7 +84,7 @@ func (a *Acts) Publish(ctx context.Context, e event.Event) bool {
 func AckedEvent(device, typ string, incident deadline.State, timeout time.Duration, act event.Act, now time.Time) event.Event {
 	dl := incident.DeadlineTime()
 	e := event.New(event.Acked, device, typ, dl, dl.Add(-timeout), now, 0)
-	e.By, e.Note = act.By, act.Note
+	e.By, e.Note, e.Token = act.By, act.Note, act.Token
 	return e
 }
 
@@ -98,6 +98,6 @@ func DeletedEvent(device, typ string, dl time.Time, timeout time.Duration, act e
 	}
 	e := event.New(event.Deleted, device, typ, dl, lastSeen, now, 0)
 	e.ID = event.ID(device, now, event.Deleted, 0)
-	e.By, e.Note = act.By, act.Note
+	e.By, e.Note, e.Token = act.By, act.Note, act.Token
 	return e
 }

@@ -260,9 +260,11 @@ type Cluster struct {
 // HTTP is the API, health and metrics listener.
 type HTTP struct {
 	Listen string `yaml:"listen"`
-	// Token non-empty makes /v1 require "Authorization: Bearer <token>".
+	// Token non-empty makes /v1 require "Authorization: Bearer <token>"; it is an admin token.
 	Token     string `yaml:"token"`
 	TokenFile string `yaml:"token_file"`
+	// Tokens are named tokens with a role and an optional scope (docs/access.md).
+	Tokens []APIToken `yaml:"tokens"`
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 }

@@ -165,6 +165,9 @@ func diffWalk(a, b reflect.Value, path string, out *[]string) {
 		}
 		return
 	}
+	if a.Kind() == reflect.Slice && a.Len() == 0 && b.Len() == 0 {
+		return // `tokens: []` written out is no change from none
+	}
 	if !reflect.DeepEqual(a.Interface(), b.Interface()) {
 		*out = append(*out, path)
 	}

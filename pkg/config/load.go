@@ -42,7 +42,7 @@ func Parse(data []byte, env func(string) (string, bool)) (*Config, error) {
 		errs = append(errs, applyEnv(cfg, env))
 	}
 	applyDeprecated(cfg)
-	errs = append(errs, readSecretFiles(cfg), cfg.Validate())
+	errs = append(errs, readSecretFiles(cfg), readTokenFiles(cfg), cfg.Validate())
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

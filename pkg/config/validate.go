@@ -417,16 +417,18 @@ func (c *Config) validateCluster(v *validator) {
 
 func (c *Config) validateHTTP(v *validator) {
 	h := c.HTTP
-	if v.required("http.listen", h.Listen) && hostPort(v, "http.listen", h.Listen) && h.Token == "" && !loopback(h.Listen) {
+	open := h.Token == "" && len(h.Tokens) == 0
+	if v.required("http.listen", h.Listen) && hostPort(v, "http.listen", h.Listen) && open && !loopback(h.Listen) {
 		// Without a token anyone who reaches the port can ack, delete and silence the whole fleet.
-		v.add("http.listen", "%q accepts connections from other hosts, but no API token is set: set http.token or "+
-			"http.token_file (HEARTBEATD_HTTP_TOKEN_FILE), or listen on 127.0.0.1", h.Listen)
+		v.add("http.listen", "%q accepts connections from other hosts, but no API token is set: set http.token, "+
+			"http.token_file (HEARTBEATD_HTTP_TOKEN_FILE) or http.tokens, or listen on 127.0.0.1", h.Listen)
 	}
-	if h.Token != "" && (strings.TrimSpace(h.Token) != h.Token || strings.IndexFunc(h.Token, unicode.IsControl) >= 0) {
+	if h.Token != "" && !presentable(h.Token) {
 		// HTTP trims a header value's surrounding spaces and cannot carry control characters: no
 		// request could ever present such a token.
 		v.add("http.token", "must not start or end with spaces or contain control characters")
 	}
+	c.validateTokens(v)
 	v.positiveInt("http.max_body_bytes", h.MaxBodyBytes)
 }
 

@@ -17,7 +17,7 @@ func TestHTTPListenNeedsTokenBeyondLoopback(t *testing.T) {
 		_, err := Parse([]byte(minimal+"http: {listen: '"+listen+"'}"), noEnv)
 		require.Error(t, err, listen)
 		assert.Contains(t, err.Error(), "config: http.listen: ")
-		assert.Contains(t, err.Error(), "http.token or http.token_file (HEARTBEATD_HTTP_TOKEN_FILE)", listen)
+		assert.Contains(t, err.Error(), "set http.token, http.token_file (HEARTBEATD_HTTP_TOKEN_FILE) or http.tokens", listen)
 
 		cfg, err := Parse([]byte(minimal+"http: {listen: '"+listen+"'}"), envMap(map[string]string{"HEARTBEATD_HTTP_TOKEN": "a-long-random-token"}))
 		require.NoError(t, err, "%s with a token", listen)

@@ -24,11 +24,19 @@ type actsDaemon struct {
 	base   string
 	kafka  *testenv.Kafka
 	device mqtt.Client
+	token  string // presented by call
 }
 
 // startActsDaemon runs the daemon with a one-second timeout and repeats a minute apart: an event that
 // comes within a few seconds of an act is the act's doing, never a repeat.
 func startActsDaemon(t *testing.T) *actsDaemon {
+	t.Helper()
+	return startActsDaemonWith(t, "", "")
+}
+
+// startActsDaemonWith is startActsDaemon with more keys of the http block (YAML flow, after listen) and
+// the token its calls present.
+func startActsDaemonWith(t *testing.T, httpKeys, token string) *actsDaemon {
 	t.Helper()
 	rdb := testenv.StartRedis(t)
 	broker := testenv.StartMosquitto(t)
@@ -41,9 +49,9 @@ types:
   default: {timeout: 1s, repeat_every: 1m}
   meter: {timeout: 1s, repeat_every: 1m}
 detection: {grace_after_outage: 100ms}
-http: {listen: %q}
+http: {listen: %q%s}
 shutdown_timeout: %s
-`, httpAddr, shutdownTimeout))), 0o600))
+`, httpAddr, httpKeys, shutdownTimeout))), 0o600))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan string, 1)
@@ -56,7 +64,7 @@ shutdown_timeout: %s
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run did not start within 20s")
 	}
-	d := &actsDaemon{t: t, base: "http://" + httpAddr, kafka: kafka,
+	d := &actsDaemon{t: t, base: "http://" + httpAddr, kafka: kafka, token: token,
 		device: broker.Connect(t, mqtt.NewClientOptions().SetClientID("acts-devices"))}
 	require.Eventually(t, func() bool {
 		code, _ := callJSON(t, d.base, "GET", "/readyz", "", "")
@@ -80,7 +88,7 @@ func (d *actsDaemon) signal(device, typ string) {
 // call sends a request and requires the status.
 func (d *actsDaemon) call(method, path, body string, want int) map[string]any {
 	d.t.Helper()
-	code, out := callJSON(d.t, d.base, method, path, "", body)
+	code, out := callJSON(d.t, d.base, method, path, d.token, body)
 	require.Equal(d.t, want, code, "%s %s: %v", method, path, out)
 	return out
 }

@@ -2,18 +2,14 @@ package daemon
 
 import (
 	"bufio"
-	"cmp"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,9 +54,15 @@ type APIOptions struct {
 	KnownType func(typeName string) bool
 	// MaxImportBytes bounds an import's body; default MaxImportBytes.
 	MaxImportBytes int64
-	Token          string
-	Gatherer       prometheus.Gatherer
-	MaxBodySize    int64
+	// Token is an admin token named config.AdminTokenName, besides Tokens (tests set it alone).
+	Token string
+	// Tokens are the tokens the API admits (docs/access.md); none and no Token: the API is open to its
+	// loopback listener.
+	Tokens   []config.AccessToken
+	Gatherer prometheus.Gatherer
+	// Registerer takes heartbeatd_api_refused_total; nil = not registered.
+	Registerer  prometheus.Registerer
+	MaxBodySize int64
 	// TypeCountsTTL is how long per-type counts (/v1/stats?by_type=true) are served from memory before
 	// the next request scans the fleet again; default DefaultTypeCountsTTL.
 	TypeCountsTTL time.Duration
@@ -88,6 +90,7 @@ type api struct {
 	APIOptions
 	log        *zap.Logger
 	mux        *http.ServeMux
+	refused    *prometheus.CounterVec // heartbeatd_api_refused_total{reason}
 	typeCounts typeCountsCache
 }
 
@@ -111,13 +114,17 @@ func NewAPI(opts APIOptions) http.Handler {
 	if opts.Stream == nil {
 		opts.Stream = NewEventStream(StreamOptions{})
 	}
-	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http"))}
+	if opts.Token != "" {
+		admin := config.HTTP{Token: opts.Token}.AccessTokens()
+		opts.Tokens = append(admin, opts.Tokens...)
+	}
+	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http")), refused: newRefusedCounter(opts.Registerer)}
 	mux := http.NewServeMux()
 	a.mux = mux
 	for _, rt := range a.routes() {
 		h := rt.handler
-		if !rt.open {
-			h = a.auth(h)
+		if rt.role != config.RoleNone {
+			h = a.guard(rt)
 		}
 		mux.HandleFunc(rt.pattern, h)
 	}
@@ -127,36 +134,48 @@ func NewAPI(opts APIOptions) http.Handler {
 // route is one endpoint of the API.
 type route struct {
 	pattern string // http.ServeMux pattern, "METHOD /path/{param}"
-	open    bool   // served without the bearer token (probes and metrics, for orchestrators and scrapers)
+	// role is the least role a token needs (docs/access.md#roles); RoleNone serves the route without a
+	// token (probes and metrics, for orchestrators and scrapers, and the status page, which holds no data).
+	role    config.Role
+	scope   scopeRule // how a scoped token may use it
 	handler http.HandlerFunc
 }
 
-// routes is every endpoint, in one table: NewAPI serves it and TestOpenAPIDocumentsEveryRoute checks it
-// against api/openapi.yaml both ways, so a route cannot be added without documenting it.
+// The roles, short, for the route table.
+const (
+	open    = config.RoleNone
+	read    = config.RoleRead
+	operate = config.RoleOperate
+	admin   = config.RoleAdmin
+)
+
+// routes is every endpoint, in one table: NewAPI serves and guards it, TestOpenAPIDocumentsEveryRoute
+// checks it against api/openapi.yaml both ways, and TestEveryRouteEveryRole walks it with every role.
 func (a *api) routes() []route {
 	return []route{
-		{"GET /healthz", true, func(w http.ResponseWriter, _ *http.Request) {
+		{"GET /healthz", open, fleetWide, func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
 		}},
-		{"GET /readyz", true, a.readyz},
-		{"GET /metrics", true, promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}).ServeHTTP},
-		{"POST /-/reload", false, a.reload},
-		{"GET /v1/devices/{id}", false, a.device},
-		{"GET /v1/devices", false, a.devices},
-		{"POST /v1/devices/{id}/ack", false, a.ack},
-		{"DELETE /v1/devices/{id}", false, a.deleteDevice},
-		{"GET /v1/stats", false, a.stats},
-		{"PUT /v1/devices/{id}", false, a.putDevice},
-		{"POST /v1/devices:import", false, a.importDevices},
-		{"GET /v1/outages", false, a.outages},
-		{"GET /v1/outages/{id...}", false, a.outage},
-		{"POST /v1/dead/requeue", false, a.requeue},
-		{"POST /v1/silences", false, a.createSilence},
-		{"GET /v1/silences", false, a.listSilences},
-		{"DELETE /v1/silences/{id}", false, a.deleteSilence},
-		{"GET /{$}", true, statuspage.Handler().ServeHTTP}, // the page holds no data: it asks for the token
-		{"GET /v1/events/stream", false, a.eventStream},
-		{"GET /v1/devices/{id}/events", false, a.deviceEvents},
+		{"GET /readyz", open, fleetWide, a.readyz},
+		{"GET /metrics", open, fleetWide, promhttp.HandlerFor(a.Gatherer, promhttp.HandlerOpts{}).ServeHTTP},
+		{"GET /{$}", open, fleetWide, statuspage.Handler().ServeHTTP}, // the page holds no data: it asks for the token
+		{"POST /-/reload", admin, fleetWide, a.reload},
+		{"GET /v1/whoami", read, filtered, a.whoami},
+		{"GET /v1/devices/{id}", read, pathDevice, a.device},
+		{"GET /v1/devices", read, filtered, a.devices},
+		{"POST /v1/devices/{id}/ack", operate, pathDevice, a.ack},
+		{"DELETE /v1/devices/{id}", operate, pathDevice, a.deleteDevice},
+		{"GET /v1/stats", read, fleetWide, a.stats},
+		{"PUT /v1/devices/{id}", admin, fleetWide, a.putDevice},
+		{"POST /v1/devices:import", admin, fleetWide, a.importDevices},
+		{"GET /v1/outages", read, fleetWide, a.outages},
+		{"GET /v1/outages/{id...}", read, fleetWide, a.outage},
+		{"POST /v1/dead/requeue", admin, fleetWide, a.requeue},
+		{"POST /v1/silences", operate, filtered, a.createSilence},
+		{"GET /v1/silences", read, filtered, a.listSilences},
+		{"DELETE /v1/silences/{id}", operate, filtered, a.deleteSilence},
+		{"GET /v1/events/stream", read, fleetWide, a.eventStream},
+		{"GET /v1/devices/{id}/events", read, pathDevice, a.deviceEvents},
 	}
 }
 
@@ -184,74 +203,6 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Allow", strings.Join(allow, ", "))
 	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
-}
-
-// authorized reports whether r may use the API: no token is configured (then the listener is loopback
-// only, see config), or r carries it. The comparison takes constant time.
-func (a *api) authorized(r *http.Request) bool {
-	if a.Token == "" {
-		return true
-	}
-	got, ok := bearerToken(r.Header.Get("Authorization"))
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) == 1
-}
-
-// crossSite says why a request must be refused when no token guards the API ("" = fine). Without a
-// token the API listens on loopback only, but a web page in the operator's browser can still reach it:
-// a form posted from another site (an ack, a silence), or a page whose name was rebound to 127.0.0.1
-// reading it. So the Host must be a loopback name or address, and a browser's request must come from the
-// API's own origin (the status page). With a token none of this applies: a browser cannot add it.
-func (a *api) crossSite(r *http.Request) string {
-	if a.Token != "" {
-		return ""
-	}
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	if ip := net.ParseIP(strings.Trim(host, "[]")); !(host == "localhost" || ip != nil && ip.IsLoopback()) {
-		return fmt.Sprintf("host %q: without http.token the API answers only requests to a loopback address", r.Host)
-	}
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
-	default:
-		return "a cross-site browser request: without http.token only the status page's own origin may call the API"
-	}
-	if origin := r.Header.Get("Origin"); origin != "" && origin != "http://"+r.Host && origin != "https://"+r.Host {
-		return fmt.Sprintf("origin %q: without http.token only the status page's own origin may call the API", origin)
-	}
-	return ""
-}
-
-// bearerToken reads "Bearer <token>"; the scheme is case-insensitive (RFC 9110 §11.1).
-func bearerToken(header string) (string, bool) {
-	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimLeft(token, " ")
-	return token, token != ""
-}
-
-// auth requires the bearer token when one is configured and bounds the request body.
-func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !a.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="heartbeatd"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		if why := a.crossSite(r); why != "" {
-			writeError(w, http.StatusForbidden, why)
-			return
-		}
-		limit := a.MaxBodySize
-		if r.URL.Path == importPath {
-			limit = a.MaxImportBytes // streamed a batch at a time (registry.go)
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, limit)
-		h(w, r)
-	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -412,6 +363,13 @@ func (a *api) devices(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "state must be online or interrupted")
 		return
 	}
+	if scope := callerOf(r).Scope; scope.Type != "" {
+		if opts.Type != "" && opts.Type != scope.Type { // no device of another type is in scope
+			writeJSON(w, http.StatusOK, map[string]any{"devices": []DeviceView{}, "next_cursor": ""})
+			return
+		}
+		opts.Type = scope.Type
+	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 10000 {
@@ -435,6 +393,12 @@ func (a *api) devices(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if scope := callerOf(r).Scope; scope.Label != "" {
+		if page, err = a.withLabel(r.Context(), page, scope.Label, scope.Value); err != nil {
+			a.internal(w, err)
+			return
+		}
+	}
 	views := make([]DeviceView, 0, len(page))
 	for _, d := range page {
 		views = append(views, a.view(d))
@@ -448,6 +412,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 	if !a.decodeOptionalBody(w, r, &act) || !validAct(w, act) {
 		return
 	}
+	act = callerOf(r).stamp(act)
 	// Read first: the acked event names the incident it acknowledged.
 	before, _, err := a.Store.Device(r.Context(), id)
 	if err != nil {
@@ -509,7 +474,7 @@ func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
 func actFromQuery(w http.ResponseWriter, r *http.Request) (event.Act, bool) {
 	q := r.URL.Query()
 	act := event.Act{By: q.Get("by"), Note: q.Get("note")}
-	return act, validAct(w, act)
+	return callerOf(r).stamp(act), validAct(w, act)
 }
 
 // validAct answers 400 for an act whose by or note is out of bounds.
@@ -583,138 +548,6 @@ func (a *api) requeue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})
 }
 
-// typeCountsCache keeps the last per-type counts and runs at most one scan at a time: callers within the
-// TTL get the kept counts, callers during a scan wait for it and share its result (or error).
-type typeCountsCache struct {
-	mu      sync.Mutex
-	last    *typeCounts
-	running *typeCountsRun
-}
-
-type typeCounts struct {
-	online, interrupted map[string]int64
-	at                  time.Time
-}
-
-type typeCountsRun struct {
-	done chan struct{}
-	val  *typeCounts
-	err  error
-}
-
-func (c *typeCountsCache) get(ctx context.Context, now func() time.Time, ttl time.Duration,
-	count func(context.Context) (online, interrupted map[string]int64, err error)) (*typeCounts, error) {
-	c.mu.Lock()
-	if c.last != nil && now().Sub(c.last.at) < ttl {
-		last := c.last
-		c.mu.Unlock()
-		return last, nil
-	}
-	if run := c.running; run != nil {
-		c.mu.Unlock()
-		select {
-		case <-run.done:
-			return run.val, run.err
-		case <-ctx.Done():
-			return nil, fmt.Errorf("daemon: waiting for the per-type counts: %w", ctx.Err())
-		}
-	}
-	run := &typeCountsRun{done: make(chan struct{})}
-	c.running = run
-	c.mu.Unlock()
-	// Not the request's context: the others waiting for this scan must not fail with its caller.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), typeCountsTimeout)
-	online, interrupted, err := count(sctx)
-	cancel()
-	run.err = err
-	if err == nil {
-		run.val = &typeCounts{online: online, interrupted: interrupted, at: now()}
-	}
-	c.mu.Lock()
-	if err == nil {
-		c.last = run.val
-	}
-	c.running = nil
-	c.mu.Unlock()
-	close(run.done)
-	return run.val, run.err
-}
-
-// silenceRequest is the body of POST /v1/silences.
-type silenceRequest struct {
-	DeviceID   string `json:"device_id"`
-	DeviceType string `json:"device_type"`
-	Until      string `json:"until"`
-	For        string `json:"for"`
-	Comment    string `json:"comment"`
-	// Note is another name for comment, as every act takes one; By is who creates the silence.
-	Note string `json:"note"`
-	By   string `json:"by"`
-}
-
-func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
-	var req silenceRequest
-	if !a.decodeBody(w, r, &req) {
-		return
-	}
-	if (req.DeviceID == "") == (req.DeviceType == "") {
-		writeError(w, http.StatusBadRequest, "exactly one of device_id and device_type is required")
-		return
-	}
-	if req.Comment != "" && req.Note != "" && req.Comment != req.Note {
-		writeError(w, http.StatusBadRequest, "comment and note are the same field: give one")
-		return
-	}
-	now := a.Now()
-	s := silence.Silence{DeviceID: req.DeviceID, DeviceType: req.DeviceType, Starts: now, Comment: cmp.Or(req.Comment, req.Note),
-		By: req.By}
-	switch {
-	case req.Until != "" && req.For != "":
-		writeError(w, http.StatusBadRequest, "give either until or for, not both")
-		return
-	case req.Until != "":
-		t, err := time.Parse(time.RFC3339, req.Until)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "until: "+err.Error())
-			return
-		}
-		s.Ends = t
-	case req.For != "":
-		d, err := time.ParseDuration(req.For)
-		if err != nil || d <= 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("for: %q is not a positive duration like 2h", req.For))
-			return
-		}
-		s.Ends = now.Add(d)
-	default:
-		writeError(w, http.StatusBadRequest, "until or for is required")
-		return
-	}
-	if !s.Ends.After(now) {
-		writeError(w, http.StatusBadRequest, "the silence would end in the past")
-		return
-	}
-	if s.Ends.UTC().Year() > 9999 {
-		// RFC 3339, which stores and shows it, has four-digit years.
-		writeError(w, http.StatusBadRequest, "until: after the year 9999")
-		return
-	}
-	created, err := a.Silences.Create(r.Context(), s)
-	if errors.Is(err, silence.ErrInvalid) {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if errors.Is(err, silence.ErrTooMany) {
-		writeError(w, http.StatusConflict, err.Error())
-		return
-	}
-	if err != nil {
-		a.internal(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, created)
-}
-
 // decodeOptionalBody is decodeBody for a body that may be left out (empty): v keeps its zero value then.
 func (a *api) decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	br := bufio.NewReader(r.Body)
@@ -749,33 +582,4 @@ func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
-}
-
-func (a *api) listSilences(w http.ResponseWriter, r *http.Request) {
-	list, err := a.Silences.List(r.Context())
-	if err != nil {
-		a.internal(w, err)
-		return
-	}
-	if list == nil {
-		list = []silence.Silence{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"silences": list})
-}
-
-func (a *api) deleteSilence(w http.ResponseWriter, r *http.Request) {
-	act, valid := actFromQuery(w, r)
-	if !valid {
-		return
-	}
-	ok, err := a.Silences.End(r.Context(), r.PathValue("id"), act)
-	if err != nil {
-		a.internal(w, err)
-		return
-	}
-	if !ok {
-		writeError(w, http.StatusNotFound, "no such silence")
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/silence"
@@ -39,7 +40,8 @@ type apiFixture struct {
 	holdBack atomic.Pointer[holdback.Status] // what the API's HoldBack hook answers
 }
 
-func newAPIFixture(t testing.TB, token string) *apiFixture {
+// newAPIFixture serves the API with token (an admin; "" = none) and any further named tokens.
+func newAPIFixture(t testing.TB, token string, tokens ...config.AccessToken) *apiFixture {
 	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
 	f := &apiFixture{rdb: rdb, now: time.Now().Truncate(time.Millisecond)}
@@ -76,7 +78,7 @@ func newAPIFixture(t testing.TB, token string) *apiFixture {
 			return nil
 		},
 		OwnedSlots: func() []int { return []int{0, 1, 2, 3} },
-		Timeout:    timeout, Token: token, Gatherer: reg, MaxBodySize: 1024,
+		Timeout:    timeout, Token: token, Tokens: tokens, Gatherer: reg, Registerer: reg, MaxBodySize: 1024,
 		Now: func() time.Time { return f.now },
 	})
 	f.handler = h

@@ -58,7 +58,7 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable()
+	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable() + "\n" + cfg.AccessTable()
 	for i, w := range cfg.Warnings() {
 		if i == 0 {
 			out += "\n"
@@ -236,9 +236,9 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	d.registerMetrics(reg)
 	d.server = &http.Server{
 		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health, Notes: d.notes,
-			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Token: cfg.HTTP.Token,
+			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Tokens: cfg.HTTP.AccessTokens(),
 			Advice:   func() ingest.TimeoutAdvice { return d.chain.Intervals().Advise(d.replica, d.policies.Load()) },
-			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
+			Gatherer: reg, Registerer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
 			Outages: d.correlator, KnownType: d.knownType}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -222,10 +223,19 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		for _, req := range security {
 			anonymous = anonymous || len(req.(map[string]any)) == 0
 		}
-		require.Equal(t, rt.open, anonymous, "%s: open to callers without the token", rt.pattern)
+		isOpen := rt.role == config.RoleNone
+		require.Equal(t, isOpen, anonymous, "%s: open to callers without the token", rt.pattern)
 		responses := op.(map[string]any)["responses"].(map[string]any)
-		if !rt.open {
+		if !isOpen {
 			require.Contains(t, responses, "401", "%s needs the token", rt.pattern)
+			// 403 where some token can be refused: a role above read (the least), or a scoped token on a
+			// route that covers the whole fleet.
+			if rt.role > config.RoleRead || rt.scope == fleetWide {
+				require.Contains(t, responses, "403", "%s needs the %s role", rt.pattern, rt.role)
+			} else {
+				require.NotContains(t, responses, "403", "%s: no token is refused it", rt.pattern)
+			}
+			require.Equal(t, rt.role.String(), op.(map[string]any)["x-role"], "%s: x-role, the role it needs", rt.pattern)
 		}
 	}
 	sort.Strings(served)
@@ -262,7 +272,7 @@ func (s *fullSilences) Create(ctx context.Context, sl silence.Silence) (silence.
 // 404 and 405 of the router, 503 with Redis gone — is one the document gives, valid against its
 // schema. Every response the document gives is seen at least once.
 func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
-	const token = "s3cret"
+	const token, scopedViewer = "s3cret", "viewer-s3cret"
 	d := loadOpenAPI(t)
 	f := newAPIFixture(t, token)
 	ctx := context.Background()
@@ -289,6 +299,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		Timeout:    func(string) time.Duration { return time.Minute }, Token: token, Gatherer: prometheus.NewRegistry(),
 		MaxBodySize: 1024, Now: func() time.Time { return f.now }, KnownType: func(n string) bool { return n == "gateway" || n == "default" },
 		MaxImportBytes: 4096, Stream: NewEventStream(StreamOptions{MaxClients: 1}),
+		Tokens: []config.AccessToken{{Name: "viewer", Role: config.RoleRead, Scope: config.Scope{Label: "site", Value: "x"},
+			Digest: sha256.Sum256([]byte(scopedViewer))}},
 		Outages: correlate.New(correlate.Options{Client: f.rdb, Store: f.store,
 			Correlation: config.Correlation{By: []string{"device_type"}, MinDevices: 2, Window: time.Second}}),
 	}
@@ -448,16 +460,22 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	endStream()
 	_ = resp.Body.Close()
 
-	// Without the token every route that needs it answers 401, as documented.
+	do("GET /v1/whoami", "/v1/whoami", token, "", http.StatusOK)
+
+	// Without the token every route that needs it answers 401, as documented; a scoped read token is
+	// refused (403) every route above read and every fleet-wide one.
 	a := NewAPI(opts).(*api)
 	for _, rt := range a.routes() {
-		if rt.open {
+		if rt.role == config.RoleNone {
 			continue
 		}
 		op := documentedAs(rt.pattern)
 		path := strings.ReplaceAll(strings.SplitN(op, " ", 2)[1], "{id}", "x")
 		do(op, path, "", "", http.StatusUnauthorized)
 		do(op, path, "wrong", "", http.StatusUnauthorized)
+		if rt.role > config.RoleRead || rt.scope == fleetWide {
+			do(op, path, scopedViewer, "", http.StatusForbidden)
+		}
 	}
 
 	// The router's own answers: an unknown path, a known path with another method.

@@ -11,6 +11,8 @@ import (
 type Act struct {
 	By   string `json:"by,omitempty"`
 	Note string `json:"note,omitempty"`
+	// Token is the name of the API token that acted, when By names someone else (docs/access.md).
+	Token string `json:"token,omitempty"`
 }
 
 // The bounds of an act's by and note, so an act cannot grow an event past what Kafka takes.

@@ -80,6 +80,8 @@ type Detail struct {
 	// By and Note are an operator act's author and note, when given.
 	By   string `json:"by,omitempty"`
 	Note string `json:"note,omitempty"`
+	// Token names the API token that acted when the request named someone else as by (docs/access.md).
+	Token string `json:"token,omitempty"`
 	// Parent is the interrupted parent of a suppressed device.
 	Parent string `json:"parent,omitempty"`
 	// OutageID names the correlated outage on outage events and on member events raised while it lasts.
@@ -208,7 +210,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 
 // hasExtras reports whether any field beyond the detection ones is set: the common event skips them all.
 func (e *Detail) hasExtras() bool {
-	return e.By != "" || e.Note != "" || e.Parent != "" || e.OutageID != "" || e.Group != nil || e.Count != 0 || len(e.Sample) > 0
+	return e.By != "" || e.Note != "" || e.Token != "" || e.Parent != "" || e.OutageID != "" || e.Group != nil || e.Count != 0 || len(e.Sample) > 0
 }
 
 // appendExtras appends the optional fields of operator acts, suppressed and outage events, and the
@@ -222,6 +224,7 @@ func (e *Detail) appendExtras(b []byte) []byte {
 	}
 	str("by", e.By)
 	str("note", e.Note)
+	str("token", e.Token)
 	str("parent", e.Parent)
 	str("outage_id", e.OutageID)
 	if e.Group != nil {

@@ -24,7 +24,7 @@ func eventOf(kind event.Kind, sil Silence, deviceType string, act event.Act, now
 	}
 	e := event.New(kind, key, deviceType, time.Time{}, time.Time{}, now, 0)
 	e.ID = EventID(sil.ID, kind)
-	e.By, e.Note = act.By, act.Note
+	e.By, e.Note, e.Token = act.By, act.Note, act.Token
 	return e
 }
 

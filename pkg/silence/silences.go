@@ -30,6 +30,8 @@ type Silence struct {
 	Comment    string    `json:"comment,omitempty"`
 	// By is who created the silence, when given; its silenced event carries it.
 	By string `json:"by,omitempty"`
+	// Token names the API token that created it when By names someone else (docs/access.md).
+	Token string `json:"token,omitempty"`
 }
 
 // ErrInvalid is wrapped by Create for a silence that cannot be stored; the message says why.
@@ -146,7 +148,7 @@ func (s *Silences) Create(ctx context.Context, sil Silence) (Silence, error) {
 	// The index first: the alarm loop honours the silence before consumers hear of it.
 	err = s.Load(ctx)
 	if s.opts.Events != nil {
-		s.opts.Events.Publish(ctx, eventOf(event.Silenced, sil, s.deviceType(ctx, sil), event.Act{By: sil.By, Note: sil.Comment}, now))
+		s.opts.Events.Publish(ctx, eventOf(event.Silenced, sil, s.deviceType(ctx, sil), event.Act{By: sil.By, Note: sil.Comment, Token: sil.Token}, now))
 	}
 	return sil, err
 }

@@ -34,8 +34,8 @@ type fleet struct {
 }
 
 // startFleet starts heartbeatd on new servers with the token and the given types section; seed, when
-// set, writes to Redis before heartbeatd starts.
-func startFleet(tb testing.TB, slots int, types string, seed func(redisAddr string)) *fleet {
+// set, writes to Redis before heartbeatd starts; env adds to heartbeatd's environment.
+func startFleet(tb testing.TB, slots int, types string, seed func(redisAddr string), env ...string) *fleet {
 	tb.Helper()
 	redis, broker := testenv.StartRedis(tb), testenv.StartMosquitto(tb)
 	kafka := testenv.StartKafka(tb, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
@@ -46,7 +46,7 @@ func startFleet(tb testing.TB, slots int, types string, seed func(redisAddr stri
 	f := &fleet{hb: testenv.StartHeartbeatd(tb, testenv.HeartbeatdOptions{Config: servers.YAML(types + `
 detection: {grace_after_outage: 100ms}
 log: {level: info, format: console}
-`), Env: []string{"HEARTBEATD_HTTP_TOKEN=" + token}})}
+`), Env: append([]string{"HEARTBEATD_HTTP_TOKEN=" + token}, env...)})}
 	require.NoError(tb, f.hb.AwaitReady(context.Background(), 60*time.Second), f.hb.LogTail())
 	f.device = broker.Connect(tb, mqtt.NewClientOptions().SetClientID("statuspage-device"))
 	return f

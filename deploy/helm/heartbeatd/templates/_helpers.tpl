@@ -49,3 +49,23 @@ override of the config key it fills.
 {{ $key }}={{ get $vars $key }}
 {{- end -}}
 {{- end -}}
+
+{{/* heartbeatd.config is .Values.config with http.tokens from apiTokens, each secret a mounted file. */}}
+{{- define "heartbeatd.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- if .Values.apiTokens -}}
+{{- $tokens := list -}}
+{{- range .Values.apiTokens -}}
+{{- if not (and .name .role .secretName) -}}
+{{- fail "apiTokens: each entry needs name, role and secretName (the Secret holding its token)" -}}
+{{- end -}}
+{{- $t := dict "name" .name "role" .role "token_file" (printf "/etc/heartbeatd/tokens/%s" .name) -}}
+{{- if .scope -}}{{- $_ := set $t "scope" .scope -}}{{- end -}}
+{{- $tokens = append $tokens $t -}}
+{{- end -}}
+{{- $http := get $cfg "http" | default dict -}}
+{{- $_ := set $http "tokens" $tokens -}}
+{{- $_ := set $cfg "http" $http -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}

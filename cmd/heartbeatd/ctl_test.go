@@ -1,0 +1,192 @@
+package main_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+)
+
+// ctlFleet is the real heartbeatd on real servers with three tokens: admin (http.token), ops (operate,
+// from a file) and viewer (read, as a digest).
+type ctlFleet struct {
+	hb                         *testenv.Heartbeatd
+	adminEnv, opsFile, viewEnv string
+}
+
+const (
+	ctlAdminToken  = "ctl-admin-5e1a"
+	ctlOpsToken    = "ctl-ops-90b4"
+	ctlViewerToken = "ctl-viewer-c33d"
+)
+
+func startCtlFleet(t *testing.T) *ctlFleet {
+	t.Helper()
+	redis, broker := testenv.StartRedis(t), testenv.StartMosquitto(t)
+	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
+	opsFile := filepath.Join(t.TempDir(), "ops-token")
+	require.NoError(t, os.WriteFile(opsFile, []byte(ctlOpsToken+"\n"), 0o600))
+	sum := sha256.Sum256([]byte(ctlViewerToken))
+	servers := testenv.HeartbeatdConfig{Redis: redis.Addr, Slots: 4, MQTT: broker.Addr, ClientID: "ctl-test", Kafka: kafka.Addrs}
+	hb := testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: servers.YAML(fmt.Sprintf(`
+types:
+  default: {timeout: 1s, repeat_every: 1h}
+detection: {grace_after_outage: 100ms}
+shutdown_timeout: 5s
+http:
+  token: %s
+  tokens:
+    - {name: ops, role: operate, token_file: %s}
+    - {name: viewer, role: read, token_sha256: %s}
+`, ctlAdminToken, opsFile, hex.EncodeToString(sum[:])))})
+	require.NoError(t, hb.AwaitReady(context.Background(), 30*time.Second), hb.LogTail())
+	return &ctlFleet{hb: hb, adminEnv: "HEARTBEATD_TOKEN=" + ctlAdminToken, opsFile: opsFile, viewEnv: "HEARTBEATD_TOKEN=" + ctlViewerToken}
+}
+
+// ctl runs `heartbeatd ctl` with the fleet's URL in HEARTBEATD_URL.
+func (f *ctlFleet) ctl(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	return runBinary(t, append([]string{"HEARTBEATD_URL=" + f.hb.HTTP}, env...), append([]string{"ctl"}, args...)...)
+}
+
+// column is where each header word starts in a table's first line; every row's cells start there too.
+func assertAligned(t *testing.T, table string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(table, "\n"), "\n")
+	require.GreaterOrEqual(t, len(lines), 2, table)
+	var starts []int
+	for i, r := range lines[0] {
+		if r != ' ' && (i == 0 || lines[0][i-1] == ' ' && i >= 2 && lines[0][i-2] == ' ') {
+			starts = append(starts, i)
+		}
+	}
+	for _, l := range lines[1:] {
+		for _, s := range starts[1:] {
+			require.Greater(t, len(l), s, "%q is shorter than its header", l)
+			assert.Equal(t, "  ", l[s-2:s], "a cell starts at column %d in %q:\n%s", s, l, table)
+		}
+	}
+}
+
+// An operator drives heartbeatd from a terminal: imports devices, lists the interrupted ones, acks
+// one, silences another, ends the silence; each role gets exactly what it may, and a refusal exits 1
+// with the server's message.
+func TestCtl(t *testing.T) {
+	f := startCtlFleet(t)
+	csv := filepath.Join(t.TempDir(), "devices.csv")
+	require.NoError(t, os.WriteFile(csv, []byte("device_id,labels\nm-1,site=berlin\nm-2,site=paris\nbad id\x01,\n"), 0o600))
+
+	code, out, errOut := f.ctl(t, []string{f.adminEnv}, "import", csv)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "imported 2, failed 1")
+
+	// The registered devices never signal: with a 1s timeout they are interrupted a second later.
+	require.Eventually(t, func() bool {
+		code, out, _ := f.ctl(t, []string{f.viewEnv}, "-o", "json", "devices", "ls", "--state", "interrupted")
+		var page struct{ Devices []struct{ DeviceID string } }
+		return code == 0 && json.Unmarshal([]byte(out), &page) == nil && len(page.Devices) == 2
+	}, 30*time.Second, 200*time.Millisecond)
+	code, out, errOut = f.ctl(t, []string{f.viewEnv}, "devices", "ls", "--state", "interrupted")
+	require.Equal(t, 0, code, errOut)
+	assert.True(t, strings.HasPrefix(out, "DEVICE "), out)
+	assert.Contains(t, out, "m-1")
+	assertAligned(t, out)
+
+	// A read token cannot ack: exit 1 with the server's message and status.
+	code, _, errOut = f.ctl(t, []string{f.viewEnv}, "ack", "m-1")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `POST /v1/devices/{id}/ack needs the operate role; token "viewer" has read (HTTP 403 Forbidden)`)
+	code, _, errOut = f.ctl(t, nil, "devices", "get", "m-1")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "missing or wrong bearer token (HTTP 401 Unauthorized)")
+
+	// The ops token, from a file, flags after the command.
+	code, out, errOut = f.ctl(t, nil, "ack", "m-1", "--note", "on site", "--token-file", f.opsFile)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "acked m-1\n", out)
+	code, out, errOut = f.ctl(t, nil, "--token-file", f.opsFile, "-o", "json", "devices", "get", "m-1")
+	require.Equal(t, 0, code, errOut)
+	var dev struct {
+		State string
+		Acked bool
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &dev), out)
+	assert.Equal(t, "interrupted", dev.State)
+	assert.True(t, dev.Acked, "the ack reached the server")
+
+	code, out, errOut = f.ctl(t, nil, "--token-file", f.opsFile, "silence", "add", "--device", "m-2", "--for", "2h", "--comment", "battery")
+	require.Equal(t, 0, code, errOut)
+	id := strings.Fields(out)[1]
+	code, out, errOut = f.ctl(t, []string{f.viewEnv}, "silence", "ls")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, id)
+	assert.Contains(t, out, "device m-2")
+	assert.Contains(t, out, "ops", "the silence names the token that made it")
+	assertAligned(t, out)
+	code, _, errOut = f.ctl(t, nil, "--token-file", f.opsFile, "silence", "end", id)
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = f.ctl(t, nil, "--token-file", f.opsFile, "silence", "end", id)
+	assert.Equal(t, 1, code, "an ended silence is gone")
+	assert.Contains(t, errOut, "no such silence (HTTP 404 Not Found)")
+
+	// Fleet views.
+	code, out, errOut = f.ctl(t, []string{f.viewEnv}, "stats")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?m)^interrupted\s+2$`, out)
+	code, out, errOut = f.ctl(t, []string{f.viewEnv}, "advice")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "TYPE")
+	assert.Regexp(t, `(?m)^default\s+1s\s`, out)
+	code, out, errOut = f.ctl(t, []string{f.viewEnv}, "outages", "ls")
+	require.Equal(t, 0, code, errOut)
+	assert.True(t, strings.HasPrefix(out, "ID "), out)
+
+	// Mistakes on the command line exit 2; a server that does not answer exits 1.
+	code, _, errOut = f.ctl(t, nil, "silence", "add", "--device", "m-2")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "give one of --device and --type, and one of --for and --until")
+	code, _, _ = f.ctl(t, nil, "frobnicate")
+	assert.Equal(t, 2, code)
+	code, _, errOut = runBinary(t, []string{"HEARTBEATD_URL=http://127.0.0.1:1"}, "ctl", "stats")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "connection refused")
+}
+
+// check-config lists the API's tokens by name, role and scope, and where each secret comes from, never
+// the secret nor the digest of a secret kept in a file.
+func TestCheckConfigShowsTokens(t *testing.T) {
+	dir := t.TempDir()
+	opsFile := filepath.Join(dir, "ops-token")
+	require.NoError(t, os.WriteFile(opsFile, []byte(ctlOpsToken+"\n"), 0o600))
+	viewerSum := sha256.Sum256([]byte(ctlViewerToken))
+	opsSum := sha256.Sum256([]byte(ctlOpsToken))
+	path := filepath.Join(dir, "heartbeatd.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(goodConfig, `http: {token: "`+httpToken+`"}`, fmt.Sprintf(`
+http:
+  token: %s
+  tokens:
+    - {name: ops, role: operate, token_file: %s}
+    - {name: berlin, role: read, token_sha256: %s, scope: labels.site=berlin}
+`, httpToken, opsFile, hex.EncodeToString(viewerSum[:])), 1)), 0o600))
+	code, stdout, stderr := runBinary(t, nil, "check-config", "-config", path)
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `(?m)^NAME\s+ROLE\s+SCOPE\s+SECRET$`, stdout)
+	assert.Regexp(t, `(?m)^http\.token\s+admin\s+whole fleet\s+http\.token$`, stdout)
+	assert.Regexp(t, `(?m)^ops\s+operate\s+whole fleet\s+token_file `+regexp.QuoteMeta(opsFile)+`$`, stdout)
+	assert.Regexp(t, `(?m)^berlin\s+read\s+labels\.site=berlin\s+token_sha256$`, stdout)
+	for _, secret := range []string{httpToken, ctlOpsToken, hex.EncodeToString(opsSum[:])} {
+		assert.NotContains(t, stdout+stderr, secret)
+	}
+}

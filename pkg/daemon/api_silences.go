@@ -1,0 +1,182 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
+)
+
+// silenceRequest is the body of POST /v1/silences.
+type silenceRequest struct {
+	DeviceID   string `json:"device_id"`
+	DeviceType string `json:"device_type"`
+	Until      string `json:"until"`
+	For        string `json:"for"`
+	Comment    string `json:"comment"`
+	// Note is another name for comment, as every act takes one; By is who creates the silence.
+	Note string `json:"note"`
+	By   string `json:"by"`
+}
+
+func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
+	var req silenceRequest
+	if !a.decodeBody(w, r, &req) {
+		return
+	}
+	if (req.DeviceID == "") == (req.DeviceType == "") {
+		writeError(w, http.StatusBadRequest, "exactly one of device_id and device_type is required")
+		return
+	}
+	if req.Comment != "" && req.Note != "" && req.Comment != req.Note {
+		writeError(w, http.StatusBadRequest, "comment and note are the same field: give one")
+		return
+	}
+	if !a.silenceInScope(w, r, req) {
+		return
+	}
+	act := callerOf(r).stamp(event.Act{By: req.By})
+	now := a.Now()
+	s := silence.Silence{DeviceID: req.DeviceID, DeviceType: req.DeviceType, Starts: now, Comment: cmp.Or(req.Comment, req.Note),
+		By: act.By, Token: act.Token}
+	switch {
+	case req.Until != "" && req.For != "":
+		writeError(w, http.StatusBadRequest, "give either until or for, not both")
+		return
+	case req.Until != "":
+		t, err := time.Parse(time.RFC3339, req.Until)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "until: "+err.Error())
+			return
+		}
+		s.Ends = t
+	case req.For != "":
+		d, err := time.ParseDuration(req.For)
+		if err != nil || d <= 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("for: %q is not a positive duration like 2h", req.For))
+			return
+		}
+		s.Ends = now.Add(d)
+	default:
+		writeError(w, http.StatusBadRequest, "until or for is required")
+		return
+	}
+	if !s.Ends.After(now) {
+		writeError(w, http.StatusBadRequest, "the silence would end in the past")
+		return
+	}
+	if s.Ends.UTC().Year() > 9999 {
+		// RFC 3339, which stores and shows it, has four-digit years.
+		writeError(w, http.StatusBadRequest, "until: after the year 9999")
+		return
+	}
+	created, err := a.Silences.Create(r.Context(), s)
+	if errors.Is(err, silence.ErrInvalid) {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if errors.Is(err, silence.ErrTooMany) {
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	}
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, created)
+}
+
+func (a *api) listSilences(w http.ResponseWriter, r *http.Request) {
+	list, err := a.Silences.List(r.Context())
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	if list, err = a.silencesInScope(r.Context(), callerOf(r).Scope, list); err != nil {
+		a.internal(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"silences": list})
+}
+
+func (a *api) deleteSilence(w http.ResponseWriter, r *http.Request) {
+	act, valid := actFromQuery(w, r)
+	if !valid {
+		return
+	}
+	id := r.PathValue("id")
+	if scope := callerOf(r).Scope; !scope.Whole() {
+		list, err := a.Silences.List(r.Context())
+		if err == nil {
+			list, err = a.silencesInScope(r.Context(), scope, list)
+		}
+		if err != nil {
+			a.internal(w, err)
+			return
+		}
+		if !slices.ContainsFunc(list, func(s silence.Silence) bool { return s.ID == id }) {
+			writeError(w, http.StatusNotFound, "no such silence")
+			return
+		}
+	}
+	ok, err := a.Silences.End(r.Context(), id, act)
+	if err != nil {
+		a.internal(w, err)
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, "no such silence")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// silenceInScope checks a new silence against a scoped caller: a device in its scope, or the type of a
+// device_type scope (a type silence would reach beyond a label scope). On refusal it has answered.
+func (a *api) silenceInScope(w http.ResponseWriter, r *http.Request, req silenceRequest) bool {
+	scope := callerOf(r).Scope
+	switch {
+	case scope.Whole():
+		return true
+	case req.DeviceType != "":
+		if req.DeviceType != scope.Type {
+			writeError(w, http.StatusForbidden, fmt.Sprintf("a silence of type %q reaches beyond this token's scope %s", req.DeviceType, scope))
+			return false
+		}
+		return true
+	}
+	in, err := a.inScope(r.Context(), scope, req.DeviceID)
+	if err != nil {
+		a.internal(w, err)
+		return false
+	}
+	if !in {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q is not known", req.DeviceID))
+	}
+	return in
+}
+
+// silencesInScope keeps the silences a caller with scope could have created (silenceInScope); never nil.
+func (a *api) silencesInScope(ctx context.Context, scope config.Scope, list []silence.Silence) ([]silence.Silence, error) {
+	out := make([]silence.Silence, 0, len(list))
+	for _, s := range list {
+		in := scope.Whole() || s.DeviceType != "" && s.DeviceType == scope.Type
+		if !in && s.DeviceID != "" && !scope.Whole() {
+			var err error
+			if in, err = a.inScope(ctx, scope, s.DeviceID); err != nil {
+				return nil, err
+			}
+		}
+		if in {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
