@@ -24,7 +24,7 @@ func TestHelmChartNamedTokens(t *testing.T) {
 	cfg := objs["ConfigMap"].at("data", "heartbeatd.yaml").(string)
 	require.Contains(t, cfg, "token_file: /etc/heartbeatd/tokens/ops")
 	require.Contains(t, cfg, "scope: labels.site=berlin")
-	pod := object(objs["Deployment"].at("spec", "template", "spec").(map[string]any))
+	pod := object(objs["StatefulSet"].at("spec", "template", "spec").(map[string]any))
 	vol := object(pod.at("volumes", 2).(map[string]any))
 	require.Equal(t, "tokens", vol.at("name"))
 	require.Equal(t, "hb-ops", vol.at("projected", "sources", 0, "secret", "name"))
