@@ -362,6 +362,12 @@ func (h *Handler) judgeOutages(ctx context.Context, inputs []Input, decisions []
 			in.GroupWait = wait
 			decisions[i] = Decide(*in)
 		}
+		if inputs[i].OutageID != "" {
+			// Acknowledged in full rather than left as committed: its state then says when its interruption
+			// was decided, which is how a re-read (the Alertmanager re-sync) tells a member of the outage
+			// from a device interrupted before it; a committed state dates it at its deadline.
+			decisions[i].Committed = false
+		}
 	}
 	return corr.Announce(ctx, unannounced)
 }

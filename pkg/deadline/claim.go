@@ -173,6 +173,33 @@ local function handOutAgain(expired, again)
   end
 end
 
+-- The slot's in-flight records (name, packed list), read before any is handed out again in this call,
+-- when a due entry may need them (readRecords).
+local records = {}
+local function readRecords(states)
+  for _, st in pairs(states) do
+    if st and not string.find(st, ${stateSep}, 1, true) then
+      records = redis.call('HGETALL', KEYS[4])
+      return
+    end
+  end
+end
+
+-- inFlightUntil: a due entry whose state is still its committed bare score may belong to a record still
+-- in flight (its process slow or dead before publishing); then it returns when that record's lease ends
+-- (now + 1 ms when the record is handed out again in this very call), else nil.
+local function inFlightUntil(m, st)
+  if string.find(st, ${stateSep}, 1, true) then return nil end
+  local pair = ${packSep} .. m .. ${packSep} .. st .. ${packSep}
+  for i = 1, #records, 2 do
+    if string.find(${packSep} .. records[i+1] .. ${packSep}, pair, 1, true) then
+      local ends = tonumber(redis.call('ZSCORE', KEYS[2], records[i]))
+      return math.max(ends or now, now) + 1
+    end
+  end
+  return nil
+end
+
 -- (2) Due alarm entries, up to left: leased again and returned with their state. An entry without a state
 -- is removed: an orphan, or an expired record. Returns the entries (flat pairs), the claims handed out
 -- again (flat pairs) and whether left entries were due.
@@ -183,10 +210,17 @@ local function claimDue(left)
   if #due == 0 then return entries, again, false end
   -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
   local states = gather(due, function(...) return redis.call('HMGET', KEYS[3], ...) end)
+  readRecords(states)
   local lease, orphans = {}, {}
   for j, m in ipairs(due) do
     local st = states[j]
-    if st then
+    local waitsTo = st and inFlightUntil(m, st)
+    if waitsTo then
+      -- Committed by a claim whose record is still in flight: whether its interrupted went out is known
+      -- only when the record is released or handed out again, so it waits for that.
+      lease[#lease+1] = string.format('%.0f', waitsTo)
+      lease[#lease+1] = m
+    elseif st then
       lease[#lease+1] = leased
       lease[#lease+1] = m
       entries[#entries+1] = m

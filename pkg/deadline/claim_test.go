@@ -381,3 +381,27 @@ func TestBatchLimitReportsMore(t *testing.T) {
 		require.False(t, res.More)
 	})
 }
+
+// TestCommittedClaimOfADeadProcessIsNotTakenForSent: a claim committed ahead of its publication whose
+// process dies before publishing must be handed out again when its record's lease ends, even when the
+// type's repeat comes due before that: the repeat must not take the unpublished interrupted for sent.
+func TestCommittedClaimOfADeadProcessIsNotTakenForSent(t *testing.T) {
+	eachBackend(t, 4, func(t *testing.T, f fixture) {
+		f = withRepeats(t, f) // gateways repeat every minute
+		lease := 2 * time.Minute
+		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: f.clock.Now()})
+		f.clock.Advance(31 * time.Second)
+		res := f.claimAll(t, deadline.ClaimOptions{Lease: lease})
+		require.Len(t, res.Claims, 1)
+		require.NotEmpty(t, res.Claims[0].Record, "committed")
+		// The process dies here: nothing published, the record never released.
+
+		f.clock.Advance(time.Minute + time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: lease}).Claims, "its repeat waits for the record")
+		f.clock.Advance(lease)
+		res = f.claimAll(t, deadline.ClaimOptions{Lease: lease})
+		require.Len(t, res.Claims, 1, "handed out again once the record's lease ran out")
+		c := res.Claims[0]
+		require.Equal(t, []any{"gw", false, 0}, []any{c.Device, c.Fresh, c.State.Next}, "nothing sent yet: its interrupted goes out")
+	})
+}
