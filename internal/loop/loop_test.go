@@ -207,3 +207,17 @@ func TestRetry(t *testing.T) {
 		require.Equal(t, 1, calls)
 	})
 }
+
+// TestPacerKeepsItsShare: a walk paced at 20% spends about four times each step's length waiting after
+// it, and stops waiting when its context ends.
+func TestPacerKeepsItsShare(t *testing.T) {
+	p := Pacer{Share: 0.2}
+	start := time.Now()
+	require.NoError(t, p.Step(context.Background(), func() error { time.Sleep(20 * time.Millisecond); return nil }))
+	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "20ms of work at 20% is 100ms of walk")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, p.Step(ctx, func() error { time.Sleep(time.Millisecond); return nil }), context.Canceled)
+	require.NoError(t, Pacer{}.Step(context.Background(), func() error { return nil }), "the zero Pacer does not pace")
+}

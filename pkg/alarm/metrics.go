@@ -3,6 +3,7 @@ package alarm
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,14 +83,11 @@ type CountsOptions struct {
 	Logger *zap.Logger
 }
 
-// typeScanShare bounds the time the per-type scan takes: the next starts no sooner than this many times
-// the last one's duration after it, so a fleet of any size keeps Redis busy with it ≤ 2% of the time per
-// replica (a 1M-device share taking 1s is counted every 50s; small fleets every Every).
-const typeScanShare = 50
-
 // RunCounts keeps dead_claims (all slots, O(slots), every Every) and devices{state,type} (this replica's
 // slots, a scan of their devices) current until ctx is done. A type scan runs at start, whenever the owned
-// slots or the types changed, and otherwise no sooner than typeScanShare times its last duration.
+// slots or the types changed, and otherwise Every after the last one ended. Each scan is paced to keep
+// Redis busy at most loop.DefaultWalkShare of the time, whatever the fleet's size: a 5M-device share,
+// about 16 s of Redis time, takes about 13 minutes (docs/scaling.md, "Walks").
 func (m *Metrics) RunCounts(ctx context.Context, o CountsOptions) error {
 	if o.Every <= 0 {
 		o.Every = 5 * time.Second
@@ -102,6 +100,19 @@ func (m *Metrics) RunCounts(ctx context.Context, o CountsOptions) error {
 		log = zap.NewNop()
 	}
 	log = log.With(zap.String("component", "counts"))
+	opts := loop.Options{Interval: o.Every, Immediate: true, MaxBackoff: time.Minute,
+		OnError: func(err error, _ int, _ time.Duration) { log.Debug("counting devices failed", zap.Error(err)) }}
+	var wg sync.WaitGroup
+	// dead_claims on its own loop: a paced type scan of a large fleet lasts minutes.
+	wg.Go(func() {
+		loop.Every(ctx, opts, func(ctx context.Context) error {
+			c, err := o.Store.Count(ctx)
+			if err == nil {
+				m.DeadClaims.Set(float64(c.Parked))
+			}
+			return err
+		})
+	})
 	var (
 		scanned   bool
 		next      time.Time
@@ -109,28 +120,20 @@ func (m *Metrics) RunCounts(ctx context.Context, o CountsOptions) error {
 		types     []string
 		shown     = map[[2]string]bool{}
 	)
-	loop.Every(ctx, loop.Options{Interval: o.Every, Immediate: true, MaxBackoff: time.Minute,
-		OnError: func(err error, _ int, _ time.Duration) { log.Debug("counting devices failed", zap.Error(err)) }},
-		func(ctx context.Context) error {
-			c, err := o.Store.Count(ctx)
-			if err != nil {
-				return err
-			}
-			m.DeadClaims.Set(float64(c.Parked))
-			slots, names := slices.Sorted(slices.Values(o.Slots())), slices.Sorted(slices.Values(o.Types()))
-			if scanned && time.Now().Before(next) && slices.Equal(slots, lastSlots) && slices.Equal(names, types) {
-				return nil
-			}
-			start := time.Now()
-			online, interrupted, err := o.Store.CountTypesIn(ctx, slots)
-			if err != nil {
-				return err
-			}
-			took := time.Since(start)
-			scanned, next, lastSlots, types = true, start.Add(max(o.Every, typeScanShare*took)), slots, names
-			m.setDevices(shown, names, online, interrupted)
+	loop.Every(ctx, opts, func(ctx context.Context) error {
+		slots, names := slices.Sorted(slices.Values(o.Slots())), slices.Sorted(slices.Values(o.Types()))
+		if scanned && time.Now().Before(next) && slices.Equal(slots, lastSlots) && slices.Equal(names, types) {
 			return nil
-		})
+		}
+		online, interrupted, err := o.Store.CountTypesIn(ctx, slots, loop.Pacer{Share: loop.DefaultWalkShare})
+		if err != nil {
+			return err
+		}
+		scanned, next, lastSlots, types = true, time.Now().Add(o.Every), slots, names
+		m.setDevices(shown, names, online, interrupted)
+		return nil
+	})
+	wg.Wait()
 	return nil
 }
 

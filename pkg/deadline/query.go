@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
@@ -262,7 +263,7 @@ func (s *Store) CountByType(ctx context.Context) (online, interrupted map[string
 	for i := range slots {
 		slots[i] = i
 	}
-	return s.CountTypesIn(ctx, slots)
+	return s.CountTypesIn(ctx, slots, loop.Pacer{}) // an operator waits for it
 }
 
 // CurrentDeadlines returns, for each claim, the device's deadline in the deadlines set now (zero when it

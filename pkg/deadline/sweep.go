@@ -124,7 +124,11 @@ type SweeperOptions struct {
 	ForgetAfter time.Duration
 	// Forgotten is told how many devices a pass forgot (a metric); nil = none.
 	Forgotten func(n int)
-	Logger    *zap.Logger
+	// Share is the share of Redis's time a pass may take (default loop.DefaultWalkShare): a pass over a
+	// large slot is spread out rather than made faster, so it may outlast Every, and Every then bounds
+	// nothing (docs/scaling.md, "Walks").
+	Share  float64
+	Logger *zap.Logger
 }
 
 // forgetEvery is how often the retention pass runs: it reads every open incident of the owned slots.
@@ -134,6 +138,7 @@ const forgetEvery = 10 * time.Minute
 type Sweeper struct {
 	opts       SweeperOptions
 	log        *zap.Logger
+	pace       loop.Pacer
 	lastForget time.Time
 }
 
@@ -148,7 +153,10 @@ func NewSweeper(opts SweeperOptions) *Sweeper {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Sweeper{opts: opts, log: opts.Logger.With(zap.String("component", "sweeper"))}
+	if opts.Share <= 0 {
+		opts.Share = loop.DefaultWalkShare
+	}
+	return &Sweeper{opts: opts, log: opts.Logger.With(zap.String("component", "sweeper")), pace: loop.Pacer{Share: opts.Share}}
 }
 
 // Run sweeps every owned slot every Every until ctx is done; it returns nil then. A failed pass is
@@ -183,7 +191,12 @@ func (w *Sweeper) Pass(ctx context.Context) error {
 func (w *Sweeper) forget(ctx context.Context, before time.Time) error {
 	for _, slot := range w.opts.Slots() {
 		for cursor := uint64(0); ; {
-			next, gone, err := w.opts.Store.ForgetSilent(ctx, slot, cursor, w.opts.Page, before)
+			var next uint64
+			var gone []string
+			err := w.pace.Step(ctx, func() (err error) {
+				next, gone, err = w.opts.Store.ForgetSilent(ctx, slot, cursor, w.opts.Page, before)
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -206,7 +219,12 @@ func (w *Sweeper) forget(ctx context.Context, before time.Time) error {
 func (w *Sweeper) sweep(ctx context.Context) error {
 	for _, slot := range w.opts.Slots() {
 		for cursor := uint64(0); ; {
-			next, woken, err := w.opts.Store.SweepDormant(ctx, slot, cursor, w.opts.Page)
+			var next uint64
+			var woken int
+			err := w.pace.Step(ctx, func() (err error) {
+				next, woken, err = w.opts.Store.SweepDormant(ctx, slot, cursor, w.opts.Page)
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -228,7 +246,12 @@ func (w *Sweeper) sweep(ctx context.Context) error {
 // wakeParked makes due the parked claims of slot whose device signalled again (Store.WakeParked).
 func (w *Sweeper) wakeParked(ctx context.Context, slot int) error {
 	for cursor := uint64(0); ; {
-		next, woken, err := w.opts.Store.WakeParked(ctx, slot, cursor, w.opts.Page)
+		var next uint64
+		var woken int
+		err := w.pace.Step(ctx, func() (err error) {
+			next, woken, err = w.opts.Store.WakeParked(ctx, slot, cursor, w.opts.Page)
+			return err
+		})
 		if err != nil {
 			return err
 		}

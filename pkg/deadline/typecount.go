@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
@@ -14,18 +15,19 @@ const typeCountScan = 1000
 
 // CountTypesIn counts the online devices (deadlines set) and the open incidents of each type in slots.
 // It scans every device of those slots (ZSCAN and HSCAN, never blocking Redis), so it costs
-// O(devices in slots): callers cache it or run it seldom.
-func (s *Store) CountTypesIn(ctx context.Context, slots []int) (online, interrupted map[string]int64, err error) {
+// O(devices in slots); pace spreads it so it keeps Redis busy at most its share of the time (the zero
+// Pacer: as fast as it goes).
+func (s *Store) CountTypesIn(ctx context.Context, slots []int, pace loop.Pacer) (online, interrupted map[string]int64, err error) {
 	onlineIdx, interruptedIdx := map[int]int64{}, map[int]int64{}
 	for _, slot := range slots {
-		if err := s.scanSlot(ctx, slot, false, func(_, v string) {
+		if err := s.scanSlot(ctx, slot, false, pace, func(_, v string) {
 			score, _ := strconv.ParseFloat(v, 64)
 			_, idx := scoreDeadline(score)
 			onlineIdx[idx]++
 		}); err != nil {
 			return nil, nil, err
 		}
-		if err := s.scanSlot(ctx, slot, true, func(field, v string) {
+		if err := s.scanSlot(ctx, slot, true, pace, func(field, v string) {
 			if field == stateGuardField {
 				return
 			}
@@ -48,16 +50,18 @@ func (s *Store) CountTypesIn(ctx context.Context, slots []int) (online, interrup
 
 // scanSlot calls each for every member and score of slot's deadlines set, or every field and value of
 // its state hash (incidents).
-func (s *Store) scanSlot(ctx context.Context, slot int, incidents bool, each func(member, value string)) error {
+func (s *Store) scanSlot(ctx context.Context, slot int, incidents bool, pace loop.Pacer, each func(member, value string)) error {
 	var cur uint64
 	for {
 		var kv []string
-		var err error
-		if incidents {
-			kv, cur, err = s.rdb.HScan(ctx, s.keys.State(slot), cur, "", typeCountScan).Result()
-		} else {
-			kv, cur, err = s.rdb.ZScan(ctx, s.keys.Deadlines(slot), cur, "", typeCountScan).Result()
-		}
+		err := pace.Step(ctx, func() (err error) {
+			if incidents {
+				kv, cur, err = s.rdb.HScan(ctx, s.keys.State(slot), cur, "", typeCountScan).Result()
+			} else {
+				kv, cur, err = s.rdb.ZScan(ctx, s.keys.Deadlines(slot), cur, "", typeCountScan).Result()
+			}
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("deadline: count types in slot %d: %w", slot, err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -40,9 +41,9 @@ func TestCountTypesIn(t *testing.T) {
 		for slot := range f.store.Slots() {
 			shares[slot%2] = append(shares[slot%2], slot)
 		}
-		on0, in0, err := f.store.CountTypesIn(ctx, shares[0])
+		on0, in0, err := f.store.CountTypesIn(ctx, shares[0], loop.Pacer{})
 		require.NoError(t, err)
-		on1, in1, err := f.store.CountTypesIn(ctx, shares[1])
+		on1, in1, err := f.store.CountTypesIn(ctx, shares[1], loop.Pacer{})
 		require.NoError(t, err)
 		require.Equal(t, online, sum(on0, on1))
 		require.Equal(t, interrupted, sum(in0, in1))
