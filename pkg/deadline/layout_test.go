@@ -308,26 +308,3 @@ func TestOwnTimeoutsOutliveRedisLosingThem(t *testing.T) {
 		appliedBy(other)
 	})
 }
-
-// TestSetMissingWritesOnlyWhatTheHashLacks: a write-back larger than one script call writes every field
-// the hash lacks and leaves the ones written since as they are.
-func TestSetMissingWritesOnlyWhatTheHashLacks(t *testing.T) {
-	eachFixture(t, 4, func(t *testing.T, f fixture) {
-		ctx := t.Context()
-		const key = "hb:setmissing"
-		require.NoError(t, f.rdb.HSet(ctx, key, "f7", "newer", "f2500", "newer").Err())
-		var pairs []any
-		for i := range 2600 {
-			pairs = append(pairs, fmt.Sprintf("f%d", i), "restored")
-		}
-		n, err := deadline.SetMissing(ctx, f.rdb, key, pairs)
-		require.NoError(t, err)
-		require.Equal(t, int64(2598), n)
-		all, err := f.rdb.HGetAll(ctx, key).Result()
-		require.NoError(t, err)
-		require.Len(t, all, 2600)
-		require.Equal(t, "newer", all["f7"])
-		require.Equal(t, "newer", all["f2500"], "in the third call")
-		require.Equal(t, "restored", all["f2599"])
-	})
-}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -255,7 +256,7 @@ func (s *Silences) restore(ctx context.Context, known []Silence) ([]Silence, err
 		}
 		pairs = append(pairs, sil.ID, b)
 	}
-	if _, err := deadline.SetMissing(ctx, s.rdb, s.key, pairs); err != nil {
+	if _, err := redisutil.SetMissing(ctx, s.rdb, s.key, pairs); err != nil {
 		return nil, fmt.Errorf("silence: restore silences: %w", err)
 	}
 	s.log.Warn("Redis lost the silences; written back from this replica's copy", zap.Int("silences", len(known)))
