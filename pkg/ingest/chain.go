@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -127,33 +129,19 @@ func NewChain(refresher Refresher, deadLetters event.DeadLetterSink, opts ChainO
 	if refresher == nil {
 		return nil, errors.New("ingest: chain needs a refresher")
 	}
-	if opts.MaxClockSkew <= 0 {
-		opts.MaxClockSkew = config.DefaultMaxClockSkew
-	}
+	opts.MaxClockSkew = defaults.Positive(opts.MaxClockSkew, config.DefaultMaxClockSkew)
 	if opts.Coalesce < 0 {
 		return nil, fmt.Errorf("ingest: coalesce %v is negative", opts.Coalesce)
 	}
-	if opts.Batch <= 0 {
-		opts.Batch = config.DefaultIngestBatch
-	}
-	if opts.Linger <= 0 {
-		opts.Linger = config.DefaultIngestLinger
-	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = config.DefaultIngestMaxInFlight
-	}
-	if opts.DeadLetterTimeout <= 0 {
-		opts.DeadLetterTimeout = 5 * time.Second
-	}
-	if opts.StuckWrite <= 0 {
-		opts.StuckWrite = time.Second
-	}
+	opts.Batch = defaults.Positive(opts.Batch, config.DefaultIngestBatch)
+	opts.Linger = defaults.Positive(opts.Linger, config.DefaultIngestLinger)
+	opts.MaxInFlight = defaults.Positive(opts.MaxInFlight, config.DefaultIngestMaxInFlight)
+	opts.DeadLetterTimeout = defaults.Positive(opts.DeadLetterTimeout, 5*time.Second)
+	opts.StuckWrite = defaults.Positive(opts.StuckWrite, time.Second)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
