@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
@@ -56,10 +57,8 @@ func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
 	rdb := srv.Client(t)
 	now := time.UnixMilli(1_763_800_000_000) // Refresh runs on this goroutine: a plain variable is the clock
 	timeouts := map[string]time.Duration{"default": time.Minute, "gateway": 30 * time.Second, "random-7": time.Hour}
-	store, err := deadline.New(rdb, deadline.Options{Slots: 8, Now: func() time.Time { return now },
-		Timeout: testenv.TypeTimeouts(timeouts)})
-	require.NoError(t, err)
-	require.NoError(t, store.Load(ctx, "default", "gateway"))
+	store := deadlinetest.NewStore(t, rdb, deadline.Options{Slots: 8, Now: func() time.Time { return now },
+		Timeout: testenv.TypeTimeouts(timeouts)}, "default", "gateway")
 	before := scriptCalls(t, rdb)
 
 	const names = 5000
