@@ -64,6 +64,20 @@ func RedisBackends(tb testing.TB) []RedisBackend {
 	return out
 }
 
+// EachBackend runs test once per Redis deployment (RedisBackends) as a subtest of that name, each time on
+// an empty Redis: what heartbeatd stores must behave the same on a standalone server and on a cluster,
+// where a batch splits into one script call per slot. tb is a *testing.T or a *testing.B. A suite with a
+// fixture of its own wraps it in one line (pkg/alarm/alarm_test.go eachFixture).
+func EachBackend[TB interface {
+	testing.TB
+	Run(name string, f func(TB)) bool
+}](tb TB, test func(tb TB, rdb redis.UniversalClient)) {
+	tb.Helper()
+	for _, b := range RedisBackends(tb) {
+		tb.Run(b.Name, func(tb TB) { test(tb, b.Client(tb)) })
+	}
+}
+
 // Main runs the package's tests and benchmarks, stops the servers they shared, and exits:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }

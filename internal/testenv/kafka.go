@@ -269,6 +269,29 @@ func (k *Kafka) Client(tb testing.TB, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
+// Partitions is how many partitions each of topics has, asked with a client independent of the code
+// under test; a topic that does not exist is absent.
+func (k *Kafka) Partitions(tb testing.TB, topics ...string) map[string]int {
+	tb.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	for _, name := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, rt)
+	}
+	res, err := req.RequestWith(context.Background(), k.Client(tb))
+	if err != nil {
+		tb.Fatalf("testenv: kafka metadata of %v: %v", topics, err)
+	}
+	out := map[string]int{}
+	for _, rt := range res.Topics {
+		if rt.ErrorCode == 0 && rt.Topic != nil {
+			out[*rt.Topic] = len(rt.Partitions)
+		}
+	}
+	return out
+}
+
 // Consume reads topics from their start on a client of its own and hands every record to handle, on one
 // goroutine, until tb ends.
 func (k *Kafka) Consume(tb testing.TB, handle func(Record), topics ...string) {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -92,13 +93,11 @@ func parsePolicies(t testing.TB, yml string) *config.Policies {
 // TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// eachBackend runs test once per Redis deployment (standalone, cluster) as a subtest of that name, each
-// time on an empty Redis with a fresh fixture: the alarm state machine must behave the same on both.
-func eachBackend(t *testing.T, test func(t *testing.T, f *fixture)) {
+// eachFixture runs test once per Redis backend (testenv.EachBackend), each time on an empty Redis with a
+// fresh fixture: the alarm state machine must behave the same on both.
+func eachFixture(t *testing.T, test func(t *testing.T, f *fixture)) {
 	t.Helper()
-	for _, b := range testenv.RedisBackends(t) {
-		t.Run(b.Name, func(t *testing.T) { test(t, setup(t, b.Client(t))) })
-	}
+	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) { test(t, setup(t, rdb)) })
 }
 
 func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
@@ -109,10 +108,8 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	f.policies.Store(parsePolicies(t, policyYAML))
 	timeout := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.Timeout }
 	repeat := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.RepeatEvery }
-	store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeout, RepeatEvery: repeat})
-	require.NoError(t, err)
-	require.NoError(t, store.Load(context.Background(), f.policies.Load().Names()...))
-	f.store = store
+	opts := deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeout, RepeatEvery: repeat}
+	f.store = deadlinetest.NewStore(t, f.rdb, opts, f.policies.Load().Names()...)
 	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: kafka.Addrs, Topic: eventsTopic, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
@@ -165,7 +162,7 @@ func ids(events []event.Event) []string {
 }
 
 func TestLifecycleInterruptedRepeatsExhausted(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("d1", "", 0) // default: timeout 10s, repeat 1m, max 2
 		require.Empty(t, f.at(9*time.Second))
 		require.Equal(t, []string{"d1 interrupted 0"}, f.at(10*time.Second+5*time.Millisecond))
@@ -195,7 +192,7 @@ func TestLifecycleInterruptedRepeatsExhausted(t *testing.T) {
 }
 
 func TestRecoveryBetweenRepeatsStopsThem(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("d1", "gateway", 0) // timeout 5s, repeat 30s
 		require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+2*time.Millisecond))
 		require.Equal(t, []string{"d1 alarm 1"}, f.at(35*time.Second+2*time.Millisecond))
@@ -214,7 +211,7 @@ func TestRecoveryBetweenRepeatsStopsThem(t *testing.T) {
 }
 
 func TestRecoveredCarriesOutageLength(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("d1", "gateway", 0)
 		f.at(5*time.Second + time.Millisecond)
 		f.sink.take()
@@ -231,7 +228,7 @@ func TestRecoveredCarriesOutageLength(t *testing.T) {
 }
 
 func TestAckStopsRepeatsButRecoveryIsReported(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("d1", "gateway", 0)
 		require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+time.Millisecond))
 		ok, err := f.store.SetAcked(context.Background(), "d1")
@@ -245,7 +242,7 @@ func TestAckStopsRepeatsButRecoveryIsReported(t *testing.T) {
 }
 
 func TestSilenceByDeviceAndByTypeAlarmsWhenItEnds(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		_, err := f.silences.Create(ctx, silence.Silence{DeviceID: "d1", Ends: f.t0.Add(time.Minute)})
 		require.NoError(t, err)
@@ -267,7 +264,7 @@ func TestSilenceByDeviceAndByTypeAlarmsWhenItEnds(t *testing.T) {
 }
 
 func TestPerTypeTimeoutsAndIntervals(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("d", "", 0)        // 10s, repeat 1m
 		f.signal("g", "gateway", 0) // 5s, repeat 30s
 		f.signal("s", "sensor", 0)  // 20s, no repeats
@@ -281,7 +278,7 @@ func TestPerTypeTimeoutsAndIntervals(t *testing.T) {
 }
 
 func TestReloadChangesIntervalAtNextAct(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("g", "gateway", 0)
 		require.Equal(t, []string{"g interrupted 0"}, f.at(5*time.Second))
 		f.policies.Store(parsePolicies(t, `
@@ -299,7 +296,7 @@ types:
 // One wake-up's claims of one slot, one acknowledged per device (silenced) and one as committed: the
 // in-flight record goes with the acknowledgement, so nothing comes back when the lease runs out.
 func TestMixedBatchReleasesItsRecordWithTheAcks(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		quiet, loud := "q0", ""
 		for i := 1; loud == ""; i++ {
@@ -320,7 +317,7 @@ func TestMixedBatchReleasesItsRecordWithTheAcks(t *testing.T) {
 // A claim commits the interruption with the interval in force when it claimed; a reload before the loop
 // handles it makes the loop acknowledge that claim itself, so the first repeat follows the new interval.
 func TestReloadBetweenClaimAndPublishAcknowledgesTheNewInterval(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		f.signal("g", "gateway", 0)
 		f.clock.Set(f.t0.Add(5 * time.Second))
@@ -344,7 +341,7 @@ types:
 }
 
 func TestCrashBetweenPublishAndAckRepublishesSameID(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("d1", "", 0)
 		crashing := f.newHandler()
 		crashing.beforeAck = func() bool { return false }
@@ -365,7 +362,7 @@ func TestCrashBetweenPublishAndAckRepublishesSameID(t *testing.T) {
 }
 
 func TestKafkaDownNothingAcknowledgedThenFlowsNeverParks(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		f.signal("d1", "", 0)
 		f.signal("d2", "", 0)
@@ -400,7 +397,7 @@ func TestKafkaDownNothingAcknowledgedThenFlowsNeverParks(t *testing.T) {
 }
 
 func TestReplacedIncidentReportsRecoveryThenInterruption(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("d1", "gateway", 0)
 		require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+time.Millisecond))
 		// It signals and falls silent again before the loop sees the recovery.
@@ -415,7 +412,7 @@ func TestReplacedIncidentReportsRecoveryThenInterruption(t *testing.T) {
 // signalling before it; devices already silent before it are still reported; devices that really fell
 // silent during it are reported once the grace after it has passed.
 func TestHoldBackIngestOutage(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		var troubleSince atomic.Pointer[time.Time]
 		troubleSince.Store(&time.Time{})
@@ -459,7 +456,7 @@ func TestHoldBackIngestOutage(t *testing.T) {
 // TestHoldBackServiceWasDown: heartbeatd down for 2× the timeout, then started again: no storm, grace
 // applied, still-silent devices reported after it.
 func TestHoldBackServiceWasDown(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		grace := func() time.Duration { return 10 * time.Second }
 		first := holdback.New(holdback.Options{Client: f.rdb, ReplicaID: "r1", Now: f.clock.Now, Grace: grace})

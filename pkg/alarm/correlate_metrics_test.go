@@ -37,7 +37,7 @@ func TestOutageMetrics(t *testing.T) {
 	require.Nil(t, correlate.New(correlate.Options{}), "correlation off")
 	require.Contains(t, scrape(t, off), "heartbeatd_outages_open 0\n")
 
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		reg := prometheus.NewRegistry()
 		m := NewMetrics(reg)
 		corr := correlate.New(correlate.Options{Client: f.rdb, Store: f.store, Sink: f.sink, ReplicaID: "r1", Now: f.clock.Now,

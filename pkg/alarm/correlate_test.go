@@ -38,7 +38,7 @@ func correlatorFixture(t *testing.T, f *fixture, replica string) *correlate.Corr
 // interrupted after it carries its id; no member repeats while it lasts; outage_ended once fewer than
 // half of its seven members are still silent, after which the repeats of the silent ones resume.
 func TestCorrelatedOutage(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		corr := correlatorFixture(t, f, "r1")
 		f.handler = NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Correlator: corr, Now: f.clock.Now})
 		ctx := context.Background()
@@ -113,7 +113,7 @@ func TestCorrelatedOutage(t *testing.T) {
 // fifteen more ends when fewer than half of its twenty members are still silent, even while more than
 // half of the five it started with are: counted against its start alone it would never end.
 func TestCorrelatedOutageEndsByAllItsMembers(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		corr := correlatorFixture(t, f, "r1")
 		f.handler = NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Correlator: corr, Now: f.clock.Now})
 		ctx := context.Background()

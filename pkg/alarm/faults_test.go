@@ -44,7 +44,7 @@ func shortWritePublisher(t *testing.T, k *testenv.Kafka, timeout time.Duration) 
 // Kafka stopped for longer than the old budget of 10 attempts (≈ 3 minutes of backoff): the claims stay
 // leased and are tried every PublishBackoffMax, nothing is parked, and the events go out once it is back.
 func TestKafkaDownForLongParksNothing(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		f.shortWrites(300 * time.Millisecond)
 		f.signal("d1", "", 0)
@@ -100,7 +100,7 @@ func setMaxMessageBytes(t *testing.T, k *testenv.Kafka, n int) {
 // An event Kafka refuses for its content is parked after MaxPublishAttempts (3) refusals, named in the
 // parked claims /v1/stats shows, and published once requeued after the topic takes it.
 func TestRefusedEventParkedThenRequeued(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		setMaxMessageBytes(t, f.kafka, 1000)
 		poison := "p-" + strings.Repeat("x", 600) // its event is ≈ 2 kB
@@ -184,7 +184,7 @@ func acknowledgedIncident(t *testing.T, f *fixture, dev string) *probeFailure {
 // The signal that ends an acknowledged incident reaches Redis, but the round trip of its recovery probe
 // fails: the chain's retry probes again, so `recovered` still comes.
 func TestRecoveryProbeRoundTripFailsRecoveredStillComes(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		hook := acknowledgedIncident(t, f, "d1")
 		chain, err := ingest.NewChain(f.store, nil, ingest.ChainOptions{Now: f.clock.Now, Logger: zaptest.NewLogger(t)})
 		require.NoError(t, err)
@@ -214,7 +214,7 @@ func TestRecoveryProbeRoundTripFailsRecoveredStillComes(t *testing.T) {
 // again, whose write then adds nothing and probes nothing. The dormant sweep finds the incident and
 // `recovered` comes within its interval.
 func TestCrashBeforeRecoveryProbeRecoveredWithinSweep(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		hook := acknowledgedIncident(t, f, "d1")
 		hook.armed.Store(true)

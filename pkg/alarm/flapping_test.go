@@ -12,7 +12,7 @@ import (
 // `interrupted`; `recovered` and `interrupted` are still sent, repeats pause until the device has been
 // stable (silent, here) for one window.
 func TestFlapping(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.policies.Store(parsePolicies(t, `
 types:
   default: {timeout: 10s, repeat_every: 1m}

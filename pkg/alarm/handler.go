@@ -95,17 +95,48 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	m.ClaimsPending.Add(float64(len(claims)))
 	defer m.ClaimsPending.Sub(float64(len(claims)))
 
+	decisions, err := h.decideAll(ctx, claims)
+	if err != nil {
+		return err
+	}
+	events, owner, failed := h.publish(ctx, claims, decisions)
+	if h.beforeAck != nil && !h.beforeAck() {
+		return errCrashed
+	}
+	ackNow := h.opts.Now()
+	acks, retried, retryErr := h.acks(claims, decisions, failed, ackNow)
+	if _, err := h.opts.Store.Settle(ctx, acks, deadline.RecordsOf(claims)); err != nil {
+		return fmt.Errorf("alarm: acknowledge: %w", err)
+	}
+	// After the acknowledgement, so the woken children read their parent's new state. A crash before it
+	// leaves them to their bounds: the parent's deadline + parent_wait, or ParentRecheck.
+	if err := h.wakeChildren(ctx, claims, decisions, failed, ackNow); err != nil {
+		h.log.Warn("waking the children of interrupted or recovered devices failed; they look again within their bounds",
+			zap.Error(err))
+	}
+	h.recordFlaps(ctx, claims, decisions, failed)
+	if retried > 0 {
+		h.log.Warn("publishing failed; the claims stay leased and are retried until Kafka takes them",
+			zap.Int("claims", retried), zap.Duration("retry_within", PublishBackoffMax), zap.Error(retryErr))
+	}
+	h.countPublished(events, owner, failed)
+	return nil
+}
+
+// decideAll re-checks each claim against Redis, gathers what Decide needs (parents, outages, policies,
+// flap history, silences) and decides every claim; the outages it opens or joins are judged last.
+func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Decision, error) {
 	current, err := h.opts.Store.CurrentDeadlines(ctx, claims)
 	if err != nil {
-		return fmt.Errorf("alarm: re-check: %w", err)
+		return nil, fmt.Errorf("alarm: re-check: %w", err)
 	}
 	parents, parentNames, err := h.parents(ctx, claims)
 	if err != nil {
-		return fmt.Errorf("alarm: parents: %w", err)
+		return nil, fmt.Errorf("alarm: parents: %w", err)
 	}
 	groups, outages, err := h.outages(ctx, claims, parentNames)
 	if err != nil {
-		return fmt.Errorf("alarm: correlation: %w", err)
+		return nil, fmt.Errorf("alarm: correlation: %w", err)
 	}
 	now := h.opts.Now()
 	policies := h.opts.Policies()
@@ -115,7 +146,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	}
 	flaps, err := h.flapHistory(ctx, claims, pols)
 	if err != nil {
-		return fmt.Errorf("alarm: flapping: %w", err)
+		return nil, fmt.Errorf("alarm: flapping: %w", err)
 	}
 	inputs := make([]Input, len(claims))
 	decisions := make([]Decision, len(claims))
@@ -134,18 +165,23 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 		decisions[i] = Decide(in)
 	}
 	if err := h.judgeOutages(ctx, inputs, decisions, groups, now); err != nil {
-		return fmt.Errorf("alarm: correlation: %w", err)
+		return nil, fmt.Errorf("alarm: correlation: %w", err)
 	}
-	events := make([]event.Event, 0, len(claims)) // about one per claim; an Event is large to copy on growth
-	owner := make([]int, 0, len(claims))          // owner[j] = claim index of events[j]
+	return decisions, nil
+}
+
+// publish hands every decided event to the sink as one batch. owner[j] is the claim index of events[j];
+// failed[i] is the first error of claim i's events, nil when Kafka took them all.
+func (h *Handler) publish(ctx context.Context, claims []deadline.Claim, decisions []Decision) (events []event.Event, owner []int, failed []error) {
+	events = make([]event.Event, 0, len(claims)) // about one per claim; an Event is large to copy on growth
+	owner = make([]int, 0, len(claims))
 	for i := range claims {
 		for _, e := range decisions[i].Events {
 			events = append(events, e)
 			owner = append(owner, i)
 		}
 	}
-
-	failed := make([]error, len(claims))
+	failed = make([]error, len(claims))
 	if len(events) > 0 {
 		for j, err := range h.opts.Sink.Publish(ctx, events) {
 			if err != nil && failed[owner[j]] == nil {
@@ -153,20 +189,19 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 			}
 		}
 	}
-	if h.beforeAck != nil && !h.beforeAck() {
-		return errCrashed
-	}
+	return events, owner, failed
+}
 
-	var acks []deadline.Ack
-	var retried int
-	var retryErr error
-	ackNow := h.opts.Now()
+// acks are the acknowledgements of the claims: each decision's own, or a failed publish's (retry, or
+// park one Kafka refused too often). retried counts the claims left to retry and retryErr is the last
+// of their errors, for one log line per wake-up.
+func (h *Handler) acks(claims []deadline.Claim, decisions []Decision, failed []error, now time.Time) (acks []deadline.Ack, retried int, retryErr error) {
 	for i, c := range claims {
 		if err := failed[i]; err != nil {
 			refused := h.opts.Refused(err)
-			a := Failed(c, err, refused, h.opts.MaxPublishAttempts, ackNow)
+			a := Failed(c, err, refused, h.opts.MaxPublishAttempts, now)
 			acks = append(acks, a)
-			m.PublishFailures.Inc()
+			h.opts.Metrics.PublishFailures.Inc()
 			if a.Op == deadline.Park {
 				h.log.Error("Kafka refused the events of a claim too often; parked (see /v1/stats, POST /v1/dead/requeue)",
 					zap.String("device_id", c.Device), zap.Int("failures", a.State.Failures), zap.Error(err))
@@ -178,20 +213,17 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 			continue
 		}
 		// Decide decided; this only carries it out. A committed decision is already stored: releasing
-		// the claim's record below acknowledges it.
+		// the claim's record acknowledges it.
 		if !decisions[i].Committed {
 			acks = append(acks, decisions[i].Ack)
 		}
 	}
-	if _, err := h.opts.Store.Settle(ctx, acks, deadline.RecordsOf(claims)); err != nil {
-		return fmt.Errorf("alarm: acknowledge: %w", err)
-	}
-	// After the acknowledgement, so the woken children read their parent's new state. A crash before it
-	// leaves them to their bounds: the parent's deadline + parent_wait, or ParentRecheck.
-	if err := h.wakeChildren(ctx, claims, decisions, failed, ackNow); err != nil {
-		h.log.Warn("waking the children of interrupted or recovered devices failed; they look again within their bounds",
-			zap.Error(err))
-	}
+	return acks, retried, retryErr
+}
+
+// recordFlaps stores the interruption times of the claims whose events went out, for flapping
+// detection; a failure only costs a late flapping event, so it is logged.
+func (h *Handler) recordFlaps(ctx context.Context, claims []deadline.Claim, decisions []Decision, failed []error) {
 	var flapUpdates []deadline.FlapUpdate
 	for i, d := range decisions {
 		if d.Flaps != nil && failed[i] == nil {
@@ -201,10 +233,11 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	if err := h.opts.Store.RecordFlaps(ctx, flapUpdates); err != nil {
 		h.log.Warn("recording interruptions for flapping detection failed", zap.Error(err))
 	}
-	if retried > 0 {
-		h.log.Warn("publishing failed; the claims stay leased and are retried until Kafka takes them",
-			zap.Int("claims", retried), zap.Duration("retry_within", PublishBackoffMax), zap.Error(retryErr))
-	}
+}
+
+// countPublished counts the events Kafka took, and the lateness of each interruption among them.
+func (h *Handler) countPublished(events []event.Event, owner []int, failed []error) {
+	m := h.opts.Metrics
 	for j, e := range events {
 		if failed[owner[j]] != nil {
 			continue
@@ -214,7 +247,6 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 			m.Lateness.Observe(e.At.Sub(e.Deadline).Seconds())
 		}
 	}
-	return nil
 }
 
 // parents returns, per claim, its device's parent when the parent may explain the silence: for an

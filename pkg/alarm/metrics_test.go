@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -20,10 +21,9 @@ import (
 // follows a change of the owned slots, and drops the series of a type no longer configured.
 func TestRunCountsDevicesByType(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
-	store, err := deadline.New(rdb, deadline.Options{Slots: 4, Timeout: func(string) time.Duration { return time.Hour }})
-	require.NoError(t, err)
+	store := deadlinetest.NewStore(t, rdb, deadline.Options{Slots: 4, Timeout: func(string) time.Duration { return time.Hour }},
+		"default", "gateway", "sensor")
 	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, store.Load(ctx, "default", "gateway", "sensor"))
 	var sigs []deadline.Signal
 	perSlot := map[int]int64{}
 	for i := range 20 {

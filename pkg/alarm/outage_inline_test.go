@@ -43,7 +43,7 @@ func untagged(events []event.Event) int {
 // min_devices − 1 times: the wake-up whose interruptions reach the threshold opens the outage itself,
 // publishes outage_started before its members, and every member from then on carries the outage's id.
 func TestOutageThresholdJudgedInline(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		withCorrelation(t, f, 0)
 		f.signalAll("a", 4, "gateway", 0)
 		f.signalAll("b", 3, "gateway", time.Second)
@@ -71,7 +71,7 @@ func TestOutageThresholdJudgedInline(t *testing.T) {
 // so an outage that strikes within group_wait pages once. A lone interruption goes out untagged when its
 // wait is over. The wait is kept in Redis: a fresh handler (another replica) carries it on.
 func TestGroupWaitHoldsUntilTheOutageForms(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		withCorrelation(t, f, 3*time.Second)
 		f.signalAll("a", 4, "gateway", 0)
 		f.signalAll("b", 1, "gateway", time.Second)

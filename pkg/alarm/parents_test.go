@@ -37,7 +37,7 @@ func (f *fixture) signalChild(device, typ, parent string, at time.Duration) {
 // leaves still silent one leaf timeout later get their own `interrupted` (and repeats), the others
 // report their recovery.
 func TestChildrenOfADownParentAreSuppressed(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		parentsFixture(t, f)
 		f.signal("hub", "hub", 0)
 		for _, c := range []string{"c1", "c2", "c3"} {
@@ -67,7 +67,7 @@ func TestChildrenOfADownParentAreSuppressed(t *testing.T) {
 // TestChildOfALiveParentAlarmsOnItsOwn: a parent that signalled after the child's last signal explains
 // nothing; nor does an unknown parent.
 func TestChildOfALiveParentAlarmsOnItsOwn(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		parentsFixture(t, f)
 		f.signal("hub", "hub", 0)
 		f.signalChild("c1", "leaf", "hub", 0)
@@ -80,7 +80,7 @@ func TestChildOfALiveParentAlarmsOnItsOwn(t *testing.T) {
 // TestChildWaitsNoLongerThanParentWait: a parent that is silent but never declared down (its slot's
 // scanner is behind) holds its children until its deadline + parent_wait, then they alarm on their own.
 func TestChildWaitsNoLongerThanParentWait(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		parentsFixture(t, f)
 		f.signal("hub", "hub", 0)
 		f.signalChild("c1", "leaf", "hub", 0)

@@ -28,7 +28,7 @@ func (f *fixture) withActs() *silence.Silences {
 // Incidents another silence defers to the very same instant stay deferred. (pkg/silence and
 // pkg/deadline test the re-arm on its own.)
 func TestEndingASilenceEarlyRearmsWhatItDeferred(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		sil := f.withActs()
 		ends := f.t0.Add(time.Hour)

@@ -1,6 +1,7 @@
 package alarm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -49,18 +51,12 @@ var errScannerQuiet = errors.New("alarm: watchdog withheld: the scanner complete
 
 // NewWatchdog returns a watchdog; Run starts it.
 func NewWatchdog(opts WatchdogOptions) *Watchdog {
-	if opts.Every <= 0 {
-		opts.Every = config.DefaultWatchdogEvery
-	}
-	if opts.MaxQuiet <= 0 {
-		opts.MaxQuiet = opts.Every
-	}
+	opts.Every = defaults.Positive(opts.Every, config.DefaultWatchdogEvery)
+	opts.MaxQuiet = defaults.Positive(opts.MaxQuiet, opts.Every)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	return &Watchdog{opts: opts, log: opts.Logger.With(zap.String("component", "watchdog"))}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/lease"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -283,35 +284,27 @@ func (c *Correlator) Run(ctx context.Context) error {
 	return nil
 }
 
-// leaseScript takes the lease when free or renews it when held: 1 = this replica holds it.
-var leaseScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v == false or v == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0`)
-
-// releaseScript gives the lease up if this replica holds it, so a graceful stop hands over at once.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-
+// release gives the correlator's lease up if this replica holds it, so a graceful stop hands over at once.
 func (c *Correlator) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = releaseScript.Run(ctx, c.opts.Client, []string{c.keys.lease()}, c.opts.ReplicaID).Err()
+	_, _ = c.tickLease().Release(ctx, c.opts.Client)
+}
+
+// tickLease is this replica's lease on the correlator's tick (internal/lease).
+func (c *Correlator) tickLease() lease.Lease {
+	return lease.Lease{Key: c.keys.lease(), Holder: c.opts.ReplicaID}
 }
 
 // Tick runs one round of Run at once: for callers that drive time themselves (tests on a fake clock).
 func (c *Correlator) Tick(ctx context.Context) error { return c.tick(ctx) }
 
 func (c *Correlator) tick(ctx context.Context) error {
-	held, err := leaseScript.Run(ctx, c.opts.Client, []string{c.keys.lease()}, c.opts.ReplicaID, correlatorLease.Milliseconds()).Int()
+	held, err := c.tickLease().Take(ctx, c.opts.Client, correlatorLease)
 	if err != nil {
 		return fmt.Errorf("correlate: correlator lease: %w", err)
 	}
-	if held == 1 {
+	if held {
 		if err := c.lookAll(ctx); err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -19,7 +18,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
@@ -141,159 +139,6 @@ type daemon struct {
 	slotsOwned prometheus.Gauge
 	// incarnation tells this process from the replica's earlier ones (holdback.Options).
 	incarnation string
-}
-
-func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Registry, log *zap.Logger, opts Options) (*daemon, error) {
-	d := &daemon{cfg: cfg, log: log, opts: opts, coord: coord}
-	d.policies.Store(cfg.Policies())
-	fail := func(err error) (*daemon, error) {
-		d.closeClients()
-		return nil, err
-	}
-
-	redisTLS, err := cfg.Redis.TLS.Build()
-	if err != nil {
-		return fail(fmt.Errorf("redis.tls: %w", err))
-	}
-	d.rdb = newRedisClient(&redis.UniversalOptions{
-		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
-		TLSConfig: redisTLS, PoolSize: cfg.Redis.PoolSize,
-	})
-	// Every time below is on the clock the replicas share: local time corrected by its offset from Redis.
-	d.clock = holdback.NewClock(holdback.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: log, Registerer: reg})
-	// A late first word is kept as long as detection may be held back for the blind window it waited in.
-	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout,
-		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack})
-	if err != nil {
-		return fail(err)
-	}
-
-	eventsTLS, err := cfg.Events.Kafka.TLS.Build()
-	if err != nil {
-		return fail(fmt.Errorf("events.kafka.tls: %w", err))
-	}
-	eventsSASL, err := kafkaclient.SASLMechanism(cfg.Events.Kafka.SASL.MechanismName, cfg.Events.Kafka.SASL.Username,
-		cfg.Events.Kafka.SASL.Password)
-	if err != nil {
-		return fail(fmt.Errorf("events.kafka.sasl: %w", err))
-	}
-	d.publisher, err = kafka.NewPublisher(kafka.PublisherOptions{Brokers: cfg.Events.Kafka.Brokers, Topic: cfg.Events.Kafka.Topic,
-		DeadLetterTopic: cfg.Events.Kafka.DeadletterTopic, Source: kafka.CloudEventsSource(cfg.Redis.KeyPrefix),
-		Topics: kafka.TopicCreation{Create: cfg.Events.Kafka.CreateTopics.Enabled, Partitions: cfg.Events.Kafka.CreateTopics.Partitions,
-			ReplicationFactor: cfg.Events.Kafka.CreateTopics.ReplicationFactor},
-		TLS: eventsTLS, SASL: eventsSASL, Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-
-	replica := cfg.Cluster.ReplicaIDOrDefault()
-	d.replica = replica
-	d.metrics = alarm.NewMetrics(reg)
-	d.slotsOwned = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "slots_owned", Help: "Slots this replica scans."})
-	reg.MustRegister(d.slotsOwned)
-	pol := d.policies.Load()
-	d.ownership = deadline.NewOwnership(d.store, deadline.OwnershipOptions{ReplicaID: replica, Heartbeat: cfg.Cluster.ReplicaHeartbeat,
-		SlotLease: cfg.Cluster.SlotLease, RetireAfter: pol.LongestTimeout() + pol.LongestCycle(), Logger: log,
-		Now: d.clock.Now, Eligible: func() bool { return d.holdBack.Scans() }})
-
-	d.chain, err = ingest.NewChain(d.store, d.publisher, ingest.ChainOptions{MaxClockSkew: cfg.Ingest.MaxClockSkew,
-		Coalesce: cfg.Ingest.Coalesce, Batch: cfg.Ingest.Batch, Linger: cfg.Ingest.Linger, MaxInFlight: cfg.Ingest.MaxInFlight,
-		KnownType: func(name string) bool { _, ok := d.policies.Load().Lookup(name); return ok },
-		Now:       d.clock.Now, Logger: log, Registerer: reg})
-	if err != nil {
-		return fail(err)
-	}
-	// This process among the replica's: the others tell a restart from a pause by it.
-	d.incarnation = rand.Text()[:12]
-	if err := d.buildSources(); err != nil {
-		return fail(err)
-	}
-	d.holdBack = d.buildHoldBack(replica, reg)
-	if err := d.buildObservers(reg); err != nil {
-		return fail(err)
-	}
-	// One sink for every event: the alarm loop's, the operator acts' and the silences' alike, so the
-	// degraded mark and the outputs that follow Kafka treat them the same.
-	sink := holdback.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
-	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
-	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log})
-	d.correlator = correlate.New(correlate.Options{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
-		Sink: sink, ReplicaID: replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,
-		Events: d.metrics.Events, OutagesOpen: d.metrics.OutagesOpen})
-	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load, Correlator: d.correlator,
-		Sink:     sink,
-		Silences: d.silences, ParentWait: cfg.Detection.ParentWait, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,
-		Logger: log, Metrics: d.metrics})
-
-	coord.Subscribe(d.applyTypes)
-
-	d.listener, err = net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		return fail(fmt.Errorf("http.listen: %w", err))
-	}
-	d.health = NewHealth(d.ready, HealthOptions{Logger: log})
-	d.eviction = newEvictionGuard(d.rdb, log)
-	d.registerMetrics(reg)
-	d.server = &http.Server{
-		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health, Notes: d.notes,
-			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Tokens: cfg.HTTP.AccessTokens(),
-			Advice:   func() ingest.TimeoutAdvice { return d.chain.Intervals().Advise(d.replica, d.policies.Load()) },
-			Gatherer: reg, Registerer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
-			Outages: d.correlator, KnownType: d.knownType}),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      60 * time.Second, // by_type stats scan every device
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          zap.NewStdLog(log.With(zap.String("component", "http"))),
-	}
-	d.server.RegisterOnShutdown(d.stream.Close) // live streams would hold Shutdown until their clients left
-	return d, nil
-}
-
-func (d *daemon) buildSources() error {
-	in := d.cfg.Ingest
-	// A source waits at shutdown for its submitted messages to be acknowledged. Left at the sources'
-	// default (5s) that wait could use all of shutdown_timeout while Redis is down, and every stage after
-	// it would be cut off; half leaves the chain, scanners and clients the other half. What is not
-	// acknowledged by then is delivered again by the broker.
-	drain := d.cfg.ShutdownTimeout / 2
-	if in.MQTT.Enabled {
-		tlsCfg, err := in.MQTT.TLS.Build()
-		if err != nil {
-			return fmt.Errorf("ingest.mqtt.tls: %w", err)
-		}
-		subs := make([]ingest.Subscription, len(in.MQTT.Subscriptions))
-		for i, s := range in.MQTT.Subscriptions {
-			subs[i] = ingest.Subscription{Topic: s.Topic, SharedGroup: s.SharedGroup}
-		}
-		src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: in.MQTT.Brokers, ClientID: d.cfg.MQTTClientID(),
-			Username: in.MQTT.Username, Password: in.MQTT.Password, TLS: tlsCfg, QoS: byte(in.MQTT.QoS),
-			Subscriptions: subs, DrainTimeout: drain, ProbeTopic: d.cfg.MQTTProbeTopic(), ProbeEvery: d.cfg.MQTTProbeEvery(),
-			ProbeLate: in.MaxLag, Now: d.clock.Now, Logger: d.log})
-		if err != nil {
-			return err
-		}
-		d.sources = append(d.sources, src)
-	}
-	if in.Kafka.Enabled {
-		tlsCfg, err := in.Kafka.TLS.Build()
-		if err != nil {
-			return fmt.Errorf("ingest.kafka.tls: %w", err)
-		}
-		mech, err := kafkaclient.SASLMechanism(in.Kafka.SASL.MechanismName, in.Kafka.SASL.Username, in.Kafka.SASL.Password)
-		if err != nil {
-			return fmt.Errorf("ingest.kafka.sasl: %w", err)
-		}
-		src, err := ingest.NewKafkaSource(ingest.KafkaOptions{Brokers: in.Kafka.Brokers, Topics: in.Kafka.Topics,
-			GroupID: in.Kafka.GroupID, SessionTimeout: in.Kafka.SessionTimeout, // heartbeat and rebalance follow it
-			TLS: tlsCfg, SASL: mech, DrainTimeout: drain, Member: d.cfg.Cluster.ReplicaIDOrDefault() + "/" + d.incarnation,
-			Now: d.clock.Now, Logger: d.log})
-		if err != nil {
-			return err
-		}
-		d.sources = append(d.sources, src)
-	}
-	return nil
 }
 
 // timeout is a type's silence timeout under the current policies (unknown names get default's).

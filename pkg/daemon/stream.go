@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -75,21 +77,11 @@ type streamClient struct {
 
 // NewEventStream returns an EventStream; its metrics are registered with opts.Registerer when set.
 func NewEventStream(opts StreamOptions) *EventStream {
-	if opts.MaxClients <= 0 {
-		opts.MaxClients = DefaultStreamClients
-	}
-	if opts.Buffer <= 0 {
-		opts.Buffer = DefaultStreamBuffer
-	}
-	if opts.Keepalive <= 0 {
-		opts.Keepalive = DefaultStreamKeepalive
-	}
-	if opts.Recent <= 0 {
-		opts.Recent = DefaultRecentEvents
-	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
+	opts.MaxClients = defaults.Positive(opts.MaxClients, DefaultStreamClients)
+	opts.Buffer = defaults.Positive(opts.Buffer, DefaultStreamBuffer)
+	opts.Keepalive = defaults.Positive(opts.Keepalive, DefaultStreamKeepalive)
+	opts.Recent = defaults.Positive(opts.Recent, DefaultRecentEvents)
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	s := &EventStream{opts: opts, log: opts.Logger.With(zap.String("component", "stream")),
 		clients: map[*streamClient]struct{}{},
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "stream_clients",

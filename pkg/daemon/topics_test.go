@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -55,26 +54,6 @@ func readyz(httpAddr string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// partitions is how many partitions each existing topic has.
-func partitions(t *testing.T, k *testenv.Kafka, topics ...string) map[string]int {
-	t.Helper()
-	req := kmsg.NewPtrMetadataRequest()
-	for _, name := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(name)
-		req.Topics = append(req.Topics, rt)
-	}
-	res, err := req.RequestWith(context.Background(), k.Client(t))
-	require.NoError(t, err)
-	out := map[string]int{}
-	for _, rt := range res.Topics {
-		if rt.ErrorCode == 0 {
-			out[*rt.Topic] = len(rt.Partitions)
-		}
-	}
-	return out
-}
-
 // A first start against a bare cluster: heartbeatd creates its two topics with the configured
 // partitions, says so in the log, and becomes ready.
 func TestRunCreatesMissingTopics(t *testing.T) {
@@ -84,7 +63,7 @@ func TestRunCreatesMissingTopics(t *testing.T) {
 	})
 	require.Eventually(t, func() bool { code, _ := readyz(httpAddr); return code == http.StatusOK }, 30*time.Second, 50*time.Millisecond)
 	require.Equal(t, map[string]int{"heartbeat.events": 4, "heartbeat.deadletter": 4},
-		partitions(t, k, "heartbeat.events", "heartbeat.deadletter"))
+		k.Partitions(t, "heartbeat.events", "heartbeat.deadletter"))
 	require.Equal(t, 1, logs.FilterMessage("created Kafka topics").Len())
 }
 
@@ -112,5 +91,5 @@ func TestRunWithoutTopicCreationNamesTheCommands(t *testing.T) {
 	fields := entry.ContextMap()
 	require.Equal(t, []any{"heartbeat.events", "heartbeat.deadletter"}, fields["topics"])
 	require.Equal(t, []any{cmd("heartbeat.events"), cmd("heartbeat.deadletter")}, fields["commands"])
-	require.Empty(t, partitions(t, k, "heartbeat.events", "heartbeat.deadletter"))
+	require.Empty(t, k.Partitions(t, "heartbeat.events", "heartbeat.deadletter"))
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func TestAcknowledgeRescheduleRemovePark(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		c := claimOne(t, f, "d")
 		st := sentOnce(c)
@@ -51,7 +51,7 @@ func TestAcknowledgeRescheduleRemovePark(t *testing.T) {
 // TestAcksOfOneDeviceInOneCallApplyInOrder: a slot's acks go to Redis as one call; two for the same
 // device must behave as if sent one after the other, and the batch must span more than one call.
 func TestAcksOfOneDeviceInOneCallApplyInOrder(t *testing.T) {
-	eachBackend(t, 1, func(t *testing.T, f fixture) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		c := claimOne(t, f, "d")
 		resched := reschedule(c, sentOnce(c), f.clock.Now().Add(time.Hour))
 		acks := []deadline.Ack{resched, remove(c), resched}
@@ -67,7 +67,7 @@ func TestAcksOfOneDeviceInOneCallApplyInOrder(t *testing.T) {
 }
 
 func TestAckDoesNotClobberSignalArrivedMeanwhile(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		c := claimOne(t, f, "d")
 		// The device signals while the claim is being published.
 		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
@@ -81,7 +81,7 @@ func TestAckDoesNotClobberSignalArrivedMeanwhile(t *testing.T) {
 }
 
 func TestOperatorAckSurvivesInFlightReschedule(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		c := claimOne(t, f, "d")
 		ok, err := f.store.SetAcked(ctx, "d")

@@ -57,11 +57,7 @@ func preloadLinked(b *testing.B, store *deadline.Store, n int, seen time.Time, s
 // sends them), on a standalone server and on a 3-master Redis Cluster, and compares with redis-benchmark's
 // pipelined single-member ZADD GT on one Redis process of the same deployment (on the cluster: the master
 // holding the benchmark's key, so x-baseline there is the cluster against one of its shards).
-func BenchmarkRefresh(b *testing.B) {
-	for _, backend := range testenv.RedisBackends(b) {
-		b.Run(backend.Name, func(b *testing.B) { benchRefresh(b, backend.Client(b)) })
-	}
-}
+func BenchmarkRefresh(b *testing.B) { testenv.EachBackend(b, benchRefresh) }
 
 func benchRefresh(b *testing.B, rdb redis.UniversalClient) {
 	store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})

@@ -18,7 +18,7 @@ import (
 )
 
 func TestRefreshedDeviceIsNeverClaimed(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		for range 5 {
 			f.refresh(t, deadline.Signal{Device: "alive", Type: "gateway", Seen: f.clock.Now()})
 			f.clock.Advance(29 * time.Second)
@@ -29,7 +29,7 @@ func TestRefreshedDeviceIsNeverClaimed(t *testing.T) {
 }
 
 func TestSilentDeviceClaimedOnceWithDeadlineAndType(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		t0 := f.clock.Now()
 		f.refresh(t, deadline.Signal{Device: "s1", Type: "gateway", Seen: t0})
 		f.clock.Advance(30 * time.Second)
@@ -46,7 +46,7 @@ func TestSilentDeviceClaimedOnceWithDeadlineAndType(t *testing.T) {
 }
 
 func TestWatermarkHoldsBackLaterDeadlines(t *testing.T) {
-	eachBackend(t, 4, func(t *testing.T, f fixture) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		t0 := f.clock.Now()
 		f.refresh(t,
 			deadline.Signal{Device: "early", Type: "gateway", Seen: t0},
@@ -62,7 +62,7 @@ func TestWatermarkHoldsBackLaterDeadlines(t *testing.T) {
 // released by its watermark is claimed although sensors (10 min) due before it stay held, and the
 // sensors are claimed once their own watermark passes their deadlines.
 func TestWatermarkPerTimeout(t *testing.T) {
-	eachBackend(t, 1, func(t *testing.T, f fixture) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		t0 := f.clock.Now()
 		blindFrom := t0.Add(-time.Minute)
 		// Sensors whose deadlines (t0 + 5 s) fell after the window's start, ahead of the gateway's (t0 + 40 s).
@@ -94,7 +94,7 @@ func TestWatermarkPerTimeout(t *testing.T) {
 // TestWatermarkPerTimeoutBoundsTheStepOver: a slot whose held members outnumber what one claim steps
 // over claims nothing past them, and says it is held back, rather than reading the whole slot.
 func TestWatermarkPerTimeoutBoundsTheStepOver(t *testing.T) {
-	eachBackend(t, 1, func(t *testing.T, f fixture) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		t0 := f.clock.Now()
 		var sensors []deadline.Signal
 		for i := range 100 {
@@ -119,7 +119,7 @@ func TestWatermarkPerTimeoutBoundsTheStepOver(t *testing.T) {
 
 func TestConcurrentClaimersClaimEachDeviceOnce(t *testing.T) {
 	const n = 100_000
-	eachBackend(t, 64, func(t *testing.T, f fixture) {
+	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		for batch := range slices.Chunk(fleet(n, "dev-", f.clock.Now(), gateways), 1000) {
 			f.refresh(t, batch...)
@@ -166,7 +166,7 @@ func requireSameState(t *testing.T, first, again deadline.State) {
 }
 
 func TestUnacknowledgedClaimIsRedeliveredAfterLease(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.clock.Now()})
 		f.clock.Advance(31 * time.Second)
 		first := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
@@ -184,7 +184,7 @@ func TestUnacknowledgedClaimIsRedeliveredAfterLease(t *testing.T) {
 // A plain fresh claim is stored as the interruption the alarm loop sends: releasing its record is its
 // whole acknowledgement, after which nothing is redelivered and the next act is one repeat away.
 func TestCommittedClaimIsSettledByReleasingItsRecord(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		f = withRepeats(t, f)
 		ctx := context.Background()
 		f.refresh(t, deadline.Signal{Device: "g", Type: "gateway", Seen: f.clock.Now()}, deadline.Signal{Device: "d", Type: "default", Seen: f.clock.Now()})
@@ -226,7 +226,7 @@ func TestCommittedClaimIsSettledByReleasingItsRecord(t *testing.T) {
 // stored as committed, with their deadlines; claims that were acknowledged otherwise or deleted meanwhile
 // are not handed out again.
 func TestExpiredRecordRedeliversTheClaimsStillCommitted(t *testing.T) {
-	eachBackend(t, 1, func(t *testing.T, f fixture) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		f = withRepeats(t, f)
 		var sigs []deadline.Signal
 		for _, dev := range []string{"a", "b", "c"} {
@@ -265,7 +265,7 @@ func TestExpiredRecordRedeliversTheClaimsStillCommitted(t *testing.T) {
 // Dormant incidents (no repeats here) are scored DormantAfter + the time they went dormant, and an
 // entry scored +inf reads the same: neither is ever due nor shown as a next act.
 func TestDormantEntriesAreNeverDue(t *testing.T) {
-	eachBackend(t, 1, func(t *testing.T, f fixture) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		f.settle(t, claimOne(t, f, "new"))
 		act, err := f.rdb.ZScore(ctx, f.store.Keys().Alarms(0), "new").Result()
@@ -289,7 +289,7 @@ func TestDormantEntriesAreNeverDue(t *testing.T) {
 // Due alarm entries come back with their state in one claim; an entry whose state is gone (an orphan
 // left by an interrupted delete) is dropped, not handed out, and does not hide the others.
 func TestDueAlarmEntriesClaimedAndOrphansDropped(t *testing.T) {
-	eachBackend(t, 1, func(t *testing.T, f fixture) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		for _, dev := range []string{"a", "b"} {
 			c := claimOne(t, f, dev)
@@ -311,7 +311,7 @@ func TestDueAlarmEntriesClaimedAndOrphansDropped(t *testing.T) {
 }
 
 func TestReplayedOldSignalDoesNotOpenIncident(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		t0 := f.clock.Now()
 		c := claimOne(t, f, "d")
 		// A replay of a signal older than the open incident puts the device back with a passed deadline.
@@ -325,7 +325,7 @@ func TestReplayedOldSignalDoesNotOpenIncident(t *testing.T) {
 }
 
 func TestNewIncidentReportsReplacedOne(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		c := claimOne(t, f, "d")
 		f.ack(t, reschedule(c, sentOnce(c), f.clock.Now().Add(time.Hour)))
 		// Signals, then falls silent again before the recovery was handled.
@@ -341,7 +341,7 @@ func TestNewIncidentReportsReplacedOne(t *testing.T) {
 }
 
 func TestNextDue(t *testing.T) {
-	eachBackend(t, 4, func(t *testing.T, f fixture) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		t0 := f.clock.Now()
 		f.refresh(t,
 			deadline.Signal{Device: "a", Type: "gateway", Seen: t0},
@@ -368,7 +368,7 @@ func TestNextDue(t *testing.T) {
 }
 
 func TestBatchLimitReportsMore(t *testing.T) {
-	eachBackend(t, 1, func(t *testing.T, f fixture) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		f.refresh(t, fleet(10, "d", f.clock.Now(), gateways)...)
 		f.clock.Advance(time.Minute)
 		res := f.claimAll(t, deadline.ClaimOptions{Batch: 4})

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 )
 
 // A Redis that lost heartbeatd's data (a restart without persistence, a failover to a replica that had
@@ -171,37 +173,10 @@ func (s *Store) payTypes(ctx context.Context) error {
 	return nil
 }
 
-// setMissingScript writes each field the hash lacks, leaving those it holds as they are.
-//
-// KEYS[1] hash  ARGV field, value, field, value, …
-// Reply: how many fields were written.
-var setMissingScript = redis.NewScript(`
-local n = 0
-for i = 1, #ARGV, 2 do
-  n = n + redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1])
-end
-return n
-`)
-
-// setMissingPairs bounds the fields one setMissingScript call writes, so a large write-back does not
-// hold Redis for long.
-const setMissingPairs = 1024
-
-// SetMissing writes back into hash key each field of pairs (field, value, field, value, …) that it
-// lacks, leaving what it holds (written since a loss) as it is: how every store writes back what Redis
-// lost. It returns how many fields it wrote.
+// SetMissing is redisutil.SetMissing, by the name the type registry (types.go) and the overrides
+// table (registry.go) write back with; it is for the store's own hashes only.
 func SetMissing(ctx context.Context, rdb redis.UniversalClient, key string, pairs []any) (int64, error) {
-	var written int64
-	for len(pairs) > 0 {
-		chunk := pairs[:min(len(pairs), 2*setMissingPairs)]
-		pairs = pairs[len(chunk):]
-		n, err := setMissingScript.Run(ctx, rdb, []string{key}, chunk...).Int64()
-		if err != nil {
-			return written, err
-		}
-		written += n
-	}
-	return written, nil
+	return redisutil.SetMissing(ctx, rdb, key, pairs)
 }
 
 // newEpoch draws the epoch a new layout is written with.

@@ -24,7 +24,7 @@ func park(t *testing.T, f fixture, dev, reason string) deadline.Claim {
 }
 
 func TestParkedClaimsListedThenRequeuedDueNow(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		for i := range 3 {
 			park(t, f, fmt.Sprint("p", i), fmt.Sprint("refused: too large ", i))
@@ -63,7 +63,7 @@ func TestParkedClaimsListedThenRequeuedDueNow(t *testing.T) {
 
 // A parked claim whose incident ended meanwhile (the device was deleted) only leaves the dead set.
 func TestRequeueDropsParkedClaimsWithoutIncident(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		c := park(t, f, "gone", "refused")
 		require.NoError(t, f.rdb.HDel(ctx, f.store.Keys().State(c.Slot), "gone").Err())

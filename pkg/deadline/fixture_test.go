@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
@@ -35,35 +36,32 @@ type fixture struct {
 // TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// eachBackend runs test once per Redis deployment (standalone, cluster) as a subtest of that name, each
-// time on an empty Redis with a store of slots slots.
-func eachBackend(t *testing.T, slots int, test func(t *testing.T, f fixture)) {
+// eachFixture runs test once per Redis backend (testenv.EachBackend), each time on an empty Redis with
+// a store of slots slots.
+func eachFixture(t *testing.T, slots int, test func(t *testing.T, f fixture)) {
 	t.Helper()
-	for _, b := range testenv.RedisBackends(t) {
-		t.Run(b.Name, func(t *testing.T) { test(t, setup(t, b.Client(t), slots)) })
-	}
+	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) { test(t, setup(t, rdb, slots)) })
 }
 
 func setup(tb testing.TB, rdb redis.UniversalClient, slots int) fixture {
 	tb.Helper()
 	c := testenv.NewClock(time.UnixMilli(1_763_800_000_000))
-	return fixture{store: newStore(tb, rdb, slots, c.Now, nil), rdb: rdb, clock: c}
+	return fixture{store: fixtureStore(tb, rdb, slots, c.Now, nil), rdb: rdb, clock: c}
 }
 
-// newStore returns a store on rdb with the test types registered; repeatEvery nil commits without repeats.
-func newStore(tb testing.TB, rdb redis.UniversalClient, slots int, now func() time.Time, repeatEvery func(string) time.Duration) *deadline.Store {
+// fixtureStore returns a store on rdb timed by timeoutOf, with the test types registered; repeatEvery nil
+// commits without repeats.
+func fixtureStore(tb testing.TB, rdb redis.UniversalClient, slots int, now func() time.Time, repeatEvery func(string) time.Duration) *deadline.Store {
 	tb.Helper()
-	store, err := deadline.New(rdb, deadline.Options{Slots: slots, Now: now, Timeout: timeoutOf, RepeatEvery: repeatEvery})
-	require.NoError(tb, err)
-	require.NoError(tb, store.Load(context.Background(), "default", "gateway", "sensor"))
-	return store
+	opts := deadline.Options{Slots: slots, Now: now, Timeout: timeoutOf, RepeatEvery: repeatEvery}
+	return deadlinetest.NewStore(tb, rdb, opts, "default", "gateway", "sensor")
 }
 
 // withRepeats is f with a store that commits gateway incidents with a one-minute repeat interval and
 // every other type without repeats, as the daemon's policies would.
 func withRepeats(t *testing.T, f fixture) fixture {
 	t.Helper()
-	f.store = newStore(t, f.rdb, f.store.Slots(), f.clock.Now, func(typ string) time.Duration {
+	f.store = fixtureStore(t, f.rdb, f.store.Slots(), f.clock.Now, func(typ string) time.Duration {
 		if typ == "gateway" {
 			return time.Minute
 		}
@@ -122,7 +120,7 @@ func (f fixture) replicas(t *testing.T, slots, n int) []*deadline.Store {
 	t.Helper()
 	stores := []*deadline.Store{f.store}
 	for range n - 1 {
-		stores = append(stores, newStore(t, f.rdb, slots, f.clock.Now, nil))
+		stores = append(stores, fixtureStore(t, f.rdb, slots, f.clock.Now, nil))
 	}
 	for _, s := range stores {
 		_, err := s.SyncLayout(t.Context(), slots)

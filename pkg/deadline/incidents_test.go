@@ -15,7 +15,7 @@ import (
 // slot once, with its type (a device with its own timeout as its type's) and that timeout; it skips
 // acknowledged incidents, unreported ones and the state hash's guard field.
 func TestScanOpenIncidents(t *testing.T) {
-	eachBackend(t, 1, func(t *testing.T, f fixture) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		t0 := f.clock.Now()
 		_, err := f.store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})

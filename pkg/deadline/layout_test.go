@@ -16,7 +16,7 @@ import (
 )
 
 func TestSyncLayoutInitialisesDoublesAndRefusesHalving(t *testing.T) {
-	eachBackend(t, 16, func(t *testing.T, f fixture) {
+	eachFixture(t, 16, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		l, err := f.store.SyncLayout(ctx, 16)
 		require.NoError(t, err)
@@ -39,7 +39,7 @@ func TestSyncLayoutInitialisesDoublesAndRefusesHalving(t *testing.T) {
 // second replica that keeps writing with the old count for a while: every silent device is claimed exactly
 // once, no signalling device ever is, and after retirement an old-slot incident still recovers.
 func TestDoublingUnderFlowingSignals(t *testing.T) {
-	eachBackend(t, 16, func(t *testing.T, f fixture) {
+	eachFixture(t, 16, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		_, err := f.store.SyncLayout(ctx, 16)
 		require.NoError(t, err)
@@ -143,7 +143,7 @@ func TestDoublingUnderFlowingSignals(t *testing.T) {
 // doubling moved its device to a new slot, opens no second incident there (the incident's state lives in
 // the old slot): the outage is reported once, under one id.
 func TestReplayAfterDoublingDoesNotReopenIncident(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		_, err := f.store.SyncLayout(ctx, 8)
 		require.NoError(t, err)
@@ -173,7 +173,7 @@ func TestReplayAfterDoublingDoesNotReopenIncident(t *testing.T) {
 // names go back under the indexes the scores use, a name registered afterwards takes a free index, and a
 // parent link the store remembers is written again by the child's next signal.
 func TestStoresNoticeRedisLostTheirData(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := t.Context()
 		other := f.replicas(t, 8, 2)[1]
 		registry := func() map[string]string {
@@ -222,7 +222,7 @@ func TestStoresNoticeRedisLostTheirData(t *testing.T) {
 // counts the loss once, however often it reads the layout; the registry comes back; a store started
 // afterwards counts nothing; the children's next signals write again the parent links that were lost.
 func TestStoresNoticeOneMasterLosingItsData(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := t.Context()
 		keys := f.store.Keys()
 		stores := f.replicas(t, 8, 2)
@@ -248,7 +248,7 @@ func TestStoresNoticeOneMasterLosingItsData(t *testing.T) {
 		after, err := f.rdb.HGetAll(ctx, keys.Types()).Result()
 		require.NoError(t, err)
 		require.Equal(t, types, after)
-		later := newStore(t, f.rdb, 8, f.clock.Now, nil)
+		later := fixtureStore(t, f.rdb, 8, f.clock.Now, nil)
 		_, err = later.SyncLayout(ctx, 8)
 		require.NoError(t, err)
 		lost, _ := later.DataLost()
@@ -271,7 +271,7 @@ func TestStoresNoticeOneMasterLosingItsData(t *testing.T) {
 // read writes back the per-device timeouts it applies (the table's version went back), and so does one
 // that noticed the loss first; a replica started afterwards applies them too.
 func TestOwnTimeoutsOutliveRedisLosingThem(t *testing.T) {
-	eachBackend(t, 4, func(t *testing.T, f fixture) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := t.Context()
 		other := f.replicas(t, 4, 2)[1]
 		_, err := f.store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 90_000}}, []string{""})
@@ -299,35 +299,12 @@ func TestOwnTimeoutsOutliveRedisLosingThem(t *testing.T) {
 		require.NoError(t, f.store.SyncOverrides(ctx))
 		appliedBy(f.store)
 
-		later := newStore(t, f.rdb, 4, f.clock.Now, nil)
+		later := fixtureStore(t, f.rdb, 4, f.clock.Now, nil)
 		_, err = later.SyncLayout(ctx, 4)
 		require.NoError(t, err)
 		require.NoError(t, later.SyncOverrides(ctx))
 		appliedBy(later)
 		require.NoError(t, other.SyncOverrides(ctx))
 		appliedBy(other)
-	})
-}
-
-// TestSetMissingWritesOnlyWhatTheHashLacks: a write-back larger than one script call writes every field
-// the hash lacks and leaves the ones written since as they are.
-func TestSetMissingWritesOnlyWhatTheHashLacks(t *testing.T) {
-	eachBackend(t, 4, func(t *testing.T, f fixture) {
-		ctx := t.Context()
-		const key = "hb:setmissing"
-		require.NoError(t, f.rdb.HSet(ctx, key, "f7", "newer", "f2500", "newer").Err())
-		var pairs []any
-		for i := range 2600 {
-			pairs = append(pairs, fmt.Sprintf("f%d", i), "restored")
-		}
-		n, err := deadline.SetMissing(ctx, f.rdb, key, pairs)
-		require.NoError(t, err)
-		require.Equal(t, int64(2598), n)
-		all, err := f.rdb.HGetAll(ctx, key).Result()
-		require.NoError(t, err)
-		require.Len(t, all, 2600)
-		require.Equal(t, "newer", all["f7"])
-		require.Equal(t, "newer", all["f2500"], "in the third call")
-		require.Equal(t, "restored", all["f2599"])
 	})
 }

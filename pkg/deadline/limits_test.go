@@ -16,7 +16,7 @@ import (
 func TestBatchesPastLuaUnpackLimit(t *testing.T) {
 	const n = 10000
 	untyped := func(int) string { return "" }
-	eachBackend(t, 1, func(t *testing.T, f fixture) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		// One untyped refresh of n devices: one script call writing n deadlines (and probing n entries).
 		f.refresh(t, fleet(n, "d", f.clock.Now(), untyped)...)

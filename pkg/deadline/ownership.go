@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/lease"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
@@ -53,28 +54,6 @@ func mix64(z uint64) uint64 {
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)
 }
-
-// leaseScript acquires or renews a slot lease, or releases it.
-//
-// KEYS[1] owner key of the slot
-// ARGV[1] replica id  ARGV[2] lease ms, or 0 to release
-// Reply: 1 when the caller holds the lease afterwards (acquire/renew) or released it, 0 otherwise.
-var leaseScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if ARGV[2] == '0' then
-  if cur == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
-  return 0
-end
-if cur == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-if not cur then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0
-`)
 
 // OwnershipOptions configures slot ownership among replicas.
 type OwnershipOptions struct {
@@ -205,27 +184,26 @@ func (o *Ownership) tick(ctx context.Context) error {
 	}
 	want := Assign(o.opts.ReplicaID, live.Val(), o.store.Slots())
 	var calls []scriptCall
-	lease := strconv.FormatInt(o.opts.SlotLease.Milliseconds(), 10)
 	for _, s := range want {
-		calls = append(calls, scriptCall{keys: []string{keys.Owner(s)}, args: []any{o.opts.ReplicaID, lease}})
+		calls = append(calls, scriptCall{keys: []string{keys.Owner(s)}, args: lease.TakeArgs(o.opts.ReplicaID, o.opts.SlotLease)})
 	}
 	for _, s := range o.Slots() {
 		if !slices.Contains(want, s) {
-			calls = append(calls, scriptCall{keys: []string{keys.Owner(s)}, args: []any{o.opts.ReplicaID, "0"}})
+			calls = append(calls, scriptCall{keys: []string{keys.Owner(s)}, args: lease.ReleaseArgs(o.opts.ReplicaID)})
 		}
 	}
 	if len(calls) == 0 {
 		o.setHeld(nil)
 		return nil
 	}
-	cmds, err := o.store.runAll(ctx, leaseScript, calls)
+	cmds, err := o.store.runAll(ctx, lease.Script, calls)
 	if err != nil {
 		o.lapse()
 		return fmt.Errorf("deadline: slot leases: %w", err)
 	}
 	var held []int
 	for i, s := range want {
-		if v, _ := cmds[i].Int(); v == 1 {
+		if mine, _ := lease.Held(cmds[i]); mine {
 			held = append(held, s)
 		}
 	}
@@ -266,10 +244,10 @@ func (o *Ownership) release() {
 	defer cancel()
 	var calls []scriptCall
 	for _, s := range o.Slots() {
-		calls = append(calls, scriptCall{keys: []string{o.store.keys.Owner(s)}, args: []any{o.opts.ReplicaID, "0"}})
+		calls = append(calls, scriptCall{keys: []string{o.store.keys.Owner(s)}, args: lease.ReleaseArgs(o.opts.ReplicaID)})
 	}
 	if len(calls) > 0 {
-		if _, err := o.store.runAll(ctx, leaseScript, calls); err != nil {
+		if _, err := o.store.runAll(ctx, lease.Script, calls); err != nil {
 			o.log.Warn("releasing slot leases failed; they lapse by themselves", zap.Error(err))
 		}
 	}

@@ -50,7 +50,7 @@ func TestAssignBalancesAndMovesLittle(t *testing.T) {
 }
 
 func TestOwnershipSharesTakesOverAndReleases(t *testing.T) {
-	eachBackend(t, 64, func(t *testing.T, f fixture) {
+	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		opts := func(id string) deadline.OwnershipOptions {
 			return deadline.OwnershipOptions{ReplicaID: id, Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond}
@@ -123,7 +123,7 @@ func TestOwnershipSharesTakesOverAndReleases(t *testing.T) {
 // releases its slots and leaves the replica set, so the others scan them; it takes its share back once
 // it may again.
 func TestOwnershipStepsAsideWhenNotEligible(t *testing.T) {
-	eachBackend(t, 16, func(t *testing.T, f fixture) {
+	eachFixture(t, 16, func(t *testing.T, f fixture) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var eligible atomic.Bool
 		eligible.Store(true)

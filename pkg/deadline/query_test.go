@@ -14,7 +14,7 @@ import (
 )
 
 func TestListCountDelete(t *testing.T) {
-	eachBackend(t, 16, func(t *testing.T, f fixture) {
+	eachFixture(t, 16, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		f.refresh(t, fleet(300, "d", f.clock.Now(), func(i int) string {
 			if i%3 == 0 {

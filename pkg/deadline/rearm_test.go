@@ -28,7 +28,7 @@ func deferTo(t *testing.T, f fixture, next func(device string) time.Time) {
 // over several batches of a slot, and leaves other types' and other ends' alone; re-arming a device
 // moves that device only when it is deferred to that end.
 func TestRearmMovesExactlyWhatWasDeferred(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		deadline.SetRearmBatch(t, 3)
 		t0 := f.clock.Now()

@@ -15,7 +15,7 @@ import (
 // TestRetentionForgetsTheLongSilentUnregistered: of three devices silent past the retention, the
 // registered one stays, and one that signalled again stays; the other is forgotten with its links.
 func TestRetentionForgetsTheLongSilentUnregistered(t *testing.T) {
-	eachBackend(t, 4, func(t *testing.T, f fixture) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		t0 := f.clock.Now()
 		f.refresh(t, deadline.Signal{Device: "gone", Type: "gateway", Parent: "gw", Seen: t0},
@@ -55,9 +55,9 @@ func TestRetentionForgetsTheLongSilentUnregistered(t *testing.T) {
 // TestDeleteEndsAnOwnTimeoutOnEveryReplica: deleting a device with its own timeout makes the other
 // replicas drop it at their next sync, so a device of that name signalling again has its type's timeout.
 func TestDeleteEndsAnOwnTimeoutOnEveryReplica(t *testing.T) {
-	eachBackend(t, 4, func(t *testing.T, f fixture) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		other := newStore(t, f.rdb, 4, f.clock.Now, nil)
+		other := fixtureStore(t, f.rdb, 4, f.clock.Now, nil)
 		_, err := f.store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
 		require.NoError(t, err)
 		require.NoError(t, other.SyncOverrides(ctx))
@@ -80,7 +80,7 @@ func TestDeleteEndsAnOwnTimeoutOnEveryReplica(t *testing.T) {
 // TestDeleteManyDeletesEachDevice: one call deletes every known device of the list with its links, and
 // says which were not known.
 func TestDeleteManyDeletesEachDevice(t *testing.T) {
-	eachBackend(t, 4, func(t *testing.T, f fixture) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		t0 := f.clock.Now()
 		f.refresh(t, deadline.Signal{Device: "a", Type: "gateway", Seen: t0},

@@ -1,6 +1,7 @@
 package deadline
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -8,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
@@ -58,18 +60,10 @@ func NewScanner(opts ScannerOptions) *Scanner {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	if opts.MaxIdleWait <= 0 {
-		opts.MaxIdleWait = config.DefaultMaxIdleWait
-	}
-	if opts.Batch <= 0 {
-		opts.Batch = config.DefaultDetectionBatch
-	}
-	if opts.Lease <= 0 {
-		opts.Lease = config.DefaultLease
-	}
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
+	opts.MaxIdleWait = defaults.Positive(opts.MaxIdleWait, config.DefaultMaxIdleWait)
+	opts.Batch = defaults.Positive(opts.Batch, config.DefaultDetectionBatch)
+	opts.Lease = defaults.Positive(opts.Lease, config.DefaultLease)
 	return &Scanner{opts: opts, log: opts.Logger.With(zap.String("component", "scanner")),
 		woke: make([]atomic.Int64, max(opts.Concurrency, 1))}
 }

@@ -41,7 +41,7 @@ func runScanner(ctx context.Context, opts deadline.ScannerOptions, buffer int) (
 // TestScannersSleepUntilTheNextDeadline: several claim loops over shares of the slots, with an idle cap of
 // an hour, must still wake for each deadline they learned of — and claim every device exactly once.
 func TestScannersSleepUntilTheNextDeadline(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		// Real time: the deadlines pass while the loops sleep.
@@ -71,7 +71,7 @@ func TestScannersSleepUntilTheNextDeadline(t *testing.T) {
 }
 
 func TestScannerHandsClaimsAndStops(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		// Real time here: the scanner must wake at the deadline by itself.

@@ -13,7 +13,7 @@ import (
 )
 
 func TestRefreshNeverMovesDeadlineBack(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		t0 := f.clock.Now()
 		f.refresh(t, deadline.Signal{Device: "d1", Type: "gateway", Seen: t0.Add(10 * time.Second)})
 		// An out-of-order signal, then a replay of the newest one.
@@ -28,7 +28,7 @@ func TestRefreshNeverMovesDeadlineBack(t *testing.T) {
 }
 
 func TestUntypedSignalKeepsRecordedType(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		t0 := f.clock.Now()
 		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
 		f.refresh(t, deadline.Signal{Device: "gw", Seen: t0.Add(time.Second)}, deadline.Signal{Device: "new", Seen: t0})
@@ -44,7 +44,7 @@ func TestUntypedSignalKeepsRecordedType(t *testing.T) {
 // An interrupted device whose claim nothing has acted on yet keeps its type for an untyped signal: the
 // claim stores its state as the bare deadline score, and the refresh reads the type from that too.
 func TestUntypedSignalOfJustClaimedDeviceKeepsItsType(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		f.refresh(t, deadline.Signal{Device: "s", Type: "sensor", Seen: f.clock.Now()})
 		f.clock.Advance(11 * time.Minute)
 		c := f.claimAll(t, deadline.ClaimOptions{}).Claims
@@ -63,7 +63,7 @@ func TestUntypedSignalOfJustClaimedDeviceKeepsItsType(t *testing.T) {
 }
 
 func TestRecoveryProbeMakesDormantIncidentDue(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		c := claimOne(t, f, "d")
 		st := c.State
 		st.Next, st.Exhausted = 3, true
@@ -84,7 +84,7 @@ func TestRecoveryProbeMakesDormantIncidentDue(t *testing.T) {
 }
 
 func TestScriptsSurviveRedisLosingThem(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
 		require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
@@ -99,7 +99,7 @@ func TestScriptsSurviveRedisLosingThem(t *testing.T) {
 // nodes ran are not sent again, so no claim is run twice and lost. On a standalone server the one node is
 // the server.
 func TestClaimWhenOneNodeLostTheScripts(t *testing.T) {
-	eachBackend(t, 64, func(t *testing.T, f fixture) {
+	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		sigs := fleet(640, "d", f.clock.Now(), gateways)
 		f.refresh(t, sigs...)

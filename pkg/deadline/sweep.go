@@ -1,6 +1,7 @@
 package deadline
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 )
 
@@ -144,18 +146,10 @@ type Sweeper struct {
 
 // NewSweeper returns a sweeper; Run starts it.
 func NewSweeper(opts SweeperOptions) *Sweeper {
-	if opts.Every <= 0 {
-		opts.Every = DefaultSweepEvery
-	}
-	if opts.Page <= 0 {
-		opts.Page = defaultSweepPage
-	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	if opts.Share <= 0 {
-		opts.Share = loop.DefaultWalkShare
-	}
+	opts.Every = defaults.Positive(opts.Every, DefaultSweepEvery)
+	opts.Page = defaults.Positive(opts.Page, defaultSweepPage)
+	opts.Share = defaults.Positive(opts.Share, loop.DefaultWalkShare)
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	return &Sweeper{opts: opts, log: opts.Logger.With(zap.String("component", "sweeper")), pace: loop.Pacer{Share: opts.Share}}
 }
 

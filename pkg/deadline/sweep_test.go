@@ -43,7 +43,7 @@ func backWithoutProbe(t *testing.T, f fixture, dev string) {
 // The gap the sweep closes: after a lost probe a plain refresh of the same signal adds no member, so it
 // probes nothing, and a dormant incident would wait for ever. A retry (RefreshRetry) probes every slot.
 func TestRefreshRetryProbesWhatALostRoundTripWrote(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		dormantIncident(t, f, "d")
 		f.clock.Advance(time.Hour)
@@ -60,7 +60,7 @@ func TestRefreshRetryProbesWhatALostRoundTripWrote(t *testing.T) {
 }
 
 func TestSweepMakesDormantIncidentsOfReturnedDevicesDue(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		dormantIncident(t, f, "back")
 		dormantIncident(t, f, "still-silent")
@@ -102,7 +102,7 @@ func TestSweepMakesDormantIncidentsOfReturnedDevicesDue(t *testing.T) {
 
 // The sweeper sweeps the slots it is given, every Every, until stopped.
 func TestSweeperRunsOverOwnedSlots(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		dormantIncident(t, f, "d")
 		f.clock.Advance(time.Hour)
 		backWithoutProbe(t, f, "d")

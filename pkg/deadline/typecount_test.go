@@ -16,7 +16,7 @@ import (
 // CountTypesIn counts online devices and open incidents per type in the slots it is given: disjoint
 // shares of the slots (one per replica) add up to the whole, which CountByType counts.
 func TestCountTypesIn(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		types := []string{"gateway", "sensor", "default"}
 		f.refresh(t, fleet(30, "d-", f.clock.Now(), func(i int) string { return types[i%3] })...)
@@ -61,7 +61,7 @@ func TestCountTypesIn(t *testing.T) {
 // TestOwnTimeoutCountsUnderItsType: a device registered with its own timeout is recorded under a type
 // of its own ("<type>@<timeout>"), yet it is listed and counted under its type, as operators filter.
 func TestOwnTimeoutCountsUnderItsType(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		_, err := f.store.Register(ctx, []string{"own", "plain"},
 			[]deadline.Registration{{Type: "gateway", TimeoutMs: 6000}, {Type: "gateway"}}, []string{"", ""})

@@ -11,12 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 func TestTypeRegistryIsSharedBetweenStores(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		require.NoError(t, f.store.Load(ctx, "default", "gateway", "sensor", "brand-new-type"))
 		f.refresh(t, deadline.Signal{Device: "x", Type: "brand-new-type", Seen: f.clock.Now()})
@@ -56,10 +57,8 @@ func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
 	rdb := srv.Client(t)
 	now := time.UnixMilli(1_763_800_000_000) // Refresh runs on this goroutine: a plain variable is the clock
 	timeouts := map[string]time.Duration{"default": time.Minute, "gateway": 30 * time.Second, "random-7": time.Hour}
-	store, err := deadline.New(rdb, deadline.Options{Slots: 8, Now: func() time.Time { return now },
-		Timeout: testenv.TypeTimeouts(timeouts)})
-	require.NoError(t, err)
-	require.NoError(t, store.Load(ctx, "default", "gateway"))
+	store := deadlinetest.NewStore(t, rdb, deadline.Options{Slots: 8, Now: func() time.Time { return now },
+		Timeout: testenv.TypeTimeouts(timeouts)}, "default", "gateway")
 	before := scriptCalls(t, rdb)
 
 	const names = 5000
@@ -155,7 +154,7 @@ func TestFullRegistryFallsBackToDefault(t *testing.T) {
 // TestLate: a signal is late when its deadline under its type — the signal's, else the one recorded for
 // the device (deadline or open incident), else default — is not after now.
 func TestLate(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		claimOne(t, f, "inc") // an open incident of a gateway
 		f.refresh(t,
@@ -206,7 +205,7 @@ func TestLate(t *testing.T) {
 // TestLateFindsTheTypeInTheOldSlot: while a doubling settles, a moved device's type is still recorded in
 // its old slot.
 func TestLateFindsTheTypeInTheOldSlot(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		dev := "moved-0"
 		for i := 0; deadline.Slot(dev, 16) == deadline.Slot(dev, 8); i++ {
@@ -239,7 +238,7 @@ func TestUntypedSignalOfARememberedDeviceReadsNothing(t *testing.T) {
 	require.Equal(t, "gateway", d.Type)
 	require.Equal(t, seen.Add(30*time.Second), d.Deadline, "timed by the gateway timeout")
 
-	other := newStore(t, rdb, 8, f.clock.Now, nil)
+	other := fixtureStore(t, rdb, 8, f.clock.Now, nil)
 	seen = later(time.Second)
 	require.NoError(t, other.Refresh(context.Background(), []deadline.Signal{{Device: "gw", Seen: seen}}))
 	require.Equal(t, before+1, reads(), "a store that never saw the device reads its type once")
@@ -251,10 +250,10 @@ func TestUntypedSignalOfARememberedDeviceReadsNothing(t *testing.T) {
 // of a change another replica made, and of a delete, before its next batch is timed, so an untyped
 // signal neither keeps nor writes back the old type.
 func TestTypeChangedByAnotherStoreReachesTheRememberingOne(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		later := func(d time.Duration) time.Time { f.clock.Advance(d); return f.clock.Now() }
-		other := newStore(t, f.rdb, 8, f.clock.Now, nil)
+		other := fixtureStore(t, f.rdb, 8, f.clock.Now, nil)
 		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.clock.Now()})
 		f.refresh(t, deadline.Signal{Device: "d", Seen: later(time.Second)}) // remembered as a gateway
 
@@ -282,7 +281,7 @@ func TestTypeChangedByAnotherStoreReachesTheRememberingOne(t *testing.T) {
 // TestRememberedTypeIsReadAgainAfterItsTime: a change no log told of (Redis lost its data, an older
 // replica) stands after typeMemoryRefresh at the latest.
 func TestRememberedTypeIsReadAgainAfterItsTime(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.clock.Now()})
 		later := func(d time.Duration) time.Time { f.clock.Advance(d); return f.clock.Now() }
 		// Another writer records the sensor type without telling the log.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -68,9 +69,7 @@ func TestDeadlineStoreOnStackRedis(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.UnixMilli(1_763_800_000_000)
 	clk := testenv.NewClock(t0)
-	store, err := deadline.New(rdb, deadline.Options{Slots: 8, Now: clk.Now, Timeout: compatTimeout})
-	require.NoError(t, err)
-	require.NoError(t, store.Load(ctx, "default", "gateway", "sensor"))
+	store := deadlinetest.NewStore(t, rdb, deadline.Options{Slots: 8, Now: clk.Now, Timeout: compatTimeout}, "default", "gateway", "sensor")
 	ms := func(d time.Duration) int64 { return t0.Add(d).UnixMilli() }
 	deadlineOf := func(id string) (int64, string) {
 		t.Helper()
@@ -248,9 +247,8 @@ func TestRefreshDuplicateInBatchOnStackRedis(t *testing.T) {
 	rdb := redisClient(t, compatRedisAddr(t))
 	ctx := context.Background()
 	t0 := time.UnixMilli(1_763_800_000_000)
-	store, err := deadline.New(rdb, deadline.Options{Slots: 4, Now: func() time.Time { return t0 }, Timeout: compatTimeout})
-	require.NoError(t, err)
-	require.NoError(t, store.Load(ctx, "default", "gateway", "sensor"))
+	store := deadlinetest.NewStore(t, rdb, deadline.Options{Slots: 4, Now: func() time.Time { return t0 }, Timeout: compatTimeout},
+		"default", "gateway", "sensor")
 	require.NoError(t, store.Refresh(ctx, []deadline.Signal{
 		{Device: "later-first", Type: "gateway", Seen: t0.Add(time.Second)},
 		{Device: "later-first", Type: "gateway", Seen: t0},

@@ -44,11 +44,7 @@ func (h *Tracker) refuseDuplicate(ctx context.Context) error {
 		now := h.opts.Now()
 		watching := false
 		for replica, v := range all {
-			e, ok := decodeEntry(replica, v)
-			if !ok || now.Sub(e.at) > h.opts.MemberLapse {
-				continue
-			}
-			clash := h.clash(replica, e)
+			e, clash := h.liveClash(now, replica, v)
 			if clash == "" {
 				continue
 			}
@@ -81,11 +77,7 @@ func (h *Tracker) refuseDuplicate(ctx context.Context) error {
 func (h *Tracker) warnDuplicates(now time.Time, shared map[string]string) {
 	current := map[string]rival{}
 	for replica, v := range shared {
-		e, ok := decodeEntry(replica, v)
-		if !ok || now.Sub(e.at) > h.opts.MemberLapse {
-			continue
-		}
-		clash := h.clash(replica, e)
+		e, clash := h.liveClash(now, replica, v)
 		if clash == "" {
 			continue
 		}
@@ -107,6 +99,16 @@ func (h *Tracker) warnDuplicates(now time.Time, shared map[string]string) {
 type rival struct {
 	entry  string // its entry then
 	logged bool
+}
+
+// liveClash decodes replica's entry v and says what of this replica's identity it holds: "" when
+// nothing, when v is malformed, or when its last word is older than MemberLapse (a dead process's).
+func (h *Tracker) liveClash(now time.Time, replica, v string) (entry, string) {
+	e, ok := decodeEntry(replica, v)
+	if !ok || now.Sub(e.at) > h.opts.MemberLapse {
+		return e, ""
+	}
+	return e, h.clash(replica, e)
 }
 
 // clash says what of this replica's identity the entry of replica holds, "" when nothing.

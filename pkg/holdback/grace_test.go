@@ -100,11 +100,7 @@ func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
 func TestKeptWindowNeedsNoGrace(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
 	var trouble atomic.Pointer[ProbeTrouble]
-	r1 := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
-		o.Grace = func() time.Duration { return 2 * time.Hour }
-		o.MaxHoldBack = 10 * time.Minute
-		o.Probes = []Probe{troubleProbe("kafka", &trouble)}
-	})
+	r1 := kafkaReplicaTracker(rdb, "r1", clk.Now, &trouble)
 	r2 := newReplicaTracker(rdb, "r2", clk.Now, func(o *Options) { o.MaxHoldBack = 10 * time.Minute })
 	ctx := context.Background()
 	require.NoError(t, r1.Start(ctx))
@@ -145,11 +141,7 @@ func TestKeptWindowNeedsNoGrace(t *testing.T) {
 func TestKeptWindowAfterALostOne(t *testing.T) {
 	rdb, clk := holdBackRedis(t)
 	var trouble atomic.Pointer[ProbeTrouble]
-	hb := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
-		o.Grace = func() time.Duration { return 2 * time.Hour }
-		o.MaxHoldBack = 10 * time.Minute
-		o.Probes = []Probe{troubleProbe("kafka", &trouble)}
-	})
+	hb := kafkaReplicaTracker(rdb, "r1", clk.Now, &trouble)
 	require.NoError(t, hb.Start(context.Background()))
 	lost := clk.Now()
 	trouble.Store(&ProbeTrouble{Since: lost, Why: "disconnected"})

@@ -1,6 +1,7 @@
 package holdback
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -163,27 +165,17 @@ var claimNothing = time.UnixMilli(0)
 
 // New returns a tracker; call Start before the scanners begin, then Run.
 func New(opts Options) *Tracker {
-	if opts.Interval <= 0 {
-		opts.Interval = 250 * time.Millisecond
-	}
-	if opts.DownAfter <= 0 {
-		opts.DownAfter = 2 * time.Second
-	}
-	if opts.MaxHoldBack <= 0 {
-		opts.MaxHoldBack = config.DefaultMaxHoldBack
-	}
+	opts.Interval = defaults.Positive(opts.Interval, 250*time.Millisecond)
+	opts.DownAfter = defaults.Positive(opts.DownAfter, 2*time.Second)
+	opts.MaxHoldBack = defaults.Positive(opts.MaxHoldBack, config.DefaultMaxHoldBack)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.Grace == nil {
 		opts.Grace = func() time.Duration { return 0 }
 	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	if opts.MemberLapse <= 0 {
-		opts.MemberLapse = max(opts.Stall, 4*opts.Interval)
-	}
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
+	opts.MemberLapse = defaults.Positive(opts.MemberLapse, max(opts.Stall, 4*opts.Interval))
 	h := &Tracker{opts: opts, keys: newKeyspace(opts.KeyPrefix), log: opts.Logger.With(zap.String("component", "holdback")), changed: make(chan struct{}, 1),
 		members: map[string]*deadMember{}}
 	if opts.Stall > 0 {

@@ -35,6 +35,16 @@ func newReplicaTracker(rdb redis.UniversalClient, id string, now func() time.Tim
 	return New(opts)
 }
 
+// kafkaReplicaTracker is replica id's hold-back whose one source, "kafka", reports trouble: a grace of
+// two hours (a meter's) bounded by a max_hold_back of ten minutes.
+func kafkaReplicaTracker(rdb redis.UniversalClient, id string, now func() time.Time, trouble *atomic.Pointer[ProbeTrouble]) *Tracker {
+	return newReplicaTracker(rdb, id, now, func(o *Options) {
+		o.Grace = func() time.Duration { return 2 * time.Hour }
+		o.MaxHoldBack = 10 * time.Minute
+		o.Probes = []Probe{troubleProbe("kafka", trouble)}
+	})
+}
+
 // ticks runs one tick of each hold-back, in order.
 func ticks(t *testing.T, hbs ...*Tracker) {
 	t.Helper()

@@ -80,7 +80,7 @@ func runChain(b *testing.B, refresher ingest.Refresher) (*ingest.Chain, func()) 
 // the plain refresh rate on the same Redis (refresh-signals/s) and their ratio (x-refresh).
 func BenchmarkIngestKafka(b *testing.B) {
 	n := benchSignals()
-	store := newStore(b, testenv.StartRedis(b).Client(b))
+	store := policyStore(b, testenv.StartRedis(b).Client(b))
 	ids := devices("bench", n)
 	k := testenv.StartKafka(b, testenv.KafkaOptions{Topics: []string{signalTopic}, Partitions: 4})
 	w := kafkaWriter(k.Addrs, nil, nil)
@@ -160,7 +160,7 @@ func drain(b *testing.B, store *deadline.Store, src ingest.Source, n int) time.D
 func BenchmarkIngestMQTT(b *testing.B) {
 	n := benchSignals()
 	broker := testenv.StartMosquitto(b)
-	store := newStore(b, testenv.StartRedis(b).Client(b))
+	store := policyStore(b, testenv.StartRedis(b).Client(b))
 	ids := devices("bench", n)
 	pub := mqttClient(b, broker.Addr, "bench-publisher", nil)
 	ts := time.Now().UnixMilli()

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -63,20 +65,11 @@ type Chain struct {
 	// dlFailing is set while the dead-letter topic refuses writes: a full queue then drops at once
 	// instead of waiting for room that will not come.
 	dlFailing atomic.Bool
-	// writeFailure is the refresh failure still being retried, nil while no batch is: one batch stored
-	// again says nothing of the others still waiting to be, whose signals a claim must not overtake.
-	// oldestWrite is when the oldest batch still being written was dispatched (unix ns, 0 = none).
-	failMu       sync.Mutex
-	writes       map[uint64]time.Time // batches being written, by seq: when each was dispatched
-	failing      int                  // of them, those whose write failed
-	settled      time.Time            // when failing last fell to 0
-	writeFailure atomic.Pointer[WriteFailure]
-	oldestWrite  atomic.Int64
-	// troubled is the latest span, over, in which a write was refused or went unanswered past StuckWrite.
-	troubled atomic.Pointer[WriteSpan]
-	tokens   chan struct{} // one per batch between dispatch and acknowledgement
-	freed    chan struct{} // a batch was released: the batcher may stop lingering
-	done     chan struct{} // closed when Run returns
+	// health follows the batches being written: which fail, since when (writehealth.go).
+	health *writeHealth
+	tokens chan struct{} // one per batch between dispatch and acknowledgement
+	freed  chan struct{} // a batch was released: the batcher may stop lingering
+	done   chan struct{} // closed when Run returns
 
 	inFlight atomic.Int64
 	seq      uint64 // batcher only
@@ -112,7 +105,7 @@ type ackItem struct {
 
 type batch struct {
 	seq      uint64
-	failed   bool // a write of it failed: it counts in Chain.failing until written
+	failed   bool // a write of it failed: it counts in writeHealth.failing until written
 	sigs     []deadline.Signal
 	received []time.Time // aligned with sigs
 	items    []ackItem
@@ -127,33 +120,19 @@ func NewChain(refresher Refresher, deadLetters event.DeadLetterSink, opts ChainO
 	if refresher == nil {
 		return nil, errors.New("ingest: chain needs a refresher")
 	}
-	if opts.MaxClockSkew <= 0 {
-		opts.MaxClockSkew = config.DefaultMaxClockSkew
-	}
+	opts.MaxClockSkew = defaults.Positive(opts.MaxClockSkew, config.DefaultMaxClockSkew)
 	if opts.Coalesce < 0 {
 		return nil, fmt.Errorf("ingest: coalesce %v is negative", opts.Coalesce)
 	}
-	if opts.Batch <= 0 {
-		opts.Batch = config.DefaultIngestBatch
-	}
-	if opts.Linger <= 0 {
-		opts.Linger = config.DefaultIngestLinger
-	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = config.DefaultIngestMaxInFlight
-	}
-	if opts.DeadLetterTimeout <= 0 {
-		opts.DeadLetterTimeout = 5 * time.Second
-	}
-	if opts.StuckWrite <= 0 {
-		opts.StuckWrite = time.Second
-	}
+	opts.Batch = defaults.Positive(opts.Batch, config.DefaultIngestBatch)
+	opts.Linger = defaults.Positive(opts.Linger, config.DefaultIngestLinger)
+	opts.MaxInFlight = defaults.Positive(opts.MaxInFlight, config.DefaultIngestMaxInFlight)
+	opts.DeadLetterTimeout = defaults.Positive(opts.DeadLetterTimeout, 5*time.Second)
+	opts.StuckWrite = defaults.Positive(opts.StuckWrite, time.Second)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -171,7 +150,7 @@ func NewChain(refresher Refresher, deadLetters event.DeadLetterSink, opts ChainO
 		freed:     make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		ring:      make([]*batch, opts.MaxInFlight),
-		writes:    make(map[uint64]time.Time, opts.MaxInFlight),
+		health:    newWriteHealth(opts.StuckWrite, opts.MaxInFlight),
 		intervals: newIntervals(),
 	}
 	c.unknown = newUnknownTypes(c.log)
@@ -419,12 +398,13 @@ func (c *Chain) dispatch(ctx context.Context, b *batch) bool {
 	b.seq = c.seq
 	c.seq++
 	c.inFlight.Add(1)
-	c.writing(b)
+	c.health.writing(b.seq)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		ok := c.apply(ctx, b)
-		c.written(b)
+		c.health.written(b.seq, b.failed)
+		b.failed = false
 		if ok {
 			c.complete(b)
 		}
@@ -455,7 +435,8 @@ func (c *Chain) apply(ctx context.Context, b *batch) bool {
 		}
 		c.m.refreshErrors.Inc()
 		if attempt == 0 {
-			c.writeFailed(b, err)
+			b.failed = true
+			c.health.failed(err)
 			firstErr = start
 			c.log.Warn("deadline refresh failed; holding the batch unacknowledged and retrying", zap.Int("signals", len(b.sigs)), zap.Error(err))
 		} else if attempt%20 == 0 {
@@ -511,121 +492,16 @@ type retryRefresher interface {
 	RefreshRetry(ctx context.Context, signals []deadline.Signal) error
 }
 
-// WriteFailure is a deadline write Redis keeps refusing (down, read-only, out of memory) or leaves
-// unanswered.
-type WriteFailure struct {
-	Since time.Time
-	Err   error
-}
-
-// writing records a batch dispatched for writing.
-func (c *Chain) writing(b *batch) {
-	c.failMu.Lock()
-	defer c.failMu.Unlock()
-	now := time.Now()
-	c.writes[b.seq] = now
-	if len(c.writes) == 1 {
-		c.oldestWrite.Store(now.UnixNano())
-	}
-}
-
-// writeFailed counts a batch whose write failed. The failure runs from the dispatch of the oldest batch
-// still being written, this one or one that has not answered yet (it may wait in the client's retries):
-// none of their signals is known to be stored.
-func (c *Chain) writeFailed(b *batch, err error) {
-	c.failMu.Lock()
-	defer c.failMu.Unlock()
-	b.failed = true
-	c.failing++
-	since := time.Unix(0, c.oldestWrite.Load())
-	if f := c.writeFailure.Load(); f == nil || since.Before(f.Since) {
-		c.writeFailure.Store(&WriteFailure{Since: since, Err: err})
-	}
-}
-
-// written records a batch stored, or given up at shutdown. A failure ends once no batch fails and every
-// batch dispatched before the last stopped failing is written too.
-func (c *Chain) written(b *batch) {
-	c.failMu.Lock()
-	defer c.failMu.Unlock()
-	now := time.Now()
-	if at, ok := c.writes[b.seq]; ok && (b.failed || now.Sub(at) > c.opts.StuckWrite) {
-		c.troubledUntil(at, now)
-	}
-	delete(c.writes, b.seq)
-	if b.failed {
-		b.failed = false
-		if c.failing--; c.failing == 0 {
-			c.settled = now
-		}
-	}
-	var oldest time.Time
-	for _, at := range c.writes {
-		if oldest.IsZero() || at.Before(oldest) {
-			oldest = at
-		}
-	}
-	if oldest.IsZero() {
-		c.oldestWrite.Store(0)
-	} else {
-		c.oldestWrite.Store(oldest.UnixNano())
-	}
-	if c.failing == 0 && (oldest.IsZero() || !oldest.Before(c.settled)) {
-		c.writeFailure.Store(nil)
-	}
-}
-
-// troubledUntil records that a write dispatched at from was refused or unanswered until to; the span
-// grows while troubles follow each other within StuckWrite.
-func (c *Chain) troubledUntil(from, to time.Time) {
-	if f := c.writeFailure.Load(); f != nil && f.Since.Before(from) {
-		from = f.Since
-	}
-	if at := c.oldestWrite.Load(); at != 0 && time.Unix(0, at).Before(from) {
-		from = time.Unix(0, at)
-	}
-	if prev := c.troubled.Load(); prev != nil && !prev.To.Add(c.opts.StuckWrite).Before(from) {
-		if prev.From.Before(from) {
-			from = prev.From
-		}
-		if prev.To.After(to) {
-			to = prev.To
-		}
-	}
-	c.troubled.Store(&WriteSpan{From: from, To: to})
-}
-
-// WriteSpan is a span of time in which deadline writes were in trouble.
-type WriteSpan struct{ From, To time.Time }
-
 // LastWriteTrouble returns the latest span that is over in which a deadline write was refused or went
 // unanswered longer than StuckWrite: from the dispatch of the oldest write then in flight until one was
 // stored (zero when there was none). A reader that slept through it, waiting on the same frozen Redis,
 // learns of it afterwards, while the signals that queued meanwhile are still being written.
-func (c *Chain) LastWriteTrouble() WriteSpan {
-	if t := c.troubled.Load(); t != nil {
-		return *t
-	}
-	return WriteSpan{}
-}
-
-// errStuckWrite is the failure of a write that has not answered within StuckWrite.
-var errStuckWrite = errors.New("a deadline write has not been answered")
+func (c *Chain) LastWriteTrouble() WriteSpan { return c.health.lastTrouble() }
 
 // WriteFailure reports the refresh failure being retried, or a write stuck longer than StuckWrite, or nil
 // while Redis stores what it is sent. Readiness reads it: a Redis that answers PING but refuses writes
 // (maxmemory) stores no signal.
-func (c *Chain) WriteFailure() *WriteFailure {
-	if f := c.writeFailure.Load(); f != nil {
-		return f
-	}
-	if at := c.oldestWrite.Load(); at != 0 {
-		if since := time.Unix(0, at); time.Since(since) > c.opts.StuckWrite {
-			return &WriteFailure{Since: since, Err: fmt.Errorf("%w for %v", errStuckWrite, c.opts.StuckWrite)}
-		}
-	}
-	return nil
-}
+func (c *Chain) WriteFailure() *WriteFailure { return c.health.failure() }
 
 // complete acknowledges batches strictly in dispatch order. A coalesced message relies on a write made
 // by its own or an earlier batch, so it may only be acknowledged once every earlier batch is stored;

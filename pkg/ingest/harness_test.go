@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
@@ -36,25 +37,14 @@ func knownType(name string) bool { _, ok := policyTimeouts[name]; return ok }
 // TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// eachBackend runs test once per Redis deployment (standalone, cluster) as a subtest of that name, each
-// time on an empty Redis. The tests that write through every slot, hand messages over between consumers
-// or resume a backlog run on both: on a cluster a batch is split into one script call per slot, and an
+// policyStore is a deadline store on rdb timed by policyTimeouts (16 slots). The tests that write through
+// every slot, hand messages over between consumers or resume a backlog run on every Redis backend
+// (testenv.EachBackend): on a cluster a batch is split into one script call per slot, and an
 // acknowledgement must still wait for every one. Tests that kill Redis, or only exercise broker TLS and
 // dead letters, stay on a standalone server of their own (the cluster is shared by the package).
-func eachBackend(t *testing.T, test func(t *testing.T, rdb redis.UniversalClient)) {
-	t.Helper()
-	for _, b := range testenv.RedisBackends(t) {
-		t.Run(b.Name, func(t *testing.T) { test(t, b.Client(t)) })
-	}
-}
-
-// newStore is a deadline store on rdb (16 slots).
-func newStore(tb testing.TB, rdb redis.UniversalClient) *deadline.Store {
+func policyStore(tb testing.TB, rdb redis.UniversalClient) *deadline.Store {
 	tb.Helper()
-	store, err := deadline.New(rdb, deadline.Options{Slots: 16, Timeout: timeoutOf})
-	require.NoError(tb, err)
-	require.NoError(tb, store.Load(context.Background(), "default", "gateway", "sensor"))
-	return store
+	return deadlinetest.NewStore(tb, rdb, deadline.Options{Slots: 16, Timeout: timeoutOf}, "default", "gateway", "sensor")
 }
 
 // recorder sits between the chain and the store: it remembers which devices Redis acknowledged (what a

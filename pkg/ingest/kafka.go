@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
@@ -91,36 +93,18 @@ func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
 	if opts.GroupID == "" {
 		return nil, errors.New("ingest: kafka needs a group id")
 	}
-	if opts.CommitInterval <= 0 {
-		opts.CommitInterval = 100 * time.Millisecond
-	}
-	if opts.ProbeInterval <= 0 {
-		opts.ProbeInterval = 2 * time.Second
-	}
-	if opts.SessionTimeout <= 0 {
-		opts.SessionTimeout = config.DefaultKafkaSessionTimeout
-	}
-	if opts.RebalanceTimeout <= 0 {
-		opts.RebalanceTimeout = opts.SessionTimeout
-	}
-	if opts.HeartbeatInterval <= 0 {
-		opts.HeartbeatInterval = opts.SessionTimeout / 3
-	}
-	if opts.DialTimeout <= 0 {
-		opts.DialTimeout = 10 * time.Second
-	}
-	if opts.DrainTimeout <= 0 {
-		opts.DrainTimeout = 5 * time.Second
-	}
-	if opts.WatchInterval <= 0 {
-		opts.WatchInterval = 500 * time.Millisecond
-	}
+	opts.CommitInterval = defaults.Positive(opts.CommitInterval, 100*time.Millisecond)
+	opts.ProbeInterval = defaults.Positive(opts.ProbeInterval, 2*time.Second)
+	opts.SessionTimeout = defaults.Positive(opts.SessionTimeout, config.DefaultKafkaSessionTimeout)
+	opts.RebalanceTimeout = defaults.Positive(opts.RebalanceTimeout, opts.SessionTimeout)
+	opts.HeartbeatInterval = defaults.Positive(opts.HeartbeatInterval, opts.SessionTimeout/3)
+	opts.DialTimeout = defaults.Positive(opts.DialTimeout, 10*time.Second)
+	opts.DrainTimeout = defaults.Positive(opts.DrainTimeout, 5*time.Second)
+	opts.WatchInterval = defaults.Positive(opts.WatchInterval, 500*time.Millisecond)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	s := &KafkaSource{
 		opts:    opts,
 		log:     opts.Logger.With(zap.String("component", "ingest-kafka")),

@@ -43,7 +43,7 @@ func TestKafkaLagOfAThrottledConsumer(t *testing.T) {
 	tr, k := newKafkaTransport(t, 2)
 	var throttled atomic.Bool
 	k.StarveFetches(signalTopic, &throttled)
-	p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	src := watchedSource(t, k.Addrs, "a/1")
 	p.run(t, src)
 	tr.send(t, rawFor([]string{"before"}, "")...)
@@ -74,7 +74,7 @@ func TestKafkaLagOfAThrottledConsumer(t *testing.T) {
 // read past the time given.
 func TestKafkaRebalanceAndTakeOver(t *testing.T) {
 	tr, k := newKafkaTransport(t, 4)
-	p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	a, b := watchedSource(t, k.Addrs, "a/1"), watchedSource(t, k.Addrs, "b/1")
 	p.run(t, a)
 	p.run(t, b)

@@ -51,7 +51,7 @@ func TestKafkaNeverCommitsPastUnappliedMessages(t *testing.T) {
 	const partitions = 3
 	tr, k := newKafkaTransport(t, partitions)
 	srv := testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
-	p := startPipeline(t, newStore(t, srv.Client(t)), ingest.ChainOptions{Batch: 32})
+	p := startPipeline(t, policyStore(t, srv.Client(t)), ingest.ChainOptions{Batch: 32})
 	p.run(t, tr.source(t, "a"))
 
 	ids := devices("commit", 900)
@@ -101,10 +101,10 @@ func TestKafkaNeverCommitsPastUnappliedMessages(t *testing.T) {
 
 // TestKafkaRebalance moves partitions between two replicas while signals flow; none is lost.
 func TestKafkaRebalance(t *testing.T) {
-	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		const partitions = 4
 		tr, k := newKafkaTransport(t, partitions)
-		store := newStore(t, rdb)
+		store := policyStore(t, rdb)
 		a, b := startPipeline(t, store, ingest.ChainOptions{}), startPipeline(t, store, ingest.ChainOptions{})
 		ids := devices("rebalance", 1500)
 
@@ -172,7 +172,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 		t.Run(u.Mechanism, func(t *testing.T) {
 			mech, err := kafkaclient.SASLMechanism(u.Mechanism, u.User, u.Pass)
 			require.NoError(t, err)
-			p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+			p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 			src := kafkaSource(t, k.Addrs, clientTLS, mech)
 			p.run(t, src)
 			id := "tls-" + strings.ToLower(u.Mechanism)
@@ -189,7 +189,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 		"untrusted broker": kafkaSource(t, k.Addrs, &tls.Config{MinVersion: tls.VersionTLS12}, wrongPass),
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+			p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			err := src.Run(ctx, p.chain)
@@ -209,7 +209,7 @@ func startDeadLetterPipeline(t *testing.T) (*testenv.Kafka, *recorder) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 
-	store := newStore(t, testenv.StartRedis(t).Client(t))
+	store := policyStore(t, testenv.StartRedis(t).Client(t))
 	rec := newRecorder(store)
 	chain, err := ingest.NewChain(rec, pub, ingest.ChainOptions{})
 	require.NoError(t, err)
@@ -298,7 +298,7 @@ func TestKafkaHugeKeyDoesNotTakeDeadLettersDown(t *testing.T) {
 // answers.
 func TestKafkaNotConnectedUntilTheGroupAssignsPartitions(t *testing.T) {
 	tr, k := newKafkaTransport(t, 2)
-	store := newStore(t, testenv.StartRedis(t).Client(t))
+	store := policyStore(t, testenv.StartRedis(t).Client(t))
 	p := startPipeline(t, store, ingest.ChainOptions{})
 
 	// The coordinator holds the first JoinGroup, as it does while a dead member's session runs out.
@@ -333,7 +333,7 @@ func TestKafkaNotConnectedUntilTheGroupAssignsPartitions(t *testing.T) {
 func TestKafkaSignalWithoutTSTakesTheRecordTime(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{signalTopic}})
 	srv := testenv.StartRedis(t)
-	store := newStore(t, srv.Client(t))
+	store := policyStore(t, srv.Client(t))
 	p := startPipeline(t, store, ingest.ChainOptions{MaxClockSkew: 5 * time.Second})
 	p.run(t, kafkaSource(t, k.Addrs, nil, nil))
 
@@ -361,7 +361,7 @@ func TestKafkaGoesOnPastSignalsRetentionDeleted(t *testing.T) {
 	const partitions = 2
 	tr, k := newKafkaTransport(t, partitions)
 	srv := testenv.StartRedis(t, testenv.RedisOptions{})
-	p := startPipeline(t, newStore(t, srv.Client(t)), ingest.ChainOptions{})
+	p := startPipeline(t, policyStore(t, srv.Client(t)), ingest.ChainOptions{})
 	src := tr.source(t, "a")
 	p.run(t, src)
 	read := devices("read", 20)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -76,9 +77,8 @@ types:
 	require.NoError(t, err)
 	pol := cfg.Policies()
 	timeout := func(name string) time.Duration { p, _ := pol.Lookup(name); return p.Timeout }
-	store, err := deadline.New(testenv.StartRedis(t).Client(t), deadline.Options{Slots: 8, Timeout: timeout, LateFirstWord: time.Minute})
-	require.NoError(t, err)
-	require.NoError(t, store.Load(t.Context(), pol.Names()...))
+	store := deadlinetest.NewStore(t, testenv.StartRedis(t).Client(t), deadline.Options{Slots: 8, Timeout: timeout, LateFirstWord: time.Minute},
+		pol.Names()...)
 
 	r := &lateRig{t: t, events: &eventLog{}, reg: prometheus.NewRegistry()}
 	r.chain, err = ingest.NewChain(store, nil, ingest.ChainOptions{Registerer: r.reg,

@@ -21,7 +21,7 @@ func sharedSubscription(o *ingest.MQTTOptions) {
 // the group to the stopped replica's session, where nobody read them.
 func TestMQTTSharedMemberLeavesItsShare(t *testing.T) {
 	broker := testenv.StartMosquitto(t)
-	store := newStore(t, testenv.StartRedis(t).Client(t))
+	store := policyStore(t, testenv.StartRedis(t).Client(t))
 	a, b := startPipeline(t, store, ingest.ChainOptions{}), startPipeline(t, store, ingest.ChainOptions{})
 	srcA := newMQTTSource(t, broker.Addr, "heartbeatd-a", sharedSubscription)
 	a.run(t, srcA)
@@ -43,7 +43,7 @@ func TestMQTTSharedMemberLeavesItsShare(t *testing.T) {
 // member at once.
 func TestMQTTTakeOverAFrozenMember(t *testing.T) {
 	broker := testenv.StartMosquitto(t)
-	p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	src := newMQTTSource(t, broker.Addr, "heartbeatd-b", sharedSubscription)
 	require.Equal(t, []ingest.Shared{{Name: "mqtt:$share/heartbeatd/devices/+/heartbeat", Signals: "mqtt:devices/+/heartbeat",
 		Member: "heartbeatd-b", Release: 47 * time.Second}}, src.Shares(), "keep-alive 30s: 45s, and the margin")

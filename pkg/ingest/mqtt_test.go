@@ -38,9 +38,9 @@ func newMQTTSource(tb testing.TB, broker, id string, mod func(*ingest.MQTTOption
 }
 
 func TestMQTTTypeFromTopic(t *testing.T) {
-	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		broker := testenv.StartMosquitto(t)
-		p := startPipeline(t, newStore(t, rdb), ingest.ChainOptions{})
+		p := startPipeline(t, policyStore(t, rdb), ingest.ChainOptions{})
 		p.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", nil))
 		pub := mqttClient(t, broker.Addr, "publisher", nil)
 		for topic, payload := range map[string]string{
@@ -130,9 +130,9 @@ func TestMQTTInventedTypeNamesThenReload(t *testing.T) {
 // Redis failed, and messages sent while no heartbeatd ran, all arrive at the next one with the same
 // client id.
 func TestMQTTSessionBacklogAfterRestart(t *testing.T) {
-	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		broker := testenv.StartMosquitto(t)
-		store := newStore(t, rdb)
+		store := policyStore(t, rdb)
 		ids := devices("backlog", 400)
 		send := newMQTTTransportOn(t, broker.Addr)
 
@@ -169,7 +169,7 @@ func newMQTTTransportOn(tb testing.TB, broker string) func(tb testing.TB, msgs .
 
 func TestMQTTSharedSubscriptionSplitsLoad(t *testing.T) {
 	broker := testenv.StartMosquitto(t)
-	store := newStore(t, testenv.StartRedis(t).Client(t))
+	store := policyStore(t, testenv.StartRedis(t).Client(t))
 	shared := func(o *ingest.MQTTOptions) {
 		o.Subscriptions = []ingest.Subscription{{Topic: "devices/{device_id}/heartbeat", SharedGroup: "heartbeatd"}}
 	}
@@ -203,7 +203,7 @@ func TestMQTTRetainedMessagesAreNotSignals(t *testing.T) {
 	tok.Wait()
 	require.NoError(t, tok.Error())
 
-	p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	p.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", nil))
 	require.Eventually(t, func() bool {
 		return counter(t, p.reg, "heartbeatd_signals_total", map[string]string{"result": "retained"}) == 1
@@ -223,7 +223,7 @@ func TestMQTTTLS(t *testing.T) {
 	good := &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{clientCert}, MinVersion: tls.VersionTLS12}
 
 	t.Run("mutual TLS", func(t *testing.T) {
-		p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+		p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 		p.run(t, newMQTTSource(t, broker.TLSAddr, "heartbeatd", func(o *ingest.MQTTOptions) { o.TLS = good }))
 		pub := mqttClient(t, broker.TLSAddr, "publisher", good)
 		tok := pub.Publish(mqttTopic("over-tls"), 1, false, "")
@@ -236,7 +236,7 @@ func TestMQTTTLS(t *testing.T) {
 		"no client cert":   {RootCAs: roots, MinVersion: tls.VersionTLS12},
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+			p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 			src := newMQTTSource(t, broker.TLSAddr, "heartbeatd-"+name, func(o *ingest.MQTTOptions) { o.TLS = cfg })
 			err := src.Run(t.Context(), p.chain)
 			require.Error(t, err, "a TLS failure is a configuration error, not retried")
@@ -254,7 +254,7 @@ func TestMQTTQoS0FloodWhileRedisIsPausedStaysBounded(t *testing.T) {
 	const flood, queued, batch, inFlight = 200_000, 1024, 64, 2
 	rdb := testenv.StartRedis(t).Client(t)
 	broker := testenv.StartMosquitto(t)
-	p := startPipeline(t, newStore(t, rdb), ingest.ChainOptions{Batch: batch, MaxInFlight: inFlight})
+	p := startPipeline(t, policyStore(t, rdb), ingest.ChainOptions{Batch: batch, MaxInFlight: inFlight})
 	p.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", func(o *ingest.MQTTOptions) { o.MaxQueuedQoS0 = queued }))
 	pub := mqttClient(t, broker.Addr, "publisher", nil)
 	shed := func() float64 {

@@ -17,7 +17,7 @@ import (
 // probes come back and the blindness ends. No probe reaches the chain as a signal.
 func TestMQTTProbeNoticesAFrozenBroker(t *testing.T) {
 	broker := testenv.StartMosquitto(t)
-	p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	src := newMQTTSource(t, broker.Addr, "heartbeatd", func(o *ingest.MQTTOptions) {
 		o.ProbeTopic, o.ProbeEvery, o.ProbeLate = "heartbeatd/probe/heartbeatd", 100*time.Millisecond, 300*time.Millisecond
 	})
@@ -50,7 +50,7 @@ func TestMQTTProbeNoticesAFrozenBroker(t *testing.T) {
 // without a probe.
 func TestMQTTProbeRefusedByTheBrokerCostsNothing(t *testing.T) {
 	broker := testenv.StartMosquitto(t, testenv.MosquittoOptions{ACL: "topic readwrite devices/#\ntopic readwrite fleet/#\ntopic readwrite gateways/#"})
-	p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	src := newMQTTSource(t, broker.Addr, "heartbeatd", func(o *ingest.MQTTOptions) {
 		o.ProbeTopic, o.ProbeEvery, o.ProbeLate = "heartbeatd/probe/heartbeatd", 100*time.Millisecond, 300*time.Millisecond
 	})

@@ -35,7 +35,7 @@ func forEachBackendAndTransport(t *testing.T, body func(t *testing.T, rdb redis.
 
 func TestSourcesApplySignals(t *testing.T) {
 	forEachBackendAndTransport(t, func(t *testing.T, rdb redis.UniversalClient, tr *transport) {
-		p := startPipeline(t, newStore(t, rdb), ingest.ChainOptions{})
+		p := startPipeline(t, policyStore(t, rdb), ingest.ChainOptions{})
 		p.run(t, tr.source(t, "a"))
 
 		base := time.Now().Add(-10 * time.Second).Truncate(time.Second) // old, but not late for any type
@@ -98,7 +98,7 @@ func TestSourcesApplySignals(t *testing.T) {
 
 func TestSourcesDeadLetterBadInputBesideValidInput(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr *transport) {
-		p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+		p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 		p.run(t, tr.source(t, "a"))
 
 		oversize := `{"device_id":"x","pad":"` + strings.Repeat("x", ingest.MaxPayload) + `"}`
@@ -164,7 +164,7 @@ func TestSourcesDeadLetterBadInputBesideValidInput(t *testing.T) {
 func TestSourcesSurviveRedisOutage(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr *transport) {
 		srv := testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
-		p := startPipeline(t, newStore(t, srv.Client(t)), ingest.ChainOptions{Batch: 64})
+		p := startPipeline(t, policyStore(t, srv.Client(t)), ingest.ChainOptions{Batch: 64})
 		src := tr.source(t, "a")
 		p.run(t, src)
 
@@ -194,7 +194,7 @@ func TestSourcesSurviveRedisOutage(t *testing.T) {
 // TestSourcesReconnectAfterBrokerRestart restarts the broker under a running source.
 func TestSourcesReconnectAfterBrokerRestart(t *testing.T) {
 	forEachBackendAndTransport(t, func(t *testing.T, rdb redis.UniversalClient, tr *transport) {
-		p := startPipeline(t, newStore(t, rdb), ingest.ChainOptions{})
+		p := startPipeline(t, policyStore(t, rdb), ingest.ChainOptions{})
 		src := tr.source(t, "a")
 		p.run(t, src)
 		ids := devices("restart", 400)

@@ -54,7 +54,7 @@ func TestMQTTRetriesRefusedSubscription(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 
 	broker := "tcp://" + addr
-	p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	p.run(t, newMQTTSource(t, broker, "heartbeatd", nil))
 	require.GreaterOrEqual(t, int(acl.asked.Load()), 3*len(mqttSubscriptions), "connected only after the third attempt")
 
@@ -77,7 +77,7 @@ func TestKafkaWaitsForMissingTopic(t *testing.T) {
 		ProbeInterval: 100 * time.Millisecond, CommitInterval: 20 * time.Millisecond, DrainTimeout: time.Second, Logger: zap.New(core),
 	})
 	require.NoError(t, err)
-	p := startPipeline(t, newStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	p.start(t, src)
 	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("retrying").Len() > 0 }, 20*time.Second, 10*time.Millisecond,
 		"the first probe finds the topic missing")

@@ -1,6 +1,7 @@
 package silence
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/defaults"
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -93,15 +96,11 @@ type silenceIndex struct {
 
 // New returns the store; Load or Run fills its in-memory index.
 func New(rdb redis.UniversalClient, opts Options) *Silences {
-	if opts.Refresh <= 0 {
-		opts.Refresh = time.Second
-	}
+	opts.Refresh = defaults.Positive(opts.Refresh, time.Second)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	s := &Silences{rdb: rdb, key: silencesKey(opts.KeyPrefix), opts: opts, log: opts.Logger.With(zap.String("component", "silences")),
 		announced: map[string]bool{}}
 	s.index.Store(buildIndex(nil))
@@ -257,7 +256,7 @@ func (s *Silences) restore(ctx context.Context, known []Silence) ([]Silence, err
 		}
 		pairs = append(pairs, sil.ID, b)
 	}
-	if _, err := deadline.SetMissing(ctx, s.rdb, s.key, pairs); err != nil {
+	if _, err := redisutil.SetMissing(ctx, s.rdb, s.key, pairs); err != nil {
 		return nil, fmt.Errorf("silence: restore silences: %w", err)
 	}
 	s.log.Warn("Redis lost the silences; written back from this replica's copy", zap.Int("silences", len(known)))

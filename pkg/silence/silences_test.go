@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -57,12 +58,11 @@ type fixture struct {
 // TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// eachBackend runs test once per Redis deployment (standalone, cluster), each time on an empty Redis.
-func eachBackend(t *testing.T, test func(t *testing.T, f *fixture)) {
+// eachFixture runs test once per Redis backend (testenv.EachBackend), each time on an empty Redis with a
+// fresh fixture.
+func eachFixture(t *testing.T, test func(t *testing.T, f *fixture)) {
 	t.Helper()
-	for _, b := range testenv.RedisBackends(t) {
-		t.Run(b.Name, func(t *testing.T) { test(t, setup(t, b.Client(t))) })
-	}
+	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) { test(t, setup(t, rdb)) })
 }
 
 func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
@@ -70,15 +70,12 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	f := &fixture{t: t, rdb: rdb, sink: &recorder{}, t0: time.UnixMilli(1_795_340_000_000)}
 	f.clock = testenv.NewClock(f.t0)
 	timeouts := testenv.TypeTimeouts(map[string]time.Duration{"default": 10 * time.Second, "gateway": 5 * time.Second})
-	store, err := deadline.New(rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: func(typ string) time.Duration {
+	f.store = deadlinetest.NewStore(t, rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: func(typ string) time.Duration {
 		if _, d, ok := config.PerDevice(typ); ok {
 			return d // a device's own timeout, as the daemon's policies time it
 		}
 		return timeouts(typ)
-	}})
-	require.NoError(t, err)
-	require.NoError(t, store.Load(context.Background(), "default", "gateway"))
-	f.store = store
+	}}, "default", "gateway")
 	return f
 }
 
@@ -132,7 +129,7 @@ func kinds(events []event.Event) []string {
 // silence its type's, a device silence its device. What another silence defers to the same instant
 // stays deferred.
 func TestEndingASilenceEarlyRearmsWhatItDeferred(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		sil := f.replica()
 		ends := f.t0.Add(time.Hour)
@@ -171,7 +168,7 @@ func TestEndingASilenceEarlyRearmsWhatItDeferred(t *testing.T) {
 // A silence that ends at its time is announced once however many replicas tend it; a refused event is
 // tried again, by any replica; an ended silence is purged only once its end was announced.
 func TestSilenceEndIsAnnouncedOnceAcrossReplicas(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		a, b := f.replica(), f.replica()
 		f.signal("d1", "gateway", 0)
@@ -212,7 +209,7 @@ func TestSilenceEndIsAnnouncedOnceAcrossReplicas(t *testing.T) {
 // A silence ended early is announced by End with the act; the tending loops do not announce it again,
 // and an unannounced silence is kept past purgeAfter until giveUpAfter.
 func TestSilenceEndedEarlyIsNotAnnouncedAgain(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		a := f.replica()
 		s, err := a.Create(ctx, Silence{DeviceType: "sensor", Ends: f.t0.Add(time.Minute)})
@@ -246,7 +243,7 @@ func TestSilenceEndedEarlyIsNotAnnouncedAgain(t *testing.T) {
 // A replica's next refresh writes the silences it knew back instead of forgetting them, whether or not
 // its heartbeat noticed the loss first; a silence deleted on another replica is still forgotten.
 func TestSilencesOutliveRedisLosingThem(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		_, err := f.store.SyncLayout(ctx, f.store.Slots())
 		require.NoError(t, err)
@@ -288,7 +285,7 @@ func TestSilencesOutliveRedisLosingThem(t *testing.T) {
 // test cluster); on a standalone Redis that is all of the data. The replica whose refresh finds the
 // silences gone first writes them back, and both keep them in force.
 func TestSilencesOutliveTheirMasterLosingThem(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		replica := func() *Silences {
 			store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, KeyPrefix: "test", Now: f.clock.Now,
@@ -316,7 +313,7 @@ func TestSilencesOutliveTheirMasterLosingThem(t *testing.T) {
 }
 
 func TestSilenceCreatedElsewhereAppliesAfterRefresh(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		here, other := f.replica(), f.replica()
 		s, err := other.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Hour)})
@@ -336,7 +333,7 @@ func TestSilenceCreatedElsewhereAppliesAfterRefresh(t *testing.T) {
 
 // A type silence covers the devices of that type with their own timeout, recorded as "<type>@<timeout>".
 func TestTypeSilenceCoversOwnTimeouts(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		sil := f.replica()
 		s, err := sil.Create(context.Background(), Silence{DeviceType: "gateway", Ends: f.t0.Add(time.Hour)})
 		require.NoError(t, err)
@@ -346,7 +343,7 @@ func TestTypeSilenceCoversOwnTimeouts(t *testing.T) {
 }
 
 func TestCreateRefusesInvalidSilences(t *testing.T) {
-	eachBackend(t, func(t *testing.T, f *fixture) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		sil := f.replica()
 		_, err := sil.Create(ctx, Silence{Ends: f.t0.Add(time.Hour)})

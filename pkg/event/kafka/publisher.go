@@ -375,18 +375,8 @@ func firstNonNil(errs []error) int {
 // events and dead-letter topics, each of which must exist: a missing one is a *MissingTopicsError naming
 // the command that creates it. It uses a connection of its own. Meant for /readyz.
 func (p *Publisher) Ready(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, p.probeT)
-	defer cancel()
-	client, t := p.probeClient()
-	defer t.CloseIdleConnections()
-	missing, err := p.missingTopics(ctx, client)
-	if err != nil {
-		return err
-	}
-	if len(missing) > 0 {
-		return p.missingError(missing, nil)
-	}
-	return nil
+	_, err := p.ensureTopics(ctx, false) // EnsureTopics with creation off: the same probe (topics.go)
+	return err
 }
 
 // Close flushes what is in flight and releases the connections. Publish after Close fails.

@@ -95,6 +95,12 @@ func (p *Publisher) missingTopics(ctx context.Context, client *kafka.Client) ([]
 // a *MissingTopicsError naming each and its command. A topic another replica created meanwhile counts
 // as there. Existing topics are left as they are, whatever their partitions.
 func (p *Publisher) EnsureTopics(ctx context.Context) ([]string, error) {
+	return p.ensureTopics(ctx, p.opts.Topics.Create)
+}
+
+// ensureTopics is EnsureTopics, creating the missing topics only when create is set; without, it is
+// Ready's probe.
+func (p *Publisher) ensureTopics(ctx context.Context, create bool) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.probeT)
 	defer cancel()
 	client, t := p.probeClient()
@@ -106,7 +112,7 @@ func (p *Publisher) EnsureTopics(ctx context.Context) ([]string, error) {
 	if len(missing) == 0 {
 		return nil, nil
 	}
-	if !p.opts.Topics.Create {
+	if !create {
 		return nil, p.missingError(missing, nil)
 	}
 	req := &kafka.CreateTopicsRequest{}

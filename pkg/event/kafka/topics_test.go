@@ -7,32 +7,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
-
-// topicPartitions is how many partitions each topic has on the cluster, asked with franz-go (a client
-// independent of the publisher's); a topic that does not exist is absent.
-func topicPartitions(t *testing.T, k *testenv.Kafka, topics ...string) map[string]int {
-	t.Helper()
-	req := kmsg.NewPtrMetadataRequest()
-	for _, name := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(name)
-		req.Topics = append(req.Topics, rt)
-	}
-	res, err := req.RequestWith(context.Background(), k.Client(t))
-	require.NoError(t, err)
-	out := map[string]int{}
-	for _, rt := range res.Topics {
-		if rt.ErrorCode == 0 && rt.Topic != nil {
-			out[*rt.Topic] = len(rt.Partitions)
-		}
-	}
-	return out
-}
 
 // A cluster without heartbeatd's topics (one broker, no automatic creation, as testenv runs it): with
 // creation on, both are created with the configured partitions, /readyz's probe passes and events go
@@ -47,7 +25,7 @@ func TestEnsureTopicsCreatesMissingTopics(t *testing.T) {
 	created, err := p.EnsureTopics(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, []string{eventsTopic, deadLetterTopic}, created)
-	require.Equal(t, map[string]int{eventsTopic: 5, deadLetterTopic: 5}, topicPartitions(t, k, eventsTopic, deadLetterTopic))
+	require.Equal(t, map[string]int{eventsTopic: 5, deadLetterTopic: 5}, k.Partitions(t, eventsTopic, deadLetterTopic))
 	require.NoError(t, p.Ready(context.Background()))
 	events := makeEvents(10, 10, time.Now())
 	// The writer learns of the new topics from its next metadata refresh.
@@ -73,7 +51,7 @@ func TestEnsureTopicsLeavesExistingTopicsAlone(t *testing.T) {
 	created, err := p.EnsureTopics(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, []string{deadLetterTopic}, created)
-	require.Equal(t, map[string]int{eventsTopic: 2, deadLetterTopic: 7}, topicPartitions(t, k, eventsTopic, deadLetterTopic))
+	require.Equal(t, map[string]int{eventsTopic: 2, deadLetterTopic: 7}, k.Partitions(t, eventsTopic, deadLetterTopic))
 }
 
 // With creation off (a locked-down cluster) nothing is created: the error, and /readyz's, name each
@@ -94,7 +72,7 @@ func TestEnsureTopicsOffNamesTopicsAndCommands(t *testing.T) {
 	require.NoError(t, missing.Cause, "nothing was tried")
 	require.ErrorContains(t, err, "kafka topics missing: "+deadLetterTopic+"; create them with: "+want)
 	require.ErrorContains(t, p.Ready(context.Background()), want)
-	require.Empty(t, topicPartitions(t, k, deadLetterTopic), "nothing created")
+	require.Empty(t, k.Partitions(t, deadLetterTopic), "nothing created")
 }
 
 // A broker that refuses the creation (here: three replicas asked of a one-broker cluster) leaves

@@ -19,6 +19,7 @@ package alertmanager
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -34,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -129,24 +131,12 @@ func New(opts Options) (*Output, error) {
 	if len(opts.URLs) == 0 {
 		return nil, errors.New("alertmanager: no url")
 	}
-	if opts.ResendEvery <= 0 {
-		opts.ResendEvery = config.DefaultAlertmanagerResendEvery
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = config.DefaultAlertmanagerTimeout
-	}
-	if opts.QueueSize <= 0 {
-		opts.QueueSize = DefaultQueueSize
-	}
-	if opts.Batch <= 0 {
-		opts.Batch = DefaultBatch
-	}
-	if opts.MaxPending <= 0 {
-		opts.MaxPending = DefaultMaxPending
-	}
-	if opts.MaxRemembered <= 0 {
-		opts.MaxRemembered = DefaultMaxRemembered
-	}
+	opts.ResendEvery = defaults.Positive(opts.ResendEvery, config.DefaultAlertmanagerResendEvery)
+	opts.Timeout = defaults.Positive(opts.Timeout, config.DefaultAlertmanagerTimeout)
+	opts.QueueSize = defaults.Positive(opts.QueueSize, DefaultQueueSize)
+	opts.Batch = defaults.Positive(opts.Batch, DefaultBatch)
+	opts.MaxPending = defaults.Positive(opts.MaxPending, DefaultMaxPending)
+	opts.MaxRemembered = defaults.Positive(opts.MaxRemembered, DefaultMaxRemembered)
 	if opts.Slots == nil {
 		opts.Slots = func() []int { return nil }
 	}
@@ -156,9 +146,7 @@ func New(opts Options) (*Output, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	if opts.Client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = opts.TLS

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -247,7 +248,7 @@ func TestObserveNeverBlocks(t *testing.T) {
 // posted again at once then (re-sync), so both a recovery and an interruption during the outage show.
 func TestAlertmanagerOutageKeepsResolves(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
-	st := newStore(t, rdb)
+	st := newStoreFixture(t, rdb)
 	st.open(t, "d1", "d2")
 	f := newFixture(t, Options{Store: st.store, Slots: func() []int { return testenv.AllSlots(4) }})
 	f.run()
@@ -274,7 +275,7 @@ func TestAlertmanagerOutageKeepsResolves(t *testing.T) {
 // unreported incidents are left out, and two replicas owning half the slots each post disjoint halves.
 func TestResyncPostsTheOwnedSlots(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
-	st := newStore(t, rdb)
+	st := newStoreFixture(t, rdb)
 	var all []string
 	for i := range 40 {
 		all = append(all, fmt.Sprintf("dev-%02d", i))
@@ -315,7 +316,7 @@ func TestResyncPostsTheOwnedSlots(t *testing.T) {
 // Redis, and keeps the labels it fired with when its parent link changes.
 func TestResyncKeepsTheLabelsAnIncidentFiredWith(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
-	st := newStore(t, rdb)
+	st := newStoreFixture(t, rdb)
 	ctx := context.Background()
 	st.openWith(t, "child-1", deadline.State{Next: 1, Hold: deadline.HoldParent})
 	st.open(t, "plain-1")
@@ -354,7 +355,7 @@ func TestResyncKeepsTheLabelsAnIncidentFiredWith(t *testing.T) {
 // observed before the alarm loop settles the claim).
 func TestResyncDoesNotRefireWhatWasJustResolved(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
-	st := newStore(t, rdb)
+	st := newStoreFixture(t, rdb)
 	st.open(t, "d1", "d2")
 	f := newFixture(t, Options{Store: st.store, Slots: func() []int { return testenv.AllSlots(4) }, ResendEvery: time.Second})
 	f.run()
@@ -373,7 +374,7 @@ func TestResyncDoesNotRefireWhatWasJustResolved(t *testing.T) {
 // A type silence resolves every open alert of that type, wherever it was fired.
 func TestTypeSilenceResolvesItsType(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
-	st := newStore(t, rdb)
+	st := newStoreFixture(t, rdb)
 	st.open(t, "g1", "g2")
 	st.openTyped(t, "gateway", "gw-1", "gw-2", "gw-3")
 	f := newFixture(t, Options{Store: st.store, Slots: func() []int { return testenv.AllSlots(4) },
@@ -398,13 +399,11 @@ type storeFixture struct {
 	deadline time.Time
 }
 
-func newStore(t *testing.T, rdb redis.UniversalClient) *storeFixture {
+func newStoreFixture(t *testing.T, rdb redis.UniversalClient) *storeFixture {
 	t.Helper()
 	timeout := func(string) time.Duration { return 30 * time.Second }
-	store, err := deadline.New(rdb, deadline.Options{Slots: 4, Now: func() time.Time { return t0 }, Timeout: timeout})
-	require.NoError(t, err)
-	require.NoError(t, store.Load(context.Background(), "default", "gateway"))
-	return &storeFixture{store: store, deadline: t0.Add(-time.Minute)}
+	opts := deadline.Options{Slots: 4, Now: func() time.Time { return t0 }, Timeout: timeout}
+	return &storeFixture{store: deadlinetest.NewStore(t, rdb, opts, "default", "gateway"), deadline: t0.Add(-time.Minute)}
 }
 
 // open records an interruption sent for each device, its deadline a minute before t0.
@@ -460,7 +459,7 @@ func (s *storeFixture) event(kind event.Kind, device string) event.Event {
 // slot 0 re-posts the open outages' DeviceOutage alerts; the others do not.
 func TestResyncPostsOutagesAndMarksTheirMembers(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
-	st := newStore(t, rdb)
+	st := newStoreFixture(t, rdb)
 	st.open(t, "member-1", "before-1")
 	outage := Outage{ID: "outage:device_type:default/1", Group: event.Group{By: "device_type", Value: "default"},
 		StartedAt: t0.Add(-time.Second), Count: 50, Sample: []string{"member-1"}}
