@@ -386,7 +386,7 @@ func TestBatchLimitReportsMore(t *testing.T) {
 // process dies before publishing must be handed out again when its record's lease ends, even when the
 // type's repeat comes due before that: the repeat must not take the unpublished interrupted for sent.
 func TestCommittedClaimOfADeadProcessIsNotTakenForSent(t *testing.T) {
-	eachBackend(t, 4, func(t *testing.T, f fixture) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		f = withRepeats(t, f) // gateways repeat every minute
 		lease := 2 * time.Minute
 		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: f.clock.Now()})

@@ -81,7 +81,7 @@ func TestRequeueDropsParkedClaimsWithoutIncident(t *testing.T) {
 // signalled again, so its recovery is reported without an operator's requeue; a device still silent
 // stays parked.
 func TestParkedClaimRecoversOnItsDevicesNextSignal(t *testing.T) {
-	eachBackend(t, 8, func(t *testing.T, f fixture) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		park(t, f, "back", "refused: too large")
 		park(t, f, "silent", "refused: too large")

@@ -78,7 +78,7 @@ func TestListCountDelete(t *testing.T) {
 // cursor instead of reading the fleet in one request, and still finds every match; a type no device
 // can have reads nothing at all.
 func TestListBoundsItsScanPerPage(t *testing.T) {
-	eachBackend(t, 4, func(t *testing.T, f fixture) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		f.refresh(t, fleet(2000, "d", f.clock.Now(), func(i int) string {
 			if i == 1999 {
