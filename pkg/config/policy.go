@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 )
 
 // Policy is a device type's resolved alarm policy.
@@ -20,6 +22,13 @@ type Policy struct {
 	MaxRepeats int
 	// Flapping: off while Count is 0.
 	Flapping Flapping
+	// Quiet and Active are the interval names the type wrote or inherited; Calendar evaluates them (nil
+	// when both are empty, so a type without intervals pays nothing).
+	Quiet, Active []string
+	Calendar      *schedule.Calendar
+	// Expected is the type's schedule, nil for a type timed by Timeout. With one, Timeout is the longest
+	// silence the schedule expects (its longest gap + grace), for where one duration is needed.
+	Expected *schedule.Expected
 }
 
 // Policies is every configured type's resolved policy. It is immutable once built, so one value may
@@ -46,14 +55,17 @@ const (
 // does not write from BuiltinPolicy.
 func (c *Config) Policies() *Policies {
 	p := &Policies{byName: make(map[string]Policy, len(c.Types)+1), from: make(map[string][3]source, len(c.Types)+1)}
+	intervals := c.intervals()
 	var defFrom [3]source
 	p.def, defFrom = resolve(c.Types[DefaultType], BuiltinPolicy, [3]source{fromBuiltin, fromBuiltin, fromBuiltin})
+	p.def = withSchedules(p.def, c.Types[DefaultType], intervals)
 	p.byName[DefaultType], p.from[DefaultType] = p.def, defFrom
 	for name, tp := range c.Types {
 		if name == DefaultType {
 			continue
 		}
 		p.byName[name], p.from[name] = resolve(tp, p.def, defFrom)
+		p.byName[name] = withSchedules(p.byName[name], tp, intervals)
 		p.names = append(p.names, name)
 	}
 	sort.Strings(p.names)
@@ -88,6 +100,13 @@ func resolve(tp TypePolicy, parent Policy, parentFrom [3]source) (Policy, [3]sou
 	if tp.Flapping != nil {
 		pol.Flapping = *tp.Flapping
 	}
+	if tp.Quiet != nil {
+		pol.Quiet = tp.Quiet
+	}
+	if tp.Active != nil {
+		pol.Active = tp.Active
+	}
+	pol.Calendar, pol.Expected = nil, nil // built by withSchedules, never inherited as built
 	return pol, from
 }
 

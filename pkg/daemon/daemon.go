@@ -59,6 +59,9 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 		return "", err
 	}
 	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable()
+	if sched := cfg.ScheduleTable(time.Now()); sched != "" {
+		out += "\n" + sched
+	}
 	for i, w := range cfg.Warnings() {
 		if i == 0 {
 			out += "\n"
