@@ -66,6 +66,7 @@ const (
 	ReasonOutage      Reason = "outage"       // a correlated outage covers it: no repeats while it lasts
 	ReasonFlapping    Reason = "flapping"     // flapping: no repeats until stable for a window
 	ReasonGroupWait   Reason = "group-wait"   // its group may become an outage: interrupted waits
+	ReasonQuiet       Reason = "quiet"        // inside a quiet interval of its type: deferred, or its repeats paused
 )
 
 // ParentRecheck is how often a suppressed device looks at its parent again, besides being woken when
@@ -134,6 +135,11 @@ func Decide(in Input) Decision {
 		d.Reason = ReasonSilenced
 		return d
 	}
+	eventDeadline, held := decideQuiet(&in, &d)
+	if held {
+		return d
+	}
+	st = in.Claim.State
 	n := st.Next
 	if in.Parent != nil && !st.Exhausted && !st.Acked && (n == 0 || st.Hold != deadline.HoldNone) {
 		if held, ok := decideUnderParent(in, &d); held {
@@ -156,6 +162,11 @@ func Decide(in Input) Decision {
 		if due := repeatDue(st, pol, n); due.After(now) {
 			d.Ack.Next = due
 			d.Reason = ReasonNotDue
+			return d
+		}
+		if resume, paused := repeatsPaused(st, pol, n, now); paused {
+			d.Ack.Next = resume
+			d.Reason = ReasonQuiet
 			return d
 		}
 		if in.OutageID != "" { // look again one interval on: the repeats resume if the outage ended
@@ -188,7 +199,7 @@ func Decide(in Input) Decision {
 	next.Hold = deadline.HoldNone
 	if n == 0 {
 		next.InterruptedAt = now.UnixMilli()
-		e := event.New(event.Interrupted, c.Device, c.Type, dl, lastSeen, now, 0)
+		e := event.New(event.Interrupted, c.Device, c.Type, eventDeadline, lastSeen, now, 0)
 		e.OutageID = in.OutageID
 		d.Events = append(d.Events, e)
 		d.Reason = ReasonInterrupted
@@ -228,6 +239,47 @@ func Decide(in Input) Decision {
 	// A claim commits with the interval in force when it claimed; a reload since makes it stale.
 	d.Committed = c.Record != "" && d.Reason == ReasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat
 	return d
+}
+
+// decideQuiet defers an incident whose deadline falls in a quiet interval of its type (docs/schedules.md):
+// nothing is sent, and it is looked at again at the interval's end + timeout, the moved deadline, kept in
+// the state so a deferral that ran out is judged by it (and moved again if it is quiet too). held: d is
+// that decision. Otherwise it returns the deadline the `interrupted` carries — the moved one after a
+// deferral, so at − deadline stays the detection lateness — and clears the hold from in.
+func decideQuiet(in *Input, d *Decision) (eventDeadline time.Time, held bool) {
+	st, pol := in.Claim.State, in.Policy
+	eventDeadline = st.DeadlineTime()
+	if st.Hold == deadline.HoldQuiet {
+		eventDeadline = time.UnixMilli(st.InterruptedAt)
+	}
+	if st.Next == 0 && pol.Calendar != nil && (st.Hold == deadline.HoldNone || st.Hold == deadline.HoldQuiet) {
+		if until, quiet := pol.Calendar.QuietUntil(eventDeadline); quiet {
+			moved := until.Add(pol.Timeout)
+			d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldQuiet, moved.UnixMilli()
+			d.Ack.Next = moved
+			d.Reason = ReasonQuiet
+			return eventDeadline, true
+		}
+	}
+	if st.Hold == deadline.HoldQuiet { // the deferral ran out: an incident like any other from here
+		in.Claim.State.Hold, in.Claim.State.InterruptedAt = deadline.HoldNone, 0
+		d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldNone, 0
+	}
+	return eventDeadline, false
+}
+
+// repeatsPaused reports whether repeat n, due now, falls in a quiet interval of the type, and if so when
+// the repeats resume: the first repeat time of the incident's schedule at or after the interval's end.
+func repeatsPaused(st deadline.State, pol config.Policy, n int, now time.Time) (time.Time, bool) {
+	until, quiet := pol.Calendar.QuietUntil(now)
+	if !quiet {
+		return time.Time{}, false
+	}
+	resume := repeatDue(st, pol, n)
+	if behind := until.Sub(resume); behind > 0 {
+		resume = resume.Add((behind + pol.RepeatEvery - 1) / pol.RepeatEvery * pol.RepeatEvery)
+	}
+	return resume, true
 }
 
 // decideUnderParent judges a device whose parent may explain its silence (docs/concepts.md). held: d is the
