@@ -58,7 +58,7 @@ func TestQuietDeadlineIsMovedToTheEndPlusTimeout(t *testing.T) {
 		require.Equal(t, event.Interrupted, interrupted.Kind)
 		require.Equal(t, f.t0.Add(95*time.Second).UTC(), interrupted.LastSeen, "last_seen stays the real last signal")
 		require.Equal(t, f.t0.Add(1610*time.Second).UTC(), interrupted.Deadline, "deadline is the moved one")
-		require.Equal(t, (1610 - 95) * int64(time.Second/time.Millisecond), interrupted.SilentForMs)
+		require.Equal(t, (1610-95)*int64(time.Second/time.Millisecond), interrupted.SilentForMs)
 	})
 }
 
@@ -90,7 +90,7 @@ func TestActiveIntervalsWatchOnlyInside(t *testing.T) {
 	eachBackend(t, func(t *testing.T, f *fixture) {
 		f.policies.Store(parsePolicies(t, quietYAML))
 		require.NoError(t, f.store.Load(context.Background(), f.policies.Load().Names()...))
-		f.signal("early", "shop", 0)              // deadline 09:33:30, inside opening
+		f.signal("early", "shop", 0)             // deadline 09:33:30, inside opening
 		f.signal("late", "shop", 45*time.Second) // deadline 09:34:15, after it
 		require.Equal(t, []string{"early interrupted 0"}, f.at(time.Minute))
 		require.Empty(t, f.at(2*time.Minute), "early's repeat falls after opening hours: paused")
