@@ -109,7 +109,9 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	f.policies.Store(parsePolicies(t, policyYAML))
 	timeout := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.Timeout }
 	repeat := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.RepeatEvery }
-	store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeout, RepeatEvery: repeat})
+	expected := func(typ string, seen time.Time) (time.Time, bool) { return f.policies.Load().Expected(typ, seen) }
+	store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeout, RepeatEvery: repeat,
+		Expected: expected})
 	require.NoError(t, err)
 	require.NoError(t, store.Load(context.Background(), f.policies.Load().Names()...))
 	f.store = store

@@ -42,7 +42,10 @@ type Input struct {
 	// Flaps are the times (unix ms, oldest first) of the device's last interruptions, read when its
 	// type detects flapping.
 	Flaps []int64
-	Now   time.Time
+	// Seen are the recorded signal times of a device whose type has expected times (a schedule), whose
+	// last signal cannot be told from its deadline; nil for a type timed by its timeout.
+	Seen *deadline.SeenTimes
+	Now  time.Time
 }
 
 // Reason says why Decide chose what it chose; it is logged and tested, never sent to consumers.
@@ -113,8 +116,12 @@ func Decide(in Input) Decision {
 
 	if c.Replaced != nil && reported(*c.Replaced) {
 		old := *c.Replaced
-		backAt := dl.Add(-pol.Timeout) // the last signal before the new silence ended the old one
-		d.Events = append(d.Events, recovered(c.Device, c.Type, old, in.ReplacedPolicy.Timeout, backAt, now))
+		oldSeen := old.DeadlineTime().Add(-in.ReplacedPolicy.Timeout)
+		if in.Seen != nil && !in.Seen.Pinned.IsZero() {
+			oldSeen = in.Seen.Pinned
+		}
+		backAt := lastSignal(in) // the last signal before the new silence ended the old one
+		d.Events = append(d.Events, recovered(c.Device, c.Type, old, oldSeen, backAt, now))
 	}
 
 	if !in.Current.IsZero() && in.Current.After(dl) {
@@ -123,8 +130,14 @@ func Decide(in Input) Decision {
 			d.Reason = ReasonQuietEnd
 			return d
 		}
-		backAt := in.Current.Add(-pol.Timeout)
-		d.Events = append(d.Events, recovered(c.Device, c.Type, st, pol.Timeout, backAt, now))
+		lastSeen, backAt := dl.Add(-pol.Timeout), in.Current.Add(-pol.Timeout)
+		if in.Seen != nil {
+			if !c.Fresh && !in.Seen.Pinned.IsZero() {
+				lastSeen = in.Seen.Pinned
+			}
+			backAt = in.Seen.Latest
+		}
+		d.Events = append(d.Events, recovered(c.Device, c.Type, st, lastSeen, backAt, now))
 		d.Reason = ReasonRecovered
 		return d
 	}
@@ -193,7 +206,7 @@ func Decide(in Input) Decision {
 			return d
 		}
 	}
-	lastSeen := dl.Add(-pol.Timeout)
+	lastSeen := lastSignal(in)
 	next := &d.Ack.State
 	next.Next = n + 1
 	next.Hold = deadline.HoldNone
@@ -288,7 +301,7 @@ func repeatsPaused(st deadline.State, pol config.Policy, n int, now time.Time) (
 func decideUnderParent(in Input, d *Decision) (held, own bool) {
 	c, st, now, p, pol := in.Claim, in.Claim.State, in.Now, *in.Parent, in.Policy
 	dl := st.DeadlineTime()
-	lastSeen := dl.Add(-pol.Timeout)
+	lastSeen := lastSignal(in)
 	// The parent has been silent since the child's last signal (1 s of slack for their clocks).
 	silentToo := p.Known && !p.LastSignal.After(lastSeen.Add(time.Second))
 	switch {
@@ -366,11 +379,24 @@ func repeatDue(st deadline.State, pol config.Policy, n int) time.Time {
 	return time.UnixMilli(st.InterruptedAt).Add(time.Duration(n) * pol.RepeatEvery)
 }
 
+// lastSignal is the last signal before the claimed incident: deadline − timeout, or for a type with
+// expected times the one recorded (pinned once the incident was claimed; the latest on its first claim).
+func lastSignal(in Input) time.Time {
+	if s := in.Seen; s != nil {
+		if !in.Claim.Fresh && !s.Pinned.IsZero() {
+			return s.Pinned
+		}
+		if !s.Latest.IsZero() {
+			return s.Latest
+		}
+	}
+	return in.Claim.State.DeadlineTime().Add(-in.Policy.Timeout)
+}
+
 // recovered is the event that closes a reported incident; silent_for_ms is the outage length, from the
-// last signal before it to the first one after it (backAt).
-func recovered(device, typ string, st deadline.State, timeout time.Duration, backAt, now time.Time) event.Event {
+// last signal before it (lastSeen) to the first one after it (backAt).
+func recovered(device, typ string, st deadline.State, lastSeen, backAt, now time.Time) event.Event {
 	dl := st.DeadlineTime()
-	lastSeen := dl.Add(-timeout)
 	e := event.New(event.Recovered, device, typ, dl, lastSeen, now, 0)
 	e.SilentForMs = 0
 	if backAt.After(lastSeen) {

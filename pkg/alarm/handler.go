@@ -117,6 +117,10 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	if err != nil {
 		return fmt.Errorf("alarm: flapping: %w", err)
 	}
+	seen, err := h.seenTimes(ctx, claims, pols)
+	if err != nil {
+		return fmt.Errorf("alarm: signal times: %w", err)
+	}
 	inputs := make([]Input, len(claims))
 	decisions := make([]Decision, len(claims))
 	for i, c := range claims {
@@ -129,7 +133,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 		if h.opts.Silences != nil {
 			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, in.Claim.Type, now)
 		}
-		in.Parent, in.ParentWait, in.OutageID, in.Flaps = parents[i], h.opts.ParentWait, outages[i], flaps[i]
+		in.Parent, in.ParentWait, in.OutageID, in.Flaps, in.Seen = parents[i], h.opts.ParentWait, outages[i], flaps[i], seen[i]
 		inputs[i] = in
 		decisions[i] = Decide(in)
 	}
@@ -200,6 +204,10 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	}
 	if err := h.opts.Store.RecordFlaps(ctx, flapUpdates); err != nil {
 		h.log.Warn("recording interruptions for flapping detection failed", zap.Error(err))
+	}
+	if err := h.opts.Store.PinSeen(ctx, seenPins(claims, inputs, decisions, failed)); err != nil {
+		// The next claim falls back to the latest signal, the same one unless the device signalled since.
+		h.log.Warn("pinning the last signal before incidents of scheduled types failed", zap.Error(err))
 	}
 	if retried > 0 {
 		h.log.Warn("publishing failed; the claims stay leased and are retried until Kafka takes them",
@@ -274,6 +282,50 @@ func (h *Handler) flapHistory(ctx context.Context, claims []deadline.Claim, pols
 		return make([][]int64, len(claims)), nil
 	}
 	return h.opts.Store.FlapHistory(ctx, claims, want)
+}
+
+// seenTimes reads the signal times of the claims whose type has expected times; nil for the others.
+func (h *Handler) seenTimes(ctx context.Context, claims []deadline.Claim, pols []config.Policy) ([]*deadline.SeenTimes, error) {
+	out := make([]*deadline.SeenTimes, len(claims))
+	want := make([]bool, len(claims))
+	any := false
+	for i := range claims {
+		want[i] = pols[i].Expected != nil
+		any = any || want[i]
+	}
+	if !any {
+		return out, nil
+	}
+	read, err := h.opts.Store.SeenOf(ctx, claims, want)
+	if err != nil {
+		return nil, err
+	}
+	for i := range claims {
+		if want[i] {
+			out[i] = &read[i]
+		}
+	}
+	return out, nil
+}
+
+// seenPins keeps, for the devices with expected times, the last signal before their open incident
+// (deadline.SeenPin): pinned when an incident is first claimed, so its recovery measures the outage
+// from it after newer signals moved the latest; released when the incident ends.
+func seenPins(claims []deadline.Claim, inputs []Input, decisions []Decision, failed []error) []deadline.SeenPin {
+	var pins []deadline.SeenPin
+	for i, c := range claims {
+		seen := inputs[i].Seen
+		if seen == nil || failed[i] != nil {
+			continue
+		}
+		switch {
+		case decisions[i].Ack.Op == deadline.Remove:
+			pins = append(pins, deadline.SeenPin{Device: c.Device, Slot: c.Slot})
+		case (c.Fresh || seen.Pinned.IsZero()) && !seen.Latest.IsZero():
+			pins = append(pins, deadline.SeenPin{Device: c.Device, Slot: c.Slot, At: seen.Latest})
+		}
+	}
+	return pins
 }
 
 // mayBeHeld: an incident whose parent may explain it (nothing reported yet, or held under its parent).

@@ -40,6 +40,7 @@ type Policies struct {
 	names          []string
 	longestTimeout time.Duration
 	longestCycle   time.Duration
+	anyExpected    bool // some type has a schedule: Expected looks the type up
 }
 
 // source is where a resolved policy field came from, for the policy table.
@@ -71,6 +72,7 @@ func (c *Config) Policies() *Policies {
 	sort.Strings(p.names)
 	p.names = append([]string{DefaultType}, p.names...)
 	for _, pol := range p.byName {
+		p.anyExpected = p.anyExpected || pol.Expected != nil
 		p.longestTimeout = max(p.longestTimeout, pol.Timeout)
 		p.longestCycle = max(p.longestCycle, pol.Timeout+pol.RepeatEvery)
 	}
@@ -119,9 +121,24 @@ func (p *Policies) Lookup(name string) (pol Policy, known bool) {
 	if base, timeout, ok := PerDevice(name); ok { // not "known": only configured names are
 		pol, _ = p.Lookup(base)
 		pol.Timeout = timeout
+		pol.Expected = nil // a device's own timeout replaces its type's schedule
 		return pol, false
 	}
 	return p.def, false
+}
+
+// Expected is the deadline a signal at seen sets for a type with expected times (its schedule's next
+// occurrence + grace) and true; false for a type timed by its timeout. Without any schedule it answers
+// without a lookup: it is asked for every signal.
+func (p *Policies) Expected(name string, seen time.Time) (time.Time, bool) {
+	if !p.anyExpected {
+		return time.Time{}, false
+	}
+	pol, _ := p.Lookup(name)
+	if pol.Expected == nil {
+		return time.Time{}, false
+	}
+	return pol.Expected.Deadline(seen), true
 }
 
 // PerDeviceType is the type name a device with its own timeout is recorded under: "<type>@<timeout>",

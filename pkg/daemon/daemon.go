@@ -166,7 +166,10 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	d.clock = holdback.NewClock(holdback.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: log, Registerer: reg})
 	// A late first word is kept as long as detection may be held back for the blind window it waited in.
 	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout,
-		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack})
+		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack,
+		Expected: func(typeName string, seen time.Time) (time.Time, bool) {
+			return d.policies.Load().Expected(typeName, seen)
+		}})
 	if err != nil {
 		return fail(err)
 	}
