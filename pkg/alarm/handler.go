@@ -13,11 +13,19 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 // SilenceChecker answers whether a device is silenced; pkg/silence's *Silences is one.
 type SilenceChecker interface {
 	SilencedUntil(device, typ string, now time.Time) time.Time
+}
+
+// FactsChecker is a SilenceChecker whose silences may match on labels and parents (pkg/silence's is):
+// while NeedsFacts, the handler reads them for its claims, one round trip each per batch.
+type FactsChecker interface {
+	NeedsFacts() bool
+	SilencedUntilFacts(f silence.Facts, now time.Time) time.Time
 }
 
 // HandlerOptions configures a Handler.
@@ -121,6 +129,10 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	if err != nil {
 		return fmt.Errorf("alarm: signal times: %w", err)
 	}
+	silenced, err := h.silencedUntil(ctx, claims, now)
+	if err != nil {
+		return fmt.Errorf("alarm: silences: %w", err)
+	}
 	inputs := make([]Input, len(claims))
 	decisions := make([]Decision, len(claims))
 	for i, c := range claims {
@@ -130,9 +142,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 		if c.Replaced != nil {
 			in.ReplacedPolicy, _ = policies.Lookup(h.opts.Store.TypeName(ctx, c.Replaced.TypeIndex))
 		}
-		if h.opts.Silences != nil {
-			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, in.Claim.Type, now)
-		}
+		in.SilencedUntil = silenced[i]
 		in.Parent, in.ParentWait, in.OutageID, in.Flaps, in.Seen = parents[i], h.opts.ParentWait, outages[i], flaps[i], seen[i]
 		inputs[i] = in
 		decisions[i] = Decide(in)
@@ -282,6 +292,42 @@ func (h *Handler) flapHistory(ctx context.Context, claims []deadline.Claim, pols
 		return make([][]int64, len(claims)), nil
 	}
 	return h.opts.Store.FlapHistory(ctx, claims, want)
+}
+
+// silencedUntil asks the silences about each claim's device, with its parent and labels when some
+// silence matches on them.
+func (h *Handler) silencedUntil(ctx context.Context, claims []deadline.Claim, now time.Time) ([]time.Time, error) {
+	out := make([]time.Time, len(claims))
+	if h.opts.Silences == nil {
+		return out, nil
+	}
+	fc, ok := h.opts.Silences.(FactsChecker)
+	if !ok || !fc.NeedsFacts() {
+		for i, c := range claims {
+			out[i] = h.opts.Silences.SilencedUntil(c.Device, config.BaseType(c.Type), now)
+		}
+		return out, nil
+	}
+	devices := make([]string, len(claims))
+	for i, c := range claims {
+		devices[i] = c.Device
+	}
+	parents, err := h.opts.Store.ParentsOf(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	labels, err := h.opts.Store.Labels(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range claims {
+		f := silence.Facts{DeviceID: c.Device, DeviceType: config.BaseType(c.Type), Parent: parents[i]}
+		if labels != nil {
+			f.Labels = labels[i]
+		}
+		out[i] = fc.SilencedUntilFacts(f, now)
+	}
+	return out, nil
 }
 
 // seenTimes reads the signal times of the claims whose type has expected times; nil for the others.

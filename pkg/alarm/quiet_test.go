@@ -9,6 +9,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 // t0 is Sunday 2026-11-22 09:33:20 UTC: "break" runs from t0+100s to t0+1600s (10:00, its end).
@@ -100,5 +101,24 @@ func TestActiveIntervalsWatchOnlyInside(t *testing.T) {
 		require.Empty(t, f.at(nextOpening+29*time.Second))
 		require.Equal(t, []string{"early alarm 1"}, f.at(nextOpening+30*time.Second),
 			"resumed on its grid: repeats are timed from the interruption (t0+10s) every minute")
+	})
+}
+
+// A silence of matchers on labels covers exactly the registered devices it selects: the handler reads
+// their labels and parents while such a silence exists.
+func TestLabelMatcherSilenceDefersOnlyTheSelected(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		sil := f.withActs()
+		_, err := f.store.Register(ctx, []string{"ber-1", "muc-1"}, []deadline.Registration{
+			{Labels: map[string]string{"site": "berlin"}}, {Labels: map[string]string{"site": "munich"}}}, []string{"", ""})
+		require.NoError(t, err)
+		_, err = sil.Create(ctx, silence.Silence{Ends: f.t0.Add(time.Hour), Matchers: []silence.Matcher{{Label: "site", Op: "=~", Value: "ber.*"}}})
+		require.NoError(t, err)
+		f.sink.take() // silenced
+		f.signal("ber-1", "", 0)
+		f.signal("muc-1", "", 0)
+		require.Equal(t, []string{"muc-1 interrupted 0"}, f.at(10*time.Second))
+		require.Contains(t, f.at(time.Hour), "ber-1 interrupted 0", "the silenced one when the silence ends")
 	})
 }

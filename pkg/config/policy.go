@@ -41,6 +41,7 @@ type Policies struct {
 	longestTimeout time.Duration
 	longestCycle   time.Duration
 	anyExpected    bool // some type has a schedule: Expected looks the type up
+	intervals      map[string]*schedule.Interval
 }
 
 // source is where a resolved policy field came from, for the policy table.
@@ -57,6 +58,7 @@ const (
 func (c *Config) Policies() *Policies {
 	p := &Policies{byName: make(map[string]Policy, len(c.Types)+1), from: make(map[string][3]source, len(c.Types)+1)}
 	intervals := c.intervals()
+	p.intervals = intervals
 	var defFrom [3]source
 	p.def, defFrom = resolve(c.Types[DefaultType], BuiltinPolicy, [3]source{fromBuiltin, fromBuiltin, fromBuiltin})
 	p.def = withSchedules(p.def, c.Types[DefaultType], intervals)
@@ -139,6 +141,20 @@ func (p *Policies) Expected(name string, seen time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return pol.Expected.Deadline(seen), true
+}
+
+// Interval is the named time interval of the configuration these policies were built from; nil when it
+// has none of that name (recurring silences name them).
+func (p *Policies) Interval(name string) *schedule.Interval { return p.intervals[name] }
+
+// IntervalNames lists the configured interval names, sorted.
+func (p *Policies) IntervalNames() []string {
+	names := make([]string, 0, len(p.intervals))
+	for n := range p.intervals {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // PerDeviceType is the type name a device with its own timeout is recorded under: "<type>@<timeout>",

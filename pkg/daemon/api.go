@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -640,63 +639,14 @@ func (c *typeCountsCache) get(ctx context.Context, now func() time.Time, ttl tim
 	return run.val, run.err
 }
 
-// silenceRequest is the body of POST /v1/silences.
-type silenceRequest struct {
-	DeviceID   string `json:"device_id"`
-	DeviceType string `json:"device_type"`
-	Until      string `json:"until"`
-	For        string `json:"for"`
-	Comment    string `json:"comment"`
-	// Note is another name for comment, as every act takes one; By is who creates the silence.
-	Note string `json:"note"`
-	By   string `json:"by"`
-}
-
 func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 	var req silenceRequest
 	if !a.decodeBody(w, r, &req) {
 		return
 	}
-	if (req.DeviceID == "") == (req.DeviceType == "") {
-		writeError(w, http.StatusBadRequest, "exactly one of device_id and device_type is required")
-		return
-	}
-	if req.Comment != "" && req.Note != "" && req.Comment != req.Note {
-		writeError(w, http.StatusBadRequest, "comment and note are the same field: give one")
-		return
-	}
-	now := a.Now()
-	s := silence.Silence{DeviceID: req.DeviceID, DeviceType: req.DeviceType, Starts: now, Comment: cmp.Or(req.Comment, req.Note),
-		By: req.By}
-	switch {
-	case req.Until != "" && req.For != "":
-		writeError(w, http.StatusBadRequest, "give either until or for, not both")
-		return
-	case req.Until != "":
-		t, err := time.Parse(time.RFC3339, req.Until)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "until: "+err.Error())
-			return
-		}
-		s.Ends = t
-	case req.For != "":
-		d, err := time.ParseDuration(req.For)
-		if err != nil || d <= 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("for: %q is not a positive duration like 2h", req.For))
-			return
-		}
-		s.Ends = now.Add(d)
-	default:
-		writeError(w, http.StatusBadRequest, "until or for is required")
-		return
-	}
-	if !s.Ends.After(now) {
-		writeError(w, http.StatusBadRequest, "the silence would end in the past")
-		return
-	}
-	if s.Ends.UTC().Year() > 9999 {
-		// RFC 3339, which stores and shows it, has four-digit years.
-		writeError(w, http.StatusBadRequest, "until: after the year 9999")
+	s, err := req.silence(a.Now())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	created, err := a.Silences.Create(r.Context(), s)

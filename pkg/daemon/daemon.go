@@ -29,6 +29,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
+	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
@@ -222,7 +223,8 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	// degraded mark and the outputs that follow Kafka treat them the same.
 	sink := holdback.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
-	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log})
+	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log,
+		Intervals: func(name string) *schedule.Interval { return d.policies.Load().Interval(name) }})
 	d.correlator = correlate.New(correlate.Options{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
 		Sink: sink, ReplicaID: replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,
 		Events: d.metrics.Events, OutagesOpen: d.metrics.OutagesOpen})
