@@ -193,3 +193,22 @@ func (c *Config) ScheduleTable(now time.Time) string {
 	}
 	return b.String()
 }
+
+// QuietUntil is the end of the quiet spell of type name that covers now; zero when the type is not quiet
+// at now (or has no intervals).
+func (p *Policies) QuietUntil(name string, now time.Time) time.Time {
+	pol, _ := p.Lookup(name)
+	until, _ := pol.Calendar.QuietUntil(now)
+	return until
+}
+
+// QuietNow maps every configured type quiet at now to the end of its quiet spell.
+func (p *Policies) QuietNow(now time.Time) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, name := range p.names {
+		if until, quiet := p.byName[name].Calendar.QuietUntil(now); quiet {
+			out[name] = until.UTC()
+		}
+	}
+	return out
+}

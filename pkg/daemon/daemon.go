@@ -245,6 +245,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	d.server = &http.Server{
 		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health, Notes: d.notes,
 			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Token: cfg.HTTP.Token,
+			QuietUntil: d.quietUntil, QuietNow: d.quietNow,
 			Advice:   func() ingest.TimeoutAdvice { return d.chain.Intervals().Advise(d.replica, d.policies.Load()) },
 			Gatherer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
 			Outages: d.correlator, KnownType: d.knownType}),
@@ -309,6 +310,14 @@ func (d *daemon) timeout(typeName string) time.Duration {
 	p, _ := d.policies.Load().Lookup(typeName)
 	return p.Timeout
 }
+
+// quietUntil is the end of the quiet interval type typeName is in at now; zero when it is not quiet.
+func (d *daemon) quietUntil(typeName string, now time.Time) time.Time {
+	return d.policies.Load().QuietUntil(typeName, now)
+}
+
+// quietNow maps each type in a quiet interval at now to its end, for /v1/stats.
+func (d *daemon) quietNow(now time.Time) map[string]time.Time { return d.policies.Load().QuietNow(now) }
 
 // knownType says whether a type name is configured.
 func (d *daemon) knownType(name string) bool {

@@ -28,6 +28,9 @@ type Device struct {
 	Parked  bool
 	// Parent is the device's gateway or cell as last named ("" when none).
 	Parent string
+	// LastSignal is the recorded last signal of a device whose type has expected times (its last before
+	// the open incident, if any); zero for the others, whose last signal is deadline − timeout.
+	LastSignal time.Time
 }
 
 // Online reports whether the device has no open incident and a deadline.
@@ -65,6 +68,7 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	state := pipe.HGet(ctx, s.keys.State(slot), id)
 	dead := pipe.ZScore(ctx, s.keys.Dead(slot), id)
 	parent := pipe.HGet(ctx, s.keys.parents(id), id)
+	seen := pipe.ZMScore(ctx, s.keys.Seen(slot), id, incidentSeenMark+id)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return d, false, fmt.Errorf("deadline: device %q: %w", id, err)
 	}
@@ -76,6 +80,12 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	}
 	d.Parked = dead.Err() == nil
 	d.Parent = parent.Val()
+	if v := seen.Val(); len(v) == 2 {
+		d.LastSignal = msTime(v[0])
+		if pinned := msTime(v[1]); d.Incident != nil && !pinned.IsZero() {
+			d.LastSignal = pinned
+		}
+	}
 	return d, found, nil
 }
 

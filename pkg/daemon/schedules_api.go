@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
@@ -66,4 +67,19 @@ func (req silenceRequest) silence(now time.Time) (silence.Silence, error) {
 		return s, errors.New("until: after the year 9999")
 	}
 	return s, nil
+}
+
+// viewSchedules completes a device's view for schedules (docs/schedules.md): a deadline moved by a quiet
+// interval is no incident, so the device shows online with the moved deadline; a type with expected
+// times shows its recorded last signal; a type in a quiet interval says until when.
+func (a *api) viewSchedules(v *DeviceView, d deadline.Device) {
+	if inc := d.Incident; inc != nil && inc.Hold == deadline.HoldQuiet && inc.Next == 0 {
+		v.State, v.Deadline, v.NextAlarm = "online", ptr(time.UnixMilli(inc.InterruptedAt)), nil
+	}
+	if !d.LastSignal.IsZero() {
+		v.LastSeen = ptr(d.LastSignal)
+	}
+	if a.QuietUntil != nil {
+		v.QuietUntil = ptr(a.QuietUntil(d.Type, a.Now()))
+	}
 }
