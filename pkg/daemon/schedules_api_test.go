@@ -43,7 +43,9 @@ func TestAPIRecurringAndMatcherSilences(t *testing.T) {
 // discard is an event sink that takes everything.
 type discard struct{}
 
-func (discard) Publish(_ context.Context, events []event.Event) []error { return make([]error, len(events)) }
+func (discard) Publish(_ context.Context, events []event.Event) []error {
+	return make([]error, len(events))
+}
 
 // The device view and /v1/stats say what schedules do: a device whose deadline a quiet interval moved
 // shows online with the moved deadline and until when its type is quiet; a scheduled device shows its
