@@ -13,4 +13,6 @@ func SetRearmBatch(tb testing.TB, n int) {
 }
 
 // DeadlineOf exposes deadlineOf to the benchmarks.
-func (s *Store) DeadlineOf(name string, seen time.Time) (int64, bool) { return s.deadlineOf(name, seen) }
+func (s *Store) DeadlineOf(name string, seen time.Time) (int64, bool) {
+	return s.deadlineOf(name, seen)
+}
