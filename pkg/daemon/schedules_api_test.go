@@ -93,6 +93,14 @@ types:
 	require.Equal(t, "2026-11-22T22:50:00Z", dev["last_seen"], "the signal, not deadline − a timeout")
 	require.Nil(t, dev["quiet_until"], "its type has no quiet intervals")
 
+	_, list := callJSON(t, srv.URL, "GET", "/v1/devices?state=interrupted", "", "")
+	require.Empty(t, list["devices"], "a deadline moved by a quiet interval is no incident")
+	_, list = callJSON(t, srv.URL, "GET", "/v1/devices", "", "")
+	require.Len(t, list["devices"], 1)
+	listed := list["devices"].([]any)[0].(map[string]any)
+	require.Equal(t, "meter-1", listed["device_id"])
+	require.Equal(t, "2026-11-22T22:50:00Z", listed["last_seen"], "the listing shows the recorded signal too")
+
 	_, stats := callJSON(t, srv.URL, "GET", "/v1/stats", "", "")
 	require.Equal(t, map[string]any{"default": sixAM}, stats["quiet"])
 }

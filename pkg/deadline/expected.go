@@ -147,3 +147,38 @@ func (s *Store) PinSeen(ctx context.Context, pins []SeenPin) error {
 	}
 	return nil
 }
+
+// fillLastSignals reads the recorded last signal of the devices whose type has expected times, in one
+// round trip, each in slotOf(its index); nothing for a fleet without them.
+func (s *Store) fillLastSignals(ctx context.Context, devices []Device, slotOf func(i int) int) error {
+	if s.expected == nil {
+		return nil
+	}
+	now := s.now()
+	var claims []Claim
+	var which []int
+	for i, d := range devices {
+		if _, ok := s.expected(d.Type, now); ok {
+			claims = append(claims, Claim{Device: d.ID, Slot: slotOf(i)})
+			which = append(which, i)
+		}
+	}
+	if len(claims) == 0 {
+		return nil
+	}
+	want := make([]bool, len(claims))
+	for i := range want {
+		want[i] = true
+	}
+	seen, err := s.SeenOf(ctx, claims, want)
+	if err != nil {
+		return err
+	}
+	for j, i := range which {
+		devices[i].LastSignal = seen[j].Latest
+		if devices[i].Incident != nil && !seen[j].Pinned.IsZero() {
+			devices[i].LastSignal = seen[j].Pinned
+		}
+	}
+	return nil
+}

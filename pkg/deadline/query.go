@@ -68,7 +68,6 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	state := pipe.HGet(ctx, s.keys.State(slot), id)
 	dead := pipe.ZScore(ctx, s.keys.Dead(slot), id)
 	parent := pipe.HGet(ctx, s.keys.parents(id), id)
-	seen := pipe.ZMScore(ctx, s.keys.Seen(slot), id, incidentSeenMark+id)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return d, false, fmt.Errorf("deadline: device %q: %w", id, err)
 	}
@@ -80,11 +79,12 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	}
 	d.Parked = dead.Err() == nil
 	d.Parent = parent.Val()
-	if v := seen.Val(); len(v) == 2 {
-		d.LastSignal = msTime(v[0])
-		if pinned := msTime(v[1]); d.Incident != nil && !pinned.IsZero() {
-			d.LastSignal = pinned
+	if found {
+		one := []Device{d}
+		if err := s.fillLastSignals(ctx, one, func(int) int { return slot }); err != nil { // scheduled types only
+			return d, false, err
 		}
+		d = one[0]
 	}
 	return d, found, nil
 }
@@ -155,6 +155,9 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 				if err != nil {
 					continue
 				}
+				if st.Hold == HoldQuiet && st.Next == 0 {
+					continue // a deadline moved by a quiet interval is no incident (docs/schedules.md)
+				}
 				d.Incident = &st
 				d.Type = s.types.name(ctx, st.TypeIndex)
 			} else {
@@ -183,6 +186,9 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 	}
 	for i := range out {
 		out[i].Parent = parents[i]
+	}
+	if err := s.fillLastSignals(ctx, out, func(i int) int { return Slot(out[i].ID, slots) }); err != nil {
+		return nil, "", err
 	}
 	if slot >= slots {
 		return out, "", nil
