@@ -16,6 +16,7 @@ const expectedYAML = `
 types:
   default: {timeout: 10s, repeat_every: 0s}
   meter:   {schedule: "*/10 * * * *", grace: 1m, repeat_every: 0s}
+  tight:   {schedule: "*/10 * * * *", repeat_every: 0s}
 `
 
 // eventsOf decodes the events Kafka holds for device, in order.
@@ -73,5 +74,22 @@ func TestExpectedTimesSetTheDeadline(t *testing.T) {
 		require.Equal(t, int64(530_000), evs[1].SilentForMs, "the outage: from the last signal before it to the one that ended it")
 		require.Equal(t, f.t0.Add(1030*time.Second).UTC(), evs[2].LastSeen)
 		require.Equal(t, f.t0.Add(1660*time.Second).UTC(), evs[2].Deadline)
+	})
+}
+
+// A typed signal of a scheduled type is late when its own deadline had passed at receipt, even when that
+// is sooner after the signal than any timeout (docs/signals.md): it must not report a recovery.
+func TestLateSignalOfAScheduledType(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		f.policies.Store(parsePolicies(t, expectedYAML))
+		require.NoError(t, f.store.Load(ctx, f.policies.Load().Names()...))
+		received := []time.Time{f.t0.Add(403 * time.Second)} // 09:40:03
+		late, err := f.store.Late(ctx, []deadline.Signal{{Device: "t1", Type: "tight", Seen: f.t0.Add(395 * time.Second)}}, received)
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, late, "seen 09:39:55, expected at 09:40:00 without grace, received 09:40:03")
+		late, err = f.store.Late(ctx, []deadline.Signal{{Device: "t1", Type: "meter", Seen: f.t0.Add(395 * time.Second)}}, received)
+		require.NoError(t, err)
+		require.Nil(t, late, "with a minute's grace it is due at 09:41")
 	})
 }

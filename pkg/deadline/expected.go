@@ -1,6 +1,7 @@
 package deadline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,20 @@ func (s *Store) deadlineOf(name string, seen time.Time) (ms int64, expected bool
 		}
 	}
 	return seen.UnixMilli() + s.timeout(name).Milliseconds(), false
+}
+
+// anyScheduled reports whether some known type has expected times.
+func (s *Store) anyScheduled() bool {
+	if s.expected == nil {
+		return false
+	}
+	now := s.now()
+	for _, name := range s.types.names() {
+		if _, ok := s.expected(cmp.Or(name, DefaultType), now); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // untypedTable is the refresh script's timeout table: a type with expected times gets -k, pointing at the
