@@ -29,7 +29,6 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
-	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
@@ -59,10 +58,7 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable()
-	if sched := cfg.ScheduleTable(time.Now()); sched != "" {
-		out += "\n" + sched
-	}
+	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable() + scheduleTable(cfg)
 	for i, w := range cfg.Warnings() {
 		if i == 0 {
 			out += "\n"
@@ -167,10 +163,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	d.clock = holdback.NewClock(holdback.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: log, Registerer: reg})
 	// A late first word is kept as long as detection may be held back for the blind window it waited in.
 	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout,
-		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack,
-		Expected: func(typeName string, seen time.Time) (time.Time, bool) {
-			return d.policies.Load().Expected(typeName, seen)
-		}})
+		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack, Expected: d.expected})
 	if err != nil {
 		return fail(err)
 	}
@@ -224,7 +217,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	sink := holdback.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log,
-		Intervals: func(name string) *schedule.Interval { return d.policies.Load().Interval(name) }})
+		Intervals: d.interval})
 	d.correlator = correlate.New(correlate.Options{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
 		Sink: sink, ReplicaID: replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,
 		Events: d.metrics.Events, OutagesOpen: d.metrics.OutagesOpen})
@@ -310,14 +303,6 @@ func (d *daemon) timeout(typeName string) time.Duration {
 	p, _ := d.policies.Load().Lookup(typeName)
 	return p.Timeout
 }
-
-// quietUntil is the end of the quiet interval type typeName is in at now; zero when it is not quiet.
-func (d *daemon) quietUntil(typeName string, now time.Time) time.Time {
-	return d.policies.Load().QuietUntil(typeName, now)
-}
-
-// quietNow maps each type in a quiet interval at now to its end, for /v1/stats.
-func (d *daemon) quietNow(now time.Time) map[string]time.Time { return d.policies.Load().QuietNow(now) }
 
 // knownType says whether a type name is configured.
 func (d *daemon) knownType(name string) bool {
