@@ -2,6 +2,7 @@ package silence
 
 import (
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -97,30 +98,51 @@ type compiled struct {
 	matchers []Matcher
 	calendar *schedule.Calendar // nil: active from Starts to Ends without a break
 	unknown  bool               // names an interval the configuration no longer defines: never active
+	// intervals are what its names resolved to (nil where one did not): the index reuses the compiled
+	// silence while they and the silence stay the same, instead of compiling its expressions every refresh.
+	intervals []*schedule.Interval
+	err       error
+}
+
+// resolve looks up names; nil where a name is not defined.
+func resolve(names []string, intervals func(string) *schedule.Interval) []*schedule.Interval {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make([]*schedule.Interval, len(names))
+	for i, n := range names {
+		if intervals != nil {
+			out[i] = intervals(n)
+		}
+	}
+	return out
+}
+
+// recompile is compile, or prev when it was compiled from the same silence and the same intervals.
+func recompile(prev *compiled, sil Silence, intervals func(string) *schedule.Interval) (compiled, error) {
+	if prev != nil && reflect.DeepEqual(prev.Silence, sil) && slices.Equal(prev.intervals, resolve(sil.TimeIntervals, intervals)) {
+		return *prev, prev.err
+	}
+	return compile(sil, intervals)
 }
 
 // compile prepares sil; intervals resolves interval names (nil: none are defined).
-func compile(sil Silence, intervals func(string) *schedule.Interval) (compiled, error) {
-	c := compiled{Silence: sil, matchers: slices.Clone(sil.Matchers)}
+func compile(sil Silence, intervals func(string) *schedule.Interval) (c compiled, err error) {
+	c = compiled{Silence: sil, matchers: slices.Clone(sil.Matchers), intervals: resolve(sil.TimeIntervals, intervals)}
+	defer func() { c.err = err }()
 	for i := range c.matchers {
 		if err := c.matchers[i].compile(); err != nil {
 			return c, err
 		}
 	}
-	if len(sil.TimeIntervals) > 0 {
-		var ivs []*schedule.Interval
-		for _, name := range sil.TimeIntervals {
-			var iv *schedule.Interval
-			if intervals != nil {
-				iv = intervals(name)
-			}
-			if iv == nil {
-				c.unknown = true
-				return c, fmt.Errorf("time_intervals: %q is not in the configuration's time_intervals", name)
-			}
-			ivs = append(ivs, iv)
+	for i, iv := range c.intervals {
+		if iv == nil {
+			c.unknown = true
+			return c, fmt.Errorf("time_intervals: %q is not in the configuration's time_intervals", sil.TimeIntervals[i])
 		}
-		c.calendar = schedule.NewCalendar(ivs, nil)
+	}
+	if len(c.intervals) > 0 {
+		c.calendar = schedule.NewCalendar(c.intervals, nil)
 	}
 	return c, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,5 +104,33 @@ func TestRecurringSilenceFollowsItsIntervals(t *testing.T) {
 			_, err := s.Create(ctx, bad.sil)
 			require.True(t, errors.Is(err, ErrInvalid) && strings.Contains(err.Error(), bad.want), "%+v: %v", bad.sil, err)
 		}
+	})
+}
+
+// A reload that changes an interval applies to the recurring silences naming it at the next refresh of
+// the index, although their compiled form is otherwise kept from one refresh to the next.
+func TestRecurringSilenceFollowsAReloadedInterval(t *testing.T) {
+	eachBackend(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		var current atomic.Pointer[schedule.Interval]
+		current.Store(nightly(t)("night"))
+		s := New(f.rdb, Options{Now: f.clock.Now, Intervals: func(name string) *schedule.Interval {
+			if name == "night" {
+				return current.Load()
+			}
+			return nil
+		}})
+		_, err := s.Create(ctx, Silence{DeviceType: "gateway", TimeIntervals: []string{"night"}})
+		require.NoError(t, err)
+		day := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+		require.NoError(t, s.Load(ctx))
+		require.Equal(t, day.Add(30*time.Hour), s.SilencedUntil("gw", "gateway", day.Add(23*time.Hour)))
+
+		var evening []timeinterval.TimeInterval
+		require.NoError(t, yaml.Unmarshal([]byte(`[{times: [{start_time: "20:00", end_time: "21:00"}]}]`), &evening))
+		current.Store(&schedule.Interval{Name: "night", Ranges: evening}) // the reload
+		require.NoError(t, s.Load(ctx))
+		require.True(t, s.SilencedUntil("gw", "gateway", day.Add(23*time.Hour)).IsZero(), "23:00 is outside the reloaded interval")
+		require.Equal(t, day.Add(21*time.Hour), s.SilencedUntil("gw", "gateway", day.Add(20*time.Hour+30*time.Minute)))
 	})
 }

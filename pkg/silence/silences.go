@@ -100,6 +100,7 @@ type silenceIndex struct {
 	byDevice map[string][]compiled
 	byType   map[string][]compiled
 	rest     []compiled
+	byID     map[string]*compiled
 	// needsFacts: some silence matches on labels or parents, which a claim does not carry.
 	needsFacts bool
 	// losses is how many times the store had found Redis without its data when the snapshot was read.
@@ -318,11 +319,19 @@ func (s *Silences) read(ctx context.Context) ([]Silence, error) {
 // buildIndex compiles every silence. One whose intervals the configuration no longer defines is kept,
 // listed, and covers nothing until they are defined again or it is deleted.
 func (s *Silences) buildIndex(all []Silence) *silenceIndex {
-	idx := &silenceIndex{all: all, byDevice: map[string][]compiled{}, byType: map[string][]compiled{}}
+	prev := s.index.Load()
+	idx := &silenceIndex{all: all, byDevice: map[string][]compiled{}, byType: map[string][]compiled{}, byID: map[string]*compiled{}}
 	for _, sil := range all {
-		c, err := compile(sil, s.opts.Intervals)
+		var before *compiled
+		if prev != nil {
+			before = prev.byID[sil.ID]
+		}
+		c, err := recompile(before, sil, s.opts.Intervals)
+		idx.byID[sil.ID] = &c
 		if err != nil && !c.unknown {
-			s.log.Warn("ignoring a silence that does not compile", zap.String("id", sil.ID), zap.Error(err))
+			if before == nil || before.err == nil { // once, not at every refresh
+				s.log.Warn("ignoring a silence that does not compile", zap.String("id", sil.ID), zap.Error(err))
+			}
 			continue
 		}
 		for i := range c.matchers {
