@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +63,16 @@ events:
 http: {token: "` + httpToken + `"}
 `
 
+// schedulesConfig is goodConfig with time intervals and scheduled types.
+var schedulesConfig = strings.Replace(goodConfig, "  temperature-sensor: {timeout: 10m}\n", `  temperature-sensor: {timeout: 10m}
+  solar: {timeout: 10m, quiet: [night]}
+  meter: {schedule: "0 2 * * *", schedule_tz: Europe/Berlin, grace: 30m}
+`, 1) + `
+time_intervals:
+  - name: night
+    time_intervals: [{times: [{start_time: "22:00", end_time: "24:00"}, {start_time: "00:00", end_time: "06:00"}], location: Europe/Berlin}]
+`
+
 func TestCheckConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -90,6 +101,13 @@ detection: {batch: 0}
 		{name: "bad broker with a password", code: 1,
 			config: regexp.MustCompile(`tcp://user`).ReplaceAllString(goodConfig, "gopher://user"), want: []string{"ingest.mqtt.brokers[0]"}},
 		{name: "missing file", code: 1, want: []string{"missing.yaml"}},
+		{name: "schedules", code: 0, config: schedulesConfig,
+			want: []string{"SCHEDULES", "solar:", "quiet: night", "Z  quiet", "Z  watched again",
+				`schedule: "0 2 * * *" in Europe/Berlin, grace 30m`, "Z  expected"}},
+		{name: "unknown interval", code: 1, config: strings.Replace(schedulesConfig, "quiet: [night]", "quiet: [nite]", 1),
+			want: []string{`types.solar.quiet: "nite" is not in time_intervals (defined: night)`}},
+		{name: "bad cron", code: 1, config: strings.Replace(schedulesConfig, `"0 2 * * *"`, `"0 2 * *"`, 1),
+			want: []string{`types.meter.schedule: "0 2 * *"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "missing.yaml")

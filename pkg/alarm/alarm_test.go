@@ -108,7 +108,8 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	f.policies.Store(parsePolicies(t, policyYAML))
 	timeout := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.Timeout }
 	repeat := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.RepeatEvery }
-	opts := deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeout, RepeatEvery: repeat}
+	expected := func(typ string, seen time.Time) (time.Time, bool) { return f.policies.Load().Expected(typ, seen) }
+	opts := deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeout, RepeatEvery: repeat, Expected: expected}
 	f.store = deadlinetest.NewStore(t, f.rdb, opts, f.policies.Load().Names()...)
 	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: kafka.Addrs, Topic: eventsTopic, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)

@@ -42,7 +42,10 @@ type Input struct {
 	// Flaps are the times (unix ms, oldest first) of the device's last interruptions, read when its
 	// type detects flapping.
 	Flaps []int64
-	Now   time.Time
+	// Seen are the recorded signal times of a device whose type has expected times (a schedule), whose
+	// last signal cannot be told from its deadline; nil for a type timed by its timeout.
+	Seen *deadline.SeenTimes
+	Now  time.Time
 }
 
 // Reason says why Decide chose what it chose; it is logged and tested, never sent to consumers.
@@ -66,6 +69,7 @@ const (
 	ReasonOutage      Reason = "outage"       // a correlated outage covers it: no repeats while it lasts
 	ReasonFlapping    Reason = "flapping"     // flapping: no repeats until stable for a window
 	ReasonGroupWait   Reason = "group-wait"   // its group may become an outage: interrupted waits
+	ReasonQuiet       Reason = "quiet"        // inside a quiet interval of its type: deferred, or its repeats paused
 )
 
 // ParentRecheck is how often a suppressed device looks at its parent again, besides being woken when
@@ -112,8 +116,12 @@ func Decide(in Input) Decision {
 
 	if c.Replaced != nil && reported(*c.Replaced) {
 		old := *c.Replaced
-		backAt := dl.Add(-pol.Timeout) // the last signal before the new silence ended the old one
-		d.Events = append(d.Events, recovered(c.Device, c.Type, old, in.ReplacedPolicy.Timeout, backAt, now))
+		oldSeen := old.DeadlineTime().Add(-in.ReplacedPolicy.Timeout)
+		if in.Seen != nil && !in.Seen.Pinned.IsZero() {
+			oldSeen = in.Seen.Pinned
+		}
+		backAt := lastSignal(in) // the last signal before the new silence ended the old one
+		d.Events = append(d.Events, recovered(c.Device, c.Type, old, oldSeen, backAt, now))
 	}
 
 	if !in.Current.IsZero() && in.Current.After(dl) {
@@ -122,8 +130,14 @@ func Decide(in Input) Decision {
 			d.Reason = ReasonQuietEnd
 			return d
 		}
-		backAt := in.Current.Add(-pol.Timeout)
-		d.Events = append(d.Events, recovered(c.Device, c.Type, st, pol.Timeout, backAt, now))
+		lastSeen, backAt := dl.Add(-pol.Timeout), in.Current.Add(-pol.Timeout)
+		if in.Seen != nil {
+			if !c.Fresh && !in.Seen.Pinned.IsZero() {
+				lastSeen = in.Seen.Pinned
+			}
+			backAt = in.Seen.Latest
+		}
+		d.Events = append(d.Events, recovered(c.Device, c.Type, st, lastSeen, backAt, now))
 		d.Reason = ReasonRecovered
 		return d
 	}
@@ -134,6 +148,11 @@ func Decide(in Input) Decision {
 		d.Reason = ReasonSilenced
 		return d
 	}
+	eventDeadline, held := decideQuiet(&in, &d)
+	if held {
+		return d
+	}
+	st = in.Claim.State
 	n := st.Next
 	if in.Parent != nil && !st.Exhausted && !st.Acked && (n == 0 || st.Hold != deadline.HoldNone) {
 		if held, ok := decideUnderParent(in, &d); held {
@@ -156,6 +175,11 @@ func Decide(in Input) Decision {
 		if due := repeatDue(st, pol, n); due.After(now) {
 			d.Ack.Next = due
 			d.Reason = ReasonNotDue
+			return d
+		}
+		if resume, paused := repeatsPaused(st, pol, n, now); paused {
+			d.Ack.Next = resume
+			d.Reason = ReasonQuiet
 			return d
 		}
 		if in.OutageID != "" { // look again one interval on: the repeats resume if the outage ended
@@ -182,13 +206,13 @@ func Decide(in Input) Decision {
 			return d
 		}
 	}
-	lastSeen := dl.Add(-pol.Timeout)
+	lastSeen := lastSignal(in)
 	next := &d.Ack.State
 	next.Next = n + 1
 	next.Hold = deadline.HoldNone
 	if n == 0 {
 		next.InterruptedAt = now.UnixMilli()
-		e := event.New(event.Interrupted, c.Device, c.Type, dl, lastSeen, now, 0)
+		e := event.New(event.Interrupted, c.Device, c.Type, eventDeadline, lastSeen, now, 0)
 		e.OutageID = in.OutageID
 		d.Events = append(d.Events, e)
 		d.Reason = ReasonInterrupted
@@ -230,13 +254,54 @@ func Decide(in Input) Decision {
 	return d
 }
 
+// decideQuiet defers an incident whose deadline falls in a quiet interval of its type (docs/schedules.md):
+// nothing is sent, and it is looked at again at the interval's end + timeout, the moved deadline, kept in
+// the state so a deferral that ran out is judged by it (and moved again if it is quiet too). held: d is
+// that decision. Otherwise it returns the deadline the `interrupted` carries — the moved one after a
+// deferral, so at − deadline stays the detection lateness — and clears the hold from in.
+func decideQuiet(in *Input, d *Decision) (eventDeadline time.Time, held bool) {
+	st, pol := in.Claim.State, in.Policy
+	eventDeadline = st.DeadlineTime()
+	if st.Hold == deadline.HoldQuiet {
+		eventDeadline = time.UnixMilli(st.InterruptedAt)
+	}
+	if st.Next == 0 && pol.Calendar != nil && (st.Hold == deadline.HoldNone || st.Hold == deadline.HoldQuiet) {
+		if until, quiet := pol.Calendar.QuietUntil(eventDeadline); quiet {
+			moved := until.Add(pol.Timeout)
+			d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldQuiet, moved.UnixMilli()
+			d.Ack.Next = moved
+			d.Reason = ReasonQuiet
+			return eventDeadline, true
+		}
+	}
+	if st.Hold == deadline.HoldQuiet { // the deferral ran out: an incident like any other from here
+		in.Claim.State.Hold, in.Claim.State.InterruptedAt = deadline.HoldNone, 0
+		d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldNone, 0
+	}
+	return eventDeadline, false
+}
+
+// repeatsPaused reports whether repeat n, due now, falls in a quiet interval of the type, and if so when
+// the repeats resume: the first repeat time of the incident's schedule at or after the interval's end.
+func repeatsPaused(st deadline.State, pol config.Policy, n int, now time.Time) (time.Time, bool) {
+	until, quiet := pol.Calendar.QuietUntil(now)
+	if !quiet {
+		return time.Time{}, false
+	}
+	resume := repeatDue(st, pol, n)
+	if behind := until.Sub(resume); behind > 0 {
+		resume = resume.Add((behind + pol.RepeatEvery - 1) / pol.RepeatEvery * pol.RepeatEvery)
+	}
+	return resume, true
+}
+
 // decideUnderParent judges a device whose parent may explain its silence (docs/concepts.md). held: d is the
 // decision (wait, suppress, or wait for the own verdict after the parent's recovery). own: the device
 // gets its own interruption now, although one was reported under its parent before.
 func decideUnderParent(in Input, d *Decision) (held, own bool) {
 	c, st, now, p, pol := in.Claim, in.Claim.State, in.Now, *in.Parent, in.Policy
 	dl := st.DeadlineTime()
-	lastSeen := dl.Add(-pol.Timeout)
+	lastSeen := lastSignal(in)
 	// The parent has been silent since the child's last signal (1 s of slack for their clocks).
 	silentToo := p.Known && !p.LastSignal.After(lastSeen.Add(time.Second))
 	switch {
@@ -314,11 +379,24 @@ func repeatDue(st deadline.State, pol config.Policy, n int) time.Time {
 	return time.UnixMilli(st.InterruptedAt).Add(time.Duration(n) * pol.RepeatEvery)
 }
 
+// lastSignal is the last signal before the claimed incident: deadline − timeout, or for a type with
+// expected times the one recorded (pinned once the incident was claimed; the latest on its first claim).
+func lastSignal(in Input) time.Time {
+	if s := in.Seen; s != nil {
+		if !in.Claim.Fresh && !s.Pinned.IsZero() {
+			return s.Pinned
+		}
+		if !s.Latest.IsZero() {
+			return s.Latest
+		}
+	}
+	return in.Claim.State.DeadlineTime().Add(-in.Policy.Timeout)
+}
+
 // recovered is the event that closes a reported incident; silent_for_ms is the outage length, from the
-// last signal before it to the first one after it (backAt).
-func recovered(device, typ string, st deadline.State, timeout time.Duration, backAt, now time.Time) event.Event {
+// last signal before it (lastSeen) to the first one after it (backAt).
+func recovered(device, typ string, st deadline.State, lastSeen, backAt, now time.Time) event.Event {
 	dl := st.DeadlineTime()
-	lastSeen := dl.Add(-timeout)
 	e := event.New(event.Recovered, device, typ, dl, lastSeen, now, 0)
 	e.SilentForMs = 0
 	if backAt.After(lastSeen) {

@@ -13,11 +13,19 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 // SilenceChecker answers whether a device is silenced; pkg/silence's *Silences is one.
 type SilenceChecker interface {
 	SilencedUntil(device, typ string, now time.Time) time.Time
+}
+
+// FactsChecker is a SilenceChecker whose silences may match on labels and parents (pkg/silence's is):
+// while NeedsFacts, the handler reads them for its claims, one round trip each per batch.
+type FactsChecker interface {
+	NeedsFacts() bool
+	SilencedUntilFacts(f silence.Facts, now time.Time) time.Time
 }
 
 // HandlerOptions configures a Handler.
@@ -95,7 +103,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	m.ClaimsPending.Add(float64(len(claims)))
 	defer m.ClaimsPending.Sub(float64(len(claims)))
 
-	decisions, err := h.decideAll(ctx, claims)
+	inputs, decisions, err := h.decideAll(ctx, claims)
 	if err != nil {
 		return err
 	}
@@ -115,6 +123,10 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 			zap.Error(err))
 	}
 	h.recordFlaps(ctx, claims, decisions, failed)
+	if err := h.opts.Store.PinSeen(ctx, seenPins(claims, inputs, decisions, failed)); err != nil {
+		// The next claim falls back to the latest signal, the same one unless the device signalled since.
+		h.log.Warn("pinning the last signal before incidents of scheduled types failed", zap.Error(err))
+	}
 	if retried > 0 {
 		h.log.Warn("publishing failed; the claims stay leased and are retried until Kafka takes them",
 			zap.Int("claims", retried), zap.Duration("retry_within", PublishBackoffMax), zap.Error(retryErr))
@@ -125,18 +137,18 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 
 // decideAll re-checks each claim against Redis, gathers what Decide needs (parents, outages, policies,
 // flap history, silences) and decides every claim; the outages it opens or joins are judged last.
-func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Decision, error) {
+func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Input, []Decision, error) {
 	current, err := h.opts.Store.CurrentDeadlines(ctx, claims)
 	if err != nil {
-		return nil, fmt.Errorf("alarm: re-check: %w", err)
+		return nil, nil, fmt.Errorf("alarm: re-check: %w", err)
 	}
 	parents, parentNames, err := h.parents(ctx, claims)
 	if err != nil {
-		return nil, fmt.Errorf("alarm: parents: %w", err)
+		return nil, nil, fmt.Errorf("alarm: parents: %w", err)
 	}
 	groups, outages, err := h.outages(ctx, claims, parentNames)
 	if err != nil {
-		return nil, fmt.Errorf("alarm: correlation: %w", err)
+		return nil, nil, fmt.Errorf("alarm: correlation: %w", err)
 	}
 	now := h.opts.Now()
 	policies := h.opts.Policies()
@@ -146,7 +158,15 @@ func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Dec
 	}
 	flaps, err := h.flapHistory(ctx, claims, pols)
 	if err != nil {
-		return nil, fmt.Errorf("alarm: flapping: %w", err)
+		return nil, nil, fmt.Errorf("alarm: flapping: %w", err)
+	}
+	seen, err := h.seenTimes(ctx, claims, pols)
+	if err != nil {
+		return nil, nil, fmt.Errorf("alarm: signal times: %w", err)
+	}
+	silenced, err := h.silencedUntil(ctx, claims, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("alarm: silences: %w", err)
 	}
 	inputs := make([]Input, len(claims))
 	decisions := make([]Decision, len(claims))
@@ -157,17 +177,15 @@ func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Dec
 		if c.Replaced != nil {
 			in.ReplacedPolicy, _ = policies.Lookup(h.opts.Store.TypeName(ctx, c.Replaced.TypeIndex))
 		}
-		if h.opts.Silences != nil {
-			in.SilencedUntil = h.opts.Silences.SilencedUntil(c.Device, in.Claim.Type, now)
-		}
-		in.Parent, in.ParentWait, in.OutageID, in.Flaps = parents[i], h.opts.ParentWait, outages[i], flaps[i]
+		in.SilencedUntil = silenced[i]
+		in.Parent, in.ParentWait, in.OutageID, in.Flaps, in.Seen = parents[i], h.opts.ParentWait, outages[i], flaps[i], seen[i]
 		inputs[i] = in
 		decisions[i] = Decide(in)
 	}
 	if err := h.judgeOutages(ctx, inputs, decisions, groups, now); err != nil {
-		return nil, fmt.Errorf("alarm: correlation: %w", err)
+		return nil, nil, fmt.Errorf("alarm: correlation: %w", err)
 	}
-	return decisions, nil
+	return inputs, decisions, nil
 }
 
 // publish hands every decided event to the sink as one batch. owner[j] is the claim index of events[j];
@@ -306,6 +324,86 @@ func (h *Handler) flapHistory(ctx context.Context, claims []deadline.Claim, pols
 		return make([][]int64, len(claims)), nil
 	}
 	return h.opts.Store.FlapHistory(ctx, claims, want)
+}
+
+// silencedUntil asks the silences about each claim's device, with its parent and labels when some
+// silence matches on them.
+func (h *Handler) silencedUntil(ctx context.Context, claims []deadline.Claim, now time.Time) ([]time.Time, error) {
+	out := make([]time.Time, len(claims))
+	if h.opts.Silences == nil {
+		return out, nil
+	}
+	fc, ok := h.opts.Silences.(FactsChecker)
+	if !ok || !fc.NeedsFacts() {
+		for i, c := range claims {
+			out[i] = h.opts.Silences.SilencedUntil(c.Device, config.BaseType(c.Type), now)
+		}
+		return out, nil
+	}
+	devices := make([]string, len(claims))
+	for i, c := range claims {
+		devices[i] = c.Device
+	}
+	parents, err := h.opts.Store.ParentsOf(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	labels, err := h.opts.Store.Labels(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range claims {
+		f := silence.Facts{DeviceID: c.Device, DeviceType: config.BaseType(c.Type), Parent: parents[i]}
+		if labels != nil {
+			f.Labels = labels[i]
+		}
+		out[i] = fc.SilencedUntilFacts(f, now)
+	}
+	return out, nil
+}
+
+// seenTimes reads the signal times of the claims whose type has expected times; nil for the others.
+func (h *Handler) seenTimes(ctx context.Context, claims []deadline.Claim, pols []config.Policy) ([]*deadline.SeenTimes, error) {
+	out := make([]*deadline.SeenTimes, len(claims))
+	want := make([]bool, len(claims))
+	any := false
+	for i := range claims {
+		want[i] = pols[i].Expected != nil
+		any = any || want[i]
+	}
+	if !any {
+		return out, nil
+	}
+	read, err := h.opts.Store.SeenOf(ctx, claims, want)
+	if err != nil {
+		return nil, err
+	}
+	for i := range claims {
+		if want[i] {
+			out[i] = &read[i]
+		}
+	}
+	return out, nil
+}
+
+// seenPins keeps, for the devices with expected times, the last signal before their open incident
+// (deadline.SeenPin): pinned when an incident is first claimed, so its recovery measures the outage
+// from it after newer signals moved the latest; released when the incident ends.
+func seenPins(claims []deadline.Claim, inputs []Input, decisions []Decision, failed []error) []deadline.SeenPin {
+	var pins []deadline.SeenPin
+	for i, c := range claims {
+		seen := inputs[i].Seen
+		if seen == nil || failed[i] != nil {
+			continue
+		}
+		switch {
+		case decisions[i].Ack.Op == deadline.Remove:
+			pins = append(pins, deadline.SeenPin{Device: c.Device, Slot: c.Slot})
+		case (c.Fresh || seen.Pinned.IsZero()) && !seen.Latest.IsZero():
+			pins = append(pins, deadline.SeenPin{Device: c.Device, Slot: c.Slot, At: seen.Latest})
+		}
+	}
+	return pins
 }
 
 // mayBeHeld: an incident whose parent may explain it (nothing reported yet, or held under its parent).

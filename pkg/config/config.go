@@ -22,9 +22,9 @@
 //     plaintext), and so is ingest.mqtt.tls.enabled with a plaintext (tcp://, mqtt://, ws://) broker.
 //     An ssl://, tls://, mqtts://, tcps:// or wss:// broker uses TLS with the system roots even when the
 //     block is off.
-//   - A reload applies `types` only. Other changed keys are logged as needing a restart, and the new
-//     types must also be valid together with the running keys (ingest.coalesce shorter than every
-//     timeout), or the reload is rejected.
+//   - A reload applies `types` and `time_intervals` only. Other changed keys are logged as needing a
+//     restart, and the new types must also be valid together with the running keys (ingest.coalesce
+//     shorter than every timeout), or the reload is rejected.
 package config
 
 import (
@@ -51,6 +51,9 @@ type Config struct {
 	Correlation Correlation `yaml:"correlation"`
 	// Retention forgets long-silent devices nobody registered.
 	Retention Retention `yaml:"retention"`
+	// TimeIntervals are named time intervals in Alertmanager's syntax, for the types' quiet and active
+	// hours and for recurring silences (schedules.go, docs/schedules.md). A reload applies them like types.
+	TimeIntervals []TimeInterval `yaml:"time_intervals"`
 	// ShutdownTimeout bounds the whole ordered stop after SIGINT/SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
@@ -91,6 +94,15 @@ type TypePolicy struct {
 	MaxRepeats  *int           `yaml:"max_repeats,omitempty"`
 	// Flapping, when written, is inherited as a whole; count 0 turns it off for the type.
 	Flapping *Flapping `yaml:"flapping,omitempty"`
+	// Quiet and Active name time_intervals: a deadline inside a quiet one, or outside every active one,
+	// starts no incident (docs/schedules.md). Each list, when written, is inherited as a whole; [] clears it.
+	Quiet  []string `yaml:"quiet,omitempty"`
+	Active []string `yaml:"active,omitempty"`
+	// Schedule is a 5-field cron expression of the times a signal is expected, read in ScheduleTZ; it
+	// replaces the timeout: a signal sets the deadline to the next occurrence + Grace. Never inherited.
+	Schedule   *string        `yaml:"schedule,omitempty"`
+	ScheduleTZ *string        `yaml:"schedule_tz,omitempty"`
+	Grace      *time.Duration `yaml:"grace,omitempty"`
 }
 
 // Flapping detects a device that keeps going silent and coming back (docs/events.md): the Count-th

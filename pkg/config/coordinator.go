@@ -128,17 +128,18 @@ func (c *Coordinator) runtimeChange(next *Config) (*Config, error) {
 	if changed := ChangedKeys(cur, next); len(changed) > 0 {
 		var restart []string
 		for _, k := range changed {
-			if k != "types" {
+			if k != "types" && k != "time_intervals" {
 				restart = append(restart, k)
 			}
 		}
 		if len(restart) > 0 {
-			c.logger.Warn("changed keys take effect only after a restart; applying types only",
+			c.logger.Warn("changed keys take effect only after a restart; applying types and time_intervals only",
 				zap.String("file", c.path), zap.Strings("keys", restart))
 		}
 	}
 	eff := cur.Clone()
 	eff.Types = next.Clone().Types
+	eff.TimeIntervals = next.Clone().TimeIntervals // the types' quiet and active hours name them
 	// The new types were validated against the new file's other keys; they must also fit the running
 	// ones (ingest.coalesce shorter than every timeout).
 	if err := eff.Validate(); err != nil {

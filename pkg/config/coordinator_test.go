@@ -117,7 +117,7 @@ func TestCoordinatorAppliesOnlyTypes(t *testing.T) {
 	assert.Equal(t, 64, cur.Redis.Slots, "other keys wait for a restart")
 	assert.Equal(t, DefaultDetectionBatch, cur.Detection.Batch)
 
-	warn := f.logs.FilterMessage("changed keys take effect only after a restart; applying types only").All()
+	warn := f.logs.FilterMessage("changed keys take effect only after a restart; applying types and time_intervals only").All()
 	require.Len(t, warn, 1)
 	assert.Equal(t, zapcore.WarnLevel, warn[0].Level)
 	assert.Equal(t, []any{"redis.slots", "detection.batch"}, warn[0].ContextMap()["keys"])

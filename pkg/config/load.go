@@ -105,6 +105,9 @@ func findUnknownKeys(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if decodesItself(t) {
+		return // its own UnmarshalYAML reads the node, and the strict decoder checks its keys
+	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
@@ -144,6 +147,19 @@ func findUnknownKeys(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
 			}
 		}
 	}
+}
+
+// selfDecoder is the UnmarshalYAML of yaml.v2, which Alertmanager's time interval types implement and
+// yaml.v3 still calls.
+type selfDecoder interface {
+	UnmarshalYAML(unmarshal func(any) error) error
+}
+
+// decodesItself reports whether values of t parse their own YAML (time_intervals' ranges), so their
+// keys are not fields of t.
+func decodesItself(t reflect.Type) bool {
+	p := reflect.PointerTo(t)
+	return p.Implements(reflect.TypeFor[selfDecoder]()) || p.Implements(reflect.TypeFor[yaml.Unmarshaler]())
 }
 
 func join(path, key string) string {

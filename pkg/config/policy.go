@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 )
 
 // Policy is a device type's resolved alarm policy.
@@ -20,6 +22,13 @@ type Policy struct {
 	MaxRepeats int
 	// Flapping: off while Count is 0.
 	Flapping Flapping
+	// Quiet and Active are the interval names the type wrote or inherited; Calendar evaluates them (nil
+	// when both are empty, so a type without intervals pays nothing).
+	Quiet, Active []string
+	Calendar      *schedule.Calendar
+	// Expected is the type's schedule, nil for a type timed by Timeout. With one, Timeout is the longest
+	// silence the schedule expects (its longest gap + grace), for where one duration is needed.
+	Expected *schedule.Expected
 }
 
 // Policies is every configured type's resolved policy. It is immutable once built, so one value may
@@ -31,6 +40,8 @@ type Policies struct {
 	names          []string
 	longestTimeout time.Duration
 	longestCycle   time.Duration
+	anyExpected    bool // some type has a schedule: Expected looks the type up
+	intervals      map[string]*schedule.Interval
 }
 
 // source is where a resolved policy field came from, for the policy table.
@@ -46,19 +57,24 @@ const (
 // does not write from BuiltinPolicy.
 func (c *Config) Policies() *Policies {
 	p := &Policies{byName: make(map[string]Policy, len(c.Types)+1), from: make(map[string][3]source, len(c.Types)+1)}
+	intervals := c.intervals()
+	p.intervals = intervals
 	var defFrom [3]source
 	p.def, defFrom = resolve(c.Types[DefaultType], BuiltinPolicy, [3]source{fromBuiltin, fromBuiltin, fromBuiltin})
+	p.def = withSchedules(p.def, c.Types[DefaultType], intervals)
 	p.byName[DefaultType], p.from[DefaultType] = p.def, defFrom
 	for name, tp := range c.Types {
 		if name == DefaultType {
 			continue
 		}
 		p.byName[name], p.from[name] = resolve(tp, p.def, defFrom)
+		p.byName[name] = withSchedules(p.byName[name], tp, intervals)
 		p.names = append(p.names, name)
 	}
 	sort.Strings(p.names)
 	p.names = append([]string{DefaultType}, p.names...)
 	for _, pol := range p.byName {
+		p.anyExpected = p.anyExpected || pol.Expected != nil
 		p.longestTimeout = max(p.longestTimeout, pol.Timeout)
 		p.longestCycle = max(p.longestCycle, pol.Timeout+pol.RepeatEvery)
 	}
@@ -88,6 +104,13 @@ func resolve(tp TypePolicy, parent Policy, parentFrom [3]source) (Policy, [3]sou
 	if tp.Flapping != nil {
 		pol.Flapping = *tp.Flapping
 	}
+	if tp.Quiet != nil {
+		pol.Quiet = tp.Quiet
+	}
+	if tp.Active != nil {
+		pol.Active = tp.Active
+	}
+	pol.Calendar, pol.Expected = nil, nil // built by withSchedules, never inherited as built
 	return pol, from
 }
 
@@ -100,9 +123,38 @@ func (p *Policies) Lookup(name string) (pol Policy, known bool) {
 	if base, timeout, ok := PerDevice(name); ok { // not "known": only configured names are
 		pol, _ = p.Lookup(base)
 		pol.Timeout = timeout
+		pol.Expected = nil // a device's own timeout replaces its type's schedule
 		return pol, false
 	}
 	return p.def, false
+}
+
+// Expected is the deadline a signal at seen sets for a type with expected times (its schedule's next
+// occurrence + grace) and true; false for a type timed by its timeout. Without any schedule it answers
+// without a lookup: it is asked for every signal.
+func (p *Policies) Expected(name string, seen time.Time) (time.Time, bool) {
+	if !p.anyExpected {
+		return time.Time{}, false
+	}
+	pol, _ := p.Lookup(name)
+	if pol.Expected == nil {
+		return time.Time{}, false
+	}
+	return pol.Expected.Deadline(seen), true
+}
+
+// Interval is the named time interval of the configuration these policies were built from; nil when it
+// has none of that name (recurring silences name them).
+func (p *Policies) Interval(name string) *schedule.Interval { return p.intervals[name] }
+
+// IntervalNames lists the configured interval names, sorted.
+func (p *Policies) IntervalNames() []string {
+	names := make([]string, 0, len(p.intervals))
+	for n := range p.intervals {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // PerDeviceType is the type name a device with its own timeout is recorded under: "<type>@<timeout>",

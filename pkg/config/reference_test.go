@@ -28,7 +28,7 @@ func TestReferenceConfigs(t *testing.T) {
 	path := filepath.Join("..", "..", "configs", "heartbeatd.yaml")
 	ref, err := LoadEnv(path, nil)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"types"}, ChangedKeys(Default(), ref), "reference values differ from Default()")
+	assert.Equal(t, []string{"types", "time_intervals"}, ChangedKeys(Default(), ref), "reference values differ from Default()")
 
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -59,6 +59,9 @@ func collectPaths(n *yaml.Node, path string, out map[string]bool) {
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			p := join(path, n.Content[i].Value)
+			if path == "types" {
+				p = "types.default" // a key shown on any example type documents it
+			}
 			out[p] = true
 			collectPaths(n.Content[i+1], p, out)
 		}
@@ -77,7 +80,7 @@ func leafKeys(t reflect.Type, path string, documented map[reflect.Type]bool) []s
 		t = t.Elem()
 	}
 	switch {
-	case t == reflect.TypeOf(TLS{}) && documented[t]:
+	case t == reflect.TypeOf(TLS{}) && documented[t], decodesItself(t):
 		return []string{path}
 	case t.Kind() == reflect.Struct:
 		documented[t] = true
@@ -90,6 +93,8 @@ func leafKeys(t reflect.Type, path string, documented map[reflect.Type]bool) []s
 		return out
 	case t.Kind() == reflect.Map:
 		return leafKeys(t.Elem(), join(path, DefaultType), documented)
+	case t.Kind() == reflect.Slice && decodesItself(t.Elem()):
+		return []string{path}
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
 		return leafKeys(t.Elem(), path+"[]", documented)
 	}

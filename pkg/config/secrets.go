@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -125,6 +126,8 @@ func (c *Config) Clone() *Config {
 	return out.Addr().Interface().(*Config)
 }
 
+var locationType = reflect.TypeOf((*time.Location)(nil))
+
 func deepCopy(dst, src reflect.Value) {
 	switch src.Kind() {
 	case reflect.Struct:
@@ -154,6 +157,10 @@ func deepCopy(dst, src reflect.Value) {
 		dst.Set(m)
 	case reflect.Pointer:
 		if src.IsNil() {
+			return
+		}
+		if src.Type() == locationType { // immutable, and its fields cannot be set by reflection
+			dst.Set(src)
 			return
 		}
 		p := reflect.New(src.Type().Elem())

@@ -53,6 +53,7 @@ func (c *Config) Validate() error {
 	v := &validator{}
 	c.validateRedis(v)
 	c.validateTypes(v)
+	c.validateSchedules(v)
 	c.validateIngest(v)
 	c.validateEvents(v)
 	c.validateDetection(v)

@@ -50,6 +50,10 @@ type APIOptions struct {
 	Reload     func() error
 	OwnedSlots func() []int
 	Timeout    func(typeName string) time.Duration // for last_seen = deadline − timeout
+	// QuietUntil and QuietNow say which types are in a quiet interval and until when (docs/schedules.md);
+	// nil = no schedules.
+	QuietUntil func(typeName string, now time.Time) time.Time
+	QuietNow   func(now time.Time) map[string]time.Time
 	// KnownType says whether a type name is configured (registrations name only those).
 	KnownType func(typeName string) bool
 	// MaxImportBytes bounds an import's body; default MaxImportBytes.
@@ -294,6 +298,8 @@ type DeviceView struct {
 	// `suppressed` because the parent is down (docs/concepts.md).
 	Parent     string `json:"parent,omitempty"`
 	Suppressed bool   `json:"suppressed,omitempty"`
+	// QuietUntil is the end of the quiet interval its type is in now (docs/schedules.md).
+	QuietUntil *time.Time `json:"quiet_until,omitempty"`
 }
 
 func ptr(t time.Time) *time.Time {
@@ -324,6 +330,7 @@ func (a *api) view(d deadline.Device) DeviceView {
 		v.Deadline = ptr(dl)
 		v.LastSeen = ptr(dl.Add(-a.Timeout(d.Type)))
 	}
+	a.viewSchedules(&v, d)
 	if a.Silences != nil {
 		v.SilencedUntil = ptr(a.Silences.SilencedUntil(d.ID, d.Type, a.Now()))
 	}
@@ -499,6 +506,9 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 		"hold_back":      a.HoldBack(),
 		"owned_slots":    a.OwnedSlots(),
 		"slots":          a.Store.Slots(),
+	}
+	if a.QuietNow != nil {
+		body["quiet"] = a.QuietNow(a.Now())
 	}
 	if c.Parked > 0 {
 		parked, err := a.Store.ParkedClaims(r.Context(), parkedShown)

@@ -1,82 +1,32 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
-// silenceRequest is the body of POST /v1/silences.
-type silenceRequest struct {
-	DeviceID   string `json:"device_id"`
-	DeviceType string `json:"device_type"`
-	Until      string `json:"until"`
-	For        string `json:"for"`
-	Comment    string `json:"comment"`
-	// Note is another name for comment, as every act takes one; By is who creates the silence.
-	Note string `json:"note"`
-	By   string `json:"by"`
-}
-
 func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 	var req silenceRequest
 	if !a.decodeBody(w, r, &req) {
 		return
 	}
-	if (req.DeviceID == "") == (req.DeviceType == "") {
-		writeError(w, http.StatusBadRequest, "exactly one of device_id and device_type is required")
-		return
-	}
-	if req.Comment != "" && req.Note != "" && req.Comment != req.Note {
-		writeError(w, http.StatusBadRequest, "comment and note are the same field: give one")
+	s, err := req.silence(a.Now())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if !a.silenceInScope(w, r, req) {
 		return
 	}
 	act := callerOf(r).stamp(event.Act{By: req.By})
-	now := a.Now()
-	s := silence.Silence{DeviceID: req.DeviceID, DeviceType: req.DeviceType, Starts: now, Comment: cmp.Or(req.Comment, req.Note),
-		By: act.By, Token: act.Token}
-	switch {
-	case req.Until != "" && req.For != "":
-		writeError(w, http.StatusBadRequest, "give either until or for, not both")
-		return
-	case req.Until != "":
-		t, err := time.Parse(time.RFC3339, req.Until)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "until: "+err.Error())
-			return
-		}
-		s.Ends = t
-	case req.For != "":
-		d, err := time.ParseDuration(req.For)
-		if err != nil || d <= 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("for: %q is not a positive duration like 2h", req.For))
-			return
-		}
-		s.Ends = now.Add(d)
-	default:
-		writeError(w, http.StatusBadRequest, "until or for is required")
-		return
-	}
-	if !s.Ends.After(now) {
-		writeError(w, http.StatusBadRequest, "the silence would end in the past")
-		return
-	}
-	if s.Ends.UTC().Year() > 9999 {
-		// RFC 3339, which stores and shows it, has four-digit years.
-		writeError(w, http.StatusBadRequest, "until: after the year 9999")
-		return
-	}
+	s.By, s.Token = act.By, act.Token
 	created, err := a.Silences.Create(r.Context(), s)
 	if errors.Is(err, silence.ErrInvalid) {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -145,6 +95,10 @@ func (a *api) silenceInScope(w http.ResponseWriter, r *http.Request, req silence
 	switch {
 	case scope.Whole():
 		return true
+	case len(req.Matchers) > 0:
+		// What a matcher selects is known only as devices come due: it could reach beyond the scope.
+		writeError(w, http.StatusForbidden, fmt.Sprintf("a silence with matchers may reach beyond this token's scope %s", scope))
+		return false
 	case req.DeviceType != "":
 		if req.DeviceType != scope.Type {
 			writeError(w, http.StatusForbidden, fmt.Sprintf("a silence of type %q reaches beyond this token's scope %s", req.DeviceType, scope))

@@ -86,7 +86,7 @@ func (d *daemon) buildStore(reg *prometheus.Registry) error {
 	d.clock = holdback.NewClock(holdback.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: d.log, Registerer: reg})
 	// A late first word is kept as long as detection may be held back for the blind window it waited in.
 	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout,
-		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack})
+		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack, Expected: d.expected})
 	return err
 }
 
@@ -117,7 +117,8 @@ func (d *daemon) buildAlarms(reg *prometheus.Registry) *alarm.Acts {
 	// degraded mark and the outputs that follow Kafka treat them the same.
 	sink := holdback.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
-	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log})
+	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log,
+		Intervals: d.interval})
 	d.correlator = correlate.New(correlate.Options{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
 		Sink: sink, ReplicaID: d.replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,
 		Events: d.metrics.Events, OutagesOpen: d.metrics.OutagesOpen})
@@ -142,6 +143,7 @@ func (d *daemon) buildServer(reg *prometheus.Registry, acts *alarm.Acts) error {
 	d.server = &http.Server{
 		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health, Notes: d.notes,
 			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Tokens: cfg.HTTP.AccessTokens(),
+			QuietUntil: d.quietUntil, QuietNow: d.quietNow,
 			Advice:   func() ingest.TimeoutAdvice { return d.chain.Intervals().Advise(d.replica, d.policies.Load()) },
 			Gatherer: reg, Registerer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
 			Outages: d.correlator, KnownType: d.knownType}),

@@ -83,6 +83,11 @@ func Slot(device string, slots int) int {
 	return int(crc32.ChecksumIEEE([]byte(device)) & uint32(slots-1))
 }
 
+// Seen is the ZSET of the devices of types with expected times (docs/schedules.md), whose last signal
+// cannot be told from their deadline: device → its last signal (ms), and incidentSeenMark + device → the
+// last signal before its open incident, pinned when the incident is claimed (expected.go).
+func (k Keyspace) Seen(slot int) string { return k.slotKey(slot, "seen") }
+
 // Flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last
 // interruptions, for the devices of types with flapping detection (docs/events.md).
 func (k Keyspace) Flaps(slot int) string { return k.slotKey(slot, "flaps") }

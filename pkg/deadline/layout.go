@@ -169,7 +169,7 @@ func (m movedSignal) score(sig Signal, s *Store) int64 {
 		t = m.oldIncidentType
 	}
 	t = max(t, 0)
-	dl := sig.Seen.UnixMilli() + s.timeout(s.types.name(context.Background(), t)).Milliseconds()
+	dl, _ := s.deadlineOf(s.types.name(context.Background(), t), sig.Seen)
 	score := dl*MaxTypes + int64(t)
 	return max(score, int64(m.newScore), int64(m.oldScore))
 }

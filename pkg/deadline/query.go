@@ -29,6 +29,9 @@ type Device struct {
 	Parked  bool
 	// Parent is the device's gateway or cell as last named ("" when none).
 	Parent string
+	// LastSignal is the recorded last signal of a device whose type has expected times (its last before
+	// the open incident, if any); zero for the others, whose last signal is deadline − timeout.
+	LastSignal time.Time
 }
 
 // Online reports whether the device has no open incident and a deadline.
@@ -77,6 +80,13 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	}
 	d.Parked = dead.Err() == nil
 	d.Parent = parent.Val()
+	if found {
+		one := []Device{d}
+		if err := s.fillLastSignals(ctx, one, func(int) int { return slot }); err != nil { // scheduled types only
+			return d, false, err
+		}
+		d = one[0]
+	}
 	return d, found, nil
 }
 
@@ -163,6 +173,9 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 				if err != nil {
 					continue
 				}
+				if st.Hold == HoldQuiet && st.Next == 0 {
+					continue // a deadline moved by a quiet interval is no incident (docs/schedules.md)
+				}
 				d.Incident = &st
 				d.Type = s.types.name(ctx, st.TypeIndex)
 			} else {
@@ -191,6 +204,9 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 	}
 	for i := range out {
 		out[i].Parent = parents[i]
+	}
+	if err := s.fillLastSignals(ctx, out, func(i int) int { return Slot(out[i].ID, slots) }); err != nil {
+		return nil, "", err
 	}
 	if slot >= slots {
 		return out, "", nil

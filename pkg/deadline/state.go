@@ -18,7 +18,7 @@ type State struct {
 	Acked         bool   // an operator acknowledged: no more repeats until recovery
 	Exhausted     bool   // max_repeats reached: no more repeats until recovery
 	Hold          Hold   // why the next act waits on other devices (a parent, a group); kept in the exhausted field
-	InterruptedAt int64  // ms when the interrupted event was first published (HoldGroup: since when it waits); 0 = not yet
+	InterruptedAt int64  // ms when the interrupted event was first published (HoldGroup: since when it waits; HoldQuiet: the moved deadline); 0 = not yet
 	Failures      int    // consecutive publish failures of the current act
 	Reason        string // why the claim was parked, if it was
 }
@@ -104,6 +104,9 @@ const (
 	// HoldGroup: the `interrupted` waits (correlation.group_wait, from InterruptedAt) while one of the
 	// device's groups may still reach its outage threshold; nothing was sent yet.
 	HoldGroup
+	// HoldQuiet: the deadline fell in a quiet interval of the device's type (docs/schedules.md); nothing
+	// was sent, and InterruptedAt holds the moved deadline, the interval's end + timeout.
+	HoldQuiet
 )
 
 // quietField encodes the exhausted flag and the hold in one field: 0, 1 exhausted, 2 + hold − 1. Older
@@ -119,7 +122,7 @@ func (s State) quietField() byte {
 }
 
 func holdOf(field string) Hold {
-	if len(field) == 1 && field[0] > '1' && field[0] <= '1'+byte(HoldGroup) {
+	if len(field) == 1 && field[0] > '1' && field[0] <= '1'+byte(HoldQuiet) {
 		return Hold(field[0] - '1')
 	}
 	return HoldNone

@@ -23,6 +23,7 @@ type Store struct {
 	now    func() time.Time
 
 	timeout     func(typeName string) time.Duration
+	expected    func(typeName string, seen time.Time) (time.Time, bool)
 	repeatEvery func(typeName string) time.Duration
 	// lateFirstWord: Options.LateFirstWord.
 	lateFirstWord time.Duration
@@ -53,6 +54,10 @@ type Options struct {
 	// LateFirstWord is how long past its deadline a late signal of a device Redis does not know may be
 	// and still be written (detection.max_hold_back; 0: never, see Late).
 	LateFirstWord time.Duration
+	// Expected returns the deadline a signal at seen sets for a type with expected times (a schedule,
+	// docs/schedules.md) and true, or false for a type timed by Timeout. It is asked per signal: make
+	// its answer for a fleet without schedules cheap. nil: no type has expected times.
+	Expected func(typeName string, seen time.Time) (time.Time, bool)
 }
 
 // New returns a Store on rdb. It checks nothing on Redis: call Ping to know Redis answers.
@@ -77,7 +82,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("deadline: record names: %w", err)
 	}
 	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout,
-		repeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
+		expected: opts.Expected, repeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
 		typeMem: newTypeMemory()}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
@@ -128,13 +133,15 @@ type Signal struct {
 
 // refreshScript moves the deadlines of devices forward in one call and probes for recovery.
 //
-// KEYS: triples deadlines, alarms, state — one per slot in the call (one slot on Redis Cluster, every
+// KEYS: quads deadlines, alarms, state, seen — one per slot in the call (one slot on Redis Cluster, every
 // slot of the batch on a standalone server, where one call per batch saves a call per slot)
 // ARGV[1] now (ms)
-// ARGV[2] timeout (ms) per type index, comma-separated ("" when every signal names its type)
-// then quads: key triple number (1-based), device, ms, type index. With a type index ms is the deadline;
+// ARGV[2] timeout (ms) per type index, comma-separated ("" when every signal names its type); -k for a
+// type with expected times: its deadline is the k-th value after the signal's -1 (below)
+// then quads: key quad number (1-based), device, ms, type index. With a type index ms is the deadline;
 // with -1 ms is the signal time and the deadline is ms + the timeout of the type recorded for the device
-// (default when none).
+// (default when none). While some type has expected times, the -1 is followed, comma-separated, by the
+// deadline the signal sets for each such type, and the signal time of such a device is kept in seen.
 // Reply: the number of devices whose alarm entry was made due now (recovery candidates).
 //
 // One ZADD GT per slot carries every member, so deadlines only move forward: out-of-order and replayed
@@ -149,7 +156,9 @@ local now = ARGV[1]
 local timeouts
 for i = 3, #ARGV, 4 do
   local k, m, dl, t = tonumber(ARGV[i]), ARGV[i+1], tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
-  local base = (k - 1) * 3
+  local base = (k - 1) * 4
+  local expected
+  if not t then t, expected = -1, ARGV[i+3] end
   if t < 0 then
     t = 0
     local cur = redis.call('ZSCORE', KEYS[base+1], m)
@@ -164,7 +173,17 @@ for i = 3, #ARGV, 4 do
       timeouts = {}
       for v in string.gmatch(ARGV[2], ${listItem}) do timeouts[#timeouts+1] = tonumber(v) end
     end
-    dl = dl + (timeouts[t+1] or timeouts[1])
+    local v = timeouts[t+1] or timeouts[1]
+    if v >= 0 then
+      dl = dl + v
+    elseif expected then
+      redis.call('ZADD', KEYS[base+4], 'GT', dl, m)
+      local j = 0
+      for x in string.gmatch(expected, ${listItem}) do
+        if j == -v then dl = tonumber(x) end
+        j = j + 1
+      end
+    end
   end
   local z, p = zargs[k], pargs[k]
   if not z then
@@ -178,7 +197,7 @@ for i = 3, #ARGV, 4 do
 end
 local probed = 0
 for k, z in pairs(zargs) do
-  local base = (k - 1) * 3
+  local base = (k - 1) * 4
   pieces(z, 2, function(...) redis.call('ZADD', KEYS[base+1], 'GT', ...) end)
   pieces(pargs[k], 2, function(...) probed = probed + redis.call('ZADD', KEYS[base+2], 'XX', 'LT', 'CH', ...) end)
 end
@@ -256,6 +275,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	}
 	var untyped []Signal
 	var retyped []string
+	var seen seenWrites
 	for i, sig := range signals {
 		m, isMoved := moved[i]
 		rec, source := recorded.of(i)
@@ -271,7 +291,11 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 				continue
 			}
 		case sig.Type == "":
-			score = (sig.Seen.UnixMilli()+s.timeout(s.types.name(ctx, rec)).Milliseconds())*MaxTypes + int64(rec)
+			dl, expected := s.deadlineOf(s.types.name(ctx, rec), sig.Seen)
+			score = dl*MaxTypes + int64(rec)
+			if expected {
+				seen.add(Slot(sig.Device, layout.Slots), sig)
+			}
 			if source == typeRead {
 				recorded.learned = append(recorded.learned, learnedType{sig.Device, rec})
 			}
@@ -284,7 +308,11 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 			if t == 0 {
 				name = DefaultType // an unconfigured name is recorded, and timed, as the default type
 			}
-			score = (sig.Seen.UnixMilli()+s.timeout(name).Milliseconds())*MaxTypes + int64(t)
+			dl, expected := s.deadlineOf(name, sig.Seen)
+			score = dl*MaxTypes + int64(t)
+			if expected {
+				seen.add(Slot(sig.Device, layout.Slots), sig)
+			}
 			if known && rec != t {
 				retyped = append(retyped, sig.Device)
 			}
@@ -316,6 +344,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	for slot, devs := range oldEntries {
 		pipe.ZRem(ctx, s.keys.Deadlines(slot), devs...)
 	}
+	seen.queue(ctx, pipe, s.keys)
 	links := s.writeLinks(ctx, pipe, signals)
 	s.queueRetyped(ctx, pipe, retyped)
 	checked := s.queueRetypedCheck(ctx, pipe)
@@ -435,11 +464,12 @@ func (s *Store) untypedCalls(signals []Signal, now int64) []scriptCall {
 		return nil
 	}
 	_, cluster := s.rdb.(*redis.ClusterClient)
-	timeouts := s.types.byIndex(s.timeout).render(millis)
+	table, expectedNames := s.untypedTable()
+	timeouts := table.render(millis)
 	slots := s.Slots()
 	var calls []scriptCall
-	callOf := map[int]int{}   // slot → call index
-	tripleOf := map[int]int{} // slot → key triple number within its call
+	callOf := map[int]int{} // slot → call index
+	quadOf := map[int]int{} // slot → key quad number within its call
 	for _, sig := range signals {
 		slot := Slot(sig.Device, slots)
 		ci, ok := callOf[slot]
@@ -449,10 +479,10 @@ func (s *Store) untypedCalls(signals []Signal, now int64) []scriptCall {
 			}
 			ci = len(calls) - 1
 			callOf[slot] = ci
-			calls[ci].keys = append(calls[ci].keys, s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot))
-			tripleOf[slot] = len(calls[ci].keys) / 3
+			calls[ci].keys = append(calls[ci].keys, s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.Seen(slot))
+			quadOf[slot] = len(calls[ci].keys) / 4
 		}
-		calls[ci].args = append(calls[ci].args, tripleOf[slot], sig.Device, sig.Seen.UnixMilli(), -1)
+		calls[ci].args = append(calls[ci].args, quadOf[slot], sig.Device, sig.Seen.UnixMilli(), s.untypedType(expectedNames, sig.Seen))
 	}
 	return calls
 }

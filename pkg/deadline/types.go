@@ -316,10 +316,16 @@ func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time
 		late[i], settled[i], timeouts[i] = true, read, timeout
 	}
 	var untyped []int
+	// A type with expected times may be due sooner after a signal than any timeout: its typed signals
+	// are judged by their own deadline (the untyped ones by its longest gap, docs/schedules.md).
+	shortestTyped := shortest
+	if s.anyScheduled() {
+		shortestTyped = 0
+	}
 	for i, sig := range signals {
 		age := time.Duration(at(i)-sig.Seen.UnixMilli()) * time.Millisecond
 		switch {
-		case age < shortest:
+		case age < shortest && (sig.Type == "" || age < shortestTyped):
 		case sig.Type != "":
 			t, err := s.types.index(ctx, sig.Type)
 			if err != nil {
@@ -329,7 +335,11 @@ func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time
 			if t == 0 {
 				name = DefaultType
 			}
-			if timeout := AsStored(s.timeout(name)); age >= timeout {
+			timeout := AsStored(s.timeout(name))
+			if dl, scheduled := s.deadlineOf(name, sig.Seen); scheduled {
+				timeout = time.Duration(dl-sig.Seen.UnixMilli()) * time.Millisecond
+			}
+			if age >= timeout {
 				mark(i, timeout, false)
 			}
 		case age >= longest:

@@ -71,10 +71,23 @@ func (s *Silences) rearm(ctx context.Context, sil Silence, now time.Time) (int, 
 		return 0, nil
 	}
 	at := now.Add(2 * s.opts.Refresh)
-	if sil.DeviceID != "" {
-		return store.RearmDevice(ctx, sil.DeviceID, sil.Ends, at)
+	// What it deferred waits for its end, or a recurring one's for the end of its current spell.
+	deferredTo := sil.Ends
+	if len(sil.TimeIntervals) > 0 {
+		c, _ := compile(sil, s.opts.Intervals)
+		if deferredTo = c.activeUntil(now); deferredTo.IsZero() {
+			return 0, nil // outside its intervals it deferred nothing
+		}
 	}
-	return store.RearmType(ctx, sil.DeviceType, sil.Ends, at)
+	switch {
+	case sil.DeviceID != "":
+		return store.RearmDevice(ctx, sil.DeviceID, deferredTo, at)
+	case sil.DeviceType != "":
+		return store.RearmType(ctx, sil.DeviceType, deferredTo, at)
+	}
+	// Matchers only: finding what it deferred would scan every incident; they act at the time it
+	// deferred them to (docs/schedules.md).
+	return 0, nil
 }
 
 // Run reloads the index every Refresh until ctx is done. Beside it, a second loop tends the silences

@@ -15,12 +15,17 @@ type Publisher interface {
 }
 
 // eventOf is the `silenced` or `unsilenced` event of sil: one per silence, id silence/<silence id>/<kind>,
-// keyed (device_id) by the matcher: the device, or the type for a type silence. deviceType is the
-// silenced device's type where known ("" else); a type silence's is its type.
+// keyed (device_id) by the matcher: the device, or the type for a type silence, or silence:<id> for one
+// of matchers only. deviceType is the silenced device's type where known ("" else); a type silence's is
+// its type.
 func eventOf(kind event.Kind, sil Silence, deviceType string, act event.Act, now time.Time) event.Event {
 	key := sil.DeviceID
-	if key == "" {
+	switch {
+	case key != "":
+	case sil.DeviceType != "":
 		key, deviceType = sil.DeviceType, sil.DeviceType
+	default:
+		key = "silence:" + sil.ID
 	}
 	e := event.New(kind, key, deviceType, time.Time{}, time.Time{}, now, 0)
 	e.ID = EventID(sil.ID, kind)

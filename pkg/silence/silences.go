@@ -20,6 +20,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 )
 
 // Silence is a maintenance window: devices it matches raise no events while it lasts. Detection goes on,
@@ -35,7 +36,16 @@ type Silence struct {
 	By string `json:"by,omitempty"`
 	// Token names the API token that created it when By names someone else (docs/access.md).
 	Token string `json:"token,omitempty"`
+	// Matchers narrow or replace DeviceID and DeviceType: a device is silenced when it matches them all
+	// (matchers.go).
+	Matchers []Matcher `json:"matchers,omitempty"`
+	// TimeIntervals name the configuration's time_intervals: the silence covers its devices only inside
+	// them, recurring until deleted (Ends is RecurringEnds unless given).
+	TimeIntervals []string `json:"time_intervals,omitempty"`
 }
+
+// RecurringEnds is the end of a recurring silence created without one: it lasts until deleted.
+var RecurringEnds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 
 // ErrInvalid is wrapped by Create for a silence that cannot be stored; the message says why.
 var ErrInvalid = errors.New("invalid silence")
@@ -68,6 +78,9 @@ type Options struct {
 	Events Publisher
 	// KeyPrefix is config redis.key_prefix ("" = its default), the prefix of pkg/deadline's keys too.
 	KeyPrefix string
+	// Intervals resolves the names of recurring silences' time_intervals under the configuration in
+	// force (a reload applies at the next index refresh); nil = none are defined.
+	Intervals func(name string) *schedule.Interval
 	Now       func() time.Time
 	Logger    *zap.Logger
 }
@@ -85,11 +98,16 @@ type Silences struct {
 	announced map[string]bool
 }
 
-// silenceIndex is an immutable snapshot: the latest end per device and per type, of every stored silence.
+// silenceIndex is an immutable snapshot of every stored silence, compiled, by device, by type, and the
+// rest (matchers only).
 type silenceIndex struct {
 	all      []Silence
-	byDevice map[string][]Silence
-	byType   map[string][]Silence
+	byDevice map[string][]compiled
+	byType   map[string][]compiled
+	rest     []compiled
+	byID     map[string]*compiled
+	// needsFacts: some silence matches on labels or parents, which a claim does not carry.
+	needsFacts bool
 	// losses is how many times the store had found Redis without its data when the snapshot was read.
 	losses int64
 }
@@ -103,7 +121,7 @@ func New(rdb redis.UniversalClient, opts Options) *Silences {
 	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	s := &Silences{rdb: rdb, key: silencesKey(opts.KeyPrefix), opts: opts, log: opts.Logger.With(zap.String("component", "silences")),
 		announced: map[string]bool{}}
-	s.index.Store(buildIndex(nil))
+	s.index.Store(s.buildIndex(nil))
 	return s
 }
 
@@ -111,9 +129,17 @@ func New(rdb redis.UniversalClient, opts Options) *Silences {
 // and returns it with its new id.
 func (s *Silences) Create(ctx context.Context, sil Silence) (Silence, error) {
 	now := s.opts.Now()
+	c, err := compile(sil, s.opts.Intervals)
+	if err == nil {
+		err = validateSelection(sil, c)
+	}
+	if err != nil {
+		return Silence{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if len(sil.TimeIntervals) > 0 && sil.Ends.IsZero() {
+		sil.Ends = RecurringEnds
+	}
 	switch {
-	case (sil.DeviceID == "") == (sil.DeviceType == ""):
-		return Silence{}, fmt.Errorf("%w: give exactly one of device_id and device_type", ErrInvalid)
 	case len(sil.DeviceID) > 256 || len(sil.DeviceType) > 256:
 		return Silence{}, fmt.Errorf("%w: device_id and device_type are at most 256 bytes", ErrInvalid)
 	case len(sil.Comment) > event.MaxActNote:
@@ -187,20 +213,30 @@ func (s *Silences) deviceType(ctx context.Context, sil Silence) string {
 }
 
 // SilencedUntil is when the latest silence covering device (of type typ) at now ends; zero when none does.
-// It reads the in-memory index only.
+// It reads the in-memory index only; a matcher on labels or the parent sees them empty (SilencedUntilFacts
+// does not).
 func (s *Silences) SilencedUntil(device, typ string, now time.Time) time.Time {
+	return s.SilencedUntilFacts(Facts{DeviceID: device, DeviceType: typ}, now)
+}
+
+// SilencedUntilFacts is SilencedUntil for a device whose parent and labels are known.
+func (s *Silences) SilencedUntilFacts(f Facts, now time.Time) time.Time {
 	idx := s.index.Load()
 	var until time.Time
 	// A device with its own timeout is recorded as "<type>@<timeout>": its type's silences cover it.
-	for _, list := range [][]Silence{idx.byDevice[device], idx.byType[config.BaseType(typ)]} {
-		for _, sil := range list {
-			if !sil.Starts.After(now) && sil.Ends.After(now) && sil.Ends.After(until) {
-				until = sil.Ends
+	for _, list := range [][]compiled{idx.byDevice[f.DeviceID], idx.byType[config.BaseType(f.DeviceType)], idx.rest} {
+		for i := range list {
+			if end := list[i].activeUntil(now); end.After(until) && list[i].matches(f) {
+				until = end
 			}
 		}
 	}
 	return until
 }
+
+// NeedsFacts reports whether some silence matches on labels or parents: then the alarm loop reads them
+// for its claims and asks SilencedUntilFacts.
+func (s *Silences) NeedsFacts() bool { return s.index.Load().needsFacts }
 
 // Lookup returns the stored silence with id from the in-memory index.
 func (s *Silences) Lookup(id string) (Silence, bool) {
@@ -231,7 +267,7 @@ func (s *Silences) Load(ctx context.Context) error {
 			}
 		}
 	}
-	idx := buildIndex(all)
+	idx := s.buildIndex(all)
 	idx.losses = losses
 	s.index.Store(idx)
 	return nil
@@ -281,13 +317,34 @@ func (s *Silences) read(ctx context.Context) ([]Silence, error) {
 	return out, nil
 }
 
-func buildIndex(all []Silence) *silenceIndex {
-	idx := &silenceIndex{all: all, byDevice: map[string][]Silence{}, byType: map[string][]Silence{}}
+// buildIndex compiles every silence. One whose intervals the configuration no longer defines is kept,
+// listed, and covers nothing until they are defined again or it is deleted.
+func (s *Silences) buildIndex(all []Silence) *silenceIndex {
+	prev := s.index.Load()
+	idx := &silenceIndex{all: all, byDevice: map[string][]compiled{}, byType: map[string][]compiled{}, byID: map[string]*compiled{}}
 	for _, sil := range all {
-		if sil.DeviceID != "" {
-			idx.byDevice[sil.DeviceID] = append(idx.byDevice[sil.DeviceID], sil)
-		} else {
-			idx.byType[sil.DeviceType] = append(idx.byType[sil.DeviceType], sil)
+		var before *compiled
+		if prev != nil {
+			before = prev.byID[sil.ID]
+		}
+		c, err := recompile(before, sil, s.opts.Intervals)
+		idx.byID[sil.ID] = &c
+		if err != nil && !c.unknown {
+			if before == nil || before.err == nil { // once, not at every refresh
+				s.log.Warn("ignoring a silence that does not compile", zap.String("id", sil.ID), zap.Error(err))
+			}
+			continue
+		}
+		for i := range c.matchers {
+			idx.needsFacts = idx.needsFacts || c.matchers[i].needsFacts()
+		}
+		switch {
+		case sil.DeviceID != "":
+			idx.byDevice[sil.DeviceID] = append(idx.byDevice[sil.DeviceID], c)
+		case sil.DeviceType != "":
+			idx.byType[sil.DeviceType] = append(idx.byType[sil.DeviceType], c)
+		default:
+			idx.rest = append(idx.rest, c)
 		}
 	}
 	return idx

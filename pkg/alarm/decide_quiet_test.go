@@ -1,0 +1,76 @@
+package alarm
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/alertmanager/timeinterval"
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/schedule"
+)
+
+func quietPolicy(t *testing.T, timeout time.Duration, ranges string) config.Policy {
+	t.Helper()
+	var r []timeinterval.TimeInterval
+	require.NoError(t, yaml.Unmarshal([]byte(ranges), &r))
+	cal := schedule.NewCalendar([]*schedule.Interval{{Name: "q", Ranges: r}}, nil)
+	return config.Policy{Timeout: timeout, RepeatEvery: time.Hour, Calendar: cal}
+}
+
+// A moved deadline that falls in another quiet spell moves again; the interruption that finally goes out
+// carries the last moved deadline and the real last signal.
+func TestDecideQuietDeferralChains(t *testing.T) {
+	pol := quietPolicy(t, 10*time.Minute, `[{times: [{start_time: "00:00", end_time: "01:00"}, {start_time: "01:05", end_time: "02:00"}]}]`)
+	day := time.Date(2026, 6, 10, 0, 0, 0, 0, time.UTC)
+	clock := testenv.NewClock(day.Add(30 * time.Minute)) // the deadline passes at 00:30
+	claim := deadline.Claim{Device: "d", Fresh: true, State: deadline.State{Deadline: clock.Now().UnixMilli()}}
+
+	d := Decide(Input{Claim: claim, Policy: pol, Now: clock.Now()})
+	require.Equal(t, ReasonQuiet, d.Reason)
+	require.Empty(t, d.Events)
+	require.Equal(t, day.Add(time.Hour+10*time.Minute), d.Ack.Next, "01:00 + timeout")
+
+	clock.Set(d.Ack.Next) // 01:10 is inside the second spell
+	claim.Fresh, claim.State = false, d.Ack.State
+	d = Decide(Input{Claim: claim, Policy: pol, Now: clock.Now()})
+	require.Equal(t, ReasonQuiet, d.Reason)
+	require.Equal(t, day.Add(2*time.Hour+10*time.Minute), d.Ack.Next, "02:00 + timeout")
+
+	clock.Set(d.Ack.Next)
+	claim.State = d.Ack.State
+	d = Decide(Input{Claim: claim, Policy: pol, Now: clock.Now()})
+	require.Equal(t, ReasonInterrupted, d.Reason)
+	require.Len(t, d.Events, 1)
+	e := d.Events[0]
+	require.Equal(t, event.Interrupted, e.Kind)
+	require.Equal(t, day.Add(2*time.Hour+10*time.Minute), e.Deadline)
+	require.Equal(t, day.Add(20*time.Minute), e.LastSeen, "deadline 00:30 − timeout")
+	require.Equal(t, deadline.HoldNone, d.Ack.State.Hold, "an incident like any other from here")
+}
+
+// In a named location the interval ends at its local end on the night clocks go forward.
+func TestDecideQuietEndAcrossDST(t *testing.T) {
+	pol := quietPolicy(t, 5*time.Minute, `[{times: [{start_time: "01:00", end_time: "04:00"}], location: Europe/Berlin}]`)
+	clock := testenv.NewClock(time.Date(2026, 3, 29, 0, 30, 0, 0, time.UTC)) // 01:30 CET
+	claim := deadline.Claim{Device: "d", Fresh: true, State: deadline.State{Deadline: clock.Now().UnixMilli()}}
+	d := Decide(Input{Claim: claim, Policy: pol, Now: clock.Now()})
+	require.Equal(t, ReasonQuiet, d.Reason)
+	require.Equal(t, time.Date(2026, 3, 29, 2, 5, 0, 0, time.UTC), d.Ack.Next, "04:00 CEST is 02:00 UTC, + 5m")
+}
+
+// Outside the quiet hours nothing changes: a type with a calendar is interrupted as one without.
+func TestDecideNotQuietIsUnchanged(t *testing.T) {
+	pol := quietPolicy(t, time.Minute, `[{times: [{start_time: "00:00", end_time: "01:00"}]}]`)
+	now := time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC)
+	claim := deadline.Claim{Device: "d", Fresh: true, State: deadline.State{Deadline: now.UnixMilli()}}
+	with := Decide(Input{Claim: claim, Policy: pol, Now: now})
+	pol.Calendar = nil
+	without := Decide(Input{Claim: claim, Policy: pol, Now: now})
+	require.Equal(t, without, with)
+}

@@ -1,0 +1,106 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
+)
+
+// POST /v1/silences takes matchers and time_intervals; what cannot be honoured is a 400 that says why.
+func TestAPIRecurringAndMatcherSilences(t *testing.T) {
+	f := newAPIFixture(t, "")
+	code, created := f.call(t, "POST", "/v1/silences", "",
+		`{"matchers":[{"label":"site","op":"=~","value":"ber.*"},{"label":"device_type","op":"=","value":"gateway"}],"for":"1h"}`)
+	require.Equal(t, http.StatusCreated, code, created)
+	require.Len(t, created["matchers"], 2)
+
+	for bad, want := range map[string]string{
+		`{"device_type":"gateway","time_intervals":["night"]}`:                      `time_intervals: "night" is not in the configuration's time_intervals`,
+		`{"matchers":[{"label":"site","op":"=~","value":"("}],"for":"1h"}`:          "missing closing )",
+		`{"matchers":[{"label":"site","op":"!=","value":"x"}],"for":"1h"}`:          "must not match the empty value",
+		`{"matchers":[{"label":"site","op":"~","value":"x"}],"for":"1h"}`:           `op "~" is not one of =, !=, =~, !~`,
+		`{"device_type":"gateway"}`:                                                 "until, for or time_intervals is required",
+		`{"matchers":[{"label":"site","op":"=","value":"x","extra":1}],"for":"1h"}`: "unknown field",
+	} {
+		code, body := f.call(t, "POST", "/v1/silences", "", bad)
+		require.Equal(t, http.StatusBadRequest, code, bad)
+		require.Contains(t, body["error"], want, bad)
+	}
+}
+
+// discard is an event sink that takes everything.
+type discard struct{}
+
+func (discard) Publish(_ context.Context, events []event.Event) []error {
+	return make([]error, len(events))
+}
+
+// The device view and /v1/stats say what schedules do: a device whose deadline a quiet interval moved
+// shows online with the moved deadline and until when its type is quiet; a scheduled device shows its
+// real last signal.
+func TestAPIShowsQuietAndExpectedTimes(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+time_intervals:
+  - name: night
+    time_intervals: [{times: [{start_time: "22:00", end_time: "24:00"}, {start_time: "00:00", end_time: "06:00"}]}]
+types:
+  default: {timeout: 1m, quiet: [night]}
+  meter: {schedule: "0 2 * * *", grace: 30m, quiet: []}
+`), func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	pol := cfg.Policies()
+	clock := testenv.NewClock(time.Date(2026, 11, 22, 23, 0, 0, 0, time.UTC))
+	rdb := testenv.StartRedis(t).Client(t)
+	timeout := func(typ string) time.Duration { p, _ := pol.Lookup(typ); return p.Timeout }
+	store, err := deadline.New(rdb, deadline.Options{Slots: 4, Now: clock.Now, Timeout: timeout, Expected: pol.Expected})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, store.Load(ctx, pol.Names()...))
+	now := clock.Now()
+	require.NoError(t, store.Refresh(ctx, []deadline.Signal{
+		{Device: "sensor", Type: "default", Seen: now.Add(-2 * time.Minute)},
+		{Device: "meter-1", Type: "meter", Seen: now.Add(-10 * time.Minute)}}))
+	res, err := store.Claim(ctx, testenv.AllSlots(4), deadline.ClaimOptions{Now: now, Lease: 30 * time.Second, Batch: 10})
+	require.NoError(t, err)
+	h := alarm.NewHandler(alarm.HandlerOptions{Store: store, Sink: discard{}, Policies: func() *config.Policies { return pol }, Now: clock.Now})
+	require.NoError(t, h.Handle(ctx, res.Claims))
+
+	srv := httptest.NewServer(NewAPI(APIOptions{Store: store, Silences: silence.New(rdb, silence.Options{Now: clock.Now}),
+		HoldBack: func() holdback.Status { return holdback.Status{} }, OwnedSlots: func() []int { return nil },
+		Timeout: timeout, QuietUntil: pol.QuietUntil, QuietNow: pol.QuietNow, Now: clock.Now}))
+	t.Cleanup(srv.Close)
+	sixAM := "2026-11-23T06:00:00Z"
+	_, dev := callJSON(t, srv.URL, "GET", "/v1/devices/sensor", "", "")
+	require.Equal(t, "online", dev["state"], "a deadline in a quiet interval starts no incident")
+	require.Equal(t, "2026-11-23T06:01:00Z", dev["deadline"], "moved to the interval's end + timeout")
+	require.Equal(t, "2026-11-22T22:58:00Z", dev["last_seen"])
+	require.Equal(t, sixAM, dev["quiet_until"])
+
+	_, dev = callJSON(t, srv.URL, "GET", "/v1/devices/meter-1", "", "")
+	require.Equal(t, "2026-11-23T02:30:00Z", dev["deadline"], "the next expected time + grace")
+	require.Equal(t, "2026-11-22T22:50:00Z", dev["last_seen"], "the signal, not deadline − a timeout")
+	require.Nil(t, dev["quiet_until"], "its type has no quiet intervals")
+
+	_, list := callJSON(t, srv.URL, "GET", "/v1/devices?state=interrupted", "", "")
+	require.Empty(t, list["devices"], "a deadline moved by a quiet interval is no incident")
+	_, list = callJSON(t, srv.URL, "GET", "/v1/devices", "", "")
+	require.Len(t, list["devices"], 1)
+	listed := list["devices"].([]any)[0].(map[string]any)
+	require.Equal(t, "meter-1", listed["device_id"])
+	require.Equal(t, "2026-11-22T22:50:00Z", listed["last_seen"], "the listing shows the recorded signal too")
+
+	_, stats := callJSON(t, srv.URL, "GET", "/v1/stats", "", "")
+	require.Equal(t, map[string]any{"default": sixAM}, stats["quiet"])
+}

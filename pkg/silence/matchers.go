@@ -1,0 +1,212 @@
+package silence
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/schedule"
+)
+
+// Matcher selects devices as Alertmanager's matchers select alerts: Label is a registered label's name
+// or one of device_id, device_type, parent; Op is =, !=, =~ or !~; a regular expression matches the whole
+// value (it is anchored, as in Alertmanager). A device without the label has the empty value.
+type Matcher struct {
+	Label string `json:"label"`
+	Op    string `json:"op"`
+	Value string `json:"value"`
+	re    *regexp.Regexp
+}
+
+// The matcher ops.
+const (
+	OpEqual     = "="
+	OpNotEqual  = "!="
+	OpRegexp    = "=~"
+	OpNotRegexp = "!~"
+)
+
+// maxMatchers bounds one silence's matchers: every claim checks them.
+const maxMatchers = 20
+
+// compile checks m and prepares its regular expression.
+func (m *Matcher) compile() error {
+	switch {
+	case m.Label == "":
+		return fmt.Errorf("a matcher needs a label (a label name, or device_id, device_type, parent)")
+	case len(m.Label) > 256 || len(m.Value) > 1024:
+		return fmt.Errorf("matcher %q: label at most 256 bytes, value at most 1024", m.Label)
+	}
+	switch m.Op {
+	case OpEqual, OpNotEqual:
+	case OpRegexp, OpNotRegexp:
+		re, err := regexp.Compile("^(?:" + m.Value + ")$")
+		if err != nil {
+			return fmt.Errorf("matcher %s%s%q: %v", m.Label, m.Op, m.Value, err)
+		}
+		m.re = re
+	default:
+		return fmt.Errorf("matcher %q: op %q is not one of =, !=, =~, !~", m.Label, m.Op)
+	}
+	return nil
+}
+
+// matchesValue applies m to one value.
+func (m *Matcher) matchesValue(v string) bool {
+	switch m.Op {
+	case OpEqual:
+		return v == m.Value
+	case OpNotEqual:
+		return v != m.Value
+	case OpRegexp:
+		return m.re.MatchString(v)
+	default:
+		return !m.re.MatchString(v)
+	}
+}
+
+// needsFacts reports whether m looks at more than a claim carries (its device and type).
+func (m *Matcher) needsFacts() bool { return m.Label != "device_id" && m.Label != "device_type" }
+
+// Facts are what matchers look at of one device.
+type Facts struct {
+	DeviceID   string
+	DeviceType string
+	Parent     string
+	Labels     map[string]string
+}
+
+func (f Facts) value(label string) string {
+	switch label {
+	case "device_id":
+		return f.DeviceID
+	case "device_type":
+		return config.BaseType(f.DeviceType)
+	case "parent":
+		return f.Parent
+	}
+	return f.Labels[label]
+}
+
+// compiled is a stored silence ready to be checked: its matchers compiled, its intervals resolved.
+type compiled struct {
+	Silence
+	matchers []Matcher
+	calendar *schedule.Calendar // nil: active from Starts to Ends without a break
+	unknown  bool               // names an interval the configuration no longer defines: never active
+	// intervals are what its names resolved to (nil where one did not): the index reuses the compiled
+	// silence while they and the silence stay the same, instead of compiling its expressions every refresh.
+	intervals []*schedule.Interval
+	err       error
+}
+
+// resolve looks up names; nil where a name is not defined.
+func resolve(names []string, intervals func(string) *schedule.Interval) []*schedule.Interval {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make([]*schedule.Interval, len(names))
+	for i, n := range names {
+		if intervals != nil {
+			out[i] = intervals(n)
+		}
+	}
+	return out
+}
+
+// recompile is compile, or prev when it was compiled from the same silence and the same intervals.
+func recompile(prev *compiled, sil Silence, intervals func(string) *schedule.Interval) (compiled, error) {
+	if prev != nil && reflect.DeepEqual(prev.Silence, sil) && slices.Equal(prev.intervals, resolve(sil.TimeIntervals, intervals)) {
+		return *prev, prev.err
+	}
+	return compile(sil, intervals)
+}
+
+// compile prepares sil; intervals resolves interval names (nil: none are defined).
+func compile(sil Silence, intervals func(string) *schedule.Interval) (c compiled, err error) {
+	c = compiled{Silence: sil, matchers: slices.Clone(sil.Matchers), intervals: resolve(sil.TimeIntervals, intervals)}
+	defer func() { c.err = err }()
+	for i := range c.matchers {
+		if err := c.matchers[i].compile(); err != nil {
+			return c, err
+		}
+	}
+	for i, iv := range c.intervals {
+		if iv == nil {
+			c.unknown = true
+			return c, fmt.Errorf("time_intervals: %q is not in the configuration's time_intervals", sil.TimeIntervals[i])
+		}
+	}
+	if len(c.intervals) > 0 {
+		c.calendar = schedule.NewCalendar(c.intervals, nil)
+	}
+	return c, nil
+}
+
+// matches reports whether the silence selects the device (its device, type and matchers, not its time).
+func (c *compiled) matches(f Facts) bool {
+	if c.DeviceID != "" && c.DeviceID != f.DeviceID {
+		return false
+	}
+	if c.DeviceType != "" && c.DeviceType != config.BaseType(f.DeviceType) {
+		return false
+	}
+	for i := range c.matchers {
+		if !c.matchers[i].matchesValue(f.value(c.matchers[i].Label)) {
+			return false
+		}
+	}
+	return true
+}
+
+// activeUntil is when the silence stops covering now: its end, or for a recurring one the end of the
+// current spell of its intervals; zero when it does not cover now.
+func (c *compiled) activeUntil(now time.Time) time.Time {
+	if c.unknown || c.Starts.After(now) || !c.Ends.After(now) {
+		return time.Time{}
+	}
+	if c.calendar == nil {
+		return c.Ends
+	}
+	until, inside := c.calendar.QuietUntil(now)
+	if !inside {
+		return time.Time{}
+	}
+	if until.After(c.Ends) {
+		return c.Ends
+	}
+	return until
+}
+
+// validateSelection checks what a silence selects: a device, a type, matchers, or a combination, never
+// everything.
+func validateSelection(sil Silence, c compiled) error {
+	switch {
+	case sil.DeviceID != "" && sil.DeviceType != "":
+		return fmt.Errorf("give device_id or device_type, not both (a matcher can narrow a type)")
+	case sil.DeviceID == "" && sil.DeviceType == "" && len(sil.Matchers) == 0:
+		return fmt.Errorf("give device_id, device_type or matchers")
+	case len(sil.Matchers) > maxMatchers:
+		return fmt.Errorf("at most %d matchers", maxMatchers)
+	case len(sil.TimeIntervals) > maxMatchers:
+		return fmt.Errorf("at most %d time_intervals", maxMatchers)
+	}
+	if sil.DeviceID == "" && sil.DeviceType == "" &&
+		!slices.ContainsFunc(c.matchers, func(m Matcher) bool { return !m.matchesValue("") }) {
+		// As in Alertmanager: a silence of matchers that all match the empty value would silence the fleet.
+		return fmt.Errorf("at least one matcher must not match the empty value (%s)", describe(c.matchers))
+	}
+	return nil
+}
+
+func describe(ms []Matcher) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%s%s%q", m.Label, m.Op, m.Value)
+	}
+	return strings.Join(parts, ", ")
+}
