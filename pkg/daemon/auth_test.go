@@ -166,6 +166,8 @@ func TestScopedSilences(t *testing.T) {
 	require.Equal(t, http.StatusCreated, code, "%v", berSilence)
 	code, out := f.call(t, "POST", "/v1/silences", "berlin-secret", `{"device_type":"default","for":"1h"}`)
 	require.Equal(t, http.StatusForbidden, code, "%v", out)
+	code, out = f.call(t, "POST", "/v1/silences", "berlin-secret", `{"matchers":[{"label":"site","op":"=","value":"berlin"}],"for":"1h"}`)
+	require.Equal(t, http.StatusForbidden, code, "a matcher may reach beyond the scope: %v", out)
 	code, gwSilence := f.call(t, "POST", "/v1/silences", "gateways-secret", `{"device_type":"gateway","for":"1h"}`)
 	require.Equal(t, http.StatusCreated, code, "%v", gwSilence)
 	code, parSilence := f.call(t, "POST", "/v1/silences", "admin-secret", `{"device_id":"par-1","for":"1h"}`)
