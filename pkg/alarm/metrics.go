@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Forgotten: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "devices_forgotten_total",
 			Help: "Devices forgotten after retention.forget_after of silence, not being registered."}),
 		OutagesOpen: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "outages_open",
-			Help: "Correlated outages open now (SPEC §9); 0 while correlation is off."}),
+			Help: "Correlated outages open now; 0 while correlation is off (docs/concepts.md)."}),
 	}
 	for _, k := range []event.Kind{event.Interrupted, event.Alarm, event.Recovered, event.Exhausted, event.Watchdog,
 		event.Suppressed, event.Flapping, event.OutageStarted, event.OutageEnded} {
