@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -80,11 +81,19 @@ func devicesGet(inv *invocation, args []string) error {
 }
 
 func ack(inv *invocation, args []string) error {
-	fs := newFlagSet("ack", inv.g)
-	var act client.Act
-	fs.StringVar(&act.Note, "note", "", "why")
-	fs.StringVar(&act.By, "by", "", "who acts (default: the token's name)")
-	words, err := inv.args(fs, args, 1, "one device id")
+	return act(inv, args, "ack", "who acts", "one device id", func(ctx context.Context, c *client.Client, id string, a client.Act) (map[string]any, string, error) {
+		return map[string]any{"device_id": id, "acked": true}, "acked " + id, c.Ack(ctx, id, a)
+	})
+}
+
+// act runs an operator act on one id (ack, silence end): its --note and --by, then do.
+func act(inv *invocation, args []string, name, byHelp, wants string,
+	do func(ctx context.Context, c *client.Client, id string, a client.Act) (map[string]any, string, error)) error {
+	fs := newFlagSet(name, inv.g)
+	var a client.Act
+	fs.StringVar(&a.Note, "note", "", "why")
+	fs.StringVar(&a.By, "by", "", byHelp+" (default: the token's name)")
+	words, err := inv.args(fs, args, 1, wants)
 	if err != nil {
 		return err
 	}
@@ -93,10 +102,11 @@ func ack(inv *invocation, args []string) error {
 		return err
 	}
 	defer cancel()
-	if err := c.Ack(ctx, words[0], act); err != nil {
+	out, text, err := do(ctx, c, words[0], a)
+	if err != nil {
 		return err
 	}
-	return inv.done(map[string]any{"device_id": words[0], "acked": true}, "acked "+words[0])
+	return inv.done(out, text)
 }
 
 func silenceAdd(inv *invocation, args []string) error {
@@ -160,23 +170,9 @@ func silenceLs(inv *invocation, args []string) error {
 }
 
 func silenceEnd(inv *invocation, args []string) error {
-	fs := newFlagSet("silence end", inv.g)
-	var act client.Act
-	fs.StringVar(&act.Note, "note", "", "why")
-	fs.StringVar(&act.By, "by", "", "who ends it (default: the token's name)")
-	words, err := inv.args(fs, args, 1, "one silence id")
-	if err != nil {
-		return err
-	}
-	c, ctx, cancel, err := inv.client()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	if err := c.EndSilence(ctx, words[0], act); err != nil {
-		return err
-	}
-	return inv.done(map[string]any{"id": words[0], "ended": true}, "ended silence "+words[0])
+	return act(inv, args, "silence end", "who ends it", "one silence id", func(ctx context.Context, c *client.Client, id string, a client.Act) (map[string]any, string, error) {
+		return map[string]any{"id": id, "ended": true}, "ended silence " + id, c.EndSilence(ctx, id, a)
+	})
 }
 
 func outagesLs(inv *invocation, args []string) error {
