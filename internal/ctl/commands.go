@@ -143,7 +143,26 @@ func silenceAdd(inv *invocation, args []string) error {
 }
 
 func silenceLs(inv *invocation, args []string) error {
-	if _, err := inv.args(newFlagSet("silence ls", inv.g), args, 0, "no arguments"); err != nil {
+	return show(inv, args, "silence ls", func(ctx context.Context, c *client.Client) ([]client.Silence, error) { return c.Silences(ctx) },
+		func(list []client.Silence) any { return map[string]any{"silences": list} },
+		func(list []client.Silence) error {
+			t := newTable(inv.out, "ID", "MATCHES", "ENDS", "BY", "COMMENT")
+			for _, s := range list {
+				what := "device " + s.DeviceID
+				if s.DeviceType != "" {
+					what = "type " + s.DeviceType
+				}
+				t.row(s.ID, what, s.Ends.Format(timeLayout), s.By, s.Comment)
+			}
+			return t.flush()
+		})
+}
+
+// show runs a command without arguments that fetches one answer and prints it: asJSON's value with
+// -o json, else table.
+func show[T any](inv *invocation, args []string, name string, fetch func(context.Context, *client.Client) (T, error),
+	asJSON func(T) any, table func(T) error) error {
+	if _, err := inv.args(newFlagSet(name, inv.g), args, 0, "no arguments"); err != nil {
 		return err
 	}
 	c, ctx, cancel, err := inv.client()
@@ -151,22 +170,14 @@ func silenceLs(inv *invocation, args []string) error {
 		return err
 	}
 	defer cancel()
-	list, err := c.Silences(ctx)
+	v, err := fetch(ctx, c)
 	if err != nil {
 		return err
 	}
 	if inv.g.output == "json" {
-		return writeJSON(inv.out, map[string]any{"silences": list})
+		return writeJSON(inv.out, asJSON(v))
 	}
-	t := newTable(inv.out, "ID", "MATCHES", "ENDS", "BY", "COMMENT")
-	for _, s := range list {
-		what := "device " + s.DeviceID
-		if s.DeviceType != "" {
-			what = "type " + s.DeviceType
-		}
-		t.row(s.ID, what, s.Ends.Format(timeLayout), s.By, s.Comment)
-	}
-	return t.flush()
+	return table(v)
 }
 
 func silenceEnd(inv *invocation, args []string) error {
@@ -176,27 +187,16 @@ func silenceEnd(inv *invocation, args []string) error {
 }
 
 func outagesLs(inv *invocation, args []string) error {
-	if _, err := inv.args(newFlagSet("outages ls", inv.g), args, 0, "no arguments"); err != nil {
-		return err
-	}
-	c, ctx, cancel, err := inv.client()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	list, err := c.Outages(ctx)
-	if err != nil {
-		return err
-	}
-	if inv.g.output == "json" {
-		return writeJSON(inv.out, map[string]any{"outages": list})
-	}
-	t := newTable(inv.out, "ID", "STATE", "GROUP", "STARTED", "SILENT", "MEMBERS")
-	for _, o := range list {
-		group, _ := o["group"].(map[string]any)
-		t.row(str(o["id"]), str(o["state"]), str(group["by"])+"="+str(group["value"]), str(o["started_at"]), str(o["silent"]), str(o["members"]))
-	}
-	return t.flush()
+	return show(inv, args, "outages ls", func(ctx context.Context, c *client.Client) ([]map[string]any, error) { return c.Outages(ctx) },
+		func(list []map[string]any) any { return map[string]any{"outages": list} },
+		func(list []map[string]any) error {
+			t := newTable(inv.out, "ID", "STATE", "GROUP", "STARTED", "SILENT", "MEMBERS")
+			for _, o := range list {
+				group, _ := o["group"].(map[string]any)
+				t.row(str(o["id"]), str(o["state"]), str(group["by"])+"="+str(group["value"]), str(o["started_at"]), str(o["silent"]), str(o["members"]))
+			}
+			return t.flush()
+		})
 }
 
 func importFile(inv *invocation, args []string) error {
