@@ -35,15 +35,16 @@ func (f *fleet) meters(p signaller) []string {
 	return m
 }
 
-// reportedAfter is how long after since the last of devices was reported (the event's own time).
-func (c *collector) reportedAfter(devices []string, since time.Time) time.Duration {
-	var last time.Duration
+// longestAfter is the longest time, over devices reported, from from(their event) to the event's own
+// time.
+func (c *collector) longestAfter(devices []string, from func(event.Event) time.Time) time.Duration {
+	var longest time.Duration
 	for _, id := range devices {
 		if e, ok := c.firstOf(event.Interrupted, id); ok {
-			last = max(last, e.At.Sub(since))
+			longest = max(longest, e.At.Sub(from(e)))
 		}
 	}
-	return last
+	return longest
 }
 
 // finishMixed is finish, with the time from the window's end (windowEnd, or the first moment the test
@@ -52,7 +53,7 @@ func (c *collector) reportedAfter(devices []string, since time.Time) time.Durati
 func (s *scenario) finishMixed(name string, windowEnd time.Time, hb *testenv.Heartbeatd) {
 	s.t.Helper()
 	r := s.events.tallyInterrupted(name, s.n, s.settle(name, 30*time.Second))
-	after := s.events.reportedAfter(s.silent, windowEnd)
+	after := s.events.longestAfter(s.silent, func(event.Event) time.Time { return windowEnd })
 	r.figures = append(r.figures, fmt.Sprintf("last_report_after_window=%s", after.Round(time.Millisecond)))
 	report(s.t, r, func() string { return explainLost(hb, r.lostIDs) }, hb.LogTail)
 	// A loaded 2-core machine adds seconds; the meters' hold would add ten minutes.
@@ -121,20 +122,9 @@ func TestChaosMixedFleetRebalance(t *testing.T) {
 	require.NoError(t, <-sent)
 	waitReady(t, b)
 	r := s.events.tallyInterrupted("mixed_fleet_rebalance", s.n, s.settle("mixed_fleet_rebalance", 30*time.Second))
-	late := s.events.latenessMax(s.silent)
+	late := s.events.longestAfter(s.silent, func(e event.Event) time.Time { return e.Deadline })
 	r.figures = append(r.figures, fmt.Sprintf("lateness_max=%s", late.Round(time.Millisecond)))
 	report(t, r, func() string { return explainLost(a, r.lostIDs) }, a.LogTail, b.LogTail)
 	require.Less(t, late, timeout+15*time.Second, "the 2s devices waited for the meters")
 	require.Contains(t, a.Log(), "rebalancing")
-}
-
-// latenessMax is the longest time from a device's deadline to its report, over devices.
-func (c *collector) latenessMax(devices []string) time.Duration {
-	var late time.Duration
-	for _, id := range devices {
-		if e, ok := c.firstOf(event.Interrupted, id); ok {
-			late = max(late, e.At.Sub(e.Deadline))
-		}
-	}
-	return late
 }
