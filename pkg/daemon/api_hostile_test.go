@@ -174,7 +174,7 @@ func TestStatsByTypeIsSharedAndCached(t *testing.T) {
 }
 
 // TestTypeCountsCacheSharesOneRun: callers arriving during a scan wait for it and get its result; one
-// whose request ends stops waiting without stopping the scan; a failed scan is shared, not kept.
+// whose request ends (even the one that started it) stops waiting without stopping the scan; a failed scan is shared, not kept.
 func TestTypeCountsCacheSharesOneRun(t *testing.T) {
 	var c typeCountsCache
 	now := func() time.Time { return time.Unix(1000, 0) }
@@ -188,16 +188,15 @@ func TestTypeCountsCacheSharesOneRun(t *testing.T) {
 		return map[string]int64{"gateway": runs.Load()}, map[string]int64{}, ctx.Err()
 	}
 	leaderCtx, cancelLeader := context.WithCancel(context.Background())
-	results := make(chan *typeCounts, 3)
+	results := make(chan *typeCounts, 2)
+	leaderErr := make(chan error, 1)
 	go func() {
-		tc, err := c.get(leaderCtx, now, time.Minute, count)
-		if err != nil {
-			t.Error(err)
-		}
-		results <- tc
+		_, err := c.get(leaderCtx, now, time.Minute, count)
+		leaderErr <- err
 	}()
 	<-entered
 	cancelLeader() // the scan runs on for those waiting
+	require.ErrorIs(t, <-leaderErr, context.Canceled, "the caller that started the scan stops waiting when its request ends")
 
 	gone, cancelGone := context.WithCancel(context.Background())
 	cancelGone()
@@ -214,7 +213,7 @@ func TestTypeCountsCacheSharesOneRun(t *testing.T) {
 		}()
 	}
 	close(release)
-	for range 3 {
+	for range 2 {
 		tc := <-results
 		require.NotNil(t, tc)
 		require.Equal(t, int64(1), tc.online["gateway"])

@@ -5,14 +5,16 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 )
 
-// typeCountsCache keeps the last per-type counts and runs at most one scan at a time: callers within the
-// TTL get the kept counts, callers during a scan wait for it and share its result (or error).
+// typeCountsCache keeps the last per-type counts for a TTL and runs at most one scan at a time: callers
+// during a scan wait for it and share its result (or error); a failure is shared, not kept.
 type typeCountsCache struct {
-	mu      sync.Mutex
-	last    *typeCounts
-	running *typeCountsRun
+	scans singleflight.Group
+	mu    sync.Mutex
+	last  *typeCounts
 }
 
 type typeCounts struct {
@@ -20,46 +22,35 @@ type typeCounts struct {
 	at                  time.Time
 }
 
-type typeCountsRun struct {
-	done chan struct{}
-	val  *typeCounts
-	err  error
-}
-
 func (c *typeCountsCache) get(ctx context.Context, now func() time.Time, ttl time.Duration,
 	count func(context.Context) (online, interrupted map[string]int64, err error)) (*typeCounts, error) {
 	c.mu.Lock()
-	if c.last != nil && now().Sub(c.last.at) < ttl {
-		last := c.last
-		c.mu.Unlock()
+	last := c.last
+	c.mu.Unlock()
+	if last != nil && now().Sub(last.at) < ttl {
 		return last, nil
 	}
-	if run := c.running; run != nil {
-		c.mu.Unlock()
-		select {
-		case <-run.done:
-			return run.val, run.err
-		case <-ctx.Done():
-			return nil, fmt.Errorf("daemon: waiting for the per-type counts: %w", ctx.Err())
+	ch := c.scans.DoChan("", func() (any, error) {
+		// Not the caller's context: the others waiting for this scan must not fail with its caller.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), typeCountsTimeout)
+		defer cancel()
+		online, interrupted, err := count(sctx)
+		if err != nil {
+			return nil, err
 		}
+		tc := &typeCounts{online: online, interrupted: interrupted, at: now()}
+		c.mu.Lock()
+		c.last = tc
+		c.mu.Unlock()
+		return tc, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(*typeCounts), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("daemon: waiting for the per-type counts: %w", ctx.Err())
 	}
-	run := &typeCountsRun{done: make(chan struct{})}
-	c.running = run
-	c.mu.Unlock()
-	// Not the request's context: the others waiting for this scan must not fail with its caller.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), typeCountsTimeout)
-	online, interrupted, err := count(sctx)
-	cancel()
-	run.err = err
-	if err == nil {
-		run.val = &typeCounts{online: online, interrupted: interrupted, at: now()}
-	}
-	c.mu.Lock()
-	if err == nil {
-		c.last = run.val
-	}
-	c.running = nil
-	c.mu.Unlock()
-	close(run.done)
-	return run.val, run.err
 }
