@@ -414,48 +414,11 @@ func mayBeHeld(st deadline.State) bool {
 // outages returns each claim's correlation groups and the open outage covering it ("" for none);
 // nothing while correlation is off.
 func (h *Handler) outages(ctx context.Context, claims []deadline.Claim, parents []string) ([][]string, []string, error) {
-	ids := make([]string, len(claims))
-	corr := h.opts.Correlator
-	if corr == nil {
-		return nil, ids, nil
-	}
-	devices := make([]string, len(claims))
+	members := make([]correlate.Member, len(claims))
 	for i, c := range claims {
-		devices[i] = c.Device
+		members[i] = correlate.Member{Device: c.Device, Type: c.Type, Parent: parents[i]}
 	}
-	labels, err := corr.Labels(ctx, devices)
-	if err != nil {
-		return nil, nil, err
-	}
-	groups := make([][]string, len(claims))
-	var all []string
-	seen := map[string]bool{}
-	for i, c := range claims {
-		var l map[string]string
-		if labels != nil {
-			l = labels[i]
-		}
-		groups[i] = corr.Groups(config.BaseType(c.Type), parents[i], l)
-		for _, g := range groups[i] {
-			if !seen[g] {
-				seen[g] = true
-				all = append(all, g)
-			}
-		}
-	}
-	open, err := corr.Open(ctx, all)
-	if err != nil {
-		return nil, nil, err
-	}
-	for i := range claims {
-		for _, g := range groups[i] {
-			if id := open[g]; id != "" {
-				ids[i] = id
-				break
-			}
-		}
-	}
-	return groups, ids, nil
+	return h.opts.Correlator.Covering(ctx, members)
 }
 
 // judgeOutages records the batch's interruptions in their groups and judges the groups' outage

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/output/alertmanager"
 )
 
@@ -48,8 +49,9 @@ func (d *daemon) buildAlertmanager(am config.Alertmanager, reg prometheus.Regist
 			s, ok := d.silences.Lookup(id)
 			return s.DeviceID, s.DeviceType, ok
 		},
-		Outages: d.openOutages, OutageOf: d.outageMembers,
-		Now: d.clock.Now, Logger: d.log, Registerer: reg})
+		Outages:  func(ctx context.Context) ([]correlate.Outage, error) { return d.correlator.OpenOutages(ctx) },
+		OutageOf: d.outageMembers,
+		Now:      d.clock.Now, Logger: d.log, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -58,69 +60,14 @@ func (d *daemon) buildAlertmanager(am config.Alertmanager, reg prometheus.Regist
 	return nil
 }
 
-// openOutages are the correlated outages open now, for the Alertmanager output's re-sync.
-func (d *daemon) openOutages(ctx context.Context) ([]alertmanager.Outage, error) {
-	all, err := d.correlator.Outages(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var open []alertmanager.Outage
-	for _, o := range all {
-		if o.State == "open" {
-			open = append(open, alertmanager.Outage{ID: o.ID, Group: o.Group, StartedAt: o.StartedAt, Count: o.Count, Sample: o.Sample})
-		}
-	}
-	return open, nil
-}
-
 // outageMembers names the open outage each incident is a member of, as the alarm loop marks its
 // interrupted event: the open outage of the device's first group that has one, if it began before the
 // interruption was reported.
 func (d *daemon) outageMembers(ctx context.Context, incs []alertmanager.Incident) ([]string, error) {
-	out := make([]string, len(incs))
-	corr := d.correlator
-	if corr == nil || len(incs) == 0 {
-		return out, nil
-	}
-	devices := make([]string, len(incs))
+	members := make([]correlate.Member, len(incs))
 	for i, inc := range incs {
-		devices[i] = inc.Device
+		members[i] = correlate.Member{Device: inc.Device, Type: inc.Type, Parent: inc.Parent, InterruptedAt: inc.InterruptedAt}
 	}
-	labels, err := corr.Labels(ctx, devices)
-	if err != nil {
-		return nil, err
-	}
-	groups := make([][]string, len(incs))
-	var all []string
-	for i, inc := range incs {
-		var l map[string]string
-		if labels != nil {
-			l = labels[i]
-		}
-		groups[i] = corr.Groups(config.BaseType(inc.Type), inc.Parent, l)
-		all = append(all, groups[i]...)
-	}
-	open, err := corr.Open(ctx, all)
-	if err != nil || len(open) == 0 {
-		return out, err
-	}
-	started := map[string]time.Time{}
-	outages, err := d.openOutages(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range outages {
-		started[o.ID] = o.StartedAt
-	}
-	for i := range incs {
-		for _, g := range groups[i] {
-			if id := open[g]; id != "" {
-				if start, ok := started[id]; ok && !incs[i].InterruptedAt.Before(start) {
-					out[i] = id
-				}
-				break
-			}
-		}
-	}
-	return out, nil
+	_, out, err := d.correlator.Covering(ctx, members)
+	return out, err
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/silence"
@@ -78,7 +79,7 @@ type Options struct {
 	// Outages lists the correlated outages open now (correlate.Correlator.Outages); the replica owning slot
 	// 0 re-posts their DeviceOutage alerts with its re-sync. nil: outage alerts come from their events
 	// only and end by endsAt.
-	Outages func(ctx context.Context) ([]Outage, error)
+	Outages func(ctx context.Context) ([]correlate.Outage, error)
 	// OutageOf names, for each open incident the re-sync read from Redis, the correlated outage whose
 	// member it is ("" for none): the open outage of one of its groups, begun before its interruption
 	// was reported, as its interrupted event carried it. nil: only the outages this replica saw on the

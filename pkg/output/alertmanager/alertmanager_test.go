@@ -19,6 +19,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
+	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -461,12 +462,12 @@ func TestResyncPostsOutagesAndMarksTheirMembers(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
 	st := newStoreFixture(t, rdb)
 	st.open(t, "member-1", "before-1")
-	outage := Outage{ID: "outage:device_type:default/1", Group: event.Group{By: "device_type", Value: "default"},
+	outage := correlate.Outage{ID: "outage:device_type:default/1", Group: event.Group{By: "device_type", Value: "default"},
 		StartedAt: t0.Add(-time.Second), Count: 50, Sample: []string{"member-1"}}
 	var asked sync.Map // device → InterruptedAt as OutageOf was told it
 	opts := func(slots []int, resend time.Duration) Options {
 		return Options{Store: st.store, Slots: func() []int { return slots }, ResendEvery: resend,
-			Outages: func(context.Context) ([]Outage, error) { return []Outage{outage}, nil },
+			Outages: func(context.Context) ([]correlate.Outage, error) { return []correlate.Outage{outage}, nil },
 			OutageOf: func(_ context.Context, incs []Incident) ([]string, error) {
 				out := make([]string, len(incs))
 				for i, inc := range incs {

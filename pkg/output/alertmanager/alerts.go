@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -154,18 +155,9 @@ func fromEvent(e event.Event) incident {
 	return inc
 }
 
-// Outage is one open correlated outage, as its DeviceOutage alert shows it.
-type Outage struct {
-	ID        string
-	Group     event.Group
-	StartedAt time.Time
-	Count     int
-	Sample    []string
-}
-
 // outageOf is the outage an outage_started or outage_ended event reports (its deadline is the start).
-func outageOf(e event.Event) Outage {
-	o := Outage{ID: e.OutageID, StartedAt: e.Deadline, Count: e.Count, Sample: e.Sample}
+func outageOf(e event.Event) correlate.Outage {
+	o := correlate.Outage{ID: e.OutageID, StartedAt: e.Deadline, Count: e.Count, Sample: e.Sample}
 	if e.Group != nil {
 		o.Group = *e.Group
 	}
@@ -175,7 +167,7 @@ func outageOf(e event.Event) Outage {
 // outageAlert is the DeviceOutage alert of an outage, resolved once it ended: labelled by the outage and
 // its group, so a route or an inhibit rule can use them. The members interrupted while it lasts carry
 // inhibited_by = its id.
-func (o *Output) outageAlert(out Outage, ended bool, now time.Time) alert {
+func (o *Output) outageAlert(out correlate.Outage, ended bool, now time.Time) alert {
 	l := make(map[string]string, len(o.opts.Labels)+4)
 	maps.Copy(l, o.opts.Labels)
 	l[labelAlertName] = AlertDeviceOutage
