@@ -32,8 +32,8 @@ func (d *daemon) buildHoldBack(replica string, reg prometheus.Registerer) *holdb
 		probes = append(probes, probe)
 		if sh, ok := src.(ingest.Sharing); ok {
 			for _, s := range sh.Shares() {
-				shares = append(shares, holdback.Share{Name: s.Name, Signals: s.Signals, Member: s.Member, Release: s.Release,
-					Kept: s.Kept, TakenOver: sh.TakenOver})
+				s.TakenOver = sh.TakenOver
+				shares = append(shares, s)
 			}
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 )
 
 // KafkaOptions configures the Kafka source (config: ingest.kafka).
@@ -148,12 +149,12 @@ func (s *KafkaSource) Health() Health {
 func (s *KafkaSource) staleAfter() time.Duration { return max(4*s.opts.WatchInterval, 5*time.Second) }
 
 // Shares implements Sharing: the group's partitions are split among the replicas in it.
-func (s *KafkaSource) Shares() []Shared {
+func (s *KafkaSource) Shares() []holdback.Share {
 	if s.opts.Member == "" {
 		return nil
 	}
 	topics := slices.Sorted(slices.Values(s.opts.Topics))
-	return []Shared{{Name: "kafka:" + s.opts.GroupID, Signals: "kafka:" + strings.Join(topics, ","), Member: s.opts.Member,
+	return []holdback.Share{{Name: "kafka:" + s.opts.GroupID, Signals: "kafka:" + strings.Join(topics, ","), Member: s.opts.Member,
 		// The coordinator expels a silent member a session timeout after its last heartbeat, then waits
 		// up to the rebalance timeout for the others to rejoin.
 		Release: s.opts.SessionTimeout + s.opts.HeartbeatInterval + s.opts.RebalanceTimeout, Kept: true}}

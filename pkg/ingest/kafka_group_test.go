@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
@@ -84,7 +85,7 @@ func TestKafkaRebalanceAndTakeOver(t *testing.T) {
 	awaitCaughtUp(t, b)
 	require.Eventually(t, func() bool { return !a.TakenOver("b/1", time.Now().Add(-time.Second)) }, 10*time.Second, 10*time.Millisecond)
 	require.False(t, a.TakenOver("b/1", time.Now()), "b is a member")
-	require.Equal(t, []ingest.Shared{{Name: "kafka:heartbeatd", Signals: "kafka:" + signalTopic, Member: "a/1",
+	require.Equal(t, []holdback.Share{{Name: "kafka:heartbeatd", Signals: "kafka:" + signalTopic, Member: "a/1",
 		Release: 6*time.Second + 100*time.Millisecond + 3*time.Second, Kept: true}}, a.Shares())
 
 	var leaveAt atomic.Int64

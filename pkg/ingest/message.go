@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 )
 
 // Source names, used as the `source` metric label and in dead letters.
@@ -57,21 +58,12 @@ type Health struct {
 	Kept bool
 }
 
-// Shared is a part of the signals a source reads alone among the replicas: its share of an MQTT shared
-// subscription, its partitions of a Kafka consumer group (alarm.Share, which the daemon builds from it).
-type Shared struct {
-	Name    string        // how the signals are split: "mqtt:$share/<group>/<filter>", "kafka:<group id>"
-	Signals string        // what is split: "mqtt:<filter>", "kafka:<topics>"
-	Member  string        // this replica in the split: its MQTT client id, its Kafka member tag
-	Release time.Duration // the longest a dead member's share goes unread once others read the split
-	Kept    bool          // the broker keeps what a dead member did not read (Kafka), so nothing of it is lost
-}
-
 // Sharing is a source that may read shares of the signals: Shares lists them (none when it reads all
-// it subscribes to); TakenOver reports whether a dead member's share was handed to the living and read
-// past since (alarm.Share.TakenOver): it must not block.
+// it subscribes to; their TakenOver is left to the caller, which sets the source's own); TakenOver
+// reports whether a dead member's share was handed to the living and read past since
+// (holdback.Share.TakenOver): it must not block.
 type Sharing interface {
-	Shares() []Shared
+	Shares() []holdback.Share
 	TakenOver(member string, since time.Time) bool
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"go.uber.org/zap"
 )
 
@@ -32,14 +33,14 @@ func (s *MQTTSource) shared() bool {
 // Shares implements Sharing: each shared subscription splits its filter's messages among the replicas
 // of its group. The broker ends the session of a dead member once 1.5 keep-alives pass without a packet; the margin
 // covers the broker's check interval.
-func (s *MQTTSource) Shares() []Shared {
-	var out []Shared
+func (s *MQTTSource) Shares() []holdback.Share {
+	var out []holdback.Share
 	for i, sub := range s.opts.Subscriptions {
 		if sub.SharedGroup == "" {
 			continue
 		}
 		filter := s.templates[i].filter
-		out = append(out, Shared{Name: "mqtt:" + filter, Signals: "mqtt:" + strings.TrimPrefix(filter, "$share/"+sub.SharedGroup+"/"),
+		out = append(out, holdback.Share{Name: "mqtt:" + filter, Signals: "mqtt:" + strings.TrimPrefix(filter, "$share/"+sub.SharedGroup+"/"),
 			Member: s.opts.ClientID, Release: s.opts.KeepAlive*3/2 + 2*time.Second})
 	}
 	return out

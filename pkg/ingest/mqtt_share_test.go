@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
@@ -45,7 +46,7 @@ func TestMQTTTakeOverAFrozenMember(t *testing.T) {
 	broker := testenv.StartMosquitto(t)
 	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
 	src := newMQTTSource(t, broker.Addr, "heartbeatd-b", sharedSubscription)
-	require.Equal(t, []ingest.Shared{{Name: "mqtt:$share/heartbeatd/devices/+/heartbeat", Signals: "mqtt:devices/+/heartbeat",
+	require.Equal(t, []holdback.Share{{Name: "mqtt:$share/heartbeatd/devices/+/heartbeat", Signals: "mqtt:devices/+/heartbeat",
 		Member: "heartbeatd-b", Release: 47 * time.Second}}, src.Shares(), "keep-alive 30s: 45s, and the margin")
 	p.run(t, src)
 
