@@ -191,7 +191,7 @@ func (a *api) routes() []route {
 		{"DELETE /v1/silences/{id}", operate, filtered, a.deleteSilence},
 		{"GET /v1/events/stream", read, fleetWide, a.eventStream},
 		{"GET /v1/devices/{id}/events", read, pathDevice, a.deviceEvents},
-		{"POST " + signalsPath, signal, filtered, a.postSignals},
+		{"POST /v1/signals", signal, filtered, a.postSignals}, // signalsPath
 		{"POST /v1/devices/{id}/signal", signal, pathDevice, a.postDeviceSignal},
 	}
 }
