@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,7 +26,8 @@ const signalsPath = "/v1/signals"
 // outage never holds requests, and their goroutines, for good.
 const DefaultSignalWait = 10 * time.Second
 
-// maxBatchesRead bounds the batch requests read at once: each holds up to ingest.MaxBatchBytes, so
+// maxBatchesRead bounds the batch requests being read and submitted at once: each holds its body, up to
+// ingest.MaxBatchBytes, until the chain took every signal of it (which waits while Redis is slow), so
 // memory stays bounded whatever the number of clients; the others wait (within the signal wait) for
 // their turn.
 const maxBatchesRead = 4
@@ -106,8 +108,9 @@ func (a *api) postSignals(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, a.notStored(ctx).Error())
 		return
 	}
+	release := sync.OnceFunc(func() { <-a.batchesRead })
+	defer release()
 	batch, err := ingest.ReadBatch(r.Body, ingest.MaxBatchSignals)
-	<-a.batchesRead // what is kept of the body is the batch, at most its size
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.Is(err, ingest.ErrTooManySignals), errors.As(err, &tooLarge):
@@ -144,6 +147,7 @@ func (a *api) postSignals(w http.ResponseWriter, r *http.Request) {
 		}
 		accepted++
 	}
+	release() // the chain holds what it needs of the body: its turn goes to the next batch
 	if err := a.waitAcks(ctx, pending); err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return

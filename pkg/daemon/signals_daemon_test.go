@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,17 +184,19 @@ func TestHTTPSignalsRefusedOnRealServers(t *testing.T) {
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "%s", raw)
 	}
-	require.Less(t, stream.read, int64(32<<20), "the server read far past its 8 MiB limit")
+	require.Less(t, stream.read.Load(), int64(32<<20), "the server read far past its 8 MiB limit")
 
 	code, out = callJSON(t, d.base, "GET", "/v1/devices?limit=10000", "viewer-secret", "")
 	require.Equal(t, http.StatusOK, code)
 	require.Empty(t, out["devices"], "nothing of a refused batch is stored")
 }
 
-// countingReader yields left bytes of valid NDJSON signals and counts what was read.
+// countingReader yields left bytes of valid NDJSON signals and counts what was read (the transport may
+// still be writing when the answer came: read is atomic).
 type countingReader struct {
-	left, read int64
-	line       []byte
+	left int64
+	read atomic.Int64
+	line []byte
 }
 
 func (r *countingReader) Read(p []byte) (int, error) {
@@ -210,6 +213,6 @@ func (r *countingReader) Read(p []byte) (int, error) {
 		n += c
 		r.left -= int64(c)
 	}
-	r.read += int64(n)
+	r.read.Add(int64(n))
 	return n, nil
 }
