@@ -144,36 +144,40 @@ func (b *Batch) readArray(r *bufio.Reader, maxSignals int) error {
 	}
 }
 
-// readElement appends one array element and returns the byte that ended it, ',' or ']'.
+// readElement appends one array element and returns the byte that ended it, ',' or ']'. It scans what
+// the reader holds a chunk at a time, so an element costs a copy, not a call per byte.
 func (b *Batch) readElement(r *bufio.Reader, start int) (byte, error) {
 	depth, inString, escaped := 0, false, false
-	var one [1]byte
 	for {
-		c, err := r.ReadByte()
-		if err != nil {
+		chunk, err := r.Peek(max(r.Buffered(), 1))
+		if len(chunk) == 0 {
 			return 0, err
 		}
-		switch {
-		case inString:
+		for i, c := range chunk {
 			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
+			case inString:
+				switch {
+				case escaped:
+					escaped = false
+				case c == '\\':
+					escaped = true
+				case c == '"':
+					inString = false
+				}
 			case c == '"':
-				inString = false
+				inString = true
+			case c == '{' || c == '[':
+				depth++
+			case (c == ',' || c == ']') && depth <= 0:
+				b.appendCapped(start, chunk[:i])
+				_, _ = r.Discard(i + 1)
+				return c, nil
+			case c == '}' || c == ']':
+				depth--
 			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			depth++
-		case (c == ',' || c == ']') && depth <= 0:
-			return c, nil
-		case c == '}' || c == ']':
-			depth--
 		}
-		one[0] = c
-		b.appendCapped(start, one[:])
+		b.appendCapped(start, chunk)
+		_, _ = r.Discard(len(chunk))
 	}
 }
 
