@@ -55,7 +55,8 @@ func newSignalFixture(t *testing.T, wait time.Duration) *signalFixture {
 	f.store, err = deadline.New(rdb, deadline.Options{Slots: 4, Timeout: func(string) time.Duration { return time.Hour }})
 	require.NoError(t, err)
 	require.NoError(t, f.store.Load(context.Background(), "default", "meter", "gateway"))
-	chain, err := ingest.NewChain(f.store, nil, ingest.ChainOptions{})
+	reg := prometheus.NewRegistry()
+	chain, err := ingest.NewChain(f.store, nil, ingest.ChainOptions{Registerer: reg})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -64,7 +65,7 @@ func newSignalFixture(t *testing.T, wait time.Duration) *signalFixture {
 	f.stopChain = func() { once.Do(func() { cancel(); require.NoError(t, <-done) }) }
 	t.Cleanup(f.stopChain)
 	f.srv = httptest.NewServer(NewAPI(APIOptions{Store: f.store, Timeout: func(string) time.Duration { return time.Hour },
-		Gatherer: prometheus.NewRegistry(), Signals: chain, SignalWait: wait,
+		Gatherer: reg, Signals: chain, SignalWait: wait,
 		Tokens: []config.AccessToken{accessToken("signal", config.RoleSignal, ""), accessToken("meters", config.RoleSignal, "device_type=meter"),
 			accessToken("berlin", config.RoleSignal, "labels.site=berlin")}}))
 	t.Cleanup(f.srv.Close)
@@ -201,4 +202,28 @@ func TestHTTPSignalsOfScopedTokens(t *testing.T) {
 		resp, raw := request(t, f.srv.URL, "POST", "/v1/devices/"+tc.device+"/signal", tc.token, tc.body)
 		require.Equal(t, tc.want, resp.StatusCode, "%s %s %s: %s", tc.token, tc.device, tc.body, raw)
 	}
+}
+
+// An HTTP signal follows the late-signal rule of docs/signals.md: one whose deadline had passed when it
+// arrived is accepted (valid) but moves nothing, and one from the device's past never moves its
+// deadline back.
+func TestHTTPSignalsLateAndOld(t *testing.T) {
+	f := newSignalFixture(t, 5*time.Second)
+	now := time.Now()
+	body := fmt.Sprintf(`{"device_id":"d-1","ts":%d}`, now.UnixMilli())
+	code, out := callJSON(t, f.srv.URL, "POST", "/v1/signals", "signal-secret", body)
+	require.Equal(t, http.StatusOK, code, "%v", out)
+	before, _, err := f.store.Device(context.Background(), "d-1")
+	require.NoError(t, err)
+	for _, ts := range []time.Time{now.Add(-2 * time.Hour), now.Add(-time.Minute)} { // late (timeout 1h), then old
+		code, out = callJSON(t, f.srv.URL, "POST", "/v1/signals", "signal-secret", fmt.Sprintf(`[{"device_id":"d-1","ts":%d}]`, ts.UnixMilli()))
+		require.Equal(t, http.StatusOK, code, "%v", out)
+		require.EqualValues(t, 1, out["accepted"])
+		after, _, err := f.store.Device(context.Background(), "d-1")
+		require.NoError(t, err)
+		require.Equal(t, before.Deadline, after.Deadline, "a signal at %v moved the deadline", ts)
+	}
+	_, metrics := request(t, f.srv.URL, "GET", "/metrics", "", "")
+	require.Contains(t, string(metrics), `heartbeatd_signals_total{result="late",source="http"} 1`)
+	require.Contains(t, string(metrics), `heartbeatd_signals_total{result="applied",source="http"} 2`)
 }
