@@ -63,7 +63,7 @@ func (p *pendingAcks) ack() {
 	}
 }
 
-// wait waits until every submitted signal was acknowledged (stored, or its dead letter handled); on
+// waitAcks waits until every submitted signal was acknowledged (stored, or its dead letter handled); on
 // failure it says why, for a 503.
 func (a *api) waitAcks(ctx context.Context, p *pendingAcks) error {
 	p.ack() // the request's own count: everything is submitted
@@ -105,7 +105,8 @@ func (a *api) postSignals(w http.ResponseWriter, r *http.Request) {
 	select {
 	case a.batchesRead <- struct{}{}:
 	case <-ctx.Done():
-		writeError(w, http.StatusServiceUnavailable, a.notStored(ctx).Error())
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("busy: %d other batches were being taken in for %s (Redis slow or down); send it again",
+			maxBatchesRead, a.SignalWait))
 		return
 	}
 	release := sync.OnceFunc(func() { <-a.batchesRead })
@@ -138,7 +139,7 @@ func (a *api) postSignals(w http.ResponseWriter, r *http.Request) {
 		reason, err := a.Signals.Offer(ctx, ingest.Message{Source: ingest.SourceHTTP, Topic: signalsPath,
 			Payload: batch.Signal(i), ObjectOnly: true, Ack: pending.ack})
 		if err != nil {
-			a.signalsNotTaken(w, ctx, err)
+			a.signalsNotTaken(ctx, w, err)
 			return
 		}
 		if reason != "" {
@@ -157,7 +158,7 @@ func (a *api) postSignals(w http.ResponseWriter, r *http.Request) {
 
 // signalsNotTaken answers a request whose signals the chain did not take (stopped, or the wait ended
 // while it was full).
-func (a *api) signalsNotTaken(w http.ResponseWriter, ctx context.Context, err error) {
+func (a *api) signalsNotTaken(ctx context.Context, w http.ResponseWriter, err error) {
 	if errors.Is(err, ingest.ErrChainStopped) {
 		writeError(w, http.StatusServiceUnavailable, "heartbeatd is shutting down; send the signals again")
 		return
@@ -234,7 +235,7 @@ func (a *api) postDeviceSignal(w http.ResponseWriter, r *http.Request) {
 	m.Ack = pending.ack
 	reason, err := a.Signals.Offer(ctx, m)
 	if err != nil {
-		a.signalsNotTaken(w, ctx, err)
+		a.signalsNotTaken(ctx, w, err)
 		return
 	}
 	if err := a.waitAcks(ctx, pending); err != nil {
