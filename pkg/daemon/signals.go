@@ -114,9 +114,13 @@ func (a *api) postSignals(w http.ResponseWriter, r *http.Request) {
 	batch, err := ingest.ReadBatch(r.Body, ingest.MaxBatchSignals)
 	var tooLarge *http.MaxBytesError
 	switch {
-	case errors.Is(err, ingest.ErrTooManySignals), errors.As(err, &tooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: more than %d signals or %d bytes; nothing was stored, split it",
-			ingest.MaxBatchSignals, ingest.MaxBatchBytes))
+	case errors.Is(err, ingest.ErrTooManySignals):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: more than %d signals; nothing was stored: send at most %d a request",
+			ingest.MaxBatchSignals, ingest.MaxBatchSignals))
+		return
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: larger than %d bytes; nothing was stored: send at most %d bytes a request",
+			ingest.MaxBatchBytes, ingest.MaxBatchBytes))
 		return
 	case err != nil:
 		writeError(w, http.StatusBadRequest, "body: "+err.Error())

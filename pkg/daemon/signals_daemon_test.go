@@ -170,9 +170,10 @@ func TestHTTPSignalsRefusedOnRealServers(t *testing.T) {
 	}
 	code, out = callJSON(t, d.base, "POST", "/v1/signals", "meters-secret", over.String())
 	require.Equal(t, http.StatusRequestEntityTooLarge, code, "%v", out)
-	require.Contains(t, out["error"], "10000 signals")
+	require.Contains(t, out["error"], "more than 10000 signals")
 	code, out = callJSON(t, d.base, "POST", "/v1/signals", "meters-secret", strings.Repeat(" ", ingest.MaxBatchBytes+1))
 	require.Equal(t, http.StatusRequestEntityTooLarge, code, "%v", out)
+	require.Contains(t, out["error"], "larger than 8388608 bytes")
 
 	// Streamed, without a length: the server stops reading at the limit.
 	stream := &countingReader{left: 100 << 20}
