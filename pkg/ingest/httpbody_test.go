@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -88,4 +89,27 @@ func TestReadBatchTooManySignals(t *testing.T) {
 	_, err := ReadBatch(&r, 3)
 	require.ErrorIs(t, err, ErrTooManySignals)
 	require.Greater(t, r.Len(), 0, "reading stopped at the limit, not at the end of the body")
+}
+
+// Whatever the body, the framing never fails on its content, keeps every signal within MaxPayload+1
+// bytes, and cuts an array of whole objects, however nested and escaped, into exactly its elements.
+func FuzzReadBatch(f *testing.F) {
+	for _, seed := range []string{"", "[", "]", `[{"a":"],["}]`, "{\n}\n", `[{"device_id":"a\\"}`, "[[[[", `["\`, "\xff\x00"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		b, err := ReadBatch(strings.NewReader(body), MaxBatchSignals)
+		if err != nil {
+			require.ErrorIs(t, err, ErrTooManySignals)
+			return
+		}
+		for i := range b.Len() {
+			require.LessOrEqual(t, len(b.Signal(i)), MaxPayload+1)
+		}
+		// The body as one object element of an array, beside a plain one: both come back whole.
+		element, err := json.Marshal(map[string]any{"device_id": body, "nested": []any{body, map[string]string{body: body}}})
+		require.NoError(t, err)
+		got := signals(t, "["+string(element)+` , {"device_id":"b"}]`, MaxBatchSignals)
+		require.Equal(t, []string{string(element), `{"device_id":"b"}`}, got)
+	})
 }
