@@ -120,7 +120,7 @@ func TestSchemasRejectWhatTheContractForbids(t *testing.T) {
 		`"payload_b64":"YQ==","payload_size":70000,"payload_truncated":true,"at":"1970-01-01T00:00:00Z"}`)))
 	for name, dl := range map[string]string{
 		"unknown reason":          `{"reason":"odd","source":"mqtt","topic":"t","payload_b64":"","at":"1970-01-01T00:00:00Z"}`,
-		"unknown source":          `{"reason":"oversize","source":"http","topic":"t","payload_b64":"","at":"1970-01-01T00:00:00Z"}`,
+		"unknown source":          `{"reason":"oversize","source":"smtp","topic":"t","payload_b64":"","at":"1970-01-01T00:00:00Z"}`,
 		"not base64":              `{"reason":"oversize","source":"mqtt","topic":"t","payload_b64":"%%%","at":"1970-01-01T00:00:00Z"}`,
 		"truncated without size":  `{"reason":"oversize","source":"mqtt","topic":"t","payload_b64":"","payload_truncated":true,"at":"1970-01-01T00:00:00Z"}`,
 		"key size without key":    `{"reason":"oversize","source":"kafka","topic":"t","payload_b64":"","key_size":2000,"key_truncated":true,"at":"1970-01-01T00:00:00Z"}`,

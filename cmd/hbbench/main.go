@@ -11,7 +11,8 @@
 // Scenarios: refresh, memory, ingest, lateness (with the keyspace-notification baseline), expiry,
 // storm (gateways and the devices behind them going dark, against plain devices), recovered, rss, cost
 // (Redis and client time per signal beside pipelined SET PX), daemon-cpu (the binary's CPU per million
-// Kafka signals; -heartbeatd-baseline for an A/B); see docs/benchmarks.md.
+// Kafka signals; -heartbeatd-baseline for an A/B), http (POST /v1/signals beside the Kafka ingest); see
+// docs/benchmarks.md.
 package main
 
 import (
@@ -151,7 +152,7 @@ func mainCode() int {
 	flag.IntVar(&o.Devices, "devices", o.Devices, "fleet size for the refresh, memory, lateness (and keyspace baseline) and rss scenarios")
 	flag.DurationVar(&o.Window, "window", o.Window, "deadlines of the lateness scenario spread over this window")
 	flag.DurationVar(&o.Duration, "duration", o.Duration, "length of each timed refresh load")
-	flag.IntVar(&o.Signals, "signals", o.Signals, "backlog size of the ingest scenario (Kafka and MQTT)")
+	flag.IntVar(&o.Signals, "signals", o.Signals, "backlog size of the ingest scenario (Kafka and MQTT), and signals a round of the http scenario")
 	flag.IntVar(&o.ExpiryDevices, "expiry-devices", o.ExpiryDevices, "simultaneous deadlines of the expiry scenario")
 	flag.IntVar(&o.RecoverDevices, "recover-devices", o.RecoverDevices, "recovering devices of the recovered scenario")
 	flag.IntVar(&o.StormFleet, "storm-fleet", o.StormFleet, "fleet size of the storm scenario (the gateways, the devices behind them and idle others)")

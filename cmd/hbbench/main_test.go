@@ -42,6 +42,7 @@ func TestScenariosTiny(t *testing.T) {
 		"refresh":   {"redis-benchmark -P 64 ZADD GT", "deadline.Refresh typed, periodic", "deadline.Refresh typed, random", "deadline.Refresh untyped, periodic", "deadline.Refresh untyped, random"},
 		"memory":    {"redis bytes per device"},
 		"ingest":    {"deadline.Refresh 256/call", "kafka → redis (from start)", "kafka → redis (from 1st write)", "mqtt plain QoS 1 subscriber", "mqtt → redis"},
+		"http":      {"deadline.Refresh 256/call", "kafka → redis (from 1st write)", "http → redis"},
 		"lateness":  {"heartbeatd lateness max", "heartbeatd acked max", "heartbeatd events/s", "concurrent refresh load", "keyspace SET PX lateness max"},
 		"expiry":    {"all events acked after", "events/s"},
 		"storm":     {"plain: deadline → last interrupted", "plain: interrupted events", "storm: deadline → last suppressed", "storm: gateways → last suppressed", "storm: gateways → gateways acked", "storm: interrupted events", "storm: suppressed events"},

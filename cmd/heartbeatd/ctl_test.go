@@ -153,6 +153,17 @@ func TestCtl(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	assert.True(t, strings.HasPrefix(out, "ID "), out)
 
+	// A signal from the terminal, as a cron job would send it; a read token may not.
+	code, out, errOut = f.ctl(t, []string{f.adminEnv}, "signal", "m-3", "--type", "default")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "signalled m-3\n", out)
+	code, out, errOut = f.ctl(t, []string{f.viewEnv}, "-o", "json", "devices", "get", "m-3")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `"device_id": "m-3"`, "the signal is stored when ctl returns")
+	code, _, errOut = f.ctl(t, []string{f.viewEnv}, "signal", "m-3")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "needs the signal role")
+
 	// Mistakes on the command line exit 2; a server that does not answer exits 1.
 	code, _, errOut = f.ctl(t, nil, "silence", "add", "--device", "m-2")
 	assert.Equal(t, 2, code)

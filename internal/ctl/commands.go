@@ -86,6 +86,24 @@ func ack(inv *invocation, args []string) error {
 	})
 }
 
+func signalDevice(inv *invocation, args []string) error {
+	fs := newFlagSet("signal", inv.g)
+	typ := fs.String("type", "", "the device's type (default: the one recorded for it)")
+	words, err := inv.args(fs, args, 1, "one device id")
+	if err != nil {
+		return err
+	}
+	c, ctx, cancel, err := inv.client()
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if err := c.Signal(ctx, words[0], *typ); err != nil {
+		return err
+	}
+	return inv.done(map[string]any{"device_id": words[0], "signalled": true}, "signalled "+words[0])
+}
+
 // act runs an operator act on one id (ack, silence end): its --note and --by, then do.
 func act(inv *invocation, args []string, name, byHelp, wants string,
 	do func(ctx context.Context, c *client.Client, id string, a client.Act) (map[string]any, string, error)) error {

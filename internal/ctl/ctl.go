@@ -29,6 +29,7 @@ Usage:
   heartbeatd ctl [flags] devices ls [--state online|interrupted] [--type T] [--label k=v] [--limit N] [--cursor C]
   heartbeatd ctl [flags] devices get ID
   heartbeatd ctl [flags] ack ID [--note N] [--by B]
+  heartbeatd ctl [flags] signal ID [--type T]  (a signal of the device now, as a cron job would send)
   heartbeatd ctl [flags] silence add (--device ID | --type T) (--for 2h | --until RFC3339) [--comment C] [--by B]
   heartbeatd ctl [flags] silence ls
   heartbeatd ctl [flags] silence end ID [--note N] [--by B]
@@ -119,6 +120,7 @@ func init() { // a table, so the usage and the dispatch name the same commands
 		"silence": subcommands(map[string]command{"add": silenceAdd, "ls": silenceLs, "end": silenceEnd}),
 		"outages": subcommands(map[string]command{"ls": outagesLs}),
 		"ack":     ack,
+		"signal":  signalDevice,
 		"import":  importFile,
 		"advice":  advice,
 		"stats":   stats,

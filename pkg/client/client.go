@@ -139,6 +139,16 @@ func (c *Client) Ack(ctx context.Context, id string, act Act) error {
 	return c.doJSON(ctx, http.MethodPost, "/v1/devices/"+url.PathEscape(id)+"/ack", act, nil)
 }
 
+// Signal sends a signal of device id now, naming its type when typ is not empty; it returns once
+// heartbeatd stored it.
+func (c *Client) Signal(ctx context.Context, id, typ string) error {
+	path := "/v1/devices/" + url.PathEscape(id) + "/signal"
+	if typ == "" {
+		return c.do(ctx, http.MethodPost, path, nil, "", nil)
+	}
+	return c.doJSON(ctx, http.MethodPost, path, map[string]string{"type": typ}, nil)
+}
+
 // Silences lists the silences.
 func (c *Client) Silences(ctx context.Context) ([]Silence, error) {
 	var out struct{ Silences []Silence }

@@ -81,6 +81,10 @@ type APIOptions struct {
 	Stream *EventStream
 	// Advice is this replica's timeout advice (/v1/stats?advice=true); nil = none is offered.
 	Advice func() ingest.TimeoutAdvice
+	// Signals takes the signals posted over HTTP (signals.go); nil: the signal routes answer 503.
+	Signals *ingest.Chain
+	// SignalWait bounds a signal request's wait for Redis; default DefaultSignalWait.
+	SignalWait time.Duration
 }
 
 // DefaultTypeCountsTTL: per-type counts scan every device, so they are at most this stale and cost at
@@ -96,6 +100,8 @@ type api struct {
 	mux        *http.ServeMux
 	refused    *prometheus.CounterVec // heartbeatd_api_refused_total{reason}
 	typeCounts typeCountsCache
+	// batchesRead holds a place for each signal batch being read (maxBatchesRead).
+	batchesRead chan struct{}
 }
 
 // NewAPI returns the HTTP handler of docs/http-api.md.
@@ -118,11 +124,15 @@ func NewAPI(opts APIOptions) http.Handler {
 	if opts.Stream == nil {
 		opts.Stream = NewEventStream(StreamOptions{})
 	}
+	if opts.SignalWait <= 0 {
+		opts.SignalWait = DefaultSignalWait
+	}
 	if opts.Token != "" {
 		admin := config.HTTP{Token: opts.Token}.AccessTokens()
 		opts.Tokens = append(admin, opts.Tokens...)
 	}
-	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http")), refused: newRefusedCounter(opts.Registerer)}
+	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http")), refused: newRefusedCounter(opts.Registerer),
+		batchesRead: make(chan struct{}, maxBatchesRead)}
 	mux := http.NewServeMux()
 	a.mux = mux
 	for _, rt := range a.routes() {
@@ -149,6 +159,7 @@ type route struct {
 const (
 	open    = config.RoleNone
 	read    = config.RoleRead
+	signal  = config.RoleSignal
 	operate = config.RoleOperate
 	admin   = config.RoleAdmin
 )
@@ -180,6 +191,8 @@ func (a *api) routes() []route {
 		{"DELETE /v1/silences/{id}", operate, filtered, a.deleteSilence},
 		{"GET /v1/events/stream", read, fleetWide, a.eventStream},
 		{"GET /v1/devices/{id}/events", read, pathDevice, a.deviceEvents},
+		{"POST /v1/signals", signal, filtered, a.postSignals}, // signalsPath
+		{"POST /v1/devices/{id}/signal", signal, pathDevice, a.postDeviceSignal},
 	}
 }
 

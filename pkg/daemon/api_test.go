@@ -79,7 +79,7 @@ func newAPIFixture(t testing.TB, token string, tokens ...config.AccessToken) *ap
 		},
 		OwnedSlots: func() []int { return []int{0, 1, 2, 3} },
 		Timeout:    timeout, Token: token, Tokens: tokens, Gatherer: reg, Registerer: reg, MaxBodySize: 1024,
-		Now: func() time.Time { return f.now },
+		Now: func() time.Time { return f.now }, Signals: runChain(t, store, nil),
 	})
 	f.handler = h
 	f.srv = httptest.NewServer(h)

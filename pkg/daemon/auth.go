@@ -13,6 +13,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
 // scopeRule is how a route treats a scoped token (docs/access.md#scopes). Every route names one, so a
@@ -135,8 +136,11 @@ func (a *api) guard(rt route) http.HandlerFunc {
 			return
 		}
 		limit := a.MaxBodySize
-		if r.URL.Path == importPath {
+		switch r.URL.Path {
+		case importPath:
 			limit = a.MaxImportBytes // streamed a batch at a time (registry.go)
+		case signalsPath:
+			limit = ingest.MaxBatchBytes // cut into signals as it is read (signals.go)
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		rt.handler(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))

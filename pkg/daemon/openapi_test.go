@@ -272,7 +272,7 @@ func (s *fullSilences) Create(ctx context.Context, sl silence.Silence) (silence.
 // 404 and 405 of the router, 503 with Redis gone — is one the document gives, valid against its
 // schema. Every response the document gives is seen at least once.
 func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
-	const token, scopedViewer = "s3cret", "viewer-s3cret"
+	const token, scopedViewer, scopedSignaller = "s3cret", "viewer-s3cret", "meters-s3cret"
 	d := loadOpenAPI(t)
 	f := newAPIFixture(t, token)
 	ctx := context.Background()
@@ -300,7 +300,9 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		MaxBodySize: 1024, Now: func() time.Time { return f.now }, KnownType: func(n string) bool { return n == "gateway" || n == "default" },
 		MaxImportBytes: 4096, Stream: NewEventStream(StreamOptions{MaxClients: 1}),
 		Tokens: []config.AccessToken{{Name: "viewer", Role: config.RoleRead, Scope: config.Scope{Label: "site", Value: "x"},
-			Digest: sha256.Sum256([]byte(scopedViewer))}},
+			Digest: sha256.Sum256([]byte(scopedViewer))},
+			{Name: "meters", Role: config.RoleSignal, Scope: config.Scope{Type: "meter"}, Digest: sha256.Sum256([]byte(scopedSignaller))}},
+		Signals: runChain(t, f.store, nil), SignalWait: 300 * time.Millisecond,
 		Outages: correlate.New(correlate.Options{Client: f.rdb, Store: f.store,
 			Correlation: config.Correlation{By: []string{"device_type"}, MinDevices: 2, Window: time.Second}}),
 	}
@@ -462,6 +464,16 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 
 	do("GET /v1/whoami", "/v1/whoami", token, "", http.StatusOK)
 
+	// Signals over HTTP: a batch with a bad line, one past the limit; one device's signal.
+	do("POST /v1/signals", "/v1/signals", token, "{\"device_id\":\"http-1\"}\n{\"device_id\":\n", http.StatusOK)
+	do("POST /v1/signals", "/v1/signals", token, `[{"device_id":"http-1"}]`, http.StatusOK)
+	do("POST /v1/signals", "/v1/signals", token, strings.Repeat("{}\n", ingest.MaxBatchSignals+1), http.StatusRequestEntityTooLarge)
+	do("POST /v1/devices/{id}/signal", "/v1/devices/http-2/signal", token, "", http.StatusNoContent)
+	do("POST /v1/devices/{id}/signal", "/v1/devices/http-2/signal", token, `{"type":"gateway","ts":"2026-11-22T10:00:00Z"}`, http.StatusNoContent)
+	do("POST /v1/devices/{id}/signal", "/v1/devices/http-2/signal", token, `{"device_id":"http-3"}`, http.StatusBadRequest)
+	do("POST /v1/devices/{id}/signal", "/v1/devices/http-2/signal", token, strings.Repeat("x", 2000), http.StatusRequestEntityTooLarge)
+	do("POST /v1/devices/{id}/signal", "/v1/devices/never-seen/signal", scopedSignaller, "", http.StatusNotFound)
+
 	// Without the token every route that needs it answers 401, as documented; a scoped read token is
 	// refused (403) every route above read and every fleet-wide one.
 	a := NewAPI(opts).(*api)
@@ -510,6 +522,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("POST /v1/silences", "/v1/silences", token, `{"device_id":"a","for":"1h"}`, http.StatusServiceUnavailable)
 	do("GET /v1/silences", "/v1/silences", token, "", http.StatusServiceUnavailable)
 	do("DELETE /v1/silences/{id}", "/v1/silences/x", token, "", http.StatusServiceUnavailable)
+	do("POST /v1/signals", "/v1/signals", token, `{"device_id":"http-1"}`, http.StatusServiceUnavailable)
+	do("POST /v1/devices/{id}/signal", "/v1/devices/http-2/signal", token, "", http.StatusServiceUnavailable)
 
 	// Every response the document gives was seen.
 	for _, op := range d.operations() {

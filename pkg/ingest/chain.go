@@ -181,9 +181,16 @@ func (c *Chain) Run(ctx context.Context) error {
 // queued for the next batch. Submit blocks while the chain is full (backpressure) and returns an error
 // only when ctx ended or the chain stopped; the message is then not acknowledged.
 func (c *Chain) Submit(ctx context.Context, m Message) error {
+	_, err := c.Offer(ctx, m)
+	return err
+}
+
+// Offer is Submit for a source that answers its sender (HTTP): it also returns the dead-letter reason
+// of bad input, "" for a signal queued for its write.
+func (c *Chain) Offer(ctx context.Context, m Message) (reason string, err error) {
 	select {
 	case <-c.done:
-		return ErrChainStopped
+		return "", ErrChainStopped
 	default:
 	}
 	src := c.m.source(m.Source)
@@ -193,7 +200,7 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 	}
 	d, reason := decode(&m)
 	if reason != "" {
-		return c.deadLetter(ctx, &m, src, reason, received)
+		return reason, c.deadLetter(ctx, &m, src, reason, received)
 	}
 	seen := received
 	if d.ts.IsZero() {
@@ -215,18 +222,21 @@ func (c *Chain) Submit(ctx context.Context, m Message) error {
 	it := item{sig: deadline.Signal{Device: d.device, Type: d.typ, Parent: d.parent, Seen: seen}, received: received, ack: m.Ack, src: src}
 	select {
 	case c.in <- it: // the common case, without the cost of a three-way select
-		return nil
+		return "", nil
 	default:
 	}
 	select {
 	case c.in <- it:
-		return nil
+		return "", nil
 	case <-ctx.Done():
-		return fmt.Errorf("ingest: submit: %w", ctx.Err())
+		return "", fmt.Errorf("ingest: submit: %w", ctx.Err())
 	case <-c.done:
-		return ErrChainStopped
+		return "", ErrChainStopped
 	}
 }
+
+// Done is closed once the chain stopped: a message submitted and not yet acknowledged then never is.
+func (c *Chain) Done() <-chan struct{} { return c.done }
 
 // MaxLoggedTypes is how many unknown type names are logged one by one (each once), so a fleet inventing
 // names cannot grow memory; past it the signals naming other unknown names are summarised in one line

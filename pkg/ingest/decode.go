@@ -54,7 +54,11 @@ func decode(m *Message) (decoded, string) {
 		return decoded{}, ReasonOversize
 	}
 	var d decoded
-	if isJSONObject(m.Payload) {
+	object := isJSONObject(m.Payload)
+	if m.ObjectOnly && !object {
+		return decoded{}, ReasonMalformedJSON
+	}
+	if object {
 		f, reason := scanObject(m.Payload)
 		if reason != "" {
 			return decoded{}, reason
@@ -99,6 +103,13 @@ func decode(m *Message) (decoded, string) {
 		return decoded{}, ReasonInvalidDeviceID // a parent is a device id; a device is not its own parent
 	}
 	return d, ""
+}
+
+// Identify reads m as the chain will (the same decode), without submitting it: the device and type it
+// names, or the dead-letter reason it would get. The API checks a scoped token's signals with it.
+func Identify(m *Message) (device, typ, reason string) {
+	d, reason := decode(m)
+	return d.device, d.typ, reason
 }
 
 // isJSONObject reports whether a payload is meant as a JSON object: its first non-space byte is '{'.

@@ -1,5 +1,9 @@
 // Package ingest turns the signals a fleet sends over MQTT and Kafka into deadline refreshes.
 //
+// Signals posted to the HTTP API (pkg/daemon) take the same chain as source http: the API cuts a
+// request's body into signals (ReadBatch), offers each (Chain.Offer, which also returns a bad signal's
+// reason) and answers once every Ack came.
+//
 // Each transport is a Source. A source pushes every message it receives, together with the function
 // that acknowledges it at the broker, into the one Chain. The chain decodes and validates the message,
 // resolves the device type, clamps a timestamp from the future, optionally coalesces, batches by count

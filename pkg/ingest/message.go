@@ -14,11 +14,14 @@ import (
 const (
 	SourceMQTT  = "mqtt"
 	SourceKafka = "kafka"
+	// SourceHTTP is a signal posted to the HTTP API (docs/http-api.md#signals): no broker, the request
+	// waits for the acknowledgement instead.
+	SourceHTTP = "http"
 )
 
 // Message is one message a source received, with what the source already knows about it.
 type Message struct {
-	Source string // SourceMQTT or SourceKafka
+	Source string // SourceMQTT, SourceKafka or SourceHTTP
 	Topic  string
 	Key    []byte // Kafka message key: the device id unless the payload names one
 	// Device, Type and Parent are what the MQTT topic template named ("" when it names none).
@@ -26,6 +29,9 @@ type Message struct {
 	Type    string
 	Parent  string
 	Payload []byte
+	// ObjectOnly: the payload must be a JSON object (an element of an HTTP batch, which names its
+	// device in it); anything else is malformed_json rather than an opaque heartbeat.
+	ObjectOnly bool
 	// Received is when the signal reached the transport: the signal time when the payload carries no
 	// ts and the transport stamps none. Zero means now (the chain's clock).
 	Received time.Time
