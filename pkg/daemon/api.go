@@ -169,16 +169,16 @@ func (a *api) routes() []route {
 		{"GET /v1/devices", read, filtered, a.devices},
 		{"POST /v1/devices/{id}/ack", operate, pathDevice, a.ack},
 		{"DELETE /v1/devices/{id}", operate, pathDevice, a.deleteDevice},
-		{"GET /v1/stats", read, fleetWide, a.stats},
+		{"GET /v1/stats", read, filtered, a.stats},
 		{"PUT /v1/devices/{id}", admin, fleetWide, a.putDevice},
 		{"POST /v1/devices:import", admin, fleetWide, a.importDevices},
-		{"GET /v1/outages", read, fleetWide, a.outages},
-		{"GET /v1/outages/{id...}", read, fleetWide, a.outage},
+		{"GET /v1/outages", read, filtered, a.outages},
+		{"GET /v1/outages/{id...}", read, filtered, a.outage},
 		{"POST /v1/dead/requeue", admin, fleetWide, a.requeue},
 		{"POST /v1/silences", operate, filtered, a.createSilence},
 		{"GET /v1/silences", read, filtered, a.listSilences},
 		{"DELETE /v1/silences/{id}", operate, filtered, a.deleteSilence},
-		{"GET /v1/events/stream", read, fleetWide, a.eventStream},
+		{"GET /v1/events/stream", read, filtered, a.eventStream},
 		{"GET /v1/devices/{id}/events", read, pathDevice, a.deviceEvents},
 	}
 }
@@ -494,6 +494,10 @@ func validAct(w http.ResponseWriter, act event.Act) bool {
 }
 
 func (a *api) stats(w http.ResponseWriter, r *http.Request) {
+	if scope := callerOf(r).Scope; !scope.Whole() {
+		a.scopedStats(w, r, scope)
+		return
+	}
 	c, err := a.Store.Count(r.Context())
 	if err != nil {
 		a.internal(w, err)
