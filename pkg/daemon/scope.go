@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/correlate"
@@ -11,47 +10,6 @@ import (
 
 // The fleet views a scoped token gets, each limited to what its scope can be told without a walk over
 // the fleet and without a word about devices outside it (docs/access.md#scopes).
-
-// scopedStats answers GET /v1/stats to a scoped token: this replica's own state (hold-back, slots),
-// which names no device; for a device_type scope its type's quiet spell and, with by_type=true, its
-// type's counts from the shared per-type scan any read token may ask for. Fleet counts, parked claims and
-// advice are left out: they count or name devices anywhere, and a label's counts would need a fleet walk.
-func (a *api) scopedStats(w http.ResponseWriter, r *http.Request, scope config.Scope) {
-	body := map[string]any{"scope": scope.String(), "hold_back": a.HoldBack(), "owned_slots": a.OwnedSlots(), "slots": a.Store.Slots()}
-	if scope.Type == "" {
-		writeJSON(w, http.StatusOK, body)
-		return
-	}
-	if a.QuietNow != nil {
-		quiet := a.QuietNow(a.Now())
-		for typ := range quiet {
-			if typ != scope.Type {
-				delete(quiet, typ)
-			}
-		}
-		body["quiet"] = quiet
-	}
-	if r.URL.Query().Get("by_type") == "true" {
-		tc, err := a.typeCounts.get(r.Context(), a.Now, a.TypeCountsTTL, a.Store.CountByType)
-		if err != nil {
-			a.internal(w, err)
-			return
-		}
-		body["by_type"] = map[string]any{"online": ofType(tc.online, scope.Type), "interrupted": ofType(tc.interrupted, scope.Type), "as_of": tc.at.UTC()}
-	}
-	writeJSON(w, http.StatusOK, body)
-}
-
-// ofType is the count of typ (its devices with timeouts of their own, "typ@…", included) as a map.
-func ofType(counts map[string]int64, typ string) map[string]int64 {
-	var n int64
-	for name, c := range counts {
-		if config.BaseType(name) == typ {
-			n += c
-		}
-	}
-	return map[string]int64{typ: n}
-}
 
 // groupInScope reports whether a correlated outage's group is exactly scope's devices: grouped by the
 // scope's label with its value, or by device_type with its type. Any other group (by parent, by another
