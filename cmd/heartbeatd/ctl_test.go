@@ -19,17 +19,18 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
-// ctlFleet is the real heartbeatd on real servers with three tokens: admin (http.token), ops (operate,
-// from a file) and viewer (read, as a digest).
+// ctlFleet is the real heartbeatd on real servers with four tokens: admin (http.token), ops (operate,
+// from a file), viewer (read, as a digest) and berlin (read, scoped to labels.site=berlin).
 type ctlFleet struct {
-	hb                         *testenv.Heartbeatd
-	adminEnv, opsFile, viewEnv string
+	hb                                    *testenv.Heartbeatd
+	adminEnv, opsFile, viewEnv, berlinEnv string
 }
 
 const (
 	ctlAdminToken  = "ctl-admin-5e1a"
 	ctlOpsToken    = "ctl-ops-90b4"
 	ctlViewerToken = "ctl-viewer-c33d"
+	ctlBerlinToken = "ctl-berlin-7a02"
 )
 
 func startCtlFleet(t *testing.T) *ctlFleet {
@@ -38,7 +39,7 @@ func startCtlFleet(t *testing.T) *ctlFleet {
 	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
 	opsFile := filepath.Join(t.TempDir(), "ops-token")
 	require.NoError(t, os.WriteFile(opsFile, []byte(ctlOpsToken+"\n"), 0o600))
-	sum := sha256.Sum256([]byte(ctlViewerToken))
+	sum, berlinSum := sha256.Sum256([]byte(ctlViewerToken)), sha256.Sum256([]byte(ctlBerlinToken))
 	servers := testenv.HeartbeatdConfig{Redis: redis.Addr, Slots: 4, MQTT: broker.Addr, ClientID: "ctl-test", Kafka: kafka.Addrs}
 	hb := testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: servers.YAML(fmt.Sprintf(`
 types:
@@ -52,9 +53,11 @@ http:
   tokens:
     - {name: ops, role: operate, token_file: %s}
     - {name: viewer, role: read, token_sha256: %s}
-`, ctlAdminToken, opsFile, hex.EncodeToString(sum[:])))})
+    - {name: berlin, role: read, token_sha256: %s, scope: labels.site=berlin}
+`, ctlAdminToken, opsFile, hex.EncodeToString(sum[:]), hex.EncodeToString(berlinSum[:])))})
 	require.NoError(t, hb.AwaitReady(context.Background(), 30*time.Second), hb.LogTail())
-	return &ctlFleet{hb: hb, adminEnv: "HEARTBEATD_TOKEN=" + ctlAdminToken, opsFile: opsFile, viewEnv: "HEARTBEATD_TOKEN=" + ctlViewerToken}
+	return &ctlFleet{hb: hb, adminEnv: "HEARTBEATD_TOKEN=" + ctlAdminToken, opsFile: opsFile, viewEnv: "HEARTBEATD_TOKEN=" + ctlViewerToken,
+		berlinEnv: "HEARTBEATD_TOKEN=" + ctlBerlinToken}
 }
 
 // ctl runs `heartbeatd ctl` with the fleet's URL in HEARTBEATD_URL.
@@ -232,6 +235,12 @@ func TestCtlSilenceMatchersAndIntervals(t *testing.T) {
 	code, _, errOut = f.ctl(t, nil, "--token-file", f.opsFile, "silence", "add", "--matcher", "site=berlin")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "and --for, --until or --interval")
+
+	// A scoped token's stats name its scope and no fleet counts (docs/access.md#scopes).
+	code, out, errOut = f.ctl(t, []string{f.berlinEnv}, "stats")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?m)^scope\s+labels\.site=berlin$`, out)
+	assert.NotContains(t, out, "interrupted")
 }
 
 // check-config lists the API's tokens by name, role and scope, and where each secret comes from, never
