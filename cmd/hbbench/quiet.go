@@ -10,13 +10,13 @@ func init() { register("quiet", quietScenario) }
 
 // quietScenario: -expiry-devices devices of a type with a quiet interval aligned to the wall clock (whole
 // minutes) get one deadline inside it, so every claim defers its device to the interval's end + timeout
-// and all of them fall due there at once; beside the same burst of devices without intervals, one
+// (-quiet-timeout) and all of them fall due there at once; beside the same burst of devices without intervals, one
 // deadline for all, run before and after it on the same rig. Lateness = event `at` − the deadline it
 // reports (the moved one after a deferral); the burst figures of each run and the quiet run's p99 and
 // max against the plain runs' mean.
 func quietScenario(e *env) error {
 	n := e.opts.ExpiryDevices
-	r, err := benchrig.NewQuiet(e.redis.client, n)
+	r, err := benchrig.NewQuiet(e.redis.client, n, e.opts.QuietTimeout)
 	if err != nil {
 		return err
 	}

@@ -20,22 +20,26 @@ import (
 const QuietType = "night"
 
 // quietPolicyYAML: the rig's type, without intervals (the plain bursts), and QuietType, quiet inside
-// "bench-quiet", whose times (%s) a quiet run aligns to the wall clock: whole minutes, as Alertmanager's
-// times are.
+// "bench-quiet", both with one timeout (%[1]s); a quiet run aligns the interval's times (%[2]s) to the
+// wall clock: whole minutes, as Alertmanager's times are.
 const quietPolicyYAML = `
 types:
-  default: {timeout: 30s, repeat_every: 0s}
-  night:   {timeout: 30s, repeat_every: 0s, quiet: [bench-quiet]}
+  default: {timeout: %[1]s, repeat_every: 0s}
+  night:   {timeout: %[1]s, repeat_every: 0s, quiet: [bench-quiet]}
 time_intervals:
   - name: bench-quiet
-    time_intervals: [{times: [%s]}]
+    time_intervals: [{times: [%[2]s]}]
 `
 
 // NewQuiet builds the rig of the Quiet and Burst runs: New with a type quiet in an interval each quiet
-// run sets afresh (quietPolicyYAML).
-func NewQuiet(rdb redis.UniversalClient, expected int) (*Rig, error) {
-	start, end := quietWindow(time.Now())
-	return build(rdb, expected, fmt.Sprintf(quietPolicyYAML, quietTimes(start, end)))
+// run sets afresh (quietPolicyYAML), and timeout for both types.
+func NewQuiet(rdb redis.UniversalClient, expected int, timeout time.Duration) (*Rig, error) {
+	return build(rdb, expected, quietPolicy(timeout, time.Now()))
+}
+
+// quietPolicy is quietPolicyYAML with the quiet interval around at (quietWindow).
+func quietPolicy(timeout time.Duration, at time.Time) string {
+	return fmt.Sprintf(quietPolicyYAML, timeout, quietTimes(quietWindow(at)))
 }
 
 // quietWindow is a quiet interval of whole UTC minutes that holds at: from at's minute to the minute
@@ -86,8 +90,8 @@ func (r *Rig) Burst(ctx context.Context, n int) (BurstResult, error) {
 // measures how late each is detected at that moved deadline (docs/schedules.md).
 func (r *Rig) Quiet(ctx context.Context, n int) (BurstResult, error) {
 	due := burstDeadline(n)
-	start, end := quietWindow(due)
-	cfg, err := config.Parse([]byte(fmt.Sprintf(quietPolicyYAML, quietTimes(start, end))), func(string) (string, bool) { return "", false })
+	_, end := quietWindow(due)
+	cfg, err := config.Parse([]byte(quietPolicy(r.timeout(), due)), func(string) (string, bool) { return "", false })
 	if err != nil {
 		return BurstResult{}, err
 	}
