@@ -55,10 +55,11 @@ types:
 	b.do(t, "switch to the berlin token", chromedp.Click(chromedp.ID("token-open")), chromedp.WaitVisible(chromedp.ID("token-input")),
 		chromedp.SendKeys(chromedp.ID("token-input"), berlin), chromedp.Click(chromedp.ID("token-save")),
 		until(`document.getElementById("token-open").textContent === "API token: berlin (read, labels.site=berlin)"`))
-	b.do(t, "berlin's device", until(row("dev-1")))
+	// The list the admin saw is replaced by berlin's: paris, outside its scope, goes; berlin's device stays.
+	b.do(t, "berlin's devices only", until(row("dev-2")+` === undefined`), until(row("dev-1")))
 	b.do(t, "berlin's live events", until(`document.getElementById("live").classList.contains("on")`))
 	b.do(t, "no fleet counts", until(`document.getElementById("count-interrupted").textContent === "–"`))
-	require.True(t, eval[bool](t, b, row("dev-2")+` === undefined`), "paris is outside the berlin token's scope")
+	require.True(t, eval[bool](t, b, row("dev-1")+` !== undefined && `+row("dev-2")+` === undefined`))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	require.Empty(t, b.problems, "console errors (a CSP violation is one)")
