@@ -66,6 +66,10 @@ func TestComposeFile(t *testing.T) {
 	require.Contains(t, c.Services["redis"].Image, "redis")
 	require.Contains(t, strings.Join(c.Services["prometheus"].Volumes, " "), "./deploy/prometheus:/etc/prometheus")
 	require.Equal(t, "/run/secrets/api-token", c.Services["heartbeatd"].Environment["HEARTBEATD_HTTP_TOKEN_FILE"])
+	// The wall screen's read-only token comes from a secret heartbeatd mounts (pkg/daemon's
+	// TestComposeDeployment runs it).
+	require.Contains(t, c.Services["heartbeatd"].Secrets, "api-token-wall")
+	require.Contains(t, c.Services["heartbeatd"].Environment["HEARTBEATD_HTTP_TOKENS"], "token_file: /run/secrets/api-token-wall")
 
 	// init.sh makes every secret file the compose file names.
 	require.Contains(t, c.Services["mosquitto"].Secrets, "mqtt-devices")

@@ -51,7 +51,8 @@ type options struct {
 	Signals        int           // ingest backlog
 	ExpiryDevices  int
 	RecoverDevices int
-	RefreshRate    int // signals/s of the load beside the lateness scenario; 0 = unpaced
+	RefreshRate    int           // signals/s of the load beside the lateness scenario; 0 = unpaced
+	QuietTimeout   time.Duration // the quiet scenario's timeout: its burst falls due this long after the interval
 	Scenarios      []string
 	HeartbeatdBin  string
 	BaselineBin    string    // daemon-cpu: the binary to compare with, in alternating rounds
@@ -66,7 +67,7 @@ type options struct {
 func defaultOptions() options {
 	return options{Devices: 100_000, Window: 10 * time.Second, Duration: 5 * time.Second, Signals: 200_000,
 		ExpiryDevices: 100_000, RecoverDevices: 10_000, StormFleet: 200_000, StormGateways: 1000, StormPerGateway: 100,
-		RefreshRate: 50_000, CPUPartitions: 4, Progress: os.Stderr}
+		RefreshRate: 50_000, QuietTimeout: 30 * time.Second, CPUPartitions: 4, Progress: os.Stderr}
 }
 
 type env struct {
@@ -159,6 +160,7 @@ func mainCode() int {
 	flag.IntVar(&o.StormGateways, "storm-gateways", o.StormGateways, "gateways going dark in the storm scenario")
 	flag.IntVar(&o.StormPerGateway, "storm-per-gateway", o.StormPerGateway, "devices behind each gateway of the storm scenario")
 	flag.IntVar(&o.RefreshRate, "refresh-rate", o.RefreshRate, "signals/s of the refresh load during the lateness scenario (0 = as fast as it goes)")
+	flag.DurationVar(&o.QuietTimeout, "quiet-timeout", o.QuietTimeout, "timeout of the quiet scenario's types: its burst falls due this long after the quiet interval's end")
 	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss and daemon-cpu scenarios (default: go build ./cmd/heartbeatd)")
 	flag.StringVar(&o.BaselineBin, "heartbeatd-baseline", "", "daemon-cpu: a second heartbeatd binary run in alternating rounds, the same-run A/B baseline")
 	flag.IntVar(&o.CPUPartitions, "cpu-partitions", o.CPUPartitions, "daemon-cpu: partitions of the signal topic, each drained by its own reader")

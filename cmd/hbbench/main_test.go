@@ -22,11 +22,12 @@ func TestScenariosTiny(t *testing.T) {
 	}
 	opts := options{Devices: 2000, Window: time.Second, Duration: 300 * time.Millisecond, Signals: 2000,
 		ExpiryDevices: 2000, RecoverDevices: 200, StormFleet: 3000, StormGateways: 10, StormPerGateway: 100, RefreshRate: 20_000, CPUPartitions: 4, HeartbeatdBin: testenv.HeartbeatdBinary(t),
-		Progress: io.Discard}
+		QuietTimeout: 2 * time.Second, Progress: io.Discard}
 	if testing.Verbose() {
 		opts.Progress = testWriter{t}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// The quiet scenario waits for a minute of the wall clock to end: up to a minute more.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := run(ctx, opts)
 	require.NoError(t, err)
@@ -49,6 +50,7 @@ func TestScenariosTiny(t *testing.T) {
 		"recovered": {"latency p50", "latency p99", "latency max"},
 		"blind":     {"heartbeatd lateness p50", "heartbeatd lateness max"},
 		"outage":    {"group_wait 0s: pages", "group_wait 0s: outage_started", "group_wait 5s: pages", "group_wait 5s: lone device lateness"},
+		"quiet":     {"plain before: lateness max", "quiet end: lateness max", "plain after: lateness max", "quiet end: last acked", "quiet end p99 / plain p99"},
 		"rss":       {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
 		"cost": {"SET PX pipelined, random: commandstats", "Refresh typed, random: commandstats", "Refresh untyped, random: commandstats", "ZADD GT into 65,536 small sets (not heartbeatd's layout), random: commandstats",
 			"Refresh typed, jittered 5%: commandstats", "SET PX pipelined, jittered 5%: commandstats", "ZADD GT into a set per device (not heartbeatd's layout), random: commandstats"},
@@ -85,6 +87,7 @@ func TestScenariosTiny(t *testing.T) {
 		"expiry":   {"early events"},
 		"blind":    {"heartbeatd false interruptions"},
 		"storm":    {"plain: other events", "storm: dark devices interrupted", "storm: other events", "early events"},
+		"quiet":    {"plain before: early events", "quiet end: early events", "plain after: early events"},
 	}
 	for s, metrics := range zero {
 		for _, m := range metrics {

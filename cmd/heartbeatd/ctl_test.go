@@ -19,17 +19,18 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
-// ctlFleet is the real heartbeatd on real servers with three tokens: admin (http.token), ops (operate,
-// from a file) and viewer (read, as a digest).
+// ctlFleet is the real heartbeatd on real servers with four tokens: admin (http.token), ops (operate,
+// from a file), viewer (read, as a digest) and berlin (read, scoped to labels.site=berlin).
 type ctlFleet struct {
-	hb                         *testenv.Heartbeatd
-	adminEnv, opsFile, viewEnv string
+	hb                                    *testenv.Heartbeatd
+	adminEnv, opsFile, viewEnv, berlinEnv string
 }
 
 const (
 	ctlAdminToken  = "ctl-admin-5e1a"
 	ctlOpsToken    = "ctl-ops-90b4"
 	ctlViewerToken = "ctl-viewer-c33d"
+	ctlBerlinToken = "ctl-berlin-7a02"
 )
 
 func startCtlFleet(t *testing.T) *ctlFleet {
@@ -38,21 +39,25 @@ func startCtlFleet(t *testing.T) *ctlFleet {
 	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
 	opsFile := filepath.Join(t.TempDir(), "ops-token")
 	require.NoError(t, os.WriteFile(opsFile, []byte(ctlOpsToken+"\n"), 0o600))
-	sum := sha256.Sum256([]byte(ctlViewerToken))
+	sum, berlinSum := sha256.Sum256([]byte(ctlViewerToken)), sha256.Sum256([]byte(ctlBerlinToken))
 	servers := testenv.HeartbeatdConfig{Redis: redis.Addr, Slots: 4, MQTT: broker.Addr, ClientID: "ctl-test", Kafka: kafka.Addrs}
 	hb := testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: servers.YAML(fmt.Sprintf(`
 types:
   default: {timeout: 1s, repeat_every: 1h}
 detection: {grace_after_outage: 100ms}
 shutdown_timeout: 5s
+time_intervals:
+  - {name: always, time_intervals: [{times: [{start_time: "00:00", end_time: "24:00"}]}]}
 http:
   token: %s
   tokens:
     - {name: ops, role: operate, token_file: %s}
     - {name: viewer, role: read, token_sha256: %s}
-`, ctlAdminToken, opsFile, hex.EncodeToString(sum[:])))})
+    - {name: berlin, role: read, token_sha256: %s, scope: labels.site=berlin}
+`, ctlAdminToken, opsFile, hex.EncodeToString(sum[:]), hex.EncodeToString(berlinSum[:])))})
 	require.NoError(t, hb.AwaitReady(context.Background(), 30*time.Second), hb.LogTail())
-	return &ctlFleet{hb: hb, adminEnv: "HEARTBEATD_TOKEN=" + ctlAdminToken, opsFile: opsFile, viewEnv: "HEARTBEATD_TOKEN=" + ctlViewerToken}
+	return &ctlFleet{hb: hb, adminEnv: "HEARTBEATD_TOKEN=" + ctlAdminToken, opsFile: opsFile, viewEnv: "HEARTBEATD_TOKEN=" + ctlViewerToken,
+		berlinEnv: "HEARTBEATD_TOKEN=" + ctlBerlinToken}
 }
 
 // ctl runs `heartbeatd ctl` with the fleet's URL in HEARTBEATD_URL.
@@ -167,12 +172,86 @@ func TestCtl(t *testing.T) {
 	// Mistakes on the command line exit 2; a server that does not answer exits 1.
 	code, _, errOut = f.ctl(t, nil, "silence", "add", "--device", "m-2")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, "give one of --device and --type, and one of --for and --until")
+	assert.Contains(t, errOut, "give --device, --type or --matcher (not both --device and --type), and --for, --until or --interval")
 	code, _, _ = f.ctl(t, nil, "frobnicate")
 	assert.Equal(t, 2, code)
 	code, _, errOut = runBinary(t, []string{"HEARTBEATD_URL=http://127.0.0.1:1"}, "ctl", "stats")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "connection refused")
+}
+
+// An operator silences by matchers, recurring inside a configured interval: the server stores what the
+// flags said, the device it selects shows silenced, and a mistake in a matcher or an interval name is
+// refused with a clear message.
+func TestCtlSilenceMatchersAndIntervals(t *testing.T) {
+	f := startCtlFleet(t)
+	csv := filepath.Join(t.TempDir(), "devices.csv")
+	require.NoError(t, os.WriteFile(csv, []byte("device_id,labels\nm-1,site=berlin\nm-2,site=paris\n"), 0o600))
+	code, _, errOut := f.ctl(t, []string{f.adminEnv}, "import", csv)
+	require.Equal(t, 0, code, errOut)
+
+	code, out, errOut := f.ctl(t, nil, "--token-file", f.opsFile, "silence", "add", "--type", "default",
+		"--matcher", "labels.site=~ber.*", "--matcher", "device_id!=m-9", "--interval", "always", "--comment", "berlin nights")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `^silence \S+ during always, until deleted\n$`, out)
+	code, out, errOut = f.ctl(t, nil, "--token-file", f.opsFile, "-o", "json", "silence", "add",
+		"--matcher", "device_id=m-2", "--interval", "always", "--for", "2h")
+	require.Equal(t, 0, code, errOut)
+	var byID struct{ ID string }
+	require.NoError(t, json.Unmarshal([]byte(out), &byID), out)
+
+	code, out, errOut = f.ctl(t, []string{f.viewEnv}, "-o", "json", "silence", "ls")
+	require.Equal(t, 0, code, errOut)
+	var listed struct {
+		Silences []struct {
+			DeviceType    string `json:"device_type"`
+			Matchers      []map[string]string
+			TimeIntervals []string `json:"time_intervals"`
+			Ends          time.Time
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &listed), out)
+	require.Len(t, listed.Silences, 2, out)
+	byType := listed.Silences[0]
+	if byType.DeviceType == "" {
+		byType = listed.Silences[1]
+	}
+	assert.Equal(t, []map[string]string{{"label": "site", "op": "=~", "value": "ber.*"}, {"label": "device_id", "op": "!=", "value": "m-9"}}, byType.Matchers)
+	assert.Equal(t, []string{"always"}, byType.TimeIntervals)
+	assert.Equal(t, 9999, byType.Ends.Year(), "a recurring silence without an end lasts until deleted")
+	code, out, errOut = f.ctl(t, []string{f.viewEnv}, "silence", "ls")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `type default, site=~"ber.*", device_id!="m-9"`)
+	assert.Contains(t, out, "during always, until deleted")
+	assertAligned(t, out)
+
+	// The device_id matcher needs no labels, so the device view shows it silenced inside "always".
+	require.Eventually(t, func() bool {
+		code, out, _ := f.ctl(t, []string{f.viewEnv}, "-o", "json", "devices", "get", "m-2")
+		var d struct {
+			SilencedUntil *time.Time `json:"silenced_until"`
+		}
+		return code == 0 && json.Unmarshal([]byte(out), &d) == nil && d.SilencedUntil != nil && d.SilencedUntil.After(time.Now())
+	}, 10*time.Second, 100*time.Millisecond, "m-2 silenced by its matcher inside the interval")
+	code, _, errOut = f.ctl(t, nil, "--token-file", f.opsFile, "silence", "end", byID.ID)
+	require.Equal(t, 0, code, errOut)
+
+	code, _, errOut = f.ctl(t, nil, "--token-file", f.opsFile, "silence", "add", "--matcher", "labels.site=berlin", "--interval", "weekends")
+	assert.Equal(t, 1, code, "an interval the configuration does not define is the server's 400")
+	assert.Contains(t, errOut, `"weekends" is not in the configuration's time_intervals`)
+	assert.Contains(t, errOut, "HTTP 400")
+	code, _, errOut = f.ctl(t, nil, "--token-file", f.opsFile, "silence", "add", "--matcher", "labels.site~berlin", "--for", "1h")
+	assert.Equal(t, 2, code, "a matcher without an op is a command-line mistake")
+	assert.Contains(t, errOut, `--matcher: matcher "labels.site~berlin"`)
+	code, _, errOut = f.ctl(t, nil, "--token-file", f.opsFile, "silence", "add", "--matcher", "site=berlin")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "and --for, --until or --interval")
+
+	// A scoped token's stats name its scope and no fleet counts (docs/access.md#scopes).
+	code, out, errOut = f.ctl(t, []string{f.berlinEnv}, "stats")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?m)^scope\s+labels\.site=berlin$`, out)
+	assert.NotContains(t, out, "interrupted")
 }
 
 // check-config lists the API's tokens by name, role and scope, and where each secret comes from, never

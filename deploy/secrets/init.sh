@@ -6,7 +6,7 @@ dir=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
 # Only the owner may enter the directory; the files themselves must be readable by the containers'
 # users (heartbeatd runs as nonroot), which see the files, not the directory.
 chmod 700 "$dir"
-for name in api-token mqtt-password grafana-admin-password; do
+for name in api-token api-token-wall mqtt-password grafana-admin-password; do
 	f="$dir/$name"
 	if [ -s "$f" ]; then
 		echo "$f exists; kept"

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/heartbeatd/heartbeatd/pkg/client"
+	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 func devicesLs(inv *invocation, args []string) error {
@@ -130,24 +131,30 @@ func act(inv *invocation, args []string, name, byHelp, wants string,
 func silenceAdd(inv *invocation, args []string) error {
 	fs := newFlagSet("silence add", inv.g)
 	var s client.NewSilence
-	var matcher, interval string
+	var matchers, intervals repeated
 	fs.StringVar(&s.DeviceID, "device", "", "the device to silence")
 	fs.StringVar(&s.DeviceType, "type", "", "the type to silence")
+	fs.Var(&matchers, "matcher", "name op value, such as labels.site=~ber.* (repeatable: all must match)")
 	fs.StringVar(&s.For, "for", "", "how long, such as 2h")
 	fs.StringVar(&s.Until, "until", "", "when it ends, RFC 3339")
+	fs.Var(&intervals, "interval", "a time_intervals name: recurring, inside it, until deleted (repeatable)")
 	fs.StringVar(&s.Comment, "comment", "", "why")
 	fs.StringVar(&s.By, "by", "", "who silences (default: the token's name)")
-	fs.StringVar(&matcher, "matcher", "", "not served by this API version")
-	fs.StringVar(&interval, "interval", "", "not served by this API version")
 	if _, err := inv.args(fs, args, 0, "no arguments, only flags"); err != nil {
 		return err
 	}
-	if matcher != "" || interval != "" {
-		return fmt.Errorf("%w: silence add: --matcher and --interval need silences this API does not serve yet: use --device or --type, --for or --until", errUsage)
+	if s.DeviceID != "" && s.DeviceType != "" || s.DeviceID == "" && s.DeviceType == "" && len(matchers) == 0 ||
+		s.For != "" && s.Until != "" || s.For == "" && s.Until == "" && len(intervals) == 0 {
+		return fmt.Errorf("%w: silence add: give --device, --type or --matcher (not both --device and --type), and --for, --until or --interval", errUsage)
 	}
-	if (s.DeviceID == "") == (s.DeviceType == "") || (s.For == "") == (s.Until == "") {
-		return fmt.Errorf("%w: silence add: give one of --device and --type, and one of --for and --until", errUsage)
+	for _, text := range matchers {
+		m, err := silence.ParseMatcher(text)
+		if err != nil {
+			return fmt.Errorf("%w: silence add: --matcher: %v", errUsage, err)
+		}
+		s.Matchers = append(s.Matchers, client.Matcher{Label: m.Label, Op: m.Op, Value: m.Value})
 	}
+	s.TimeIntervals = intervals
 	c, ctx, cancel, err := inv.client()
 	if err != nil {
 		return err
@@ -157,20 +164,49 @@ func silenceAdd(inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	return inv.done(created, fmt.Sprintf("silence %s until %s", created.ID, created.Ends.Format(timeLayout)))
+	return inv.done(created, fmt.Sprintf("silence %s %s", created.ID, silenceWhen(created)))
+}
+
+// repeated is a flag given any number of times, in order.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+// silenceWhat says what a silence selects: its device or type and its matchers.
+func silenceWhat(s client.Silence) string {
+	var parts []string
+	switch {
+	case s.DeviceID != "":
+		parts = append(parts, "device "+s.DeviceID)
+	case s.DeviceType != "":
+		parts = append(parts, "type "+s.DeviceType)
+	}
+	for _, m := range s.Matchers {
+		parts = append(parts, fmt.Sprintf("%s%s%q", m.Label, m.Op, m.Value))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// silenceWhen says when a silence covers its devices: until its end, or inside its intervals.
+func silenceWhen(s client.Silence) string {
+	until := "until " + s.Ends.Format(timeLayout)
+	if len(s.TimeIntervals) == 0 {
+		return until
+	}
+	if s.Ends.Equal(silence.RecurringEnds) { // no end was given
+		until = "until deleted"
+	}
+	return "during " + strings.Join(s.TimeIntervals, ", ") + ", " + until
 }
 
 func silenceLs(inv *invocation, args []string) error {
 	return show(inv, args, "silence ls", func(ctx context.Context, c *client.Client) ([]client.Silence, error) { return c.Silences(ctx) },
 		func(list []client.Silence) any { return map[string]any{"silences": list} },
 		func(list []client.Silence) error {
-			t := newTable(inv.out, "ID", "MATCHES", "ENDS", "BY", "COMMENT")
+			t := newTable(inv.out, "ID", "MATCHES", "WHEN", "BY", "COMMENT")
 			for _, s := range list {
-				what := "device " + s.DeviceID
-				if s.DeviceType != "" {
-					what = "type " + s.DeviceType
-				}
-				t.row(s.ID, what, s.Ends.Format(timeLayout), s.By, s.Comment)
+				t.row(s.ID, silenceWhat(s), silenceWhen(s), s.By, s.Comment)
 			}
 			return t.flush()
 		})

@@ -30,7 +30,10 @@ Usage:
   heartbeatd ctl [flags] devices get ID
   heartbeatd ctl [flags] ack ID [--note N] [--by B]
   heartbeatd ctl [flags] signal ID [--type T]  (a signal of the device now, as a cron job would send)
-  heartbeatd ctl [flags] silence add (--device ID | --type T) (--for 2h | --until RFC3339) [--comment C] [--by B]
+  heartbeatd ctl [flags] silence add (--device ID | --type T | --matcher 'labels.site=~ber.*')...
+                                     (--for 2h | --until RFC3339 | --interval NAME...) [--comment C] [--by B]
+                         (--matcher, repeatable: labels.NAME, device_type, device_id or parent, then =, !=, =~
+                          or !~, then the value; --interval, repeatable: a time_intervals name, recurring)
   heartbeatd ctl [flags] silence ls
   heartbeatd ctl [flags] silence end ID [--note N] [--by B]
   heartbeatd ctl [flags] outages ls

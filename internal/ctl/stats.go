@@ -13,10 +13,14 @@ func stats(inv *invocation, args []string) error {
 		devices, _ := s["devices"].(map[string]any)
 		hold, _ := s["hold_back"].(map[string]any)
 		t := newTable(inv.out)
-		t.row("online", str(devices["online"]))
-		t.row("interrupted", str(devices["interrupted"]))
-		t.row("dead claims", str(s["dead_claims"]))
-		t.row("claims pending", str(s["claims_pending"]))
+		if scope := str(s["scope"]); scope != "" { // a scoped token gets no fleet counts (docs/access.md#scopes)
+			t.row("scope", scope)
+		} else {
+			t.row("online", str(devices["online"]))
+			t.row("interrupted", str(devices["interrupted"]))
+			t.row("dead claims", str(s["dead_claims"]))
+			t.row("claims pending", str(s["claims_pending"]))
+		}
 		t.row("hold-back active", str(hold["active"]))
 		if reason := str(hold["reason"]); reason != "" {
 			t.row("hold-back reason", reason)

@@ -85,16 +85,30 @@ type Silence struct {
 	Comment    string    `json:"comment,omitempty"`
 	By         string    `json:"by,omitempty"`
 	Token      string    `json:"token,omitempty"`
+	// Matchers and TimeIntervals: a silence by labels, type, id or parent; a recurring one.
+	Matchers      []Matcher `json:"matchers,omitempty"`
+	TimeIntervals []string  `json:"time_intervals,omitempty"`
 }
 
-// NewSilence is the body of POST /v1/silences: one of DeviceID and DeviceType, one of Until and For.
+// Matcher selects devices by a registered label's name or device_id, device_type, parent; Op is =, !=,
+// =~ or !~ (docs/schedules.md#recurring-silences).
+type Matcher struct {
+	Label string `json:"label"`
+	Op    string `json:"op"`
+	Value string `json:"value"`
+}
+
+// NewSilence is the body of POST /v1/silences: DeviceID, DeviceType or Matchers (matchers may narrow
+// either); Until, For or TimeIntervals (a recurring silence, until deleted or Until/For).
 type NewSilence struct {
-	DeviceID   string `json:"device_id,omitempty"`
-	DeviceType string `json:"device_type,omitempty"`
-	Until      string `json:"until,omitempty"`
-	For        string `json:"for,omitempty"`
-	Comment    string `json:"comment,omitempty"`
-	By         string `json:"by,omitempty"`
+	DeviceID      string    `json:"device_id,omitempty"`
+	DeviceType    string    `json:"device_type,omitempty"`
+	Matchers      []Matcher `json:"matchers,omitempty"`
+	TimeIntervals []string  `json:"time_intervals,omitempty"`
+	Until         string    `json:"until,omitempty"`
+	For           string    `json:"for,omitempty"`
+	Comment       string    `json:"comment,omitempty"`
+	By            string    `json:"by,omitempty"`
 }
 
 // Act is who performs an operator act and why; both optional (the server names the token).

@@ -180,16 +180,16 @@ func (a *api) routes() []route {
 		{"GET /v1/devices", read, filtered, a.devices},
 		{"POST /v1/devices/{id}/ack", operate, pathDevice, a.ack},
 		{"DELETE /v1/devices/{id}", operate, pathDevice, a.deleteDevice},
-		{"GET /v1/stats", read, fleetWide, a.stats},
+		{"GET /v1/stats", read, filtered, a.stats},
 		{"PUT /v1/devices/{id}", admin, fleetWide, a.putDevice},
 		{"POST /v1/devices:import", admin, fleetWide, a.importDevices},
-		{"GET /v1/outages", read, fleetWide, a.outages},
-		{"GET /v1/outages/{id...}", read, fleetWide, a.outage},
+		{"GET /v1/outages", read, filtered, a.outages},
+		{"GET /v1/outages/{id...}", read, filtered, a.outage},
 		{"POST /v1/dead/requeue", admin, fleetWide, a.requeue},
 		{"POST /v1/silences", operate, filtered, a.createSilence},
 		{"GET /v1/silences", read, filtered, a.listSilences},
 		{"DELETE /v1/silences/{id}", operate, filtered, a.deleteSilence},
-		{"GET /v1/events/stream", read, fleetWide, a.eventStream},
+		{"GET /v1/events/stream", read, filtered, a.eventStream},
 		{"GET /v1/devices/{id}/events", read, pathDevice, a.deviceEvents},
 		{"POST /v1/signals", signal, filtered, a.postSignals}, // signalsPath
 		{"POST /v1/devices/{id}/signal", signal, pathDevice, a.postDeviceSignal},
@@ -361,7 +361,12 @@ func (a *api) device(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q is not known", id))
 		return
 	}
-	writeJSON(w, http.StatusOK, a.view(d))
+	views := []DeviceView{a.view(d)}
+	if err := a.silencedByFacts(r.Context(), views, []deadline.Device{d}); err != nil {
+		a.internal(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, views[0])
 }
 
 func (a *api) devices(w http.ResponseWriter, r *http.Request) {
@@ -422,6 +427,10 @@ func (a *api) devices(w http.ResponseWriter, r *http.Request) {
 	views := make([]DeviceView, 0, len(page))
 	for _, d := range page {
 		views = append(views, a.view(d))
+	}
+	if err := a.silencedByFacts(r.Context(), views, page); err != nil {
+		a.internal(w, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"devices": views, "next_cursor": next})
 }
@@ -504,60 +513,6 @@ func validAct(w http.ResponseWriter, act event.Act) bool {
 		return false
 	}
 	return true
-}
-
-func (a *api) stats(w http.ResponseWriter, r *http.Request) {
-	c, err := a.Store.Count(r.Context())
-	if err != nil {
-		a.internal(w, err)
-		return
-	}
-	body := map[string]any{
-		"devices":        map[string]int64{"online": c.Online, "interrupted": c.Interrupted},
-		"dead_claims":    c.Parked,
-		"claims_pending": c.Pending,
-		"hold_back":      a.HoldBack(),
-		"owned_slots":    a.OwnedSlots(),
-		"slots":          a.Store.Slots(),
-	}
-	if a.QuietNow != nil {
-		body["quiet"] = a.QuietNow(a.Now())
-	}
-	if c.Parked > 0 {
-		parked, err := a.Store.ParkedClaims(r.Context(), parkedShown)
-		if err != nil {
-			a.internal(w, err)
-			return
-		}
-		views := make([]parkedView, len(parked))
-		for i, p := range parked {
-			views[i] = parkedView{DeviceID: p.Device, ParkedAt: p.At.UTC(), Reason: p.Reason}
-		}
-		body["parked"] = views
-	}
-	// Per-type counts scan every device: only on request, and shared (typeCountsCache).
-	if r.URL.Query().Get("by_type") == "true" {
-		tc, err := a.typeCounts.get(r.Context(), a.Now, a.TypeCountsTTL, a.Store.CountByType)
-		if err != nil {
-			a.internal(w, err)
-			return
-		}
-		body["by_type"] = map[string]any{"online": tc.online, "interrupted": tc.interrupted, "as_of": tc.at.UTC()}
-	}
-	if r.URL.Query().Get("advice") == "true" && a.Advice != nil {
-		body["advice"] = a.Advice()
-	}
-	writeJSON(w, http.StatusOK, body)
-}
-
-// parkedShown is how many parked claims /v1/stats names besides their count (dead_claims).
-const parkedShown = 10
-
-// parkedView is one parked claim in /v1/stats.
-type parkedView struct {
-	DeviceID string    `json:"device_id"`
-	ParkedAt time.Time `json:"parked_at"`
-	Reason   string    `json:"reason"`
 }
 
 // requeue moves every parked claim back to due now; the slots' owners publish them again.

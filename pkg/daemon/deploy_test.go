@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+	"gopkg.in/yaml.v3"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
@@ -50,6 +51,8 @@ func TestComposeDeployment(t *testing.T) {
 		"HEARTBEATD_HTTP_LISTEN":               httpAddr,
 		"HEARTBEATD_HTTP_TOKEN_FILE":           filepath.Join(dir, "api-token"),
 		"HEARTBEATD_INGEST_MQTT_PASSWORD_FILE": filepath.Join(dir, "mqtt-password"),
+		// docker-compose.yml's named tokens, their secrets where init.sh made them.
+		"HEARTBEATD_HTTP_TOKENS": strings.ReplaceAll(composeEnv(t, "heartbeatd", "HEARTBEATD_HTTP_TOKENS"), "/run/secrets/", dir+"/"),
 	}
 	warnings, logs := observer.New(zap.WarnLevel)
 	logger := zaptest.NewLogger(t, zaptest.WrapOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, warnings) })))
@@ -89,6 +92,13 @@ func TestComposeDeployment(t *testing.T) {
 	require.Equal(t, "ingest.mqtt.brokers[0]", insecure[0].ContextMap()["key"], "the MQTT password goes over plaintext")
 	require.Equal(t, http.StatusUnauthorized, get("/v1/stats", ""))
 	require.Equal(t, http.StatusOK, get("/v1/stats", secrets["api-token"]))
+	require.Equal(t, http.StatusOK, get("/v1/stats", secrets["api-token-wall"]), "the wall screen's token reads")
+	req, err := newRequest(http.MethodPost, "http://"+httpAddr+"/v1/silences", secrets["api-token-wall"], strings.NewReader(`{"device_type":"default","for":"1h"}`))
+	require.NoError(t, err)
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "and only reads")
 
 	cancel()
 	awaitReturn(t, done)
@@ -96,7 +106,7 @@ func TestComposeDeployment(t *testing.T) {
 	// A password in the broker URL that mosquitto refuses: the error names the broker, not the password.
 	all, allLogs := observer.New(zap.DebugLevel)
 	env["HEARTBEATD_INGEST_MQTT_BROKERS"] = strings.Replace(broker, "tcp://", "tcp://heartbeatd:wrong-pw-4711@", 1)
-	err := Run(context.Background(), Options{ConfigPath: filepath.Join("..", "..", "configs", "compose.yaml"), Build: BuildInfo{Version: "test"},
+	err = Run(context.Background(), Options{ConfigPath: filepath.Join("..", "..", "configs", "compose.yaml"), Build: BuildInfo{Version: "test"},
 		Env: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Logger: zap.New(all), Reload: make(chan struct{})})
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "heartbeatd:redacted@127.0.0.1")
@@ -138,7 +148,7 @@ func initSecrets(t *testing.T, dir string) map[string]string {
 	}
 	run()
 	out := map[string]string{}
-	for _, name := range []string{"api-token", "mqtt-password"} {
+	for _, name := range []string{"api-token", "api-token-wall", "mqtt-password"} {
 		p := filepath.Join(dir, name)
 		b, err := os.ReadFile(p)
 		require.NoError(t, err)
@@ -241,4 +251,18 @@ func startDeployMosquitto(t *testing.T, dir, password string) string {
 	default:
 	}
 	return "tcp://" + addr
+}
+
+// composeEnv is the environment variable name of service in docker-compose.yml.
+func composeEnv(t *testing.T, service, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yml"))
+	require.NoError(t, err)
+	var compose struct {
+		Services map[string]struct{ Environment map[string]string }
+	}
+	require.NoError(t, yaml.Unmarshal(b, &compose))
+	v, ok := compose.Services[service].Environment[name]
+	require.True(t, ok, "docker-compose.yml sets %s for %s", name, service)
+	return v
 }

@@ -5,14 +5,15 @@ import (
 	"net/http"
 )
 
-// outages answers GET /v1/outages: the open correlated outages and the last ended ones, newest first.
+// outages answers GET /v1/outages: the open correlated outages and the last ended ones, newest first;
+// for a scoped token those whose group is its scope (groupInScope).
 func (a *api) outages(w http.ResponseWriter, r *http.Request) {
 	list, err := a.Outages.Outages(r.Context())
 	if err != nil {
 		a.internal(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"outages": list})
+	writeJSON(w, http.StatusOK, map[string]any{"outages": outagesInScope(list, callerOf(r).Scope)})
 }
 
 // outage answers GET /v1/outages/{id}; an id holds slashes (outage:<by>:<value>/<start ms>).
@@ -23,7 +24,7 @@ func (a *api) outage(w http.ResponseWriter, r *http.Request) {
 		a.internal(w, err)
 		return
 	}
-	for _, o := range list {
+	for _, o := range outagesInScope(list, callerOf(r).Scope) { // one outside the scope is not known
 		if o.ID == id {
 			writeJSON(w, http.StatusOK, o)
 			return

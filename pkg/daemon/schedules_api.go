@@ -2,10 +2,13 @@ package daemon
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
@@ -82,4 +85,28 @@ func (a *api) viewSchedules(v *DeviceView, d deadline.Device) {
 	if a.QuietUntil != nil {
 		v.QuietUntil = ptr(a.QuietUntil(d.Type, a.Now()))
 	}
+}
+
+// silencedByFacts completes the views of page (views[i] is page[i]'s) for silences whose matchers look
+// at labels or parents, which the view's SilencedUntil sees empty: one read of the devices' labels, only
+// while some silence needs them.
+func (a *api) silencedByFacts(ctx context.Context, views []DeviceView, page []deadline.Device) error {
+	fc, ok := a.Silences.(alarm.FactsChecker)
+	if !ok || !fc.NeedsFacts() || len(page) == 0 {
+		return nil
+	}
+	ids := make([]string, len(page))
+	for i, d := range page {
+		ids[i] = d.ID
+	}
+	labels, err := a.Store.Labels(ctx, ids)
+	if err != nil {
+		return err
+	}
+	now := a.Now()
+	for i, d := range page {
+		f := silence.Facts{DeviceID: d.ID, DeviceType: config.BaseType(d.Type), Parent: d.Parent, Labels: labels[i]}
+		views[i].SilencedUntil = ptr(fc.SilencedUntilFacts(f, now))
+	}
+	return nil
 }

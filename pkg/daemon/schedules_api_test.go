@@ -104,3 +104,27 @@ types:
 	_, stats := callJSON(t, srv.URL, "GET", "/v1/stats", "", "")
 	require.Equal(t, map[string]any{"default": sixAM}, stats["quiet"])
 }
+
+// A silence whose matchers look at registered labels shows on the devices it selects, in the device view
+// and the listing, and on no other.
+func TestAPIViewShowsLabelMatcherSilences(t *testing.T) {
+	f := newAPIFixture(t, "")
+	registerSites(t, f)
+	f.signal(t, "gw-1", "gateway", f.now)
+	code, created := f.call(t, "POST", "/v1/silences", "", `{"matchers":[{"label":"site","op":"=","value":"berlin"}],"for":"1h"}`)
+	require.Equal(t, http.StatusCreated, code, "%v", created)
+	require.NoError(t, f.silences.Load(context.Background()))
+	until := f.now.Add(time.Hour).UTC().Format(time.RFC3339Nano)
+	for id, want := range map[string]any{"ber-1": until, "par-1": nil, "gw-1": nil} {
+		code, out := f.call(t, "GET", "/v1/devices/"+id, "", "")
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, want, out["silenced_until"], id)
+	}
+	code, out := f.call(t, "GET", "/v1/devices", "", "")
+	require.Equal(t, http.StatusOK, code)
+	listed := map[string]any{}
+	for _, d := range out["devices"].([]any) {
+		listed[d.(map[string]any)["device_id"].(string)] = d.(map[string]any)["silenced_until"]
+	}
+	require.Equal(t, map[string]any{"ber-1": until, "par-1": nil, "gw-1": nil}, listed)
+}

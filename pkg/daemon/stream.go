@@ -71,7 +71,7 @@ type EventStream struct {
 
 // streamClient is one live stream: the frames queued for it, and why its queue was closed.
 type streamClient struct {
-	frames  chan []byte
+	frames  chan streamFrame
 	dropped bool // set before frames is closed when the stream fell behind; read after the close
 }
 
@@ -95,18 +95,26 @@ func NewEventStream(opts StreamOptions) *EventStream {
 	return s
 }
 
+// streamFrame is one event framed for the live streams, with what a scoped stream filters it by.
+type streamFrame struct {
+	data               []byte
+	kind               event.Kind
+	device, deviceType string
+	group              *event.Group
+}
+
 // Observe keeps events and queues them for every live stream (event.Observer). It holds the lock only
 // for copies and non-blocking sends; the events are encoded once, and only while someone listens.
 func (s *EventStream) Observe(events []event.Event) {
-	var frames [][]byte
+	var frames []streamFrame
 	if s.streams.Load() > 0 {
-		frames = make([][]byte, 0, len(events))
+		frames = make([]streamFrame, 0, len(events))
 		for _, e := range events {
 			b, err := e.MarshalJSON()
 			if err != nil {
 				continue // an Event always encodes; nothing to show for one that does not
 			}
-			frames = append(frames, sseData(b))
+			frames = append(frames, streamFrame{data: sseData(b), kind: e.Kind, device: e.DeviceID, deviceType: e.DeviceType, group: e.Group})
 		}
 	}
 	s.mu.Lock()
@@ -168,7 +176,7 @@ func (s *EventStream) subscribe() (*streamClient, error) {
 	if len(s.clients) >= s.opts.MaxClients {
 		return nil, errTooManyStreams
 	}
-	c := &streamClient{frames: make(chan []byte, s.opts.Buffer)}
+	c := &streamClient{frames: make(chan streamFrame, s.opts.Buffer)}
 	s.clients[c] = struct{}{}
 	s.streams.Store(int32(len(s.clients)))
 	s.open.Set(float64(len(s.clients)))
@@ -216,8 +224,8 @@ func (s *EventStream) Recent(device string, limit int) ([]event.Event, time.Time
 }
 
 // eventStream serves GET /v1/events/stream: Server-Sent Events, one `data:` line per event Kafka
-// acknowledged on this replica, `: keepalive` comments while idle, and `event: dropped` before the
-// server closes a stream that fell behind.
+// acknowledged on this replica (for a scoped token, those of its scope: streamScope), `: keepalive`
+// comments while idle, and `event: dropped` before the server closes a stream that fell behind.
 func (a *api) eventStream(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -240,33 +248,34 @@ func (a *api) eventStream(w http.ResponseWriter, r *http.Request) {
 		a.log.Debug("live stream: clearing the write deadline", zap.Error(err))
 	}
 	w.WriteHeader(http.StatusOK)
-	write := func(frames ...[]byte) error {
+	write := func(frames ...streamFrame) error {
 		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
 		for _, f := range frames {
-			if _, err := w.Write(f); err != nil {
+			if _, err := w.Write(f.data); err != nil {
 				return fmt.Errorf("daemon: live stream: %w", err)
 			}
 		}
 		return rc.Flush()
 	}
-	if write([]byte(": connected\n\n")) != nil {
+	if write(streamFrame{data: []byte(": connected\n\n")}) != nil {
 		return
 	}
 	keepalive := time.NewTicker(a.Stream.opts.Keepalive)
 	defer keepalive.Stop()
-	batch := make([][]byte, 0, streamBatch)
+	scope := streamScope{scope: callerOf(r).Scope, labels: a.Store.Labels}
+	batch := make([]streamFrame, 0, streamBatch)
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-keepalive.C:
-			if write([]byte(": keepalive\n\n")) != nil {
+			if write(streamFrame{data: []byte(": keepalive\n\n")}) != nil {
 				return
 			}
 		case f, ok := <-c.frames:
 			if !ok {
 				if c.dropped {
-					_ = write([]byte("event: dropped\ndata: {\"reason\":\"the client fell behind; reload and reconnect\"}\n\n"))
+					_ = write(streamFrame{data: []byte("event: dropped\ndata: {\"reason\":\"the client fell behind; reload and reconnect\"}\n\n")})
 				}
 				return
 			}
@@ -283,7 +292,12 @@ func (a *api) eventStream(w http.ResponseWriter, r *http.Request) {
 					break more
 				}
 			}
-			if write(batch...) != nil {
+			kept, err := scope.keep(r.Context(), batch)
+			if err != nil { // the client reconnects, as after any closed stream
+				a.log.Warn("live stream closed: reading its devices' labels", zap.Error(err))
+				return
+			}
+			if write(kept...) != nil {
 				return
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -209,4 +210,41 @@ func describe(ms []Matcher) string {
 		parts[i] = fmt.Sprintf("%s%s%q", m.Label, m.Op, m.Value)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ParseMatcher reads a matcher as an operator writes it, `name op value` in Alertmanager's manner:
+// `labels.site=berlin` or `site=berlin` (a registered label), `device_type!=meter`, `device_id=~m-.*`,
+// `parent!~gw-[0-9]+`; the value may be double-quoted (`site="ber lin"`). It checks it as Create would.
+func ParseMatcher(s string) (Matcher, error) {
+	i := strings.IndexAny(s, "=!")
+	if i < 0 {
+		return Matcher{}, fmt.Errorf("matcher %q: want name op value, op one of =, !=, =~, !~", s)
+	}
+	m := Matcher{Label: strings.TrimSpace(s[:i]), Op: OpEqual}
+	rest := s[i:]
+	for _, op := range []string{OpNotEqual, OpRegexp, OpNotRegexp, OpEqual} { // two-character ops first
+		if strings.HasPrefix(rest, op) {
+			m.Op, rest = op, rest[len(op):]
+			break
+		}
+	}
+	if rest == s[i:] {
+		return Matcher{}, fmt.Errorf("matcher %q: op %q is not one of =, !=, =~, !~", s, rest[:1])
+	}
+	if label, ok := strings.CutPrefix(m.Label, "labels."); ok {
+		m.Label = label
+	}
+	m.Value = strings.TrimSpace(rest)
+	if len(m.Value) >= 2 && m.Value[0] == '"' && m.Value[len(m.Value)-1] == '"' {
+		v, err := strconv.Unquote(m.Value)
+		if err != nil {
+			return Matcher{}, fmt.Errorf("matcher %q: %v", s, err)
+		}
+		m.Value = v
+	}
+	check := m
+	if err := check.compile(); err != nil {
+		return Matcher{}, err
+	}
+	return m, nil
 }

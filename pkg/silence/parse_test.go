@@ -1,0 +1,48 @@
+package silence
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// An operator writes matchers as in amtool; each reads as the API's JSON matcher, and what it selects
+// follows its op.
+func TestParseMatcher(t *testing.T) {
+	for in, want := range map[string]Matcher{
+		"labels.site=berlin":  {Label: "site", Op: OpEqual, Value: "berlin"},
+		"site=berlin":         {Label: "site", Op: OpEqual, Value: "berlin"},
+		"device_type!=meter":  {Label: "device_type", Op: OpNotEqual, Value: "meter"},
+		"device_id=~m-.*":     {Label: "device_id", Op: OpRegexp, Value: "m-.*"},
+		"parent!~gw-[0-9]+":   {Label: "parent", Op: OpNotRegexp, Value: "gw-[0-9]+"},
+		`labels.room="a = b"`: {Label: "room", Op: OpEqual, Value: "a = b"},
+		"labels.floor=":       {Label: "floor", Op: OpEqual, Value: ""},
+		"labels.note=x!=y=~z": {Label: "note", Op: OpEqual, Value: "x!=y=~z"},
+	} {
+		got, err := ParseMatcher(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	m, err := ParseMatcher("labels.site=~ber.*")
+	require.NoError(t, err)
+	require.NoError(t, m.compile())
+	assert.True(t, m.matchesValue("berlin"))
+	assert.False(t, m.matchesValue("paris"), "a regular expression matches the whole value")
+
+	for in, msg := range map[string]string{
+		"site":          "want name op value",
+		"site!berlin":   `op "!" is not one of`,
+		"=berlin":       "a matcher needs a label",
+		"site=~ber(lin": "missing closing )",
+		`site="berlin`:  "", // an unbalanced quote is part of the value
+	} {
+		_, err := ParseMatcher(in)
+		if msg == "" {
+			assert.NoError(t, err, in)
+			continue
+		}
+		require.Error(t, err, in)
+		assert.Contains(t, err.Error(), msg, in)
+	}
+}
