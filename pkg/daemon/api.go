@@ -50,6 +50,9 @@ type APIOptions struct {
 	Reload     func() error
 	OwnedSlots func() []int
 	Timeout    func(typeName string) time.Duration // for last_seen = deadline − timeout
+	// WarnAfter is a type's warn_after (nil or 0: none): such a type's stored deadline is its warning, so
+	// last_seen = that − warn_after.
+	WarnAfter func(typeName string) time.Duration
 	// QuietUntil and QuietNow say which types are in a quiet interval and until when (docs/schedules.md);
 	// nil = no schedules.
 	QuietUntil func(typeName string, now time.Time) time.Time
@@ -284,7 +287,7 @@ func (a *api) reload(w http.ResponseWriter, _ *http.Request) {
 type DeviceView struct {
 	DeviceID      string     `json:"device_id"`
 	DeviceType    string     `json:"device_type"`
-	State         string     `json:"state"` // online | interrupted | unknown
+	State         string     `json:"state"` // online | late | interrupted | unknown
 	Deadline      *time.Time `json:"deadline"`
 	LastSeen      *time.Time `json:"last_seen"`
 	InterruptedAt *time.Time `json:"interrupted_at"`
@@ -327,8 +330,19 @@ func (a *api) view(d deadline.Device) DeviceView {
 		v.State = "online"
 	}
 	if !dl.IsZero() {
-		v.Deadline = ptr(dl)
-		v.LastSeen = ptr(dl.Add(-a.Timeout(d.Type)))
+		timeout, lead := a.Timeout(d.Type), a.Timeout(d.Type)
+		if a.WarnAfter != nil {
+			if w := a.WarnAfter(d.Type); w > 0 {
+				lead = w
+			}
+		}
+		// A warned type's stored deadline is its warning; the deadline shown is its interruption's.
+		v.LastSeen = ptr(dl.Add(-lead))
+		v.Deadline = ptr(dl.Add(timeout - lead))
+		if inc := d.Incident; inc != nil && inc.Hold == deadline.HoldLate && inc.Next == 0 {
+			v.State = "late"
+			v.Deadline = ptr(time.UnixMilli(inc.InterruptedAt))
+		}
 	}
 	a.viewSchedules(&v, d)
 	if a.Silences != nil {
