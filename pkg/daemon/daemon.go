@@ -148,7 +148,9 @@ func (d *daemon) timeout(typeName string) time.Duration {
 }
 
 // warnAfter is deadline.Options.WarnAfter: a type's warn_after under the current policies (0: none).
-func (d *daemon) warnAfter(typeName string) time.Duration { return d.policies.Load().WarnAfter(typeName) }
+func (d *daemon) warnAfter(typeName string) time.Duration {
+	return d.policies.Load().WarnAfter(typeName)
+}
 
 // knownType says whether a type name is configured.
 func (d *daemon) knownType(name string) bool {

@@ -97,7 +97,9 @@ type extras struct {
 	warning             bool
 }
 
-func (i incident) extras() extras { return extras{parent: i.parent, inhibitedBy: i.inhibitedBy, warning: i.warning} }
+func (i incident) extras() extras {
+	return extras{parent: i.parent, inhibitedBy: i.inhibitedBy, warning: i.warning}
+}
 
 // labels is the label set of an incident's alert: the configured labels, then heartbeatd's own (which
 // the configuration may not override). Empty values are left out, as Alertmanager treats them.
