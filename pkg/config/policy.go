@@ -287,7 +287,11 @@ func (c *Config) PolicyTable() string {
 	p := c.Policies()
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TYPE\tTIMEOUT\tREPEAT_EVERY\tMAX_REPEATS\tFLAPPING")
+	warnCol := "" // shown only when some type warns, so a table without warnings reads as before
+	if p.anyWarned {
+		warnCol = "\tWARN_AFTER"
+	}
+	fmt.Fprintln(tw, "TYPE\tTIMEOUT\tREPEAT_EVERY\tMAX_REPEATS\tFLAPPING"+warnCol)
 	marked := [3]bool{}
 	for _, name := range p.names {
 		pol, from := p.byName[name], p.from[name]
@@ -313,8 +317,15 @@ func (c *Config) PolicyTable() string {
 		if f := pol.Flapping; f.Count > 0 {
 			flapping = fmt.Sprintf("%d in %s", f.Count, FormatDuration(f.Window))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, mark(FormatDuration(pol.Timeout), from[0]), mark(repeat, from[1]),
-			mark(maxRepeats, from[2]), flapping)
+		warn := ""
+		if p.anyWarned {
+			warn = "\toff"
+			if pol.WarnAfter > 0 {
+				warn = "\t" + FormatDuration(pol.WarnAfter)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s%s\n", name, mark(FormatDuration(pol.Timeout), from[0]), mark(repeat, from[1]),
+			mark(maxRepeats, from[2]), flapping, warn)
 	}
 	_ = tw.Flush()
 	if marked[fromDefault] || marked[fromBuiltin] {
