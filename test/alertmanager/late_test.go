@@ -2,6 +2,8 @@ package alertmanager
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
 
@@ -13,7 +15,7 @@ import (
 )
 
 // lateDaemon starts a replica whose `warned` type reports a device late a second after its last signal
-// and interrupts it five seconds later: room for a recovery in between on a loaded machine.
+// and interrupts it nine seconds later: room for a recovery in between on a loaded machine.
 func (s *stack) lateDaemon() *testenv.Heartbeatd {
 	s.t.Helper()
 	servers := testenv.HeartbeatdConfig{Redis: s.redis.Addr, Slots: 16, MQTT: s.broker.Addr, ClientID: "am-late",
@@ -22,7 +24,7 @@ func (s *stack) lateDaemon() *testenv.Heartbeatd {
 		Config: servers.YAML(`
 types:
   default: {timeout: 1h}
-  warned: {timeout: 6s, warn_after: 1s, repeat_every: 1m}
+  warned: {timeout: 10s, warn_after: 1s, repeat_every: 1m}
 log: {level: info}
 `),
 		Env: []string{"HEARTBEATD_CLUSTER_REPLICA_ID=late", "HEARTBEATD_OUTPUTS_ALERTMANAGER_RESEND_EVERY=1s",
@@ -102,7 +104,7 @@ func onlyWarning(a []testenv.Alert) bool { return len(a) == 1 && a[0].Labels["se
 // signals after its warning is reported recovered, and its warning is resolved.
 func TestLateThenInterruptedOrRecovered(t *testing.T) {
 	s := startStack(t)
-	s.lateDaemon()
+	h := s.lateDaemon()
 	s.signalAs(`{"type":"warned"}`, "dev-late", "dev-back")
 
 	// dev-back: late, then a signal before its timeout.
@@ -110,6 +112,22 @@ func TestLateThenInterruptedOrRecovered(t *testing.T) {
 	late := got[0]
 	require.Equal(t, event.Late, late.Kind, "the first event of the incident")
 	require.Equal(t, time.Second, late.Deadline.Sub(late.LastSeen), "late at last signal + warn_after")
+	code, body, err := h.Get("/v1/devices/dev-back")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, body)
+	var view struct {
+		State              string
+		LastSeen, Deadline time.Time
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &struct {
+		State    *string    `json:"state"`
+		LastSeen *time.Time `json:"last_seen"`
+		Deadline *time.Time `json:"deadline"`
+	}{&view.State, &view.LastSeen, &view.Deadline}))
+	require.Equal(t, "late", view.State, body)
+	require.True(t, late.LastSeen.Equal(view.LastSeen), body)
+	require.True(t, late.LastSeen.Add(10*time.Second).Equal(view.Deadline), "the deadline it is interrupted at: %s", body)
+
 	warning := s.awaitDeviceAlerts("dev-back's warning fires", "dev-back", onlyWarning)
 	require.True(t, late.Deadline.Equal(warning[0].StartsAt), "startsAt %v, warning %v", warning[0].StartsAt, late.Deadline)
 	require.Contains(t, warning[0].Annotations["summary"], "late")
@@ -130,7 +148,7 @@ func TestLateThenInterruptedOrRecovered(t *testing.T) {
 	require.Equal(t, event.ID("dev-late", late.Deadline, event.Late, 0), late.ID)
 	require.Equal(t, event.ID("dev-late", interrupted.Deadline, event.Interrupted, 0), interrupted.ID)
 	require.True(t, late.LastSeen.Equal(interrupted.LastSeen))
-	require.Equal(t, 6*time.Second, interrupted.Deadline.Sub(interrupted.LastSeen), "interrupted at last signal + timeout")
+	require.Equal(t, 10*time.Second, interrupted.Deadline.Sub(interrupted.LastSeen), "interrupted at last signal + timeout")
 	require.False(t, interrupted.At.Before(interrupted.Deadline))
 
 	critical := s.awaitDeviceAlerts("dev-late's warning replaced by its alert", "dev-late", func(a []testenv.Alert) bool {
