@@ -118,12 +118,12 @@ func Decide(in Input) Decision {
 
 	if c.Replaced != nil && reported(*c.Replaced) {
 		old := *c.Replaced
-		oldSeen := old.DeadlineTime().Add(-lead(in.ReplacedPolicy))
+		oldSeen := old.DeadlineTime().Add(-lead(&in.ReplacedPolicy))
 		if in.Seen != nil && !in.Seen.Pinned.IsZero() {
 			oldSeen = in.Seen.Pinned
 		}
 		backAt := lastSignal(in) // the last signal before the new silence ended the old one
-		d.Events = append(d.Events, recovered(c.Device, c.Type, incidentDeadline(old, in.ReplacedPolicy), oldSeen, backAt, now))
+		d.Events = append(d.Events, recovered(c.Device, c.Type, incidentDeadline(&old, &in.ReplacedPolicy), oldSeen, backAt, now))
 	}
 
 	if !in.Current.IsZero() && in.Current.After(dl) {
@@ -132,14 +132,14 @@ func Decide(in Input) Decision {
 			d.Reason = ReasonQuietEnd
 			return d
 		}
-		lastSeen, backAt := dl.Add(-lead(pol)), in.Current.Add(-lead(pol))
+		lastSeen, backAt := dl.Add(-lead(&pol)), in.Current.Add(-lead(&pol))
 		if in.Seen != nil {
 			if !c.Fresh && !in.Seen.Pinned.IsZero() {
 				lastSeen = in.Seen.Pinned
 			}
 			backAt = in.Seen.Latest
 		}
-		d.Events = append(d.Events, recovered(c.Device, c.Type, incidentDeadline(st, pol), lastSeen, backAt, now))
+		d.Events = append(d.Events, recovered(c.Device, c.Type, incidentDeadline(&st, &pol), lastSeen, backAt, now))
 		d.Reason = ReasonRecovered
 		return d
 	}
@@ -160,7 +160,7 @@ func Decide(in Input) Decision {
 		}
 	}
 	st = in.Claim.State
-	dl = incidentDeadline(st, pol) // what its later events carry
+	dl = incidentDeadline(&st, &pol) // what its later events carry
 	n := st.Next
 	if in.Parent != nil && !st.Exhausted && !st.Acked && (n == 0 || st.Hold != deadline.HoldNone) {
 		if held, ok := decideUnderParent(in, &d); held {
@@ -310,7 +310,7 @@ func repeatsPaused(st deadline.State, pol config.Policy, n int, now time.Time) (
 // gets its own interruption now, although one was reported under its parent before.
 func decideUnderParent(in Input, d *Decision) (held, own bool) {
 	c, st, now, p, pol := in.Claim, in.Claim.State, in.Now, *in.Parent, in.Policy
-	dl := incidentDeadline(st, pol)
+	dl := incidentDeadline(&st, &pol)
 	lastSeen := lastSignal(in)
 	// The parent has been silent since the child's last signal (1 s of slack for their clocks).
 	silentToo := p.Known && !p.LastSignal.After(lastSeen.Add(time.Second))
@@ -402,7 +402,7 @@ func lastSignal(in Input) time.Time {
 			return s.Latest
 		}
 	}
-	return in.Claim.State.DeadlineTime().Add(-lead(in.Policy))
+	return in.Claim.State.DeadlineTime().Add(-lead(&in.Policy))
 }
 
 // recovered is the event that closes a reported incident; silent_for_ms is the outage length, from the

@@ -25,9 +25,13 @@ const LateRecheck = time.Second
 // there; an interruption inside one is deferred to the interval's end + timeout, still HoldLate when
 // `late` went out, so its recovery is still reported.
 func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies bool) {
-	st, pol, now := in.Claim.State, in.Policy, in.Now
-	var due time.Time
+	st := &in.Claim.State
 	wasLate := st.Hold == deadline.HoldLate && st.Next == 0
+	if !wasLate && in.Policy.WarnAfter <= 0 { // a type without warn_after: nothing to do
+		return time.Time{}, false, false
+	}
+	pol, now := &in.Policy, in.Now
+	var due time.Time
 	switch {
 	case wasLate:
 		if due = time.UnixMilli(st.InterruptedAt); due.After(now) { // claimed early (a lease ran out, a probe)
@@ -76,7 +80,7 @@ func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies 
 }
 
 // lead is how far after the last signal an incident of pol starts: its warning, else its timeout.
-func lead(pol config.Policy) time.Duration {
+func lead(pol *config.Policy) time.Duration {
 	if pol.WarnAfter > 0 {
 		return pol.WarnAfter
 	}
@@ -85,7 +89,7 @@ func lead(pol config.Policy) time.Duration {
 
 // incidentDeadline is the deadline the events of an incident carry: the warning's while it was only
 // reported late, else the deadline its interruption came at (last signal + timeout).
-func incidentDeadline(st deadline.State, pol config.Policy) time.Time {
+func incidentDeadline(st *deadline.State, pol *config.Policy) time.Time {
 	dl := st.DeadlineTime()
 	if pol.WarnAfter <= 0 || (st.Hold == deadline.HoldLate && st.Next == 0) {
 		return dl
