@@ -50,9 +50,7 @@ type APIOptions struct {
 	Reload     func() error
 	OwnedSlots func() []int
 	Timeout    func(typeName string) time.Duration // for last_seen = deadline − timeout
-	// WarnAfter is a type's warn_after (nil or 0: none): such a type's stored deadline is its warning, so
-	// last_seen = that − warn_after.
-	WarnAfter func(typeName string) time.Duration
+	WarnAfter  func(typeName string) time.Duration // warn_api.go; nil: no type warns
 	// QuietUntil and QuietNow say which types are in a quiet interval and until when (docs/schedules.md);
 	// nil = no schedules.
 	QuietUntil func(typeName string, now time.Time) time.Time
@@ -330,19 +328,7 @@ func (a *api) view(d deadline.Device) DeviceView {
 		v.State = "online"
 	}
 	if !dl.IsZero() {
-		timeout, lead := a.Timeout(d.Type), a.Timeout(d.Type)
-		if a.WarnAfter != nil {
-			if w := a.WarnAfter(d.Type); w > 0 {
-				lead = w
-			}
-		}
-		// A warned type's stored deadline is its warning; the deadline shown is its interruption's.
-		v.LastSeen = ptr(dl.Add(-lead))
-		v.Deadline = ptr(dl.Add(timeout - lead))
-		if inc := d.Incident; inc != nil && inc.Hold == deadline.HoldLate && inc.Next == 0 {
-			v.State = "late"
-			v.Deadline = ptr(time.UnixMilli(inc.InterruptedAt))
-		}
+		a.viewDeadline(&v, d, dl)
 	}
 	a.viewSchedules(&v, d)
 	if a.Silences != nil {
