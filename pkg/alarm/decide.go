@@ -202,17 +202,8 @@ func Decide(in Input) Decision {
 		}
 	}
 
-	if n == 0 && in.OutageID == "" && in.GroupWait > 0 {
-		since := now
-		if st.Hold == deadline.HoldGroup && st.InterruptedAt > 0 {
-			since = time.UnixMilli(st.InterruptedAt)
-		}
-		if until := since.Add(in.GroupWait); until.After(now) {
-			d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldGroup, since.UnixMilli()
-			d.Ack.Next = until
-			d.Reason = ReasonGroupWait
-			return d
-		}
+	if n == 0 && groupWait(in, &d, warned, eventDeadline) {
+		return d
 	}
 	lastSeen := lastSignal(in)
 	next := &d.Ack.State
@@ -262,6 +253,34 @@ func Decide(in Input) Decision {
 	d.Committed = c.Record != "" && d.Reason == ReasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat &&
 		pol.WarnAfter == 0
 	return d
+}
+
+// groupWait holds a new interruption without an outage while one of its groups may still reach its
+// threshold (correlation.group_wait, from when it first came due). warned: an incident of a type with
+// warn_after, due at eventDeadline, which waits from then with its state left as claimed (still late, so
+// a recovery meanwhile is reported). held: d is that decision.
+func groupWait(in Input, d *Decision, warned bool, eventDeadline time.Time) (held bool) {
+	st, now := in.Claim.State, in.Now
+	if in.OutageID != "" || in.GroupWait <= 0 {
+		return false
+	}
+	since := now
+	switch {
+	case warned:
+		since = eventDeadline
+	case st.Hold == deadline.HoldGroup && st.InterruptedAt > 0:
+		since = time.UnixMilli(st.InterruptedAt)
+	}
+	until := since.Add(in.GroupWait)
+	if !until.After(now) {
+		return false
+	}
+	if !warned {
+		d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldGroup, since.UnixMilli()
+	}
+	d.Ack.Next = until
+	d.Reason = ReasonGroupWait
+	return true
 }
 
 // decideQuiet defers an incident whose deadline falls in a quiet interval of its type (docs/schedules.md):

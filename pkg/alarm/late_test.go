@@ -139,6 +139,21 @@ func TestDecideLateEdges(t *testing.T) {
 		require.Equal(t, ReasonInterrupted, d.Reason)
 		require.Equal(t, moved, d.Events[0].Deadline)
 	})
+	t.Run("late, then its group may become an outage: it waits from its deadline and stays late", func(t *testing.T) {
+		d := Decide(Input{Claim: fresh, Policy: base, Now: warnAt})
+		late := d.Ack.State
+		d = Decide(Input{Claim: deadline.Claim{Device: "d", State: late}, Policy: base, GroupWait: 5 * time.Second, Now: due.Add(time.Second)})
+		require.Equal(t, ReasonGroupWait, d.Reason)
+		require.Empty(t, d.Events)
+		require.WithinDuration(t, due.Add(5*time.Second), d.Ack.Next, 0)
+		require.Equal(t, deadline.HoldLate, d.Ack.State.Hold, "a recovery while it waits is still reported")
+		back := Decide(Input{Claim: deadline.Claim{Device: "d", State: d.Ack.State}, Policy: base,
+			Current: due.Add(2 * time.Second).Add(base.WarnAfter), Now: due.Add(2 * time.Second)})
+		require.Equal(t, ReasonRecovered, back.Reason)
+		d = Decide(Input{Claim: deadline.Claim{Device: "d", State: d.Ack.State}, Policy: base, GroupWait: 5 * time.Second, Now: due.Add(5 * time.Second)})
+		require.Equal(t, ReasonInterrupted, d.Reason)
+		require.Equal(t, due, d.Events[0].Deadline)
+	})
 	t.Run("silenced at the warning: late when the silence ends before the timeout", func(t *testing.T) {
 		d := Decide(Input{Claim: fresh, Policy: base, SilencedUntil: warnAt.Add(time.Minute), Now: warnAt})
 		require.Equal(t, ReasonSilenced, d.Reason)
