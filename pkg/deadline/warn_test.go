@@ -9,6 +9,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -17,8 +18,10 @@ func warnedFixture(t *testing.T) fixture {
 	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
 	c := testenv.NewClock(time.UnixMilli(1_763_800_000_000))
+	// As the daemon's policies answer: a device's own timeout ("gateway@5m") keeps its type's warning
+	// when it is longer.
 	warnAfter := func(name string) time.Duration {
-		if name == "gateway" {
+		if config.BaseType(name) == "gateway" && timeoutOf(name) > 20*time.Second {
 			return 20 * time.Second
 		}
 		return 0
@@ -81,4 +84,22 @@ func TestLateIncidentAndHoldBack(t *testing.T) {
 	res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.clock.Now() }})
 	require.Len(t, res.Claims, 1)
 	require.False(t, res.Claims[0].HeldBack)
+}
+
+// A registered device of a warned type waits for its warning, with its own timeout too; one whose own
+// timeout is not longer than warn_after waits for that timeout.
+func TestRegisteredDeviceOfAWarnedType(t *testing.T) {
+	f := warnedFixture(t)
+	t0 := f.clock.Now()
+	_, err := f.store.Register(context.Background(), []string{"gw-own", "gw-short", "gw-type"}, []deadline.Registration{
+		{Type: "gateway", TimeoutMs: (5 * time.Minute).Milliseconds()},
+		{Type: "gateway", TimeoutMs: (10 * time.Second).Milliseconds()},
+		{Type: "gateway"},
+	}, make([]string, 3))
+	require.NoError(t, err)
+	for dev, want := range map[string]time.Duration{"gw-own": 20 * time.Second, "gw-short": 10 * time.Second, "gw-type": 20 * time.Second} {
+		d, found := f.device(t, dev)
+		require.True(t, found, dev)
+		require.True(t, t0.Add(want).Equal(d.Deadline), "%s: deadline %v, want registration + %v", dev, d.Deadline, want)
+	}
 }
