@@ -79,6 +79,12 @@ func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies 
 	return due, false, true
 }
 
+// EventTimes are the deadline and last signal the events of an incident (or of a device's stored
+// deadline, as a State with only Deadline set) carry under pol, for the operator acts' events.
+func EventTimes(st deadline.State, pol config.Policy) (dl, lastSeen time.Time) {
+	return incidentDeadline(&st, &pol), st.DeadlineTime().Add(-lead(&pol))
+}
+
 // lead is how far after the last signal an incident of pol starts: its warning, else its timeout.
 func lead(pol *config.Policy) time.Duration {
 	if pol.WarnAfter > 0 {

@@ -442,7 +442,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if before.Incident != nil {
-		a.Events.Publish(r.Context(), alarm.AckedEvent(id, config.BaseType(before.Type), *before.Incident, a.Timeout(before.Type), act, a.Now()))
+		a.Events.Publish(r.Context(), alarm.AckedEvent(id, config.BaseType(before.Type), *before.Incident, a.policy(before.Type), act, a.Now()))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"device_id": id, "acked": true})
 }
@@ -468,11 +468,15 @@ func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q is not known", id))
 		return
 	}
-	dl := d.Deadline
+	stored := deadline.State{Deadline: d.Deadline.UnixMilli()}
 	if d.Incident != nil {
-		dl = d.Incident.DeadlineTime()
+		stored = *d.Incident
 	}
-	a.Events.Publish(r.Context(), alarm.DeletedEvent(id, config.BaseType(d.Type), dl, a.Timeout(d.Type), act, a.Now()))
+	var dl, lastSeen time.Time
+	if stored.Deadline > 0 {
+		dl, lastSeen = alarm.EventTimes(stored, a.policy(d.Type))
+	}
+	a.Events.Publish(r.Context(), alarm.DeletedEvent(id, config.BaseType(d.Type), dl, dl.Sub(lastSeen), act, a.Now()))
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -3,24 +3,32 @@ package daemon
 import (
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
+
+// policy is what the API dates a device of type typ by: its timeout and warn_after.
+func (a *api) policy(typ string) config.Policy {
+	p := config.Policy{Timeout: a.Timeout(typ)}
+	if a.WarnAfter != nil {
+		p.WarnAfter = a.WarnAfter(typ)
+	}
+	return p
+}
 
 // viewDeadline sets a device view's last_seen and deadline from its stored deadline dl. A type with
 // warn_after stores its warning (last signal + warn_after, docs/events.md), so the view shows the deadline
 // it is interrupted at, and a device reported late (not interrupted yet) has the state late.
 func (a *api) viewDeadline(v *DeviceView, d deadline.Device, dl time.Time) {
-	timeout := a.Timeout(d.Type)
-	lead := timeout
-	if a.WarnAfter != nil {
-		if w := a.WarnAfter(d.Type); w > 0 {
-			lead = w
-		}
+	st := deadline.State{Deadline: dl.UnixMilli()}
+	if d.Incident != nil {
+		st = *d.Incident
 	}
-	v.LastSeen = ptr(dl.Add(-lead))
-	v.Deadline = ptr(dl.Add(timeout - lead))
-	if inc := d.Incident; inc != nil && inc.Hold == deadline.HoldLate && inc.Next == 0 {
+	shown, lastSeen := alarm.EventTimes(st, a.policy(d.Type))
+	v.LastSeen, v.Deadline = ptr(lastSeen), ptr(shown)
+	if st.Hold == deadline.HoldLate && st.Next == 0 {
 		v.State = "late"
-		v.Deadline = ptr(time.UnixMilli(inc.InterruptedAt))
+		v.Deadline = ptr(time.UnixMilli(st.InterruptedAt))
 	}
 }
