@@ -290,7 +290,7 @@ func groupWait(in Input, d *Decision, warned bool, eventDeadline time.Time) (hel
 // deferral, so at − deadline stays the detection lateness — and clears the hold from in.
 func decideQuiet(in *Input, d *Decision) (eventDeadline time.Time, held bool) {
 	st, pol := in.Claim.State, in.Policy
-	eventDeadline = st.DeadlineTime()
+	eventDeadline = incidentDeadline(&st, &pol)
 	if st.Hold == deadline.HoldQuiet {
 		eventDeadline = time.UnixMilli(st.InterruptedAt)
 	}

@@ -21,9 +21,9 @@ const LateRecheck = time.Second
 // incident whose interruption is due now; eventDeadline is then the deadline its `interrupted` carries,
 // and in no longer holds it, so Decide goes on as for any fresh incident. Neither: nothing to do here.
 //
-// A warning inside a quiet interval is left to decideQuiet, which defers the incident as any deadline
-// there; an interruption inside one is deferred to the interval's end + timeout, still HoldLate when
-// `late` went out, so its recovery is still reported.
+// A warning inside a quiet interval is not sent: the incident waits for its deadline as a quiet-moved
+// one (HoldQuiet), judged then by decideQuiet. An interruption inside one is deferred to the interval's
+// end + timeout, still HoldLate when `late` went out, so its recovery is still reported.
 func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies bool) {
 	st := &in.Claim.State
 	wasLate := st.Hold == deadline.HoldLate && st.Next == 0
@@ -41,11 +41,15 @@ func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies 
 		}
 	case st.Hold == deadline.HoldNone && st.Next == 0 && pol.WarnAfter > 0:
 		warnAt := st.DeadlineTime()
-		if _, quiet := pol.Calendar.QuietUntil(warnAt); quiet {
-			return time.Time{}, false, false
-		}
 		due = warnAt.Add(pol.Timeout - pol.WarnAfter)
 		if due.After(now) {
+			if _, quiet := pol.Calendar.QuietUntil(warnAt); quiet {
+				// No warning in a quiet interval; the deadline is judged when it comes, as a moved one.
+				d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldQuiet, due.UnixMilli()
+				d.Ack.Next = due
+				d.Reason = ReasonQuiet
+				return time.Time{}, true, false
+			}
 			c := in.Claim
 			d.Events = append(d.Events, event.New(event.Late, c.Device, c.Type, warnAt, warnAt.Add(-pol.WarnAfter), now, 0))
 			d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldLate, due.UnixMilli()

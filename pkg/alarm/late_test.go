@@ -115,14 +115,25 @@ func TestDecideLateEdges(t *testing.T) {
 		require.WithinDuration(t, due.Add(LateRecheck), d.Ack.Next, 0)
 		require.Equal(t, deadline.HoldLate, d.Ack.State.Hold, "still late: a recovery is still reported")
 	})
-	t.Run("warning inside a quiet interval: deferred as any quiet deadline, no late", func(t *testing.T) {
-		pol := quietPolicy(t, 10*time.Minute, `[{times: [{start_time: "00:00", end_time: "01:00"}]}]`)
+	t.Run("warning inside a quiet interval: no late; its deadline judged when it comes", func(t *testing.T) {
+		pol := quietPolicy(t, 10*time.Minute, `[{times: [{start_time: "00:00", end_time: "00:36"}]}]`)
 		pol.WarnAfter = 4 * time.Minute
 		d := Decide(Input{Claim: fresh, Policy: pol, Now: warnAt})
 		require.Equal(t, ReasonQuiet, d.Reason)
 		require.Empty(t, d.Events)
 		require.Equal(t, deadline.HoldQuiet, d.Ack.State.Hold)
-		require.Equal(t, time.Date(2026, 6, 10, 1, 10, 0, 0, time.UTC), d.Ack.Next, "the interval's end + timeout")
+		require.WithinDuration(t, due, d.Ack.Next, 0, "its deadline, not quiet any more")
+		d = Decide(Input{Claim: deadline.Claim{Device: "d", State: d.Ack.State}, Policy: pol, Now: due})
+		require.Equal(t, ReasonInterrupted, d.Reason)
+		require.Equal(t, due, d.Events[0].Deadline)
+		require.Equal(t, seen, d.Events[0].LastSeen)
+
+		pol = quietPolicy(t, 10*time.Minute, `[{times: [{start_time: "00:00", end_time: "01:00"}]}]`)
+		pol.WarnAfter = 4 * time.Minute
+		d = Decide(Input{Claim: fresh, Policy: pol, Now: warnAt})
+		d = Decide(Input{Claim: deadline.Claim{Device: "d", State: d.Ack.State}, Policy: pol, Now: due})
+		require.Equal(t, ReasonQuiet, d.Reason, "its deadline quiet too: moved as any quiet deadline")
+		require.WithinDuration(t, time.Date(2026, 6, 10, 1, 10, 0, 0, time.UTC), d.Ack.Next, 0, "the interval's end + timeout")
 	})
 	t.Run("late, then the timeout falls in a quiet interval: deferred, still late", func(t *testing.T) {
 		pol := quietPolicy(t, 10*time.Minute, `[{times: [{start_time: "00:38", end_time: "01:00"}]}]`)
