@@ -173,6 +173,14 @@ func TestDecideLateEdges(t *testing.T) {
 		require.Equal(t, ReasonLate, d.Reason)
 		require.Equal(t, event.Late, d.Events[0].Kind)
 	})
+	t.Run("still silent a timeout after its parent's recovery: interrupted with its deadline, not its warning", func(t *testing.T) {
+		parent := &deadline.Parent{ID: "gw", Known: true, LastSignal: due.Add(time.Minute)}
+		st := deadline.State{Deadline: warnAt.UnixMilli(), Next: 1, Hold: deadline.HoldAfterParent, InterruptedAt: warnAt.UnixMilli()}
+		d := Decide(Input{Claim: deadline.Claim{Device: "d", State: st}, Policy: base, Parent: parent, Now: due.Add(11 * time.Minute)})
+		require.Equal(t, ReasonInterrupted, d.Reason)
+		require.Equal(t, due, d.Events[0].Deadline)
+		require.Equal(t, seen, d.Events[0].LastSeen)
+	})
 	t.Run("a type without warn_after decides as before", func(t *testing.T) {
 		pol := base
 		pol.WarnAfter = 0
