@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -78,12 +79,12 @@ func (a *Acts) Publish(ctx context.Context, e event.Event) bool {
 	return true
 }
 
-// AckedEvent is the `acked` event of an incident of device (of type typ, whose timeout dates last_seen):
-// its id is <device>/<incident deadline ms>/acked/0, so an ack repeated for the same incident is the
-// same event.
-func AckedEvent(device, typ string, incident deadline.State, timeout time.Duration, act event.Act, now time.Time) event.Event {
-	dl := incident.DeadlineTime()
-	e := event.New(event.Acked, device, typ, dl, dl.Add(-timeout), now, 0)
+// AckedEvent is the `acked` event of an incident of device (of type typ, whose policy's timeout and
+// warn_after date it, EventTimes): its id is <device>/<its events' deadline ms>/acked/0, so an ack
+// repeated for the same incident is the same event.
+func AckedEvent(device, typ string, incident deadline.State, pol config.Policy, act event.Act, now time.Time) event.Event {
+	dl, lastSeen := EventTimes(incident, pol)
+	e := event.New(event.Acked, device, typ, dl, lastSeen, now, 0)
 	e.By, e.Note, e.Token = act.By, act.Note, act.Token
 	return e
 }

@@ -70,6 +70,8 @@ const (
 	ReasonFlapping    Reason = "flapping"     // flapping: no repeats until stable for a window
 	ReasonGroupWait   Reason = "group-wait"   // its group may become an outage: interrupted waits
 	ReasonQuiet       Reason = "quiet"        // inside a quiet interval of its type: deferred, or its repeats paused
+	ReasonLate        Reason = "late"         // warn_after passed: `late`, interrupted at the timeout unless it signals
+	ReasonLateHeld    Reason = "late-held"    // reported late; its interruption waits for the hold-back
 )
 
 // ParentRecheck is how often a suppressed device looks at its parent again, besides being woken when
@@ -116,12 +118,12 @@ func Decide(in Input) Decision {
 
 	if c.Replaced != nil && reported(*c.Replaced) {
 		old := *c.Replaced
-		oldSeen := old.DeadlineTime().Add(-in.ReplacedPolicy.Timeout)
+		oldSeen := old.DeadlineTime().Add(-lead(&in.ReplacedPolicy))
 		if in.Seen != nil && !in.Seen.Pinned.IsZero() {
 			oldSeen = in.Seen.Pinned
 		}
 		backAt := lastSignal(in) // the last signal before the new silence ended the old one
-		d.Events = append(d.Events, recovered(c.Device, c.Type, old, oldSeen, backAt, now))
+		d.Events = append(d.Events, recovered(c.Device, c.Type, incidentDeadline(&old, &in.ReplacedPolicy), oldSeen, backAt, now))
 	}
 
 	if !in.Current.IsZero() && in.Current.After(dl) {
@@ -130,14 +132,14 @@ func Decide(in Input) Decision {
 			d.Reason = ReasonQuietEnd
 			return d
 		}
-		lastSeen, backAt := dl.Add(-pol.Timeout), in.Current.Add(-pol.Timeout)
+		lastSeen, backAt := dl.Add(-lead(&pol)), in.Current.Add(-lead(&pol))
 		if in.Seen != nil {
 			if !c.Fresh && !in.Seen.Pinned.IsZero() {
 				lastSeen = in.Seen.Pinned
 			}
 			backAt = in.Seen.Latest
 		}
-		d.Events = append(d.Events, recovered(c.Device, c.Type, st, lastSeen, backAt, now))
+		d.Events = append(d.Events, recovered(c.Device, c.Type, incidentDeadline(&st, &pol), lastSeen, backAt, now))
 		d.Reason = ReasonRecovered
 		return d
 	}
@@ -148,11 +150,17 @@ func Decide(in Input) Decision {
 		d.Reason = ReasonSilenced
 		return d
 	}
-	eventDeadline, held := decideQuiet(&in, &d)
+	eventDeadline, held, warned := decideLate(&in, &d)
 	if held {
 		return d
 	}
+	if !warned {
+		if eventDeadline, held = decideQuiet(&in, &d); held {
+			return d
+		}
+	}
 	st = in.Claim.State
+	dl = incidentDeadline(&st, &pol) // what its later events carry
 	n := st.Next
 	if in.Parent != nil && !st.Exhausted && !st.Acked && (n == 0 || st.Hold != deadline.HoldNone) {
 		if held, ok := decideUnderParent(in, &d); held {
@@ -194,17 +202,8 @@ func Decide(in Input) Decision {
 		}
 	}
 
-	if n == 0 && in.OutageID == "" && in.GroupWait > 0 {
-		since := now
-		if st.Hold == deadline.HoldGroup && st.InterruptedAt > 0 {
-			since = time.UnixMilli(st.InterruptedAt)
-		}
-		if until := since.Add(in.GroupWait); until.After(now) {
-			d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldGroup, since.UnixMilli()
-			d.Ack.Next = until
-			d.Reason = ReasonGroupWait
-			return d
-		}
+	if n == 0 && groupWait(in, &d, warned, eventDeadline) {
+		return d
 	}
 	lastSeen := lastSignal(in)
 	next := &d.Ack.State
@@ -250,8 +249,38 @@ func Decide(in Input) Decision {
 		d.Reason = ReasonFlapping
 	}
 	// A claim commits with the interval in force when it claimed; a reload since makes it stale.
-	d.Committed = c.Record != "" && d.Reason == ReasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat
+	// A warned incident's state says its interruption came at its timeout, not at the claimed warning.
+	d.Committed = c.Record != "" && d.Reason == ReasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat &&
+		pol.WarnAfter == 0
 	return d
+}
+
+// groupWait holds a new interruption without an outage while one of its groups may still reach its
+// threshold (correlation.group_wait, from when it first came due). warned: an incident of a type with
+// warn_after, due at eventDeadline, which waits from then with its state left as claimed (still late, so
+// a recovery meanwhile is reported). held: d is that decision.
+func groupWait(in Input, d *Decision, warned bool, eventDeadline time.Time) (held bool) {
+	st, now := in.Claim.State, in.Now
+	if in.OutageID != "" || in.GroupWait <= 0 {
+		return false
+	}
+	since := now
+	switch {
+	case warned:
+		since = eventDeadline
+	case st.Hold == deadline.HoldGroup && st.InterruptedAt > 0:
+		since = time.UnixMilli(st.InterruptedAt)
+	}
+	until := since.Add(in.GroupWait)
+	if !until.After(now) {
+		return false
+	}
+	if !warned {
+		d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldGroup, since.UnixMilli()
+	}
+	d.Ack.Next = until
+	d.Reason = ReasonGroupWait
+	return true
 }
 
 // decideQuiet defers an incident whose deadline falls in a quiet interval of its type (docs/schedules.md):
@@ -261,7 +290,7 @@ func Decide(in Input) Decision {
 // deferral, so at − deadline stays the detection lateness — and clears the hold from in.
 func decideQuiet(in *Input, d *Decision) (eventDeadline time.Time, held bool) {
 	st, pol := in.Claim.State, in.Policy
-	eventDeadline = st.DeadlineTime()
+	eventDeadline = incidentDeadline(&st, &pol)
 	if st.Hold == deadline.HoldQuiet {
 		eventDeadline = time.UnixMilli(st.InterruptedAt)
 	}
@@ -300,7 +329,7 @@ func repeatsPaused(st deadline.State, pol config.Policy, n int, now time.Time) (
 // gets its own interruption now, although one was reported under its parent before.
 func decideUnderParent(in Input, d *Decision) (held, own bool) {
 	c, st, now, p, pol := in.Claim, in.Claim.State, in.Now, *in.Parent, in.Policy
-	dl := st.DeadlineTime()
+	dl := incidentDeadline(&st, &pol)
 	lastSeen := lastSignal(in)
 	// The parent has been silent since the child's last signal (1 s of slack for their clocks).
 	silentToo := p.Known && !p.LastSignal.After(lastSeen.Add(time.Second))
@@ -371,15 +400,17 @@ func flappingUntil(flaps []int64, f config.Flapping, now time.Time) (time.Time, 
 	return time.UnixMilli(recent[len(recent)-1]).Add(f.Window), true
 }
 
-// reported tells whether the incident's interruption was published, so its end must be reported too.
-func reported(st deadline.State) bool { return st.Next > 0 }
+// reported tells whether the incident's interruption (or its `late`) was published, so its end must be
+// reported too.
+func reported(st deadline.State) bool { return st.Next > 0 || st.Hold == deadline.HoldLate }
 
 // repeatDue is when repeat n of an incident is due: n intervals after the interruption was sent.
 func repeatDue(st deadline.State, pol config.Policy, n int) time.Time {
 	return time.UnixMilli(st.InterruptedAt).Add(time.Duration(n) * pol.RepeatEvery)
 }
 
-// lastSignal is the last signal before the claimed incident: deadline − timeout, or for a type with
+// lastSignal is the last signal before the claimed incident: deadline − timeout (− warn_after for a type
+// with one, whose incident starts at its warning), or for a type with
 // expected times the one recorded (pinned once the incident was claimed; the latest on its first claim).
 func lastSignal(in Input) time.Time {
 	if s := in.Seen; s != nil {
@@ -390,13 +421,12 @@ func lastSignal(in Input) time.Time {
 			return s.Latest
 		}
 	}
-	return in.Claim.State.DeadlineTime().Add(-in.Policy.Timeout)
+	return in.Claim.State.DeadlineTime().Add(-lead(&in.Policy))
 }
 
 // recovered is the event that closes a reported incident; silent_for_ms is the outage length, from the
 // last signal before it (lastSeen) to the first one after it (backAt).
-func recovered(device, typ string, st deadline.State, lastSeen, backAt, now time.Time) event.Event {
-	dl := st.DeadlineTime()
+func recovered(device, typ string, dl, lastSeen, backAt, now time.Time) event.Event {
 	e := event.New(event.Recovered, device, typ, dl, lastSeen, now, 0)
 	e.SilentForMs = 0
 	if backAt.After(lastSeen) {

@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		OutagesOpen: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "outages_open",
 			Help: "Correlated outages open now; 0 while correlation is off (docs/concepts.md)."}),
 	}
-	for _, k := range []event.Kind{event.Interrupted, event.Alarm, event.Recovered, event.Exhausted, event.Watchdog,
+	for _, k := range []event.Kind{event.Interrupted, event.Late, event.Alarm, event.Recovered, event.Exhausted, event.Watchdog,
 		event.Suppressed, event.Flapping, event.OutageStarted, event.OutageEnded} {
 		m.Events.WithLabelValues(string(k))
 	}

@@ -92,6 +92,9 @@ type TypePolicy struct {
 	Timeout     *time.Duration `yaml:"timeout,omitempty"`
 	RepeatEvery *time.Duration `yaml:"repeat_every,omitempty"`
 	MaxRepeats  *int           `yaml:"max_repeats,omitempty"`
+	// WarnAfter, when > 0, publishes one `late` event this long after the last signal, before the
+	// timeout interrupts (docs/events.md); it must be shorter than the timeout. 0 turns it off.
+	WarnAfter *time.Duration `yaml:"warn_after,omitempty"`
 	// Flapping, when written, is inherited as a whole; count 0 turns it off for the type.
 	Flapping *Flapping `yaml:"flapping,omitempty"`
 	// Quiet and Active name time_intervals: a deadline inside a quiet one, or outside every active one,

@@ -20,6 +20,9 @@ type Policy struct {
 	RepeatEvery time.Duration
 	// MaxRepeats is the number of re-alarms before `exhausted`; 0 repeats until recovery or ack.
 	MaxRepeats int
+	// WarnAfter, when > 0, is when after the last signal the device is reported `late`; it is shorter
+	// than Timeout (0 for a device whose own timeout is not longer).
+	WarnAfter time.Duration
 	// Flapping: off while Count is 0.
 	Flapping Flapping
 	// Quiet and Active are the interval names the type wrote or inherited; Calendar evaluates them (nil
@@ -41,6 +44,7 @@ type Policies struct {
 	longestTimeout time.Duration
 	longestCycle   time.Duration
 	anyExpected    bool // some type has a schedule: Expected looks the type up
+	anyWarned      bool // some type has warn_after: WarnAfter looks the type up
 	intervals      map[string]*schedule.Interval
 }
 
@@ -75,6 +79,7 @@ func (c *Config) Policies() *Policies {
 	p.names = append([]string{DefaultType}, p.names...)
 	for _, pol := range p.byName {
 		p.anyExpected = p.anyExpected || pol.Expected != nil
+		p.anyWarned = p.anyWarned || pol.WarnAfter > 0
 		p.longestTimeout = max(p.longestTimeout, pol.Timeout)
 		p.longestCycle = max(p.longestCycle, pol.Timeout+pol.RepeatEvery)
 	}
@@ -101,6 +106,9 @@ func resolve(tp TypePolicy, parent Policy, parentFrom [3]source) (Policy, [3]sou
 	if tp.MaxRepeats != nil {
 		pol.MaxRepeats, from[2] = *tp.MaxRepeats, fromType
 	}
+	if tp.WarnAfter != nil {
+		pol.WarnAfter = *tp.WarnAfter
+	}
 	if tp.Flapping != nil {
 		pol.Flapping = *tp.Flapping
 	}
@@ -124,6 +132,9 @@ func (p *Policies) Lookup(name string) (pol Policy, known bool) {
 		pol, _ = p.Lookup(base)
 		pol.Timeout = timeout
 		pol.Expected = nil // a device's own timeout replaces its type's schedule
+		if pol.WarnAfter >= timeout {
+			pol.WarnAfter = 0 // a warning no earlier than the device's own timeout would say nothing
+		}
 		return pol, false
 	}
 	return p.def, false
@@ -141,6 +152,17 @@ func (p *Policies) Expected(name string, seen time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return pol.Expected.Deadline(seen), true
+}
+
+// WarnAfter is the type's warn_after (0: none), what a signal's first deadline is measured with
+// (docs/events.md, `late`). Without any warned type it answers without a lookup: it is asked for every
+// signal.
+func (p *Policies) WarnAfter(name string) time.Duration {
+	if !p.anyWarned {
+		return 0
+	}
+	pol, _ := p.Lookup(name)
+	return pol.WarnAfter
 }
 
 // Interval is the named time interval of the configuration these policies were built from; nil when it
@@ -265,7 +287,11 @@ func (c *Config) PolicyTable() string {
 	p := c.Policies()
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TYPE\tTIMEOUT\tREPEAT_EVERY\tMAX_REPEATS\tFLAPPING")
+	warnCol := "" // shown only when some type warns, so a table without warnings reads as before
+	if p.anyWarned {
+		warnCol = "\tWARN_AFTER"
+	}
+	fmt.Fprintln(tw, "TYPE\tTIMEOUT\tREPEAT_EVERY\tMAX_REPEATS\tFLAPPING"+warnCol)
 	marked := [3]bool{}
 	for _, name := range p.names {
 		pol, from := p.byName[name], p.from[name]
@@ -291,8 +317,15 @@ func (c *Config) PolicyTable() string {
 		if f := pol.Flapping; f.Count > 0 {
 			flapping = fmt.Sprintf("%d in %s", f.Count, FormatDuration(f.Window))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, mark(FormatDuration(pol.Timeout), from[0]), mark(repeat, from[1]),
-			mark(maxRepeats, from[2]), flapping)
+		warn := ""
+		if p.anyWarned {
+			warn = "\toff"
+			if pol.WarnAfter > 0 {
+				warn = "\t" + FormatDuration(pol.WarnAfter)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s%s\n", name, mark(FormatDuration(pol.Timeout), from[0]), mark(repeat, from[1]),
+			mark(maxRepeats, from[2]), flapping, warn)
 	}
 	_ = tw.Flush()
 	if marked[fromDefault] || marked[fromBuiltin] {

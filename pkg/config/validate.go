@@ -168,6 +168,7 @@ func (c *Config) validateTypes(v *validator) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	policies := c.Policies()
 	for _, name := range names {
 		key := "types." + name
 		if msg := checkName(name); msg != "" {
@@ -184,6 +185,7 @@ func (c *Config) validateTypes(v *validator) {
 		if tp.MaxRepeats != nil && *tp.MaxRepeats < 0 {
 			v.add(key+".max_repeats", "must not be negative (0 = repeat until recovery or ack)")
 		}
+		v.warnAfter(key, c.Types[name], policies.byName[name])
 		if f := tp.Flapping; f != nil {
 			switch {
 			case f.Count < 0 || f.Count == 1:
@@ -194,6 +196,26 @@ func (c *Config) validateTypes(v *validator) {
 				v.add(key+".flapping.count", "at most %d", maxFlapCount)
 			}
 		}
+	}
+}
+
+// warnAfter checks a type's resolved warn_after (written or inherited from default): a warning must come
+// before the interruption it announces, and a schedule's deadline follows expected times, not a last
+// signal, so a warning measured from the last signal would mean nothing there.
+func (v *validator) warnAfter(key string, tp TypePolicy, pol Policy) {
+	w := pol.WarnAfter
+	switch {
+	case tp.WarnAfter != nil && *tp.WarnAfter < 0:
+		v.add(key+".warn_after", "must not be negative (0 = no early warning)")
+	case w <= 0:
+	case tp.Schedule != nil:
+		v.add(key+".warn_after", "%s cannot be combined with schedule (set warn_after: 0 on this type)", FormatDuration(w))
+	case w >= pol.Timeout:
+		from := ""
+		if tp.WarnAfter == nil {
+			from = " (inherited from types.default)"
+		}
+		v.add(key+".warn_after", "%s%s must be shorter than the type's timeout (%s)", FormatDuration(w), from, FormatDuration(pol.Timeout))
 	}
 }
 
@@ -227,6 +249,10 @@ func (c *Config) validateIngest(v *validator) {
 		for _, name := range p.names {
 			if t := p.byName[name].Timeout; t > 0 && (shortestName == "" || t < shortest) {
 				shortest, shortestName = t, name
+			}
+			if w := p.byName[name].WarnAfter; w > 0 && in.Coalesce >= w {
+				v.add("ingest.coalesce", "%s must be shorter than every warn_after (types.%s.warn_after is %s)",
+					FormatDuration(in.Coalesce), name, FormatDuration(w))
 			}
 		}
 		if shortestName != "" && in.Coalesce >= shortest {

@@ -50,6 +50,7 @@ type APIOptions struct {
 	Reload     func() error
 	OwnedSlots func() []int
 	Timeout    func(typeName string) time.Duration // for last_seen = deadline − timeout
+	WarnAfter  func(typeName string) time.Duration // warn_api.go; nil: no type warns
 	// QuietUntil and QuietNow say which types are in a quiet interval and until when (docs/schedules.md);
 	// nil = no schedules.
 	QuietUntil func(typeName string, now time.Time) time.Time
@@ -297,7 +298,7 @@ func (a *api) reload(w http.ResponseWriter, _ *http.Request) {
 type DeviceView struct {
 	DeviceID      string     `json:"device_id"`
 	DeviceType    string     `json:"device_type"`
-	State         string     `json:"state"` // online | interrupted | unknown
+	State         string     `json:"state"` // online | late | interrupted | unknown
 	Deadline      *time.Time `json:"deadline"`
 	LastSeen      *time.Time `json:"last_seen"`
 	InterruptedAt *time.Time `json:"interrupted_at"`
@@ -340,8 +341,7 @@ func (a *api) view(d deadline.Device) DeviceView {
 		v.State = "online"
 	}
 	if !dl.IsZero() {
-		v.Deadline = ptr(dl)
-		v.LastSeen = ptr(dl.Add(-a.Timeout(d.Type)))
+		a.viewDeadline(&v, d, dl)
 	}
 	a.viewSchedules(&v, d)
 	if a.Silences != nil {
@@ -464,7 +464,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if before.Incident != nil {
-		a.Events.Publish(r.Context(), alarm.AckedEvent(id, config.BaseType(before.Type), *before.Incident, a.Timeout(before.Type), act, a.Now()))
+		a.Events.Publish(r.Context(), alarm.AckedEvent(id, config.BaseType(before.Type), *before.Incident, a.policy(before.Type), act, a.Now()))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"device_id": id, "acked": true})
 }
@@ -490,11 +490,15 @@ func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q is not known", id))
 		return
 	}
-	dl := d.Deadline
+	stored := deadline.State{Deadline: d.Deadline.UnixMilli()}
 	if d.Incident != nil {
-		dl = d.Incident.DeadlineTime()
+		stored = *d.Incident
 	}
-	a.Events.Publish(r.Context(), alarm.DeletedEvent(id, config.BaseType(d.Type), dl, a.Timeout(d.Type), act, a.Now()))
+	var dl, lastSeen time.Time
+	if stored.Deadline > 0 {
+		dl, lastSeen = alarm.EventTimes(stored, a.policy(d.Type))
+	}
+	a.Events.Publish(r.Context(), alarm.DeletedEvent(id, config.BaseType(d.Type), dl, dl.Sub(lastSeen), act, a.Now()))
 	w.WriteHeader(http.StatusNoContent)
 }
 

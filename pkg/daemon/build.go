@@ -86,7 +86,8 @@ func (d *daemon) buildStore(reg *prometheus.Registry) error {
 	d.clock = holdback.NewClock(holdback.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: d.log, Registerer: reg})
 	// A late first word is kept as long as detection may be held back for the blind window it waited in.
 	d.store, err = deadline.New(d.rdb, deadline.Options{KeyPrefix: cfg.Redis.KeyPrefix, Slots: cfg.Redis.Slots, Timeout: d.timeout,
-		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack, Expected: d.expected})
+		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack, Expected: d.expected,
+		WarnAfter: d.warnAfter})
 	return err
 }
 
@@ -142,7 +143,7 @@ func (d *daemon) buildServer(reg *prometheus.Registry, acts *alarm.Acts) error {
 	d.registerMetrics(reg)
 	d.server = &http.Server{
 		Handler: NewAPI(APIOptions{Store: d.store, Silences: d.silences, HoldBack: d.holdBack.Status, Health: d.health, Notes: d.notes,
-			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, Tokens: cfg.HTTP.AccessTokens(),
+			Reload: d.coord.Reload, OwnedSlots: d.ownership.Slots, Timeout: d.timeout, WarnAfter: d.warnAfter, Tokens: cfg.HTTP.AccessTokens(),
 			QuietUntil: d.quietUntil, QuietNow: d.quietNow,
 			Advice:   func() ingest.TimeoutAdvice { return d.chain.Intervals().Advise(d.replica, d.policies.Load()) },
 			Gatherer: reg, Registerer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,

@@ -147,6 +147,11 @@ func (d *daemon) timeout(typeName string) time.Duration {
 	return p.Timeout
 }
 
+// warnAfter is deadline.Options.WarnAfter: a type's warn_after under the current policies (0: none).
+func (d *daemon) warnAfter(typeName string) time.Duration {
+	return d.policies.Load().WarnAfter(typeName)
+}
+
 // knownType says whether a type name is configured.
 func (d *daemon) knownType(name string) bool {
 	_, ok := d.policies.Load().Lookup(name)

@@ -26,6 +26,8 @@ type Claim struct {
 	// CommittedRepeat is the repeat interval the committed next act was computed with (0: dormant), so
 	// alarm.Decide can tell whether the commit stands under the policy in force.
 	CommittedRepeat time.Duration
+	// HeldBack: an incident reported late whose interruption the hold-back does not allow yet (warn.go).
+	HeldBack bool
 }
 
 // ClaimResult is what one wake-up found.
@@ -369,6 +371,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 			res.Claims = append(res.Claims, c)
 		}
 	}
+	s.holdLateBack(res.Claims, opts.WatermarkFor)
 	if l := s.layout.Load(); l.Moving() && len(res.Claims) > 0 {
 		if res.Claims, err = s.dropStaleMoved(ctx, l, res.Claims); err != nil {
 			return res, err

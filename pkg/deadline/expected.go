@@ -13,14 +13,14 @@ import (
 )
 
 // deadlineOf is the deadline (ms) a signal at seen sets for a device of type name: the type's expected
-// time + grace when it has a schedule (expected), else seen + its timeout.
+// time + grace when it has a schedule (expected), else seen + its lead (warn_after, else timeout).
 func (s *Store) deadlineOf(name string, seen time.Time) (ms int64, expected bool) {
 	if s.expected != nil {
 		if dl, ok := s.expected(name, seen); ok {
 			return dl.UnixMilli(), true
 		}
 	}
-	return seen.UnixMilli() + s.timeout(name).Milliseconds(), false
+	return seen.UnixMilli() + s.lead(name).Milliseconds(), false
 }
 
 // anyScheduled reports whether some known type has expected times.
@@ -40,7 +40,7 @@ func (s *Store) anyScheduled() bool {
 // untypedTable is the refresh script's timeout table: a type with expected times gets -k, pointing at the
 // k-th deadline each untyped signal carries (refreshScript); expectedNames are those types, in order.
 func (s *Store) untypedTable() (typeTable, []string) {
-	table := s.types.byIndex(s.timeout)
+	table := s.types.byIndex(s.lead)
 	if s.expected == nil {
 		return table, nil
 	}

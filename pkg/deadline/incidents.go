@@ -8,24 +8,42 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
-// OpenIncident is an incident whose interruption was reported and that no operator acknowledged (an
-// exhausted one stays open), as ScanOpenIncidents reads it from its slot's state hash.
+// OpenIncident is an incident whose interruption (or `late`) was reported and that no operator
+// acknowledged (an exhausted one stays open), as ScanOpenIncidents reads it from its slot's state hash.
 type OpenIncident struct {
 	Device string
 	// Type is the device's type; a device with its own timeout counts as its type's, as in its events.
 	Type string
 	// Timeout is what its deadline was set with: its own timeout, else its type's (Options.Timeout).
 	Timeout time.Duration
-	State   State
+	// WarnAfter is its type's warn_after (0: none): its state's deadline is then the warning (warn.go).
+	WarnAfter time.Duration
+	State     State
 }
 
-// LastSeen is when the device last signalled: its deadline less its timeout; zero when the timeout is
-// unknown (≤ 0).
+// Late reports an incident reported `late` and not interrupted yet.
+func (i OpenIncident) Late() bool { return i.State.Hold == HoldLate && i.State.Next == 0 }
+
+// LastSeen is when the device last signalled: its deadline less its warn_after or timeout; zero when
+// that is unknown (≤ 0).
 func (i OpenIncident) LastSeen() time.Time {
-	if i.Timeout <= 0 {
+	lead := i.Timeout
+	if i.WarnAfter > 0 {
+		lead = i.WarnAfter
+	}
+	if lead <= 0 {
 		return time.Time{}
 	}
-	return i.State.DeadlineTime().Add(-i.Timeout)
+	return i.State.DeadlineTime().Add(-lead)
+}
+
+// Deadline is the deadline its events carry: the warning's while it is only late, else last signal +
+// timeout.
+func (i OpenIncident) Deadline() time.Time {
+	if i.WarnAfter <= 0 || i.Late() || i.Timeout <= 0 {
+		return i.State.DeadlineTime()
+	}
+	return i.LastSeen().Add(i.Timeout)
 }
 
 // ScanOpenIncidents reads one page of slot's open incidents, about count entries of its state hash from
@@ -43,11 +61,12 @@ func (s *Store) ScanOpenIncidents(ctx context.Context, slot int, cursor uint64, 
 			continue
 		}
 		st, err := decodeState(kv[i+1])
-		if err != nil || st.Next == 0 || st.Acked {
+		if err != nil || (st.Next == 0 && st.Hold != HoldLate) || st.Acked {
 			continue
 		}
 		recorded := s.TypeName(ctx, st.TypeIndex)
-		out = append(out, OpenIncident{Device: kv[i], Type: config.BaseType(recorded), Timeout: s.timeout(recorded), State: st})
+		out = append(out, OpenIncident{Device: kv[i], Type: config.BaseType(recorded), Timeout: s.timeout(recorded),
+			WarnAfter: s.warnAfter(recorded), State: st})
 	}
 	return out, next, nil
 }

@@ -390,6 +390,8 @@ func (s *Store) parentOf(d Device, found bool) Parent {
 			p.Down = inc.Next > 0
 		}
 	}
-	p.LastSignal = p.Deadline.Add(-s.timeout(d.Type))
+	// A warned type's score is its warning (warn.go); the parent is judged by its own deadline.
+	p.LastSignal = p.Deadline.Add(-s.lead(d.Type))
+	p.Deadline = p.LastSignal.Add(s.timeout(d.Type))
 	return p
 }

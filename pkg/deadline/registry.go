@@ -97,7 +97,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 			return 0, err
 		}
 		slot := Slot(dev, l.Slots)
-		score := strconv.FormatInt(now.Add(timeout).UnixMilli()*MaxTypes+int64(idx), 10)
+		score := strconv.FormatInt(now.Add(s.lead(name)).UnixMilli()*MaxTypes+int64(idx), 10)
 		bySlot[slot] = append(bySlot[slot], dev, score)
 	}
 	if changed {

@@ -18,7 +18,7 @@ type State struct {
 	Acked         bool   // an operator acknowledged: no more repeats until recovery
 	Exhausted     bool   // max_repeats reached: no more repeats until recovery
 	Hold          Hold   // why the next act waits on other devices (a parent, a group); kept in the exhausted field
-	InterruptedAt int64  // ms when the interrupted event was first published (HoldGroup: since when it waits; HoldQuiet: the moved deadline); 0 = not yet
+	InterruptedAt int64  // ms when the interrupted event was first published (HoldGroup: since when it waits; HoldQuiet: the moved deadline; HoldLate: when it is interrupted); 0 = not yet
 	Failures      int    // consecutive publish failures of the current act
 	Reason        string // why the claim was parked, if it was
 }
@@ -107,6 +107,10 @@ const (
 	// HoldQuiet: the deadline fell in a quiet interval of the device's type (docs/schedules.md); nothing
 	// was sent, and InterruptedAt holds the moved deadline, the interval's end + timeout.
 	HoldQuiet
+	// HoldLate: `late` was sent at the warning (the incident's Deadline, last signal + warn_after, see
+	// warn.go); nothing else yet. InterruptedAt holds when it is interrupted: last signal + timeout, or
+	// later when that falls in a quiet interval.
+	HoldLate
 )
 
 // quietField encodes the exhausted flag and the hold in one field: 0, 1 exhausted, 2 + hold − 1. Older
@@ -122,7 +126,7 @@ func (s State) quietField() byte {
 }
 
 func holdOf(field string) Hold {
-	if len(field) == 1 && field[0] > '1' && field[0] <= '1'+byte(HoldQuiet) {
+	if len(field) == 1 && field[0] > '1' && field[0] <= '1'+byte(HoldLate) {
 		return Hold(field[0] - '1')
 	}
 	return HoldNone

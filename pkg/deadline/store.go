@@ -23,6 +23,7 @@ type Store struct {
 	now    func() time.Time
 
 	timeout     func(typeName string) time.Duration
+	warnAfter   func(typeName string) time.Duration
 	expected    func(typeName string, seen time.Time) (time.Time, bool)
 	repeatEvery func(typeName string) time.Duration
 	// lateFirstWord: Options.LateFirstWord.
@@ -58,6 +59,10 @@ type Options struct {
 	// docs/schedules.md) and true, or false for a type timed by Timeout. It is asked per signal: make
 	// its answer for a fleet without schedules cheap. nil: no type has expected times.
 	Expected func(typeName string, seen time.Time) (time.Time, bool)
+	// WarnAfter returns a type's warn_after (0: none, shorter than its timeout otherwise): a signal of
+	// such a type sets its score to seen + warn_after, whose claim reports the device late (warn.go). It
+	// is asked per signal: make its answer for a fleet without warnings cheap. nil: no type warns.
+	WarnAfter func(typeName string) time.Duration
 }
 
 // New returns a Store on rdb. It checks nothing on Redis: call Ping to know Redis answers.
@@ -81,8 +86,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("deadline: record names: %w", err)
 	}
+	warnAfter := opts.WarnAfter
+	if warnAfter == nil {
+		warnAfter = func(string) time.Duration { return 0 }
+	}
 	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout,
-		expected: opts.Expected, repeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
+		warnAfter: warnAfter, expected: opts.Expected, repeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
 		typeMem: newTypeMemory()}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
@@ -122,7 +131,7 @@ func (s *Store) TypeIndex(ctx context.Context, name string) (int, error) {
 	return s.types.index(ctx, name)
 }
 
-// Signal moves one device's deadline to Seen + the timeout of its type.
+// Signal moves one device's deadline to Seen + the timeout of its type (+ its warn_after when it has one).
 type Signal struct {
 	Device string
 	Type   string // "" keeps the type last recorded for the device (default when none)

@@ -15,8 +15,8 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
-// TestDevShowsAnAlarm: `heartbeatd dev` needs nothing installed and shows an interrupted event within a
-// minute (README.md), answers on the HTTP address it was given, and stops cleanly when its context ends
+// TestDevShowsAnAlarm: `heartbeatd dev` needs nothing installed and shows an interrupted event and an
+// early warning (late, of the dev config's trackers) within a minute (README.md), answers on the HTTP address it was given, and stops cleanly when its context ends
 // (the command cancels it on SIGTERM).
 func TestDevShowsAnAlarm(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
@@ -55,21 +55,24 @@ func TestDevShowsAnAlarm(t *testing.T) {
 	// The event printer's line, "INTERRUPTED <device> (<type>) silent …". A plain "interrupted" would also
 	// match the banner's `curl …?state=interrupted` hint.
 	var output []string
-	var alarm string
+	var alarm, late string
 	timeout := time.After(60 * time.Second)
-	for alarm == "" {
+	for alarm == "" || late == "" {
 		select {
 		case line, ok := <-lines:
 			require.True(t, ok, "Dev returned before an alarm:\n%s", strings.Join(output, "\n"))
 			output = append(output, line)
-			if strings.Contains(line, "INTERRUPTED ") {
+			if strings.Contains(line, "INTERRUPTED ") && alarm == "" {
 				alarm = line
 			}
+			if strings.Contains(line, "LATE ") && late == "" {
+				late = line
+			}
 		case <-timeout:
-			t.Fatalf("no interrupted event within 60s:\n%s", strings.Join(output, "\n"))
+			t.Fatalf("no interrupted and late events within 60s:\n%s", strings.Join(output, "\n"))
 		}
 	}
-	t.Logf("first alarm %v after start: %s", time.Since(start).Round(time.Millisecond), alarm)
+	t.Logf("first alarm and warning by %v after start: %s; %s", time.Since(start).Round(time.Millisecond), alarm, late)
 	banner := strings.Join(output, "\n")
 	require.Contains(t, banner, "http://localhost:"+httpAddr[strings.LastIndex(httpAddr, ":")+1:], "the banner names the API address")
 

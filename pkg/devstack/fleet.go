@@ -24,7 +24,7 @@ type FleetType struct {
 }
 
 // DefaultFleet matches the dev config (timeouts: default 10s, gateway 5s,
-// temperature-sensor 15s, tracker 8s): every device signals three times or more per timeout, so only the
+// temperature-sensor 15s, tracker 8s, reported late after 5s): every device signals three times or more per timeout, so only the
 // devices the simulator silences on purpose are reported. The default fleet also tells the stories of
 // storm control (stories), with devices of its own.
 var DefaultFleet = []FleetType{

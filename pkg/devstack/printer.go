@@ -35,6 +35,8 @@ func EventLine(value []byte) (string, error) {
 	switch ev.Kind {
 	case event.Interrupted:
 		return fmt.Sprintf("INTERRUPTED %s silent %s deadline %s%s", who, silent, clock(ev.Deadline), inOutage(ev)), nil
+	case event.Late:
+		return fmt.Sprintf("LATE %s silent %s: interrupted at its timeout unless it signals", who, silent), nil
 	case event.Suppressed:
 		return fmt.Sprintf("SUPPRESSED %s silent %s: its parent %s is interrupted", who, silent, ev.Parent), nil
 	case event.OutageStarted:

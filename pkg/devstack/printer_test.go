@@ -32,6 +32,7 @@ func TestEventLine(t *testing.T) {
 		value, want string
 	}{
 		{eventJSON("interrupted", 0, 5012), "INTERRUPTED gw-017 (gateway) silent 5.0s deadline " + clock},
+		{eventJSON("late", 0, 3008), "LATE gw-017 (gateway) silent 3.0s: interrupted at its timeout unless it signals"},
 		{eventJSON("alarm", 1, 20012), "ALARM #1 gw-017 (gateway) silent 20.0s deadline " + clock},
 		{eventJSON("recovered", 0, 34200), "RECOVERED gw-017 (gateway) after 34.2s"},
 		{eventJSON("recovered", 0, 125300), "RECOVERED gw-017 (gateway) after 2m05.3s"},

@@ -23,6 +23,10 @@ type Kind string
 const (
 	// Interrupted is the first detection after a device's deadline passed (repeat 0).
 	Interrupted Kind = "interrupted"
+	// Late is the early warning of a type with warn_after: the device has been silent that long, and is
+	// interrupted at its deadline unless it signals first. Sent once per incident; its deadline is the
+	// warning's, last_seen + warn_after.
+	Late Kind = "late"
 	// Alarm is each re-alarm while the device is still silent (repeat 1, 2, …).
 	Alarm Kind = "alarm"
 	// Recovered is the first signal after an interruption; silent_for_ms is the outage length.
@@ -47,7 +51,7 @@ const (
 // other kinds, so a consumer built against an older package keeps working when a kind is added.
 func (k Kind) Valid() bool {
 	switch k {
-	case Interrupted, Alarm, Recovered, Exhausted, Watchdog, Suppressed, OutageStarted, OutageEnded, Flapping,
+	case Interrupted, Late, Alarm, Recovered, Exhausted, Watchdog, Suppressed, OutageStarted, OutageEnded, Flapping,
 		Acked, Silenced, Unsilenced, Deleted:
 		return true
 	}

@@ -263,7 +263,7 @@ func (o *Output) handle(ctx context.Context, events []event.Event) {
 	var out []alert
 	for _, e := range events {
 		switch e.Kind {
-		case event.Interrupted, event.Alarm, event.Exhausted, event.Suppressed:
+		case event.Interrupted, event.Alarm, event.Exhausted, event.Suppressed, event.Late:
 			firing = append(firing, fromEvent(e))
 		case event.Recovered, event.Acked, event.Deleted:
 			resolving = append(resolving, incident{device: e.DeviceID, typ: e.DeviceType, deadline: e.Deadline})
@@ -284,9 +284,10 @@ func (o *Output) handle(ctx context.Context, events []event.Event) {
 	for _, inc := range firing {
 		delete(o.recent, inc.device)
 		// A changed explanation (the parent is back and the device is still silent, an outage ended) is
-		// another alert: the old one is resolved, not left to expire.
-		if m, ok := o.remembered[inc.device]; ok && m.deadline == inc.deadline.UnixMilli() && m.x != inc.extras() {
-			out = append(out, resolve(o.labels(inc.device, inc.typ, m.x), inc.deadline, now))
+		// another alert: the old one is resolved, not left to expire; so is a late device's warning once
+		// it is interrupted (its deadline then is the interruption's).
+		if m, ok := o.remembered[inc.device]; ok && m.x != inc.extras() && (m.deadline == inc.deadline.UnixMilli() || m.x.warning) {
+			out = append(out, resolve(o.labels(inc.device, inc.typ, m.x), time.UnixMilli(m.deadline), now))
 		}
 		o.remember(inc, now)
 		out = append(out, o.firing(inc, now))

@@ -30,6 +30,9 @@ const (
 	labelOutage      = "outage_id"
 	labelGroupBy     = "group_by"
 	labelGroupValue  = "group_value"
+	// labelSeverity is set on a `late` device's alert only: severity=warning, a label set of its own,
+	// resolved when the incident is interrupted (its usual alert) or recovers.
+	labelSeverity = "severity"
 )
 
 // alert is one alert before it is posted.
@@ -84,15 +87,20 @@ type incident struct {
 	// parent is the device's parent; inhibitedBy the parent (suppressed) or outage that explains its
 	// silence, marked so a route can send the alert to a null receiver.
 	parent, inhibitedBy string
+	// warning: the incident was only reported `late` (its deadline is the warning's).
+	warning bool
 }
 
 // extras are the labels of an incident beyond its device and type: what must stay the same on every
 // post of the incident, or Alertmanager sees another alert.
 type extras struct {
 	parent, inhibitedBy string
+	warning             bool
 }
 
-func (i incident) extras() extras { return extras{parent: i.parent, inhibitedBy: i.inhibitedBy} }
+func (i incident) extras() extras {
+	return extras{parent: i.parent, inhibitedBy: i.inhibitedBy, warning: i.warning}
+}
 
 // labels is the label set of an incident's alert: the configured labels, then heartbeatd's own (which
 // the configuration may not override). Empty values are left out, as Alertmanager treats them.
@@ -109,6 +117,9 @@ func (o *Output) labels(device, typ string, x extras) map[string]string {
 	set(labelType, typ)
 	set(labelParent, x.parent)
 	set(labelInhibitedBy, x.inhibitedBy)
+	if x.warning {
+		l[labelSeverity] = "warning"
+	}
 	return l
 }
 
@@ -119,9 +130,13 @@ func (o *Output) firing(inc incident, now time.Time) alert {
 	if a.startsAt.IsZero() || a.startsAt.After(now) {
 		a.startsAt = now
 	}
-	a.annotations = map[string]string{"summary": fmt.Sprintf("%s is silent", inc.device)}
+	state := "silent"
+	if inc.warning {
+		state = "late"
+	}
+	a.annotations = map[string]string{"summary": fmt.Sprintf("%s is %s", inc.device, state)}
 	if inc.typ != "" {
-		a.annotations["summary"] = fmt.Sprintf("%s (%s) is silent", inc.device, inc.typ)
+		a.annotations["summary"] = fmt.Sprintf("%s (%s) is %s", inc.device, inc.typ, state)
 	}
 	if !inc.lastSeen.IsZero() {
 		a.annotations["last_seen"] = inc.lastSeen.UTC().Format(time.RFC3339)
@@ -145,7 +160,8 @@ func resolve(labels map[string]string, start, now time.Time) alert {
 // fromEvent is the incident an event of a device reports. A suppressed event's device is inhibited by
 // its parent; an event carrying an outage id by that outage.
 func fromEvent(e event.Event) incident {
-	inc := incident{device: e.DeviceID, typ: e.DeviceType, deadline: e.Deadline, lastSeen: e.LastSeen, parent: e.Parent}
+	inc := incident{device: e.DeviceID, typ: e.DeviceType, deadline: e.Deadline, lastSeen: e.LastSeen, parent: e.Parent,
+		warning: e.Kind == event.Late}
 	switch {
 	case e.OutageID != "":
 		inc.inhibitedBy = e.OutageID

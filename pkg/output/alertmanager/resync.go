@@ -59,21 +59,22 @@ func (o *Output) resyncSlot(ctx context.Context, ts []*target, slot int) error {
 		var incs []incident
 		var states []deadline.State
 		for _, oi := range open {
-			if r, ok := o.recent[oi.Device]; ok && r.deadline == oi.State.Deadline {
+			dl := oi.Deadline() // as its events carried it
+			if r, ok := o.recent[oi.Device]; ok && r.deadline == dl.UnixMilli() {
 				continue
 			}
 			if o.opts.Silenced(oi.Device, oi.Type, now) {
 				continue
 			}
-			inc := incident{device: oi.Device, typ: oi.Type, deadline: oi.State.DeadlineTime(), lastSeen: oi.LastSeen()}
+			inc := incident{device: oi.Device, typ: oi.Type, deadline: dl, lastSeen: oi.LastSeen(), warning: oi.Late()}
 			incs, states = append(incs, inc), append(states, oi.State)
 		}
 		o.withParents(ctx, incs)
 		var unseen []int // incidents not fired here: Redis explains them, their outages included
 		for i := range incs {
-			if m, ok := o.remembered[incs[i].device]; ok && m.deadline == states[i].Deadline {
+			if m, ok := o.remembered[incs[i].device]; ok && m.deadline == incs[i].deadline.UnixMilli() {
 				incs[i].parent, incs[i].inhibitedBy = m.x.parent, m.x.inhibitedBy // as it was fired
-			} else {
+			} else if !incs[i].warning { // a warning is explained by nothing: it is no interruption yet
 				unseen = append(unseen, i)
 			}
 		}

@@ -1,0 +1,37 @@
+package deadline
+
+import "time"
+
+// Early warning (docs/events.md, `late`). A type with warn_after has its devices' scores at last signal +
+// warn_after instead of + timeout, so a type without it pays nothing: the signal writes one score either
+// way, and the claim of a warned score is an ordinary fresh claim, which alarm.Decide turns into `late`
+// and an incident held until last signal + timeout (HoldLate). A signal before then recovers it through
+// the usual probe. Everything that reads a last signal from a score subtracts the lead, not the timeout.
+
+// lead is how far after a signal of type name its score lies: its warn_after when it has one, else its
+// timeout.
+func (s *Store) lead(name string) time.Duration {
+	if w := s.warnAfter(name); w > 0 {
+		return w
+	}
+	return s.timeout(name)
+}
+
+// holdLateBack marks the due claims of incidents that were reported late and whose interruption the
+// hold-back does not allow yet (a blind window opened since the warning): they wait, as a fresh claim of
+// the same deadline would. Only incidents in HoldLate are looked at, so a fleet without warnings pays a
+// comparison per due claim.
+func (s *Store) holdLateBack(claims []Claim, watermarkFor WatermarkFunc) {
+	if watermarkFor == nil {
+		return
+	}
+	for i := range claims {
+		c := &claims[i]
+		if c.Fresh || c.State.Hold != HoldLate || c.State.Next != 0 {
+			continue
+		}
+		if c.State.InterruptedAt > watermarkFor(AsStored(s.timeout(c.Type))).UnixMilli() {
+			c.HeldBack = true
+		}
+	}
+}
