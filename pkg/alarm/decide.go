@@ -108,6 +108,25 @@ type Decision struct {
 // what Decide decides for a plain fresh incident (deadline doc.go, "commit"): `interrupted`, then the next
 // act one repeat interval away. Decision.Committed tells whether this decision is that one.
 func Decide(in Input) Decision {
+	d := decide(in)
+	if c := in.Claim.Cause; c != nil {
+		withCause(d.Events, in.Claim.Device, *c)
+	}
+	return d
+}
+
+// withCause marks the events of the incident that began with cause (a reported failure, offline) with
+// it, so consumers tell it from silence (docs/events.md).
+func withCause(events []event.Event, device string, c deadline.Cause) {
+	for i := range events {
+		if e := &events[i]; e.DeviceID == device && e.Deadline.UnixMilli() == c.Deadline {
+			e.Cause, e.Reason = c.Kind, c.Reason
+		}
+	}
+}
+
+// decide is Decide without the incident's cause.
+func decide(in Input) Decision {
 	c, st, now := in.Claim, in.Claim.State, in.Now
 	dl := st.DeadlineTime()
 	pol := in.Policy
@@ -131,6 +150,9 @@ func Decide(in Input) Decision {
 			return d
 		}
 		lastSeen, backAt := dl.Add(-pol.Timeout), in.Current.Add(-pol.Timeout)
+		if c.Cause != nil {
+			lastSeen = c.Cause.LastSeen
+		}
 		if in.Seen != nil {
 			if !c.Fresh && !in.Seen.Pinned.IsZero() {
 				lastSeen = in.Seen.Pinned
@@ -379,9 +401,12 @@ func repeatDue(st deadline.State, pol config.Policy, n int) time.Time {
 	return time.UnixMilli(st.InterruptedAt).Add(time.Duration(n) * pol.RepeatEvery)
 }
 
-// lastSignal is the last signal before the claimed incident: deadline − timeout, or for a type with
-// expected times the one recorded (pinned once the incident was claimed; the latest on its first claim).
+// lastSignal is the last signal before the claimed incident: the one its cause recorded, deadline −
+// timeout, or for a type with expected times the one recorded (pinned once the incident was claimed; the latest on its first claim).
 func lastSignal(in Input) time.Time {
+	if c := in.Claim.Cause; c != nil {
+		return c.LastSeen // a moved deadline is no longer the last signal + timeout
+	}
 	if s := in.Seen; s != nil {
 		if !in.Claim.Fresh && !s.Pinned.IsZero() {
 			return s.Pinned
