@@ -34,7 +34,7 @@ func EventLine(value []byte) (string, error) {
 	silent := silence(ev.SilentForMs)
 	switch ev.Kind {
 	case event.Interrupted:
-		return fmt.Sprintf("INTERRUPTED %s silent %s deadline %s%s", who, silent, clock(ev.Deadline), inOutage(ev)), nil
+		return fmt.Sprintf("INTERRUPTED %s silent %s deadline %s%s%s", who, silent, clock(ev.Deadline), inOutage(ev), cause(ev)), nil
 	case event.Suppressed:
 		return fmt.Sprintf("SUPPRESSED %s silent %s: its parent %s is interrupted", who, silent, ev.Parent), nil
 	case event.OutageStarted:
@@ -54,6 +54,17 @@ func EventLine(value []byte) (string, error) {
 	default:
 		return fmt.Sprintf("%s %s silent %s repeat %d", strings.ToUpper(string(ev.Kind)), who, silent, ev.Repeat), nil
 	}
+}
+
+// cause says why an incident began when it was not silence, "" for silence.
+func cause(ev event.Event) string {
+	switch {
+	case ev.Cause == "":
+		return ""
+	case ev.Reason != "":
+		return fmt.Sprintf(": %s (%s)", ev.Cause, ev.Reason)
+	}
+	return ": " + ev.Cause
 }
 
 // inOutage names the correlated outage a device's event belongs to, "" for none.
