@@ -154,3 +154,21 @@ ingest:
 `, noEnv, `config: ingest.offline_grace:`, `config: ingest.mqtt.subscriptions[0].presence: "gone": want offline or online`,
 		`config: ingest.mqtt.subscriptions[1].payload: only with presence`)
 }
+
+// check-config lists the presence subscriptions with the grace; a config without any shows nothing.
+func TestPresenceTable(t *testing.T) {
+	cfg, err := Parse([]byte(minimal+`
+ingest:
+  offline_grace: 3s
+  mqtt:
+    subscriptions:
+      - topic: "devices/{device_id}/heartbeat"
+      - {topic: "devices/{device_id}/status", presence: offline, payload: offline}
+`), noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, "presence: an offline message interrupts its device 3s after it unless it signals meanwhile\n"+
+		"  offline: devices/{device_id}/status (payload \"offline\")\n", cfg.PresenceTable())
+	cfg, err = Parse([]byte(minimal), noEnv)
+	require.NoError(t, err)
+	assert.Empty(t, cfg.PresenceTable())
+}
