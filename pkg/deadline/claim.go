@@ -377,36 +377,12 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	}
 	res.Claims = make([]Claim, 0, claims)
 	for i, r := range replies {
-		slot, start := slots[i], len(res.Claims)
 		nextDeadline = earliest(nextDeadline, r.nextDeadline)
 		nextAlarm = earliest(nextAlarm, r.nextAlarm)
 		res.More = res.More || r.more
-		// Committed fresh claims, then the claims of expired records handed out again (no longer fresh).
-		for k, pairs := range [][]string{r.committed, r.again} {
-			for j := 0; j < len(pairs); j += 2 {
-				c, err := s.freshClaim(ctx, slot, pairs[j], pairs[j+1], "")
-				if err != nil {
-					return res, err
-				}
-				c.Fresh, c.Record, c.CommittedRepeat = k == 0, record, repeats.of(c.State.TypeIndex)
-				res.Claims = append(res.Claims, c)
-			}
+		if res.Claims, err = s.appendClaims(ctx, res.Claims, slots[i], r, record, repeats); err != nil {
+			return res, err
 		}
-		for j := 0; j < len(r.replacing); j += 3 {
-			c, err := s.freshClaim(ctx, slot, r.replacing[j], r.replacing[j+1], r.replacing[j+2])
-			if err != nil {
-				return res, err
-			}
-			res.Claims = append(res.Claims, c)
-		}
-		for j := 0; j < len(r.due); j += 2 {
-			c, err := s.dueClaim(ctx, slot, r.due[j], r.due[j+1])
-			if err != nil {
-				return res, err
-			}
-			res.Claims = append(res.Claims, c)
-		}
-		attachCauses(res.Claims[start:], r.causes)
 	}
 	if l := s.layout.Load(); l.Moving() && len(res.Claims) > 0 {
 		if res.Claims, err = s.dropStaleMoved(ctx, l, res.Claims); err != nil {
@@ -420,6 +396,39 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		res.NextAlarm = time.UnixMilli(nextAlarm)
 	}
 	return res, nil
+}
+
+// appendClaims appends one slot's claims from its reply r: the committed fresh claims, the claims of
+// expired records handed out again (no longer fresh), the replacing ones and the due entries, each with
+// its incident's cause when it has one.
+func (s *Store) appendClaims(ctx context.Context, claims []Claim, slot int, r claimReply, record string, repeats typeTable) ([]Claim, error) {
+	start := len(claims)
+	for k, pairs := range [][]string{r.committed, r.again} {
+		for j := 0; j < len(pairs); j += 2 {
+			c, err := s.freshClaim(ctx, slot, pairs[j], pairs[j+1], "")
+			if err != nil {
+				return claims, err
+			}
+			c.Fresh, c.Record, c.CommittedRepeat = k == 0, record, repeats.of(c.State.TypeIndex)
+			claims = append(claims, c)
+		}
+	}
+	for j := 0; j < len(r.replacing); j += 3 {
+		c, err := s.freshClaim(ctx, slot, r.replacing[j], r.replacing[j+1], r.replacing[j+2])
+		if err != nil {
+			return claims, err
+		}
+		claims = append(claims, c)
+	}
+	for j := 0; j < len(r.due); j += 2 {
+		c, err := s.dueClaim(ctx, slot, r.due[j], r.due[j+1])
+		if err != nil {
+			return claims, err
+		}
+		claims = append(claims, c)
+	}
+	attachCauses(claims[start:], r.causes)
+	return claims, nil
 }
 
 // watermarkByIndex applies watermarkFor to every type index this store knows, below wm: it returns the earliest of the

@@ -123,6 +123,21 @@ type batch struct {
 	marked []deadline.MarkResult
 }
 
+// add puts it in the batch: a mark, a signal the coalescer (nil: none) skips, or a signal to write.
+func (b *batch) add(it item, co *coalescer) {
+	switch {
+	case it.mark != nil:
+		b.items = append(b.items, ackItem{ack: it.ack, src: it.src, mark: true, sig: len(b.marks)})
+		b.marks = append(b.marks, *it.mark)
+	case co != nil && co.skip(it.sig):
+		b.items = append(b.items, ackItem{ack: it.ack, src: it.src, coalesced: true})
+	default:
+		b.items = append(b.items, ackItem{ack: it.ack, src: it.src, sig: len(b.sigs)})
+		b.sigs = append(b.sigs, it.sig)
+		b.received = append(b.received, it.received)
+	}
+}
+
 // NewChain builds a chain writing to refresher and sending dead letters to deadLetters (nil: bad input
 // is counted, logged and acknowledged). Run starts it.
 func NewChain(refresher Refresher, deadLetters event.DeadLetterSink, opts ChainOptions) (*Chain, error) {
@@ -345,18 +360,7 @@ func (c *Chain) batcher(ctx context.Context) {
 			cur = c.pool.Get().(*batch)
 			linger.Reset(c.opts.Linger)
 		}
-		if it.mark != nil {
-			cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, mark: true, sig: len(cur.marks)})
-			cur.marks = append(cur.marks, *it.mark)
-			return
-		}
-		if co != nil && co.skip(it.sig) {
-			cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, coalesced: true})
-			return
-		}
-		cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, sig: len(cur.sigs)})
-		cur.sigs = append(cur.sigs, it.sig)
-		cur.received = append(cur.received, it.received)
+		cur.add(it, co)
 	}
 	dispatch := func() bool {
 		linger.Stop()
@@ -489,16 +493,7 @@ func (c *Chain) write(ctx context.Context, b *batch, refresh func(context.Contex
 	if err := c.writeSignals(ctx, b, refresh); err != nil {
 		return err
 	}
-	if len(b.marks) == 0 {
-		return nil
-	}
-	m, ok := c.refresher.(Marker)
-	if !ok {
-		return nil
-	}
-	marked, err := m.MarkEarlier(ctx, b.marks)
-	b.marked = marked
-	return err
+	return c.writeMarks(ctx, b)
 }
 
 // writeSignals refreshes the batch's signals except the late ones (docs/signals.md): a signal whose deadline already
@@ -592,18 +587,4 @@ func (c *Chain) complete(b *batch) {
 		default:
 		}
 	}
-}
-
-// countMark counts what mark i of b did (heartbeatd_signals_marked_total); one the refresher could not
-// write counts as unknown.
-func (c *Chain) countMark(b *batch, i int) {
-	result := deadline.MarkUnknown
-	if i < len(b.marked) {
-		result = b.marked[i]
-	}
-	name := "unknown"
-	if int(result) >= 0 && int(result) < len(markResults) {
-		name = markResults[result]
-	}
-	c.m.marked.WithLabelValues(b.marks[i].Cause, name).Inc()
 }
