@@ -17,6 +17,10 @@ type HeartbeatdConfig struct {
 	// Alertmanager are outputs.alertmanager.urls; none leaves the output off. Its other keys go through
 	// HEARTBEATD_OUTPUTS_ALERTMANAGER_* (HeartbeatdOptions.Env).
 	Alertmanager []string
+	// Ingest is more keys of the ingest section (YAML flow, e.g. "offline_grace: 1s"); Subscriptions more
+	// entries of ingest.mqtt.subscriptions (YAML flow, e.g. `{topic: "a/{device_id}", presence: offline}`).
+	Ingest        string
+	Subscriptions []string
 }
 
 // YAML is the config file: the servers' sections, then sections (further top-level YAML such as types,
@@ -25,13 +29,21 @@ func (c HeartbeatdConfig) YAML(sections string) string {
 	return fmt.Sprintf(`
 redis: {addrs: [%q], slots: %d}
 ingest:
+  %s
   mqtt:
     brokers: [%q]
     client_id: %q
-    subscriptions: [{topic: "devices/{device_id}/heartbeat"}]
+    subscriptions: [{topic: "devices/{device_id}/heartbeat"}%s]
 events:
   kafka: {brokers: [%q]}
-%s`, c.Redis, c.Slots, c.MQTT, c.ClientID, strings.Join(c.Kafka, ","), c.outputs()) + sections
+%s`, c.Redis, c.Slots, c.Ingest, c.MQTT, c.ClientID, c.moreSubscriptions(), strings.Join(c.Kafka, ","), c.outputs()) + sections
+}
+
+func (c HeartbeatdConfig) moreSubscriptions() string {
+	if len(c.Subscriptions) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(c.Subscriptions, ", ")
 }
 
 // outputs is the outputs section, when an output is on.

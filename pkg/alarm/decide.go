@@ -110,6 +110,25 @@ type Decision struct {
 // what Decide decides for a plain fresh incident (deadline doc.go, "commit"): `interrupted`, then the next
 // act one repeat interval away. Decision.Committed tells whether this decision is that one.
 func Decide(in Input) Decision {
+	d := decide(in)
+	if c := in.Claim.Cause; c != nil {
+		withCause(d.Events, in.Claim.Device, *c)
+	}
+	return d
+}
+
+// withCause marks the events of the incident that began with cause (a reported failure, offline) with
+// it, so consumers tell it from silence (docs/events.md).
+func withCause(events []event.Event, device string, c deadline.Cause) {
+	for i := range events {
+		if e := &events[i]; e.DeviceID == device && e.Deadline.UnixMilli() == c.Deadline {
+			e.Cause, e.Reason = c.Kind, c.Reason
+		}
+	}
+}
+
+// decide is Decide without the incident's cause.
+func decide(in Input) Decision {
 	c, st, now := in.Claim, in.Claim.State, in.Now
 	dl := st.DeadlineTime()
 	pol := in.Policy
@@ -133,13 +152,16 @@ func Decide(in Input) Decision {
 			return d
 		}
 		lastSeen, backAt := dl.Add(-lead(&pol)), in.Current.Add(-lead(&pol))
+		if c.Cause != nil {
+			lastSeen = c.Cause.LastSeen
+		}
 		if in.Seen != nil {
 			if !c.Fresh && !in.Seen.Pinned.IsZero() {
 				lastSeen = in.Seen.Pinned
 			}
 			backAt = in.Seen.Latest
 		}
-		d.Events = append(d.Events, recovered(c.Device, c.Type, incidentDeadline(&st, &pol), lastSeen, backAt, now))
+		d.Events = append(d.Events, recovered(c.Device, c.Type, ownDeadline(&in, &st), lastSeen, backAt, now))
 		d.Reason = ReasonRecovered
 		return d
 	}
@@ -160,7 +182,7 @@ func Decide(in Input) Decision {
 		}
 	}
 	st = in.Claim.State
-	dl = incidentDeadline(&st, &pol) // what its later events carry
+	dl = ownDeadline(&in, &st) // what its later events carry
 	n := st.Next
 	if in.Parent != nil && !st.Exhausted && !st.Acked && (n == 0 || st.Hold != deadline.HoldNone) {
 		if held, ok := decideUnderParent(in, &d); held {
@@ -290,7 +312,7 @@ func groupWait(in Input, d *Decision, warned bool, eventDeadline time.Time) (hel
 // deferral, so at − deadline stays the detection lateness — and clears the hold from in.
 func decideQuiet(in *Input, d *Decision) (eventDeadline time.Time, held bool) {
 	st, pol := in.Claim.State, in.Policy
-	eventDeadline = incidentDeadline(&st, &pol)
+	eventDeadline = ownDeadline(in, &st)
 	if st.Hold == deadline.HoldQuiet {
 		eventDeadline = time.UnixMilli(st.InterruptedAt)
 	}
@@ -329,7 +351,7 @@ func repeatsPaused(st deadline.State, pol config.Policy, n int, now time.Time) (
 // gets its own interruption now, although one was reported under its parent before.
 func decideUnderParent(in Input, d *Decision) (held, own bool) {
 	c, st, now, p, pol := in.Claim, in.Claim.State, in.Now, *in.Parent, in.Policy
-	dl := incidentDeadline(&st, &pol)
+	dl := ownDeadline(&in, &st)
 	lastSeen := lastSignal(in)
 	// The parent has been silent since the child's last signal (1 s of slack for their clocks).
 	silentToo := p.Known && !p.LastSignal.After(lastSeen.Add(time.Second))
@@ -409,10 +431,13 @@ func repeatDue(st deadline.State, pol config.Policy, n int) time.Time {
 	return time.UnixMilli(st.InterruptedAt).Add(time.Duration(n) * pol.RepeatEvery)
 }
 
-// lastSignal is the last signal before the claimed incident: deadline − timeout (− warn_after for a type
-// with one, whose incident starts at its warning), or for a type with
+// lastSignal is the last signal before the claimed incident: the one its cause recorded, deadline −
+// timeout (− warn_after for a type with one, whose incident starts at its warning), or for a type with
 // expected times the one recorded (pinned once the incident was claimed; the latest on its first claim).
 func lastSignal(in Input) time.Time {
+	if c := in.Claim.Cause; c != nil {
+		return c.LastSeen // a moved deadline is no longer the last signal + timeout
+	}
 	if s := in.Seen; s != nil {
 		if !in.Claim.Fresh && !s.Pinned.IsZero() {
 			return s.Pinned

@@ -27,7 +27,9 @@ const LateRecheck = time.Second
 func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies bool) {
 	st := &in.Claim.State
 	wasLate := st.Hold == deadline.HoldLate && st.Next == 0
-	if !wasLate && in.Policy.WarnAfter <= 0 { // a type without warn_after: nothing to do
+	if !wasLate && (in.Policy.WarnAfter <= 0 || in.Claim.Cause != nil) {
+		// A type without warn_after, or an incident the device or its broker reported (a failure, offline):
+		// interrupted at once, no warning first.
 		return time.Time{}, false, false
 	}
 	pol, now := &in.Policy, in.Now
@@ -81,6 +83,15 @@ func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies 
 	// with a recovery still reports it.
 	in.Claim.State.Hold, in.Claim.State.InterruptedAt = deadline.HoldNone, 0
 	return due, false, true
+}
+
+// ownDeadline is incidentDeadline for the claim's own incident: one a device or its broker reported (a
+// failure, offline) carries the deadline the report set, warned type or not.
+func ownDeadline(in *Input, st *deadline.State) time.Time {
+	if c := in.Claim.Cause; c != nil && c.Deadline == st.Deadline {
+		return st.DeadlineTime()
+	}
+	return incidentDeadline(st, &in.Policy)
 }
 
 // EventTimes are the deadline and last signal the events of an incident (or of a device's stored

@@ -132,8 +132,11 @@ type Ingest struct {
 	// MaxLag: a source whose signals reach Redis later than this (record age, or a message waiting for
 	// its write) is blind for detection: its hold-back window opens at now − lag.
 	MaxLag time.Duration `yaml:"max_lag"`
-	MQTT   MQTT          `yaml:"mqtt"`
-	Kafka  KafkaIngest   `yaml:"kafka"`
+	// OfflineGrace: a presence subscription's offline message moves the device's deadline to its receipt
+	// + this, so a quick reconnect is no incident (docs/signals.md).
+	OfflineGrace time.Duration `yaml:"offline_grace"`
+	MQTT         MQTT          `yaml:"mqtt"`
+	Kafka        KafkaIngest   `yaml:"kafka"`
 }
 
 // MQTT is the MQTT signal source.
@@ -174,7 +177,19 @@ type Subscription struct {
 	// SharedGroup non-empty subscribes as $share/<group>/<filter>, spreading load over replicas; such
 	// subscriptions use a clean session so the broker hands a dead replica's share to the others.
 	SharedGroup string `yaml:"shared_group,omitempty"`
+	// Presence makes the subscription's messages a broker's word about the device (a last will, a client
+	// event): PresenceOffline moves its deadline earlier, PresenceOnline is a signal. "" = signals.
+	Presence string `yaml:"presence,omitempty"`
+	// Payload, with Presence, is the payload a message must carry to count (compared without case and
+	// surrounding space, e.g. "offline"); "" = any.
+	Payload string `yaml:"payload,omitempty"`
 }
+
+// Presence values of a subscription.
+const (
+	PresenceOffline = "offline"
+	PresenceOnline  = "online"
+)
 
 // KafkaIngest is the Kafka signal source.
 type KafkaIngest struct {
@@ -295,6 +310,7 @@ const (
 	DefaultSlots             = 64
 	DefaultKeyPrefix         = "hb"
 	DefaultMaxClockSkew      = 5 * time.Second
+	DefaultOfflineGrace      = 10 * time.Second
 	DefaultIngestBatch       = 1024 // per-command costs spread over more signals (docs/benchmarks.md)
 	DefaultIngestLinger      = 2 * time.Millisecond
 	DefaultIngestMaxInFlight = 4
@@ -362,6 +378,7 @@ func Default() *Config {
 			Linger:       DefaultIngestLinger,
 			MaxInFlight:  DefaultIngestMaxInFlight,
 			MaxLag:       DefaultMaxLag,
+			OfflineGrace: DefaultOfflineGrace,
 			MQTT: MQTT{
 				Enabled: true,
 				Brokers: []string{"tcp://127.0.0.1:1883"},

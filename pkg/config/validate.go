@@ -264,6 +264,7 @@ func (c *Config) validateIngest(v *validator) {
 	v.nonNegative("ingest.linger", in.Linger)
 	v.positiveInt("ingest.max_in_flight", int64(in.MaxInFlight))
 	v.positive("ingest.max_lag", in.MaxLag)
+	v.nonNegative("ingest.offline_grace", in.OfflineGrace)
 
 	m := in.MQTT
 	if m.Enabled {
@@ -376,6 +377,14 @@ func validateSubscription(v *validator, key string, s Subscription) {
 	}
 	if strings.ContainsAny(s.SharedGroup, "/+#") {
 		v.add(key+".shared_group", "%q must not contain / + #", s.SharedGroup)
+	}
+	switch s.Presence {
+	case "", PresenceOffline, PresenceOnline:
+	default:
+		v.add(key+".presence", "%q: want offline or online", s.Presence)
+	}
+	if s.Payload != "" && s.Presence == "" {
+		v.add(key+".payload", "only with presence (a signal subscription takes every payload)")
 	}
 }
 

@@ -128,3 +128,47 @@ func TestCreateTopics(t *testing.T) {
 		"config: events.kafka.create_topics.partitions: 0 must be between 1 and 10000",
 		"config: events.kafka.create_topics.replication_factor: 40000 must be between 1 and 32767")
 }
+
+// A presence subscription names offline or online; a payload to match needs presence; offline_grace
+// defaults to 10s and may not be negative.
+func TestPresenceSubscriptions(t *testing.T) {
+	cfg, err := Parse([]byte(minimal+`
+ingest:
+  mqtt:
+    subscriptions:
+      - topic: "devices/{device_id}/heartbeat"
+      - {topic: "devices/{device_id}/status", presence: offline, payload: offline}
+      - {topic: "$SYS/brokers/+/clients/{device_id}/connected", presence: online}
+`), noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, DefaultOfflineGrace, cfg.Ingest.OfflineGrace)
+	assert.Equal(t, Subscription{Topic: "devices/{device_id}/status", Presence: PresenceOffline, Payload: "offline"}, cfg.Ingest.MQTT.Subscriptions[1])
+
+	parseFails(t, minimal+`
+ingest:
+  offline_grace: -1s
+  mqtt:
+    subscriptions:
+      - {topic: "devices/{device_id}/status", presence: gone}
+      - {topic: "devices/{device_id}/heartbeat", payload: ok}
+`, noEnv, `config: ingest.offline_grace:`, `config: ingest.mqtt.subscriptions[0].presence: "gone": want offline or online`,
+		`config: ingest.mqtt.subscriptions[1].payload: only with presence`)
+}
+
+// check-config lists the presence subscriptions with the grace; a config without any shows nothing.
+func TestPresenceTable(t *testing.T) {
+	cfg, err := Parse([]byte(minimal+`
+ingest:
+  offline_grace: 3s
+  mqtt:
+    subscriptions:
+      - topic: "devices/{device_id}/heartbeat"
+      - {topic: "devices/{device_id}/status", presence: offline, payload: offline}
+`), noEnv)
+	require.NoError(t, err)
+	assert.Equal(t, "presence: an offline message interrupts its device 3s after it unless it signals meanwhile\n"+
+		"  offline: devices/{device_id}/status (payload \"offline\")\n", cfg.PresenceTable())
+	cfg, err = Parse([]byte(minimal), noEnv)
+	require.NoError(t, err)
+	assert.Empty(t, cfg.PresenceTable())
+}

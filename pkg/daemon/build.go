@@ -49,8 +49,8 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	var err error
 	d.chain, err = ingest.NewChain(d.store, d.publisher, ingest.ChainOptions{MaxClockSkew: cfg.Ingest.MaxClockSkew,
 		Coalesce: cfg.Ingest.Coalesce, Batch: cfg.Ingest.Batch, Linger: cfg.Ingest.Linger, MaxInFlight: cfg.Ingest.MaxInFlight,
-		KnownType: func(name string) bool { _, ok := d.policies.Load().Lookup(name); return ok },
-		Now:       d.clock.Now, Logger: log, Registerer: reg})
+		KnownType:    func(name string) bool { _, ok := d.policies.Load().Lookup(name); return ok },
+		OfflineGrace: cfg.Ingest.OfflineGrace, Now: d.clock.Now, Logger: log, Registerer: reg})
 	if err != nil {
 		return fail(err)
 	}
@@ -172,7 +172,7 @@ func (d *daemon) buildSources() error {
 		}
 		subs := make([]ingest.Subscription, len(in.MQTT.Subscriptions))
 		for i, s := range in.MQTT.Subscriptions {
-			subs[i] = ingest.Subscription{Topic: s.Topic, SharedGroup: s.SharedGroup}
+			subs[i] = ingest.Subscription{Topic: s.Topic, SharedGroup: s.SharedGroup, Presence: s.Presence, Payload: s.Payload}
 		}
 		src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: in.MQTT.Brokers, ClientID: d.cfg.MQTTClientID(),
 			Username: in.MQTT.Username, Password: in.MQTT.Password, TLS: tlsCfg, QoS: byte(in.MQTT.QoS),

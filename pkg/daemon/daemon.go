@@ -56,7 +56,7 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable() + scheduleTable(cfg) + "\n" + cfg.AccessTable()
+	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable() + cfg.PresenceTable() + scheduleTable(cfg) + "\n" + cfg.AccessTable()
 	for i, w := range cfg.Warnings() {
 		if i == 0 {
 			out += "\n"

@@ -28,6 +28,8 @@ type Claim struct {
 	CommittedRepeat time.Duration
 	// HeldBack: an incident reported late whose interruption the hold-back does not allow yet (warn.go).
 	HeldBack bool
+	// Cause is why the incident began when it was not silence (a reported failure, offline); nil: silence.
+	Cause *Cause
 }
 
 // ClaimResult is what one wake-up found.
@@ -45,7 +47,7 @@ type ClaimResult struct {
 // claimScript claims up to batch due devices of one slot, in four sections: (1) fresh claims, (2) due
 // alarm entries, (3) the in-flight record, (4) the next due scores.
 //
-// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records
+// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records  KEYS[5] causes
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
 // ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5] the record of this call's committed claims
 // ARGV[6] a committed claim's next act per type index (now + its repeat interval, or a dormant score),
@@ -53,10 +55,11 @@ type ClaimResult struct {
 // ARGV[7] the watermark (ms) per type index, listSep-separated, where types differ (hold-back after a
 // blind window: each device waits its own timeout); "" when ARGV[2] holds for every type. An index
 // past the list gets ARGV[2].
-// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due}, where
+// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due, causes}, where
 // committed and again are flat pairs (device, deadlines-set score) packed into one packSep-separated
 // string: the committed fresh claims, and the claims of expired records handed out again; replacing is
-// flat triples (device, deadlines-set score, replaced state); due is flat pairs (device, state).
+// flat triples (device, deadlines-set score, replaced state); due is flat pairs (device, state); causes
+// flat pairs (device, stored cause) of the claimed devices that have one.
 //
 // A plain fresh claim is committed (doc.go). A fresh claim whose device has an open incident replaces it
 // when its deadline is newer: it gets a full state with nothing sent and a leased alarm entry, and the
@@ -262,13 +265,47 @@ local function nextDue()
   return nd, na
 end
 
+-- (5) The causes of the claimed incidents that did not begin with silence (cause.go), read only in a slot
+-- that has any, so a fleet without them pays nothing more: flat pairs device, cause. A fresh claim's
+-- cause of an earlier incident is dropped.
+local function causesOf(committed, replacing, again, due)
+  if #committed + #replacing + #again + #due == 0 or redis.call('EXISTS', KEYS[5]) == 0 then return {} end
+  local devs, fresh = {}, {}
+  for i = 1, #committed, 2 do
+    devs[#devs+1] = committed[i]
+    fresh[#devs] = committed[i+1]
+  end
+  for i = 1, #replacing, 3 do
+    devs[#devs+1] = replacing[i]
+    fresh[#devs] = replacing[i+1]
+  end
+  for i = 1, #again, 2 do devs[#devs+1] = again[i] end
+  for i = 1, #due, 2 do devs[#devs+1] = due[i] end
+  local vals = gather(devs, function(...) return redis.call('HMGET', KEYS[5], ...) end)
+  local out, stale = {}, {}
+  for k, d in ipairs(devs) do
+    local v = vals[k]
+    if v then
+      local sc = fresh[k]
+      if sc and tonumber(string.match(v, '^%d+')) ~= floor(tonumber(sc) / ${MaxTypes}) then
+        stale[#stale+1] = d
+      else
+        out[#out+1] = d
+        out[#out+1] = v
+      end
+    end
+  end
+  pieces(stale, 1, function(...) redis.call('HDEL', KEYS[5], ...) end)
+  return out
+end
+
 local committed, replacing, n = claimFresh()
 local due, again, dueFull = claimDue(batch - n)
 local packed, packedAgain = leaseRecord(committed, again)
 local nd, na = nextDue()
 local more = 0
 if n == batch or dueFull then more = 1 end
-return {nd, na, more, packed, packedAgain, replacing, due}
+return {nd, na, more, packed, packedAgain, replacing, due, causesOf(committed, replacing, again, due)}
 `)
 
 // ClaimOptions bounds one claim.
@@ -321,7 +358,8 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType}
 	calls := make([]scriptCall, len(slots))
 	for i, slot := range slots {
-		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.InFlight(slot)}, args: args}
+		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.InFlight(slot),
+			s.keys.Causes(slot)}, args: args}
 	}
 	cmds, err := s.runAll(ctx, claimScript, calls)
 	if err != nil {
@@ -341,34 +379,11 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	}
 	res.Claims = make([]Claim, 0, claims)
 	for i, r := range replies {
-		slot := slots[i]
 		nextDeadline = earliest(nextDeadline, r.nextDeadline)
 		nextAlarm = earliest(nextAlarm, r.nextAlarm)
 		res.More = res.More || r.more
-		// Committed fresh claims, then the claims of expired records handed out again (no longer fresh).
-		for k, pairs := range [][]string{r.committed, r.again} {
-			for j := 0; j < len(pairs); j += 2 {
-				c, err := s.freshClaim(ctx, slot, pairs[j], pairs[j+1], "")
-				if err != nil {
-					return res, err
-				}
-				c.Fresh, c.Record, c.CommittedRepeat = k == 0, record, repeats.of(c.State.TypeIndex)
-				res.Claims = append(res.Claims, c)
-			}
-		}
-		for j := 0; j < len(r.replacing); j += 3 {
-			c, err := s.freshClaim(ctx, slot, r.replacing[j], r.replacing[j+1], r.replacing[j+2])
-			if err != nil {
-				return res, err
-			}
-			res.Claims = append(res.Claims, c)
-		}
-		for j := 0; j < len(r.due); j += 2 {
-			c, err := s.dueClaim(ctx, slot, r.due[j], r.due[j+1])
-			if err != nil {
-				return res, err
-			}
-			res.Claims = append(res.Claims, c)
+		if res.Claims, err = s.appendClaims(ctx, res.Claims, slots[i], r, record, repeats); err != nil {
+			return res, err
 		}
 	}
 	s.holdLateBack(res.Claims, opts.WatermarkFor)
@@ -384,6 +399,39 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		res.NextAlarm = time.UnixMilli(nextAlarm)
 	}
 	return res, nil
+}
+
+// appendClaims appends one slot's claims from its reply r: the committed fresh claims, the claims of
+// expired records handed out again (no longer fresh), the replacing ones and the due entries, each with
+// its incident's cause when it has one.
+func (s *Store) appendClaims(ctx context.Context, claims []Claim, slot int, r claimReply, record string, repeats typeTable) ([]Claim, error) {
+	start := len(claims)
+	for k, pairs := range [][]string{r.committed, r.again} {
+		for j := 0; j < len(pairs); j += 2 {
+			c, err := s.freshClaim(ctx, slot, pairs[j], pairs[j+1], "")
+			if err != nil {
+				return claims, err
+			}
+			c.Fresh, c.Record, c.CommittedRepeat = k == 0, record, repeats.of(c.State.TypeIndex)
+			claims = append(claims, c)
+		}
+	}
+	for j := 0; j < len(r.replacing); j += 3 {
+		c, err := s.freshClaim(ctx, slot, r.replacing[j], r.replacing[j+1], r.replacing[j+2])
+		if err != nil {
+			return claims, err
+		}
+		claims = append(claims, c)
+	}
+	for j := 0; j < len(r.due); j += 2 {
+		c, err := s.dueClaim(ctx, slot, r.due[j], r.due[j+1])
+		if err != nil {
+			return claims, err
+		}
+		claims = append(claims, c)
+	}
+	attachCauses(claims[start:], r.causes)
+	return claims, nil
 }
 
 // watermarkByIndex applies watermarkFor to every type index this store knows, below wm: it returns the earliest of the
@@ -471,12 +519,13 @@ type claimReply struct {
 	committed, again        []string // pairs: device, deadlines-set score
 	replacing               []string // triples: device, deadlines-set score, replaced state
 	due                     []string // pairs: device, state
+	causes                  []string // pairs: device, stored cause
 }
 
 // decodeClaimReply reads v, a claimScript reply as go-redis returns it.
 func decodeClaimReply(v any) (claimReply, error) {
 	r := replyReader{script: "claim"}
-	f := r.fields(v, 7)
+	f := r.fields(v, 8)
 	if r.err != nil {
 		return claimReply{}, r.err
 	}
@@ -488,6 +537,7 @@ func decodeClaimReply(v any) (claimReply, error) {
 		again:        r.packed(f[4], "again", 2),
 		replacing:    r.strings(f[5], "replacing", 3),
 		due:          r.strings(f[6], "due", 2),
+		causes:       r.strings(f[7], "causes", 2),
 	}
 	return out, r.err
 }

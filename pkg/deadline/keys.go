@@ -91,3 +91,8 @@ func (k Keyspace) Seen(slot int) string { return k.slotKey(slot, "seen") }
 // Flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last
 // interruptions, for the devices of types with flapping detection (docs/events.md).
 func (k Keyspace) Flaps(slot int) string { return k.slotKey(slot, "flaps") }
+
+// Causes is the HASH device → the cause of its latest incident that did not begin with silence (a
+// reported failure, offline; cause.go): moved deadline, last seen, kind and reason. Written only by
+// MarkEarlier, so a fleet without such messages has no such key and its claims never read one.
+func (k Keyspace) Causes(slot int) string { return k.slotKey(slot, "causes") }

@@ -37,6 +37,13 @@ var scriptConstants = strings.NewReplacer(
 	"${packedItem}", luaString("[^"+packSep+"]+"),
 	"${packedPair}", luaString("([^"+packSep+"]+)"+packSep+"([^"+packSep+"]+)"),
 	"${listItem}", luaString("[^"+listSep+"]+"),
+	// MarkEarlier's results (cause.go).
+	"${MarkMoved}", strconv.Itoa(int(MarkMoved)),
+	"${MarkLate}", strconv.Itoa(int(MarkLate)),
+	"${MarkNotEarlier}", strconv.Itoa(int(MarkNotEarlier)),
+	"${MarkOpen}", strconv.Itoa(int(MarkOpen)),
+	"${MarkUnknown}", strconv.Itoa(int(MarkUnknown)),
+	"${causeSep}", luaString(causeSep),
 	// Lua helpers (defined, not a value).
 	"${luaPieces}", strings.ReplaceAll(luaPieces, "${maxUnpack}", strconv.Itoa(maxUnpack)),
 )

@@ -99,6 +99,7 @@ func Dev(ctx context.Context, opts DevOptions) error {
 		fleet := FleetOptions{Broker: stack.MQTTBroker, Devices: opts.Devices, Logger: log}
 		pg, pctx := errgroup.WithContext(gctx)
 		pg.Go(func() error { return RunFleet(pctx, fleet) })
+		pg.Go(func() error { return RunLastWill(pctx, stack.MQTTBroker, log) })
 		pg.Go(func() error { return PrintEvents(pctx, stack.KafkaBrokers, TopicEvents, log) })
 		return pg.Wait()
 	})

@@ -73,6 +73,23 @@ func TestDevShowsAnAlarm(t *testing.T) {
 		}
 	}
 	t.Logf("first alarm and warning by %v after start: %s; %s", time.Since(start).Round(time.Millisecond), alarm, late)
+	// The presence stories: the pump's reported failure and the last will's offline (presence.go).
+	causes := map[string]string{": reported (" + pumpReason + ")": "", ": offline": ""}
+	for seen := 0; seen < len(causes); {
+		select {
+		case line, ok := <-lines:
+			require.True(t, ok, "Dev returned before the causes:\n%s", strings.Join(output, "\n"))
+			output = append(output, line)
+			for c, got := range causes {
+				if got == "" && strings.Contains(line, "INTERRUPTED ") && strings.Contains(line, c) {
+					causes[c] = line
+					seen++
+				}
+			}
+		case <-timeout:
+			t.Fatalf("no interrupted event with each cause within 60s: %v\n%s", causes, strings.Join(output, "\n"))
+		}
+	}
 	banner := strings.Join(output, "\n")
 	require.Contains(t, banner, "http://localhost:"+httpAddr[strings.LastIndex(httpAddr, ":")+1:], "the banner names the API address")
 

@@ -104,6 +104,9 @@ type simDevice struct {
 	// flapping devices alternate: online until silentAt, silent for flapSilent, online for flapOnline, ...
 	flap                   bool
 	flapSilent, flapOnline time.Duration
+	// failAt > 0: the messages from then on report a failure (failure) for failFor, and again every
+	// failEvery (presence.go).
+	failAt, failFor, failEvery time.Duration
 }
 
 // silent reports whether the device is silent at offset t since the fleet started.
@@ -198,6 +201,7 @@ func planFleet(opts FleetOptions) ([]*simDevice, error) {
 	}
 	if len(opts.Types) == 0 {
 		fleet = append(fleet, stories(rng)...)
+		fleet = append(fleet, failingPumpDevice())
 	}
 	return fleet, nil
 }
@@ -235,9 +239,15 @@ func stories(rng *rand.Rand) []*simDevice {
 	return out
 }
 
-// message is what d sends at t: nothing for a bare heartbeat, else JSON telemetry whose battery drains a
-// little with every message.
-func (d *simDevice) message(t time.Time) []byte {
+// message is what d sends at t, offset since the fleet started: nothing for a bare heartbeat, a failure
+// when one is due, else JSON telemetry whose battery drains a little with every message.
+func (d *simDevice) message(t time.Time, offset time.Duration) []byte {
+	for d.failAt > 0 && offset >= d.failAt+d.failFor {
+		d.failAt += d.failEvery
+	}
+	if d.failAt > 0 && offset >= d.failAt {
+		return failure(t)
+	}
 	if !d.json {
 		return nil
 	}
@@ -352,7 +362,7 @@ func RunFleet(ctx context.Context, opts FleetOptions) error {
 			if silent[i] {
 				continue
 			}
-			tokens = append(tokens, client.Publish(d.topic, 1, false, d.message(t)))
+			tokens = append(tokens, client.Publish(d.topic, 1, false, d.message(t, offset)))
 			if ce := log.Check(zap.DebugLevel, "heartbeat published"); ce != nil {
 				ce.Write(zap.String("device", d.id), zap.String("topic", d.topic))
 			}

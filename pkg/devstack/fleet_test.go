@@ -21,7 +21,7 @@ import (
 func TestPlanFleetDefault(t *testing.T) {
 	fleet, err := planFleet(FleetOptions{})
 	require.NoError(t, err)
-	require.Len(t, fleet, 300+1+stormBeacons+burstMeters, "the chance fleet, then the stories' devices")
+	require.Len(t, fleet, 300+1+stormBeacons+burstMeters+1, "the chance fleet, then the stories' devices")
 	perType := map[string]int{}
 	var silentForGood, recovering, flapping int
 	for _, d := range fleet[:300] {
@@ -59,6 +59,25 @@ func TestPlanFleetDefault(t *testing.T) {
 	require.NotEqual(t, fleet, other)
 }
 
+// The failing pump reports a failure in every message from pumpFailFirst for pumpFailFor, then again
+// every pumpFailEvery; its other messages are telemetry.
+func TestFailingPumpReportsNowAndThen(t *testing.T) {
+	fleet, err := planFleet(FleetOptions{})
+	require.NoError(t, err)
+	pump := fleet[len(fleet)-1]
+	require.Equal(t, failingPump, pump.id)
+	at := time.UnixMilli(1_795_341_600_000)
+	fails := func(offset time.Duration) bool {
+		return strings.Contains(string(pump.message(at, offset)), `"status":"fail"`)
+	}
+	require.False(t, fails(pumpFailFirst-time.Millisecond))
+	require.True(t, fails(pumpFailFirst+time.Second))
+	require.JSONEq(t, fmt.Sprintf(`{"ts":%d,"status":"fail","reason":%q}`, at.UnixMilli(), pumpReason), string(failure(at)))
+	require.True(t, fails(pumpFailFirst+pumpFailFor-time.Millisecond))
+	require.False(t, fails(pumpFailFirst+pumpFailFor), "then telemetry: it recovers")
+	require.True(t, fails(pumpFailFirst+pumpFailEvery))
+}
+
 // TestPlanFleetStories: with the dev config, the gateway's beacons expire before it and so wait for its
 // verdict (suppressed), the meters going dark are enough of one type within the correlation window for
 // an outage, and every story's events, the last beacons' own interruption included, come within a
@@ -82,7 +101,7 @@ func TestPlanFleetStories(t *testing.T) {
 			gateway = d
 		}
 		require.LessOrEqual(t, 3*d.interval, timeout(d.typ), "%s signals three times per timeout", d.id)
-		require.Positive(t, d.silentAt, "%s is a story's", d.id)
+		require.True(t, d.silentAt > 0 || d.failAt > 0, "%s is a story's", d.id)
 	}
 	require.NotNil(t, gateway)
 	require.Equal(t, "gateway", gateway.typ)
@@ -95,7 +114,7 @@ func TestPlanFleetStories(t *testing.T) {
 		require.Equal(t, stormGateway, b.parent)
 		require.Equal(t, gateway.silentAt, b.silentAt, "%s goes dark with its gateway", b.id)
 		want := fmt.Sprintf(`{"ts":1000,"battery":%.1f,"parent":"gw-edge"}`, max(b.battery-0.01, 1))
-		require.JSONEq(t, want, string(b.message(time.UnixMilli(1000))), "%s names its gateway", b.id)
+		require.JSONEq(t, want, string(b.message(time.UnixMilli(1000), 0)), "%s names its gateway", b.id)
 		if b.recoverAt == 0 {
 			stillDark++
 		} else {
@@ -117,7 +136,8 @@ func TestPlanFleetStories(t *testing.T) {
 	}
 	require.Less(t, meters[0].silentAt+meterInterval+timeout("meter"), time.Minute, "outage_started within a minute")
 	require.Less(t, meters[0].recoverAt, time.Minute, "outage_ended within a minute")
-	require.Len(t, byType, 3, "gateway, beacon, meter")
+	require.Len(t, byType, 4, "gateway, beacon, meter, and the failing pump's type")
+	require.Less(t, pumpFailFirst+pumpFailFor, time.Minute, "the pump's failure and recovery within a minute")
 }
 
 func TestPlanFleetCounts(t *testing.T) {

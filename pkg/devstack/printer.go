@@ -34,7 +34,7 @@ func EventLine(value []byte) (string, error) {
 	silent := silence(ev.SilentForMs)
 	switch ev.Kind {
 	case event.Interrupted:
-		return fmt.Sprintf("INTERRUPTED %s silent %s deadline %s%s", who, silent, clock(ev.Deadline), inOutage(ev)), nil
+		return fmt.Sprintf("INTERRUPTED %s silent %s deadline %s%s%s", who, silent, clock(ev.Deadline), inOutage(ev), cause(ev)), nil
 	case event.Late:
 		return fmt.Sprintf("LATE %s silent %s: interrupted at its timeout unless it signals", who, silent), nil
 	case event.Suppressed:
@@ -56,6 +56,17 @@ func EventLine(value []byte) (string, error) {
 	default:
 		return fmt.Sprintf("%s %s silent %s repeat %d", strings.ToUpper(string(ev.Kind)), who, silent, ev.Repeat), nil
 	}
+}
+
+// cause says why an incident began when it was not silence, "" for silence.
+func cause(ev event.Event) string {
+	switch {
+	case ev.Cause == "":
+		return ""
+	case ev.Reason != "":
+		return fmt.Sprintf(": %s (%s)", ev.Cause, ev.Reason)
+	}
+	return ": " + ev.Cause
 }
 
 // inOutage names the correlated outage a device's event belongs to, "" for none.

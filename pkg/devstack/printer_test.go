@@ -40,6 +40,10 @@ func TestEventLine(t *testing.T) {
 		{`{"schema":"heartbeatd.event/v1","id":"watchdog/dev/1795255230000","kind":"watchdog","device_id":"dev","at":"2026-11-22T10:00:30.012Z"}`, "WATCHDOG replica dev: scanner → Kafka path alive"},
 		{eventJSON("surprise", 2, 1000), "SURPRISE gw-017 (gateway) silent 1.0s repeat 2"},
 		{`{"schema":"heartbeatd.event/v1","id":"d/0/interrupted/0","kind":"interrupted","device_id":"d","deadline":null,"silent_for_ms":10000,"future_field":1}`, "INTERRUPTED d silent 10.0s deadline -"},
+		{`{"schema":"heartbeatd.event/v1","id":"p/0/interrupted/0","kind":"interrupted","device_id":"p","deadline":null,"silent_for_ms":5,"cause":"reported","reason":"valve stuck"}`,
+			"INTERRUPTED p silent 0.0s deadline -: reported (valve stuck)"},
+		{`{"schema":"heartbeatd.event/v1","id":"w/0/interrupted/0","kind":"interrupted","device_id":"w","deadline":null,"silent_for_ms":3000,"cause":"offline"}`,
+			"INTERRUPTED w silent 3.0s deadline -: offline"},
 	}
 	for _, tt := range tests {
 		got, err := EventLine([]byte(tt.value))

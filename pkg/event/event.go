@@ -94,7 +94,17 @@ type Detail struct {
 	Group  *Group   `json:"group,omitempty"`
 	Count  int      `json:"count,omitempty"`
 	Sample []string `json:"sample,omitempty"`
+	// Cause says why the incident began when it was not silence: CauseReported (the device reported a
+	// failure; Reason holds its words) or CauseOffline (its broker said it went offline).
+	Cause  string `json:"cause,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
+
+// The causes an incident's events may carry; none means the device fell silent.
+const (
+	CauseReported = "reported"
+	CauseOffline  = "offline"
+)
 
 // Group is what the devices of a correlated outage share: the correlation key (device_type, parent or
 // labels.<name>) and its value.
@@ -214,10 +224,11 @@ func (e Event) MarshalJSON() ([]byte, error) {
 
 // hasExtras reports whether any field beyond the detection ones is set: the common event skips them all.
 func (e *Detail) hasExtras() bool {
-	return e.By != "" || e.Note != "" || e.Token != "" || e.Parent != "" || e.OutageID != "" || e.Group != nil || e.Count != 0 || len(e.Sample) > 0
+	return e.By != "" || e.Note != "" || e.Token != "" || e.Parent != "" || e.OutageID != "" || e.Group != nil || e.Count != 0 || len(e.Sample) > 0 ||
+		e.Cause != "" || e.Reason != ""
 }
 
-// appendExtras appends the optional fields of operator acts, suppressed and outage events, and the
+// appendExtras appends the optional fields of operator acts, suppressed and outage events and causes, and the
 // closing brace, in declaration order.
 func (e *Detail) appendExtras(b []byte) []byte {
 	str := func(key, v string) {
@@ -257,6 +268,8 @@ func (e *Detail) appendExtras(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
+	str("cause", e.Cause)
+	str("reason", e.Reason)
 	return append(b, '}')
 }
 

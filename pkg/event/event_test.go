@@ -238,10 +238,12 @@ func TestMarshalJSONMatchesEncodingJSON(t *testing.T) {
 		suppressed.Parent, suppressed.OutageID = id, "outage:parent:"+id
 		outage := New(OutageStarted, "outage:labels.site:"+id, "", time.Time{}, time.Time{}, at, 0)
 		outage.OutageID, outage.Group, outage.Count, outage.Sample = "o-1", &Group{By: "labels.site", Value: id}, 512, []string{id, "b"}
+		reported := New(Interrupted, id, "gateway", at, at, at, 0)
+		reported.Cause, reported.Reason = CauseReported, "pump stalled: "+id
 		for _, e := range []Event{
 			New(Interrupted, id, "gateway", at.Add(-time.Second), at.Add(-time.Minute), at, 0),
 			New(Recovered, id, id, at, time.Time{}, at.Add(1500*time.Microsecond), 3),
-			degraded, acked, suppressed, outage,
+			degraded, acked, suppressed, outage, reported,
 		} {
 			want, err := marshalNoHTMLEscape(wireEvent{
 				Schema: e.Schema, ID: e.ID, Kind: e.Kind, DeviceID: e.DeviceID, DeviceType: e.DeviceType,

@@ -43,9 +43,12 @@ type ChainOptions struct {
 	// StuckWrite: a batch being written longer than this counts as refused (default 1s), since a write
 	// can wait in the Redis client's own dial and retries for seconds before its failure comes back.
 	StuckWrite time.Duration
-	Now        func() time.Time
-	Logger     *zap.Logger
-	Registerer prometheus.Registerer
+	// OfflineGrace: an offline presence message moves the device's deadline to its receipt + this
+	// (ingest.offline_grace; 0 = at once).
+	OfflineGrace time.Duration
+	Now          func() time.Time
+	Logger       *zap.Logger
+	Registerer   prometheus.Registerer
 }
 
 // ErrChainStopped is returned by Submit when the chain is not running any more.
@@ -90,7 +93,8 @@ type Chain struct {
 // item is one valid signal on its way to a batch.
 type item struct {
 	sig      deadline.Signal
-	received time.Time // when the source handed it over: lateness is judged then
+	mark     *deadline.Mark // a reported failure or an offline message instead of a signal
+	received time.Time      // when the source handed it over: lateness is judged then
 	ack      func()
 	src      *sourceMetrics
 }
@@ -100,7 +104,8 @@ type ackItem struct {
 	ack       func()
 	src       *sourceMetrics
 	coalesced bool
-	sig       int // index of its signal in batch.sigs (not coalesced)
+	mark      bool // sig indexes batch.marks instead
+	sig       int  // index of its signal in batch.sigs (not coalesced)
 }
 
 type batch struct {
@@ -112,6 +117,25 @@ type batch struct {
 	// late marks the signals not written because they were late (nil: none); write is the rest.
 	late  []bool
 	write []deadline.Signal
+	// marks move deadlines earlier (reported failures, offline messages), written after the signals;
+	// marked holds what each did once written (nil: not written, the refresher cannot).
+	marks  []deadline.Mark
+	marked []deadline.MarkResult
+}
+
+// add puts it in the batch: a mark, a signal the coalescer (nil: none) skips, or a signal to write.
+func (b *batch) add(it item, co *coalescer) {
+	switch {
+	case it.mark != nil:
+		b.items = append(b.items, ackItem{ack: it.ack, src: it.src, mark: true, sig: len(b.marks)})
+		b.marks = append(b.marks, *it.mark)
+	case co != nil && co.skip(it.sig):
+		b.items = append(b.items, ackItem{ack: it.ack, src: it.src, coalesced: true})
+	default:
+		b.items = append(b.items, ackItem{ack: it.ack, src: it.src, sig: len(b.sigs)})
+		b.sigs = append(b.sigs, it.sig)
+		b.received = append(b.received, it.received)
+	}
 }
 
 // NewChain builds a chain writing to refresher and sending dead letters to deadLetters (nil: bad input
@@ -218,8 +242,16 @@ func (c *Chain) Offer(ctx context.Context, m Message) (reason string, err error)
 		c.unknown.note(d.typ, d.device, received)
 		d.typ = deadline.DefaultType // a device-chosen name is never recorded (docs/signals.md)
 	}
-	c.intervals.observe(d.device, d.typ, seen)
 	it := item{sig: deadline.Signal{Device: d.device, Type: d.typ, Parent: d.parent, Seen: seen}, received: received, ack: m.Ack, src: src}
+	switch {
+	case m.Presence == config.PresenceOffline:
+		it.mark = &deadline.Mark{Device: d.device, At: seen, Deadline: received.Add(c.opts.OfflineGrace), Cause: deadline.CauseOffline}
+	case d.fail:
+		it.mark = &deadline.Mark{Device: d.device, Type: d.typ, At: seen, Deadline: seen, Cause: deadline.CauseReported,
+			Reason: d.reason, Own: true}
+	default:
+		c.intervals.observe(d.device, d.typ, seen)
+	}
 	select {
 	case c.in <- it: // the common case, without the cost of a three-way select
 		return "", nil
@@ -301,6 +333,8 @@ func (c *Chain) discard(source, result string, ack func()) {
 		s.retained.Inc()
 	case ResultShed:
 		s.shed.Inc()
+	case ResultIgnored:
+		s.ignored.Inc()
 	}
 	if ack != nil {
 		ack()
@@ -336,13 +370,7 @@ func (c *Chain) batcher(ctx context.Context) {
 			cur = c.pool.Get().(*batch)
 			linger.Reset(c.opts.Linger)
 		}
-		if co != nil && co.skip(it.sig) {
-			cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, coalesced: true})
-			return
-		}
-		cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, sig: len(cur.sigs)})
-		cur.sigs = append(cur.sigs, it.sig)
-		cur.received = append(cur.received, it.received)
+		cur.add(it, co)
 	}
 	dispatch := func() bool {
 		linger.Stop()
@@ -424,7 +452,7 @@ func (c *Chain) dispatch(ctx context.Context, b *batch) bool {
 
 // apply writes a batch, retrying with backoff until Redis acknowledges it or ctx ends.
 func (c *Chain) apply(ctx context.Context, b *batch) bool {
-	if len(b.sigs) == 0 {
+	if len(b.sigs) == 0 && len(b.marks) == 0 {
 		return true
 	}
 	var firstErr time.Time
@@ -469,11 +497,23 @@ type lateRefresher interface {
 	Late(ctx context.Context, signals []deadline.Signal, received []time.Time) ([]bool, error)
 }
 
-// write refreshes the batch's signals except the late ones (docs/signals.md): a signal whose deadline already
+// write stores the batch: its signals, then its marks (deadline.Store.MarkEarlier), which compare with
+// the last signal stored, so a failure and a later signal of the same batch end as the later one says.
+func (c *Chain) write(ctx context.Context, b *batch, refresh func(context.Context, []deadline.Signal) error) error {
+	if err := c.writeSignals(ctx, b, refresh); err != nil {
+		return err
+	}
+	return c.writeMarks(ctx, b)
+}
+
+// writeSignals refreshes the batch's signals except the late ones (docs/signals.md): a signal whose deadline already
 // passed proves nothing about now, and written it would report a recovery and a new interruption at
 // once. It is acknowledged and counted as late, and moves nothing, last_seen included. Judged at receipt
 // (deadline.Store.Late), so a batch held through a Redis outage is written once Redis is back.
-func (c *Chain) write(ctx context.Context, b *batch, refresh func(context.Context, []deadline.Signal) error) error {
+func (c *Chain) writeSignals(ctx context.Context, b *batch, refresh func(context.Context, []deadline.Signal) error) error {
+	if len(b.sigs) == 0 {
+		return nil
+	}
 	sigs := b.sigs
 	if l, ok := c.refresher.(lateRefresher); ok {
 		late, err := l.Late(ctx, b.sigs, b.received)
@@ -530,6 +570,8 @@ func (c *Chain) complete(b *batch) {
 		c.release++
 		for _, it := range r.items {
 			switch {
+			case it.mark:
+				c.countMark(r, it.sig)
 			case it.coalesced:
 				it.src.coalesced.Inc()
 			case r.late != nil && r.late[it.sig]:
@@ -544,7 +586,9 @@ func (c *Chain) complete(b *batch) {
 		clear(r.items)
 		clear(r.sigs)
 		clear(r.write)
+		clear(r.marks)
 		r.sigs, r.received, r.items, r.write, r.late = r.sigs[:0], r.received[:0], r.items[:0], r.write[:0], nil
+		r.marks, r.marked = r.marks[:0], nil
 		c.pool.Put(r)
 		c.inFlight.Add(-1)
 		<-c.tokens

@@ -21,11 +21,20 @@ const (
 	// names: identity is bound by the transport (docs/signals.md), so a publisher allowed on one topic cannot
 	// keep another device alive.
 	ReasonIDMismatch = "id_mismatch"
+	// ReasonBadReason is a reported failure whose `reason` is not a string or longer than MaxReasonLen:
+	// rejected rather than cut, so the sender learns that its words did not arrive whole.
+	ReasonBadReason = "bad_reason"
 )
+
+// StatusFail is the `status` of a reported failure (docs/signals.md).
+const StatusFail = "fail"
+
+// MaxReasonLen bounds a reported failure's reason, in bytes: it travels in every event of the incident.
+const MaxReasonLen = 256
 
 // Reasons lists every dead-letter reason, for dashboards and tests.
 var Reasons = []string{ReasonNoDeviceID, ReasonInvalidDeviceID, ReasonInvalidType, ReasonMalformedJSON, ReasonBadTS, ReasonOversize,
-	ReasonIDMismatch}
+	ReasonIDMismatch, ReasonBadReason}
 
 // Limits (docs/signals.md).
 const (
@@ -43,6 +52,8 @@ type decoded struct {
 	typ    string
 	parent string    // the device's gateway or cell (docs/concepts.md): payload `parent`, else the topic's
 	ts     time.Time // zero: the payload carries no ts
+	fail   bool      // a reported failure, with its reason
+	reason string
 }
 
 // decode reads a message. The device is the one the MQTT topic or the Kafka key names; a payload
@@ -63,7 +74,7 @@ func decode(m *Message) (decoded, string) {
 		if reason != "" {
 			return decoded{}, reason
 		}
-		d = decoded{device: f.device, typ: f.typ, parent: f.parent, ts: f.ts}
+		d = decoded{device: f.device, typ: f.typ, parent: f.parent, ts: f.ts, fail: f.fail, reason: f.reason}
 		if d.device != "" && !validID(d.device) {
 			return decoded{}, ReasonInvalidDeviceID // the field itself is wrong, whatever the transport names
 		}

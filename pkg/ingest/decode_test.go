@@ -40,6 +40,13 @@ func TestDecode(t *testing.T) {
 		{name: "ts RFC 3339", msg: Message{Device: "d", Payload: []byte(`{"ts":"2026-11-22T11:00:00+01:00"}`)}, want: decoded{device: "d", ts: ts}},
 		{name: "ts RFC 3339 fraction", msg: Message{Device: "d", Payload: []byte(`{"ts":"2026-11-22T10:00:00.5Z"}`)}, want: decoded{device: "d", ts: ts.Add(500 * time.Millisecond)}},
 
+		{name: "reported failure", msg: Message{Device: "d", Payload: []byte(`{"status":"fail","reason":"valve stuck"}`)}, want: decoded{device: "d", fail: true, reason: "valve stuck"}},
+		{name: "failure without reason", msg: Message{Device: "d", Payload: []byte(`{"status":"fail"}`)}, want: decoded{device: "d", fail: true}},
+		{name: "other status is a signal, its reason ignored", msg: Message{Device: "d", Payload: []byte(`{"status":"running","reason":7}`)}, want: decoded{device: "d"}},
+		{name: "reason at limit", msg: Message{Device: "d", Payload: []byte(`{"status":"fail","reason":"` + strings.Repeat("r", MaxReasonLen) + `"}`)},
+			want: decoded{device: "d", fail: true, reason: strings.Repeat("r", MaxReasonLen)}},
+		{name: "reason too long", msg: Message{Device: "d", Payload: []byte(`{"status":"fail","reason":"` + strings.Repeat("r", MaxReasonLen+1) + `"}`)}, reason: ReasonBadReason},
+		{name: "reason not a string", msg: Message{Device: "d", Payload: []byte(`{"status":"fail","reason":{"code":3}}`)}, reason: ReasonBadReason},
 		{name: "oversize", msg: Message{Device: "d", Payload: make([]byte, MaxPayload+1)}, reason: ReasonOversize},
 		{name: "limit size is fine", msg: Message{Device: "d", Payload: make([]byte, MaxPayload)}, want: decoded{device: "d"}},
 		{name: "no device", msg: Message{Payload: []byte(`{"type":"gateway"}`)}, reason: ReasonNoDeviceID},
@@ -140,6 +147,15 @@ func referenceFields(payload []byte) (f objectFields, reasons []string) {
 		}
 		f.ts = t
 	}
+	if raw, ok := m["status"]; ok {
+		var status string
+		f.fail = json.Unmarshal(raw, &status) == nil && status == StatusFail
+	}
+	if raw, ok := m["reason"]; ok && f.fail {
+		if f.reason = strings.ToValidUTF8(str(raw, ReasonBadReason), "\uFFFD"); len(f.reason) > MaxReasonLen {
+			reasons = append(reasons, ReasonBadReason)
+		}
+	}
 	return f, reasons
 }
 
@@ -165,6 +181,7 @@ func FuzzDecodePayload(f *testing.F) {
 		`{"device_id":5,"device_id":"d"}`, `{"dev\u0069ce_id":"esc"}`, `{"a":[1,-0.5e+3,true,null,"\ud83d\ude00"]}`,
 		`{"Device_ID":"case"}`, `{"a":01}`, `{"a":1.}`, `{"a":"\x"}`, "{\"a\":\"\x01\"}",
 		`{"device_id":"topic-dev"}`, `{"device_id":"key"}`, `{"device_id":"other","type":"gateway"}`, `{"parent":"gw-1"}`, `{"parent":7}`,
+		`{"status":"fail","reason":"x"}`, `{"status":"fail","reason":5}`, `{"reason":"r","status":"fail","status":"ok"}`, `{"status":"fail","reason":"\xff"}`,
 	} {
 		f.Add([]byte(seed), "topic-dev", []byte("key"))
 		f.Add([]byte(seed), "", []byte("key"))
@@ -179,6 +196,8 @@ func FuzzDecodePayload(f *testing.F) {
 				require.Equal(t, want.device, got.device, "%q", payload)
 				require.Equal(t, want.typ, got.typ, "%q", payload)
 				require.True(t, want.ts.Equal(got.ts), "%q", payload)
+				require.Equal(t, want.fail, got.fail, "%q", payload)
+				require.Equal(t, want.reason, got.reason, "%q", payload)
 			} else {
 				require.Contains(t, reasons, reason, "%q", payload)
 			}

@@ -88,6 +88,15 @@ func (r *recorder) Late(ctx context.Context, sigs []deadline.Signal, received []
 	return nil, nil
 }
 
+// MarkEarlier passes reported failures and offline messages to the store, as the chain does in
+// production; Redis made to fail refuses them too.
+func (r *recorder) MarkEarlier(ctx context.Context, marks []deadline.Mark) ([]deadline.MarkResult, error) {
+	if r.failing.Load() {
+		return nil, fmt.Errorf("recorder: redis made to fail")
+	}
+	return r.next.(ingest.Marker).MarkEarlier(ctx, marks)
+}
+
 func (r *recorder) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

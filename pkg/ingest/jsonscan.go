@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -19,6 +20,10 @@ const maxJSONDepth = 10000
 type objectFields struct {
 	device, typ, parent string
 	ts                  time.Time
+	// fail: `"status": "fail"`, a reported failure (docs/signals.md); reason is then its `reason`. Any other
+	// status is an ordinary signal, so telemetry that carries a status of its own keeps working.
+	fail   bool
+	reason string
 }
 
 // scanObject parses payload, which starts with '{' after whitespace. reason is "" for a valid object,
@@ -37,6 +42,11 @@ func scanObject(payload []byte) (f objectFields, reason string) {
 		return objectFields{}, ReasonInvalidType
 	case s.badTS:
 		return objectFields{}, ReasonBadTS
+	case f.fail && (s.badReason || len(f.reason) > MaxReasonLen):
+		return objectFields{}, ReasonBadReason
+	}
+	if !f.fail {
+		f.reason = ""
 	}
 	return f, ""
 }
@@ -47,7 +57,7 @@ type jsonScanner struct {
 	bad bool // a syntax error: the payload is malformed
 	// Field errors, kept while the rest is still checked for syntax; a later duplicate key replaces an
 	// earlier one, error included, as encoding/json would.
-	badDevice, badType, badTS, badParent bool
+	badDevice, badType, badTS, badParent, badReason bool
 }
 
 func (s *jsonScanner) ws() {
@@ -135,6 +145,12 @@ func (s *jsonScanner) member(f *objectFields, key string, v []byte) {
 		f.parent, s.badParent = stringField(v)
 	case "type":
 		f.typ, s.badType = stringField(v)
+	case "status":
+		status, _ := stringValue(v)
+		f.fail = status == StatusFail
+	case "reason":
+		f.reason, s.badReason = stringField(v)
+		f.reason = strings.ToValidUTF8(f.reason, "\uFFFD")
 	case "ts":
 		t, ok := tsValue(v)
 		f.ts, s.badTS = t, !ok

@@ -25,10 +25,13 @@ type Message struct {
 	Topic  string
 	Key    []byte // Kafka message key: the device id unless the payload names one
 	// Device, Type and Parent are what the MQTT topic template named ("" when it names none).
-	Device  string
-	Type    string
-	Parent  string
-	Payload []byte
+	Device string
+	Type   string
+	Parent string
+	// Presence is the kind of a presence subscription's message (config.PresenceOffline: the broker says
+	// the device went offline; config.PresenceOnline: a signal); "" for a signal.
+	Presence string
+	Payload  []byte
 	// ObjectOnly: the payload must be a JSON object (an element of an HTTP batch, which names its
 	// device in it); anything else is malformed_json rather than an opaque heartbeat.
 	ObjectOnly bool
@@ -48,6 +51,12 @@ type Message struct {
 // Redis fail on demand.
 type Refresher interface {
 	Refresh(ctx context.Context, signals []deadline.Signal) error
+}
+
+// Marker moves deadlines earlier, with a cause (*deadline.Store): the write of reported failures and
+// offline messages, which ordinary signals never make.
+type Marker interface {
+	MarkEarlier(ctx context.Context, marks []deadline.Mark) ([]deadline.MarkResult, error)
 }
 
 // Health is a source's view of its broker, read by readiness and by the detection hold-back.

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 // Results of a signal, the `result` label of heartbeatd_signals_total.
@@ -16,7 +18,18 @@ const (
 	ResultRetained   = "retained"   // an MQTT retained message: a replay of an old signal, not a live one
 	ResultShed       = "shed"       // an MQTT QoS 0 message dropped: too many were waiting for Redis
 	ResultLate       = "late"       // acknowledged unwritten: its deadline (ts + timeout) had already passed
+	ResultIgnored    = "ignored"    // a presence subscription's message whose payload no subscription takes
 )
+
+// The `result` label of heartbeatd_signals_marked_total: what a reported failure or an offline message
+// did (deadline.MarkResult), by index.
+var markResults = [...]string{
+	deadline.MarkMoved:      "moved",
+	deadline.MarkLate:       "late",
+	deadline.MarkNotEarlier: "not_earlier",
+	deadline.MarkOpen:       "open",
+	deadline.MarkUnknown:    "unknown",
+}
 
 type metrics struct {
 	signals        *prometheus.CounterVec
@@ -27,6 +40,7 @@ type metrics struct {
 	clamped        *prometheus.CounterVec
 	unknownTypes   prometheus.Counter
 	deadLetterLost prometheus.Counter
+	marked         *prometheus.CounterVec
 
 	mu      sync.RWMutex
 	sources map[string]*sourceMetrics
@@ -34,13 +48,13 @@ type metrics struct {
 
 // sourceMetrics are one source's counters, resolved once so the hot path does no label lookups.
 type sourceMetrics struct {
-	applied, coalesced, deadLetter, retained, shed, late, clamped prometheus.Counter
+	applied, coalesced, deadLetter, retained, shed, late, ignored, clamped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		signals: counterVec("heartbeatd_signals_total",
-			"Signals taken in, by source and result (applied, coalesced, deadletter, retained, shed, late).", "source", "result"),
+			"Signals taken in, by source and result (applied, coalesced, deadletter, retained, shed, late, ignored).", "source", "result"),
 		deadLetters: counterVec("heartbeatd_deadletters_total", "Bad input sent to the dead-letter topic, by reason.", "reason"),
 		refresh: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "heartbeatd_refresh_duration_seconds",
@@ -59,12 +73,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Signals naming a device type without a configured policy (the default policy applies)."),
 		deadLetterLost: counter("heartbeatd_deadletters_lost_total",
 			"Bad input acknowledged without its dead letter: the dead-letter topic failed or its queue was full."),
+		marked: counterVec("heartbeatd_signals_marked_total",
+			"Reported failures and offline messages, by cause (reported, offline) and result: moved (the deadline moved earlier), late (the device signalled after it), not_earlier, open (already interrupted), unknown (presence for a device Redis does not know: nothing created).",
+			"cause", "result"),
 		sources: map[string]*sourceMetrics{},
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.signals, m.deadLetters, m.refresh, m.refreshErrors, m.connected, m.clamped, m.unknownTypes, m.deadLetterLost} {
+	for _, c := range []prometheus.Collector{m.signals, m.deadLetters, m.refresh, m.refreshErrors, m.connected, m.clamped, m.unknownTypes, m.deadLetterLost, m.marked} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -105,6 +122,7 @@ func (m *metrics) source(name string) *sourceMetrics {
 			retained:   m.signals.WithLabelValues(name, ResultRetained),
 			shed:       m.signals.WithLabelValues(name, ResultShed),
 			late:       m.signals.WithLabelValues(name, ResultLate),
+			ignored:    m.signals.WithLabelValues(name, ResultIgnored),
 			clamped:    m.clamped.WithLabelValues(name),
 		}
 		m.sources[name] = s

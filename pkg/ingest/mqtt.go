@@ -26,6 +26,9 @@ import (
 type Subscription struct {
 	Topic       string // levels {device_id} and {device_type} are placeholders, one level each
 	SharedGroup string // non-empty: subscribe as $share/<group>/<filter>
+	// Presence (config.PresenceOffline, PresenceOnline) makes its messages a broker's word about the
+	// device; Payload, when set, is the payload they must carry (compared without case and surrounding space).
+	Presence, Payload string
 }
 
 // MQTTOptions configures the MQTT source (config: ingest.mqtt).
@@ -501,14 +504,26 @@ func (s *MQTTSource) worker(ctx context.Context, chain *Chain) {
 			}
 		}
 		topic := m.Topic()
-		f, _ := matchTopic(s.templates, topic)
+		f, tpl, ignored := matchTopic(s.templates, topic, m.Payload())
+		if ignored {
+			chain.discard(SourceMQTT, ResultIgnored, func() {
+				m.Ack()
+				s.health.done()
+			})
+			continue
+		}
+		var presence string
+		if tpl != nil {
+			presence = tpl.presence
+		}
 		err := chain.Submit(ctx, Message{
-			Source:  SourceMQTT,
-			Topic:   topic,
-			Device:  f.device,
-			Type:    f.typ,
-			Parent:  f.parent,
-			Payload: m.Payload(),
+			Source:   SourceMQTT,
+			Topic:    topic,
+			Device:   f.device,
+			Type:     f.typ,
+			Parent:   f.parent,
+			Presence: presence,
+			Payload:  m.Payload(),
 			Ack: func() {
 				m.Ack()
 				s.health.done()

@@ -20,6 +20,9 @@ type topicTemplate struct {
 	device int      // level index of {device_id}, -1 when none
 	typ    int      // level index of {device_type}, -1 when none
 	parent int      // level index of {parent_id}, -1 when none
+	// presence and payload: a presence subscription's kind and the payload it takes ("" = any); see
+	// config.Subscription.
+	presence, payload string
 }
 
 // topicFields are what a topic names through its template's placeholders ("" where it has none).
@@ -28,7 +31,7 @@ type topicFields struct {
 }
 
 func parseTemplate(sub Subscription) (topicTemplate, error) {
-	t := topicTemplate{device: -1, typ: -1, parent: -1}
+	t := topicTemplate{device: -1, typ: -1, parent: -1, presence: sub.Presence, payload: strings.TrimSpace(sub.Payload)}
 	if sub.Topic == "" {
 		return t, fmt.Errorf("ingest: mqtt subscription: empty topic")
 	}
@@ -110,12 +113,20 @@ func (t *topicTemplate) match(topic string) (f topicFields, ok bool) {
 	return f, true
 }
 
-// matchTopic finds the first template matching topic.
-func matchTopic(templates []topicTemplate, topic string) (topicFields, bool) {
+// matchTopic finds the first template matching topic whose payload, if it names one, payload is. ignored:
+// the topic is a presence subscription's, but none takes this payload (a last will's topic also carries
+// the device's "online", or other words).
+func matchTopic(templates []topicTemplate, topic string, payload []byte) (f topicFields, t *topicTemplate, ignored bool) {
 	for i := range templates {
-		if f, ok := templates[i].match(topic); ok {
-			return f, true
+		f, ok := templates[i].match(topic)
+		if !ok {
+			continue
 		}
+		if p := templates[i].payload; p != "" && !strings.EqualFold(strings.TrimSpace(string(payload)), p) {
+			ignored = true
+			continue
+		}
+		return f, &templates[i], false
 	}
-	return topicFields{}, false
+	return topicFields{}, nil, ignored
 }

@@ -1,0 +1,220 @@
+package deadline
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Causes of an incident other than silence (docs/events.md): the device reported a failure, or its broker
+// said it went offline. An incident without a cause began with silence.
+const (
+	CauseReported = "reported"
+	CauseOffline  = "offline"
+)
+
+// Cause is why an incident began when it was not silence. It belongs to the incident whose deadline is
+// Deadline: a later incident of the same device began with silence again.
+type Cause struct {
+	Kind     string // CauseReported or CauseOffline
+	Reason   string // the device's own words (reported failures); may be empty
+	Deadline int64  // ms: the moved deadline, which identifies the incident
+	// LastSeen is the device's last signal before the incident: for a reported failure the failure
+	// itself (the device spoke then), for offline its last signal before the broker's message.
+	LastSeen time.Time
+}
+
+// causeSep separates the fields of a stored cause: deadline, last seen, kind, reason. The reason comes
+// last, so it may hold the separator itself.
+const causeSep = ":"
+
+// decodeCause reads a stored cause; ok is false for one that is not well formed (it is then ignored).
+func decodeCause(v string) (Cause, bool) {
+	f := strings.SplitN(v, causeSep, 4)
+	if len(f) != 4 {
+		return Cause{}, false
+	}
+	dl, err1 := strconv.ParseInt(f[0], 10, 64)
+	seen, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return Cause{}, false
+	}
+	return Cause{Kind: f[2], Reason: f[3], Deadline: dl, LastSeen: time.UnixMilli(seen)}, true
+}
+
+// Mark moves one device's deadline earlier, with a cause (MarkEarlier).
+type Mark struct {
+	Device string
+	// Type is the type of a device Redis does not know yet, for a failure it reports itself ("" = the
+	// default type); ignored for a broker's word (Own false).
+	Type string
+	// At is the message's time: a device whose last signal is later was heard from since, and is not marked.
+	At time.Time
+	// Deadline is the earlier deadline: the failure's time, or an offline message's receipt + grace.
+	Deadline time.Time
+	Cause    string // CauseReported or CauseOffline
+	Reason   string
+	// Own: the device's own word (a reported failure). It counts as the device's last signal, and a
+	// device Redis does not know is added, due at Deadline. A broker's word (presence) never adds one.
+	Own bool
+}
+
+// MarkResult says what MarkEarlier did with one mark.
+type MarkResult int
+
+const (
+	// MarkMoved: the deadline is now the mark's, and the incident will carry its cause.
+	MarkMoved MarkResult = iota
+	// MarkLate: the device signalled after the mark's time; nothing changed.
+	MarkLate
+	// MarkNotEarlier: the device's deadline is already no later than the mark's; nothing changed.
+	MarkNotEarlier
+	// MarkOpen: the device is already interrupted; nothing changed (its repeats follow its policy).
+	MarkOpen
+	// MarkUnknown: a broker's word about a device Redis does not know; nothing was created.
+	MarkUnknown
+)
+
+// markEarlierScript moves deadlines earlier, one slot per call: the write ordinary signals never make
+// (their ZADD GT only moves forward), guarded here against out-of-order messages.
+//
+// KEYS[1] deadlines  KEYS[2] state  KEYS[3] causes  KEYS[4] seen
+// ARGV[1] lead (ms) per type index, listSep-separated (its timeout, or its warn_after: Store.lead);
+// negative for a type with expected times, whose last signal is in seen
+// then quintuples: device, message time (ms), new deadline (ms), type index for the device's own word
+// (-1: a broker's word), cause text (kind:reason)
+// Reply: one MarkResult per quintuple.
+//
+// The device's last signal is its deadline minus its type's lead, the way alarm.Decide reads it; a
+// message older than it changes nothing. A device with an open incident (no deadline, a state) is left to
+// its policy.
+var markEarlierScript = newScript(`
+local floor = math.floor
+local timeouts = {}
+for v in string.gmatch(ARGV[1], ${listItem}) do timeouts[#timeouts+1] = tonumber(v) end
+local out = {}
+for i = 2, #ARGV, 5 do
+  local m, at, dl, own, cause = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+3]), ARGV[i+4]
+  local r
+  local cur = redis.call('ZSCORE', KEYS[1], m)
+  if not cur then
+    if redis.call('HEXISTS', KEYS[2], m) == 1 then
+      r = ${MarkOpen}
+    elseif own < 0 then
+      r = ${MarkUnknown}
+    else
+      redis.call('ZADD', KEYS[1], 'NX', string.format('%.0f', dl * ${MaxTypes} + own), m)
+      redis.call('HSET', KEYS[3], m, string.format('%.0f', dl) .. ${causeSep} .. string.format('%.0f', at) .. ${causeSep} .. cause)
+      r = ${MarkMoved}
+    end
+  else
+    local s = tonumber(cur)
+    local cdl = floor(s / ${MaxTypes})
+    local t = s - cdl * ${MaxTypes}
+    local to = timeouts[t + 1] or timeouts[1] or 0
+    local last = cdl - to
+    if to < 0 then last = tonumber(redis.call('ZSCORE', KEYS[4], m)) or cdl end
+    if last > at then
+      r = ${MarkLate}
+    elseif dl >= cdl then
+      r = ${MarkNotEarlier}
+    else
+      if own >= 0 then last = at end
+      redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', dl * ${MaxTypes} + t), m)
+      redis.call('HSET', KEYS[3], m, string.format('%.0f', dl) .. ${causeSep} .. string.format('%.0f', last) .. ${causeSep} .. cause)
+      r = ${MarkMoved}
+    end
+  end
+  out[#out+1] = r
+end
+return out
+`)
+
+// MarkEarlier moves each mark's device's deadline earlier, to the mark's, and records its cause for the
+// incident that follows (docs/signals.md: reported failures, presence). Ordinary signals never take this
+// path: they stay one ZADD GT. It returns once Redis stored the marks, one result per mark, in one round
+// trip (one script call per slot).
+//
+// During a slot doubling a device whose entry is still in its old slot is not found (MarkUnknown, or a
+// failure adds it to the new slot); its silence is still detected at its deadline.
+func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, error) {
+	if len(marks) == 0 {
+		return nil, nil
+	}
+	table, _ := s.untypedTable()
+	timeouts := table.render(millis)
+	slots := s.Slots()
+	callOf := map[int]int{}
+	var calls []scriptCall
+	var order [][]int // per call: the marks' indexes in its quintuples' order
+	for i, mk := range marks {
+		slot := Slot(mk.Device, slots)
+		ci, ok := callOf[slot]
+		if !ok {
+			ci = len(calls)
+			callOf[slot] = ci
+			calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.State(slot), s.keys.Causes(slot), s.keys.Seen(slot)},
+				args: []any{timeouts}})
+			order = append(order, nil)
+		}
+		own := -1
+		if mk.Own {
+			t, err := s.ownTypeIndex(ctx, mk)
+			if err != nil {
+				return nil, err
+			}
+			own = t
+		}
+		calls[ci].args = append(calls[ci].args, mk.Device, mk.At.UnixMilli(), mk.Deadline.UnixMilli(), own, mk.Cause+causeSep+mk.Reason)
+		order[ci] = append(order[ci], i)
+	}
+	cmds, err := s.runAll(ctx, markEarlierScript, calls)
+	if err != nil {
+		return nil, fmt.Errorf("deadline: mark earlier: %w", err)
+	}
+	out := make([]MarkResult, len(marks))
+	for ci, cmd := range cmds {
+		vals, err := cmd.Int64Slice()
+		if err != nil || len(vals) != len(order[ci]) {
+			return nil, fmt.Errorf("deadline: mark earlier: reply %v: %v", cmd.Val(), err)
+		}
+		for k, i := range order[ci] {
+			out[i] = MarkResult(vals[k])
+		}
+	}
+	return out, nil
+}
+
+// ownTypeIndex is the type index a device's own mark is recorded under if Redis does not know it: its
+// registered own timeout's, else the type it names (the default type's for a name not configured).
+func (s *Store) ownTypeIndex(ctx context.Context, mk Mark) (int, error) {
+	sig := []Signal{{Device: mk.Device, Type: mk.Type}}
+	s.applyOverrides(sig)
+	if sig[0].Type == "" {
+		return 0, nil
+	}
+	return s.types.index(ctx, sig[0].Type)
+}
+
+// attachCauses gives each claim of one slot the cause stored for its incident, from the claim script's
+// flat pairs (device, stored cause); a cause of another incident of the device is not its.
+func attachCauses(claims []Claim, causes []string) {
+	if len(causes) == 0 {
+		return
+	}
+	byDevice := make(map[string]string, len(causes)/2)
+	for j := 0; j+1 < len(causes); j += 2 {
+		byDevice[causes[j]] = causes[j+1]
+	}
+	for i := range claims {
+		v, ok := byDevice[claims[i].Device]
+		if !ok {
+			continue
+		}
+		if c, ok := decodeCause(v); ok && c.Deadline == claims[i].State.Deadline {
+			claims[i].Cause = &c
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package deadline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+)
+
+func (f fixture) mark(t *testing.T, marks ...deadline.Mark) []deadline.MarkResult {
+	t.Helper()
+	res, err := f.store.MarkEarlier(context.Background(), marks)
+	require.NoError(t, err)
+	return res
+}
+
+// An offline message moves a device's deadline earlier, and the claim carries its cause and the
+// device's real last signal (not the moved deadline − timeout).
+func TestOfflineMovesDeadlineEarlierWithCause(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "d1", Type: "sensor", Seen: t0}) // 10 min timeout
+		f.clock.Advance(time.Second)
+		moved := f.clock.Now().Add(10 * time.Second)
+		res := f.mark(t, deadline.Mark{Device: "d1", At: f.clock.Now(), Deadline: moved, Cause: deadline.CauseOffline})
+		require.Equal(t, []deadline.MarkResult{deadline.MarkMoved}, res)
+		f.clock.Advance(9 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "not before the grace ends")
+		f.clock.Advance(time.Second)
+		claims := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		require.Len(t, claims, 1)
+		c := claims[0]
+		require.Equal(t, moved.UnixMilli(), c.State.Deadline)
+		require.Equal(t, "sensor", c.Type)
+		require.NotNil(t, c.Cause)
+		require.Equal(t, deadline.CauseOffline, c.Cause.Kind)
+		require.Equal(t, t0.UnixMilli(), c.Cause.LastSeen.UnixMilli())
+	})
+}
+
+// A message older than the device's last signal changes nothing; neither does one that would move the
+// deadline later, nor one about a device already interrupted; presence never creates a device.
+func TestMarkGuards(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "fresh", Type: "gateway", Seen: t0})
+		res := f.mark(t,
+			deadline.Mark{Device: "fresh", At: t0.Add(-time.Second), Deadline: t0, Cause: deadline.CauseReported, Own: true},
+			deadline.Mark{Device: "fresh", At: t0, Deadline: t0.Add(time.Hour), Cause: deadline.CauseOffline},
+			deadline.Mark{Device: "nobody", At: t0, Deadline: t0, Cause: deadline.CauseOffline})
+		require.Equal(t, []deadline.MarkResult{deadline.MarkLate, deadline.MarkNotEarlier, deadline.MarkUnknown}, res)
+		f.clock.Advance(29 * time.Second)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "the deadline did not move")
+		f.clock.Advance(time.Second)
+		claims := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		require.Len(t, claims, 1)
+		require.Nil(t, claims[0].Cause, "silence")
+		res = f.mark(t, deadline.Mark{Device: "fresh", At: f.clock.Now(), Deadline: f.clock.Now(), Cause: deadline.CauseReported, Own: true})
+		require.Equal(t, []deadline.MarkResult{deadline.MarkOpen}, res)
+		score := f.rdb.ZScore(context.Background(), f.store.Keys().Deadlines(deadline.Slot("nobody", 8)), "nobody")
+		require.ErrorIs(t, score.Err(), redis.Nil, "no entry for the unknown device")
+	})
+}
+
+// A reported failure is due at once, carries its reason, and counts as the device's last word; a device
+// Redis does not know is added by its own failure.
+func TestReportedFailureIsDueAtOnce(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "pump", Type: "sensor", Seen: t0})
+		f.clock.Advance(time.Second)
+		at := f.clock.Now()
+		res := f.mark(t,
+			deadline.Mark{Device: "pump", At: at, Deadline: at, Cause: deadline.CauseReported, Reason: "stuck: valve", Own: true},
+			deadline.Mark{Device: "newcomer", Type: "gateway", At: at, Deadline: at, Cause: deadline.CauseReported, Own: true})
+		require.Equal(t, []deadline.MarkResult{deadline.MarkMoved, deadline.MarkMoved}, res)
+		claims := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		require.ElementsMatch(t, []string{"pump", "newcomer"}, devices(claims))
+		for _, c := range claims {
+			require.NotNil(t, c.Cause, c.Device)
+			require.Equal(t, deadline.CauseReported, c.Cause.Kind)
+			require.Equal(t, at.UnixMilli(), c.Cause.LastSeen.UnixMilli())
+			if c.Device == "pump" {
+				require.Equal(t, "stuck: valve", c.Cause.Reason)
+				require.Equal(t, "sensor", c.Type)
+			} else {
+				require.Equal(t, "gateway", c.Type)
+			}
+		}
+	})
+}
+
+// A cause belongs to one incident: the device's next incident, begun by silence, carries none.
+func TestCauseDoesNotOutliveItsIncident(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: t0})
+		f.mark(t, deadline.Mark{Device: "d", At: t0, Deadline: t0.Add(time.Second), Cause: deadline.CauseOffline})
+		// The device signals again before the grace ends: no incident; its later silence has no cause.
+		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: t0.Add(500 * time.Millisecond)})
+		f.clock.Advance(31 * time.Second)
+		claims := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		require.Len(t, claims, 1)
+		require.Equal(t, t0.Add(30500*time.Millisecond).UnixMilli(), claims[0].State.Deadline)
+		require.Nil(t, claims[0].Cause)
+		n, err := f.rdb.HLen(context.Background(), f.store.Keys().Causes(deadline.Slot("d", 8))).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "the stale cause was dropped by the claim")
+	})
+}
