@@ -26,7 +26,7 @@ func TestScenariosTiny(t *testing.T) {
 	if testing.Verbose() {
 		opts.Progress = testWriter{t}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // scale waits out two 10 s bursts
 	defer cancel()
 	rep, err := run(ctx, opts)
 	require.NoError(t, err)
