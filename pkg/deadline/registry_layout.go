@@ -20,15 +20,16 @@ import (
 // (128 by default) fields of at most hash-max-listpack-value (64) bytes as one packed allocation, about
 // the field's and the value's lengths plus 4 bytes, where a larger hash pays ≈ 90 B more per field for
 // its table entry and two allocations. 2^17 buckets hold 10M devices at 76 per bucket on average (a
-// bucket past 128 is then a six-sigma event), so the default settings keep every bucket packed up to
-// ≈ 12M registered devices; beyond, the fuller buckets turn into tables: correct, ≈ 90 B per device more.
+// bucket past 128 is then a six-sigma event), so the default settings keep (nearly) every bucket packed
+// up to ≈ 12M registered devices; beyond, the fuller buckets turn into tables: correct, ≈ 90 B per
+// device more.
 // A device id or a value longer than 64 bytes (labels) turns its own bucket into a table the same way.
 //
 // The value holds the labels only (registryValue): the type is folded into the device's deadline and an
 // own timeout lives in the overrides table, and nothing reads the registration time the old JSON held.
 //
 // Before, the registry was 64 hashes <prefix>:registry:{<bucket>} of JSON values, each holding 1/64 of
-// the fleet as a table (≈ 136 B per device against ≈ 20–35 B now). MigrateRegistry moves them at start-up;
+// the fleet as a table (≈ 136 B per device against ≈ 34 B now). MigrateRegistry moves them at start-up;
 // until a replica started on a store without them, it also reads them for devices the new buckets lack
 // (an older replica may write there during a rolling upgrade) and deletes there what it replaces.
 

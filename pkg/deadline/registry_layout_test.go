@@ -73,7 +73,7 @@ func TestRegistryOfThePreviousLayoutIsMigrated(t *testing.T) {
 }
 
 // TestRegistryBucketsStayPacked: a fleet registered with a type and short labels lives in hashes Redis
-// keeps packed (listpack) under its default settings, which is what keeps a registration near 20–35 B.
+// keeps packed (listpack) under its default settings, which is what keeps a registration near 34 B.
 func TestRegistryBucketsStayPacked(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := t.Context()
