@@ -63,16 +63,17 @@ type options struct {
 	StormFleet, StormGateways, StormPerGateway int
 
 	// The scale scenario: a fleet of each of ScaleSizes expected devices, the first the baseline; Redis's
-	// CPU is measured over ScaleIdle with nothing signalling.
-	ScaleSizes []int
-	ScaleIdle  time.Duration
+	// CPU is measured over ScaleIdle with nothing signalling; the burst's deadlines spread over ScaleWindow.
+	ScaleSizes  []int
+	ScaleIdle   time.Duration
+	ScaleWindow time.Duration
 }
 
 func defaultOptions() options {
 	return options{Devices: 100_000, Window: 10 * time.Second, Duration: 5 * time.Second, Signals: 200_000,
 		ExpiryDevices: 100_000, RecoverDevices: 10_000, StormFleet: 200_000, StormGateways: 1000, StormPerGateway: 100,
 		RefreshRate: 50_000, CPUPartitions: 4, Progress: os.Stderr,
-		ScaleSizes: []int{1_000_000, 10_000_000}, ScaleIdle: 30 * time.Second}
+		ScaleSizes: []int{1_000_000, 10_000_000}, ScaleIdle: 30 * time.Second, ScaleWindow: 10 * time.Second}
 }
 
 type env struct {
@@ -170,6 +171,7 @@ func mainCode() int {
 	flag.IntVar(&o.CPUPartitions, "cpu-partitions", o.CPUPartitions, "daemon-cpu: partitions of the signal topic, each drained by its own reader")
 	scaleSizes := flag.String("scale-sizes", "1000000,10000000", "scale: fleet sizes, the first the baseline of the others' ratios")
 	flag.DurationVar(&o.ScaleIdle, "scale-idle", o.ScaleIdle, "scale: how long Redis's CPU is measured with nothing signalling")
+	flag.DurationVar(&o.ScaleWindow, "scale-window", o.ScaleWindow, "scale: the burst's deadlines spread over this window, beginning two windows after its import")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names(), ","))
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
 	cpuProfile := flag.String("cpuprofile", "", "write hbbench's own CPU profile (scanner, handler, publisher, kfake) to this file")
@@ -202,7 +204,7 @@ func mainCode() int {
 		o.ScaleSizes = append(o.ScaleSizes, n)
 	}
 	if o.Devices <= 0 || o.Signals <= 0 || o.ExpiryDevices <= 0 || o.RecoverDevices <= 0 || o.Window <= 0 || o.Duration <= 0 ||
-		o.StormGateways <= 0 || o.StormPerGateway <= 0 || o.CPUPartitions <= 0 {
+		o.StormGateways <= 0 || o.StormPerGateway <= 0 || o.CPUPartitions <= 0 || o.ScaleIdle <= 0 || o.ScaleWindow <= 0 {
 		fmt.Fprintln(os.Stderr, "hbbench: sizes, -window and -duration must be positive")
 		return 2
 	}

@@ -22,11 +22,11 @@ func TestScenariosTiny(t *testing.T) {
 	}
 	opts := options{Devices: 2000, Window: time.Second, Duration: 300 * time.Millisecond, Signals: 2000,
 		ExpiryDevices: 2000, RecoverDevices: 200, StormFleet: 3000, StormGateways: 10, StormPerGateway: 100, RefreshRate: 20_000, CPUPartitions: 4, HeartbeatdBin: testenv.HeartbeatdBinary(t),
-		ScaleSizes: []int{2000, 4000}, ScaleIdle: 500 * time.Millisecond, Progress: io.Discard}
+		ScaleSizes: []int{2000, 4000}, ScaleIdle: 500 * time.Millisecond, ScaleWindow: time.Second, Progress: io.Discard}
 	if testing.Verbose() {
 		opts.Progress = testWriter{t}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // scale waits out two 10 s bursts
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rep, err := run(ctx, opts)
 	require.NoError(t, err)
