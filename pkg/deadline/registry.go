@@ -29,9 +29,9 @@ func (k Keyspace) overridesVersion() string { return k.prefix + ":overrides:vers
 // Registration is one device's registration. The registry keeps its labels; its type is folded into its
 // deadline and its own timeout is in the overrides table, so neither is stored twice.
 type Registration struct {
-	Type      string            `json:"device_type,omitempty"`
-	TimeoutMs int64             `json:"timeout_ms,omitempty"` // 0: the type's
-	Labels    map[string]string `json:"labels,omitempty"`
+	Type      string
+	TimeoutMs int64 // 0: the type's
+	Labels    map[string]string
 }
 
 // expectScript puts registered devices that Redis knows nothing of into a slot's deadlines set, so they
