@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -62,12 +63,19 @@ type options struct {
 	// The storm scenario: StormGateways × StormPerGateway devices go dark with their gateways in a fleet
 	// of StormFleet.
 	StormFleet, StormGateways, StormPerGateway int
+
+	// The scale scenario: a fleet of each of ScaleSizes expected devices, the first the baseline; Redis's
+	// CPU is measured over ScaleIdle with nothing signalling; the burst's deadlines spread over ScaleWindow.
+	ScaleSizes  []int
+	ScaleIdle   time.Duration
+	ScaleWindow time.Duration
 }
 
 func defaultOptions() options {
 	return options{Devices: 100_000, Window: 10 * time.Second, Duration: 5 * time.Second, Signals: 200_000,
 		ExpiryDevices: 100_000, RecoverDevices: 10_000, StormFleet: 200_000, StormGateways: 1000, StormPerGateway: 100,
-		RefreshRate: 50_000, QuietTimeout: 30 * time.Second, CPUPartitions: 4, Progress: os.Stderr}
+		RefreshRate: 50_000, QuietTimeout: 30 * time.Second, CPUPartitions: 4, Progress: os.Stderr,
+		ScaleSizes: []int{1_000_000, 10_000_000}, ScaleIdle: 30 * time.Second, ScaleWindow: 10 * time.Second}
 }
 
 type env struct {
@@ -164,6 +172,9 @@ func mainCode() int {
 	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss and daemon-cpu scenarios (default: go build ./cmd/heartbeatd)")
 	flag.StringVar(&o.BaselineBin, "heartbeatd-baseline", "", "daemon-cpu: a second heartbeatd binary run in alternating rounds, the same-run A/B baseline")
 	flag.IntVar(&o.CPUPartitions, "cpu-partitions", o.CPUPartitions, "daemon-cpu: partitions of the signal topic, each drained by its own reader")
+	scaleSizes := flag.String("scale-sizes", "1000000,10000000", "scale: fleet sizes, the first the baseline of the others' ratios")
+	flag.DurationVar(&o.ScaleIdle, "scale-idle", o.ScaleIdle, "scale: how long Redis's CPU is measured with nothing signalling")
+	flag.DurationVar(&o.ScaleWindow, "scale-window", o.ScaleWindow, "scale: the burst's deadlines spread over this window, beginning two windows after its import")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names(), ","))
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
 	cpuProfile := flag.String("cpuprofile", "", "write hbbench's own CPU profile (scanner, handler, publisher, kfake) to this file")
@@ -186,8 +197,17 @@ func mainCode() int {
 			o.Scenarios = append(o.Scenarios, strings.TrimSpace(s))
 		}
 	}
+	o.ScaleSizes = nil
+	for _, v := range strings.Split(*scaleSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "hbbench: -scale-sizes: %q is not a positive size\n", v)
+			return 2
+		}
+		o.ScaleSizes = append(o.ScaleSizes, n)
+	}
 	if o.Devices <= 0 || o.Signals <= 0 || o.ExpiryDevices <= 0 || o.RecoverDevices <= 0 || o.Window <= 0 || o.Duration <= 0 ||
-		o.StormGateways <= 0 || o.StormPerGateway <= 0 || o.CPUPartitions <= 0 {
+		o.StormGateways <= 0 || o.StormPerGateway <= 0 || o.CPUPartitions <= 0 || o.ScaleIdle <= 0 || o.ScaleWindow <= 0 {
 		fmt.Fprintln(os.Stderr, "hbbench: sizes, -window and -duration must be positive")
 		return 2
 	}

@@ -234,8 +234,8 @@ func (d *daemon) prepare(ctx context.Context) error {
 		}}, d.prepareOnce)
 }
 
-func (d *daemon) prepareOnce(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+func (d *daemon) prepareOnce(parent context.Context) error {
+	ctx, cancel := context.WithTimeout(parent, 5*time.Second)
 	defer cancel()
 	if err := d.store.Ping(ctx); err != nil {
 		return err
@@ -250,6 +250,14 @@ func (d *daemon) prepareOnce(ctx context.Context) error {
 	if layout.Slots != d.cfg.Redis.Slots {
 		d.log.Warn("the fleet runs more slots than redis.slots says; following the fleet", zap.Int("slots", layout.Slots),
 			zap.Int("redis.slots", d.cfg.Redis.Slots))
+	}
+	// Without the 5 s bound: a large registry of the old layout takes longer, and resumes where it stopped.
+	moved, err := d.store.MigrateRegistry(parent)
+	if moved > 0 {
+		d.log.Info("moved registrations to the registry's current layout", zap.Int("devices", moved))
+	}
+	if err != nil {
+		return err
 	}
 	if err := d.silences.Load(ctx); err != nil {
 		return err

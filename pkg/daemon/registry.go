@@ -160,19 +160,8 @@ func (a *api) importDevices(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetReadDeadline(time.Now().Add(importTimeout))
 	_ = rc.SetWriteDeadline(time.Now().Add(importTimeout))
 	res := importResult{Errors: []importError{}}
-	var ids, parents []string
-	var regs []deadline.Registration
-	flush := func() error {
-		if len(ids) == 0 {
-			return nil
-		}
-		if _, err := a.Store.Register(r.Context(), ids, regs, parents); err != nil {
-			return err
-		}
-		res.Imported += len(ids)
-		ids, regs, parents = ids[:0], regs[:0], parents[:0]
-		return nil
-	}
+	writes := newImportWriter(r.Context(), a.Store)
+	defer writes.wait() // a batch in flight ends with the request, whatever the way out
 	fail := func(line int, err error) {
 		res.Failed++
 		if len(res.Errors) < importErrorsShown {
@@ -198,18 +187,20 @@ func (a *api) importDevices(w http.ResponseWriter, r *http.Request) {
 			fail(line, err)
 			continue
 		}
-		ids, regs, parents = append(ids, row.DeviceID), append(regs, reg), append(parents, row.Parent)
-		if len(ids) == importBatch {
-			if err := flush(); err != nil {
-				a.internal(w, err)
-				return
-			}
+		if err := writes.add(row.DeviceID, reg, row.Parent); err != nil {
+			a.internal(w, err)
+			return
 		}
 	}
-	if err := flush(); err != nil {
+	err := writes.flush()
+	if err == nil {
+		err = writes.wait()
+	}
+	if err != nil {
 		a.internal(w, err)
 		return
 	}
+	res.Imported = writes.written
 	a.log.Info("devices imported", zap.Int("imported", res.Imported), zap.Int("failed", res.Failed))
 	writeJSON(w, http.StatusOK, res)
 }

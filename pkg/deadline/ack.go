@@ -319,6 +319,9 @@ func (s *Store) DeleteMany(ctx context.Context, devices []string) (found []bool,
 			}
 			// Its registration, parent link and own timeout go with it; none of them counts as found.
 			p.HDel(ctx, s.keys.registry(device), device)
+			if s.registryLayout.legacy.Load() {
+				p.HDel(ctx, s.keys.legacyRegistry(device), device)
+			}
 			p.HDel(ctx, s.keys.parents(device), device)
 			if parents[i] != "" {
 				p.SRem(ctx, s.keys.Children(parents[i]), device)

@@ -32,7 +32,7 @@ const parentBuckets = 64
 func (k Keyspace) parents(child string) string { return k.prefix + ":parents:" + bucket(child) }
 
 // bucket is the hash tag "{crc32(device) mod parentBuckets}" of the per-device hashes kept apart from
-// the slots (parent links, registrations).
+// the slots (parent links).
 func bucket(device string) string {
 	return "{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(device))%parentBuckets)) + "}"
 }

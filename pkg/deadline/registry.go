@@ -2,7 +2,6 @@ package deadline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,39 +17,45 @@ import (
 // type, per-device timeout, parent and labels. Like the parent links it lives apart from the slots, and a
 // device that is not registered pays nothing on the signal path:
 //
-//   - <prefix>:registry:{<bucket>}: HASH device → its Registration as JSON (bucket as for parent links);
+//   - <prefix>:registered:{<bucket>}: HASH device → its Registration (registry_layout.go);
 //   - <prefix>:overrides: HASH device → its per-device timeout type "<type>@<timeout>", with
 //     <prefix>:overrides:version bumped on every change. Each replica keeps the table in memory
 //     (SyncOverrides) and records a signal of such a device under that name, so its deadline is the
 //     signal time + its own timeout, whatever type the signal names.
 
-func (k Keyspace) registry(device string) string { return k.prefix + ":registry:" + bucket(device) }
-
 func (k Keyspace) overrides() string        { return k.prefix + ":overrides" }
 func (k Keyspace) overridesVersion() string { return k.prefix + ":overrides:version" }
 
-// Registration is what the registry holds of one device.
+// Registration is one device's registration. The registry keeps its labels; its type is folded into its
+// deadline and its own timeout is in the overrides table, so neither is stored twice.
 type Registration struct {
-	Type      string            `json:"device_type,omitempty"`
-	TimeoutMs int64             `json:"timeout_ms,omitempty"` // 0: the type's
-	Labels    map[string]string `json:"labels,omitempty"`
-	At        int64             `json:"registered_ms"` // unix ms of the last registration
+	Type      string
+	TimeoutMs int64 // 0: the type's
+	Labels    map[string]string
 }
 
 // expectScript puts registered devices that Redis knows nothing of into a slot's deadlines set, so they
 // alarm at their deadlines if they never signal; a device already known (a deadline, an open incident) is
-// left as it is: its next signal applies the registration.
+// left as it is: its next signal applies the registration. Two commands per 500 devices (HMGET of the
+// open incidents, ZADD NX of the others), not three per device.
 //
 // KEYS[1] deadlines  KEYS[2] state  ARGV: pairs device, score
 // Reply: how many devices were added.
 var expectScript = newScript(`
 local added = 0
-for i = 1, #ARGV, 2 do
-  local m = ARGV[i]
-  if not redis.call('ZSCORE', KEYS[1], m) and redis.call('HEXISTS', KEYS[2], m) == 0 then
-    redis.call('ZADD', KEYS[1], ARGV[i+1], m)
-    added = added + 1
+for from = 1, #ARGV, 1000 do
+  local to = math.min(from + 999, #ARGV)
+  local ids = {}
+  for i = from, to, 2 do ids[#ids + 1] = ARGV[i] end
+  local open = redis.call('HMGET', KEYS[2], unpack(ids))
+  local zadd = {}
+  for j = 1, #ids do
+    if not open[j] then
+      zadd[#zadd + 1] = ARGV[from + 2 * j - 1]
+      zadd[#zadd + 1] = ids[j]
+    end
   end
+  if #zadd > 0 then added = added + redis.call('ZADD', KEYS[1], 'NX', unpack(zadd)) end
 end
 return added`)
 
@@ -68,14 +73,17 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	pipe := s.rdb.Pipeline()
 	bySlot := map[int][]any{}
 	changed, linked := false, false
+	legacy := s.registryLayout.legacy.Load()
 	for i, dev := range devices {
 		reg := regs[i]
-		reg.At = now.UnixMilli()
-		b, err := json.Marshal(reg)
+		v, err := registryValue(reg.Labels)
 		if err != nil {
 			return 0, fmt.Errorf("deadline: register %q: %w", dev, err)
 		}
-		pipe.HSet(ctx, s.keys.registry(dev), dev, b)
+		pipe.HSet(ctx, s.keys.registry(dev), dev, v)
+		if legacy {
+			pipe.HDel(ctx, s.keys.legacyRegistry(dev), dev)
+		}
 		if p := parents[i]; p != "" {
 			s.queueLink(ctx, pipe, dev, p)
 			s.links.written.forget(dev)
@@ -142,35 +150,67 @@ func (s *Store) typeIndexFor(ctx context.Context, name string, perDevice bool) (
 	return s.types.index(ctx, name)
 }
 
-// Registrations returns each device's registration (nil when it has none), one round trip.
-func (s *Store) Registrations(ctx context.Context, devices []string) ([]*Registration, error) {
-	out := make([]*Registration, len(devices))
+// registryEntries returns each device's registry entry (nil when it is not registered), one round trip,
+// and another for those the current layout lacks while the old one may hold some (registry_layout.go).
+func (s *Store) registryEntries(ctx context.Context, devices []string) ([]*registryEntry, error) {
+	out := make([]*registryEntry, len(devices))
 	if len(devices) == 0 {
 		return out, nil
 	}
-	keyOf := func(i int) string { return s.keys.registry(devices[i]) }
-	err := s.fieldsByDevice(ctx, keyOf, devices, func(i int, v string) {
-		var r Registration
-		if json.Unmarshal([]byte(v), &r) == nil {
-			out[i] = &r
+	found := func(i int, v string) {
+		if e, err := parseRegistryValue(v); err == nil {
+			out[i] = &e
 		}
-	})
-	if err != nil {
+	}
+	if err := s.fieldsByDevice(ctx, func(i int) string { return s.keys.registry(devices[i]) }, devices, found); err != nil {
 		return nil, fmt.Errorf("deadline: registrations: %w", err)
+	}
+	if !s.registryLayout.legacy.Load() {
+		return out, nil
+	}
+	var missing []int
+	for i, e := range out {
+		if e == nil {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	ids := make([]string, len(missing))
+	for j, i := range missing {
+		ids[j] = devices[i]
+	}
+	keyOf := func(j int) string { return s.keys.legacyRegistry(ids[j]) }
+	if err := s.fieldsByDevice(ctx, keyOf, ids, func(j int, v string) { found(missing[j], v) }); err != nil {
+		return nil, fmt.Errorf("deadline: registrations: %w", err)
+	}
+	return out, nil
+}
+
+// Registered reports for each device whether it is registered, one round trip.
+func (s *Store) Registered(ctx context.Context, devices []string) ([]bool, error) {
+	entries, err := s.registryEntries(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(devices))
+	for i, e := range entries {
+		out[i] = e != nil
 	}
 	return out, nil
 }
 
 // Labels returns each device's registered labels (nil when none).
 func (s *Store) Labels(ctx context.Context, devices []string) ([]map[string]string, error) {
-	regs, err := s.Registrations(ctx, devices)
+	entries, err := s.registryEntries(ctx, devices)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]map[string]string, len(devices))
-	for i, r := range regs {
-		if r != nil {
-			out[i] = r.Labels
+	for i, e := range entries {
+		if e != nil {
+			out[i] = e.labels
 		}
 	}
 	return out, nil

@@ -35,13 +35,13 @@ func (s *Store) ForgetSilent(ctx context.Context, slot int, cursor uint64, count
 	if err != nil {
 		return 0, nil, err
 	}
-	regs, err := s.Registrations(ctx, old)
+	registered, err := s.Registered(ctx, old)
 	if err != nil {
 		return 0, nil, err
 	}
 	var forgotten []string
 	for i, dev := range old {
-		if silent[i] && regs[i] == nil {
+		if silent[i] && !registered[i] {
 			forgotten = append(forgotten, dev)
 		}
 	}

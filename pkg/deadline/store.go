@@ -36,8 +36,10 @@ type Store struct {
 
 	links     parentLinks    // parents.go
 	perDevice perDeviceTypes // registry.go
-	typeMem   *typeMemory    // typememory.go
-	lost      dataLoss       // datalost.go
+
+	registryLayout registryLayout // registry_layout.go
+	typeMem        *typeMemory    // typememory.go
+	lost           dataLoss       // datalost.go
 }
 
 // Options configures a Store.
