@@ -28,3 +28,11 @@ func (s *Store) AsLinkedByOlderVersion(ctx context.Context, parents ...string) e
 	}
 	return s.rdb.Set(ctx, s.keys.parentsInUse(), 1, 0).Err()
 }
+
+// LoseData is what the store does when it finds that Redis lost data (datalost.go).
+func (s *Store) LoseData() { s.dataLost() }
+
+// SetNamed marks every parent as being in the named-parents sets.
+func (s *Store) SetNamed(ctx context.Context) error {
+	return s.rdb.Set(ctx, s.keys.parentsInUse(), parentsNamed, 0).Err()
+}

@@ -116,7 +116,10 @@ type parentLinks struct {
 	// named caches whether every parent is in the named-parents sets (allNamed), as of namedChecked.
 	named        atomic.Bool
 	namedChecked atomic.Int64
-	views        parentViews
+	// unnamed: Redis lost data, so the named-parents sets may miss parents whose children are silent
+	// (their links are written again only by their next signal); allNamed says so in Redis.
+	unnamed atomic.Bool
+	views   parentViews
 }
 
 // forgetAll forgets the links written and whether the fleet has any: Redis lost them.
@@ -125,6 +128,7 @@ func (l *parentLinks) forgetAll() {
 	l.inUse.Store(false)
 	l.checked.Store(0)
 	l.namedChecked.Store(0)
+	l.unnamed.Store(true)
 	l.views.forgetAll()
 }
 

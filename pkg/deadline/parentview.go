@@ -17,7 +17,8 @@ import (
 //   - <prefix>:parents:named:{<bucket>}: SET of the devices some device named as its parent, the bucket
 //     = crc32(parent) mod parentBuckets; written with the link, so WakeChildren looks for the children
 //     of those devices only. <prefix>:parents:any holds parentsNamed once every link was written with
-//     it; a fleet whose links an older version wrote (value 1) wakes every device's children, as before;
+//     it; a fleet whose links an older version wrote, or whose Redis lost data (value 1), wakes every
+//     device's children, as before;
 //   - <prefix>:parents:verdicts: a counter WakeChildren bumps before it wakes anyone, so a replica's
 //     views of down parents (parentViews) are read again once any parent's verdict changed.
 
@@ -37,9 +38,16 @@ func (s *Store) queueInUse(ctx context.Context, pipe redis.Pipeliner) {
 }
 
 // allNamed reports whether every parent of the fleet is in the named-parents sets, checked at most
-// every inUseTTL: a replica of an older version overwriting the mark is noticed within that.
+// every inUseTTL: a replica of an older version overwriting the mark is noticed within that. After a
+// data loss the store sets the mark back to 1 for every replica: the sets may have lost parents.
 func (s *Store) allNamed(ctx context.Context) (bool, error) {
 	l := &s.links
+	if l.unnamed.Load() {
+		if err := s.rdb.SetXX(ctx, s.keys.parentsInUse(), 1, 0).Err(); err != nil {
+			return false, fmt.Errorf("deadline: parents in use: %w", err)
+		}
+		l.unnamed.Store(false)
+	}
 	now := s.now().UnixMilli()
 	if last := l.namedChecked.Load(); now-last < inUseTTL.Milliseconds() && last != 0 {
 		return l.named.Load(), nil

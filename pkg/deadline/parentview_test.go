@@ -71,6 +71,27 @@ func TestChildrenOfParentsLinkedByOlderVersionWake(t *testing.T) {
 	})
 }
 
+// TestChildrenWakeAfterRedisLostData: a replica that finds Redis lost data no longer trusts the
+// named-parents sets, and neither do the others: a parent whose entry was lost still wakes its children.
+func TestChildrenWakeAfterRedisLostData(t *testing.T) {
+	eachFixture(t, 64, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		downGateway(t, f, "gw-3", "child-3")
+		other := f.replicas(t, 64, 2)[1]
+		_, err := other.WakeChildren(ctx, []string{"child-3"}, f.clock.Now()) // checks the mark
+		require.NoError(t, err)
+		require.NoError(t, f.store.AsLinkedByOlderVersion(ctx, "gw-3"))
+		require.NoError(t, f.store.SetNamed(ctx)) // the mark survived, the set did not
+		f.store.LoseData()
+		_, err = f.store.WakeChildren(ctx, []string{"child-3"}, f.clock.Now())
+		require.NoError(t, err)
+		f.clock.Advance(3 * time.Second)
+		n, err := other.WakeChildren(ctx, []string{"gw-3"}, f.clock.Now())
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "woken by the replica that did not see the loss")
+	})
+}
+
 // TestDownParentReadOncePerVerdict: the view of a down parent is read from Redis once, not by every batch
 // of its children, and read again as soon as any replica reports a parent's verdict, or after
 // parentViewTTL (2 s).
