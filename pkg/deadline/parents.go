@@ -24,7 +24,8 @@ import (
 //   - <prefix>:children:{<parent>}: SET of the devices that named the parent; a device that moved to
 //     another parent stays listed until its parent is looked up again (the hash has the last word), a
 //     deleted one is taken out;
-//   - <prefix>:parents:any: exists once any link was written, so a fleet without parents never reads them.
+//   - <prefix>:parents:any: exists once any link was written, so a fleet without parents never reads them;
+//   - the named-parents sets and the verdicts counter: parentview.go.
 
 // parentBuckets is how many hashes the child → parent links are spread over.
 const parentBuckets = 64
@@ -112,6 +113,13 @@ type parentLinks struct {
 	// inUse caches whether <prefix>:parents:any exists, checked at most every inUseTTL.
 	inUse   atomic.Bool
 	checked atomic.Int64 // unix ms of the last check
+	// named caches whether every parent is in the named-parents sets (allNamed), as of namedChecked.
+	named        atomic.Bool
+	namedChecked atomic.Int64
+	// unnamed: Redis lost data, so the named-parents sets may miss parents whose children are silent
+	// (their links are written again only by their next signal); allNamed says so in Redis.
+	unnamed atomic.Bool
+	views   parentViews
 }
 
 // forgetAll forgets the links written and whether the fleet has any: Redis lost them.
@@ -119,6 +127,9 @@ func (l *parentLinks) forgetAll() {
 	l.written.forgetAll()
 	l.inUse.Store(false)
 	l.checked.Store(0)
+	l.namedChecked.Store(0)
+	l.unnamed.Store(true)
+	l.views.forgetAll()
 }
 
 // inUseTTL is how long a replica trusts its answer to "does the fleet have parents?". A replica that
@@ -138,16 +149,18 @@ func (s *Store) writeLinks(ctx context.Context, pipe redis.Pipeliner, signals []
 		queued = append(queued, [2]string{sig.Device, sig.Parent})
 	}
 	if len(queued) > 0 {
-		pipe.Set(ctx, s.keys.parentsInUse(), 1, 0)
+		s.queueInUse(ctx, pipe)
 	}
 	return queued
 }
 
-// queueLink queues the link child → parent: its field in the child's parents hash and its member in
-// the parent's children. The caller also sets <prefix>:parents:any once per pipeline.
+// queueLink queues the link child → parent: its field in the child's parents hash, its member in the
+// parent's children and the parent's in the named parents. The caller also marks the fleet as having
+// parents once per pipeline (queueInUse).
 func (s *Store) queueLink(ctx context.Context, pipe redis.Pipeliner, child, parent string) {
 	pipe.HSet(ctx, s.keys.parents(child), child, parent)
 	pipe.SAdd(ctx, s.keys.Children(parent), child)
+	pipe.SAdd(ctx, s.keys.namedParents(parent), parent)
 }
 
 // remember records links written, after their pipeline succeeded.
@@ -170,7 +183,7 @@ func (s *Store) SetParent(ctx context.Context, device, parent string) error {
 		pipe.HDel(ctx, s.keys.parents(device), device)
 	} else {
 		s.queueLink(ctx, pipe, device, parent)
-		pipe.Set(ctx, s.keys.parentsInUse(), 1, 0)
+		s.queueInUse(ctx, pipe)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("deadline: set parent of %q: %w", device, err)
@@ -255,9 +268,15 @@ const childrenPage = 1000
 // alarm entries, only earlier), so the alarm loop looks at them again now that their parents' verdict
 // changed: a child waiting for its parent, or suppressed under a parent that recovered. A child with no
 // open incident has no alarm entry and is left alone. It reads nothing while the fleet has no parents,
-// and the first page of every parent's children in one round trip. It returns how many entries moved.
+// looks only at the devices named as a parent (namedOnly), bumps the verdicts counter before it wakes
+// anyone (parentViews), and reads the first page of every parent's children in the same round trip. It
+// returns how many entries moved.
 func (s *Store) WakeChildren(ctx context.Context, parents []string, at time.Time) (int64, error) {
 	if used, err := s.parentsUsed(ctx); err != nil || !used || len(parents) == 0 {
+		return 0, err
+	}
+	parents, err := s.namedOnly(ctx, parents)
+	if err != nil || len(parents) == 0 {
 		return 0, err
 	}
 	score := float64(at.UnixMilli())
@@ -267,8 +286,13 @@ func (s *Store) WakeChildren(ctx context.Context, parents []string, at time.Time
 		pending[i] = i
 	}
 	var woken int64
+	first := true
 	for len(pending) > 0 {
 		pipe := s.rdb.Pipeline()
+		if first { // before any entry moves: the views read before it may be stale
+			pipe.Incr(ctx, s.keys.parentVerdicts())
+			first = false
+		}
 		cmds := make([]*redis.ScanCmd, len(pending))
 		for j, i := range pending {
 			cmds[j] = pipe.SScan(ctx, s.keys.Children(parents[i]), cursors[i], "", childrenPage)
@@ -336,8 +360,8 @@ type Parent struct {
 	LastSignal, Deadline time.Time
 }
 
-// Parents reads what the alarm loop needs of each parent, one round trip for all.
-func (s *Store) Parents(ctx context.Context, ids []string) (map[string]Parent, error) {
+// readParents reads what the alarm loop needs of each parent from Redis, one round trip for all.
+func (s *Store) readParents(ctx context.Context, ids []string) (map[string]Parent, error) {
 	out := make(map[string]Parent, len(ids))
 	if len(ids) == 0 {
 		return out, nil

@@ -112,7 +112,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 		pipe.Incr(ctx, s.keys.overridesVersion())
 	}
 	if linked {
-		pipe.Set(ctx, s.keys.parentsInUse(), 1, 0)
+		s.queueInUse(ctx, pipe)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("deadline: register: %w", err)
