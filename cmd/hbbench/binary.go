@@ -216,6 +216,11 @@ func daemonCPUScenario(e *env) error {
 			batch := per(b.name, c.name, perBatch)
 			e.add("daemon-cpu", b.name+" signals per deadline write, "+named, mean(batch), "signals",
 				"signals of the pass ÷ "+batchesMetric+"; rounds "+joinFloats(batch))
+			if c.paced {
+				rate := per(b.name, c.name, func(p daemonPass) float64 { return signals / p.took.Seconds() })
+				e.add("daemon-cpu", b.name+" rate applied, "+named, mean(rate), "signals/s",
+					fmt.Sprintf("written at %d/s; rounds %s", e.opts.CPURate, joinFloats(rate)))
+			}
 		}
 		sh := shifts[b.name]
 		slices.Sort(sh)
@@ -235,23 +240,21 @@ var cpuCases = []struct {
 	name   string
 	typed  bool
 	random bool
-	rate   int // signals a second the pass is written at; 0: as fast as the broker takes them
+	paced  bool // written at -cpu-rate signals a second; else as fast as the broker takes them
 }{
-	{"", false, false, 0},
-	{"typed periodic", true, false, 0},
-	{"untyped periodic, kept up", false, false, pacedRate},
-	{"untyped random", false, true, 0},
-	{"typed random", true, true, 0},
+	{"", false, false, false},
+	{"typed periodic", true, false, false},
+	{"untyped periodic, kept up", false, false, true},
+	{"untyped random", false, true, false},
+	{"typed random", true, true, false},
 }
-
-// pacedRate is the pace of the kept-up pass: a quarter of what the binary drains.
-const pacedRate = 200_000
 
 // daemonPass is what one measured pass cost the binary (its CPU) and Redis (its command time), and
 // how many deadline writes (batches) carried its signals.
 type daemonPass struct {
 	cpu, commands time.Duration
 	batches       float64
+	took          time.Duration // from its first signal written until every one was applied
 }
 
 func joinFloats(v []float64) string {
@@ -308,6 +311,7 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err != nil {
 			return daemonPass{}, err
 		}
+		start := time.Now()
 		if err := writeSignalsAs(e.ctx, k.Addrs, n, order, payload, rate); err != nil {
 			return daemonPass{}, err
 		}
@@ -315,12 +319,13 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err := awaitApplied(e, hb, applied); err != nil {
 			return daemonPass{}, err
 		}
+		took := time.Since(start)
 		after, err := binaryCounters(hb)
 		if err != nil {
 			return daemonPass{}, err
 		}
 		commands, err := commandTime(e.ctx, e.redis.client)
-		return daemonPass{cpu: after.cpu - before.cpu, commands: commands, batches: after.batches - before.batches}, err
+		return daemonPass{cpu: after.cpu - before.cpu, commands: commands, batches: after.batches - before.batches, took: took}, err
 	}
 	// The first pass makes the fleet known to Redis, the second to the replica; the third is the
 	// steady state.
@@ -344,7 +349,11 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if c.typed {
 			payload = typed
 		}
-		if got[c.name], err = measure(order, payload, c.rate); err != nil {
+		rate := 0
+		if c.paced {
+			rate = e.opts.CPURate
+		}
+		if got[c.name], err = measure(order, payload, rate); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -55,6 +55,7 @@ type options struct {
 	HeartbeatdBin  string
 	BaselineBin    string    // daemon-cpu: the binary to compare with, in alternating rounds
 	CPUPartitions  int       // daemon-cpu: partitions of the signal topic
+	CPURate        int       // daemon-cpu: signals/s of the kept-up pass
 	Progress       io.Writer // a line per figure as it is measured
 
 	// The storm scenario: StormGateways × StormPerGateway devices go dark with their gateways in a fleet
@@ -65,7 +66,7 @@ type options struct {
 func defaultOptions() options {
 	return options{Devices: 100_000, Window: 10 * time.Second, Duration: 5 * time.Second, Signals: 200_000,
 		ExpiryDevices: 100_000, RecoverDevices: 10_000, StormFleet: 200_000, StormGateways: 1000, StormPerGateway: 100,
-		RefreshRate: 50_000, CPUPartitions: 4, Progress: os.Stderr}
+		RefreshRate: 50_000, CPUPartitions: 4, CPURate: 200_000, Progress: os.Stderr}
 }
 
 type env struct {
@@ -161,6 +162,7 @@ func mainCode() int {
 	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss and daemon-cpu scenarios (default: go build ./cmd/heartbeatd)")
 	flag.StringVar(&o.BaselineBin, "heartbeatd-baseline", "", "daemon-cpu: a second heartbeatd binary run in alternating rounds, the same-run A/B baseline")
 	flag.IntVar(&o.CPUPartitions, "cpu-partitions", o.CPUPartitions, "daemon-cpu: partitions of the signal topic, each drained by its own reader")
+	flag.IntVar(&o.CPURate, "cpu-rate", o.CPURate, "daemon-cpu: signals/s of the kept-up pass (a pace the binary keeps up with; the other passes are backlogs)")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names(), ","))
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
 	cpuProfile := flag.String("cpuprofile", "", "write hbbench's own CPU profile (scanner, handler, publisher, kfake) to this file")
@@ -184,7 +186,7 @@ func mainCode() int {
 		}
 	}
 	if o.Devices <= 0 || o.Signals <= 0 || o.ExpiryDevices <= 0 || o.RecoverDevices <= 0 || o.Window <= 0 || o.Duration <= 0 ||
-		o.StormGateways <= 0 || o.StormPerGateway <= 0 || o.CPUPartitions <= 0 {
+		o.StormGateways <= 0 || o.StormPerGateway <= 0 || o.CPUPartitions <= 0 || o.CPURate <= 0 {
 		fmt.Fprintln(os.Stderr, "hbbench: sizes, -window and -duration must be positive")
 		return 2
 	}

@@ -27,8 +27,9 @@ type ChainOptions struct {
 	// one written and its type did not change (ingest.coalesce).
 	Coalesce time.Duration
 	// Batch is the most messages one refresh carries; Linger the longest a partial batch waits for more
-	// while another batch is in flight (with nothing in flight a batch is sent as soon as the input is
-	// drained, so a quiet fleet pays no linger).
+	// while another batch is in flight, or while the pace of a steady stream fills it within Linger
+	// (otherwise, with nothing in flight, a batch is sent as soon as the input is drained, so a quiet
+	// fleet pays no linger).
 	Batch  int
 	Linger time.Duration
 	// MaxInFlight bounds the batches between dispatch and acknowledgement. When all are taken, Submit
@@ -104,11 +105,14 @@ type ackItem struct {
 }
 
 type batch struct {
-	seq      uint64
-	failed   bool // a write of it failed: it counts in writeHealth.failing until written
-	sigs     []deadline.Signal
-	received []time.Time // aligned with sigs
-	items    []ackItem
+	seq uint64
+	// began is when its first signal came; streaming, whether a write was in flight then (fillsSoon).
+	began     time.Time
+	streaming bool
+	failed    bool // a write of it failed: it counts in writeHealth.failing until written
+	sigs      []deadline.Signal
+	received  []time.Time // aligned with sigs
+	items     []ackItem
 	// late marks the signals not written because they were late (nil: none); write is the rest.
 	late  []bool
 	write []deadline.Signal
@@ -307,7 +311,8 @@ func (c *Chain) setConnected(source string, up bool) {
 }
 
 // batcher groups signals into batches: a batch goes out when it is full, when the input is drained and
-// no batch is in flight (a quiet fleet waits for nothing), or when it lingered long enough.
+// no batch is in flight unless its stream fills it soon (fillsSoon; a quiet fleet waits for nothing), or
+// when it lingered long enough.
 func (c *Chain) batcher(ctx context.Context) {
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
@@ -325,6 +330,7 @@ func (c *Chain) batcher(ctx context.Context) {
 		if cur == nil {
 			cur = c.pool.Get().(*batch)
 			linger.Reset(c.opts.Linger)
+			cur.began, cur.streaming = time.Now(), c.inFlight.Load() > 0
 		}
 		if co != nil && co.skip(it.sig) {
 			cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, coalesced: true})
@@ -364,7 +370,7 @@ func (c *Chain) batcher(ctx context.Context) {
 			continue
 		default:
 		}
-		if c.inFlight.Load() == 0 {
+		if c.inFlight.Load() == 0 && !(cur.streaming && c.fillsSoon(len(cur.items), cur.began)) {
 			if !dispatch() {
 				return
 			}
@@ -385,6 +391,18 @@ func (c *Chain) batcher(ctx context.Context) {
 			co.rotate()
 		}
 	}
+}
+
+// fillsSoon reports whether a batch of n signals begun at began is full within Linger at the pace its
+// signals came in: under a steady load it then waits for the rest, as a backlog's batches do, instead of
+// going out small each time the previous write returns (a deadline write's fixed cost is shared by the
+// signals it carries, docs/benchmarks.md). A batch begun with nothing in flight is not asked.
+func (c *Chain) fillsSoon(n int, began time.Time) bool {
+	if n < 2 {
+		return false
+	}
+	full := time.Since(began) * time.Duration(c.opts.Batch) / time.Duration(n)
+	return full <= c.opts.Linger
 }
 
 // dispatch hands a batch to its own goroutine once a slot is free; it blocks while MaxInFlight batches
