@@ -93,3 +93,37 @@ func TestScannerHandsClaimsAndStops(t *testing.T) {
 		}
 	})
 }
+
+// TestIdleScannerPeeksAndStillClaimsOnTime: while nothing is due, the scanner's idle polls read the slots'
+// earliest scores and run no claim script (the idle cost of a replica); a deadline written behind its
+// back (another replica's signal) is still claimed.
+func TestIdleScannerPeeksAndStillClaimsOnTime(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	f := setup(t, rdb, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store := realTimeStore(t, f, 400*time.Millisecond)
+	// A device whose deadline is far off keeps the polls at their idle cap.
+	far := realTimeStore(t, f, time.Hour)
+	require.NoError(t, far.Refresh(ctx, []deadline.Signal{{Device: "far", Seen: time.Now()}}))
+	calls := func(name string) int64 { return testenv.CommandStats(t, rdb)[name].Calls }
+	before := calls("evalsha")
+	got, done := runScanner(ctx, deadline.ScannerOptions{Store: store, MaxIdleWait: 20 * time.Millisecond, Lease: time.Minute, Batch: 16, Concurrency: 2}, 10)
+	// Each loop's first wake-up claims (a script per slot: 8 in all); the polls after it only peek.
+	require.Eventually(t, func() bool { return calls("evalsha") >= before+8 }, 10*time.Second, 5*time.Millisecond)
+	scripts, peeks := calls("evalsha"), calls("zrange")
+	require.Eventually(t, func() bool { return calls("zrange") >= peeks+4*2*8 }, 10*time.Second, 5*time.Millisecond, "the idle loops stopped polling")
+	require.Equal(t, scripts, calls("evalsha"), "an idle poll ran a claim script")
+
+	written := time.Now()
+	require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: "quiet", Seen: written}}))
+	select {
+	case c := <-got:
+		require.Equal(t, "quiet", c.Device)
+		require.GreaterOrEqual(t, time.Now().UnixMilli(), c.State.Deadline, "claimed before its deadline")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the scanner never claimed the device written behind its back")
+	}
+	cancel()
+	require.NoError(t, <-done)
+}
