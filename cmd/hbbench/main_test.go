@@ -21,7 +21,7 @@ func TestScenariosTiny(t *testing.T) {
 		}
 	}
 	opts := options{Devices: 2000, Window: time.Second, Duration: 300 * time.Millisecond, Signals: 2000,
-		ExpiryDevices: 2000, RecoverDevices: 200, StormFleet: 3000, StormGateways: 10, StormPerGateway: 100, RefreshRate: 20_000, CPUPartitions: 4, HeartbeatdBin: testenv.HeartbeatdBinary(t),
+		ExpiryDevices: 2000, RecoverDevices: 200, StormFleet: 3000, StormGateways: 10, StormPerGateway: 100, RefreshRate: 20_000, CPUPartitions: 4, CPURate: 200_000, HeartbeatdBin: testenv.HeartbeatdBinary(t),
 		Progress: io.Discard}
 	if testing.Verbose() {
 		opts.Progress = testWriter{t}
