@@ -189,13 +189,7 @@ func daemonCPUScenario(e *env) error {
 	cpuPerM := func(p daemonPass) float64 { return p.cpu.Seconds() * 1e6 / signals }
 	redisUs := func(p daemonPass) float64 { return float64(p.commands.Nanoseconds()) / 1000 / signals }
 	perBatch := func(p daemonPass) float64 { return signals / max(p.batches, 1) }
-	mean := func(v []float64) float64 {
-		var s float64
-		for _, x := range v {
-			s += x
-		}
-		return s / float64(len(v))
-	}
+	mean := meanOf
 	for _, b := range bins {
 		for _, c := range cpuCases {
 			metric, what := b.name+" CPU per million signals", "untyped signals"

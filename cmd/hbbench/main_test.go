@@ -48,6 +48,7 @@ func TestScenariosTiny(t *testing.T) {
 		"recovered": {"latency p50", "latency p99", "latency max"},
 		"blind":     {"heartbeatd lateness p50", "heartbeatd lateness max"},
 		"outage":    {"group_wait 0s: pages", "group_wait 0s: outage_started", "group_wait 5s: pages", "group_wait 5s: lone device lateness"},
+		"idle":      {"heartbeatd Redis CPU while idle"},
 		"rss":       {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
 		"cost": {"SET PX pipelined, random: commandstats", "Refresh typed, random: commandstats", "Refresh untyped, random: commandstats", "ZADD GT into 65,536 small sets (not heartbeatd's layout), random: commandstats",
 			"Refresh typed, jittered 5%: commandstats", "SET PX pipelined, jittered 5%: commandstats", "ZADD GT into a set per device (not heartbeatd's layout), random: commandstats"},
