@@ -214,6 +214,9 @@ func daemonCPUScenario(e *env) error {
 				rate := per(b.name, c.name, func(p daemonPass) float64 { return signals / p.took.Seconds() })
 				e.add("daemon-cpu", b.name+" rate applied, "+named, mean(rate), "signals/s",
 					fmt.Sprintf("written at %d/s; rounds %s", e.opts.CPURate, joinFloats(rate)))
+				peer := per(b.name, peerCase, redisUs)
+				e.add("daemon-cpu", b.name+" keyspace peer Redis time per reset, kept up", mean(peer), "µs/reset",
+					fmt.Sprintf("SET PX at %d/s beside this binary; rounds %s; the kept-up pass %.2fx", e.opts.CPURate, joinFloats(peer), mean(redis)/mean(peer)))
 			}
 		}
 		sh := shifts[b.name]
@@ -351,7 +354,46 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 			return nil, nil, err
 		}
 	}
+	if got[peerCase], err = keyspacePeerPass(e, n, id); err != nil {
+		return nil, nil, err
+	}
 	return got, shifts, nil
+}
+
+// peerCase names the keyspace peer's pass among a round's passes.
+const peerCase = "keyspace peer"
+
+// keyspacePeerPass is the keyspace-notification design's cost beside the kept-up pass: `SET key PX` per
+// device at -cpu-rate, a millisecond's worth per pipeline, on the same Redis; its keys exist already
+// (an unmeasured pass first), as a live fleet's do. Only commands is set.
+func keyspacePeerPass(e *env, n int, id func(int) string) (daemonPass, error) {
+	pass := func() error {
+		per, start := max(e.opts.CPURate/1000, 1), time.Now()
+		for i := 0; i < n; i += per {
+			if !loop.Sleep(e.ctx, time.Until(start.Add(time.Duration(i)*time.Second/time.Duration(e.opts.CPURate)))) {
+				return e.ctx.Err()
+			}
+			pipe := e.redis.client.Pipeline()
+			for j := i; j < min(i+per, n); j++ {
+				pipe.Set(e.ctx, "ks:"+id(j), "1", 10*time.Minute)
+			}
+			if _, err := pipe.Exec(e.ctx); err != nil {
+				return fmt.Errorf("hbbench: keyspace peer: %w", err)
+			}
+		}
+		return nil
+	}
+	if err := pass(); err != nil {
+		return daemonPass{}, err
+	}
+	if err := e.redis.client.ConfigResetStat(e.ctx).Err(); err != nil {
+		return daemonPass{}, err
+	}
+	if err := pass(); err != nil {
+		return daemonPass{}, err
+	}
+	commands, err := commandTime(e.ctx, e.redis.client)
+	return daemonPass{commands: commands}, err
 }
 
 // deadlineShifts is, for each device written at written[i], how far the deadline heartbeatd stored lies
