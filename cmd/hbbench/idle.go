@@ -40,7 +40,7 @@ func idleScenario(e *env) error {
 		}
 	}
 	for _, b := range bins {
-		note := fmt.Sprintf("%d replicas, %d devices, nothing signalling, over %s; rounds %s", idleReplicas, e.opts.Devices, window, joinFloats(cores[b.name]))
+		note := fmt.Sprintf("%d replicas, %d devices, nothing signalling, over %s; rounds %s", idleReplicas, e.opts.Devices, window, fmt.Sprintf("%.3f", cores[b.name]))
 		if b.name != "baseline" && e.opts.BaselineBin != "" {
 			note += fmt.Sprintf("; %.2fx baseline", meanOf(cores[b.name])/meanOf(cores["baseline"]))
 		}
