@@ -3,9 +3,11 @@ package deadline_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
@@ -98,8 +100,11 @@ func TestScannerHandsClaimsAndStops(t *testing.T) {
 // earliest scores and run no claim script (the idle cost of a replica); a deadline written behind its
 // back (another replica's signal) is still claimed.
 func TestIdleScannerPeeksAndStillClaimsOnTime(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
-	f := setup(t, rdb, 8)
+	eachFixture(t, 8, testIdleScannerPeeks)
+}
+
+func testIdleScannerPeeks(t *testing.T, f fixture) {
+	rdb := f.rdb
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	store := realTimeStore(t, f, 400*time.Millisecond)
@@ -119,7 +124,19 @@ func TestIdleScannerPeeksAndStillClaimsOnTime(t *testing.T) {
 	go func() { done <- sc.Run(ctx) }()
 	// Each loop's first wake-up claims; the polls after it only peek.
 	require.Eventually(t, func() bool { return !sc.LastWakeUp().IsZero() }, 10*time.Second, 5*time.Millisecond)
-	calls := func(name string) int64 { return testenv.CommandStats(t, rdb)[name].Calls }
+	// Summed over a cluster's masters.
+	calls := func(name string) int64 {
+		cc, ok := rdb.(*redis.ClusterClient)
+		if !ok {
+			return testenv.CommandStats(t, rdb)[name].Calls
+		}
+		var n atomic.Int64
+		require.NoError(t, cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			n.Add(testenv.CommandStats(t, c)[name].Calls)
+			return nil
+		}))
+		return n.Load()
+	}
 	scripts, peeks := calls("evalsha"), calls("zrange")
 	require.Eventually(t, func() bool { return calls("zrange") >= peeks+4*2*8 }, 10*time.Second, 5*time.Millisecond, "the idle loops stopped polling")
 	require.Equal(t, scripts, calls("evalsha"), "an idle poll ran a claim script")
