@@ -106,13 +106,14 @@ type ackItem struct {
 
 type batch struct {
 	seq uint64
-	// began is when its first signal came; streaming, whether a write was in flight then (fillsSoon).
-	began     time.Time
-	streaming bool
-	failed    bool // a write of it failed: it counts in writeHealth.failing until written
-	sigs      []deadline.Signal
-	received  []time.Time // aligned with sigs
-	items     []ackItem
+	// began is when its first signal came, last when the batcher last woke for one (zero: not since);
+	// streaming, whether a write was in flight when it began (waitsForStream).
+	began, last time.Time
+	streaming   bool
+	failed      bool // a write of it failed: it counts in writeHealth.failing until written
+	sigs        []deadline.Signal
+	received    []time.Time // aligned with sigs
+	items       []ackItem
 	// late marks the signals not written because they were late (nil: none); write is the rest.
 	late  []bool
 	write []deadline.Signal
@@ -311,7 +312,7 @@ func (c *Chain) setConnected(source string, up bool) {
 }
 
 // batcher groups signals into batches: a batch goes out when it is full, when the input is drained and
-// no batch is in flight unless its stream fills it soon (fillsSoon; a quiet fleet waits for nothing), or
+// no batch is in flight unless its stream fills it soon (waitsForStream; a quiet fleet waits for nothing), or
 // when it lingered long enough.
 func (c *Chain) batcher(ctx context.Context) {
 	linger := time.NewTimer(time.Hour)
@@ -330,7 +331,7 @@ func (c *Chain) batcher(ctx context.Context) {
 		if cur == nil {
 			cur = c.pool.Get().(*batch)
 			linger.Reset(c.opts.Linger)
-			cur.began, cur.streaming = time.Now(), c.inFlight.Load() > 0
+			cur.began, cur.last, cur.streaming = time.Now(), time.Time{}, c.inFlight.Load() > 0
 		}
 		if co != nil && co.skip(it.sig) {
 			cur.items = append(cur.items, ackItem{ack: it.ack, src: it.src, coalesced: true})
@@ -370,7 +371,7 @@ func (c *Chain) batcher(ctx context.Context) {
 			continue
 		default:
 		}
-		if c.inFlight.Load() == 0 && !(cur.streaming && c.fillsSoon(len(cur.items), cur.began)) {
+		if c.inFlight.Load() == 0 && !c.waitsForStream(cur, linger) {
 			if !dispatch() {
 				return
 			}
@@ -381,6 +382,7 @@ func (c *Chain) batcher(ctx context.Context) {
 			return
 		case it := <-c.in:
 			add(it)
+			cur.last = time.Now()
 		case <-c.freed:
 			// Re-check: the batch goes out now if that was the last one in flight.
 		case <-linger.C:
@@ -393,16 +395,39 @@ func (c *Chain) batcher(ctx context.Context) {
 	}
 }
 
-// fillsSoon reports whether a batch of n signals begun at began is full within Linger at the pace its
-// signals came in: under a steady load it then waits for the rest, as a backlog's batches do, instead of
-// going out small each time the previous write returns (a deadline write's fixed cost is shared by the
-// signals it carries, docs/benchmarks.md). A batch begun with nothing in flight is not asked.
-func (c *Chain) fillsSoon(n int, began time.Time) bool {
-	if n < 2 {
+// streamQuiet is the part of Linger without a new signal after which a stream counts as paused: a
+// broker that sends no more until what it sent is acknowledged (an MQTT in-flight window) is not waited
+// for.
+const streamQuiet = 5
+
+// waitsForStream reports whether b, begun while a write was in flight, waits for more now that nothing
+// is in flight: while its signals come at a pace that fills it within Linger, and keep coming. Under a
+// steady load it is then as full as a backlog's batches, instead of going out small each time the
+// previous write returns (a deadline write's fixed cost is shared by the signals it carries,
+// docs/benchmarks.md). linger is moved to when the stream falls behind that pace or pauses.
+func (c *Chain) waitsForStream(b *batch, linger *time.Timer) bool {
+	n := len(b.items)
+	if !b.streaming || n < 2 {
 		return false
 	}
-	full := time.Since(began) * time.Duration(c.opts.Batch) / time.Duration(n)
-	return full <= c.opts.Linger
+	behind := b.began.Add(c.opts.Linger * time.Duration(n) / time.Duration(c.opts.Batch))
+	last := b.last
+	if last.Before(b.began) {
+		last = b.began
+	}
+	wait := time.Until(minTime(behind, last.Add(c.opts.Linger/streamQuiet)))
+	if wait <= 0 {
+		return false
+	}
+	linger.Reset(wait)
+	return true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // dispatch hands a batch to its own goroutine once a slot is free; it blocks while MaxInFlight batches

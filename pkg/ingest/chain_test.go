@@ -242,6 +242,7 @@ func TestChainBatchesASteadyStreamLikeABacklog(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		sig(i)
 	}
+	require.Eventually(t, func() bool { return f.chain.Queued() == 0 }, 5*time.Second, time.Millisecond)
 	close(first)
 	require.Eventually(t, func() bool { return f.acks.n() == 1 }, 5*time.Second, time.Millisecond)
 	go func() { // every later write goes through
@@ -265,6 +266,28 @@ func TestChainBatchesASteadyStreamLikeABacklog(t *testing.T) {
 		sizes[i] = len(b)
 	}
 	require.Equal(t, []int{1, batch}, sizes, "signals per deadline write")
+}
+
+// TestChainDoesNotHoldAPausedStream: signals that arrived during a write and then stop coming (a broker
+// waiting for its in-flight window's acknowledgements) go out once the write returned, not after the
+// linger.
+func TestChainDoesNotHoldAPausedStream(t *testing.T) {
+	ref := &fakeRefresher{hold: make(chan chan struct{})}
+	f := startChain(t, ref, ingest.ChainOptions{Linger: time.Minute})
+	f.submit(t, 0, ingest.Message{Key: []byte("dev-0")})
+	first := <-ref.hold
+	for i := 1; i <= 10; i++ {
+		f.submit(t, i, ingest.Message{Key: fmt.Appendf(nil, "dev-%d", i)})
+	}
+	require.Eventually(t, func() bool { return f.chain.Queued() == 0 }, 5*time.Second, time.Millisecond)
+	close(first)
+	select {
+	case r := <-ref.hold:
+		close(r)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the paused stream's batch waited for the linger")
+	}
+	require.Eventually(t, func() bool { return f.acks.n() == 11 }, 5*time.Second, time.Millisecond)
 }
 
 func TestChainBackpressureBoundsWhatItHolds(t *testing.T) {
