@@ -189,13 +189,7 @@ func daemonCPUScenario(e *env) error {
 	cpuPerM := func(p daemonPass) float64 { return p.cpu.Seconds() * 1e6 / signals }
 	redisUs := func(p daemonPass) float64 { return float64(p.commands.Nanoseconds()) / 1000 / signals }
 	perBatch := func(p daemonPass) float64 { return signals / max(p.batches, 1) }
-	mean := func(v []float64) float64 {
-		var s float64
-		for _, x := range v {
-			s += x
-		}
-		return s / float64(len(v))
-	}
+	mean := meanOf
 	for _, b := range bins {
 		for _, c := range cpuCases {
 			metric, what := b.name+" CPU per million signals", "untyped signals"
@@ -216,6 +210,14 @@ func daemonCPUScenario(e *env) error {
 			batch := per(b.name, c.name, perBatch)
 			e.add("daemon-cpu", b.name+" signals per deadline write, "+named, mean(batch), "signals",
 				"signals of the pass ÷ "+batchesMetric+"; rounds "+joinFloats(batch))
+			if c.paced {
+				rate := per(b.name, c.name, func(p daemonPass) float64 { return signals / p.took.Seconds() })
+				e.add("daemon-cpu", b.name+" rate applied, "+named, mean(rate), "signals/s",
+					fmt.Sprintf("written at %d/s; rounds %s", e.opts.CPURate, joinFloats(rate)))
+				peer := per(b.name, peerCase, redisUs)
+				e.add("daemon-cpu", b.name+" keyspace peer Redis time per reset, kept up", mean(peer), "µs/reset",
+					fmt.Sprintf("SET PX at %d/s beside this binary; rounds %s; the kept-up pass %.2fx", e.opts.CPURate, joinFloats(peer), mean(redis)/mean(peer)))
+			}
 		}
 		sh := shifts[b.name]
 		slices.Sort(sh)
@@ -235,23 +237,21 @@ var cpuCases = []struct {
 	name   string
 	typed  bool
 	random bool
-	rate   int // signals a second the pass is written at; 0: as fast as the broker takes them
+	paced  bool // written at -cpu-rate signals a second; else as fast as the broker takes them
 }{
-	{"", false, false, 0},
-	{"typed periodic", true, false, 0},
-	{"untyped periodic, kept up", false, false, pacedRate},
-	{"untyped random", false, true, 0},
-	{"typed random", true, true, 0},
+	{"", false, false, false},
+	{"typed periodic", true, false, false},
+	{"untyped periodic, kept up", false, false, true},
+	{"untyped random", false, true, false},
+	{"typed random", true, true, false},
 }
-
-// pacedRate is the pace of the kept-up pass: a quarter of what the binary drains.
-const pacedRate = 200_000
 
 // daemonPass is what one measured pass cost the binary (its CPU) and Redis (its command time), and
 // how many deadline writes (batches) carried its signals.
 type daemonPass struct {
 	cpu, commands time.Duration
 	batches       float64
+	took          time.Duration // from its first signal written until every one was applied
 }
 
 func joinFloats(v []float64) string {
@@ -308,6 +308,7 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err != nil {
 			return daemonPass{}, err
 		}
+		start := time.Now()
 		if err := writeSignalsAs(e.ctx, k.Addrs, n, order, payload, rate); err != nil {
 			return daemonPass{}, err
 		}
@@ -315,12 +316,13 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err := awaitApplied(e, hb, applied); err != nil {
 			return daemonPass{}, err
 		}
+		took := time.Since(start)
 		after, err := binaryCounters(hb)
 		if err != nil {
 			return daemonPass{}, err
 		}
 		commands, err := commandTime(e.ctx, e.redis.client)
-		return daemonPass{cpu: after.cpu - before.cpu, commands: commands, batches: after.batches - before.batches}, err
+		return daemonPass{cpu: after.cpu - before.cpu, commands: commands, batches: after.batches - before.batches, took: took}, err
 	}
 	// The first pass makes the fleet known to Redis, the second to the replica; the third is the
 	// steady state.
@@ -344,11 +346,54 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if c.typed {
 			payload = typed
 		}
-		if got[c.name], err = measure(order, payload, c.rate); err != nil {
+		rate := 0
+		if c.paced {
+			rate = e.opts.CPURate
+		}
+		if got[c.name], err = measure(order, payload, rate); err != nil {
 			return nil, nil, err
 		}
 	}
+	if got[peerCase], err = keyspacePeerPass(e, n, id); err != nil {
+		return nil, nil, err
+	}
 	return got, shifts, nil
+}
+
+// peerCase names the keyspace peer's pass among a round's passes.
+const peerCase = "keyspace peer"
+
+// keyspacePeerPass is the keyspace-notification design's cost beside the kept-up pass: `SET key PX` per
+// device at -cpu-rate, a millisecond's worth per pipeline, on the same Redis; its keys exist already
+// (an unmeasured pass first), as a live fleet's do. Only commands is set.
+func keyspacePeerPass(e *env, n int, id func(int) string) (daemonPass, error) {
+	pass := func() error {
+		per, start := max(e.opts.CPURate/1000, 1), time.Now()
+		for i := 0; i < n; i += per {
+			if !loop.Sleep(e.ctx, time.Until(start.Add(time.Duration(i)*time.Second/time.Duration(e.opts.CPURate)))) {
+				return e.ctx.Err()
+			}
+			pipe := e.redis.client.Pipeline()
+			for j := i; j < min(i+per, n); j++ {
+				pipe.Set(e.ctx, "ks:"+id(j), "1", 10*time.Minute)
+			}
+			if _, err := pipe.Exec(e.ctx); err != nil {
+				return fmt.Errorf("hbbench: keyspace peer: %w", err)
+			}
+		}
+		return nil
+	}
+	if err := pass(); err != nil {
+		return daemonPass{}, err
+	}
+	if err := e.redis.client.ConfigResetStat(e.ctx).Err(); err != nil {
+		return daemonPass{}, err
+	}
+	if err := pass(); err != nil {
+		return daemonPass{}, err
+	}
+	commands, err := commandTime(e.ctx, e.redis.client)
+	return daemonPass{commands: commands}, err
 }
 
 // deadlineShifts is, for each device written at written[i], how far the deadline heartbeatd stored lies

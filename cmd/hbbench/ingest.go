@@ -299,7 +299,7 @@ func writeSignalsAs(ctx context.Context, brokers []string, n int, id func(i int)
 	defer w.Close()
 	size := 10_000
 	if rate > 0 {
-		size = 1000 // a steadier stream
+		size = min(max(rate/1000, 1), 1000) // a millisecond's worth at a time: a steady stream
 	}
 	msgs := make([]kafka.Message, 0, size)
 	for i := range n {

@@ -58,6 +58,7 @@ type options struct {
 	HeartbeatdBin  string
 	BaselineBin    string    // daemon-cpu: the binary to compare with, in alternating rounds
 	CPUPartitions  int       // daemon-cpu: partitions of the signal topic
+	CPURate        int       // daemon-cpu: signals/s of the kept-up pass
 	Progress       io.Writer // a line per figure as it is measured
 
 	// The storm scenario: StormGateways × StormPerGateway devices go dark with their gateways in a fleet
@@ -74,7 +75,7 @@ type options struct {
 func defaultOptions() options {
 	return options{Devices: 100_000, Window: 10 * time.Second, Duration: 5 * time.Second, Signals: 200_000,
 		ExpiryDevices: 100_000, RecoverDevices: 10_000, StormFleet: 200_000, StormGateways: 1000, StormPerGateway: 100,
-		RefreshRate: 50_000, QuietTimeout: 30 * time.Second, CPUPartitions: 4, Progress: os.Stderr,
+		RefreshRate: 50_000, QuietTimeout: 30 * time.Second, CPUPartitions: 4, CPURate: 200_000, Progress: os.Stderr,
 		ScaleSizes: []int{1_000_000, 10_000_000}, ScaleIdle: 30 * time.Second, ScaleWindow: 10 * time.Second}
 }
 
@@ -175,6 +176,7 @@ func mainCode() int {
 	scaleSizes := flag.String("scale-sizes", "1000000,10000000", "scale: fleet sizes, the first the baseline of the others' ratios")
 	flag.DurationVar(&o.ScaleIdle, "scale-idle", o.ScaleIdle, "scale: how long Redis's CPU is measured with nothing signalling")
 	flag.DurationVar(&o.ScaleWindow, "scale-window", o.ScaleWindow, "scale: the burst's deadlines spread over this window, beginning two windows after its import")
+	flag.IntVar(&o.CPURate, "cpu-rate", o.CPURate, "daemon-cpu: signals/s of the kept-up pass (a pace the binary keeps up with; the other passes are backlogs)")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names(), ","))
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
 	cpuProfile := flag.String("cpuprofile", "", "write hbbench's own CPU profile (scanner, handler, publisher, kfake) to this file")
@@ -207,7 +209,7 @@ func mainCode() int {
 		o.ScaleSizes = append(o.ScaleSizes, n)
 	}
 	if o.Devices <= 0 || o.Signals <= 0 || o.ExpiryDevices <= 0 || o.RecoverDevices <= 0 || o.Window <= 0 || o.Duration <= 0 ||
-		o.StormGateways <= 0 || o.StormPerGateway <= 0 || o.CPUPartitions <= 0 || o.ScaleIdle <= 0 || o.ScaleWindow <= 0 {
+		o.StormGateways <= 0 || o.StormPerGateway <= 0 || o.CPUPartitions <= 0 || o.CPURate <= 0 || o.ScaleIdle <= 0 || o.ScaleWindow <= 0 {
 		fmt.Fprintln(os.Stderr, "hbbench: sizes, -window and -duration must be positive")
 		return 2
 	}

@@ -21,7 +21,7 @@ func TestScenariosTiny(t *testing.T) {
 		}
 	}
 	opts := options{Devices: 2000, Window: time.Second, Duration: 300 * time.Millisecond, Signals: 2000,
-		ExpiryDevices: 2000, RecoverDevices: 200, StormFleet: 3000, StormGateways: 10, StormPerGateway: 100, RefreshRate: 20_000, CPUPartitions: 4, HeartbeatdBin: testenv.HeartbeatdBinary(t),
+		ExpiryDevices: 2000, RecoverDevices: 200, StormFleet: 3000, StormGateways: 10, StormPerGateway: 100, RefreshRate: 20_000, CPUPartitions: 4, CPURate: 200_000, HeartbeatdBin: testenv.HeartbeatdBinary(t),
 		QuietTimeout: 2 * time.Second, ScaleSizes: []int{2000, 4000}, ScaleIdle: 500 * time.Millisecond, ScaleWindow: time.Second, Progress: io.Discard}
 	if testing.Verbose() {
 		opts.Progress = testWriter{t}
@@ -54,6 +54,7 @@ func TestScenariosTiny(t *testing.T) {
 		"scale": {"2k import rate", "2k Redis memory per device", "4k import rate", "4k Redis memory per device", "4k burst lateness p99",
 			"import time ratio", "memory ratio", "lateness p99 ratio"},
 		"rss": {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
+		"idle":      {"heartbeatd Redis CPU while idle"},
 		"cost": {"SET PX pipelined, random: commandstats", "Refresh typed, random: commandstats", "Refresh untyped, random: commandstats", "ZADD GT into 65,536 small sets (not heartbeatd's layout), random: commandstats",
 			"Refresh typed, jittered 5%: commandstats", "SET PX pipelined, jittered 5%: commandstats", "ZADD GT into a set per device (not heartbeatd's layout), random: commandstats"},
 	}

@@ -27,6 +27,7 @@ func init() {
 	register("rss", rssScenario)
 	register("cost", costScenario)
 	register("daemon-cpu", daemonCPUScenario)
+	register("idle", idleScenario)
 }
 
 var benchTypes = []string{"default", "gateway", "sensor"}

@@ -124,8 +124,8 @@ type Ingest struct {
 	// written; it must be shorter than every timeout.
 	Coalesce time.Duration `yaml:"coalesce"`
 	// Batch is the most signals one Redis refresh carries, Linger how long a partial batch waits for
-	// more while another is in flight, MaxInFlight how many batches may await Redis at once (the
-	// backpressure bound).
+	// more while another is in flight (until full under a steady load), MaxInFlight how many batches
+	// may await Redis at once (the backpressure bound).
 	Batch       int           `yaml:"batch"`
 	Linger      time.Duration `yaml:"linger"`
 	MaxInFlight int           `yaml:"max_in_flight"`
@@ -312,7 +312,7 @@ const (
 	DefaultMaxClockSkew      = 5 * time.Second
 	DefaultOfflineGrace      = 10 * time.Second
 	DefaultIngestBatch       = 1024 // per-command costs spread over more signals (docs/benchmarks.md)
-	DefaultIngestLinger      = 2 * time.Millisecond
+	DefaultIngestLinger      = 5 * time.Millisecond
 	DefaultIngestMaxInFlight = 4
 	DefaultMaxIdleWait       = 50 * time.Millisecond
 	DefaultDetectionBatch    = 256

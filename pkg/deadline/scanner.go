@@ -135,14 +135,18 @@ func (s *Scanner) loop(ctx context.Context, i int, slotsOf func() []int, wake <-
 	defer timer.Stop()
 	backoff := loop.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	failing := false
+	// claim: this wake-up claims at once (the first, one at a known due time, after a wake or a failure);
+	// else it comes after a full idle wait and peeks first.
+	claim := true
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
 		case <-wake:
+			claim = true
 		}
-		wait, err := s.wakeUp(ctx, slotsOf())
+		wait, err := s.wakeUp(ctx, slotsOf(), claim)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -163,12 +167,15 @@ func (s *Scanner) loop(ctx context.Context, i int, slotsOf func() []int, wake <-
 			backoff.Reset()
 			s.woke[i].Store(time.Now().UnixNano())
 		}
+		claim = failing || wait < s.opts.MaxIdleWait
 		timer.Reset(wait)
 	}
 }
 
-// wakeUp claims once, hands the claims over and returns how long to sleep.
-func (s *Scanner) wakeUp(ctx context.Context, slots []int) (time.Duration, error) {
+// wakeUp claims once, hands the claims over and returns how long to sleep. Unless told to claim, it
+// peeks first (Store.Peek) and claims only when something is due: most wake-ups of an idle fleet are the
+// MaxIdleWait polls that bound how late a deadline written elsewhere is noticed, and find nothing.
+func (s *Scanner) wakeUp(ctx context.Context, slots []int, claim bool) (time.Duration, error) {
 	if len(slots) == 0 {
 		return s.opts.MaxIdleWait, nil
 	}
@@ -177,7 +184,14 @@ func (s *Scanner) wakeUp(ctx context.Context, slots []int) (time.Duration, error
 	if s.opts.Watermark != nil {
 		wm = s.opts.Watermark(now)
 	}
-	res, err := s.opts.Store.Claim(ctx, slots, ClaimOptions{Now: now, WatermarkFor: wm, Lease: s.opts.Lease, Batch: s.opts.Batch})
+	opts := ClaimOptions{Now: now, WatermarkFor: wm, Lease: s.opts.Lease, Batch: s.opts.Batch}
+	if !claim {
+		due, res, err := s.opts.Store.Peek(ctx, slots, opts)
+		if err != nil || !due {
+			return NextWait(s.opts.Now(), res.HeldBack, res, s.opts.MaxIdleWait), err
+		}
+	}
+	res, err := s.opts.Store.Claim(ctx, slots, opts)
 	if err != nil {
 		return 0, err
 	}

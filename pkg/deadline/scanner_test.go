@@ -3,9 +3,11 @@ package deadline_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
@@ -92,4 +94,61 @@ func TestScannerHandsClaimsAndStops(t *testing.T) {
 			t.Fatal("scanner did not stop on cancel")
 		}
 	})
+}
+
+// TestIdleScannerPeeksAndStillClaimsOnTime: while nothing is due, the scanner's idle polls read the slots'
+// earliest scores and run no claim script (the idle cost of a replica); a deadline written behind its
+// back (another replica's signal) is still claimed.
+func TestIdleScannerPeeksAndStillClaimsOnTime(t *testing.T) {
+	eachFixture(t, 8, testIdleScannerPeeks)
+}
+
+func testIdleScannerPeeks(t *testing.T, f fixture) {
+	rdb := f.rdb
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store := realTimeStore(t, f, 400*time.Millisecond)
+	// A device whose deadline is far off keeps the polls at their idle cap.
+	far := realTimeStore(t, f, time.Hour)
+	require.NoError(t, far.Refresh(ctx, []deadline.Signal{{Device: "far", Seen: time.Now()}}))
+	got := make(chan deadline.Claim, 10)
+	sc := deadline.NewScanner(deadline.ScannerOptions{Store: store, MaxIdleWait: 20 * time.Millisecond, Lease: time.Minute, Batch: 16, Concurrency: 2,
+		Slots: func() []int { return testenv.AllSlots(8) },
+		Handle: func(_ context.Context, cs []deadline.Claim) error {
+			for _, c := range cs {
+				got <- c
+			}
+			return nil
+		}})
+	done := make(chan error)
+	go func() { done <- sc.Run(ctx) }()
+	// Each loop's first wake-up claims; the polls after it only peek.
+	require.Eventually(t, func() bool { return !sc.LastWakeUp().IsZero() }, 10*time.Second, 5*time.Millisecond)
+	// Summed over a cluster's masters.
+	calls := func(name string) int64 {
+		cc, ok := rdb.(*redis.ClusterClient)
+		if !ok {
+			return testenv.CommandStats(t, rdb)[name].Calls
+		}
+		var n atomic.Int64
+		require.NoError(t, cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			n.Add(testenv.CommandStats(t, c)[name].Calls)
+			return nil
+		}))
+		return n.Load()
+	}
+	scripts, peeks := calls("evalsha"), calls("zrange")
+	require.Eventually(t, func() bool { return calls("zrange") >= peeks+4*2*8 }, 10*time.Second, 5*time.Millisecond, "the idle loops stopped polling")
+	require.Equal(t, scripts, calls("evalsha"), "an idle poll ran a claim script")
+
+	require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: "quiet", Seen: time.Now()}}))
+	select {
+	case c := <-got:
+		require.Equal(t, "quiet", c.Device)
+		require.GreaterOrEqual(t, time.Now().UnixMilli(), c.State.Deadline, "claimed before its deadline")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the scanner never claimed the device written behind its back")
+	}
+	cancel()
+	require.NoError(t, <-done)
 }

@@ -27,8 +27,9 @@ type ChainOptions struct {
 	// one written and its type did not change (ingest.coalesce).
 	Coalesce time.Duration
 	// Batch is the most messages one refresh carries; Linger the longest a partial batch waits for more
-	// while another batch is in flight (with nothing in flight a batch is sent as soon as the input is
-	// drained, so a quiet fleet pays no linger).
+	// while another batch is in flight, or while the pace of a steady stream fills it within Linger
+	// (otherwise, with nothing in flight, a batch is sent as soon as the input is drained, so a quiet
+	// fleet pays no linger).
 	Batch  int
 	Linger time.Duration
 	// MaxInFlight bounds the batches between dispatch and acknowledgement. When all are taken, Submit
@@ -109,11 +110,15 @@ type ackItem struct {
 }
 
 type batch struct {
-	seq      uint64
-	failed   bool // a write of it failed: it counts in writeHealth.failing until written
-	sigs     []deadline.Signal
-	received []time.Time // aligned with sigs
-	items    []ackItem
+	seq uint64
+	// began is when its first signal came, last when the batcher last woke for one (zero: not since);
+	// streaming, whether a write was in flight when it began (waitsForStream).
+	began, last time.Time
+	streaming   bool
+	failed      bool // a write of it failed: it counts in writeHealth.failing until written
+	sigs        []deadline.Signal
+	received    []time.Time // aligned with sigs
+	items       []ackItem
 	// late marks the signals not written because they were late (nil: none); write is the rest.
 	late  []bool
 	write []deadline.Signal
@@ -351,7 +356,8 @@ func (c *Chain) setConnected(source string, up bool) {
 }
 
 // batcher groups signals into batches: a batch goes out when it is full, when the input is drained and
-// no batch is in flight (a quiet fleet waits for nothing), or when it lingered long enough.
+// no batch is in flight unless its stream fills it soon (waitsForStream; a quiet fleet waits for nothing), or
+// when it lingered long enough.
 func (c *Chain) batcher(ctx context.Context) {
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
@@ -369,6 +375,7 @@ func (c *Chain) batcher(ctx context.Context) {
 		if cur == nil {
 			cur = c.pool.Get().(*batch)
 			linger.Reset(c.opts.Linger)
+			cur.began, cur.last, cur.streaming = time.Now(), time.Time{}, c.inFlight.Load() > 0
 		}
 		cur.add(it, co)
 	}
@@ -402,7 +409,7 @@ func (c *Chain) batcher(ctx context.Context) {
 			continue
 		default:
 		}
-		if c.inFlight.Load() == 0 {
+		if c.inFlight.Load() == 0 && !c.waitsForStream(cur, linger) {
 			if !dispatch() {
 				return
 			}
@@ -413,6 +420,7 @@ func (c *Chain) batcher(ctx context.Context) {
 			return
 		case it := <-c.in:
 			add(it)
+			cur.last = time.Now()
 		case <-c.freed:
 			// Re-check: the batch goes out now if that was the last one in flight.
 		case <-linger.C:
@@ -423,6 +431,41 @@ func (c *Chain) batcher(ctx context.Context) {
 			co.rotate()
 		}
 	}
+}
+
+// streamQuiet is the part of Linger without a new signal after which a stream counts as paused: a
+// broker that sends no more until what it sent is acknowledged (an MQTT in-flight window) is not waited
+// for.
+const streamQuiet = 5
+
+// waitsForStream reports whether b, begun while a write was in flight, waits for more now that nothing
+// is in flight: while its signals come at a pace that fills it within Linger, and keep coming. Under a
+// steady load it is then as full as a backlog's batches, instead of going out small each time the
+// previous write returns (a deadline write's fixed cost is shared by the signals it carries,
+// docs/benchmarks.md). linger is moved to when the stream falls behind that pace or pauses.
+func (c *Chain) waitsForStream(b *batch, linger *time.Timer) bool {
+	n := len(b.items)
+	if !b.streaming || n < 2 {
+		return false
+	}
+	behind := b.began.Add(c.opts.Linger * time.Duration(n) / time.Duration(c.opts.Batch))
+	last := b.last
+	if last.Before(b.began) {
+		last = b.began
+	}
+	wait := time.Until(minTime(behind, last.Add(c.opts.Linger/streamQuiet)))
+	if wait <= 0 {
+		return false
+	}
+	linger.Reset(wait)
+	return true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // dispatch hands a batch to its own goroutine once a slot is free; it blocks while MaxInFlight batches

@@ -224,6 +224,72 @@ func TestChainAcknowledgesOnlyAfterRefresh(t *testing.T) {
 	require.GreaterOrEqual(t, counter(t, f.reg, "heartbeatd_refresh_errors_total", nil), 2.0)
 }
 
+// TestChainBatchesASteadyStreamLikeABacklog: a signal arriving while nothing is being written goes out
+// at once, however long the linger; the signals of a stream arriving while that write is in flight do
+// not go out a few at a time as soon as it returns, but together once the batch is full, as a backlog's.
+func TestChainBatchesASteadyStreamLikeABacklog(t *testing.T) {
+	const batch = 64
+	ref := &fakeRefresher{hold: make(chan chan struct{})}
+	f := startChain(t, ref, ingest.ChainOptions{Batch: batch, Linger: time.Hour})
+	sig := func(i int) { f.submit(t, i, ingest.Message{Key: fmt.Appendf(nil, "dev-%d", i)}) }
+	sig(0)
+	var first chan struct{}
+	select {
+	case first = <-ref.hold:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lone signal waited for the linger")
+	}
+	for i := 1; i <= 10; i++ {
+		sig(i)
+	}
+	require.Eventually(t, func() bool { return f.chain.Queued() == 0 }, 5*time.Second, time.Millisecond)
+	close(first)
+	require.Eventually(t, func() bool { return f.acks.n() == 1 }, 5*time.Second, time.Millisecond)
+	go func() { // every later write goes through
+		for {
+			select {
+			case r := <-ref.hold:
+				close(r)
+			case <-f.ctx.Done():
+				return
+			}
+		}
+	}()
+	for i := 11; i <= batch; i++ {
+		sig(i)
+	}
+	require.Eventually(t, func() bool { return f.acks.n() == 1+batch }, 5*time.Second, time.Millisecond)
+	ref.mu.Lock()
+	defer ref.mu.Unlock()
+	sizes := make([]int, len(ref.batches))
+	for i, b := range ref.batches {
+		sizes[i] = len(b)
+	}
+	require.Equal(t, []int{1, batch}, sizes, "signals per deadline write")
+}
+
+// TestChainDoesNotHoldAPausedStream: signals that arrived during a write and then stop coming (a broker
+// waiting for its in-flight window's acknowledgements) go out once the write returned, not after the
+// linger.
+func TestChainDoesNotHoldAPausedStream(t *testing.T) {
+	ref := &fakeRefresher{hold: make(chan chan struct{})}
+	f := startChain(t, ref, ingest.ChainOptions{Linger: time.Minute})
+	f.submit(t, 0, ingest.Message{Key: []byte("dev-0")})
+	first := <-ref.hold
+	for i := 1; i <= 10; i++ {
+		f.submit(t, i, ingest.Message{Key: fmt.Appendf(nil, "dev-%d", i)})
+	}
+	require.Eventually(t, func() bool { return f.chain.Queued() == 0 }, 5*time.Second, time.Millisecond)
+	close(first)
+	select {
+	case r := <-ref.hold:
+		close(r)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the paused stream's batch waited for the linger")
+	}
+	require.Eventually(t, func() bool { return f.acks.n() == 11 }, 5*time.Second, time.Millisecond)
+}
+
 func TestChainBackpressureBoundsWhatItHolds(t *testing.T) {
 	ref := &fakeRefresher{}
 	ref.fail.Store(true)
