@@ -53,8 +53,8 @@ func TestScenariosTiny(t *testing.T) {
 		"quiet":     {"plain before: lateness max", "quiet end: lateness max", "plain after: lateness max", "quiet end: last acked", "quiet end p99 / plain p99"},
 		"scale": {"2k import rate", "2k Redis memory per device", "4k import rate", "4k Redis memory per device", "4k burst lateness p99",
 			"import time ratio", "memory ratio", "lateness p99 ratio"},
-		"rss": {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
-		"idle":      {"heartbeatd Redis CPU while idle"},
+		"rss":  {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
+		"idle": {"heartbeatd Redis CPU while idle"},
 		"cost": {"SET PX pipelined, random: commandstats", "Refresh typed, random: commandstats", "Refresh untyped, random: commandstats", "ZADD GT into 65,536 small sets (not heartbeatd's layout), random: commandstats",
 			"Refresh typed, jittered 5%: commandstats", "SET PX pipelined, jittered 5%: commandstats", "ZADD GT into a set per device (not heartbeatd's layout), random: commandstats"},
 	}
