@@ -127,42 +127,18 @@ func withCause(events []event.Event, device string, c deadline.Cause) {
 	}
 }
 
-// decide is Decide without the incident's cause.
+// decide is Decide without the incident's cause: a recovery, or the waits that hold the incident (a
+// silence, a warning, a quiet interval, its parent, its repeat schedule, a forming outage), or its
+// next report.
 func decide(in Input) Decision {
 	c, st, now := in.Claim, in.Claim.State, in.Now
-	dl := st.DeadlineTime()
-	pol := in.Policy
 	d := Decision{Ack: deadline.Ack{Device: c.Device, Slot: c.Slot, Claimed: st.Deadline, State: st}}
 	d.Ack.State.Failures, d.Ack.State.Reason = 0, ""
-
 	if c.Replaced != nil && reported(*c.Replaced) {
-		old := *c.Replaced
-		oldSeen := old.DeadlineTime().Add(-lead(&in.ReplacedPolicy))
-		if in.Seen != nil && !in.Seen.Pinned.IsZero() {
-			oldSeen = in.Seen.Pinned
-		}
-		backAt := lastSignal(in) // the last signal before the new silence ended the old one
-		d.Events = append(d.Events, recovered(c.Device, c.Type, incidentDeadline(&old, &in.ReplacedPolicy), oldSeen, backAt, now))
+		d.Events = append(d.Events, replacedRecovered(in))
 	}
-
-	if !in.Current.IsZero() && in.Current.After(dl) {
-		d.Ack.Op = deadline.Remove
-		if !reported(st) {
-			d.Reason = ReasonQuietEnd
-			return d
-		}
-		lastSeen, backAt := dl.Add(-lead(&pol)), in.Current.Add(-lead(&pol))
-		if c.Cause != nil {
-			lastSeen = c.Cause.LastSeen
-		}
-		if in.Seen != nil {
-			if !c.Fresh && !in.Seen.Pinned.IsZero() {
-				lastSeen = in.Seen.Pinned
-			}
-			backAt = in.Seen.Latest
-		}
-		d.Events = append(d.Events, recovered(c.Device, c.Type, ownDeadline(&in, &st), lastSeen, backAt, now))
-		d.Reason = ReasonRecovered
+	if !in.Current.IsZero() && in.Current.After(st.DeadlineTime()) {
+		decideRecovery(in, &d)
 		return d
 	}
 
@@ -182,7 +158,6 @@ func decide(in Input) Decision {
 		}
 	}
 	st = in.Claim.State
-	dl = ownDeadline(&in, &st) // what its later events carry
 	n := st.Next
 	if in.Parent != nil && !st.Exhausted && !st.Acked && (n == 0 || st.Hold != deadline.HoldNone) {
 		if held, ok := decideUnderParent(in, &d); held {
@@ -191,42 +166,82 @@ func decide(in Input) Decision {
 			n = 0 // the parent is back and the device is not: its own interruption, as if none was sent
 		}
 	}
-	if n > 0 && (st.Exhausted || st.Acked) {
-		d.Ack.Dormant = true
-		d.Reason = ReasonDormant
+	if n > 0 && repeatWaits(in, st, n, &d) {
 		return d
 	}
-	if n > 0 {
-		if pol.RepeatEvery <= 0 {
-			d.Ack.Dormant = true
-			d.Reason = ReasonNoRepeats
-			return d
-		}
-		if due := repeatDue(st, pol, n); due.After(now) {
-			d.Ack.Next = due
-			d.Reason = ReasonNotDue
-			return d
-		}
-		if resume, paused := repeatsPaused(st, pol, n, now); paused {
-			d.Ack.Next = resume
-			d.Reason = ReasonQuiet
-			return d
-		}
-		if in.OutageID != "" { // look again one interval on: the repeats resume if the outage ended
-			d.Ack.Next = now.Add(pol.RepeatEvery)
-			d.Reason = ReasonOutage
-			return d
-		}
-		if stable, flapping := flappingUntil(in.Flaps, pol.Flapping, now); flapping {
-			d.Ack.Next = stable
-			d.Reason = ReasonFlapping
-			return d
-		}
-	}
-
 	if n == 0 && groupWait(in, &d, warned, eventDeadline) {
 		return d
 	}
+	report(in, st, n, eventDeadline, &d)
+	return d
+}
+
+// replacedRecovered is the `recovered` of an earlier incident the device's new silence replaced: it
+// signalled (so it recovered) and fell silent again before the recovery went out.
+func replacedRecovered(in Input) event.Event {
+	old := *in.Claim.Replaced
+	oldSeen := old.DeadlineTime().Add(-lead(&in.ReplacedPolicy))
+	if in.Seen != nil && !in.Seen.Pinned.IsZero() {
+		oldSeen = in.Seen.Pinned
+	}
+	backAt := lastSignal(in) // the last signal before the new silence ended the old one
+	return recovered(in.Claim.Device, in.Claim.Type, incidentDeadline(&old, &in.ReplacedPolicy), oldSeen, backAt, in.Now)
+}
+
+// decideRecovery ends an incident whose device signalled past its deadline: `recovered` when it was
+// reported, nothing when it never was (a quiet deferral that ran out, a warning not yet due).
+func decideRecovery(in Input, d *Decision) {
+	c, st, pol := in.Claim, in.Claim.State, in.Policy
+	d.Ack.Op = deadline.Remove
+	if !reported(st) {
+		d.Reason = ReasonQuietEnd
+		return
+	}
+	lastSeen, backAt := st.DeadlineTime().Add(-lead(&pol)), in.Current.Add(-lead(&pol))
+	if c.Cause != nil {
+		lastSeen = c.Cause.LastSeen
+	}
+	if in.Seen != nil {
+		if !c.Fresh && !in.Seen.Pinned.IsZero() {
+			lastSeen = in.Seen.Pinned
+		}
+		backAt = in.Seen.Latest
+	}
+	d.Events = append(d.Events, recovered(c.Device, c.Type, ownDeadline(&in, &st), lastSeen, backAt, in.Now))
+	d.Reason = ReasonRecovered
+}
+
+// repeatWaits holds the n-th repeat of a reported incident: dormant (exhausted, acked, no repeats),
+// not due yet, paused by a quiet interval, explained by an open outage, or flapping. held: d says so.
+func repeatWaits(in Input, st deadline.State, n int, d *Decision) (held bool) {
+	pol, now := in.Policy, in.Now
+	switch {
+	case st.Exhausted || st.Acked:
+		d.Ack.Dormant, d.Reason = true, ReasonDormant
+	case pol.RepeatEvery <= 0:
+		d.Ack.Dormant, d.Reason = true, ReasonNoRepeats
+	default:
+		if due := repeatDue(st, pol, n); due.After(now) {
+			d.Ack.Next, d.Reason = due, ReasonNotDue
+		} else if resume, paused := repeatsPaused(st, pol, n, now); paused {
+			d.Ack.Next, d.Reason = resume, ReasonQuiet
+		} else if in.OutageID != "" { // look again one interval on: the repeats resume if the outage ended
+			d.Ack.Next, d.Reason = now.Add(pol.RepeatEvery), ReasonOutage
+		} else if stable, flapping := flappingUntil(in.Flaps, pol.Flapping, now); flapping {
+			d.Ack.Next, d.Reason = stable, ReasonFlapping
+		} else {
+			return false
+		}
+	}
+	return true
+}
+
+// report sends the incident's next word — `interrupted` (n = 0, at eventDeadline; `flapping` with it
+// when it is the type's flapping.count-th), else the n-th `alarm` (and `exhausted` at max_repeats) —
+// and schedules the act after it.
+func report(in Input, st deadline.State, n int, eventDeadline time.Time, d *Decision) {
+	c, pol, now := in.Claim, in.Policy, in.Now
+	dl := ownDeadline(&in, &st) // what its later events carry
 	lastSeen := lastSignal(in)
 	next := &d.Ack.State
 	next.Next = n + 1
@@ -274,7 +289,6 @@ func decide(in Input) Decision {
 	// A warned incident's state says its interruption came at its timeout, not at the claimed warning.
 	d.Committed = c.Record != "" && d.Reason == ReasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat &&
 		pol.WarnAfter == 0
-	return d
 }
 
 // groupWait holds a new interruption without an outage while one of its groups may still reach its
