@@ -258,25 +258,6 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 			return err
 		}
 	}
-	type typedSlot struct {
-		deadlines []redis.Z
-		// incidents: moved devices whose open incident, if any, still lives in this (old) slot; they are
-		// probed here besides the slot's own deadlines.
-		incidents []any
-		// probeNow: probe in the first round trip. A moved device may already have its deadline in the
-		// new slot while its open incident still lives in the old one, so its probes never wait.
-		probeNow bool
-	}
-	typed := map[int]*typedSlot{}
-	slotOf := func(slot int) *typedSlot {
-		ts := typed[slot]
-		if ts == nil {
-			ts = &typedSlot{}
-			typed[slot] = ts
-		}
-		return ts
-	}
-	oldEntries := map[int][]any{} // old slot → moved devices to drop from it
 	if err := s.applyRetyped(ctx); err != nil {
 		return err
 	}
@@ -284,103 +265,23 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	if err != nil {
 		return err
 	}
-	var untyped []Signal
-	var retyped []string
-	var seen seenWrites
+	plan := refreshPlan{typed: map[int]*typedSlot{}, oldEntries: map[int][]any{}}
 	for i, sig := range signals {
-		m, isMoved := moved[i]
-		rec, source := recorded.of(i)
-		known := source != typeUnknown
-		if sig.Type == "" && !isMoved && !known {
-			untyped = append(untyped, sig)
-			continue
-		}
-		var score int64
-		switch {
-		case isMoved:
-			if score = m.score(sig, s); m.predatesIncident(score) {
-				continue
-			}
-		case sig.Type == "":
-			dl, expected := s.deadlineOf(s.types.name(ctx, rec), sig.Seen)
-			score = dl*MaxTypes + int64(rec)
-			if expected {
-				seen.add(Slot(sig.Device, layout.Slots), sig)
-			}
-			if source == typeRead {
-				recorded.learned = append(recorded.learned, learnedType{sig.Device, rec})
-			}
-		default:
-			t, err := s.types.index(ctx, sig.Type)
-			if err != nil {
-				return err
-			}
-			name := sig.Type
-			if t == 0 {
-				name = DefaultType // an unconfigured name is recorded, and timed, as the default type
-			}
-			dl, expected := s.deadlineOf(name, sig.Seen)
-			score = dl*MaxTypes + int64(t)
-			if expected {
-				seen.add(Slot(sig.Device, layout.Slots), sig)
-			}
-			if known && rec != t {
-				retyped = append(retyped, sig.Device)
-			}
-			if source != typeRemembered || rec != t {
-				recorded.learned = append(recorded.learned, learnedType{sig.Device, t})
-			}
-		}
-		ts := slotOf(Slot(sig.Device, layout.Slots))
-		ts.deadlines = append(ts.deadlines, redis.Z{Score: float64(score), Member: sig.Device})
-		if isMoved {
-			// The open incident, if any, still lives in the old slot until the layout retires.
-			old := slotOf(m.oldSlot)
-			old.incidents = append(old.incidents, sig.Device)
-			ts.probeNow, old.probeNow = true, true
-			oldEntries[m.oldSlot] = append(oldEntries[m.oldSlot], sig.Device)
+		if err := s.planSignal(ctx, &plan, layout, sig, moved, &recorded, i); err != nil {
+			return err
 		}
 	}
-	pipe := s.rdb.Pipeline()
-	added := make(map[int]*redis.IntCmd, len(typed))
-	for slot, ts := range typed {
-		ts.probeNow = ts.probeNow || probeAll
-		if len(ts.deadlines) > 0 {
-			added[slot] = pipe.ZAddArgs(ctx, s.keys.Deadlines(slot), redis.ZAddArgs{GT: true, Members: ts.deadlines})
-		}
-		if ts.probeNow {
-			s.probe(ctx, pipe, slot, now, ts.deadlines, ts.incidents)
-		}
+	added, err := s.writeRefresh(ctx, &plan, signals, now, probeAll)
+	if err != nil {
+		return err
 	}
-	for slot, devs := range oldEntries {
-		pipe.ZRem(ctx, s.keys.Deadlines(slot), devs...)
-	}
-	seen.queue(ctx, pipe, s.keys)
-	links := s.writeLinks(ctx, pipe, signals)
-	s.queueRetyped(ctx, pipe, retyped)
-	checked := s.queueRetypedCheck(ctx, pipe)
-	calls := s.untypedCalls(untyped, now)
-	for _, c := range calls {
-		refreshScript.EvalSha(ctx, pipe, c.keys, c.args...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		if !strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return fmt.Errorf("deadline: refresh: %w", err)
-		}
-		// Redis lost the script (restart, failover): the typed writes went through; send the rest again.
-		if _, err := s.runAll(ctx, refreshScript, calls); err != nil {
-			return fmt.Errorf("deadline: refresh: %w", err)
-		}
-	}
-	s.remember(links)
-	checked()
 	if s.typeMem.logSeen.Load() == recorded.logSeen {
 		// Not when the log moved meanwhile: a read may predate a change the log already made forgotten.
 		s.typeMem.remember(recorded.learned, now/1000)
 	}
 	probes := s.rdb.Pipeline()
 	for slot, cmd := range added {
-		if ts := typed[slot]; cmd.Val() > 0 && !ts.probeNow {
+		if ts := plan.typed[slot]; cmd.Val() > 0 && !ts.probeNow {
 			s.probe(ctx, probes, slot, now, ts.deadlines, ts.incidents)
 		}
 	}

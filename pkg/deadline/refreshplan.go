@@ -1,0 +1,135 @@
+package deadline
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// typedSlot is what one refresh writes to a slot besides the untyped script calls.
+type typedSlot struct {
+	deadlines []redis.Z
+	// incidents: moved devices whose open incident, if any, still lives in this (old) slot; they are
+	// probed here besides the slot's own deadlines.
+	incidents []any
+	// probeNow: probe in the first round trip. A moved device may already have its deadline in the
+	// new slot while its open incident still lives in the old one, so its probes never wait.
+	probeNow bool
+}
+
+// refreshPlan is one refresh's writes, sorted out before the round trip.
+type refreshPlan struct {
+	typed      map[int]*typedSlot
+	oldEntries map[int][]any // old slot → moved devices to drop from it
+	untyped    []Signal      // devices of no known type: the refresh script finds theirs
+	retyped    []string      // devices whose signal named another type than the recorded one
+	seen       seenWrites
+}
+
+func (p *refreshPlan) slot(slot int) *typedSlot {
+	ts := p.typed[slot]
+	if ts == nil {
+		ts = &typedSlot{}
+		p.typed[slot] = ts
+	}
+	return ts
+}
+
+// planSignal sorts signal i into the plan: its deadline score in its slot (or the untyped calls), and
+// for a device a slot doubling moves, the drop from its old slot and the probe of its incident there.
+func (s *Store) planSignal(ctx context.Context, p *refreshPlan, layout *Layout, sig Signal, moved movedSignals, recorded *recorded, i int) error {
+	m, isMoved := moved[i]
+	rec, source := recorded.of(i)
+	known := source != typeUnknown
+	if sig.Type == "" && !isMoved && !known {
+		p.untyped = append(p.untyped, sig)
+		return nil
+	}
+	var score int64
+	switch {
+	case isMoved:
+		if score = m.score(sig, s); m.predatesIncident(score) {
+			return nil
+		}
+	case sig.Type == "":
+		dl, expected := s.deadlineOf(s.types.name(ctx, rec), sig.Seen)
+		score = dl*MaxTypes + int64(rec)
+		if expected {
+			p.seen.add(Slot(sig.Device, layout.Slots), sig)
+		}
+		if source == typeRead {
+			recorded.learned = append(recorded.learned, learnedType{sig.Device, rec})
+		}
+	default:
+		t, err := s.types.index(ctx, sig.Type)
+		if err != nil {
+			return err
+		}
+		name := sig.Type
+		if t == 0 {
+			name = DefaultType // an unconfigured name is recorded, and timed, as the default type
+		}
+		dl, expected := s.deadlineOf(name, sig.Seen)
+		score = dl*MaxTypes + int64(t)
+		if expected {
+			p.seen.add(Slot(sig.Device, layout.Slots), sig)
+		}
+		if known && rec != t {
+			p.retyped = append(p.retyped, sig.Device)
+		}
+		if source != typeRemembered || rec != t {
+			recorded.learned = append(recorded.learned, learnedType{sig.Device, t})
+		}
+	}
+	ts := p.slot(Slot(sig.Device, layout.Slots))
+	ts.deadlines = append(ts.deadlines, redis.Z{Score: float64(score), Member: sig.Device})
+	if isMoved {
+		// The open incident, if any, still lives in the old slot until the layout retires.
+		old := p.slot(m.oldSlot)
+		old.incidents = append(old.incidents, sig.Device)
+		ts.probeNow, old.probeNow = true, true
+		p.oldEntries[m.oldSlot] = append(p.oldEntries[m.oldSlot], sig.Device)
+	}
+	return nil
+}
+
+// writeRefresh sends the plan in one round trip (the untyped script calls again alone if Redis lost the
+// script) and returns each slot's ZADD GT, whose count says whether a deadline moved (a recovery to probe).
+func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Signal, now int64, probeAll bool) (map[int]*redis.IntCmd, error) {
+	pipe := s.rdb.Pipeline()
+	added := make(map[int]*redis.IntCmd, len(p.typed))
+	for slot, ts := range p.typed {
+		ts.probeNow = ts.probeNow || probeAll
+		if len(ts.deadlines) > 0 {
+			added[slot] = pipe.ZAddArgs(ctx, s.keys.Deadlines(slot), redis.ZAddArgs{GT: true, Members: ts.deadlines})
+		}
+		if ts.probeNow {
+			s.probe(ctx, pipe, slot, now, ts.deadlines, ts.incidents)
+		}
+	}
+	for slot, devs := range p.oldEntries {
+		pipe.ZRem(ctx, s.keys.Deadlines(slot), devs...)
+	}
+	p.seen.queue(ctx, pipe, s.keys)
+	links := s.writeLinks(ctx, pipe, signals)
+	s.queueRetyped(ctx, pipe, p.retyped)
+	checked := s.queueRetypedCheck(ctx, pipe)
+	calls := s.untypedCalls(p.untyped, now)
+	for _, c := range calls {
+		refreshScript.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		if !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			return nil, fmt.Errorf("deadline: refresh: %w", err)
+		}
+		// Redis lost the script (restart, failover): the typed writes went through; send the rest again.
+		if _, err := s.runAll(ctx, refreshScript, calls); err != nil {
+			return nil, fmt.Errorf("deadline: refresh: %w", err)
+		}
+	}
+	s.remember(links)
+	checked()
+	return added, nil
+}
