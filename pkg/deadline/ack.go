@@ -218,21 +218,31 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 			}
 		}
 	}
-	if len(released) > 0 { // slots with releases only: no script
-		pipe := s.rdb.Pipeline()
-		for slot, names := range released {
-			members := make([]any, len(names))
-			for i, n := range names {
-				members[i] = n
-			}
-			pipe.ZRem(ctx, s.keys.Alarms(slot), members...)
-			pipe.HDel(ctx, s.keys.InFlight(slot), names...)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("deadline: release in-flight records: %w", err)
-		}
+	if err := s.releaseRecords(ctx, released); err != nil {
+		return nil, err
 	}
 	return applied, nil
+}
+
+// releaseRecords drops the in-flight records of slots that had no acknowledgement to carry them: no
+// script, one round trip.
+func (s *Store) releaseRecords(ctx context.Context, released map[int][]string) error {
+	if len(released) == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	for slot, names := range released {
+		members := make([]any, len(names))
+		for i, n := range names {
+			members[i] = n
+		}
+		pipe.ZRem(ctx, s.keys.Alarms(slot), members...)
+		pipe.HDel(ctx, s.keys.InFlight(slot), names...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("deadline: release in-flight records: %w", err)
+	}
+	return nil
 }
 
 // setAckedScript marks an open incident acknowledged by an operator.
