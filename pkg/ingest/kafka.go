@@ -402,19 +402,8 @@ func (s *KafkaSource) observe(ctx context.Context) error {
 		return fmt.Errorf("ingest: kafka committed offsets: %w", err)
 	}
 	o := observation{at: s.opts.Now(), ends: map[topicPartition]int64{}, committed: map[topicPartition]int64{}, rebalanced: rebalanced}
-	dg, err := s.client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{s.opts.GroupID}})
-	if err == nil && len(dg.Groups) != 1 {
-		err = fmt.Errorf("%d groups described", len(dg.Groups))
-	}
-	if err == nil {
-		err = dg.Groups[0].Error
-	}
-	if err != nil {
-		return fmt.Errorf("ingest: kafka describe group: %w", err)
-	}
-	o.state, o.tags = dg.Groups[0].GroupState, map[string]bool{}
-	for _, m := range dg.Groups[0].Members {
-		o.tags[string(m.MemberMetadata.UserData)] = true
+	if o.state, o.tags, err = s.describeGroup(ctx); err != nil {
+		return err
 	}
 	req := map[string][]kafka.OffsetRequest{}
 	for topic, ps := range parts {
@@ -457,6 +446,25 @@ func (s *KafkaSource) observe(ctx context.Context) error {
 	s.watch.fold(o)
 	s.fetchRecordTimes(ctx)
 	return nil
+}
+
+// describeGroup is the consumer group's state and its members' tags.
+func (s *KafkaSource) describeGroup(ctx context.Context) (state string, tags map[string]bool, err error) {
+	dg, err := s.client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{s.opts.GroupID}})
+	if err == nil && len(dg.Groups) != 1 {
+		err = fmt.Errorf("%d groups described", len(dg.Groups))
+	}
+	if err == nil {
+		err = dg.Groups[0].Error
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("ingest: kafka describe group: %w", err)
+	}
+	tags = map[string]bool{}
+	for _, m := range dg.Groups[0].Members {
+		tags[string(m.MemberMetadata.UserData)] = true
+	}
+	return dg.Groups[0].GroupState, tags, nil
 }
 
 // fetchRecordTimes reads the oldest unread record of partitions that were behind before the first
