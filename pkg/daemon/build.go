@@ -170,13 +170,9 @@ func (d *daemon) buildSources() error {
 		if err != nil {
 			return fmt.Errorf("ingest.mqtt.tls: %w", err)
 		}
-		subs := make([]ingest.Subscription, len(in.MQTT.Subscriptions))
-		for i, s := range in.MQTT.Subscriptions {
-			subs[i] = ingest.Subscription{Topic: s.Topic, SharedGroup: s.SharedGroup, Presence: s.Presence, Payload: s.Payload}
-		}
 		src, err := ingest.NewMQTTSource(ingest.MQTTOptions{Brokers: in.MQTT.Brokers, ClientID: d.cfg.MQTTClientID(),
 			Username: in.MQTT.Username, Password: in.MQTT.Password, TLS: tlsCfg, QoS: byte(in.MQTT.QoS),
-			Subscriptions: subs, DrainTimeout: drain, ProbeTopic: d.cfg.MQTTProbeTopic(), ProbeEvery: d.cfg.MQTTProbeEvery(),
+			Subscriptions: in.MQTT.Subscriptions, DrainTimeout: drain, ProbeTopic: d.cfg.MQTTProbeTopic(), ProbeEvery: d.cfg.MQTTProbeEvery(),
 			ProbeLate: in.MaxLag, Now: d.clock.Now, Logger: d.log})
 		if err != nil {
 			return err

@@ -22,14 +22,9 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
-// Subscription is one MQTT topic template (config: ingest.mqtt.subscriptions).
-type Subscription struct {
-	Topic       string // levels {device_id} and {device_type} are placeholders, one level each
-	SharedGroup string // non-empty: subscribe as $share/<group>/<filter>
-	// Presence (config.PresenceOffline, PresenceOnline) makes its messages a broker's word about the
-	// device; Payload, when set, is the payload they must carry (compared without case and surrounding space).
-	Presence, Payload string
-}
+// Subscription is one MQTT topic template, as configured (ingest.mqtt.subscriptions): levels
+// {device_id} and {device_type} of its Topic are placeholders, one level each.
+type Subscription = config.Subscription
 
 // MQTTOptions configures the MQTT source (config: ingest.mqtt).
 type MQTTOptions struct {
