@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -53,17 +52,7 @@ http: {listen: %q%s}
 shutdown_timeout: %s
 `, httpAddr, httpKeys, shutdownTimeout))), 0o600))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan string, 1)
-	done := runDaemon(t, ctx, path, func(addr string) { started <- addr })
-	t.Cleanup(func() { cancel(); awaitReturn(t, done) })
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run ended before it started: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not start within 20s")
-	}
+	startDaemon(t, path)
 	d := &actsDaemon{t: t, base: "http://" + httpAddr, kafka: kafka, token: token,
 		device: broker.Connect(t, mqtt.NewClientOptions().SetClientID("acts-devices"))}
 	require.Eventually(t, func() bool {

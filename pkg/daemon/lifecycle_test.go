@@ -48,6 +48,23 @@ func runDaemon(t *testing.T, ctx context.Context, path string, started func(stri
 	return done
 }
 
+// startDaemon runs the daemon on the config at path until the test ends (then asserts it returns nil),
+// and returns once it started.
+func startDaemon(t *testing.T, path string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan string, 1)
+	done := runDaemon(t, ctx, path, func(addr string) { started <- addr })
+	t.Cleanup(func() { cancel(); awaitReturn(t, done) })
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("Run ended before it started: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not start within 20s")
+	}
+}
+
 // awaitReturn asserts Run returns nil within the shutdown timeout (plus slack for a loaded machine).
 func awaitReturn(t *testing.T, done <-chan error) {
 	t.Helper()

@@ -3,7 +3,6 @@ package daemon
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -42,17 +41,7 @@ detection: {grace_after_outage: 100ms}
 http: {listen: %q}
 shutdown_timeout: %s
 `, httpAddr, shutdownTimeout))), 0o600))
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan string, 1)
-	done := runDaemon(t, ctx, path, func(addr string) { started <- addr })
-	t.Cleanup(func() { cancel(); awaitReturn(t, done) })
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run ended before it started: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not start within 20s")
-	}
+	startDaemon(t, path)
 	d := &actsDaemon{t: t, base: "http://" + httpAddr, kafka: kafka,
 		device: broker.Connect(t, mqtt.NewClientOptions().SetClientID("presence-devices"))}
 	require.Eventually(t, func() bool {

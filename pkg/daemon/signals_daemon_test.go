@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -49,17 +48,7 @@ http:
     - {name: viewer, role: read, token_sha256: %s}
 shutdown_timeout: %s
 `, httpAddr, digest("meters-secret"), digest("viewer-secret"), shutdownTimeout))), 0o600))
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan string, 1)
-	done := runDaemon(t, ctx, path, func(addr string) { started <- addr })
-	t.Cleanup(func() { cancel(); awaitReturn(t, done) })
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run ended before it started: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not start within 20s")
-	}
+	startDaemon(t, path)
 	d := &signalDaemon{base: "http://" + httpAddr, kafka: kafka}
 	require.Eventually(t, func() bool {
 		code, _ := callJSON(t, d.base, "GET", "/readyz", "", "")
