@@ -161,3 +161,36 @@ func TestCorrelatedOutageEndsByAllItsMembers(t *testing.T) {
 		require.Equal(t, 9, outages[0].Silent)
 	})
 }
+
+// TestOutageMembersKnownBeforeTheirStateSaysSo: a re-read that asks which outage covers an incident
+// (the Alertmanager re-sync) counts the members that opened or joined an outage by the group's record,
+// even while their state still dates the interruption at its deadline (committed by the claim, before
+// the alarm loop's acknowledgement); a device interrupted before the outage began stays outside it.
+func TestOutageMembersKnownBeforeTheirStateSaysSo(t *testing.T) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
+		corr := correlatorFixture(t, f, "r1")
+		f.handler = NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Correlator: corr, Now: f.clock.Now})
+		f.signal("early", "gateway", 0)
+		var gws []string
+		for i := range 5 {
+			gws = append(gws, fmt.Sprintf("gw%d", i))
+			f.signal(gws[i], "gateway", 2*time.Second)
+		}
+		require.Len(t, f.step(5*time.Second+5*time.Millisecond), 1, "the early one alone: paged as it is")
+		batch := f.step(7*time.Second + 5*time.Millisecond)
+		require.Equal(t, event.OutageStarted, batch[0].Kind)
+		id := batch[0].OutageID
+
+		deadlineAt := f.t0.Add(7 * time.Second) // what a committed claim dates the members' interruption at
+		ask := []correlate.Member{{Device: "early", Type: "gateway", InterruptedAt: f.t0.Add(5 * time.Second)}}
+		for _, gw := range gws {
+			ask = append(ask, correlate.Member{Device: gw, Type: "gateway", InterruptedAt: deadlineAt})
+		}
+		_, covering, err := corr.Covering(context.Background(), ask)
+		require.NoError(t, err)
+		require.Equal(t, "", covering[0], "interrupted before the outage began")
+		for i := range gws {
+			require.Equal(t, id, covering[i+1], "%s joined the outage when it opened", gws[i])
+		}
+	})
+}

@@ -2,9 +2,14 @@ package correlate
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/redis/go-redis/v9"
 )
 
 // Member is a device as correlation sees it: its type (a per-device timeout name is taken as its base
@@ -51,43 +56,67 @@ func (c *Correlator) Covering(ctx context.Context, members []Member) (groups [][
 	if err != nil || len(open) == 0 {
 		return groups, outage, err
 	}
-	started, err := c.startedOf(ctx, members)
-	if err != nil {
-		return nil, nil, err
-	}
+	var recheck []joined
 	for i, m := range members {
 		for _, g := range groups[i] {
 			id := open[g]
 			if id == "" {
 				continue
 			}
-			if start, ok := started[id]; !m.InterruptedAt.IsZero() && (!ok || m.InterruptedAt.Before(start)) {
-				break // began after this member's interruption (or ended meanwhile): not its outage
+			if start, ok := outageStart(id); !m.InterruptedAt.IsZero() && (!ok || m.InterruptedAt.Before(start)) {
+				if ok { // its state may predate the outage's verdict: the group's record says
+					recheck = append(recheck, joined{member: i, group: g, id: id, start: start})
+				}
+				break
 			}
 			outage[i] = id
 			break
 		}
 	}
+	if err := c.joinedAfter(ctx, members, recheck, outage); err != nil {
+		return nil, nil, err
+	}
 	return groups, outage, nil
 }
 
-// startedOf maps each open outage's id to its start, read only when some member asks for the check.
-func (c *Correlator) startedOf(ctx context.Context, members []Member) (map[string]time.Time, error) {
-	for _, m := range members {
-		if m.InterruptedAt.IsZero() {
-			continue
-		}
-		open, err := c.OpenOutages(ctx)
-		if err != nil {
-			return nil, err
-		}
-		started := make(map[string]time.Time, len(open))
-		for _, o := range open {
-			started[o.ID] = o.StartedAt
-		}
-		return started, nil
+// joined is a member whose state dates its interruption before the open outage of its group began.
+type joined struct {
+	member    int
+	group, id string
+	start     time.Time
+}
+
+// joinedAfter marks as members of their outage those of recheck that the group recorded at or after
+// its start. A claim commits an interruption dated at its deadline, and the alarm loop dates an outage
+// member's state at its verdict only when it acknowledges it: a re-read between the two (the
+// Alertmanager re-sync) would otherwise take a member for a device interrupted before the outage.
+func (c *Correlator) joinedAfter(ctx context.Context, members []Member, recheck []joined, outage []string) error {
+	if len(recheck) == 0 {
+		return nil
 	}
-	return nil, nil
+	pipe := c.opts.Client.Pipeline()
+	cmds := make([]*redis.FloatCmd, len(recheck))
+	for k, j := range recheck {
+		cmds[k] = pipe.ZScore(ctx, c.keys.correlated(j.group), members[j.member].Device)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("correlate: members' records: %w", err)
+	}
+	for k, j := range recheck {
+		if ms, err := cmds[k].Result(); err == nil && int64(ms) >= j.start.UnixMilli() {
+			outage[j.member] = j.id
+		}
+	}
+	return nil
+}
+
+// outageStart is when the outage id began: its id ends with its start in Unix ms (outageID).
+func outageStart(id string) (time.Time, bool) {
+	ms, err := strconv.ParseInt(id[strings.LastIndexByte(id, '/')+1:], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
 }
 
 // OpenOutages returns the outages open now, newest first.
