@@ -45,11 +45,12 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("%s (HTTP %d %s)", e.Message, e.Status, http.StatusText(e.Status))
 }
 
-// Device is one device as the API shows it.
+// Device is one device as the API shows it (GET /v1/devices/{id}, and each of a listing's devices); the
+// server answers with this type, so the two cannot drift apart.
 type Device struct {
 	DeviceID      string     `json:"device_id"`
 	DeviceType    string     `json:"device_type"`
-	State         string     `json:"state"`
+	State         string     `json:"state"` // online | late | interrupted | unknown
 	Deadline      *time.Time `json:"deadline"`
 	LastSeen      *time.Time `json:"last_seen"`
 	InterruptedAt *time.Time `json:"interrupted_at"`
@@ -59,8 +60,12 @@ type Device struct {
 	Parked        bool       `json:"parked,omitempty"`
 	NextAlarm     *time.Time `json:"next_alarm,omitempty"`
 	SilencedUntil *time.Time `json:"silenced_until"`
-	Parent        string     `json:"parent,omitempty"`
-	Suppressed    bool       `json:"suppressed,omitempty"`
+	// Parent is the device's gateway or cell; Suppressed says its interruption was reported as
+	// `suppressed` because the parent is down (docs/concepts.md).
+	Parent     string `json:"parent,omitempty"`
+	Suppressed bool   `json:"suppressed,omitempty"`
+	// QuietUntil is the end of the quiet interval its type is in now (docs/schedules.md).
+	QuietUntil *time.Time `json:"quiet_until,omitempty"`
 }
 
 // DeviceList is one page of GET /v1/devices.

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/pkg/client"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
@@ -294,27 +295,8 @@ func (a *api) reload(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
 }
 
-// DeviceView is the JSON of one device (docs/http-api.md).
-type DeviceView struct {
-	DeviceID      string     `json:"device_id"`
-	DeviceType    string     `json:"device_type"`
-	State         string     `json:"state"` // online | late | interrupted | unknown
-	Deadline      *time.Time `json:"deadline"`
-	LastSeen      *time.Time `json:"last_seen"`
-	InterruptedAt *time.Time `json:"interrupted_at"`
-	Repeats       int        `json:"repeats"`
-	Acked         bool       `json:"acked"`
-	Exhausted     bool       `json:"exhausted,omitempty"`
-	Parked        bool       `json:"parked,omitempty"`
-	NextAlarm     *time.Time `json:"next_alarm,omitempty"`
-	SilencedUntil *time.Time `json:"silenced_until"`
-	// Parent is the device's gateway or cell; Suppressed says its interruption was reported as
-	// `suppressed` because the parent is down (docs/concepts.md).
-	Parent     string `json:"parent,omitempty"`
-	Suppressed bool   `json:"suppressed,omitempty"`
-	// QuietUntil is the end of the quiet interval its type is in now (docs/schedules.md).
-	QuietUntil *time.Time `json:"quiet_until,omitempty"`
-}
+// DeviceView is the JSON of one device (docs/http-api.md): the API client's type, one definition for both.
+type DeviceView = client.Device
 
 func ptr(t time.Time) *time.Time {
 	if t.IsZero() {
