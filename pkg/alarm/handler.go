@@ -154,7 +154,8 @@ func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Inp
 	policies := h.opts.Policies()
 	pols := make([]config.Policy, len(claims))
 	for i, c := range claims {
-		pols[i], _ = policies.Lookup(c.Type)
+		pol, _ := policies.Lookup(c.Type)
+		pols[i] = pol.WithOwnTimeout(c.OwnTimeout)
 	}
 	flaps, err := h.flapHistory(ctx, claims, pols)
 	if err != nil {
@@ -172,10 +173,11 @@ func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Inp
 	decisions := make([]Decision, len(claims))
 	for i, c := range claims {
 		in := Input{Claim: c, Current: current[i], Now: now, Policy: pols[i]}
-		in.Claim.Type = config.BaseType(c.Type) // a device's own timeout is recorded as "<type>@<timeout>"
 		in.ReplacedPolicy = in.Policy
 		if c.Replaced != nil {
-			in.ReplacedPolicy, _ = policies.Lookup(h.opts.Store.TypeName(ctx, c.Replaced.TypeIndex))
+			typ, own := h.opts.Store.TypeOf(ctx, c.Replaced.TypeIndex)
+			in.ReplacedPolicy, _ = policies.Lookup(typ)
+			in.ReplacedPolicy = in.ReplacedPolicy.WithOwnTimeout(own)
 		}
 		in.SilencedUntil = silenced[i]
 		in.Parent, in.ParentWait, in.OutageID, in.Flaps, in.Seen = parents[i], h.opts.ParentWait, outages[i], flaps[i], seen[i]
@@ -336,7 +338,7 @@ func (h *Handler) silencedUntil(ctx context.Context, claims []deadline.Claim, no
 	fc, ok := h.opts.Silences.(FactsChecker)
 	if !ok || !fc.NeedsFacts() {
 		for i, c := range claims {
-			out[i] = h.opts.Silences.SilencedUntil(c.Device, config.BaseType(c.Type), now)
+			out[i] = h.opts.Silences.SilencedUntil(c.Device, c.Type, now)
 		}
 		return out, nil
 	}
@@ -353,7 +355,7 @@ func (h *Handler) silencedUntil(ctx context.Context, claims []deadline.Claim, no
 		return nil, err
 	}
 	for i, c := range claims {
-		f := silence.Facts{DeviceID: c.Device, DeviceType: config.BaseType(c.Type), Parent: parents[i]}
+		f := silence.Facts{DeviceID: c.Device, DeviceType: c.Type, Parent: parents[i]}
 		if labels != nil {
 			f.Labels = labels[i]
 		}

@@ -344,25 +344,19 @@ types:
 	assert.Equal(t, "default", p.Names()[0], "Names must return a copy")
 }
 
-// TestPerDeviceTypeName: a registered device's own timeout name splits back into its type and timeout,
-// and looks up as its type's policy with that timeout, never as a configured type.
-func TestPerDeviceTypeName(t *testing.T) {
-	name := PerDeviceType("gateway", 45*time.Second)
-	base, timeout, ok := PerDevice(name)
-	require.True(t, ok, name)
-	assert.Equal(t, "gateway", base)
-	assert.Equal(t, 45*time.Second, timeout)
-	assert.Equal(t, "gateway", BaseType(name))
-	assert.Equal(t, "default", BaseType(PerDeviceType("", time.Minute)), "no type: the default one")
-	assert.Equal(t, "gateway", BaseType("gateway"))
-	_, _, ok = PerDevice("gateway@soon")
-	assert.False(t, ok, "not a duration")
-
-	cfg, err := Parse([]byte("types: {default: {}, gateway: {timeout: 30s, repeat_every: 1m}}\n"), noEnv)
+// TestPolicyWithOwnTimeout: a registered device's own timeout replaces its type's and its schedule; its
+// type's warn_after stays only while it is shorter.
+func TestPolicyWithOwnTimeout(t *testing.T) {
+	cfg, err := Parse([]byte("types: {default: {}, gateway: {timeout: 30s, repeat_every: 1m, warn_after: 20s}}\n"), noEnv)
 	require.NoError(t, err)
-	pol, known := cfg.Policies().Lookup(name)
+	gw, known := cfg.Policies().Lookup("gateway")
+	require.True(t, known)
+	assert.Equal(t, gw, gw.WithOwnTimeout(0), "no own timeout: the type's policy")
+	own := gw.WithOwnTimeout(45 * time.Second)
+	assert.Equal(t, Policy{Timeout: 45 * time.Second, RepeatEvery: time.Minute, MaxRepeats: 12, WarnAfter: 20 * time.Second}, own)
+	assert.Zero(t, gw.WithOwnTimeout(15*time.Second).WarnAfter, "a warning no earlier than the own timeout says nothing")
+	_, known = cfg.Policies().Lookup("gateway@45s")
 	assert.False(t, known, "only configured names are known")
-	assert.Equal(t, Policy{Timeout: 45 * time.Second, RepeatEvery: time.Minute, MaxRepeats: 12}, pol)
 }
 
 func TestPolicyTable(t *testing.T) {

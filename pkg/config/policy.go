@@ -128,15 +128,6 @@ func (p *Policies) Lookup(name string) (pol Policy, known bool) {
 	if pol, ok := p.byName[name]; ok {
 		return pol, true
 	}
-	if base, timeout, ok := PerDevice(name); ok { // not "known": only configured names are
-		pol, _ = p.Lookup(base)
-		pol.Timeout = timeout
-		pol.Expected = nil // a device's own timeout replaces its type's schedule
-		if pol.WarnAfter >= timeout {
-			pol.WarnAfter = 0 // a warning no earlier than the device's own timeout would say nothing
-		}
-		return pol, false
-	}
 	return p.def, false
 }
 
@@ -179,35 +170,20 @@ func (p *Policies) IntervalNames() []string {
 	return names
 }
 
-// PerDeviceType is the type name a device with its own timeout is recorded under: "<type>@<timeout>",
-// split again by PerDevice. Configured type names cannot hold "@" (validation), so it never collides.
-func PerDeviceType(typ string, timeout time.Duration) string {
-	if typ == "" {
-		typ = DefaultType
+// WithOwnTimeout is the policy of a device of this type registered with its own timeout (docs/concepts.md,
+// "Device registry"; 0: the type's own policy): the own timeout replaces the type's and its schedule,
+// and the type's warn_after stays only while it is shorter. pkg/deadline applies the same rule to the
+// deadlines it writes (owntimeout.go).
+func (p Policy) WithOwnTimeout(own time.Duration) Policy {
+	if own <= 0 {
+		return p
 	}
-	return typ + "@" + timeout.String()
-}
-
-// PerDevice splits a per-device timeout type name "<type>@<timeout>" (a registered device's own timeout,
-// docs/concepts.md) into its type and timeout; ok is false for any other name.
-func PerDevice(name string) (base string, timeout time.Duration, ok bool) {
-	i := strings.LastIndexByte(name, '@')
-	if i < 0 {
-		return "", 0, false
+	p.Timeout = own
+	p.Expected = nil
+	if p.WarnAfter >= own {
+		p.WarnAfter = 0 // a warning no earlier than the device's own timeout would say nothing
 	}
-	d, err := time.ParseDuration(name[i+1:])
-	if err != nil || d <= 0 {
-		return "", 0, false
-	}
-	return name[:i], d, true
-}
-
-// BaseType is the type a name stands for: the type of a per-device timeout name, else the name itself.
-func BaseType(name string) string {
-	if base, _, ok := PerDevice(name); ok {
-		return base
-	}
-	return name
+	return p
 }
 
 // Default is the `default` type's policy.

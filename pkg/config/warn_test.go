@@ -37,8 +37,9 @@ func TestWarnAfterPolicies(t *testing.T) {
 	p := cfg.Policies()
 	assert.Equal(t, 40*time.Second, p.WarnAfter("gateway"), "inherited from default")
 	assert.Zero(t, p.WarnAfter("meter"), "0 turns it off")
-	assert.Equal(t, 40*time.Second, p.WarnAfter(PerDeviceType("gateway", 5*time.Minute)))
-	assert.Zero(t, p.WarnAfter(PerDeviceType("gateway", 30*time.Second)), "a device's own timeout shorter than warn_after: no warning")
+	gw, _ := p.Lookup("gateway")
+	assert.Equal(t, 40*time.Second, gw.WithOwnTimeout(5*time.Minute).WarnAfter)
+	assert.Zero(t, gw.WithOwnTimeout(30*time.Second).WarnAfter, "a device's own timeout shorter than warn_after: no warning")
 
 	cfg, err = Parse([]byte(minimal), noEnv)
 	require.NoError(t, err)

@@ -8,12 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/redis/go-redis/v9"
 )
 
-// Member is a device as correlation sees it: its type (a per-device timeout name is taken as its base
-// type), its parent and, for Covering's started check, when its interruption was reported.
+// Member is a device as correlation sees it: its configured type, its parent and, for Covering's
+// started check, when its interruption was reported.
 type Member struct {
 	Device, Type, Parent string
 	InterruptedAt        time.Time // zero: do not check against the outage's start
@@ -44,7 +43,7 @@ func (c *Correlator) Covering(ctx context.Context, members []Member) (groups [][
 		if labels != nil {
 			l = labels[i]
 		}
-		groups[i] = c.Groups(config.BaseType(m.Type), m.Parent, l)
+		groups[i] = c.Groups(m.Type, m.Parent, l)
 		for _, g := range groups[i] {
 			if !seen[g] {
 				seen[g] = true

@@ -307,7 +307,7 @@ func ptr(t time.Time) *time.Time {
 }
 
 func (a *api) view(d deadline.Device) DeviceView {
-	v := DeviceView{DeviceID: d.ID, DeviceType: config.BaseType(d.Type), State: "unknown", Parent: d.Parent}
+	v := DeviceView{DeviceID: d.ID, DeviceType: d.Type, State: "unknown", Parent: d.Parent}
 	dl := d.Deadline
 	if d.Incident != nil {
 		v.State = "interrupted"
@@ -446,7 +446,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if before.Incident != nil {
-		a.Events.Publish(r.Context(), alarm.AckedEvent(id, config.BaseType(before.Type), *before.Incident, a.policy(before.Type), act, a.Now()))
+		a.Events.Publish(r.Context(), alarm.AckedEvent(id, before.Type, *before.Incident, a.policy(before), act, a.Now()))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"device_id": id, "acked": true})
 }
@@ -478,9 +478,9 @@ func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
 	}
 	var dl, lastSeen time.Time
 	if stored.Deadline > 0 {
-		dl, lastSeen = alarm.EventTimes(stored, a.policy(d.Type))
+		dl, lastSeen = alarm.EventTimes(stored, a.policy(d))
 	}
-	a.Events.Publish(r.Context(), alarm.DeletedEvent(id, config.BaseType(d.Type), dl, dl.Sub(lastSeen), act, a.Now()))
+	a.Events.Publish(r.Context(), alarm.DeletedEvent(id, d.Type, dl, dl.Sub(lastSeen), act, a.Now()))
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -177,7 +177,7 @@ func (a *api) inScope(ctx context.Context, scope config.Scope, id string) (bool,
 		return false, err
 	}
 	if scope.Type != "" {
-		return scope.Matches(config.BaseType(d.Type), nil), nil
+		return scope.Matches(d.Type, nil), nil
 	}
 	labels, err := a.Store.Labels(ctx, []string{id})
 	if err != nil {

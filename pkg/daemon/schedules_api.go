@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
@@ -105,7 +104,7 @@ func (a *api) silencedByFacts(ctx context.Context, views []DeviceView, page []de
 	}
 	now := a.Now()
 	for i, d := range page {
-		f := silence.Facts{DeviceID: d.ID, DeviceType: config.BaseType(d.Type), Parent: d.Parent, Labels: labels[i]}
+		f := silence.Facts{DeviceID: d.ID, DeviceType: d.Type, Parent: d.Parent, Labels: labels[i]}
 		views[i].SilencedUntil = ptr(fc.SilencedUntilFacts(f, now))
 	}
 	return nil

@@ -71,7 +71,7 @@ func (s streamScope) keep(ctx context.Context, batch []streamFrame) ([]streamFra
 			in = groupInScope(*f.group, s.scope)
 		case f.kind == event.Watchdog:
 		case s.scope.Type != "":
-			in = s.scope.Matches(config.BaseType(f.deviceType), nil)
+			in = s.scope.Matches(f.deviceType, nil)
 		default:
 			in = s.scope.Matches("", labels[next])
 			next++

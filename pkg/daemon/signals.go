@@ -203,7 +203,7 @@ func (a *api) outsideScope(ctx context.Context, scope config.Scope, batch *inges
 
 // typeInScope reports whether a signal naming typ ("" = none) keeps its device in scope.
 func typeInScope(scope config.Scope, typ string) bool {
-	return scope.Type == "" || typ == "" || config.BaseType(typ) == scope.Type
+	return scope.Type == "" || typ == "" || typ == scope.Type
 }
 
 // postDeviceSignal is POST /v1/devices/{id}/signal: one signal for the device the path names, with an

@@ -96,13 +96,7 @@ func (a *api) scopedStats(w http.ResponseWriter, r *http.Request, scope config.S
 	writeJSON(w, http.StatusOK, body)
 }
 
-// ofType is the count of typ (its devices with timeouts of their own, "typ@…", included) as a map.
+// ofType is the count of typ (its devices with timeouts of their own included) as a map.
 func ofType(counts map[string]int64, typ string) map[string]int64 {
-	var n int64
-	for name, c := range counts {
-		if config.BaseType(name) == typ {
-			n += c
-		}
-	}
-	return map[string]int64{typ: n}
+	return map[string]int64{typ: counts[typ]}
 }

@@ -8,13 +8,13 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
-// policy is what the API dates a device of type typ by: its timeout and warn_after.
-func (a *api) policy(typ string) config.Policy {
-	p := config.Policy{Timeout: a.Timeout(typ)}
+// policy is what the API dates device d by: its type's timeout and warn_after, or its own timeout.
+func (a *api) policy(d deadline.Device) config.Policy {
+	p := config.Policy{Timeout: a.Timeout(d.Type)}
 	if a.WarnAfter != nil {
-		p.WarnAfter = a.WarnAfter(typ)
+		p.WarnAfter = a.WarnAfter(d.Type)
 	}
-	return p
+	return p.WithOwnTimeout(d.OwnTimeout)
 }
 
 // viewDeadline sets a device view's last_seen and deadline from its stored deadline dl. A type with
@@ -25,7 +25,7 @@ func (a *api) viewDeadline(v *DeviceView, d deadline.Device, dl time.Time) {
 	if d.Incident != nil {
 		st = *d.Incident
 	}
-	shown, lastSeen := alarm.EventTimes(st, a.policy(d.Type))
+	shown, lastSeen := alarm.EventTimes(st, a.policy(d))
 	v.LastSeen, v.Deadline = ptr(lastSeen), ptr(shown)
 	if st.Hold == deadline.HoldLate && st.Next == 0 {
 		v.State = "late"

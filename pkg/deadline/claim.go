@@ -12,8 +12,11 @@ import (
 type Claim struct {
 	Device string
 	Slot   int
-	Type   string
-	State  State // the incident as stored; State.Deadline identifies it
+	Type   string // its configured type
+	// OwnTimeout is the device's own timeout when it was registered with one (0: its type's); its
+	// policy is its type's with that timeout (config.Policy.WithOwnTimeout).
+	OwnTimeout time.Duration
+	State      State // the incident as stored; State.Deadline identifies it
 	// Fresh is true when the deadline just passed (claimed from the deadlines set), false when the alarm
 	// entry came due (a repeat, a redelivery after a lease, or a recovery probe).
 	Fresh bool
@@ -484,7 +487,8 @@ func (s *Store) freshClaim(ctx context.Context, slot int, device, score, prev st
 	if err != nil {
 		return Claim{}, fmt.Errorf("deadline: claim slot %d: device %q: %w", slot, device, err)
 	}
-	c := Claim{Device: device, Slot: slot, State: st, Fresh: true, Type: s.types.name(ctx, st.TypeIndex)}
+	c := Claim{Device: device, Slot: slot, State: st, Fresh: true}
+	c.Type, c.OwnTimeout = s.typeOf(ctx, st.TypeIndex)
 	if prev != "" {
 		p, err := decodeState(prev)
 		if err != nil {
@@ -501,7 +505,9 @@ func (s *Store) dueClaim(ctx context.Context, slot int, device, state string) (C
 	if err != nil {
 		return Claim{}, err
 	}
-	return Claim{Device: device, Slot: slot, State: st, Type: s.types.name(ctx, st.TypeIndex)}, nil
+	c := Claim{Device: device, Slot: slot, State: st}
+	c.Type, c.OwnTimeout = s.typeOf(ctx, st.TypeIndex)
+	return c, nil
 }
 
 func earliest(a, b int64) int64 {

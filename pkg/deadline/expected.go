@@ -15,7 +15,7 @@ import (
 // deadlineOf is the deadline (ms) a signal at seen sets for a device of type name: the type's expected
 // time + grace when it has a schedule (expected), else seen + its lead (warn_after, else timeout).
 func (s *Store) deadlineOf(name string, seen time.Time) (ms int64, expected bool) {
-	if s.expected != nil {
+	if s.typeExpected != nil {
 		if dl, ok := s.expected(name, seen); ok {
 			return dl.UnixMilli(), true
 		}
@@ -25,7 +25,7 @@ func (s *Store) deadlineOf(name string, seen time.Time) (ms int64, expected bool
 
 // anyScheduled reports whether some known type has expected times.
 func (s *Store) anyScheduled() bool {
-	if s.expected == nil {
+	if s.typeExpected == nil {
 		return false
 	}
 	now := s.now()
@@ -41,7 +41,7 @@ func (s *Store) anyScheduled() bool {
 // k-th deadline each untyped signal carries (refreshScript); expectedNames are those types, in order.
 func (s *Store) untypedTable() (typeTable, []string) {
 	table := s.types.byIndex(s.lead)
-	if s.expected == nil {
+	if s.typeExpected == nil {
 		return table, nil
 	}
 	var names []string
@@ -166,14 +166,14 @@ func (s *Store) PinSeen(ctx context.Context, pins []SeenPin) error {
 // fillLastSignals reads the recorded last signal of the devices whose type has expected times, in one
 // round trip, each in slotOf(its index); nothing for a fleet without them.
 func (s *Store) fillLastSignals(ctx context.Context, devices []Device, slotOf func(i int) int) error {
-	if s.expected == nil {
+	if s.typeExpected == nil {
 		return nil
 	}
 	now := s.now()
 	var claims []Claim
 	var which []int
 	for i, d := range devices {
-		if _, ok := s.expected(d.Type, now); ok {
+		if _, ok := s.expected(d.recordedType(), now); ok {
 			claims = append(claims, Claim{Device: d.ID, Slot: slotOf(i)})
 			which = append(which, i)
 		}

@@ -12,20 +12,13 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 var byType = testenv.TypeTimeouts(map[string]time.Duration{"default": 60 * time.Second, "gateway": 30 * time.Second, "sensor": 10 * time.Minute})
 
-// timeoutOf times the fixture's types, and a registered device's own timeout name by that timeout, as
-// the daemon's policies do.
-func timeoutOf(name string) time.Duration {
-	if _, d, ok := config.PerDevice(name); ok {
-		return d
-	}
-	return byType(name)
-}
+// timeoutOf times the fixture's types (the store applies a device's own timeout itself).
+func timeoutOf(name string) time.Duration { return byType(name) }
 
 type fixture struct {
 	store *deadline.Store

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // OpenIncident is an incident whose interruption (or `late`) was reported and that no operator
@@ -64,8 +62,9 @@ func (s *Store) ScanOpenIncidents(ctx context.Context, slot int, cursor uint64, 
 		if err != nil || (st.Next == 0 && st.Hold != HoldLate) || st.Acked {
 			continue
 		}
-		recorded := s.TypeName(ctx, st.TypeIndex)
-		out = append(out, OpenIncident{Device: kv[i], Type: config.BaseType(recorded), Timeout: s.timeout(recorded),
+		recorded := s.types.name(ctx, st.TypeIndex)
+		typ, _ := splitOwnType(recorded)
+		out = append(out, OpenIncident{Device: kv[i], Type: typ, Timeout: s.timeout(recorded),
 			WarnAfter: s.warnAfter(recorded), State: st})
 	}
 	return out, next, nil

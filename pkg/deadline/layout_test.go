@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -277,13 +276,12 @@ func TestOwnTimeoutsOutliveRedisLosingThem(t *testing.T) {
 		_, err := f.store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 90_000}}, []string{""})
 		require.NoError(t, err)
 		require.NoError(t, other.SyncOverrides(ctx))
-		own := config.PerDeviceType("gateway", 90*time.Second)
 		appliedBy := func(s *deadline.Store) {
 			t.Helper()
 			seen := f.clock.Now()
 			require.NoError(t, s.Refresh(ctx, []deadline.Signal{{Device: "own", Type: "gateway", Seen: seen}}))
 			d, _ := f.device(t, "own")
-			require.Equal(t, own, d.Type)
+			require.Equal(t, []any{"gateway", 90 * time.Second}, []any{d.Type, d.OwnTimeout})
 			require.Equal(t, seen.Add(90*time.Second), d.Deadline, "its own timeout, not the type's 30s")
 			f.clock.Advance(time.Millisecond)
 		}

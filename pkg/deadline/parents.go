@@ -415,7 +415,7 @@ func (s *Store) parentOf(d Device, found bool) Parent {
 		}
 	}
 	// A warned type's score is its warning (warn.go); the parent is judged by its own deadline.
-	p.LastSignal = p.Deadline.Add(-s.lead(d.Type))
-	p.Deadline = p.LastSignal.Add(s.timeout(d.Type))
+	p.LastSignal = p.Deadline.Add(-s.lead(d.recordedType()))
+	p.Deadline = p.LastSignal.Add(s.timeout(d.recordedType()))
 	return p
 }

@@ -12,13 +12,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heartbeatd/heartbeatd/internal/loop"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // Device is what Redis knows of one device.
 type Device struct {
 	ID   string
-	Type string
+	Type string // its configured type
+	// OwnTimeout is its own timeout when it was registered with one (0: its type's).
+	OwnTimeout time.Duration
 	// Deadline is the current deadline while the device is in the deadlines set (online, or signalled
 	// again while its recovery is being reported).
 	Deadline time.Time
@@ -110,7 +111,7 @@ func (s *Store) deviceFrom(ctx context.Context, id string, score *redis.FloatCmd
 			typeIdx = st.TypeIndex
 		}
 	}
-	d.Type = s.types.name(ctx, typeIdx)
+	d.Type, d.OwnTimeout = s.typeOf(ctx, typeIdx)
 	return d, found, nil
 }
 
@@ -177,14 +178,14 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 					continue // a deadline moved by a quiet interval is no incident (docs/schedules.md)
 				}
 				d.Incident = &st
-				d.Type = s.types.name(ctx, st.TypeIndex)
+				d.Type, d.OwnTimeout = s.typeOf(ctx, st.TypeIndex)
 			} else {
 				v, _ := strconv.ParseFloat(keys[i+1], 64)
 				var idx int
 				d.Deadline, idx = scoreDeadline(v)
-				d.Type = s.types.name(ctx, idx)
+				d.Type, d.OwnTimeout = s.typeOf(ctx, idx)
 			}
-			if opts.Type == "" || opts.Type == config.BaseType(d.Type) {
+			if opts.Type == "" || opts.Type == d.Type {
 				out = append(out, d)
 			}
 		}

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // Re-arming is how a silence ended early gives back the incidents it deferred (pkg/silence): the alarm
@@ -99,7 +97,7 @@ func (s *Store) incidentsOfType(ctx context.Context, slot int, members []string,
 	for i, v := range states {
 		if str, ok := v.(string); ok {
 			st, err := decodeState(str)
-			if err == nil && config.BaseType(s.TypeName(ctx, st.TypeIndex)) == typ {
+			if err == nil && func() bool { t, _ := s.typeOf(ctx, st.TypeIndex); return t == typ }() {
 				ours = append(ours, members[i])
 			}
 		}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // The device registry (docs/concepts.md, PUT /v1/devices/{id}): devices an operator expects, with an optional
@@ -93,7 +91,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 		timeout := s.timeout(name)
 		if reg.TimeoutMs > 0 {
 			timeout = time.Duration(reg.TimeoutMs) * time.Millisecond
-			name = config.PerDeviceType(reg.Type, timeout)
+			name = ownTypeName(reg.Type, timeout)
 			pipe.HSet(ctx, s.keys.overrides(), dev, name)
 			changed = true
 		} else if table != nil && table.byDev[dev] != "" { // an override removed

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -64,7 +63,7 @@ func TestDeleteEndsAnOwnTimeoutOnEveryReplica(t *testing.T) {
 		seen := f.clock.Now()
 		require.NoError(t, other.Refresh(ctx, []deadline.Signal{{Device: "own", Type: "gateway", Seen: seen}}))
 		d, _ := f.device(t, "own")
-		require.Equal(t, config.PerDeviceType("gateway", 6*time.Second), d.Type, "the own timeout applies on the other replica")
+		require.Equal(t, []any{"gateway", 6 * time.Second}, []any{d.Type, d.OwnTimeout}, "the own timeout applies on the other replica")
 
 		found, err := f.store.Delete(ctx, "own")
 		require.NoError(t, err)

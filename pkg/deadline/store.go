@@ -22,10 +22,12 @@ type Store struct {
 	types  *typeRegistry
 	now    func() time.Time
 
-	timeout     func(typeName string) time.Duration
-	warnAfter   func(typeName string) time.Duration
-	expected    func(typeName string, seen time.Time) (time.Time, bool)
-	repeatEvery func(typeName string) time.Duration
+	// The policy callbacks (Options), asked about configured types only: owntimeout.go applies a
+	// device's own timeout.
+	typeTimeout     func(typeName string) time.Duration
+	typeWarnAfter   func(typeName string) time.Duration
+	typeExpected    func(typeName string, seen time.Time) (time.Time, bool)
+	typeRepeatEvery func(typeName string) time.Duration
 	// lateFirstWord: Options.LateFirstWord.
 	lateFirstWord time.Duration
 
@@ -92,8 +94,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	if warnAfter == nil {
 		warnAfter = func(string) time.Duration { return 0 }
 	}
-	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, timeout: opts.Timeout,
-		warnAfter: warnAfter, expected: opts.Expected, repeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
+	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, typeTimeout: opts.Timeout,
+		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
 		typeMem: newTypeMemory()}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
@@ -125,8 +127,11 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// TypeName resolves a type index found in a score or state to its name.
-func (s *Store) TypeName(ctx context.Context, idx int) string { return s.types.name(ctx, idx) }
+// TypeOf resolves a type index found in a score or state to the configured type and, for a device
+// registered with its own timeout, that timeout (0: its type's).
+func (s *Store) TypeOf(ctx context.Context, idx int) (typ string, own time.Duration) {
+	return s.typeOf(ctx, idx)
+}
 
 // TypeIndex returns name's index: the default type's for a name Load was not given.
 func (s *Store) TypeIndex(ctx context.Context, name string) (int, error) {

@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/heartbeatd/heartbeatd/internal/loop"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // typeCountScan is the COUNT hint of each SCAN call of CountTypesIn: large enough that a slot of a big
@@ -41,7 +40,8 @@ func (s *Store) CountTypesIn(ctx context.Context, slots []int, pace loop.Pacer) 
 	named := func(byIdx map[int]int64) map[string]int64 {
 		out := make(map[string]int64, len(byIdx))
 		for idx, n := range byIdx {
-			out[config.BaseType(s.types.name(ctx, idx))] += n // own timeouts count under their type
+			typ, _ := s.typeOf(ctx, idx)
+			out[typ] += n // own timeouts count under their type
 		}
 		return out
 	}

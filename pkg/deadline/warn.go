@@ -30,7 +30,7 @@ func (s *Store) holdLateBack(claims []Claim, watermarkFor WatermarkFunc) {
 		if c.Fresh || c.State.Hold != HoldLate || c.State.Next != 0 {
 			continue
 		}
-		if c.State.InterruptedAt > watermarkFor(AsStored(s.timeout(c.Type))).UnixMilli() {
+		if c.State.InterruptedAt > watermarkFor(AsStored(s.timeout(c.recordedType()))).UnixMilli() {
 			c.HeldBack = true
 		}
 	}

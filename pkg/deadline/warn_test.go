@@ -9,7 +9,6 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
@@ -18,10 +17,9 @@ func warnedFixture(t *testing.T) fixture {
 	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
 	c := testenv.NewClock(time.UnixMilli(1_763_800_000_000))
-	// As the daemon's policies answer: a device's own timeout ("gateway@5m") keeps its type's warning
-	// when it is longer.
+	// The store keeps a device's own timeout's warning only while it is longer (owntimeout.go).
 	warnAfter := func(name string) time.Duration {
-		if config.BaseType(name) == "gateway" && timeoutOf(name) > 20*time.Second {
+		if name == "gateway" {
 			return 20 * time.Second
 		}
 		return 0

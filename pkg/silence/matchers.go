@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 )
 
@@ -86,7 +85,7 @@ func (f Facts) value(label string) string {
 	case "device_id":
 		return f.DeviceID
 	case "device_type":
-		return config.BaseType(f.DeviceType)
+		return f.DeviceType
 	case "parent":
 		return f.Parent
 	}
@@ -153,7 +152,7 @@ func (c *compiled) matches(f Facts) bool {
 	if c.DeviceID != "" && c.DeviceID != f.DeviceID {
 		return false
 	}
-	if c.DeviceType != "" && c.DeviceType != config.BaseType(f.DeviceType) {
+	if c.DeviceType != "" && c.DeviceType != f.DeviceType {
 		return false
 	}
 	for i := range c.matchers {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/redisutil"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/schedule"
@@ -209,7 +208,7 @@ func (s *Silences) deviceType(ctx context.Context, sil Silence) string {
 	if err != nil || !found {
 		return ""
 	}
-	return config.BaseType(d.Type)
+	return d.Type
 }
 
 // SilencedUntil is when the latest silence covering device (of type typ) at now ends; zero when none does.
@@ -223,8 +222,7 @@ func (s *Silences) SilencedUntil(device, typ string, now time.Time) time.Time {
 func (s *Silences) SilencedUntilFacts(f Facts, now time.Time) time.Time {
 	idx := s.index.Load()
 	var until time.Time
-	// A device with its own timeout is recorded as "<type>@<timeout>": its type's silences cover it.
-	for _, list := range [][]compiled{idx.byDevice[f.DeviceID], idx.byType[config.BaseType(f.DeviceType)], idx.rest} {
+	for _, list := range [][]compiled{idx.byDevice[f.DeviceID], idx.byType[f.DeviceType], idx.rest} {
 		for i := range list {
 			if end := list[i].activeUntil(now); end.After(until) && list[i].matches(f) {
 				until = end

@@ -14,7 +14,6 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -70,12 +69,7 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	f := &fixture{t: t, rdb: rdb, sink: &recorder{}, t0: time.UnixMilli(1_795_340_000_000)}
 	f.clock = testenv.NewClock(f.t0)
 	timeouts := testenv.TypeTimeouts(map[string]time.Duration{"default": 10 * time.Second, "gateway": 5 * time.Second})
-	f.store = deadlinetest.NewStore(t, rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: func(typ string) time.Duration {
-		if _, d, ok := config.PerDevice(typ); ok {
-			return d // a device's own timeout, as the daemon's policies time it
-		}
-		return timeouts(typ)
-	}}, "default", "gateway")
+	f.store = deadlinetest.NewStore(t, rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeouts}, "default", "gateway")
 	return f
 }
 
@@ -328,17 +322,6 @@ func TestSilenceCreatedElsewhereAppliesAfterRefresh(t *testing.T) {
 		ok, err = here.Delete(ctx, s.ID)
 		require.NoError(t, err)
 		require.False(t, ok)
-	})
-}
-
-// A type silence covers the devices of that type with their own timeout, recorded as "<type>@<timeout>".
-func TestTypeSilenceCoversOwnTimeouts(t *testing.T) {
-	eachFixture(t, func(t *testing.T, f *fixture) {
-		sil := f.replica()
-		s, err := sil.Create(context.Background(), Silence{DeviceType: "gateway", Ends: f.t0.Add(time.Hour)})
-		require.NoError(t, err)
-		require.Equal(t, s.Ends, sil.SilencedUntil("g", config.PerDeviceType("gateway", 6*time.Second), f.t0).UTC())
-		require.True(t, sil.SilencedUntil("g", config.PerDeviceType("sensor", 6*time.Second), f.t0).IsZero())
 	})
 }
 
