@@ -170,35 +170,63 @@ func (a *api) signalsNotTaken(ctx context.Context, w http.ResponseWriter, err er
 	writeError(w, http.StatusServiceUnavailable, a.notStored(ctx).Error())
 }
 
-// outsideScope lists, in index order, the signals of batch that a scoped token may not send: for a
-// device that is not known or not in scope (as a pathDevice route answers 404), or naming a type outside
-// a device_type scope (the signal would move the device out of it). Bad input is left to the chain.
+// outsideScope lists the signals of batch a scoped token may not send: those of devices unknown or
+// outside its scope, or naming a type outside it. A label scope is judged by the devices' registered
+// labels, read for the whole batch at once (only a registered device has them, so it is known); a
+// type scope reads each distinct device once.
 func (a *api) outsideScope(ctx context.Context, scope config.Scope, batch *ingest.Batch) ([]badSignal, error) {
 	if scope.Whole() {
 		return nil, nil
 	}
-	var bad []badSignal
+	devices := make([]string, batch.Len()) // "" for a signal decode refuses: the chain dead-letters it
+	types := make([]string, batch.Len())
 	known := map[string]bool{} // a batch often signals one device many times
+	var distinct []string
 	for i := range batch.Len() {
 		m := ingest.Message{Source: ingest.SourceHTTP, Payload: batch.Signal(i), ObjectOnly: true}
 		device, typ, reason := ingest.Identify(&m)
 		if reason != "" {
 			continue
 		}
-		in, seen := known[device]
-		if !seen {
-			var err error
-			if in, err = a.inScope(ctx, scope, device); err != nil {
-				return nil, err
-			}
-			known[device] = in
+		devices[i], types[i] = device, typ
+		if _, ok := known[device]; !ok {
+			known[device] = false
+			distinct = append(distinct, device)
 		}
-		if !in || !typeInScope(scope, typ) {
+	}
+	if err := a.judgeScope(ctx, scope, distinct, known); err != nil {
+		return nil, err
+	}
+	var bad []badSignal
+	for i, device := range devices {
+		if device != "" && (!known[device] || !typeInScope(scope, types[i])) {
 			a.refused.WithLabelValues(refusedScope).Inc()
 			bad = append(bad, badSignal{Index: i, Reason: reasonOutsideScope})
 		}
 	}
 	return bad, nil
+}
+
+// judgeScope sets in[d] for each of devices: known and inside scope.
+func (a *api) judgeScope(ctx context.Context, scope config.Scope, devices []string, in map[string]bool) error {
+	if scope.Type == "" {
+		labels, err := a.Store.Labels(ctx, devices)
+		if err != nil {
+			return err
+		}
+		for i, d := range devices {
+			in[d] = labels[i] != nil && scope.Matches("", labels[i])
+		}
+		return nil
+	}
+	for _, d := range devices {
+		ok, err := a.inScope(ctx, scope, d)
+		if err != nil {
+			return err
+		}
+		in[d] = ok
+	}
+	return nil
 }
 
 // typeInScope reports whether a signal naming typ ("" = none) keeps its device in scope.
