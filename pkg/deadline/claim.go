@@ -323,6 +323,14 @@ type ClaimOptions struct {
 	Batch        int // most devices per slot
 }
 
+// watermark is the fleet's watermark of a claim: Watermark, never past Now (zero: Now).
+func (o ClaimOptions) watermark() time.Time {
+	if o.Watermark.IsZero() || o.Watermark.After(o.Now) {
+		return o.Now
+	}
+	return o.Watermark
+}
+
 // WatermarkFunc is what hold-back lets a claim take at one moment: the latest deadline that may be
 // claimed of a device whose timeout is timeout. A device that may have signalled unseen in a blind window
 // waits its own timeout of visible time after the window, so a 30 s gateway is watched again long before
@@ -343,11 +351,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	if len(slots) == 0 {
 		return res, nil
 	}
-	wm := opts.Watermark
-	if wm.IsZero() || wm.After(opts.Now) {
-		wm = opts.Now
-	}
-	wm, wmByType := s.watermarkByIndex(wm, opts.WatermarkFor)
+	wm, wmByType := s.watermarkByIndex(opts.watermark(), opts.WatermarkFor)
 	res.HeldBack = wm.Before(opts.Now)
 	now := opts.Now.UnixMilli()
 	repeats := s.types.byIndex(s.repeatEvery)

@@ -20,10 +20,7 @@ func (s *Store) Peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 	if len(slots) == 0 {
 		return false, res, nil
 	}
-	wm := opts.Watermark
-	if wm.IsZero() || wm.After(opts.Now) {
-		wm = opts.Now
-	}
+	wm := opts.watermark()
 	low, _ := s.watermarkByIndex(wm, opts.WatermarkFor)
 	res.HeldBack = low.Before(opts.Now)
 	pipe := s.rdb.Pipeline()
