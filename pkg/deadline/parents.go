@@ -234,19 +234,11 @@ func (s *Store) ParentsOf(ctx context.Context, devices []string) ([]string, erro
 // keyOf(i) names for devices[i], and calls found with the device's index and value for each field
 // present.
 func (s *Store) fieldsByDevice(ctx context.Context, keyOf func(i int) string, devices []string, found func(i int, v string)) error {
-	byKey := map[string][]int{}
-	for i := range devices {
-		k := keyOf(i)
-		byKey[k] = append(byKey[k], i)
-	}
+	byKey := groupByKey(len(devices), keyOf)
 	pipe := s.rdb.Pipeline()
 	cmds := make(map[string]*redis.SliceCmd, len(byKey))
 	for k, idx := range byKey {
-		fields := make([]string, len(idx))
-		for j, i := range idx {
-			fields[j] = devices[i]
-		}
-		cmds[k] = pipe.HMGet(ctx, k, fields...)
+		cmds[k] = pipe.HMGet(ctx, k, pick[string](devices, idx)...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return err
@@ -259,6 +251,26 @@ func (s *Store) fieldsByDevice(ctx context.Context, keyOf func(i int) string, de
 		}
 	}
 	return nil
+}
+
+// groupByKey groups the indexes 0…n-1 by the key keyOf names for each, so one command per key serves
+// them all.
+func groupByKey(n int, keyOf func(i int) string) map[string][]int {
+	byKey := map[string][]int{}
+	for i := range n {
+		k := keyOf(i)
+		byKey[k] = append(byKey[k], i)
+	}
+	return byKey
+}
+
+// pick returns the devices at idx, as a command's arguments.
+func pick[T string | any](devices []string, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = any(devices[i]).(T)
+	}
+	return out
 }
 
 // childrenPage bounds one SSCAN of a parent's children.

@@ -67,19 +67,11 @@ func (s *Store) namedOnly(ctx context.Context, devices []string) ([]string, erro
 	if all, err := s.allNamed(ctx); err != nil || !all {
 		return devices, err
 	}
-	byKey := map[string][]int{}
-	for i, d := range devices {
-		k := s.keys.namedParents(d)
-		byKey[k] = append(byKey[k], i)
-	}
+	byKey := groupByKey(len(devices), func(i int) string { return s.keys.namedParents(devices[i]) })
 	pipe := s.rdb.Pipeline()
 	cmds := make(map[string]*redis.BoolSliceCmd, len(byKey))
 	for k, idx := range byKey {
-		members := make([]any, len(idx))
-		for j, i := range idx {
-			members[j] = devices[i]
-		}
-		cmds[k] = pipe.SMIsMember(ctx, k, members...)
+		cmds[k] = pipe.SMIsMember(ctx, k, pick[any](devices, idx)...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("deadline: named parents: %w", err)
