@@ -321,6 +321,8 @@ func (c *Chain) batcher(ctx context.Context) {
 			cur = c.pool.Get().(*batch)
 			linger.Reset(c.opts.Linger)
 			cur.began, cur.last, cur.streaming = time.Now(), time.Time{}, c.inFlight.Load() > 0
+		} else if cur.streaming {
+			cur.last = time.Now() // the stream's pace (waitsForStream), however the item was taken
 		}
 		cur.add(it, co)
 	}
@@ -365,7 +367,6 @@ func (c *Chain) batcher(ctx context.Context) {
 			return
 		case it := <-c.in:
 			add(it)
-			cur.last = time.Now()
 		case <-c.freed:
 			// Re-check: the batch goes out now if that was the last one in flight.
 		case <-linger.C:
