@@ -50,6 +50,7 @@ type Rig struct {
 	Events *Recorder // every event Kafka acknowledged
 
 	rdb        redis.UniversalClient
+	storeOpts  deadline.Options
 	policies   *config.Policies
 	parentWait time.Duration // detection.parent_wait, the daemon's default
 	kafka      *testenv.Kafka
@@ -75,7 +76,8 @@ func build(rdb redis.UniversalClient, expected int, policy string) (*Rig, error)
 	r := &Rig{rdb: rdb, policies: cfg.Policies(), parentWait: cfg.Detection.ParentWait}
 	timeout := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.Timeout }
 	repeat := func(typ string) time.Duration { p, _ := r.policies.Lookup(typ); return p.RepeatEvery }
-	if r.Store, err = deadline.New(rdb, deadline.Options{Slots: config.DefaultSlots, Timeout: timeout, RepeatEvery: repeat}); err != nil {
+	r.storeOpts = deadline.Options{Slots: config.DefaultSlots, Timeout: timeout, RepeatEvery: repeat}
+	if r.Store, err = deadline.New(rdb, r.storeOpts); err != nil {
 		return nil, err
 	}
 	if r.kafka, err = Kafka(12, EventsTopic); err != nil {
@@ -101,6 +103,13 @@ func (r *Rig) reset(ctx context.Context) error {
 		return err
 	}
 	r.Events.Reset()
+	// A new store, as a replica starting on an empty Redis: one that outlived the flush would remember
+	// parent links it wrote before it and write them no more.
+	store, err := deadline.New(r.rdb, r.storeOpts)
+	if err != nil {
+		return err
+	}
+	r.Store = store
 	return r.Store.Load(ctx, r.policies.Names()...)
 }
 
