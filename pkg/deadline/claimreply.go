@@ -1,0 +1,108 @@
+package deadline
+
+import (
+	"context"
+	"fmt"
+)
+
+// The Go side of a claim's reply (claim.go): decoding it and turning each slot's lists into claims.
+
+// appendClaims appends one slot's claims from its reply r: the committed fresh claims, the claims of
+// expired records handed out again (no longer fresh), the replacing ones and the due entries, each with
+// its incident's cause when it has one.
+func (s *Store) appendClaims(ctx context.Context, claims []Claim, slot int, r claimReply, record string, repeats typeTable) ([]Claim, error) {
+	start := len(claims)
+	for k, pairs := range [][]string{r.committed, r.again} {
+		for j := 0; j < len(pairs); j += 2 {
+			c, err := s.freshClaim(ctx, slot, pairs[j], pairs[j+1], "")
+			if err != nil {
+				return claims, err
+			}
+			c.Fresh, c.Record, c.CommittedRepeat = k == 0, record, repeats.of(c.State.TypeIndex)
+			claims = append(claims, c)
+		}
+	}
+	for j := 0; j < len(r.replacing); j += 3 {
+		c, err := s.freshClaim(ctx, slot, r.replacing[j], r.replacing[j+1], r.replacing[j+2])
+		if err != nil {
+			return claims, err
+		}
+		claims = append(claims, c)
+	}
+	for j := 0; j < len(r.due); j += 2 {
+		c, err := s.dueClaim(ctx, slot, r.due[j], r.due[j+1])
+		if err != nil {
+			return claims, err
+		}
+		claims = append(claims, c)
+	}
+	attachCauses(claims[start:], r.causes)
+	return claims, nil
+}
+
+// freshClaim reads a fresh claim: device, deadlines-set score, replaced state ("" when none).
+func (s *Store) freshClaim(ctx context.Context, slot int, device, score, prev string) (Claim, error) {
+	st, err := stateOfScore(score)
+	if err != nil {
+		return Claim{}, fmt.Errorf("deadline: claim slot %d: device %q: %w", slot, device, err)
+	}
+	c := Claim{Device: device, Slot: slot, State: st, Fresh: true}
+	c.Type, c.OwnTimeout = s.typeOf(ctx, st.TypeIndex)
+	if prev != "" {
+		p, err := decodeState(prev)
+		if err != nil {
+			return Claim{}, err
+		}
+		c.Replaced = &p
+	}
+	return c, nil
+}
+
+// dueClaim reads a due alarm entry's claim: device, state.
+func (s *Store) dueClaim(ctx context.Context, slot int, device, state string) (Claim, error) {
+	st, err := decodeState(state)
+	if err != nil {
+		return Claim{}, err
+	}
+	c := Claim{Device: device, Slot: slot, State: st}
+	c.Type, c.OwnTimeout = s.typeOf(ctx, st.TypeIndex)
+	return c, nil
+}
+
+func earliest(a, b int64) int64 {
+	if a < 0 || (b >= 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// claimReply is one slot's claimScript reply, every field checked by decodeClaimReply: the flat lists
+// hold whole pairs and triples, so they can be indexed without further checks.
+type claimReply struct {
+	nextDeadline, nextAlarm int64 // ms; -1 when none
+	more                    bool
+	committed, again        []string // pairs: device, deadlines-set score
+	replacing               []string // triples: device, deadlines-set score, replaced state
+	due                     []string // pairs: device, state
+	causes                  []string // pairs: device, stored cause
+}
+
+// decodeClaimReply reads v, a claimScript reply as go-redis returns it.
+func decodeClaimReply(v any) (claimReply, error) {
+	r := replyReader{script: "claim"}
+	f := r.fields(v, 8)
+	if r.err != nil {
+		return claimReply{}, r.err
+	}
+	out := claimReply{
+		nextDeadline: r.int(f[0], "next deadline"),
+		nextAlarm:    r.int(f[1], "next alarm"),
+		more:         r.int(f[2], "more") == 1,
+		committed:    r.packed(f[3], "committed", 2),
+		again:        r.packed(f[4], "again", 2),
+		replacing:    r.strings(f[5], "replacing", 3),
+		due:          r.strings(f[6], "due", 2),
+		causes:       r.strings(f[7], "causes", 2),
+	}
+	return out, r.err
+}
