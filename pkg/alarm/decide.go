@@ -76,7 +76,7 @@ const (
 
 // ParentRecheck is how often a suppressed device looks at its parent again, besides being woken when
 // the parent recovers (deadline.Store.WakeChildren): the safety net for a wake-up that never came.
-const ParentRecheck = time.Minute
+const ParentRecheck = deadline.ParentRecheck
 
 // Decision is what to publish for a claim and how to acknowledge it once published.
 type Decision struct {
@@ -113,6 +113,10 @@ func Decide(in Input) Decision {
 	d := decide(in)
 	if c := in.Claim.Cause; c != nil {
 		withCause(d.Events, in.Claim.Device, *c)
+	}
+	if in.Claim.CommittedSuppression {
+		// The claim stored `suppressed` ahead of time for a child its down parent woke (deadline wake.go).
+		d.Committed = d.Reason == ReasonSuppressed && len(d.Events) == 1
 	}
 	return d
 }

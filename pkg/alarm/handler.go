@@ -116,6 +116,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	if _, err := h.opts.Store.Settle(ctx, acks, deadline.RecordsOf(claims)); err != nil {
 		return fmt.Errorf("alarm: acknowledge: %w", err)
 	}
+
 	// After the acknowledgement, so the woken children read their parent's new state. A crash before it
 	// leaves them to their bounds: the parent's deadline + parent_wait, or ParentRecheck.
 	if err := h.wakeChildren(ctx, claims, decisions, failed, ackNow); err != nil {
@@ -475,14 +476,14 @@ func interrupts(d Decision) bool {
 // wakeChildren makes the children of the devices whose verdict just changed (interrupted, suppressed,
 // recovered) look at their parent again now.
 func (h *Handler) wakeChildren(ctx context.Context, claims []deadline.Claim, decisions []Decision, failed []error, now time.Time) error {
-	var changed []string
+	var changed []deadline.Verdict
 	for i, d := range decisions {
 		if failed[i] != nil {
 			continue
 		}
 		for _, e := range d.Events {
 			if e.Kind == event.Interrupted || e.Kind == event.Suppressed || e.Kind == event.Recovered {
-				changed = append(changed, claims[i].Device)
+				changed = append(changed, deadline.Verdict{Device: claims[i].Device, Down: e.Kind != event.Recovered})
 				break
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
 // A hub (gateway) with a longer timeout than its leaves: the common case, where the children expire first.
@@ -101,5 +102,66 @@ func TestChildWaitsNoLongerThanParentWait(t *testing.T) {
 		}
 		require.Empty(t, leafOnly(14*time.Second))
 		require.Equal(t, []string{"c1 interrupted 0"}, leafOnly(15*time.Second+5*time.Millisecond))
+	})
+}
+
+// TestSuppressionsCommittedByTheirClaimSurviveACrash: the claim of children woken by a down parent stores
+// their `suppressed` as sent (deadline wake.go); a replica that dies after publishing them, before
+// releasing the claim, leaves them to be published again with the same ids once the lease runs out, and
+// never as their own `interrupted`.
+func TestSuppressionsCommittedByTheirClaimSurviveACrash(t *testing.T) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
+		parentsFixture(t, f)
+		f.signal("hub", "hub", 0)
+		f.signalChild("c1", "leaf", "hub", 0)
+		f.signalChild("c2", "leaf", "hub", 0)
+		require.Empty(t, f.at(3*time.Second+5*time.Millisecond), "the leaves wait for their hub's verdict")
+		require.Equal(t, []string{"hub interrupted 0"}, f.at(10*time.Second+5*time.Millisecond))
+		crashing := NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, ParentWait: 5 * time.Second,
+			Now: f.clock.Now})
+		crashing.beforeAck = func() bool { return false }
+		require.ElementsMatch(t, []string{"c1 suppressed 0", "c2 suppressed 0"}, f.stepWith(crashing, 10*time.Second+6*time.Millisecond))
+		d, _, err := f.store.Device(context.Background(), "c1")
+		require.NoError(t, err)
+		require.Equal(t, deadline.HoldParent, d.Incident.Hold, "the claim stored the suppression")
+
+		require.Empty(t, f.at(20*time.Second), "leased: not handed out again before the lease runs out")
+		require.ElementsMatch(t, []string{"c1 suppressed 0", "c2 suppressed 0", "hub alarm 1"}, f.at(40*time.Second+7*time.Millisecond),
+			"handed out again and published again; no leaf repeats while the hub is down")
+		require.Empty(t, f.at(41*time.Second))
+		require.Equal(t, []string{"hub alarm 2"}, f.at(70*time.Second+10*time.Millisecond),
+			"the leaves look at their hub again, still down: nothing of theirs")
+
+		recs := f.kafka.ReadAll(t, eventsTopic, 7, 10*time.Second)
+		byDevice := map[string][]string{}
+		for _, r := range recs {
+			e, err := event.Decode(r.Value)
+			require.NoError(t, err)
+			if e.Kind == event.Suppressed {
+				byDevice[e.DeviceID] = append(byDevice[e.DeviceID], e.ID)
+			}
+		}
+		for _, c := range []string{"c1", "c2"} {
+			require.Len(t, byDevice[c], 2, c)
+			require.Equal(t, byDevice[c][0], byDevice[c][1], "consumers can drop the duplicate by id")
+		}
+	})
+}
+
+// TestChildSignallingAfterItsParentsVerdictIsNotSuppressed: a child that signals between its parent's
+// verdict and its own claim recovered: nothing was reported for it, so nothing is published.
+func TestChildSignallingAfterItsParentsVerdictIsNotSuppressed(t *testing.T) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
+		parentsFixture(t, f)
+		f.signal("hub", "hub", 0)
+		f.signalChild("c1", "leaf", "hub", 0)
+		f.signalChild("c2", "leaf", "hub", 0)
+		require.Empty(t, f.at(3*time.Second+5*time.Millisecond))
+		require.Equal(t, []string{"hub interrupted 0"}, f.at(10*time.Second+5*time.Millisecond))
+		f.signalChild("c1", "leaf", "hub", 10*time.Second+5*time.Millisecond)
+		require.Equal(t, []string{"c2 suppressed 0"}, f.at(10*time.Second+6*time.Millisecond))
+		d, _, err := f.store.Device(context.Background(), "c1")
+		require.NoError(t, err)
+		require.Nil(t, d.Incident, "c1 is online again")
 	})
 }

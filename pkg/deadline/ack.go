@@ -325,6 +325,7 @@ func (s *Store) DeleteMany(ctx context.Context, devices []string) (found []bool,
 					p.HDel(ctx, s.keys.State(slot), device),
 					p.ZRem(ctx, s.keys.Dead(slot), device))
 				p.HDel(ctx, s.keys.Causes(slot), device)                        // not counted: only kept beside the above
+				p.HDel(ctx, s.keys.Woken(slot), device)                         // not counted: only kept beside the above
 				p.ZRem(ctx, s.keys.Seen(slot), device, incidentSeenMark+device) // not counted: only kept beside the above
 			}
 			// Its registration, parent link and own timeout go with it; none of them counts as found.

@@ -29,6 +29,9 @@ type Claim struct {
 	// CommittedRepeat is the repeat interval the committed next act was computed with (0: dormant), so
 	// alarm.Decide can tell whether the commit stands under the policy in force.
 	CommittedRepeat time.Duration
+	// CommittedSuppression: the claim committed `suppressed` for a child its down parent woke (wake.go).
+	// Like any committed claim's, State is handed out as nothing sent yet.
+	CommittedSuppression bool
 	// HeldBack: an incident reported late whose interruption the hold-back does not allow yet (warn.go).
 	HeldBack bool
 	// Cause is why the incident began when it was not silence (a reported failure, offline); nil: silence.
@@ -50,19 +53,20 @@ type ClaimResult struct {
 // claimScript claims up to batch due devices of one slot, in four sections: (1) fresh claims, (2) due
 // alarm entries, (3) the in-flight record, (4) the next due scores.
 //
-// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records  KEYS[5] causes
+// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records  KEYS[5] causes  KEYS[6] woken
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
 // ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5] the record of this call's committed claims
 // ARGV[6] a committed claim's next act per type index (now + its repeat interval, or a dormant score),
 // listSep-separated, or one value for every type
 // ARGV[7] the watermark (ms) per type index, listSep-separated, where types differ (hold-back after a
 // blind window: each device waits its own timeout); "" when ARGV[2] holds for every type. An index
-// past the list gets ARGV[2].
-// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due, causes}, where
-// committed and again are flat pairs (device, deadlines-set score) packed into one packSep-separated
-// string: the committed fresh claims, and the claims of expired records handed out again; replacing is
-// flat triples (device, deadlines-set score, replaced state); due is flat pairs (device, state); causes
-// flat pairs (device, stored cause) of the claimed devices that have one.
+// past the list gets ARGV[2].  ARGV[8] ParentRecheck (ms)
+// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due, causes,
+// suppressed}, where committed, again and suppressed are flat pairs packed into one packSep-separated
+// string: the committed fresh claims (device, deadlines-set score), the claims of expired records handed
+// out again (device, score or committed state), and the committed suppressions (device, state, wake.go);
+// replacing is flat triples (device, deadlines-set score, replaced state); due is flat pairs (device,
+// state); causes flat pairs (device, stored cause) of the claimed devices that have one.
 //
 // A plain fresh claim is committed (doc.go). A fresh claim whose device has an open incident replaces it
 // when its deadline is newer: it gets a full state with nothing sent and a leased alarm entry, and the
@@ -76,6 +80,7 @@ local record, actsByType, wmByType = ARGV[5], ARGV[6], ARGV[7]
 local floor, byte = math.floor, string.byte
 -- Formatted once: Redis turns a Lua number into text with %.17g for every element.
 local leased = string.format('%.0f', now + lease)
+local recheckAt = string.format('%.0f', now + tonumber(ARGV[8]))
 
 -- The highest score due by watermark w (ms) for every type.
 local function dueBy(w) return string.format('%.0f', w * ${MaxTypes} + ${MaxTypes} - 1) end
@@ -184,20 +189,24 @@ end
 -- The slot's in-flight records (name, packed list), read before any is handed out again in this call,
 -- when a due entry may need them (readRecords).
 local records = {}
+-- committedForm: st may be a state a claim committed: a bare score, or a suppression.
+local function committedForm(st)
+  return not string.find(st, ${stateSep}, 1, true) or string.find(st, ${stateSuppressedPattern})
+end
 local function readRecords(states)
   for _, st in pairs(states) do
-    if st and not string.find(st, ${stateSep}, 1, true) then
+    if st and committedForm(st) then
       records = redis.call('HGETALL', KEYS[4])
       return
     end
   end
 end
 
--- inFlightUntil: a due entry whose state is still its committed bare score may belong to a record still
+-- inFlightUntil: a due entry whose state is still as a claim committed it may belong to a record still
 -- in flight (its process slow or dead before publishing); then it returns when that record's lease ends
 -- (now + 1 ms when the record is handed out again in this very call), else nil.
 local function inFlightUntil(m, st)
-  if string.find(st, ${stateSep}, 1, true) then return nil end
+  if not committedForm(st) then return nil end
   local pair = ${packSep} .. m .. ${packSep} .. st .. ${packSep}
   for i = 1, #records, 2 do
     if string.find(${packSep} .. records[i+1] .. ${packSep}, pair, 1, true) then
@@ -208,26 +217,58 @@ local function inFlightUntil(m, st)
   return nil
 end
 
--- (2) Due alarm entries, up to left: leased again and returned with their state. An entry without a state
--- is removed: an orphan, or an expired record. Returns the entries (flat pairs), the claims handed out
--- again (flat pairs) and whether left entries were due.
+-- The wake marks of the due members (wake.go), removed as they are read: {} when the slot has none.
+local function wokenOf(due)
+  if redis.call('EXISTS', KEYS[6]) == 0 then return {} end
+  local marks = gather(due, function(...) return redis.call('HMGET', KEYS[6], ...) end)
+  local read = {}
+  for j, m in ipairs(due) do if marks[j] then read[#read+1] = m end end
+  pieces(read, 1, function(...) redis.call('HDEL', KEYS[6], ...) end)
+  return marks
+end
+
+-- suppression: the committed state of a child woken by a down parent at wokenAt while its incident st
+-- waited with nothing sent, unless the device signalled since (its deadline moved past the incident's);
+-- nil otherwise.
+local function suppression(m, st, wokenAt)
+  if not string.find(st, ${stateWaitingPattern}) then return nil end
+  local dl = tonumber(string.match(st, ${stateDeadlinePattern}))
+  if tonumber(wokenAt) < dl then return nil end -- a mark left from an earlier incident
+  local sc = redis.call('ZSCORE', KEYS[1], m)
+  if sc and floor(tonumber(sc) / ${MaxTypes}) > dl then return nil end
+  return string.format(${stateSuppressedFormat}, dl, tonumber(string.match(st, ${stateTypePattern})), now)
+end
+
+-- (2) Due alarm entries, up to left: leased again and returned with their state, or, a child woken by a
+-- down parent, committed as suppressed. An entry without a state is removed: an orphan, or an expired
+-- record. Returns the entries (flat pairs), the claims handed out again (flat pairs), the suppressions
+-- (flat pairs) and whether left entries were due.
 local function claimDue(left)
-  local entries, again = {}, {}
-  if left <= 0 then return entries, again, false end
+  local entries, again, suppressed = {}, {}, {}
+  if left <= 0 then return entries, again, suppressed, false end
   local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
-  if #due == 0 then return entries, again, false end
+  if #due == 0 then return entries, again, suppressed, false end
   -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
   local states = gather(due, function(...) return redis.call('HMGET', KEYS[3], ...) end)
+  local woken = wokenOf(due)
   readRecords(states)
-  local lease, orphans = {}, {}
+  local lease, orphans, hset = {}, {}, {}
   for j, m in ipairs(due) do
     local st = states[j]
     local waitsTo = st and inFlightUntil(m, st)
+    local sup = st and not waitsTo and woken[j] and suppression(m, st, woken[j])
     if waitsTo then
       -- Committed by a claim whose record is still in flight: whether its interrupted went out is known
       -- only when the record is released or handed out again, so it waits for that.
       lease[#lease+1] = string.format('%.0f', waitsTo)
       lease[#lease+1] = m
+    elseif sup then
+      hset[#hset+1] = m
+      hset[#hset+1] = sup
+      lease[#lease+1] = recheckAt
+      lease[#lease+1] = m
+      suppressed[#suppressed+1] = m
+      suppressed[#suppressed+1] = sup
     elseif st then
       lease[#lease+1] = leased
       lease[#lease+1] = m
@@ -240,19 +281,26 @@ local function claimDue(left)
   end
   pieces(lease, 2, function(...) redis.call('ZADD', KEYS[2], ...) end)
   pieces(orphans, 1, function(...) redis.call('ZREM', KEYS[2], ...) end)
-  return entries, again, #due == left
+  if #hset > 0 then
+    hset[#hset+1] = ${stateGuardField}
+    hset[#hset+1] = ${stateGuardValue}
+    pieces(hset, 2, function(...) redis.call('HSET', KEYS[3], ...) end)
+  end
+  return entries, again, suppressed, #due == left
 end
 
--- (3) The in-flight record leasing this call's committed claims and those handed out again. Returns both
--- lists packed.
-local function leaseRecord(committed, again)
-  if #committed + #again == 0 then return '', '' end
-  local c, a = table.concat(committed, ${packSep}), table.concat(again, ${packSep})
-  local all = c
-  if c == '' then all = a elseif a ~= '' then all = c .. ${packSep} .. a end
-  redis.call('HSET', KEYS[4], record, all)
+-- (3) The in-flight record leasing this call's committed claims, those handed out again and the
+-- suppressions. Returns the three lists packed.
+local function leaseRecord(committed, again, suppressed)
+  if #committed + #again + #suppressed == 0 then return '', '', '' end
+  local packed, all = {}, {}
+  for k, list in ipairs({committed, again, suppressed}) do
+    packed[k] = table.concat(list, ${packSep})
+    if packed[k] ~= '' then all[#all+1] = packed[k] end
+  end
+  redis.call('HSET', KEYS[4], record, table.concat(all, ${packSep}))
   redis.call('ZADD', KEYS[2], leased, record)
-  return c, a
+  return packed[1], packed[2], packed[3]
 end
 
 -- (4) The earliest deadline and act left in the slot (-1: none), so the scanner sleeps until then.
@@ -271,8 +319,8 @@ end
 -- (5) The causes of the claimed incidents that did not begin with silence (cause.go), read only in a slot
 -- that has any, so a fleet without them pays nothing more: flat pairs device, cause. A fresh claim's
 -- cause of an earlier incident is dropped.
-local function causesOf(committed, replacing, again, due)
-  if #committed + #replacing + #again + #due == 0 or redis.call('EXISTS', KEYS[5]) == 0 then return {} end
+local function causesOf(committed, replacing, again, due, suppressed)
+  if #committed + #replacing + #again + #due + #suppressed == 0 or redis.call('EXISTS', KEYS[5]) == 0 then return {} end
   local devs, fresh = {}, {}
   for i = 1, #committed, 2 do
     devs[#devs+1] = committed[i]
@@ -284,6 +332,7 @@ local function causesOf(committed, replacing, again, due)
   end
   for i = 1, #again, 2 do devs[#devs+1] = again[i] end
   for i = 1, #due, 2 do devs[#devs+1] = due[i] end
+  for i = 1, #suppressed, 2 do devs[#devs+1] = suppressed[i] end
   local vals = gather(devs, function(...) return redis.call('HMGET', KEYS[5], ...) end)
   local out, stale = {}, {}
   for k, d in ipairs(devs) do
@@ -303,12 +352,13 @@ local function causesOf(committed, replacing, again, due)
 end
 
 local committed, replacing, n = claimFresh()
-local due, again, dueFull = claimDue(batch - n)
-local packed, packedAgain = leaseRecord(committed, again)
+local due, again, suppressed, dueFull = claimDue(batch - n)
+local packed, packedAgain, packedSuppressed = leaseRecord(committed, again, suppressed)
 local nd, na = nextDue()
 local more = 0
 if n == batch or dueFull then more = 1 end
-return {nd, na, more, packed, packedAgain, replacing, due, causesOf(committed, replacing, again, due)}
+return {nd, na, more, packed, packedAgain, replacing, due, causesOf(committed, replacing, again, due, suppressed),
+  packedSuppressed}
 `)
 
 // ClaimOptions bounds one claim.
@@ -362,11 +412,11 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		return strconv.FormatInt(now+every.Milliseconds(), 10)
 	})
 	record := s.newRecord()
-	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType}
+	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType, ParentRecheck.Milliseconds()}
 	calls := make([]scriptCall, len(slots))
 	for i, slot := range slots {
 		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.InFlight(slot),
-			s.keys.Causes(slot)}, args: args}
+			s.keys.Causes(slot), s.keys.Woken(slot)}, args: args}
 	}
 	cmds, err := s.runAll(ctx, claimScript, calls)
 	if err != nil {
@@ -382,7 +432,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 			return res, fmt.Errorf("%w (slot %d)", err, slots[i])
 		}
 		replies[i] = r
-		claims += (len(r.committed)+len(r.again)+len(r.due))/2 + len(r.replacing)/3
+		claims += (len(r.committed)+len(r.again)+len(r.due)+len(r.suppressed))/2 + len(r.replacing)/3
 	}
 	res.Claims = make([]Claim, 0, claims)
 	for i, r := range replies {

@@ -10,7 +10,7 @@ import (
 func wellFormed() []any {
 	return []any{int64(1_763_800_030_000), int64(-1), int64(1), "a\n1806131230720001\nb\n1806131230720002", "c\n1806131230720000",
 		[]any{"d", "1806131230720001", "1763800000000:1:1:0:0:1763800000005:0:"}, []any{"e", "1763800000000:0:2:0:0:1763800000005:0:"},
-		[]any{"a", "1763800000000:1763799999000:reported:valve: stuck"}}
+		[]any{"a", "1763800000000:1763799999000:reported:valve: stuck"}, "f\n1763800000000:1:1:0:2:1763800002000:0:"}
 }
 
 func TestDecodeClaimReply(t *testing.T) {
@@ -18,14 +18,15 @@ func TestDecodeClaimReply(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, claimReply{
 		nextDeadline: 1_763_800_030_000, nextAlarm: -1, more: true,
-		committed: []string{"a", "1806131230720001", "b", "1806131230720002"},
-		again:     []string{"c", "1806131230720000"},
-		replacing: []string{"d", "1806131230720001", "1763800000000:1:1:0:0:1763800000005:0:"},
-		due:       []string{"e", "1763800000000:0:2:0:0:1763800000005:0:"},
-		causes:    []string{"a", "1763800000000:1763799999000:reported:valve: stuck"},
+		committed:  []string{"a", "1806131230720001", "b", "1806131230720002"},
+		again:      []string{"c", "1806131230720000"},
+		replacing:  []string{"d", "1806131230720001", "1763800000000:1:1:0:0:1763800000005:0:"},
+		due:        []string{"e", "1763800000000:0:2:0:0:1763800000005:0:"},
+		causes:     []string{"a", "1763800000000:1763799999000:reported:valve: stuck"},
+		suppressed: []string{"f", "1763800000000:1:1:0:2:1763800002000:0:"},
 	}, r)
 
-	empty, err := decodeClaimReply([]any{int64(-1), int64(-1), int64(0), "", "", []any{}, []any{}, []any{}})
+	empty, err := decodeClaimReply([]any{int64(-1), int64(-1), int64(0), "", "", []any{}, []any{}, []any{}, ""})
 	require.NoError(t, err)
 	require.Equal(t, claimReply{nextDeadline: -1, nextAlarm: -1}, empty, "an empty packed list holds no claims")
 }
@@ -43,8 +44,8 @@ func TestDecodeClaimReplyRejectsMalformedReplies(t *testing.T) {
 	}{
 		{"not an array", "OK", "deadline: claim reply: field reply: want array, got string"},
 		{"nil", nil, "deadline: claim reply: field reply: want array, got nil"},
-		{"too short", wellFormed()[:7], "deadline: claim reply: field reply: want 8 fields, got 7"},
-		{"too long", append(wellFormed(), int64(0)), "deadline: claim reply: field reply: want 8 fields, got 9"},
+		{"too short", wellFormed()[:8], "deadline: claim reply: field reply: want 9 fields, got 8"},
+		{"too long", append(wellFormed(), int64(0)), "deadline: claim reply: field reply: want 9 fields, got 10"},
 		{"next deadline a string", with(0, "1763800030000"), "deadline: claim reply: field next deadline: want int, got string"},
 		{"next alarm nil", with(1, nil), "deadline: claim reply: field next alarm: want int, got nil"},
 		{"more an array", with(2, []any{}), "deadline: claim reply: field more: want int, got array"},
@@ -57,6 +58,7 @@ func TestDecodeClaimReplyRejectsMalformedReplies(t *testing.T) {
 		{"due not pairs", with(6, []any{"e"}), "deadline: claim reply: field due: want groups of 2, got 1 elements"},
 		{"due holds nil", with(6, []any{"e", nil}), "deadline: claim reply: field due[1]: want string, got nil"},
 		{"causes not pairs", with(7, []any{"a"}), "deadline: claim reply: field causes: want groups of 2, got 1 elements"},
+		{"suppressed a device without its state", with(8, "f"), "deadline: claim reply: field suppressed: want groups of 2, got 1 items"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // The Go side of a claim's reply (claim.go): decoding it and turning each slot's lists into claims.
@@ -14,6 +15,14 @@ func (s *Store) appendClaims(ctx context.Context, claims []Claim, slot int, r cl
 	start := len(claims)
 	for k, pairs := range [][]string{r.committed, r.again} {
 		for j := 0; j < len(pairs); j += 2 {
+			if strings.Contains(pairs[j+1], stateSep) { // a suppression's record handed out again
+				c, err := s.suppressionClaim(ctx, slot, pairs[j], pairs[j+1], record)
+				if err != nil {
+					return claims, err
+				}
+				claims = append(claims, c)
+				continue
+			}
 			c, err := s.freshClaim(ctx, slot, pairs[j], pairs[j+1], "")
 			if err != nil {
 				return claims, err
@@ -21,6 +30,13 @@ func (s *Store) appendClaims(ctx context.Context, claims []Claim, slot int, r cl
 			c.Fresh, c.Record, c.CommittedRepeat = k == 0, record, repeats.of(c.State.TypeIndex)
 			claims = append(claims, c)
 		}
+	}
+	for j := 0; j < len(r.suppressed); j += 2 {
+		c, err := s.suppressionClaim(ctx, slot, r.suppressed[j], r.suppressed[j+1], record)
+		if err != nil {
+			return claims, err
+		}
+		claims = append(claims, c)
 	}
 	for j := 0; j < len(r.replacing); j += 3 {
 		c, err := s.freshClaim(ctx, slot, r.replacing[j], r.replacing[j+1], r.replacing[j+2])
@@ -58,6 +74,18 @@ func (s *Store) freshClaim(ctx context.Context, slot int, device, score, prev st
 	return c, nil
 }
 
+// suppressionClaim reads a committed suppression (wake.go): device, the committed state. The claim is
+// handed out as the waiting incident it was, nothing sent, as a committed fresh claim is.
+func (s *Store) suppressionClaim(ctx context.Context, slot int, device, state, record string) (Claim, error) {
+	c, err := s.dueClaim(ctx, slot, device, state)
+	if err != nil {
+		return Claim{}, err
+	}
+	c.State.Next, c.State.Hold, c.State.InterruptedAt = 0, HoldNone, 0
+	c.Record, c.CommittedSuppression = record, true
+	return c, nil
+}
+
 // dueClaim reads a due alarm entry's claim: device, state.
 func (s *Store) dueClaim(ctx context.Context, slot int, device, state string) (Claim, error) {
 	st, err := decodeState(state)
@@ -85,12 +113,13 @@ type claimReply struct {
 	replacing               []string // triples: device, deadlines-set score, replaced state
 	due                     []string // pairs: device, state
 	causes                  []string // pairs: device, stored cause
+	suppressed              []string // pairs: device, committed state
 }
 
 // decodeClaimReply reads v, a claimScript reply as go-redis returns it.
 func decodeClaimReply(v any) (claimReply, error) {
 	r := replyReader{script: "claim"}
-	f := r.fields(v, 8)
+	f := r.fields(v, 9)
 	if r.err != nil {
 		return claimReply{}, r.err
 	}
@@ -103,6 +132,7 @@ func decodeClaimReply(v any) (claimReply, error) {
 		replacing:    r.strings(f[5], "replacing", 3),
 		due:          r.strings(f[6], "due", 2),
 		causes:       r.strings(f[7], "causes", 2),
+		suppressed:   r.packed(f[8], "suppressed", 2),
 	}
 	return out, r.err
 }

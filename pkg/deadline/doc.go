@@ -22,7 +22,8 @@
 //   - commit: a plain fresh claim (no open incident) is stored by the claim itself as the alarm loop
 //     almost always leaves it: `interrupted` sent, the next act one repeat interval away, or dormant.
 //     That is alarm.Decide's usual outcome stored ahead of time; Decide alone says whether it stands
-//     (alarm.Decision.Committed), and the alarm loop acknowledges the claims where it does not.
+//     (alarm.Decision.Committed), and the alarm loop acknowledges the claims where it does not. A
+//     child woken by a down parent is committed the same way, as `suppressed` (wake.go).
 //   - record: the in-flight record of one claim call's committed claims in one slot: their list in the
 //     slot's in-flight hash, leased by a member of its alarms set. When its lease runs out, the claims
 //     still as committed are handed out again; releasing it is their whole acknowledgement.

@@ -38,12 +38,12 @@ func TestParentVerdictWakesItsChildren(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-1", "child-1")
-		n, err := f.store.WakeChildren(ctx, []string{"child-1"}, f.clock.Now())
+		n, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-1", Down: true}}, f.clock.Now())
 		require.NoError(t, err)
 		require.Zero(t, n, "child-1 has no children")
 		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims)
 
-		n, err = f.store.WakeChildren(ctx, []string{"gw-1"}, f.clock.Now())
+		n, err = f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-1", Down: true}}, f.clock.Now())
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 		require.Equal(t, []string{"child-1"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims), "woken at once")
@@ -56,12 +56,12 @@ func TestChildrenOfParentsLinkedByOlderVersionWake(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-2", "child-2")
-		_, err := f.store.WakeChildren(ctx, []string{"child-2"}, f.clock.Now()) // checks the mark
+		_, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-2", Down: true}}, f.clock.Now()) // checks the mark
 		require.NoError(t, err)
 		require.NoError(t, f.store.AsLinkedByOlderVersion(ctx, "gw-2"))
 		for _, s := range f.replicas(t, 64, 2) {
 			f.clock.Advance(3 * time.Second)
-			n, err := s.WakeChildren(ctx, []string{"gw-2"}, f.clock.Now())
+			n, err := s.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-2", Down: true}}, f.clock.Now())
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n, "the children of a parent linked by an older version are woken too")
 			res := f.claimAll(t, deadline.ClaimOptions{})
@@ -78,15 +78,15 @@ func TestChildrenWakeAfterRedisLostData(t *testing.T) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-3", "child-3")
 		other := f.replicas(t, 64, 2)[1]
-		_, err := other.WakeChildren(ctx, []string{"child-3"}, f.clock.Now()) // checks the mark
+		_, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "child-3", Down: true}}, f.clock.Now()) // checks the mark
 		require.NoError(t, err)
 		require.NoError(t, f.store.AsLinkedByOlderVersion(ctx, "gw-3"))
 		require.NoError(t, f.store.SetNamed(ctx)) // the mark survived, the set did not
 		f.store.LoseData()
-		_, err = f.store.WakeChildren(ctx, []string{"child-3"}, f.clock.Now())
+		_, err = f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-3", Down: true}}, f.clock.Now())
 		require.NoError(t, err)
 		f.clock.Advance(3 * time.Second)
-		n, err := other.WakeChildren(ctx, []string{"gw-3"}, f.clock.Now())
+		n, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-3", Down: true}}, f.clock.Now())
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "woken by the replica that did not see the loss")
 	})
@@ -121,7 +121,7 @@ func TestDownParentReadOncePerVerdict(t *testing.T) {
 
 		// gw-1 is back: another replica reports it and wakes its children.
 		f.refresh(t, deadline.Signal{Device: "gw-1", Type: "gateway", Seen: f.clock.Now()})
-		_, err := other.WakeChildren(ctx, []string{"gw-1"}, f.clock.Now())
+		_, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-1", Down: true}}, f.clock.Now())
 		require.NoError(t, err)
 		require.False(t, view().Down, "the woken children see the parent's new verdict")
 		require.EqualValues(t, 3, reads.Load())

@@ -31,6 +31,9 @@ var scriptConstants = strings.NewReplacer(
 	"${stateNoFailures}", luaString(stateNoFailures),
 	"${stateOpenFormat}", luaString(stateOpenFormat),
 	"${stateCommittedFormat}", luaString(stateCommittedFormat),
+	"${stateWaitingPattern}", luaString(stateWaitingPattern),
+	"${stateSuppressedFormat}", luaString(stateSuppressedFormat),
+	"${stateSuppressedPattern}", luaString(stateSuppressedPattern),
 	// In-flight records and the lists packed into one argument or reply element.
 	"${recordMarkByte}", strconv.Itoa(int(recordMark[0])),
 	"${packSep}", luaString(packSep),

@@ -57,7 +57,18 @@ var (
 	// stateCommittedFormat(deadline, type index, deadline): a committed incident spelled in full, as
 	// decodeState reads its bare score.
 	stateCommittedFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldNext: "1", fieldInterruptedAt: "%.0f"})
+	// stateWaitingPattern matches an incident with nothing sent and nothing held: what a child waiting for
+	// its parent's verdict is stored as (wake.go).
+	stateWaitingPattern = "^" + strings.Repeat(`%d+`+stateSep, fieldNext) + strings.Repeat("0"+stateSep, fieldInterruptedAt-fieldNext)
+	// stateSuppressedFormat(deadline, type index, now): `suppressed` sent under a down parent at now;
+	// stateSuppressedPattern matches it, however it was written (a claim's commit or an acknowledgement).
+	stateSuppressedFormat  = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldNext: "1", fieldExhausted: string(holdFieldParent), fieldInterruptedAt: "%.0f"})
+	stateSuppressedPattern = "^" + strings.Repeat(`%d+`+stateSep, fieldNext) + "1" + stateSep + "0" + stateSep +
+		string(holdFieldParent) + stateSep + `%d+` + stateSep + "0" + stateSep + "$"
 )
+
+// holdFieldParent is the exhausted field of a state held under its parent (quietField).
+var holdFieldParent = State{Hold: HoldParent}.quietField()
 
 // stateFieldPattern is the Lua pattern that captures numeric field i of a full state.
 func stateFieldPattern(i int) string {

@@ -49,6 +49,23 @@ func TestStateLuaFormatsDecode(t *testing.T) {
 	require.Equal(t, bare, committed, "the full form of a committed incident reads as its bare score")
 }
 
+func TestStateSuppressedFormsMatchTheStatesAlarmWrites(t *testing.T) {
+	const dl, typ, at = int64(1_763_800_031_000), 7, int64(1_763_800_033_000)
+	committed := fmt.Sprintf(stateSuppressedFormat, float64(dl), typ, float64(at))
+	suppressed := State{Deadline: dl, TypeIndex: typ, Next: 1, Hold: HoldParent, InterruptedAt: at}
+	require.Equal(t, suppressed.Encode(), committed, "a claim commits `suppressed` as the alarm loop acknowledges it")
+	require.True(t, luaPattern(stateSuppressedPattern).MatchString(committed))
+	acked := suppressed
+	acked.Acked = true
+	require.False(t, luaPattern(stateSuppressedPattern).MatchString(acked.Encode()), "an operator's ack is another state")
+
+	waiting := State{Deadline: dl, TypeIndex: typ}
+	require.True(t, luaPattern(stateWaitingPattern).MatchString(waiting.Encode()), "a child waiting for its parent's verdict")
+	for _, st := range []State{suppressed, {Deadline: dl, TypeIndex: typ, Hold: HoldGroup}, {Deadline: dl, TypeIndex: typ, Acked: true}} {
+		require.False(t, luaPattern(stateWaitingPattern).MatchString(st.Encode()), "%+v is not waiting", st)
+	}
+}
+
 func TestLuaString(t *testing.T) {
 	require.Equal(t, `'\000hashtable'`, luaString(stateGuardField))
 	require.Equal(t, `'([^\n]+)\n'`, luaString("([^\n]+)\n"))
