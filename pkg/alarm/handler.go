@@ -277,10 +277,14 @@ func (h *Handler) countPublished(events []event.Event, owner []int, failed []err
 func (h *Handler) parents(ctx context.Context, claims []deadline.Claim) ([]*deadline.Parent, []string, error) {
 	out := make([]*deadline.Parent, len(claims))
 	all := h.opts.Correlator.WantsParents()
+	names := make([]string, len(claims))
 	var idx []int
 	var devices []string
 	for i, c := range claims {
-		if all || mayBeHeld(c.State) {
+		switch {
+		case c.WokenBy != "": // a committed suppression names the parent that woke it
+			names[i] = c.WokenBy
+		case all || mayBeHeld(c.State):
 			idx = append(idx, i)
 			devices = append(devices, c.Device)
 		}
@@ -289,12 +293,13 @@ func (h *Handler) parents(ctx context.Context, claims []deadline.Claim) ([]*dead
 	if err != nil {
 		return nil, nil, err
 	}
-	names := make([]string, len(claims))
-	var ids []string
-	seen := map[string]bool{}
 	for j, p := range found {
 		names[idx[j]] = p
-		if p != "" && !seen[p] && mayBeHeld(claims[idx[j]].State) {
+	}
+	var ids []string
+	seen := map[string]bool{}
+	for i, p := range names {
+		if p != "" && !seen[p] && mayBeHeld(claims[i].State) {
 			seen[p] = true
 			ids = append(ids, p)
 		}

@@ -30,8 +30,10 @@ type Claim struct {
 	// alarm.Decide can tell whether the commit stands under the policy in force.
 	CommittedRepeat time.Duration
 	// CommittedSuppression: the claim committed `suppressed` for a child its down parent woke (wake.go).
-	// Like any committed claim's, State is handed out as nothing sent yet.
+	// Like any committed claim's, State is handed out as nothing sent yet. WokenBy is that parent when the
+	// claim knows it ("" for a record handed out again).
 	CommittedSuppression bool
+	WokenBy              string
 	// HeldBack: an incident reported late whose interruption the hold-back does not allow yet (warn.go).
 	HeldBack bool
 	// Cause is why the incident began when it was not silence (a reported failure, offline); nil: silence.
@@ -64,7 +66,8 @@ type ClaimResult struct {
 // Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due, causes,
 // suppressed}, where committed, again and suppressed are flat pairs packed into one packSep-separated
 // string: the committed fresh claims (device, deadlines-set score), the claims of expired records handed
-// out again (device, score or committed state), and the committed suppressions (device, state, wake.go);
+// out again (device, score or committed state), and the committed suppressions as triples (device,
+// state, the parent that woke it; wake.go);
 // replacing is flat triples (device, deadlines-set score, replaced state); due is flat pairs (device,
 // state); causes flat pairs (device, stored cause) of the claimed devices that have one.
 //
@@ -227,13 +230,14 @@ local function wokenOf(due)
   return marks
 end
 
--- suppression: the committed state of a child woken by a down parent at wokenAt while its incident st
--- waited with nothing sent, unless the device signalled since (its deadline moved past the incident's);
--- nil otherwise.
-local function suppression(m, st, wokenAt)
+-- suppression: the committed state of a child woken by a down parent (its mark: when, the parent)
+-- while its incident st waited with nothing sent, unless the device signalled since (its deadline moved
+-- past the incident's); nil otherwise.
+local function suppression(m, st, mark)
   if not string.find(st, ${stateWaitingPattern}) then return nil end
   local dl = tonumber(string.match(st, ${stateDeadlinePattern}))
-  if tonumber(wokenAt) < dl then return nil end -- a mark left from an earlier incident
+  local wokenAt = tonumber(string.match(mark, '^%d+')) or 0
+  if wokenAt < dl then return nil end -- a mark left from an earlier incident
   local sc = redis.call('ZSCORE', KEYS[1], m)
   if sc and floor(tonumber(sc) / ${MaxTypes}) > dl then return nil end
   return string.format(${stateSuppressedFormat}, dl, tonumber(string.match(st, ${stateTypePattern})), now)
@@ -242,12 +246,12 @@ end
 -- (2) Due alarm entries, up to left: leased again and returned with their state, or, a child woken by a
 -- down parent, committed as suppressed. An entry without a state is removed: an orphan, or an expired
 -- record. Returns the entries (flat pairs), the claims handed out again (flat pairs), the suppressions
--- (flat pairs) and whether left entries were due.
+-- (flat pairs: device, state), the parent that woke each and whether left entries were due.
 local function claimDue(left)
-  local entries, again, suppressed = {}, {}, {}
-  if left <= 0 then return entries, again, suppressed, false end
+  local entries, again, suppressed, wokenBy = {}, {}, {}, {}
+  if left <= 0 then return entries, again, suppressed, wokenBy, false end
   local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
-  if #due == 0 then return entries, again, suppressed, false end
+  if #due == 0 then return entries, again, suppressed, wokenBy, false end
   -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
   local states = gather(due, function(...) return redis.call('HMGET', KEYS[3], ...) end)
   local woken = wokenOf(due)
@@ -269,6 +273,7 @@ local function claimDue(left)
       lease[#lease+1] = m
       suppressed[#suppressed+1] = m
       suppressed[#suppressed+1] = sup
+      wokenBy[#wokenBy+1] = string.match(woken[j], ${packSep} .. '(.*)$') or ''
     elseif st then
       lease[#lease+1] = leased
       lease[#lease+1] = m
@@ -286,12 +291,13 @@ local function claimDue(left)
     hset[#hset+1] = ${stateGuardValue}
     pieces(hset, 2, function(...) redis.call('HSET', KEYS[3], ...) end)
   end
-  return entries, again, suppressed, #due == left
+  return entries, again, suppressed, wokenBy, #due == left
 end
 
 -- (3) The in-flight record leasing this call's committed claims, those handed out again and the
--- suppressions. Returns the three lists packed.
-local function leaseRecord(committed, again, suppressed)
+-- suppressions. Returns the three lists packed, the suppressions as triples with the parent that woke
+-- each.
+local function leaseRecord(committed, again, suppressed, wokenBy)
   if #committed + #again + #suppressed == 0 then return '', '', '' end
   local packed, all = {}, {}
   for k, list in ipairs({committed, again, suppressed}) do
@@ -300,7 +306,13 @@ local function leaseRecord(committed, again, suppressed)
   end
   redis.call('HSET', KEYS[4], record, table.concat(all, ${packSep}))
   redis.call('ZADD', KEYS[2], leased, record)
-  return packed[1], packed[2], packed[3]
+  local triples = {}
+  for i = 1, #suppressed, 2 do
+    triples[#triples+1] = suppressed[i]
+    triples[#triples+1] = suppressed[i+1]
+    triples[#triples+1] = wokenBy[(i + 1) / 2]
+  end
+  return packed[1], packed[2], table.concat(triples, ${packSep})
 end
 
 -- (4) The earliest deadline and act left in the slot (-1: none), so the scanner sleeps until then.
@@ -352,8 +364,8 @@ local function causesOf(committed, replacing, again, due, suppressed)
 end
 
 local committed, replacing, n = claimFresh()
-local due, again, suppressed, dueFull = claimDue(batch - n)
-local packed, packedAgain, packedSuppressed = leaseRecord(committed, again, suppressed)
+local due, again, suppressed, wokenBy, dueFull = claimDue(batch - n)
+local packed, packedAgain, packedSuppressed = leaseRecord(committed, again, suppressed, wokenBy)
 local nd, na = nextDue()
 local more = 0
 if n == batch or dueFull then more = 1 end
@@ -432,7 +444,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 			return res, fmt.Errorf("%w (slot %d)", err, slots[i])
 		}
 		replies[i] = r
-		claims += (len(r.committed)+len(r.again)+len(r.due)+len(r.suppressed))/2 + len(r.replacing)/3
+		claims += (len(r.committed)+len(r.again)+len(r.due))/2 + (len(r.replacing)+len(r.suppressed))/3
 	}
 	res.Claims = make([]Claim, 0, claims)
 	for i, r := range replies {

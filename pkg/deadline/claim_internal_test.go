@@ -10,7 +10,7 @@ import (
 func wellFormed() []any {
 	return []any{int64(1_763_800_030_000), int64(-1), int64(1), "a\n1806131230720001\nb\n1806131230720002", "c\n1806131230720000",
 		[]any{"d", "1806131230720001", "1763800000000:1:1:0:0:1763800000005:0:"}, []any{"e", "1763800000000:0:2:0:0:1763800000005:0:"},
-		[]any{"a", "1763800000000:1763799999000:reported:valve: stuck"}, "f\n1763800000000:1:1:0:2:1763800002000:0:"}
+		[]any{"a", "1763800000000:1763799999000:reported:valve: stuck"}, "f\n1763800000000:1:1:0:2:1763800002000:0:\nhub"}
 }
 
 func TestDecodeClaimReply(t *testing.T) {
@@ -23,7 +23,7 @@ func TestDecodeClaimReply(t *testing.T) {
 		replacing:  []string{"d", "1806131230720001", "1763800000000:1:1:0:0:1763800000005:0:"},
 		due:        []string{"e", "1763800000000:0:2:0:0:1763800000005:0:"},
 		causes:     []string{"a", "1763800000000:1763799999000:reported:valve: stuck"},
-		suppressed: []string{"f", "1763800000000:1:1:0:2:1763800002000:0:"},
+		suppressed: []string{"f", "1763800000000:1:1:0:2:1763800002000:0:", "hub"},
 	}, r)
 
 	empty, err := decodeClaimReply([]any{int64(-1), int64(-1), int64(0), "", "", []any{}, []any{}, []any{}, ""})
@@ -58,7 +58,7 @@ func TestDecodeClaimReplyRejectsMalformedReplies(t *testing.T) {
 		{"due not pairs", with(6, []any{"e"}), "deadline: claim reply: field due: want groups of 2, got 1 elements"},
 		{"due holds nil", with(6, []any{"e", nil}), "deadline: claim reply: field due[1]: want string, got nil"},
 		{"causes not pairs", with(7, []any{"a"}), "deadline: claim reply: field causes: want groups of 2, got 1 elements"},
-		{"suppressed a device without its state", with(8, "f"), "deadline: claim reply: field suppressed: want groups of 2, got 1 items"},
+		{"suppressed a device without its parent", with(8, "f\n1763800000000:1:1:0:2:1763800002000:0:"), "deadline: claim reply: field suppressed: want groups of 3, got 2 items"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

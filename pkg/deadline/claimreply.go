@@ -31,11 +31,12 @@ func (s *Store) appendClaims(ctx context.Context, claims []Claim, slot int, r cl
 			claims = append(claims, c)
 		}
 	}
-	for j := 0; j < len(r.suppressed); j += 2 {
+	for j := 0; j < len(r.suppressed); j += 3 {
 		c, err := s.suppressionClaim(ctx, slot, r.suppressed[j], r.suppressed[j+1], record)
 		if err != nil {
 			return claims, err
 		}
+		c.WokenBy = r.suppressed[j+2]
 		claims = append(claims, c)
 	}
 	for j := 0; j < len(r.replacing); j += 3 {
@@ -113,7 +114,7 @@ type claimReply struct {
 	replacing               []string // triples: device, deadlines-set score, replaced state
 	due                     []string // pairs: device, state
 	causes                  []string // pairs: device, stored cause
-	suppressed              []string // pairs: device, committed state
+	suppressed              []string // triples: device, committed state, the parent that woke it
 }
 
 // decodeClaimReply reads v, a claimScript reply as go-redis returns it.
@@ -132,7 +133,7 @@ func decodeClaimReply(v any) (claimReply, error) {
 		replacing:    r.strings(f[5], "replacing", 3),
 		due:          r.strings(f[6], "due", 2),
 		causes:       r.strings(f[7], "causes", 2),
-		suppressed:   r.packed(f[8], "suppressed", 2),
+		suppressed:   r.packed(f[8], "suppressed", 3),
 	}
 	return out, r.err
 }

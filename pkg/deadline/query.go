@@ -287,10 +287,11 @@ func (s *Store) CountByType(ctx context.Context) (online, interrupted map[string
 // is not there): the re-check that tells a recovered device from a silent one. One ZMSCORE per slot, one
 // round trip. While a doubling settles, a device's new slot is looked at too (it writes there now).
 //
-// Fresh claims are not looked up outside a doubling: the claim script took them out of the deadlines set
-// a moment ago, so the re-check would cost a round trip per batch to find almost always nothing. A signal
-// that did arrive since is not lost: the acknowledgement sees it and makes the device due at once, so
-// `recovered` follows the `interrupted` within one wake-up.
+// Fresh claims and committed suppressions are not looked up outside a doubling: the claim script took
+// the first out of the deadlines set and checked the second's a moment ago, so the re-check would cost a
+// round trip per batch to find almost always nothing. A signal that did arrive since is not lost: the
+// acknowledgement, or for a claim left as committed the signal itself, makes the device due at once, so
+// `recovered` follows within one wake-up.
 func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Time, error) {
 	out := make([]time.Time, len(claims))
 	if len(claims) == 0 {
@@ -300,7 +301,7 @@ func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Ti
 	slots := layout.Slots
 	bySlot := map[int][]int{}
 	for i, c := range claims {
-		if c.Fresh && !layout.Moving() {
+		if (c.Fresh || c.CommittedSuppression) && !layout.Moving() {
 			continue
 		}
 		bySlot[c.Slot] = append(bySlot[c.Slot], i)

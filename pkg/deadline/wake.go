@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,8 +35,8 @@ type Verdict struct {
 // WakeChildren makes the open incidents of the children of the verdicts' devices due at (only existing
 // alarm entries, only earlier), so the alarm loop looks at them again now that their parent's verdict
 // changed: a child waiting for its parent, or suppressed under a parent that recovered. A child with no
-// open incident has no alarm entry and is left alone; a waiting child of a Down parent is marked for the
-// claim to commit its `suppressed`. It reads nothing while the fleet has no parents, looks only at the
+// open incident has no alarm entry and is left alone; a child of a Down parent is marked for the claim,
+// which commits its `suppressed` if it still waits. It reads nothing while the fleet has no parents, looks only at the
 // devices named as a parent (namedOnly), bumps the verdicts counter before it wakes anyone
 // (parentViews), and reads the first page of every parent's children in the same round trip. It returns
 // how many entries moved.
@@ -77,7 +78,7 @@ func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Ti
 		for j, i := range pending {
 			page, cur := cmds[j].Val()
 			for _, kid := range page {
-				kids = append(kids, wakeUp{child: kid, parentDown: down[parents[i]]})
+				kids = append(kids, wakeUp{child: kid, parent: parents[i], parentDown: down[parents[i]]})
 			}
 			if cursors[i] = cur; cur != 0 {
 				next = append(next, i)
@@ -95,57 +96,38 @@ func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Ti
 	return woken, nil
 }
 
-// wakeUp is one child to wake, and whether its parent is down.
+// wakeUp is one child to wake, its parent, and whether the parent is down.
 type wakeUp struct {
-	child      string
-	parentDown bool
+	child, parent string
+	parentDown    bool
 }
 
-// wakeScript wakes one slot's children: each existing alarm entry later than the wake moves to it, and
-// each child of a down parent that has one is marked as woken then.
-//
-// KEYS[1] alarms  KEYS[2] woken
-// ARGV[1] the wake (ms), then pairs: device, 1 when its parent is down (else 0)
-// Reply: how many entries moved.
-var wakeScript = newScript(`
-${luaPieces}
-local at = ARGV[1]
-local kids = {}
-for i = 2, #ARGV, 2 do kids[#kids+1] = ARGV[i] end
-local scores = gather(kids, function(...) return redis.call('ZMSCORE', KEYS[1], ...) end)
-local moved, marks, n = {}, {}, tonumber(at)
-for k, m in ipairs(kids) do
-  local sc = scores[k]
-  if sc then
-    if tonumber(sc) > n then
-      moved[#moved+1] = at
-      moved[#moved+1] = m
-    end
-    -- The claim looks at the state: a mark on an incident not waiting is read and dropped there.
-    if ARGV[2 * k + 1] == '1' then
-      marks[#marks+1] = m
-      marks[#marks+1] = at
-    end
-  end
-end
-pieces(moved, 2, function(...) redis.call('ZADD', KEYS[1], ...) end)
-pieces(marks, 2, function(...) redis.call('HSET', KEYS[2], ...) end)
-return #moved / 2
-`)
+// wokenTTL bounds how long a slot's wake marks outlive its last wake: a child is claimed within
+// moments of its wake, and a mark never read (a child that had no open incident) must not stay for good.
+// A mark gone only costs its child the ordinary claim and acknowledgement.
+const wokenTTL = 10 * time.Minute
 
-// wake runs wakeScript for the children, one call per slot (and per old slot while a doubling settles).
+// wake makes the children's alarm entries due at (ZADD XX LT: only existing entries, only earlier) and
+// marks the children of down parents in their slot's woken hash (the wake's time and the parent), one pipeline for all slots (and the
+// old slot while a doubling settles).
 func (s *Store) wake(ctx context.Context, kids []wakeUp, at int64) (int64, error) {
 	l := s.layout.Load()
-	bySlot := map[int][]any{}
+	type slotWake struct {
+		due   []redis.Z
+		marks []any
+	}
+	bySlot := map[int]*slotWake{}
 	add := func(slot int, k wakeUp) {
-		if bySlot[slot] == nil {
-			bySlot[slot] = []any{at}
+		mark := strconv.FormatInt(at, 10) + packSep + k.parent // the wake and the parent whose verdict it was
+		w := bySlot[slot]
+		if w == nil {
+			w = &slotWake{}
+			bySlot[slot] = w
 		}
-		down := "0"
+		w.due = append(w.due, redis.Z{Score: float64(at), Member: k.child})
 		if k.parentDown {
-			down = "1"
+			w.marks = append(w.marks, k.child, mark)
 		}
-		bySlot[slot] = append(bySlot[slot], k.child, down)
 	}
 	for _, k := range kids {
 		add(Slot(k.child, l.Slots), k)
@@ -153,21 +135,21 @@ func (s *Store) wake(ctx context.Context, kids []wakeUp, at int64) (int64, error
 			add(old, k)
 		}
 	}
-	calls := make([]scriptCall, 0, len(bySlot))
-	for slot, args := range bySlot {
-		calls = append(calls, scriptCall{keys: []string{s.keys.Alarms(slot), s.keys.Woken(slot)}, args: args})
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, 0, len(bySlot))
+	for slot, w := range bySlot {
+		cmds = append(cmds, pipe.ZAddArgs(ctx, s.keys.Alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: w.due}))
+		if len(w.marks) > 0 {
+			pipe.HSet(ctx, s.keys.Woken(slot), w.marks...)
+			pipe.Expire(ctx, s.keys.Woken(slot), wokenTTL)
+		}
 	}
-	cmds, err := s.runAll(ctx, wakeScript, calls)
-	if err != nil {
+	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("deadline: wake children: %w", err)
 	}
 	var n int64
 	for _, c := range cmds {
-		v, err := c.Int64()
-		if err != nil {
-			return n, fmt.Errorf("deadline: wake children: %w", err)
-		}
-		n += v
+		n += c.Val()
 	}
 	return n, nil
 }
