@@ -24,8 +24,9 @@ func TestParseMatcher(t *testing.T) {
 		require.NoError(t, err, in)
 		assert.Equal(t, want, got, in)
 	}
-	m, err := ParseMatcher("labels.site=~ber.*")
+	parsed, err := ParseMatcher("labels.site=~ber.*")
 	require.NoError(t, err)
+	m := matcher{Matcher: parsed}
 	require.NoError(t, m.compile())
 	assert.True(t, m.matchesValue("berlin"))
 	assert.False(t, m.matchesValue("paris"), "a regular expression matches the whole value")
