@@ -273,6 +273,17 @@ func pick[T string | any](devices []string, idx []int) []T {
 	return out
 }
 
+// kept returns the devices whose keep is true, in order, as a command's arguments (nil for none).
+func kept[T string | any](devices []string, keep []bool) []T {
+	var out []T
+	for i, d := range devices {
+		if keep[i] {
+			out = append(out, any(d).(T))
+		}
+	}
+	return out
+}
+
 // childrenPage bounds one SSCAN of a parent's children.
 const childrenPage = 1000
 

@@ -94,13 +94,7 @@ func (s *Store) backInDeadlines(ctx context.Context, slot int, devices []string)
 	if err != nil {
 		return nil, fmt.Errorf("deadline: slot %d: devices back: %w", slot, err)
 	}
-	var out []any
-	for i, dev := range devices {
-		if back[i] {
-			out = append(out, dev)
-		}
-	}
-	return out, nil
+	return kept[any](devices, back), nil
 }
 
 // DefaultSweepEvery is how often each slot's dormant incidents are swept when SweeperOptions.Every is
