@@ -38,8 +38,8 @@ func bucket(device string) string {
 	return "{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(device))%parentBuckets)) + "}"
 }
 
-// Children is the set of the devices that named parent as theirs.
-func (k Keyspace) Children(parent string) string { return k.prefix + ":children:{" + parent + "}" }
+// children is the set of the devices that named parent as theirs.
+func (k Keyspace) children(parent string) string { return k.prefix + ":children:{" + parent + "}" }
 
 func (k Keyspace) parentsInUse() string { return k.prefix + ":parents:any" }
 
@@ -159,7 +159,7 @@ func (s *Store) writeLinks(ctx context.Context, pipe redis.Pipeliner, signals []
 // parents once per pipeline (queueInUse).
 func (s *Store) queueLink(ctx context.Context, pipe redis.Pipeliner, child, parent string) {
 	pipe.HSet(ctx, s.keys.parents(child), child, parent)
-	pipe.SAdd(ctx, s.keys.Children(parent), child)
+	pipe.SAdd(ctx, s.keys.children(parent), child)
 	pipe.SAdd(ctx, s.keys.namedParents(parent), parent)
 }
 
@@ -318,7 +318,7 @@ func (s *Store) WakeChildren(ctx context.Context, parents []string, at time.Time
 		}
 		cmds := make([]*redis.ScanCmd, len(pending))
 		for j, i := range pending {
-			cmds[j] = pipe.SScan(ctx, s.keys.Children(parents[i]), cursors[i], "", childrenPage)
+			cmds[j] = pipe.SScan(ctx, s.keys.children(parents[i]), cursors[i], "", childrenPage)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return woken, fmt.Errorf("deadline: children: %w", err)
@@ -358,7 +358,7 @@ func (s *Store) wake(ctx context.Context, devices []string, score float64) (int6
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.IntCmd, 0, len(bySlot))
 	for slot, zs := range bySlot {
-		cmds = append(cmds, pipe.ZAddArgs(ctx, s.keys.Alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: zs}))
+		cmds = append(cmds, pipe.ZAddArgs(ctx, s.keys.alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: zs}))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("deadline: wake children: %w", err)
@@ -390,7 +390,7 @@ func (s *Store) readParents(ctx context.Context, ids []string) (map[string]Paren
 		return out, nil
 	}
 	l := s.layout.Load()
-	if l.Moving() { // rare: an incident may still live in the old slot; Device looks in both
+	if l.moving() { // rare: an incident may still live in the old slot; Device looks in both
 		for _, id := range ids {
 			d, found, err := s.Device(ctx, id)
 			if err != nil {
@@ -408,7 +408,7 @@ func (s *Store) readParents(ctx context.Context, ids []string) (map[string]Paren
 	rs := make([]reads, len(ids))
 	for i, id := range ids {
 		slot := Slot(id, l.Slots)
-		rs[i] = reads{pipe.ZScore(ctx, s.keys.Deadlines(slot), id), pipe.HGet(ctx, s.keys.State(slot), id)}
+		rs[i] = reads{pipe.ZScore(ctx, s.keys.Deadlines(slot), id), pipe.HGet(ctx, s.keys.state(slot), id)}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("deadline: parents: %w", err)

@@ -19,7 +19,7 @@ func luaPattern(p string) *regexp.Regexp {
 // what they write and write what they read.
 func TestStateLuaPatternsAgreeWithEncode(t *testing.T) {
 	st := State{Deadline: 1_763_800_031_000, TypeIndex: 7, Next: 2, InterruptedAt: 1_763_800_031_005, Failures: 1, Reason: "kafka: a:b"}
-	enc := st.Encode()
+	enc := st.encode()
 
 	require.Equal(t, []string{enc[:strings.Index(enc, ":")+1], "1763800031000"}, luaPattern(stateDeadlinePattern).FindStringSubmatch(enc))
 	require.Equal(t, "7", luaPattern(stateTypePattern).FindStringSubmatch(enc)[1])
@@ -28,11 +28,11 @@ func TestStateLuaPatternsAgreeWithEncode(t *testing.T) {
 	setAcked := luaPattern(stateUnackedPattern).ReplaceAllString(enc, strings.ReplaceAll(stateSetAcked, "%1", "${1}"))
 	acked := st
 	acked.Acked = true
-	require.Equal(t, acked.Encode(), setAcked, "the gsub sets the acked flag and nothing else")
+	require.Equal(t, acked.encode(), setAcked, "the gsub sets the acked flag and nothing else")
 	require.True(t, luaPattern(stateAckedPattern).MatchString(setAcked))
 	exhausted := st
 	exhausted.Exhausted = true
-	require.False(t, luaPattern(stateAckedPattern).MatchString(exhausted.Encode()), "the exhausted flag is not the acked one")
+	require.False(t, luaPattern(stateAckedPattern).MatchString(exhausted.encode()), "the exhausted flag is not the acked one")
 }
 
 func TestStateLuaFormatsDecode(t *testing.T) {
@@ -57,17 +57,17 @@ func TestLuaString(t *testing.T) {
 
 func TestDecodeStateReadsFullAndClaimForms(t *testing.T) {
 	full := State{Deadline: 1_763_800_031_000, TypeIndex: 2, Next: 3, Acked: true, InterruptedAt: 1_763_800_031_005, Failures: 1, Reason: "kafka: a:b"}
-	got, err := decodeState(full.Encode())
+	got, err := decodeState(full.encode())
 	require.NoError(t, err)
 	require.Equal(t, full, got)
 	for _, hold := range []Hold{HoldNone, HoldParent, HoldAfterParent} {
 		held := State{Deadline: 1_763_800_031_000, Next: 1, Hold: hold, InterruptedAt: 1_763_800_031_005}
-		got, err := decodeState(held.Encode())
+		got, err := decodeState(held.encode())
 		require.NoError(t, err)
 		require.Equal(t, held, got)
 	}
 	exhausted := State{Deadline: 1_763_800_031_000, Next: 4, Exhausted: true}
-	got, err = decodeState(exhausted.Encode())
+	got, err = decodeState(exhausted.encode())
 	require.NoError(t, err)
 	require.Equal(t, exhausted, got)
 	got, err = decodeState(fmt.Sprint(1_763_800_031_000*MaxTypes + 2))
