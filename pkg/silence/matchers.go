@@ -24,10 +24,10 @@ type matcher struct {
 
 // The matcher ops.
 const (
-	OpEqual     = "="
-	OpNotEqual  = "!="
-	OpRegexp    = "=~"
-	OpNotRegexp = "!~"
+	opEqual     = "="
+	opNotEqual  = "!="
+	opRegexp    = "=~"
+	opNotRegexp = "!~"
 )
 
 // maxMatchers bounds one silence's matchers: every claim checks them.
@@ -42,8 +42,8 @@ func (m *matcher) compile() error {
 		return fmt.Errorf("matcher %q: label at most 256 bytes, value at most 1024", m.Label)
 	}
 	switch m.Op {
-	case OpEqual, OpNotEqual:
-	case OpRegexp, OpNotRegexp:
+	case opEqual, opNotEqual:
+	case opRegexp, opNotRegexp:
 		re, err := regexp.Compile("^(?:" + m.Value + ")$")
 		if err != nil {
 			return fmt.Errorf("matcher %s%s%q: %v", m.Label, m.Op, m.Value, err)
@@ -58,11 +58,11 @@ func (m *matcher) compile() error {
 // matchesValue applies m to one value.
 func (m *matcher) matchesValue(v string) bool {
 	switch m.Op {
-	case OpEqual:
+	case opEqual:
 		return v == m.Value
-	case OpNotEqual:
+	case opNotEqual:
 		return v != m.Value
-	case OpRegexp:
+	case opRegexp:
 		return m.re.MatchString(v)
 	default:
 		return !m.re.MatchString(v)
@@ -222,9 +222,9 @@ func ParseMatcher(s string) (Matcher, error) {
 	if i < 0 {
 		return Matcher{}, fmt.Errorf("matcher %q: want name op value, op one of =, !=, =~, !~", s)
 	}
-	m := Matcher{Label: strings.TrimSpace(s[:i]), Op: OpEqual}
+	m := Matcher{Label: strings.TrimSpace(s[:i]), Op: opEqual}
 	rest := s[i:]
-	for _, op := range []string{OpNotEqual, OpRegexp, OpNotRegexp, OpEqual} { // two-character ops first
+	for _, op := range []string{opNotEqual, opRegexp, opNotRegexp, opEqual} { // two-character ops first
 		if strings.HasPrefix(rest, op) {
 			m.Op, rest = op, rest[len(op):]
 			break

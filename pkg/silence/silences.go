@@ -177,8 +177,8 @@ func (s *Silences) List(ctx context.Context) ([]Silence, error) {
 	return out, nil
 }
 
-// Delete ends a silence at once, by no one in particular: End with no act.
-func (s *Silences) Delete(ctx context.Context, id string) (bool, error) {
+// delete ends a silence at once, by no one in particular: End with no act.
+func (s *Silences) delete(ctx context.Context, id string) (bool, error) {
 	return s.End(ctx, id, event.Act{})
 }
 
