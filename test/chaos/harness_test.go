@@ -287,6 +287,15 @@ func (s *scenario) keepersVia(sig signaller, share int) []string {
 	return k
 }
 
+// awaitStored waits until the daemon holds every silent device and every keeper (interrupted ones
+// count: at 10k devices storing them all may take longer than a timeout).
+func (s *scenario) awaitStored(keepers []string) {
+	s.t.Helper()
+	awaitStats(s.t, s.hb, scaled(s.n, 30*time.Second), "signals stored", func(st stats) bool {
+		return st.Devices.Online+st.Devices.Interrupted >= int64(len(s.silent)+len(keepers))
+	})
+}
+
 // finish awaits every silent device's report (within scaled(n, within)), proves with a barrier that
 // detection scanned past the fault, and reports the tally under name, with the daemon's log on failure.
 func (s *scenario) finish(name, barrier string, within time.Duration) {

@@ -68,9 +68,7 @@ func TestChaosMixedFleetStall(t *testing.T) {
 	s.meters(s.p)
 	keepers := s.keepers(2)
 	require.NoError(t, s.p.signal(s.silent, nil))
-	awaitStats(t, s.hb, scaled(s.n, 30*time.Second), "signals stored", func(st stats) bool {
-		return st.Devices.Online+st.Devices.Interrupted >= int64(len(s.silent)+len(keepers))
-	})
+	s.awaitStored(keepers)
 
 	s.hb.Signal(t, syscall.SIGSTOP)
 	time.Sleep(2 * timeout) // the stall itself

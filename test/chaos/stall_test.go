@@ -17,10 +17,7 @@ func TestChaosStall(t *testing.T) {
 	s := startScenario(t, daemonOptions{})
 	keepers := s.keepers(2)
 	require.NoError(t, s.p.signal(s.silent, nil))
-	require.True(t, poll(scaled(s.n, 30*time.Second), func() bool {
-		st, err := getStats(s.hb)
-		return err == nil && st.Devices.Online+st.Devices.Interrupted >= int64(len(s.silent)+len(keepers))
-	}), "signals not stored\n%s", s.hb.LogTail())
+	s.awaitStored(keepers)
 
 	s.hb.Signal(t, syscall.SIGSTOP)
 	time.Sleep(2 * timeout) // the stall itself
