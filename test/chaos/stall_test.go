@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,9 +18,7 @@ func TestChaosStall(t *testing.T) {
 	require.NoError(t, s.p.signal(s.silent, nil))
 	s.awaitStored(keepers)
 
-	s.hb.Signal(t, syscall.SIGSTOP)
-	time.Sleep(2 * timeout) // the stall itself
-	s.hb.Signal(t, syscall.SIGCONT)
+	freeze(t, s.hb.PID(), 2*timeout, nil) // the stall itself
 	s.finish("stall", "stall", 30*time.Second)
 	// The fault took effect: heartbeatd noticed its own stall and held detection back over it.
 	log := s.hb.Log()
