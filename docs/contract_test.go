@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 
@@ -192,10 +191,7 @@ func TestDocsNameOnlyRealEventKinds(t *testing.T) {
 			}
 		}
 	}
-	sort.Strings(unknown)
-	if len(unknown) > 0 {
-		t.Errorf("the docs name event kinds pkg/event does not have:\n%s", strings.Join(unknown, "\n"))
-	}
+	failWithAll(t, "the docs name event kinds pkg/event does not have", unknown)
 	for _, file := range []string{"events.md", "README.md"} {
 		for k := range real {
 			if !tables[file][k] {

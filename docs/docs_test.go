@@ -91,10 +91,7 @@ func TestDocsNameOnlyRegisteredMetrics(t *testing.T) {
 			}
 		}
 	}
-	sort.Strings(unknown)
-	if len(unknown) > 0 {
-		t.Errorf("the docs name metrics the code does not register:\n%s", strings.Join(unknown, "\n"))
-	}
+	failWithAll(t, "the docs name metrics the code does not register", unknown)
 }
 
 func TestMetricsPageNamesEveryMetric(t *testing.T) {
@@ -105,10 +102,7 @@ func TestMetricsPageNamesEveryMetric(t *testing.T) {
 			missing = append(missing, name)
 		}
 	}
-	sort.Strings(missing)
-	if len(missing) > 0 {
-		t.Errorf("docs/metrics.md does not describe:\n%s", strings.Join(missing, "\n"))
-	}
+	failWithAll(t, "docs/metrics.md does not describe", missing)
 }
 
 // route is one entry of the API's route table: a method and a path pattern.
@@ -175,10 +169,7 @@ func TestDocsNameOnlyServedRoutes(t *testing.T) {
 			}
 		}
 	}
-	sort.Strings(unknown)
-	if len(unknown) > 0 {
-		t.Errorf("the docs name routes the API does not serve:\n%s", strings.Join(unknown, "\n"))
-	}
+	failWithAll(t, "the docs name routes the API does not serve", unknown)
 }
 
 func TestHTTPAPIPageNamesEveryRoute(t *testing.T) {
@@ -193,9 +184,7 @@ func TestHTTPAPIPageNamesEveryRoute(t *testing.T) {
 			missing = append(missing, r.method+" "+r.pattern)
 		}
 	}
-	if len(missing) > 0 {
-		t.Errorf("docs/http-api.md does not list:\n%s", strings.Join(missing, "\n"))
-	}
+	failWithAll(t, "docs/http-api.md does not list", missing)
 }
 
 // The route matching above is what the route tests rely on: a wildcard takes one level, {id...} the rest.
@@ -217,5 +206,14 @@ func TestRouteMatching(t *testing.T) {
 		if got := c.r.matches(c.method, c.path); got != c.want {
 			t.Errorf("%s %s against %s: got %v, want %v", c.method, c.path, c.r.pattern, got, c.want)
 		}
+	}
+}
+
+// failWithAll fails t with what it is and the items, one a line, sorted; it passes when there are none.
+func failWithAll(t *testing.T, what string, items []string) {
+	t.Helper()
+	if len(items) > 0 {
+		sort.Strings(items)
+		t.Errorf("%s:\n%s", what, strings.Join(items, "\n"))
 	}
 }

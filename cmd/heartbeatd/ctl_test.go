@@ -66,6 +66,17 @@ func (f *ctlFleet) ctl(t *testing.T, env []string, args ...string) (int, string,
 	return runBinary(t, append([]string{"HEARTBEATD_URL=" + f.hb.HTTP}, env...), append([]string{"ctl"}, args...)...)
 }
 
+// importCSV imports rows (a CSV's lines after its device_id,labels header) as the admin, and returns
+// what ctl printed.
+func (f *ctlFleet) importCSV(t *testing.T, rows string) string {
+	t.Helper()
+	csv := filepath.Join(t.TempDir(), "devices.csv")
+	require.NoError(t, os.WriteFile(csv, []byte("device_id,labels\n"+rows), 0o600))
+	code, out, errOut := f.ctl(t, []string{f.adminEnv}, "import", csv)
+	require.Equal(t, 0, code, errOut)
+	return out
+}
+
 // column is where each header word starts in a table's first line; every row's cells start there too.
 func assertAligned(t *testing.T, table string) {
 	t.Helper()
@@ -90,12 +101,7 @@ func assertAligned(t *testing.T, table string) {
 // with the server's message.
 func TestCtl(t *testing.T) {
 	f := startCtlFleet(t)
-	csv := filepath.Join(t.TempDir(), "devices.csv")
-	require.NoError(t, os.WriteFile(csv, []byte("device_id,labels\nm-1,site=berlin\nm-2,site=paris\nbad id\x01,\n"), 0o600))
-
-	code, out, errOut := f.ctl(t, []string{f.adminEnv}, "import", csv)
-	require.Equal(t, 0, code, errOut)
-	assert.Contains(t, out, "imported 2, failed 1")
+	assert.Contains(t, f.importCSV(t, "m-1,site=berlin\nm-2,site=paris\nbad id\x01,\n"), "imported 2, failed 1")
 
 	// The registered devices never signal: with a 1s timeout they are interrupted a second later.
 	require.Eventually(t, func() bool {
@@ -103,7 +109,7 @@ func TestCtl(t *testing.T) {
 		var page struct{ Devices []struct{ DeviceID string } }
 		return code == 0 && json.Unmarshal([]byte(out), &page) == nil && len(page.Devices) == 2
 	}, 30*time.Second, 200*time.Millisecond)
-	code, out, errOut = f.ctl(t, []string{f.viewEnv}, "devices", "ls", "--state", "interrupted")
+	code, out, errOut := f.ctl(t, []string{f.viewEnv}, "devices", "ls", "--state", "interrupted")
 	require.Equal(t, 0, code, errOut)
 	assert.True(t, strings.HasPrefix(out, "DEVICE "), out)
 	assert.Contains(t, out, "m-1")
@@ -185,10 +191,7 @@ func TestCtl(t *testing.T) {
 // refused with a clear message.
 func TestCtlSilenceMatchersAndIntervals(t *testing.T) {
 	f := startCtlFleet(t)
-	csv := filepath.Join(t.TempDir(), "devices.csv")
-	require.NoError(t, os.WriteFile(csv, []byte("device_id,labels\nm-1,site=berlin\nm-2,site=paris\n"), 0o600))
-	code, _, errOut := f.ctl(t, []string{f.adminEnv}, "import", csv)
-	require.Equal(t, 0, code, errOut)
+	f.importCSV(t, "m-1,site=berlin\nm-2,site=paris\n")
 
 	code, out, errOut := f.ctl(t, nil, "--token-file", f.opsFile, "silence", "add", "--type", "default",
 		"--matcher", "labels.site=~ber.*", "--matcher", "device_id!=m-9", "--interval", "always", "--comment", "berlin nights")

@@ -16,10 +16,10 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// QuietType is the type of the Quiet runs' devices: the rig's timeout, quiet inside the run's interval.
-const QuietType = "night"
+// quietType is the type of the Quiet runs' devices: the rig's timeout, quiet inside the run's interval.
+const quietType = "night"
 
-// quietPolicyYAML: the rig's type, without intervals (the plain bursts), and QuietType, quiet inside
+// quietPolicyYAML: the rig's type, without intervals (the plain bursts), and quietType, quiet inside
 // "bench-quiet", both with one timeout (%[1]s); a quiet run aligns the interval's times (%[2]s) to the
 // wall clock: whole minutes, as Alertmanager's times are.
 const quietPolicyYAML = `
@@ -85,7 +85,7 @@ func (r *Rig) Burst(ctx context.Context, n int) (BurstResult, error) {
 	return r.awaitBurst(ctx, n, due)
 }
 
-// Quiet gives n devices of QuietType one deadline inside a quiet interval aligned to the wall clock:
+// Quiet gives n devices of quietType one deadline inside a quiet interval aligned to the wall clock:
 // each claim defers its device to the interval's end + timeout, where all of them fall due at once. It
 // measures how late each is detected at that moved deadline (docs/schedules.md).
 func (r *Rig) Quiet(ctx context.Context, n int) (BurstResult, error) {
@@ -99,7 +99,7 @@ func (r *Rig) Quiet(ctx context.Context, n int) (BurstResult, error) {
 	if err := r.reset(ctx); err != nil {
 		return BurstResult{}, err
 	}
-	if err := r.scheduleTyped(ctx, QuietType, n, due); err != nil {
+	if err := r.scheduleTyped(ctx, quietType, n, due); err != nil {
 		return BurstResult{}, err
 	}
 	return r.awaitBurst(ctx, n, end.Add(r.timeout()))

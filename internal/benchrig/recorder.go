@@ -30,8 +30,8 @@ type Recorder struct {
 	count map[event.Kind]int
 }
 
-// NewRecorder returns a Recorder publishing through next, with room for expected events before it grows.
-func NewRecorder(next event.Sink, expected int) *Recorder {
+// newRecorder returns a Recorder publishing through next, with room for expected events before it grows.
+func newRecorder(next event.Sink, expected int) *Recorder {
 	return &Recorder{next: next, got: make([]Published, 0, expected), count: map[event.Kind]int{}}
 }
 
@@ -83,8 +83,8 @@ func (r *Recorder) Wait(ctx context.Context, kind event.Kind, prefix string, n i
 	}
 }
 
-// Snapshot returns every event acknowledged so far.
-func (r *Recorder) Snapshot() []Published {
+// snapshot returns every event acknowledged so far.
+func (r *Recorder) snapshot() []Published {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.got
@@ -94,6 +94,6 @@ func (r *Recorder) Snapshot() []Published {
 func (r *Recorder) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// A new slice of the same room: callers may still hold the old one (Snapshot, Wait).
+	// A new slice of the same room: callers may still hold the old one (snapshot, Wait).
 	r.got, r.count = make([]Published, 0, cap(r.got)), map[event.Kind]int{}
 }

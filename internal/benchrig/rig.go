@@ -87,7 +87,7 @@ func build(rdb redis.UniversalClient, expected int, policy string) (*Rig, error)
 		r.kafka.Close()
 		return nil, err
 	}
-	r.Events = NewRecorder(r.pub, expected)
+	r.Events = newRecorder(r.pub, expected)
 	return r, nil
 }
 

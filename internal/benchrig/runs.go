@@ -101,7 +101,7 @@ func (r *Rig) Lateness(ctx context.Context, o LatenessOptions, timer Timer) (*La
 			return nil, waitErr
 		}
 		// Detection fell behind: what did arrive shows how far behind.
-		got = r.Events.Snapshot()
+		got = r.Events.snapshot()
 	}
 	for _, p := range got {
 		if p.Kind != event.Interrupted {

@@ -116,7 +116,7 @@ func (r *Rig) Storm(ctx context.Context, o StormOptions, timer Timer) (StormResu
 		return res, errors.Join(waitErr, err)
 	}
 	res.Events = map[event.Kind]int{}
-	for _, p := range r.Events.Snapshot() {
+	for _, p := range r.Events.snapshot() {
 		res.Events[p.Kind]++
 		if p.At.Before(p.Deadline) {
 			res.Early++

@@ -23,12 +23,7 @@ func devicesLs(inv *invocation, args []string) error {
 	if _, err := inv.args(fs, args, 0, "no arguments"); err != nil {
 		return err
 	}
-	c, ctx, cancel, err := inv.client()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	page, err := c.Devices(ctx, o)
+	page, err := call(inv, func(ctx context.Context, c *client.Client) (client.DeviceList, error) { return c.Devices(ctx, o) })
 	if err != nil {
 		return err
 	}
@@ -53,12 +48,7 @@ func devicesGet(inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, ctx, cancel, err := inv.client()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	d, err := c.Device(ctx, words[0])
+	d, err := call(inv, func(ctx context.Context, c *client.Client) (client.Device, error) { return c.Device(ctx, words[0]) })
 	if err != nil {
 		return err
 	}
@@ -94,12 +84,7 @@ func signalDevice(inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, ctx, cancel, err := inv.client()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	if err := c.Signal(ctx, words[0], *typ); err != nil {
+	if err := inv.request(func(ctx context.Context, c *client.Client) error { return c.Signal(ctx, words[0], *typ) }); err != nil {
 		return err
 	}
 	return inv.done(map[string]any{"device_id": words[0], "signalled": true}, "signalled "+words[0])
@@ -116,12 +101,12 @@ func act(inv *invocation, args []string, name, byHelp, wants string,
 	if err != nil {
 		return err
 	}
-	c, ctx, cancel, err := inv.client()
-	if err != nil {
+	var out map[string]any
+	var text string
+	err = inv.request(func(ctx context.Context, c *client.Client) (err error) {
+		out, text, err = do(ctx, c, words[0], a)
 		return err
-	}
-	defer cancel()
-	out, text, err := do(ctx, c, words[0], a)
+	})
 	if err != nil {
 		return err
 	}
@@ -152,15 +137,10 @@ func silenceAdd(inv *invocation, args []string) error {
 		if err != nil {
 			return fmt.Errorf("%w: silence add: --matcher: %v", errUsage, err)
 		}
-		s.Matchers = append(s.Matchers, client.Matcher{Label: m.Label, Op: m.Op, Value: m.Value})
+		s.Matchers = append(s.Matchers, m)
 	}
 	s.TimeIntervals = intervals
-	c, ctx, cancel, err := inv.client()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	created, err := c.CreateSilence(ctx, s)
+	created, err := call(inv, func(ctx context.Context, c *client.Client) (client.Silence, error) { return c.CreateSilence(ctx, s) })
 	if err != nil {
 		return err
 	}
@@ -219,12 +199,7 @@ func show[T any](inv *invocation, args []string, name string, fetch func(context
 	if _, err := inv.args(newFlagSet(name, inv.g), args, 0, "no arguments"); err != nil {
 		return err
 	}
-	c, ctx, cancel, err := inv.client()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	v, err := fetch(ctx, c)
+	v, err := call(inv, fetch)
 	if err != nil {
 		return err
 	}
@@ -271,12 +246,9 @@ func importFile(inv *invocation, args []string) error {
 	if strings.EqualFold(filepath.Ext(words[0]), ".csv") {
 		contentType = "text/csv"
 	}
-	c, ctx, cancel, err := inv.client()
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	res, err := c.Import(ctx, r, contentType)
+	res, err := call(inv, func(ctx context.Context, c *client.Client) (client.ImportResult, error) {
+		return c.Import(ctx, r, contentType)
+	})
 	if err != nil {
 		return err
 	}
@@ -285,6 +257,26 @@ func importFile(inv *invocation, args []string) error {
 		text += fmt.Sprintf("\n  line %d: %s", e.Line, e.Error)
 	}
 	return inv.done(res, text)
+}
+
+// request makes one request on a client built from the flags and environment, within the command's
+// deadline.
+func (inv *invocation) request(req func(context.Context, *client.Client) error) error {
+	c, ctx, cancel, err := inv.client()
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return req(ctx, c)
+}
+
+// call is request for a request that answers with a value.
+func call[T any](inv *invocation, req func(context.Context, *client.Client) (T, error)) (v T, err error) {
+	err = inv.request(func(ctx context.Context, c *client.Client) (err error) {
+		v, err = req(ctx, c)
+		return err
+	})
+	return v, err
 }
 
 // done prints a command's result: v as JSON with -o json, else text.

@@ -18,12 +18,12 @@ import (
 
 // The environment ctl reads when its flags are not given.
 const (
-	ServerEnv = "HEARTBEATD_URL"
-	TokenEnv  = "HEARTBEATD_TOKEN"
+	serverEnv = "HEARTBEATD_URL"
+	tokenEnv  = "HEARTBEATD_TOKEN"
 )
 
-// Usage is ctl's help text.
-const Usage = `heartbeatd ctl: operate heartbeatd from a terminal, through its HTTP API.
+// usage is ctl's help text.
+const usage = `heartbeatd ctl: operate heartbeatd from a terminal, through its HTTP API.
 
 Usage:
   heartbeatd ctl [flags] devices ls [--state online|interrupted] [--type T] [--label k=v] [--limit N] [--cursor C]
@@ -67,7 +67,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 // Run runs `heartbeatd ctl args…` and returns its exit status.
 func Run(args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	g := globals{output: "text"}
-	if v, ok := env(ServerEnv); ok && v != "" {
+	if v, ok := env(serverEnv); ok && v != "" {
 		g.server = v
 	}
 	err := run(args, env, &g, stdout)
@@ -75,10 +75,10 @@ func Run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, Usage)
+		fmt.Fprint(stdout, usage)
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "heartbeatd ctl: %v\n\n%s", err, Usage)
+		fmt.Fprintf(stderr, "heartbeatd ctl: %v\n\n%s", err, usage)
 		return 2
 	default:
 		fmt.Fprintf(stderr, "heartbeatd ctl: %v\n", err)
@@ -190,7 +190,7 @@ func (inv *invocation) client() (*client.Client, context.Context, context.Cancel
 	if server == "" {
 		server = client.DefaultServer
 	}
-	token, _ := inv.env(TokenEnv)
+	token, _ := inv.env(tokenEnv)
 	if inv.g.tokenFile != "" {
 		b, err := os.ReadFile(inv.g.tokenFile)
 		if err != nil {

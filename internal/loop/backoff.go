@@ -13,8 +13,8 @@ import (
 
 // Zero-value bounds of a Backoff.
 const (
-	DefaultMin = 10 * time.Millisecond
-	DefaultMax = time.Second
+	defaultMin = 10 * time.Millisecond
+	defaultMax = time.Second
 )
 
 // jitter returns a uniform duration in [0, n]; tests replace it.
@@ -25,7 +25,7 @@ var jitter = func(n time.Duration) time.Duration { return rand.N(n + 1) }
 // half is random so replicas that failed together do not retry together.
 func Delay(attempt int, min, max time.Duration) time.Duration {
 	if min <= 0 {
-		min = DefaultMin
+		min = defaultMin
 	}
 	if max < min {
 		max = min
@@ -40,7 +40,7 @@ func Delay(attempt int, min, max time.Duration) time.Duration {
 }
 
 // Backoff hands out the Delay of consecutive failures; Reset after a success. The zero value backs off
-// from DefaultMin to DefaultMax. Not safe for concurrent use.
+// from defaultMin to defaultMax. Not safe for concurrent use.
 type Backoff struct {
 	Min, Max time.Duration
 	attempt  int
@@ -50,7 +50,7 @@ type Backoff struct {
 func (b *Backoff) Next() time.Duration {
 	max := b.Max
 	if max <= 0 {
-		max = DefaultMax
+		max = defaultMax
 	}
 	d := Delay(b.attempt, b.Min, max)
 	if b.attempt < 62 {

@@ -47,7 +47,7 @@ func TestDelayBounds(t *testing.T) {
 	require.Equal(t, 5*time.Millisecond, Delay(0, 10*time.Millisecond, time.Second))
 	require.Equal(t, 500*time.Millisecond, Delay(1000, 10*time.Millisecond, time.Second), "a huge attempt does not overflow")
 	require.Equal(t, 50*time.Millisecond, Delay(3, 100*time.Millisecond, 20*time.Millisecond), "max below min is min")
-	require.Equal(t, DefaultMin/2, Delay(0, 0, time.Second))
+	require.Equal(t, defaultMin/2, Delay(0, 0, time.Second))
 	fixJitter(t, true)
 	require.Equal(t, 80*time.Millisecond, Delay(3, 10*time.Millisecond, time.Second))
 	require.Equal(t, time.Second, Delay(7, 10*time.Millisecond, time.Second), "capped")
@@ -67,11 +67,11 @@ func TestBackoffDoublesCapsAndResets(t *testing.T) {
 	require.Equal(t, 100*ms, b.Next())
 
 	var zero Backoff
-	require.Equal(t, DefaultMin, zero.Next())
+	require.Equal(t, defaultMin, zero.Next())
 	for range 100 {
 		zero.Next()
 	}
-	require.Equal(t, DefaultMax, zero.Next())
+	require.Equal(t, defaultMax, zero.Next())
 }
 
 func TestSleep(t *testing.T) {

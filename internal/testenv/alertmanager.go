@@ -20,9 +20,9 @@ type AlertmanagerOptions struct {
 	Config string
 }
 
-// DefaultAlertmanagerConfig routes every alert to a receiver without integrations: alerts are stored
+// defaultAlertmanagerConfig routes every alert to a receiver without integrations: alerts are stored
 // and served by the API, nothing is sent anywhere.
-const DefaultAlertmanagerConfig = `route:
+const defaultAlertmanagerConfig = `route:
   receiver: "null"
 receivers:
   - name: "null"
@@ -39,8 +39,8 @@ type Alertmanager struct {
 	*server
 }
 
-// LaunchAlertmanager is StartAlertmanager without a test (see the package comment for dir).
-func LaunchAlertmanager(ctx context.Context, dir string, opts AlertmanagerOptions) (*Alertmanager, error) {
+// launchAlertmanager is StartAlertmanager without a test (see the package comment for dir).
+func launchAlertmanager(ctx context.Context, dir string, opts AlertmanagerOptions) (*Alertmanager, error) {
 	srv, err := newServer("prometheus-alertmanager", dir, "alertmanager.log")
 	if err != nil {
 		return nil, err
@@ -48,7 +48,7 @@ func LaunchAlertmanager(ctx context.Context, dir string, opts AlertmanagerOption
 	a := &Alertmanager{server: srv}
 	conf := opts.Config
 	if conf == "" {
-		conf = DefaultAlertmanagerConfig
+		conf = defaultAlertmanagerConfig
 	}
 	confPath := filepath.Join(srv.dir, "alertmanager.yml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
@@ -171,5 +171,5 @@ func (a *Alertmanager) Alerts(ctx context.Context) ([]Alert, error) {
 // until /-/ready answers. tb.Cleanup kills it.
 func StartAlertmanager(tb testing.TB, opts ...AlertmanagerOptions) *Alertmanager {
 	tb.Helper()
-	return start(tb, LaunchAlertmanager, opts)
+	return start(tb, launchAlertmanager, opts)
 }

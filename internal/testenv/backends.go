@@ -119,7 +119,7 @@ func sharedCluster(tb testing.TB) *RedisCluster {
 	}
 	shared.startOnce.Do(func() {
 		shared.cond = sync.NewCond(&shared.mu)
-		shared.cluster, shared.err = LaunchRedisCluster(context.Background(), "", RedisClusterOptions{})
+		shared.cluster, shared.err = launchRedisCluster(context.Background(), "", RedisClusterOptions{})
 	})
 	if shared.err != nil {
 		check(tb, fmt.Errorf("testenv: shared redis cluster: %w", shared.err))

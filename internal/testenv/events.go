@@ -52,3 +52,26 @@ func (e *Events) Total() int {
 	defer e.mu.Unlock()
 	return e.total
 }
+
+// EventLog keeps the events a test's publisher took, for the test to take in turn. Safe for concurrent
+// use; the zero value is ready.
+type EventLog struct {
+	mu  sync.Mutex
+	got []event.Event
+}
+
+// Append keeps events.
+func (l *EventLog) Append(events ...event.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, events...)
+}
+
+// Take returns the events kept since the last Take.
+func (l *EventLog) Take() []event.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.got
+	l.got = nil
+	return out
+}

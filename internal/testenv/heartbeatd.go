@@ -66,7 +66,7 @@ func heartbeatdBinary() (string, error) {
 			return
 		}
 		b.dir = dir
-		b.path, b.err = BuildHeartbeatd(context.Background(), dir)
+		b.path, b.err = buildHeartbeatd(context.Background(), dir)
 	})
 	if b.err != nil {
 		return "", fmt.Errorf("testenv: %w", b.err)
@@ -74,9 +74,9 @@ func heartbeatdBinary() (string, error) {
 	return b.path, nil
 }
 
-// BuildHeartbeatd builds ./cmd/heartbeatd of the module the working directory is in into dir and returns
+// buildHeartbeatd builds ./cmd/heartbeatd of the module the working directory is in into dir and returns
 // the binary's path. It is what HeartbeatdBinary and hbbench share.
-func BuildHeartbeatd(ctx context.Context, dir string) (string, error) {
+func buildHeartbeatd(ctx context.Context, dir string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err

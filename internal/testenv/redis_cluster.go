@@ -45,9 +45,9 @@ type clusterNode struct {
 	addr          string
 }
 
-// LaunchRedisCluster is StartRedisCluster without a test (see the package comment for dir); the nodes
+// launchRedisCluster is StartRedisCluster without a test (see the package comment for dir); the nodes
 // live in subdirectories.
-func LaunchRedisCluster(ctx context.Context, dir string, opts RedisClusterOptions) (*RedisCluster, error) {
+func launchRedisCluster(ctx context.Context, dir string, opts RedisClusterOptions) (*RedisCluster, error) {
 	n := cmp.Or(opts.Masters, 3)
 	if n < 3 {
 		return nil, fmt.Errorf("testenv: a redis cluster needs at least 3 masters, not %d", n)
@@ -135,7 +135,7 @@ func (c *RedisCluster) create(ctx context.Context, cli string) error {
 	args = append(args, "--cluster-replicas", strconv.Itoa(c.replicas), "--cluster-yes")
 	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("testenv: redis-cli --cluster create: %w\n%s\n%s", err, out, c.LogTail())
+		return fmt.Errorf("testenv: redis-cli --cluster create: %w\n%s\n%s", err, out, c.logTail())
 	}
 	return nil
 }
@@ -155,7 +155,7 @@ func (c *RedisCluster) awaitOK(ctx context.Context) error {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("testenv: redis cluster not ok within %v: %w\n%s", startTimeout, last, c.LogTail())
+				return fmt.Errorf("testenv: redis cluster not ok within %v: %w\n%s", startTimeout, last, c.logTail())
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -229,7 +229,7 @@ func (c *RedisCluster) KillMasterOf(tb testing.TB, key string) {
 		}
 		select {
 		case <-ctx.Done():
-			tb.Fatalf("testenv: no replica took over from %s: %v\n%s", victim, ctx.Err(), c.LogTail())
+			tb.Fatalf("testenv: no replica took over from %s: %v\n%s", victim, ctx.Err(), c.logTail())
 		case <-time.After(pollInterval):
 		}
 	}
@@ -279,8 +279,8 @@ func (c *RedisCluster) PIDs() []int {
 	return pids
 }
 
-// LogTail is the end of every node's log, for failure messages.
-func (c *RedisCluster) LogTail() string {
+// logTail is the end of every node's log, for failure messages.
+func (c *RedisCluster) logTail() string {
 	var b strings.Builder
 	for _, n := range c.nodes {
 		b.WriteString(n.LogTail())
@@ -311,5 +311,5 @@ func (c *RedisCluster) Close() {
 // RedisBackends instead.
 func StartRedisCluster(tb testing.TB, opts ...RedisClusterOptions) *RedisCluster {
 	tb.Helper()
-	return start(tb, LaunchRedisCluster, opts)
+	return start(tb, launchRedisCluster, opts)
 }

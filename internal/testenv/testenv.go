@@ -2,8 +2,8 @@
 // mosquitto and heartbeatd processes on free loopback ports, each in its own directory, and an in-process
 // kfake Kafka cluster.
 //
-// Every server has a launcher that returns an error (LaunchRedis, LaunchMosquitto, LaunchKafka,
-// LaunchRedisCluster, LaunchHeartbeatd), for plain programs such as cmd/hbbench: the server lives in the
+// Every server but the Redis Cluster has a launcher that returns an error (LaunchRedis, LaunchMosquitto, LaunchKafka,
+// LaunchHeartbeatd), for plain programs such as cmd/hbbench: the server lives in the
 // directory it is given, or in a temporary one of its own when that is "", and the caller stops it with
 // Close. The Start functions wrap them for tests: the server lives in tb.TempDir and is stopped by
 // tb.Cleanup; the processes by their PID.

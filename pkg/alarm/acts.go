@@ -12,9 +12,9 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// DefaultActTimeout bounds the publication of one act's event: the act is already stored, so a Kafka
+// defaultActTimeout bounds the publication of one act's event: the act is already stored, so a Kafka
 // outage delays the operator's answer by at most this much.
-const DefaultActTimeout = 5 * time.Second
+const defaultActTimeout = 5 * time.Second
 
 // ActsOptions configures Acts.
 type ActsOptions struct {
@@ -23,7 +23,7 @@ type ActsOptions struct {
 	Sink       event.Sink
 	Metrics    *Metrics // events_total{kind} counts the acts Kafka took; nil = not counted
 	Registerer prometheus.Registerer
-	Timeout    time.Duration // default DefaultActTimeout
+	Timeout    time.Duration // default defaultActTimeout
 	Logger     *zap.Logger
 }
 
@@ -39,7 +39,7 @@ type Acts struct {
 // NewActs returns the publisher of act events.
 func NewActs(opts ActsOptions) *Acts {
 	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultActTimeout
+		opts.Timeout = defaultActTimeout
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)

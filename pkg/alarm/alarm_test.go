@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,9 +28,8 @@ const eventsTopic = "heartbeat.events"
 // recorder is the sink in front of the real Kafka publisher: it keeps what Kafka acknowledged, and can be
 // told to fail like an unreachable broker.
 type recorder struct {
+	testenv.EventLog
 	next event.Sink
-	mu   sync.Mutex
-	got  []event.Event
 	down atomic.Bool
 }
 
@@ -44,23 +42,14 @@ func (r *recorder) Publish(ctx context.Context, events []event.Event) []error {
 		return errs
 	}
 	errs := r.next.Publish(ctx, events)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	var acked []event.Event
 	for i, e := range events {
 		if errs[i] == nil {
-			r.got = append(r.got, e)
+			acked = append(acked, e)
 		}
 	}
+	r.Append(acked...) // at once, so a take never sees half a batch
 	return errs
-}
-
-// take returns the events published since the last take.
-func (r *recorder) take() []event.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.got
-	r.got = nil
-	return out
 }
 
 const policyYAML = `
@@ -150,7 +139,7 @@ func (f *fixture) stepWith(h *Handler, d time.Duration, watermark ...time.Time) 
 	if err := h.Handle(context.Background(), res.Claims); err != nil && !errors.Is(err, errCrashed) {
 		require.NoError(f.t, err)
 	}
-	return ids(f.sink.take())
+	return ids(f.sink.Take())
 }
 
 func ids(events []event.Event) []string {
@@ -215,13 +204,13 @@ func TestRecoveredCarriesOutageLength(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("d1", "gateway", 0)
 		f.at(5*time.Second + time.Millisecond)
-		f.sink.take()
+		f.sink.Take()
 		f.signal("d1", "", 47*time.Second)
 		f.clock.Set(f.t0.Add(47*time.Second + time.Millisecond))
 		res, err := f.store.Claim(context.Background(), testenv.AllSlots(8), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Minute, Batch: 10})
 		require.NoError(t, err)
 		require.NoError(t, f.handler.Handle(context.Background(), res.Claims))
-		evs := f.sink.take()
+		evs := f.sink.Take()
 		require.Len(t, evs, 1)
 		require.Equal(t, event.Recovered, evs[0].Kind)
 		require.EqualValues(t, 47_000, evs[0].SilentForMs, "from the last signal before the silence to the first after it")
@@ -332,7 +321,7 @@ types:
   gateway: {timeout: 5s, repeat_every: 2m, max_repeats: 0}
 `))
 		require.NoError(t, f.handler.Handle(ctx, res.Claims))
-		require.Equal(t, []string{"g interrupted 0"}, ids(f.sink.take()))
+		require.Equal(t, []string{"g interrupted 0"}, ids(f.sink.Take()))
 		d, _, err := f.store.Device(ctx, "g")
 		require.NoError(t, err)
 		require.Equal(t, f.t0.Add(2*time.Minute+5*time.Second).UnixMilli(), d.NextAct.UnixMilli(), "acknowledged with the reloaded interval")

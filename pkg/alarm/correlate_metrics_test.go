@@ -66,7 +66,7 @@ func TestOutageMetrics(t *testing.T) {
 		f.clock.Set(f.t0.Add(12 * time.Second))
 		require.NoError(t, corr.Tick(ctx)) // ends it
 		require.NoError(t, corr.Tick(ctx))
-		require.Len(t, f.sink.take(), 1, "outage_ended")
+		require.Len(t, f.sink.Take(), 1, "outage_ended")
 		got = scrape(t, reg)
 		for _, want := range []string{`heartbeatd_events_total{kind="outage_started"} 1`, `heartbeatd_events_total{kind="outage_ended"} 1`,
 			`heartbeatd_events_total{kind="recovered"} 5`, "heartbeatd_outages_open 0"} {

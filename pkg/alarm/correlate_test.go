@@ -23,7 +23,7 @@ func (f *fixture) step(d time.Duration) []event.Event {
 		deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
 	require.NoError(f.t, err)
 	require.NoError(f.t, f.handler.Handle(context.Background(), res.Claims))
-	return f.sink.take()
+	return f.sink.Take()
 }
 
 func correlatorFixture(t *testing.T, f *fixture, replica string) *correlate.Correlator {
@@ -61,7 +61,7 @@ func TestCorrelatedOutage(t *testing.T) {
 		}
 		require.NoError(t, corr.Tick(ctx))
 		require.NoError(t, corr.Tick(ctx))
-		require.Empty(t, f.sink.take(), "announced once")
+		require.Empty(t, f.sink.Take(), "announced once")
 
 		late := f.step(7*time.Second + 5*time.Millisecond)
 		require.Len(t, late, 1)
@@ -80,12 +80,12 @@ func TestCorrelatedOutage(t *testing.T) {
 		require.Len(t, f.at(40*time.Second+5*time.Millisecond), 3, "recovered")
 		f.clock.Set(f.t0.Add(41 * time.Second))
 		require.NoError(t, corr.Tick(ctx))
-		require.Empty(t, f.sink.take(), "4 of 7 members still silent: not fewer than half")
+		require.Empty(t, f.sink.Take(), "4 of 7 members still silent: not fewer than half")
 		f.signal(gws[3], "gateway", 41*time.Second)
 		require.Len(t, f.at(41*time.Second+5*time.Millisecond), 1, "recovered")
 		f.clock.Set(f.t0.Add(42 * time.Second))
 		require.NoError(t, corr.Tick(ctx))
-		ended := f.sink.take()
+		ended := f.sink.Take()
 		require.Len(t, ended, 1, "3 of 7 members still silent: fewer than half, though half of the 6 at the start")
 		require.Equal(t, event.OutageEnded, ended[0].Kind)
 		require.Equal(t, o.OutageID, ended[0].OutageID)
@@ -94,7 +94,7 @@ func TestCorrelatedOutage(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "ended", outages[0].State)
 		require.NoError(t, corr.Tick(ctx))
-		require.Empty(t, f.sink.take(), "the ended outage's interruptions do not open another")
+		require.Empty(t, f.sink.Take(), "the ended outage's interruptions do not open another")
 
 		alive := func(at time.Duration) { // the recovered ones keep signalling (timeout 5s)
 			for _, d := range gws[:4] {
@@ -145,9 +145,9 @@ func TestCorrelatedOutageEndsByAllItsMembers(t *testing.T) {
 			require.NoError(t, corr.Tick(ctx))
 		}
 		back(later[:10], 20*time.Second)
-		require.Empty(t, f.sink.take(), "10 of 20 members still silent: not fewer than half")
+		require.Empty(t, f.sink.Take(), "10 of 20 members still silent: not fewer than half")
 		back(later[10:11], 22*time.Second)
-		ended := f.sink.take()
+		ended := f.sink.Take()
 		require.Len(t, ended, 1, "9 of 20 members still silent: fewer than half, though all 5 of the start are")
 		require.Equal(t, event.OutageEnded, ended[0].Kind)
 		require.Equal(t, started[0].OutageID, ended[0].OutageID)

@@ -3,7 +3,7 @@
 // detection back while heartbeatd's own view of the fleet is incomplete, and acknowledges each claim in
 // Redis only after its events were published.
 //
-// Decide is the whole policy as a pure function; Handler is the loop around it (re-check, publish,
+// decide is the whole policy as a pure function; Handler is the loop around it (re-check, publish,
 // acknowledge); HoldBack is the tracker the HTTP API and scanners read. Silences are pkg/silence's: the
 // Handler asks a SilenceChecker.
 package alarm
@@ -18,8 +18,8 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// Input is everything Decide looks at for one claim.
-type Input struct {
+// input is everything decide looks at for one claim.
+type input struct {
 	Claim deadline.Claim
 	// Current is the device's deadline in the deadlines set now (zero when absent): later than the
 	// claim's deadline means the device signalled again since the incident began.
@@ -48,41 +48,41 @@ type Input struct {
 	Now  time.Time
 }
 
-// Reason says why Decide chose what it chose; it is logged and tested, never sent to consumers.
-type Reason string
+// reason says why decide chose what it chose; it is logged and tested, never sent to consumers.
+type reason string
 
-// The reasons Decide gives.
+// The reasons decide gives.
 const (
-	ReasonInterrupted Reason = "interrupted"  // first event of an incident
-	ReasonRepeat      Reason = "repeat"       // a re-alarm
-	ReasonExhausted   Reason = "exhausted"    // the last re-alarm; dormant until recovery
-	ReasonRecovered   Reason = "recovered"    // the device signalled again after an interruption was sent
-	ReasonQuietEnd    Reason = "quiet-end"    // it signalled again before anything was sent (silenced): no event
-	ReasonSilenced    Reason = "silenced"     // a silence covers it: act again when the silence ends
-	ReasonDormant     Reason = "dormant"      // acked or exhausted: wait for recovery
-	ReasonNotDue      Reason = "not-due"      // claimed before its repeat was due (lease, probe, reload)
-	ReasonNoRepeats   Reason = "no-repeats"   // repeat_every 0: wait for recovery
-	ReasonAckedSilent Reason = "acked-silent" // acked after interrupted: wait for recovery
-	ReasonParentWait  Reason = "parent-wait"  // the parent is silent too: wait for its verdict
-	ReasonSuppressed  Reason = "suppressed"   // the parent is down: `suppressed`, no repeats while it is
-	ReasonParentBack  Reason = "parent-back"  // the parent recovered: own verdict one timeout after it
-	ReasonOutage      Reason = "outage"       // a correlated outage covers it: no repeats while it lasts
-	ReasonFlapping    Reason = "flapping"     // flapping: no repeats until stable for a window
-	ReasonGroupWait   Reason = "group-wait"   // its group may become an outage: interrupted waits
-	ReasonQuiet       Reason = "quiet"        // inside a quiet interval of its type: deferred, or its repeats paused
-	ReasonLate        Reason = "late"         // warn_after passed: `late`, interrupted at the timeout unless it signals
-	ReasonLateHeld    Reason = "late-held"    // reported late; its interruption waits for the hold-back
+	reasonInterrupted reason = "interrupted"  // first event of an incident
+	reasonRepeat      reason = "repeat"       // a re-alarm
+	reasonExhausted   reason = "exhausted"    // the last re-alarm; dormant until recovery
+	reasonRecovered   reason = "recovered"    // the device signalled again after an interruption was sent
+	reasonQuietEnd    reason = "quiet-end"    // it signalled again before anything was sent (silenced): no event
+	reasonSilenced    reason = "silenced"     // a silence covers it: act again when the silence ends
+	reasonDormant     reason = "dormant"      // acked or exhausted: wait for recovery
+	reasonNotDue      reason = "not-due"      // claimed before its repeat was due (lease, probe, reload)
+	reasonNoRepeats   reason = "no-repeats"   // repeat_every 0: wait for recovery
+	reasonAckedSilent reason = "acked-silent" // acked after interrupted: wait for recovery
+	reasonParentWait  reason = "parent-wait"  // the parent is silent too: wait for its verdict
+	reasonSuppressed  reason = "suppressed"   // the parent is down: `suppressed`, no repeats while it is
+	reasonParentBack  reason = "parent-back"  // the parent recovered: own verdict one timeout after it
+	reasonOutage      reason = "outage"       // a correlated outage covers it: no repeats while it lasts
+	reasonFlapping    reason = "flapping"     // flapping: no repeats until stable for a window
+	reasonGroupWait   reason = "group-wait"   // its group may become an outage: interrupted waits
+	reasonQuiet       reason = "quiet"        // inside a quiet interval of its type: deferred, or its repeats paused
+	reasonLate        reason = "late"         // warn_after passed: `late`, interrupted at the timeout unless it signals
+	reasonLateHeld    reason = "late-held"    // reported late; its interruption waits for the hold-back
 )
 
-// ParentRecheck is how often a suppressed device looks at its parent again, besides being woken when
+// parentRecheck is how often a suppressed device looks at its parent again, besides being woken when
 // the parent recovers (deadline.Store.WakeChildren): the safety net for a wake-up that never came.
-const ParentRecheck = deadline.ParentRecheck
+const parentRecheck = deadline.ParentRecheck
 
-// Decision is what to publish for a claim and how to acknowledge it once published.
-type Decision struct {
+// decision is what to publish for a claim and how to acknowledge it once published.
+type decision struct {
 	Events []event.Event // in publication order; may be empty
 	Ack    deadline.Ack
-	Reason Reason
+	Reason reason
 	// Committed: the claim already stored Ack (a committed claim decided as committed), so the Handler
 	// carries it out by releasing the claim's record (deadline.Store.Settle), not by acknowledging.
 	Committed bool
@@ -90,7 +90,7 @@ type Decision struct {
 	Flaps []int64
 }
 
-// Decide applies the alarm policy to one claim.
+// decide applies the alarm policy to one claim.
 //
 //   - The re-check first: a newer deadline than the incident's means the device signalled again; if the
 //     interruption was reported, `recovered` goes out with the outage length, and the incident ends.
@@ -106,17 +106,17 @@ type Decision struct {
 // Repeats are timed from the first interruption (no drift); a repeat that comes due late (after a silence
 // or an outage) is sent once and the next one is timed from now, never as a burst.
 //
-// Decide is the one place that decides an incident's next act. The claim only carries out ahead of time
-// what Decide decides for a plain fresh incident (deadline doc.go, "commit"): `interrupted`, then the next
-// act one repeat interval away. Decision.Committed tells whether this decision is that one.
-func Decide(in Input) Decision {
-	d := decide(in)
+// decide is the one place that decides an incident's next act. The claim only carries out ahead of time
+// what decide decides for a plain fresh incident (deadline doc.go, "commit"): `interrupted`, then the next
+// act one repeat interval away. decision.Committed tells whether this decision is that one.
+func decide(in input) decision {
+	d := decideIgnoringCause(in)
 	if c := in.Claim.Cause; c != nil {
 		withCause(d.Events, in.Claim.Device, *c)
 	}
 	if in.Claim.CommittedSuppression {
 		// The claim stored `suppressed` ahead of time for a child its down parent woke (deadline wake.go).
-		d.Committed = d.Reason == ReasonSuppressed && len(d.Events) == 1
+		d.Committed = d.Reason == reasonSuppressed && len(d.Events) == 1
 	}
 	return d
 }
@@ -131,12 +131,12 @@ func withCause(events []event.Event, device string, c deadline.Cause) {
 	}
 }
 
-// decide is Decide without the incident's cause: a recovery, or the waits that hold the incident (a
+// decideIgnoringCause is decide without the incident's cause: a recovery, or the waits that hold the incident (a
 // silence, a warning, a quiet interval, its parent, its repeat schedule, a forming outage), or its
 // next report.
-func decide(in Input) Decision {
+func decideIgnoringCause(in input) decision {
 	c, st, now := in.Claim, in.Claim.State, in.Now
-	d := Decision{Ack: deadline.Ack{Device: c.Device, Slot: c.Slot, Claimed: st.Deadline, State: st}}
+	d := decision{Ack: deadline.Ack{Device: c.Device, Slot: c.Slot, Claimed: st.Deadline, State: st}}
 	d.Ack.State.Failures, d.Ack.State.Reason = 0, ""
 	if c.Replaced != nil && reported(*c.Replaced) {
 		d.Events = append(d.Events, replacedRecovered(in))
@@ -149,7 +149,7 @@ func decide(in Input) Decision {
 	d.Ack.Op = deadline.Reschedule
 	if in.SilencedUntil.After(now) {
 		d.Ack.Next = in.SilencedUntil
-		d.Reason = ReasonSilenced
+		d.Reason = reasonSilenced
 		return d
 	}
 	eventDeadline, held, warned := decideLate(&in, &d)
@@ -182,7 +182,7 @@ func decide(in Input) Decision {
 
 // replacedRecovered is the `recovered` of an earlier incident the device's new silence replaced: it
 // signalled (so it recovered) and fell silent again before the recovery went out.
-func replacedRecovered(in Input) event.Event {
+func replacedRecovered(in input) event.Event {
 	old := *in.Claim.Replaced
 	oldSeen := old.DeadlineTime().Add(-lead(&in.ReplacedPolicy))
 	if in.Seen != nil && !in.Seen.Pinned.IsZero() {
@@ -194,11 +194,11 @@ func replacedRecovered(in Input) event.Event {
 
 // decideRecovery ends an incident whose device signalled past its deadline: `recovered` when it was
 // reported, nothing when it never was (a quiet deferral that ran out, a warning not yet due).
-func decideRecovery(in Input, d *Decision) {
+func decideRecovery(in input, d *decision) {
 	c, st, pol := in.Claim, in.Claim.State, in.Policy
 	d.Ack.Op = deadline.Remove
 	if !reported(st) {
-		d.Reason = ReasonQuietEnd
+		d.Reason = reasonQuietEnd
 		return
 	}
 	lastSeen, backAt := st.DeadlineTime().Add(-lead(&pol)), in.Current.Add(-lead(&pol))
@@ -212,27 +212,27 @@ func decideRecovery(in Input, d *Decision) {
 		backAt = in.Seen.Latest
 	}
 	d.Events = append(d.Events, recovered(c.Device, c.Type, ownDeadline(&in, &st), lastSeen, backAt, in.Now))
-	d.Reason = ReasonRecovered
+	d.Reason = reasonRecovered
 }
 
 // repeatWaits holds the n-th repeat of a reported incident: dormant (exhausted, acked, no repeats),
 // not due yet, paused by a quiet interval, explained by an open outage, or flapping. held: d says so.
-func repeatWaits(in Input, st deadline.State, n int, d *Decision) (held bool) {
+func repeatWaits(in input, st deadline.State, n int, d *decision) (held bool) {
 	pol, now := in.Policy, in.Now
 	switch {
 	case st.Exhausted || st.Acked:
-		d.Ack.Dormant, d.Reason = true, ReasonDormant
+		d.Ack.Dormant, d.Reason = true, reasonDormant
 	case pol.RepeatEvery <= 0:
-		d.Ack.Dormant, d.Reason = true, ReasonNoRepeats
+		d.Ack.Dormant, d.Reason = true, reasonNoRepeats
 	default:
 		if due := repeatDue(st, pol, n); due.After(now) {
-			d.Ack.Next, d.Reason = due, ReasonNotDue
+			d.Ack.Next, d.Reason = due, reasonNotDue
 		} else if resume, paused := repeatsPaused(st, pol, n, now); paused {
-			d.Ack.Next, d.Reason = resume, ReasonQuiet
+			d.Ack.Next, d.Reason = resume, reasonQuiet
 		} else if in.OutageID != "" { // look again one interval on: the repeats resume if the outage ended
-			d.Ack.Next, d.Reason = now.Add(pol.RepeatEvery), ReasonOutage
+			d.Ack.Next, d.Reason = now.Add(pol.RepeatEvery), reasonOutage
 		} else if stable, flapping := flappingUntil(in.Flaps, pol.Flapping, now); flapping {
-			d.Ack.Next, d.Reason = stable, ReasonFlapping
+			d.Ack.Next, d.Reason = stable, reasonFlapping
 		} else {
 			return false
 		}
@@ -243,7 +243,7 @@ func repeatWaits(in Input, st deadline.State, n int, d *Decision) (held bool) {
 // report sends the incident's next word — `interrupted` (n = 0, at eventDeadline; `flapping` with it
 // when it is the type's flapping.count-th), else the n-th `alarm` (and `exhausted` at max_repeats) —
 // and schedules the act after it.
-func report(in Input, st deadline.State, n int, eventDeadline time.Time, d *Decision) {
+func report(in input, st deadline.State, n int, eventDeadline time.Time, d *decision) {
 	c, pol, now := in.Claim, in.Policy, in.Now
 	dl := ownDeadline(&in, &st) // what its later events carry
 	lastSeen := lastSignal(in)
@@ -255,7 +255,7 @@ func report(in Input, st deadline.State, n int, eventDeadline time.Time, d *Deci
 		e := event.New(event.Interrupted, c.Device, c.Type, eventDeadline, lastSeen, now, 0)
 		e.OutageID = in.OutageID
 		d.Events = append(d.Events, e)
-		d.Reason = ReasonInterrupted
+		d.Reason = reasonInterrupted
 		if f := pol.Flapping; f.Count > 0 {
 			d.Flaps = appendFlap(in.Flaps, f, now)
 			if len(recentFlaps(in.Flaps, f, now)) == f.Count-1 { // this one is the Count-th in the window
@@ -264,19 +264,19 @@ func report(in Input, st deadline.State, n int, eventDeadline time.Time, d *Deci
 		}
 	} else {
 		d.Events = append(d.Events, event.New(event.Alarm, c.Device, c.Type, dl, lastSeen, now, n))
-		d.Reason = ReasonRepeat
+		d.Reason = reasonRepeat
 	}
 	switch {
 	case pol.MaxRepeats > 0 && n >= pol.MaxRepeats:
 		d.Events = append(d.Events, event.New(event.Exhausted, c.Device, c.Type, dl, lastSeen, now, n))
 		next.Exhausted = true
 		d.Ack.Dormant = true
-		d.Reason = ReasonExhausted
+		d.Reason = reasonExhausted
 	case pol.RepeatEvery <= 0:
 		d.Ack.Dormant = true
 	case st.Acked:
 		d.Ack.Dormant = true
-		d.Reason = ReasonAckedSilent
+		d.Reason = reasonAckedSilent
 	default:
 		due := repeatDue(*next, pol, n+1)
 		if !due.After(now) {
@@ -287,11 +287,11 @@ func report(in Input, st deadline.State, n int, eventDeadline time.Time, d *Deci
 	// d.Flaps is set only with an `interrupted`: its repeats wait until it has been stable for a window.
 	if stable, flapping := flappingUntil(d.Flaps, pol.Flapping, now); flapping && !d.Ack.Dormant {
 		d.Ack.Next = stable
-		d.Reason = ReasonFlapping
+		d.Reason = reasonFlapping
 	}
 	// A claim commits with the interval in force when it claimed; a reload since makes it stale.
 	// A warned incident's state says its interruption came at its timeout, not at the claimed warning.
-	d.Committed = c.Record != "" && d.Reason == ReasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat &&
+	d.Committed = c.Record != "" && d.Reason == reasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat &&
 		pol.WarnAfter == 0
 }
 
@@ -299,7 +299,7 @@ func report(in Input, st deadline.State, n int, eventDeadline time.Time, d *Deci
 // threshold (correlation.group_wait, from when it first came due). warned: an incident of a type with
 // warn_after, due at eventDeadline, which waits from then with its state left as claimed (still late, so
 // a recovery meanwhile is reported). held: d is that decision.
-func groupWait(in Input, d *Decision, warned bool, eventDeadline time.Time) (held bool) {
+func groupWait(in input, d *decision, warned bool, eventDeadline time.Time) (held bool) {
 	st, now := in.Claim.State, in.Now
 	if in.OutageID != "" || in.GroupWait <= 0 {
 		return false
@@ -319,7 +319,7 @@ func groupWait(in Input, d *Decision, warned bool, eventDeadline time.Time) (hel
 		d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldGroup, since.UnixMilli()
 	}
 	d.Ack.Next = until
-	d.Reason = ReasonGroupWait
+	d.Reason = reasonGroupWait
 	return true
 }
 
@@ -328,7 +328,7 @@ func groupWait(in Input, d *Decision, warned bool, eventDeadline time.Time) (hel
 // the state so a deferral that ran out is judged by it (and moved again if it is quiet too). held: d is
 // that decision. Otherwise it returns the deadline the `interrupted` carries — the moved one after a
 // deferral, so at − deadline stays the detection lateness — and clears the hold from in.
-func decideQuiet(in *Input, d *Decision) (eventDeadline time.Time, held bool) {
+func decideQuiet(in *input, d *decision) (eventDeadline time.Time, held bool) {
 	st, pol := in.Claim.State, in.Policy
 	eventDeadline = ownDeadline(in, &st)
 	if st.Hold == deadline.HoldQuiet {
@@ -339,7 +339,7 @@ func decideQuiet(in *Input, d *Decision) (eventDeadline time.Time, held bool) {
 			moved := until.Add(pol.Timeout)
 			d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldQuiet, moved.UnixMilli()
 			d.Ack.Next = moved
-			d.Reason = ReasonQuiet
+			d.Reason = reasonQuiet
 			return eventDeadline, true
 		}
 	}
@@ -367,7 +367,7 @@ func repeatsPaused(st deadline.State, pol config.Policy, n int, now time.Time) (
 // decideUnderParent judges a device whose parent may explain its silence (docs/concepts.md). held: d is the
 // decision (wait, suppress, or wait for the own verdict after the parent's recovery). own: the device
 // gets its own interruption now, although one was reported under its parent before.
-func decideUnderParent(in Input, d *Decision) (held, own bool) {
+func decideUnderParent(in input, d *decision) (held, own bool) {
 	c, st, now, p, pol := in.Claim, in.Claim.State, in.Now, *in.Parent, in.Policy
 	dl := ownDeadline(&in, &st)
 	lastSeen := lastSignal(in)
@@ -383,26 +383,26 @@ func decideUnderParent(in Input, d *Decision) (held, own bool) {
 			e := event.New(event.Suppressed, c.Device, c.Type, dl, lastSeen, now, 0)
 			e.Parent = p.ID
 			d.Events = append(d.Events, e)
-			d.Ack.Next = now.Add(ParentRecheck)
-			d.Reason = ReasonSuppressed
+			d.Ack.Next = now.Add(parentRecheck)
+			d.Reason = reasonSuppressed
 			return true, false
 		case now.Before(p.Deadline.Add(in.ParentWait)):
 			d.Ack.Next = p.Deadline.Add(in.ParentWait) // or sooner: the parent's verdict wakes it
-			d.Reason = ReasonParentWait
+			d.Reason = reasonParentWait
 			return true, false
 		}
 		return false, false // waited long enough: the parent was not declared down in time
 	case st.Hold == deadline.HoldParent:
 		if p.Known && p.Down {
-			d.Ack.Next = now.Add(ParentRecheck)
-			d.Reason = ReasonSuppressed
+			d.Ack.Next = now.Add(parentRecheck)
+			d.Reason = reasonSuppressed
 			return true, false
 		}
 		// The parent is back (or gone): the device's own timeout runs from the parent's recovery.
 		if own := p.LastSignal.Add(pol.Timeout); p.Known && own.After(now) {
 			d.Ack.State.Hold = deadline.HoldAfterParent
 			d.Ack.Next = own
-			d.Reason = ReasonParentBack
+			d.Reason = reasonParentBack
 			return true, false
 		}
 		return false, true
@@ -452,7 +452,7 @@ func repeatDue(st deadline.State, pol config.Policy, n int) time.Time {
 // lastSignal is the last signal before the claimed incident: the one its cause recorded, deadline −
 // timeout (− warn_after for a type with one, whose incident starts at its warning), or for a type with
 // expected times the one recorded (pinned once the incident was claimed; the latest on its first claim).
-func lastSignal(in Input) time.Time {
+func lastSignal(in input) time.Time {
 	if c := in.Claim.Cause; c != nil {
 		return c.LastSeen // a moved deadline is no longer the last signal + timeout
 	}
@@ -478,15 +478,15 @@ func recovered(device, typ string, dl, lastSeen, backAt, now time.Time) event.Ev
 	return e
 }
 
-// Failed is how to acknowledge a claim whose events could not be published. A claim is never parked
+// failedAck is how to acknowledge a claim whose events could not be published. A claim is never parked
 // because Kafka is down, slow or short of in-sync replicas, however long that lasts: it stays leased and
-// is tried again after PublishBackoff. Only an event Kafka refused for its content (refused: retrying
+// is tried again after publishBackoff. Only an event Kafka refused for its content (refused: retrying
 // the same bytes cannot help) is parked in the dead set, once maxAttempts publications in a row were
 // refused; /v1/stats shows it and POST /v1/dead/requeue re-drives it.
 //
 // State.Failures counts the consecutive failures of one kind, so a refusal after an outage starts its
 // count afresh; the kind is kept as a mark on State.Reason.
-func Failed(c deadline.Claim, err error, refused bool, maxAttempts int, now time.Time) deadline.Ack {
+func failedAck(c deadline.Claim, err error, refused bool, maxAttempts int, now time.Time) deadline.Ack {
 	st := c.State
 	if st.Failures > 0 && strings.HasPrefix(st.Reason, refusedMark) == refused {
 		st.Failures++
@@ -506,7 +506,7 @@ func Failed(c deadline.Claim, err error, refused bool, maxAttempts int, now time
 		return a
 	}
 	a.Op = deadline.Reschedule
-	a.Next = now.Add(PublishBackoff(st.Failures))
+	a.Next = now.Add(publishBackoff(st.Failures))
 	return a
 }
 
@@ -520,9 +520,9 @@ const maxReason = 200
 // claim is tried about this often, and once Kafka is back the last claims go out within this long.
 const PublishBackoffMax = 30 * time.Second
 
-// PublishBackoff is the wait before publication attempt failures+1: 1 s doubling up to
+// publishBackoff is the wait before publication attempt failures+1: 1 s doubling up to
 // PublishBackoffMax, drawn from the upper half of that (loop.Delay), so the claims that failed together
 // during an outage do not all retry at the same instant when it ends.
-func PublishBackoff(failures int) time.Duration {
+func publishBackoff(failures int) time.Duration {
 	return loop.Delay(max(failures-1, 0), time.Second, PublishBackoffMax)
 }

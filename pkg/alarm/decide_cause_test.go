@@ -20,7 +20,7 @@ func TestDecideCarriesCause(t *testing.T) {
 	claim := deadline.Claim{Device: "pump", Type: "default", State: deadline.State{Deadline: failedAt.UnixMilli()}, Fresh: true, Cause: cause}
 
 	now := failedAt.Add(20 * time.Millisecond)
-	d := Decide(Input{Claim: claim, Policy: pol, Now: now})
+	d := decide(input{Claim: claim, Policy: pol, Now: now})
 	require.Len(t, d.Events, 1)
 	e := d.Events[0]
 	require.Equal(t, event.Interrupted, e.Kind)
@@ -32,7 +32,7 @@ func TestDecideCarriesCause(t *testing.T) {
 
 	// The repeat (here the last, so exhausted follows) keeps the cause.
 	claim.State, claim.Fresh = d.Ack.State, false
-	d = Decide(Input{Claim: claim, Policy: pol, Now: now.Add(time.Minute)})
+	d = decide(input{Claim: claim, Policy: pol, Now: now.Add(time.Minute)})
 	require.Len(t, d.Events, 2)
 	for _, e := range d.Events {
 		require.Equal(t, event.CauseReported, e.Cause, e.Kind)
@@ -41,14 +41,14 @@ func TestDecideCarriesCause(t *testing.T) {
 	// The next ordinary signal: recovered, the outage measured from the failure.
 	back := now.Add(2 * time.Minute)
 	claim.State = d.Ack.State
-	d = Decide(Input{Claim: claim, Policy: pol, Current: back.Add(pol.Timeout), Now: back})
+	d = decide(input{Claim: claim, Policy: pol, Current: back.Add(pol.Timeout), Now: back})
 	require.Len(t, d.Events, 1)
 	require.Equal(t, event.Recovered, d.Events[0].Kind)
 	require.Equal(t, failedAt, d.Events[0].LastSeen)
 	require.Equal(t, back.Sub(failedAt).Milliseconds(), d.Events[0].SilentForMs)
 
 	// Silence has no cause.
-	d = Decide(Input{Claim: deadline.Claim{Device: "pump", State: deadline.State{Deadline: failedAt.UnixMilli()}, Fresh: true}, Policy: pol, Now: now})
+	d = decide(input{Claim: deadline.Claim{Device: "pump", State: deadline.State{Deadline: failedAt.UnixMilli()}, Fresh: true}, Policy: pol, Now: now})
 	require.Empty(t, d.Events[0].Cause)
 }
 
@@ -60,7 +60,7 @@ func TestReportedFailureOfAWarnedTypeInterruptsAtOnce(t *testing.T) {
 	cause := &deadline.Cause{Kind: deadline.CauseReported, Reason: "door open", Deadline: failedAt.UnixMilli(), LastSeen: failedAt}
 	claim := deadline.Claim{Device: "fridge", Type: "default", State: deadline.State{Deadline: failedAt.UnixMilli()}, Fresh: true, Cause: cause}
 
-	d := Decide(Input{Claim: claim, Policy: pol, Now: failedAt.Add(5 * time.Millisecond)})
+	d := decide(input{Claim: claim, Policy: pol, Now: failedAt.Add(5 * time.Millisecond)})
 	require.Len(t, d.Events, 1)
 	require.Equal(t, event.Interrupted, d.Events[0].Kind)
 	require.Equal(t, event.CauseReported, d.Events[0].Cause)
@@ -68,7 +68,7 @@ func TestReportedFailureOfAWarnedTypeInterruptsAtOnce(t *testing.T) {
 
 	// Without the cause the same claim is a warning.
 	claim.Cause = nil
-	d = Decide(Input{Claim: claim, Policy: pol, Now: failedAt.Add(5 * time.Millisecond)})
+	d = decide(input{Claim: claim, Policy: pol, Now: failedAt.Add(5 * time.Millisecond)})
 	require.Len(t, d.Events, 1)
 	require.Equal(t, event.Late, d.Events[0].Kind)
 }

@@ -31,21 +31,21 @@ func TestDecideQuietDeferralChains(t *testing.T) {
 	clock := testenv.NewClock(day.Add(30 * time.Minute)) // the deadline passes at 00:30
 	claim := deadline.Claim{Device: "d", Fresh: true, State: deadline.State{Deadline: clock.Now().UnixMilli()}}
 
-	d := Decide(Input{Claim: claim, Policy: pol, Now: clock.Now()})
-	require.Equal(t, ReasonQuiet, d.Reason)
+	d := decide(input{Claim: claim, Policy: pol, Now: clock.Now()})
+	require.Equal(t, reasonQuiet, d.Reason)
 	require.Empty(t, d.Events)
 	require.Equal(t, day.Add(time.Hour+10*time.Minute), d.Ack.Next, "01:00 + timeout")
 
 	clock.Set(d.Ack.Next) // 01:10 is inside the second spell
 	claim.Fresh, claim.State = false, d.Ack.State
-	d = Decide(Input{Claim: claim, Policy: pol, Now: clock.Now()})
-	require.Equal(t, ReasonQuiet, d.Reason)
+	d = decide(input{Claim: claim, Policy: pol, Now: clock.Now()})
+	require.Equal(t, reasonQuiet, d.Reason)
 	require.Equal(t, day.Add(2*time.Hour+10*time.Minute), d.Ack.Next, "02:00 + timeout")
 
 	clock.Set(d.Ack.Next)
 	claim.State = d.Ack.State
-	d = Decide(Input{Claim: claim, Policy: pol, Now: clock.Now()})
-	require.Equal(t, ReasonInterrupted, d.Reason)
+	d = decide(input{Claim: claim, Policy: pol, Now: clock.Now()})
+	require.Equal(t, reasonInterrupted, d.Reason)
 	require.Len(t, d.Events, 1)
 	e := d.Events[0]
 	require.Equal(t, event.Interrupted, e.Kind)
@@ -59,8 +59,8 @@ func TestDecideQuietEndAcrossDST(t *testing.T) {
 	pol := quietPolicy(t, 5*time.Minute, `[{times: [{start_time: "01:00", end_time: "04:00"}], location: Europe/Berlin}]`)
 	clock := testenv.NewClock(time.Date(2026, 3, 29, 0, 30, 0, 0, time.UTC)) // 01:30 CET
 	claim := deadline.Claim{Device: "d", Fresh: true, State: deadline.State{Deadline: clock.Now().UnixMilli()}}
-	d := Decide(Input{Claim: claim, Policy: pol, Now: clock.Now()})
-	require.Equal(t, ReasonQuiet, d.Reason)
+	d := decide(input{Claim: claim, Policy: pol, Now: clock.Now()})
+	require.Equal(t, reasonQuiet, d.Reason)
 	require.Equal(t, time.Date(2026, 3, 29, 2, 5, 0, 0, time.UTC), d.Ack.Next, "04:00 CEST is 02:00 UTC, + 5m")
 }
 
@@ -69,8 +69,8 @@ func TestDecideNotQuietIsUnchanged(t *testing.T) {
 	pol := quietPolicy(t, time.Minute, `[{times: [{start_time: "00:00", end_time: "01:00"}]}]`)
 	now := time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC)
 	claim := deadline.Claim{Device: "d", Fresh: true, State: deadline.State{Deadline: now.UnixMilli()}}
-	with := Decide(Input{Claim: claim, Policy: pol, Now: now})
+	with := decide(input{Claim: claim, Policy: pol, Now: now})
 	pol.Calendar = nil
-	without := Decide(Input{Claim: claim, Policy: pol, Now: now})
+	without := decide(input{Claim: claim, Policy: pol, Now: now})
 	require.Equal(t, without, with)
 }

@@ -34,7 +34,7 @@ func TestDecide(t *testing.T) {
 		op        deadline.AckOp
 		next      time.Time
 		dormant   bool
-		reason    Reason
+		reason    reason
 		committed bool // the claim already stored this decision: no ack
 		state     func(*testing.T, deadline.State)
 	}
@@ -44,131 +44,131 @@ func TestDecide(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		in   Input
+		in   input
 		want want
 	}{{
 		name: "fresh claim: interrupted, next repeat one interval after it",
-		in:   Input{Claim: deadline.Claim{State: open(nil), Fresh: true}, Policy: pol, Now: t0.Add(10 * time.Millisecond)},
+		in:   input{Claim: deadline.Claim{State: open(nil), Fresh: true}, Policy: pol, Now: t0.Add(10 * time.Millisecond)},
 		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule,
-			next: t0.Add(10*time.Millisecond + time.Minute), reason: ReasonInterrupted,
+			next: t0.Add(10*time.Millisecond + time.Minute), reason: reasonInterrupted,
 			state: func(t *testing.T, s deadline.State) {
 				require.Equal(t, 1, s.Next)
 				require.Equal(t, t0.Add(10*time.Millisecond).UnixMilli(), s.InterruptedAt)
 			}},
 	}, {
 		name: "repeat due: alarm 1, next from the interruption, not from now",
-		in:   Input{Claim: deadline.Claim{State: open(sent(1))}, Policy: pol, Now: t0.Add(time.Minute + 50*time.Millisecond)},
+		in:   input{Claim: deadline.Claim{State: open(sent(1))}, Policy: pol, Now: t0.Add(time.Minute + 50*time.Millisecond)},
 		want: want{kinds: []event.Kind{event.Alarm}, repeats: []int{1}, op: deadline.Reschedule,
-			next: t0.Add(10*time.Millisecond + 2*time.Minute), reason: ReasonRepeat},
+			next: t0.Add(10*time.Millisecond + 2*time.Minute), reason: reasonRepeat},
 	}, {
 		name: "last repeat: alarm then exhausted, dormant",
-		in:   Input{Claim: deadline.Claim{State: open(sent(3))}, Policy: pol, Now: t0.Add(3*time.Minute + 20*time.Millisecond)},
+		in:   input{Claim: deadline.Claim{State: open(sent(3))}, Policy: pol, Now: t0.Add(3*time.Minute + 20*time.Millisecond)},
 		want: want{kinds: []event.Kind{event.Alarm, event.Exhausted}, repeats: []int{3, 3}, op: deadline.Reschedule,
-			dormant: true, reason: ReasonExhausted,
+			dormant: true, reason: reasonExhausted,
 			state: func(t *testing.T, s deadline.State) { require.True(t, s.Exhausted) }},
 	}, {
 		name: "max_repeats 0 repeats forever",
-		in: Input{Claim: deadline.Claim{State: open(sent(40))}, Policy: config.Policy{Timeout: 30 * time.Second, RepeatEvery: time.Minute},
+		in: input{Claim: deadline.Claim{State: open(sent(40))}, Policy: config.Policy{Timeout: 30 * time.Second, RepeatEvery: time.Minute},
 			Now: t0.Add(40*time.Minute + 20*time.Millisecond)},
 		want: want{kinds: []event.Kind{event.Alarm}, repeats: []int{40}, op: deadline.Reschedule,
-			next: t0.Add(41*time.Minute + 10*time.Millisecond), reason: ReasonRepeat},
+			next: t0.Add(41*time.Minute + 10*time.Millisecond), reason: reasonRepeat},
 	}, {
 		name: "repeat_every 0: interrupted then dormant",
-		in:   Input{Claim: deadline.Claim{State: open(nil), Fresh: true}, Policy: config.Policy{Timeout: 30 * time.Second}, Now: t0},
-		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, dormant: true, reason: ReasonInterrupted},
+		in:   input{Claim: deadline.Claim{State: open(nil), Fresh: true}, Policy: config.Policy{Timeout: 30 * time.Second}, Now: t0},
+		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, dormant: true, reason: reasonInterrupted},
 	}, {
 		name: "claimed before the repeat is due (lease, probe): no event, rescheduled at the due time",
-		in:   Input{Claim: deadline.Claim{State: open(sent(2))}, Policy: pol, Now: t0.Add(time.Minute + 30*time.Second)},
-		want: want{op: deadline.Reschedule, next: t0.Add(10*time.Millisecond + 2*time.Minute), reason: ReasonNotDue},
+		in:   input{Claim: deadline.Claim{State: open(sent(2))}, Policy: pol, Now: t0.Add(time.Minute + 30*time.Second)},
+		want: want{op: deadline.Reschedule, next: t0.Add(10*time.Millisecond + 2*time.Minute), reason: reasonNotDue},
 	}, {
 		name: "repeat due long ago (after a silence): sent once, next timed from now",
-		in:   Input{Claim: deadline.Claim{State: open(sent(1))}, Policy: pol, Now: t0.Add(time.Hour)},
-		want: want{kinds: []event.Kind{event.Alarm}, repeats: []int{1}, op: deadline.Reschedule, next: t0.Add(time.Hour + time.Minute), reason: ReasonRepeat},
+		in:   input{Claim: deadline.Claim{State: open(sent(1))}, Policy: pol, Now: t0.Add(time.Hour)},
+		want: want{kinds: []event.Kind{event.Alarm}, repeats: []int{1}, op: deadline.Reschedule, next: t0.Add(time.Hour + time.Minute), reason: reasonRepeat},
 	}, {
 		name: "signalled again after interrupted: recovered with the outage length, incident removed",
-		in: Input{Claim: deadline.Claim{State: open(sent(2))}, Policy: pol, Now: t0.Add(2*time.Minute + 100*time.Millisecond),
+		in: input{Claim: deadline.Claim{State: open(sent(2))}, Policy: pol, Now: t0.Add(2*time.Minute + 100*time.Millisecond),
 			Current: t0.Add(2*time.Minute + 30*time.Second)}, // signal at t0+2m
-		want: want{kinds: []event.Kind{event.Recovered}, repeats: []int{0}, op: deadline.Remove, reason: ReasonRecovered},
+		want: want{kinds: []event.Kind{event.Recovered}, repeats: []int{0}, op: deadline.Remove, reason: reasonRecovered},
 	}, {
 		name: "signalled again before anything was sent: removed quietly",
-		in:   Input{Claim: deadline.Claim{State: open(nil)}, Policy: pol, Now: t0.Add(time.Second), Current: t0.Add(20 * time.Second)},
-		want: want{op: deadline.Remove, reason: ReasonQuietEnd},
+		in:   input{Claim: deadline.Claim{State: open(nil)}, Policy: pol, Now: t0.Add(time.Second), Current: t0.Add(20 * time.Second)},
+		want: want{op: deadline.Remove, reason: reasonQuietEnd},
 	}, {
 		name: "an older score (replayed signal) is not a recovery",
-		in:   Input{Claim: deadline.Claim{State: open(nil), Fresh: true}, Policy: pol, Now: t0, Current: t0.Add(-time.Second)},
-		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, next: t0.Add(time.Minute), reason: ReasonInterrupted},
+		in:   input{Claim: deadline.Claim{State: open(nil), Fresh: true}, Policy: pol, Now: t0, Current: t0.Add(-time.Second)},
+		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, next: t0.Add(time.Minute), reason: reasonInterrupted},
 	}, {
 		name: "silenced: no event, looked at again when the silence ends, repeat count kept",
-		in:   Input{Claim: deadline.Claim{State: open(sent(1))}, Policy: pol, Now: t0.Add(time.Minute), SilencedUntil: t0.Add(2 * time.Hour)},
-		want: want{op: deadline.Reschedule, next: t0.Add(2 * time.Hour), reason: ReasonSilenced,
+		in:   input{Claim: deadline.Claim{State: open(sent(1))}, Policy: pol, Now: t0.Add(time.Minute), SilencedUntil: t0.Add(2 * time.Hour)},
+		want: want{op: deadline.Reschedule, next: t0.Add(2 * time.Hour), reason: reasonSilenced,
 			state: func(t *testing.T, s deadline.State) { require.Equal(t, 1, s.Next) }},
 	}, {
 		name: "silence ended: the still-silent device alarms",
-		in:   Input{Claim: deadline.Claim{State: open(nil), Fresh: true}, Policy: pol, Now: t0.Add(time.Hour), SilencedUntil: t0.Add(time.Hour - time.Second)},
-		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, next: t0.Add(time.Hour + time.Minute), reason: ReasonInterrupted},
+		in:   input{Claim: deadline.Claim{State: open(nil), Fresh: true}, Policy: pol, Now: t0.Add(time.Hour), SilencedUntil: t0.Add(time.Hour - time.Second)},
+		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, next: t0.Add(time.Hour + time.Minute), reason: reasonInterrupted},
 	}, {
 		name: "recovery under a silence is still reported once the interruption was",
-		in: Input{Claim: deadline.Claim{State: open(sent(1))}, Policy: pol, Now: t0.Add(time.Minute), SilencedUntil: t0.Add(time.Hour),
+		in: input{Claim: deadline.Claim{State: open(sent(1))}, Policy: pol, Now: t0.Add(time.Minute), SilencedUntil: t0.Add(time.Hour),
 			Current: t0.Add(time.Minute + 30*time.Second)},
-		want: want{kinds: []event.Kind{event.Recovered}, repeats: []int{0}, op: deadline.Remove, reason: ReasonRecovered},
+		want: want{kinds: []event.Kind{event.Recovered}, repeats: []int{0}, op: deadline.Remove, reason: reasonRecovered},
 	}, {
 		name: "acked: no more repeats",
-		in:   Input{Claim: deadline.Claim{State: open(func(s *deadline.State) { sent(1)(s); s.Acked = true })}, Policy: pol, Now: t0.Add(time.Minute)},
-		want: want{op: deadline.Reschedule, dormant: true, reason: ReasonDormant},
+		in:   input{Claim: deadline.Claim{State: open(func(s *deadline.State) { sent(1)(s); s.Acked = true })}, Policy: pol, Now: t0.Add(time.Minute)},
+		want: want{op: deadline.Reschedule, dormant: true, reason: reasonDormant},
 	}, {
 		name: "acked: recovery still reported",
-		in: Input{Claim: deadline.Claim{State: open(func(s *deadline.State) { sent(1)(s); s.Acked = true })}, Policy: pol, Now: t0.Add(time.Minute),
+		in: input{Claim: deadline.Claim{State: open(func(s *deadline.State) { sent(1)(s); s.Acked = true })}, Policy: pol, Now: t0.Add(time.Minute),
 			Current: t0.Add(time.Minute)},
-		want: want{kinds: []event.Kind{event.Recovered}, repeats: []int{0}, op: deadline.Remove, reason: ReasonRecovered},
+		want: want{kinds: []event.Kind{event.Recovered}, repeats: []int{0}, op: deadline.Remove, reason: reasonRecovered},
 	}, {
 		name: "exhausted stays dormant",
-		in:   Input{Claim: deadline.Claim{State: open(func(s *deadline.State) { sent(3)(s); s.Exhausted = true })}, Policy: pol, Now: t0.Add(time.Hour)},
-		want: want{op: deadline.Reschedule, dormant: true, reason: ReasonDormant},
+		in:   input{Claim: deadline.Claim{State: open(func(s *deadline.State) { sent(3)(s); s.Exhausted = true })}, Policy: pol, Now: t0.Add(time.Hour)},
+		want: want{op: deadline.Reschedule, dormant: true, reason: reasonDormant},
 	}, {
 		name: "new incident replacing a reported one: recovered for the old, interrupted for the new",
-		in: Input{Claim: deadline.Claim{State: open(nil), Fresh: true, Replaced: &deadline.State{Deadline: t0.Add(-time.Hour).UnixMilli(), Next: 2,
+		in: input{Claim: deadline.Claim{State: open(nil), Fresh: true, Replaced: &deadline.State{Deadline: t0.Add(-time.Hour).UnixMilli(), Next: 2,
 			InterruptedAt: t0.Add(-time.Hour).UnixMilli()}}, Policy: pol, ReplacedPolicy: pol, Now: t0},
 		want: want{kinds: []event.Kind{event.Recovered, event.Interrupted}, repeats: []int{0, 0}, op: deadline.Reschedule,
-			next: t0.Add(time.Minute), reason: ReasonInterrupted},
+			next: t0.Add(time.Minute), reason: reasonInterrupted},
 	}, {
 		name: "previous publish failures are cleared by a success",
-		in:   Input{Claim: deadline.Claim{State: open(func(s *deadline.State) { s.Failures, s.Reason = 3, "kafka down" }), Fresh: true}, Policy: pol, Now: t0},
-		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, next: t0.Add(time.Minute), reason: ReasonInterrupted,
+		in:   input{Claim: deadline.Claim{State: open(func(s *deadline.State) { s.Failures, s.Reason = 3, "kafka down" }), Fresh: true}, Policy: pol, Now: t0},
+		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, next: t0.Add(time.Minute), reason: reasonInterrupted,
 			state: func(t *testing.T, s deadline.State) { require.Zero(t, s.Failures); require.Empty(t, s.Reason) }},
 	}, {
 		name: "committed claim decided as the claim stored it: nothing to acknowledge",
-		in:   Input{Claim: committed(time.Minute), Policy: pol, Now: t0.Add(10 * time.Millisecond)},
+		in:   input{Claim: committed(time.Minute), Policy: pol, Now: t0.Add(10 * time.Millisecond)},
 		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule,
-			next: t0.Add(10*time.Millisecond + time.Minute), reason: ReasonInterrupted, committed: true},
+			next: t0.Add(10*time.Millisecond + time.Minute), reason: reasonInterrupted, committed: true},
 	}, {
 		name: "committed claim without repeats: stored dormant, nothing to acknowledge",
-		in:   Input{Claim: committed(0), Policy: config.Policy{Timeout: 30 * time.Second}, Now: t0},
+		in:   input{Claim: committed(0), Policy: config.Policy{Timeout: 30 * time.Second}, Now: t0},
 		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, dormant: true,
-			reason: ReasonInterrupted, committed: true},
+			reason: reasonInterrupted, committed: true},
 	}, {
 		name: "committed claim of an expired record, handed out again: published again, still as stored",
-		in: Input{Claim: deadline.Claim{State: open(nil), Record: "\x00claims:r:2", CommittedRepeat: time.Minute}, Policy: pol,
+		in: input{Claim: deadline.Claim{State: open(nil), Record: "\x00claims:r:2", CommittedRepeat: time.Minute}, Policy: pol,
 			Now: t0.Add(31 * time.Second)},
 		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule,
-			next: t0.Add(31*time.Second + time.Minute), reason: ReasonInterrupted, committed: true},
+			next: t0.Add(31*time.Second + time.Minute), reason: reasonInterrupted, committed: true},
 	}, {
 		name: "committed claim, interval reloaded since the claim: acknowledged with the new one",
-		in:   Input{Claim: committed(30 * time.Second), Policy: pol, Now: t0},
+		in:   input{Claim: committed(30 * time.Second), Policy: pol, Now: t0},
 		want: want{kinds: []event.Kind{event.Interrupted}, repeats: []int{0}, op: deadline.Reschedule, next: t0.Add(time.Minute),
-			reason: ReasonInterrupted},
+			reason: reasonInterrupted},
 	}, {
 		name: "committed claim under a silence: acknowledged, nothing sent",
-		in:   Input{Claim: committed(time.Minute), Policy: pol, Now: t0, SilencedUntil: t0.Add(time.Hour)},
-		want: want{op: deadline.Reschedule, next: t0.Add(time.Hour), reason: ReasonSilenced},
+		in:   input{Claim: committed(time.Minute), Policy: pol, Now: t0, SilencedUntil: t0.Add(time.Hour)},
+		want: want{op: deadline.Reschedule, next: t0.Add(time.Hour), reason: reasonSilenced},
 	}, {
 		name: "committed claim whose device signalled again: removed quietly",
-		in:   Input{Claim: committed(time.Minute), Policy: pol, Now: t0, Current: t0.Add(20 * time.Second)},
-		want: want{op: deadline.Remove, reason: ReasonQuietEnd},
+		in:   input{Claim: committed(time.Minute), Policy: pol, Now: t0, Current: t0.Add(20 * time.Second)},
+		want: want{op: deadline.Remove, reason: reasonQuietEnd},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.in.Claim.Device, tt.in.Claim.Type = "dev-42", "gateway"
-			got := Decide(tt.in)
+			got := decide(tt.in)
 			var kinds []event.Kind
 			var repeats []int
 			for _, e := range got.Events {
@@ -198,7 +198,7 @@ func TestDecide(t *testing.T) {
 func TestDecideEventFields(t *testing.T) {
 	deadlineAt := time.Date(2026, 11, 22, 10, 0, 30, 0, time.UTC)
 	now := deadlineAt.Add(12 * time.Millisecond)
-	d := Decide(Input{Claim: deadline.Claim{Device: "dev-42", Type: "gateway", State: deadline.State{Deadline: deadlineAt.UnixMilli()}, Fresh: true},
+	d := decide(input{Claim: deadline.Claim{Device: "dev-42", Type: "gateway", State: deadline.State{Deadline: deadlineAt.UnixMilli()}, Fresh: true},
 		Policy: config.Policy{Timeout: 30 * time.Second, RepeatEvery: time.Minute}, Now: now})
 	require.Len(t, d.Events, 1)
 	e := d.Events[0]
@@ -211,7 +211,7 @@ func TestDecideEventFields(t *testing.T) {
 
 	// Recovery 90 s after the last signal: silent_for_ms is the outage, not the time since.
 	st := d.Ack.State
-	r := Decide(Input{Claim: deadline.Claim{Device: "dev-42", Type: "gateway", State: st}, Current: deadlineAt.Add(90 * time.Second),
+	r := decide(input{Claim: deadline.Claim{Device: "dev-42", Type: "gateway", State: st}, Current: deadlineAt.Add(90 * time.Second),
 		Policy: config.Policy{Timeout: 30 * time.Second, RepeatEvery: time.Minute}, Now: deadlineAt.Add(200 * time.Second)})
 	require.Len(t, r.Events, 1)
 	require.Equal(t, event.Recovered, r.Events[0].Kind)
@@ -225,7 +225,7 @@ func TestFailedBacksOffThenParks(t *testing.T) {
 
 	// Kafka down, however long: backed off up to PublishBackoffMax, jittered, never parked.
 	for i := 1; i <= 50; i++ {
-		a := Failed(c, down, false, 5, now)
+		a := failedAck(c, down, false, 5, now)
 		require.Equal(t, deadline.Reschedule, a.Op, "attempt %d", i)
 		require.Equal(t, i, a.State.Failures)
 		require.Equal(t, 1, a.State.Next, "the pending repeat is kept")
@@ -238,22 +238,22 @@ func TestFailedBacksOffThenParks(t *testing.T) {
 	// Refused for its content: a count of its own, parked at the fifth refusal in a row.
 	refused := errors.New("kafka refused the event: [10] Message Size Too Large")
 	for i := 1; i < 5; i++ {
-		a := Failed(c, refused, true, 5, now)
+		a := failedAck(c, refused, true, 5, now)
 		require.Equal(t, deadline.Reschedule, a.Op)
 		require.Equal(t, i, a.State.Failures, "refusals counted from the first")
 		c.State = a.State
 	}
-	a := Failed(c, refused, true, 5, now)
+	a := failedAck(c, refused, true, 5, now)
 	require.Equal(t, deadline.Park, a.Op)
 	require.Equal(t, "refused: kafka refused the event: [10] Message Size Too Large", a.State.Reason)
 
 	// An outage between refusals starts the count of refusals again.
 	c.State.Failures = 4
-	c.State = Failed(c, down, false, 5, now).State
+	c.State = failedAck(c, down, false, 5, now).State
 	require.Equal(t, 1, c.State.Failures)
-	require.Equal(t, deadline.Reschedule, Failed(c, refused, true, 5, now).Op)
+	require.Equal(t, deadline.Reschedule, failedAck(c, refused, true, 5, now).Op)
 
-	long := Failed(c, errors.New(strings.Repeat("é", 300)), false, 5, now)
+	long := failedAck(c, errors.New(strings.Repeat("é", 300)), false, 5, now)
 	require.LessOrEqual(t, len(long.State.Reason), 200)
 	require.True(t, utf8.ValidString(long.State.Reason))
 }

@@ -37,7 +37,7 @@ type HandlerOptions struct {
 	Policies func() *config.Policies
 	Silences SilenceChecker // nil = no silences
 	// MaxPublishAttempts: a claim whose events Kafka refused this often in a row for their content is
-	// parked (default 10). Other failures are retried for as long as they last (Failed).
+	// parked (default 10). Other failures are retried for as long as they last (failedAck).
 	MaxPublishAttempts int
 	// Refused tells a publish error for an event Kafka refused for its content (too large, invalid)
 	// from one that says nothing about the event (Kafka down, slow, short of replicas); the Kafka
@@ -118,7 +118,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	}
 
 	// After the acknowledgement, so the woken children read their parent's new state. A crash before it
-	// leaves them to their bounds: the parent's deadline + parent_wait, or ParentRecheck.
+	// leaves them to their bounds: the parent's deadline + parent_wait, or parentRecheck.
 	if err := h.wakeChildren(ctx, claims, decisions, failed, ackNow); err != nil {
 		h.log.Warn("waking the children of interrupted or recovered devices failed; they look again within their bounds",
 			zap.Error(err))
@@ -136,9 +136,9 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 	return nil
 }
 
-// decideAll re-checks each claim against Redis, gathers what Decide needs (parents, outages, policies,
+// decideAll re-checks each claim against Redis, gathers what decide needs (parents, outages, policies,
 // flap history, silences) and decides every claim; the outages it opens or joins are judged last.
-func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Input, []Decision, error) {
+func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]input, []decision, error) {
 	current, err := h.opts.Store.CurrentDeadlines(ctx, claims)
 	if err != nil {
 		return nil, nil, fmt.Errorf("alarm: re-check: %w", err)
@@ -170,10 +170,10 @@ func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Inp
 	if err != nil {
 		return nil, nil, fmt.Errorf("alarm: silences: %w", err)
 	}
-	inputs := make([]Input, len(claims))
-	decisions := make([]Decision, len(claims))
+	inputs := make([]input, len(claims))
+	decisions := make([]decision, len(claims))
 	for i, c := range claims {
-		in := Input{Claim: c, Current: current[i], Now: now, Policy: pols[i]}
+		in := input{Claim: c, Current: current[i], Now: now, Policy: pols[i]}
 		in.ReplacedPolicy = in.Policy
 		if c.Replaced != nil {
 			typ, own := h.opts.Store.TypeOf(ctx, c.Replaced.TypeIndex)
@@ -183,7 +183,7 @@ func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Inp
 		in.SilencedUntil = silenced[i]
 		in.Parent, in.ParentWait, in.OutageID, in.Flaps, in.Seen = parents[i], h.opts.ParentWait, outages[i], flaps[i], seen[i]
 		inputs[i] = in
-		decisions[i] = Decide(in)
+		decisions[i] = decide(in)
 	}
 	if err := h.judgeOutages(ctx, inputs, decisions, groups, now); err != nil {
 		return nil, nil, fmt.Errorf("alarm: correlation: %w", err)
@@ -193,7 +193,7 @@ func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]Inp
 
 // publish hands every decided event to the sink as one batch. owner[j] is the claim index of events[j];
 // failed[i] is the first error of claim i's events, nil when Kafka took them all.
-func (h *Handler) publish(ctx context.Context, claims []deadline.Claim, decisions []Decision) (events []event.Event, owner []int, failed []error) {
+func (h *Handler) publish(ctx context.Context, claims []deadline.Claim, decisions []decision) (events []event.Event, owner []int, failed []error) {
 	events = make([]event.Event, 0, len(claims)) // about one per claim; an Event is large to copy on growth
 	owner = make([]int, 0, len(claims))
 	for i := range claims {
@@ -216,11 +216,11 @@ func (h *Handler) publish(ctx context.Context, claims []deadline.Claim, decision
 // acks are the acknowledgements of the claims: each decision's own, or a failed publish's (retry, or
 // park one Kafka refused too often). retried counts the claims left to retry and retryErr is the last
 // of their errors, for one log line per wake-up.
-func (h *Handler) acks(claims []deadline.Claim, decisions []Decision, failed []error, now time.Time) (acks []deadline.Ack, retried int, retryErr error) {
+func (h *Handler) acks(claims []deadline.Claim, decisions []decision, failed []error, now time.Time) (acks []deadline.Ack, retried int, retryErr error) {
 	for i, c := range claims {
 		if err := failed[i]; err != nil {
 			refused := h.opts.Refused(err)
-			a := Failed(c, err, refused, h.opts.MaxPublishAttempts, now)
+			a := failedAck(c, err, refused, h.opts.MaxPublishAttempts, now)
 			acks = append(acks, a)
 			h.opts.Metrics.PublishFailures.Inc()
 			if a.Op == deadline.Park {
@@ -233,7 +233,7 @@ func (h *Handler) acks(claims []deadline.Claim, decisions []Decision, failed []e
 			retryErr = err
 			continue
 		}
-		// Decide decided; this only carries it out. A committed decision is already stored: releasing
+		// decide decided; this only carries it out. A committed decision is already stored: releasing
 		// the claim's record acknowledges it.
 		if !decisions[i].Committed {
 			acks = append(acks, decisions[i].Ack)
@@ -244,7 +244,7 @@ func (h *Handler) acks(claims []deadline.Claim, decisions []Decision, failed []e
 
 // recordFlaps stores the interruption times of the claims whose events went out, for flapping
 // detection; a failure only costs a late flapping event, so it is logged.
-func (h *Handler) recordFlaps(ctx context.Context, claims []deadline.Claim, decisions []Decision, failed []error) {
+func (h *Handler) recordFlaps(ctx context.Context, claims []deadline.Claim, decisions []decision, failed []error) {
 	var flapUpdates []deadline.FlapUpdate
 	for i, d := range decisions {
 		if d.Flaps != nil && failed[i] == nil {
@@ -397,7 +397,7 @@ func (h *Handler) seenTimes(ctx context.Context, claims []deadline.Claim, pols [
 // seenPins keeps, for the devices with expected times, the last signal before their open incident
 // (deadline.SeenPin): pinned when an incident is first claimed, so its recovery measures the outage
 // from it after newer signals moved the latest; released when the incident ends.
-func seenPins(claims []deadline.Claim, inputs []Input, decisions []Decision, failed []error) []deadline.SeenPin {
+func seenPins(claims []deadline.Claim, inputs []input, decisions []decision, failed []error) []deadline.SeenPin {
 	var pins []deadline.SeenPin
 	for i, c := range claims {
 		seen := inputs[i].Seen
@@ -433,7 +433,7 @@ func (h *Handler) outages(ctx context.Context, claims []deadline.Claim, parents 
 // thresholds before anything is published (correlate.Correlator.Join): a member that opens or finds an
 // outage goes out carrying its id, after its outage_started (announced here first); with
 // correlation.group_wait, one whose groups may still become an outage waits for it instead.
-func (h *Handler) judgeOutages(ctx context.Context, inputs []Input, decisions []Decision, groups [][]string, now time.Time) error {
+func (h *Handler) judgeOutages(ctx context.Context, inputs []input, decisions []decision, groups [][]string, now time.Time) error {
 	corr := h.opts.Correlator
 	if corr == nil {
 		return nil
@@ -458,10 +458,10 @@ func (h *Handler) judgeOutages(ctx context.Context, inputs []Input, decisions []
 		case in.OutageID != "":
 		case ids[k] != "":
 			in.OutageID = ids[k]
-			decisions[i] = Decide(*in)
+			decisions[i] = decide(*in)
 		case wait > 0:
 			in.GroupWait = wait
-			decisions[i] = Decide(*in)
+			decisions[i] = decide(*in)
 		}
 		if inputs[i].OutageID != "" {
 			// Acknowledged in full rather than left as committed: its state then says when its interruption
@@ -474,13 +474,13 @@ func (h *Handler) judgeOutages(ctx context.Context, inputs []Input, decisions []
 }
 
 // interrupts reports whether d publishes an `interrupted`.
-func interrupts(d Decision) bool {
+func interrupts(d decision) bool {
 	return slices.ContainsFunc(d.Events, func(e event.Event) bool { return e.Kind == event.Interrupted })
 }
 
 // wakeChildren makes the children of the devices whose verdict just changed (interrupted, suppressed,
 // recovered) look at their parent again now.
-func (h *Handler) wakeChildren(ctx context.Context, claims []deadline.Claim, decisions []Decision, failed []error, now time.Time) error {
+func (h *Handler) wakeChildren(ctx context.Context, claims []deadline.Claim, decisions []decision, failed []error, now time.Time) error {
 	var changed []deadline.Verdict
 	for i, d := range decisions {
 		if failed[i] != nil {

@@ -8,9 +8,9 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// LateRecheck is how often an incident reported late whose interruption the hold-back does not allow
+// lateRecheck is how often an incident reported late whose interruption the hold-back does not allow
 // yet looks again (deadline.Claim.HeldBack).
-const LateRecheck = time.Second
+const lateRecheck = time.Second
 
 // decideLate handles the early warning of a type with warn_after (docs/events.md, `late`). Such a type's
 // incident starts at its warning, last signal + warn_after (the claim's deadline): `late` goes out once
@@ -19,12 +19,12 @@ const LateRecheck = time.Second
 //
 // held: d is the decision (`late` sent, or the interruption deferred). applies: the claim is a warned
 // incident whose interruption is due now; eventDeadline is then the deadline its `interrupted` carries,
-// and in no longer holds it, so Decide goes on as for any fresh incident. Neither: nothing to do here.
+// and in no longer holds it, so decide goes on as for any fresh incident. Neither: nothing to do here.
 //
 // A warning inside a quiet interval is not sent: the incident waits for its deadline as a quiet-moved
 // one (HoldQuiet), judged then by decideQuiet. An interruption inside one is deferred to the interval's
 // end + timeout, still HoldLate when `late` went out, so its recovery is still reported.
-func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies bool) {
+func decideLate(in *input, d *decision) (eventDeadline time.Time, held, applies bool) {
 	st := &in.Claim.State
 	wasLate := st.Hold == deadline.HoldLate && st.Next == 0
 	if !wasLate && (in.Policy.WarnAfter <= 0 || in.Claim.Cause != nil) {
@@ -38,7 +38,7 @@ func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies 
 	case wasLate:
 		if due = time.UnixMilli(st.InterruptedAt); due.After(now) { // claimed early (a lease ran out, a probe)
 			d.Ack.Next = due
-			d.Reason = ReasonNotDue
+			d.Reason = reasonNotDue
 			return time.Time{}, true, false
 		}
 	case st.Hold == deadline.HoldNone && st.Next == 0 && pol.WarnAfter > 0:
@@ -49,14 +49,14 @@ func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies 
 				// No warning in a quiet interval; the deadline is judged when it comes, as a moved one.
 				d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldQuiet, due.UnixMilli()
 				d.Ack.Next = due
-				d.Reason = ReasonQuiet
+				d.Reason = reasonQuiet
 				return time.Time{}, true, false
 			}
 			c := in.Claim
 			d.Events = append(d.Events, event.New(event.Late, c.Device, c.Type, warnAt, warnAt.Add(-pol.WarnAfter), now, 0))
 			d.Ack.State.Hold, d.Ack.State.InterruptedAt = deadline.HoldLate, due.UnixMilli()
 			d.Ack.Next = due
-			d.Reason = ReasonLate
+			d.Reason = reasonLate
 			return time.Time{}, true, false
 		}
 		// Claimed after its deadline (hold-back, a backlog): the interruption is due, a warning says nothing.
@@ -64,8 +64,8 @@ func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies 
 		return time.Time{}, false, false
 	}
 	if wasLate && in.Claim.HeldBack {
-		d.Ack.Next = now.Add(LateRecheck)
-		d.Reason = ReasonLateHeld
+		d.Ack.Next = now.Add(lateRecheck)
+		d.Reason = reasonLateHeld
 		return time.Time{}, true, false
 	}
 	if until, quiet := pol.Calendar.QuietUntil(due); quiet {
@@ -75,7 +75,7 @@ func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies 
 			d.Ack.State.Hold = deadline.HoldLate
 		}
 		d.Ack.Next = moved
-		d.Reason = ReasonQuiet
+		d.Reason = reasonQuiet
 		return time.Time{}, true, false
 	}
 	// From here an incident like any other, judged by the deadline it is interrupted at. The state to
@@ -87,7 +87,7 @@ func decideLate(in *Input, d *Decision) (eventDeadline time.Time, held, applies 
 
 // ownDeadline is incidentDeadline for the claim's own incident: one a device or its broker reported (a
 // failure, offline) carries the deadline the report set, warned type or not.
-func ownDeadline(in *Input, st *deadline.State) time.Time {
+func ownDeadline(in *input, st *deadline.State) time.Time {
 	if c := in.Claim.Cause; c != nil && c.Deadline == st.Deadline {
 		return st.DeadlineTime()
 	}

@@ -97,7 +97,7 @@ func TestChildWaitsNoLongerThanParentWait(t *testing.T) {
 				require.NotEqual(t, "hub", c.Device, "the test needs the hub in another slot")
 			}
 			require.NoError(t, f.handler.Handle(context.Background(), res.Claims))
-			out = ids(f.sink.take())
+			out = ids(f.sink.Take())
 			return out
 		}
 		require.Empty(t, leafOnly(14*time.Second))

@@ -45,7 +45,7 @@ func TestQuietDeadlineIsMovedToTheEndPlusTimeout(t *testing.T) {
 
 		f.signal("wakes", "", 1602*time.Second) // back two seconds after the interval
 		require.Empty(t, f.at(1609*time.Second))
-		f.sink.take()
+		f.sink.Take()
 		got := f.at(1610 * time.Second)
 		require.Equal(t, []string{"sleeps interrupted 0"}, got, "the silent one at end + timeout; the one back after the end never")
 		require.Empty(t, f.at(1611*time.Second), "wakes came back after the break: nothing, neither recovered nor interrupted")
@@ -115,7 +115,7 @@ func TestLabelMatcherSilenceDefersOnlyTheSelected(t *testing.T) {
 		require.NoError(t, err)
 		_, err = sil.Create(ctx, silence.Silence{Ends: f.t0.Add(time.Hour), Matchers: []silence.Matcher{{Label: "site", Op: "=~", Value: "ber.*"}}})
 		require.NoError(t, err)
-		f.sink.take() // silenced
+		f.sink.Take() // silenced
 		f.signal("ber-1", "", 0)
 		f.signal("muc-1", "", 0)
 		require.Equal(t, []string{"muc-1 interrupted 0"}, f.at(10*time.Second))

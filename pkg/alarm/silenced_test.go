@@ -46,21 +46,21 @@ func TestEndingASilenceEarlyRearmsWhatItDeferred(t *testing.T) {
 		}
 		f.signal("d1", "", 0)
 		f.signal("d2", "", 0)
-		f.sink.take() // the silenced events
+		f.sink.Take() // the silenced events
 		require.Empty(t, f.at(11*time.Second), "every device is silenced")
 
 		f.clock.Set(f.t0.Add(20 * time.Second))
 		ok, err := sil.End(ctx, gateways.ID, event.Act{By: "alice"})
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Equal(t, []string{"gateway unsilenced 0"}, ids(f.sink.take()))
+		require.Equal(t, []string{"gateway unsilenced 0"}, ids(f.sink.Take()))
 		require.Empty(t, f.at(21*time.Second), "re-armed two refreshes after the end, when every replica dropped the silence")
 		require.Equal(t, want, f.at(22*time.Second), "every gateway alarms; d1, silenced to the same instant, does not")
 
 		ok, err = sil.End(ctx, d2.ID, event.Act{})
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Equal(t, []string{"d2 unsilenced 0"}, ids(f.sink.take()))
+		require.Equal(t, []string{"d2 unsilenced 0"}, ids(f.sink.Take()))
 		require.Equal(t, []string{"d2 interrupted 0"}, f.at(24*time.Second))
 		require.Contains(t, f.at(time.Hour), "d1 interrupted 0", "d1 at its own silence's end")
 	})

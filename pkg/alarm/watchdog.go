@@ -82,17 +82,17 @@ func (w *Watchdog) tick(ctx context.Context) error {
 			return errScannerQuiet
 		}
 	}
-	if err := w.opts.Handler.PublishWatchdog(ctx, w.opts.ReplicaID, w.opts.Now()); err != nil {
+	if err := w.opts.Handler.publishWatchdog(ctx, w.opts.ReplicaID, w.opts.Now()); err != nil {
 		w.failed.Add(1)
 		return err
 	}
 	return nil
 }
 
-// PublishWatchdog publishes replica's watchdog event for the tick at through the handler's sink and,
+// publishWatchdog publishes replica's watchdog event for the tick at through the handler's sink and,
 // once Kafka acknowledged it, counts it (events_total{kind="watchdog"}) and sets
 // watchdog_last_published_timestamp_seconds.
-func (h *Handler) PublishWatchdog(ctx context.Context, replica string, at time.Time) error {
+func (h *Handler) publishWatchdog(ctx context.Context, replica string, at time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, h.opts.Timeout)
 	defer cancel()
 	if err := h.opts.Sink.Publish(ctx, []event.Event{event.NewWatchdog(replica, at)})[0]; err != nil {

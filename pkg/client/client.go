@@ -80,7 +80,8 @@ type ListOptions struct {
 	Limit                      int
 }
 
-// Silence is a maintenance window.
+// Silence is a maintenance window: devices it matches raise no events while it lasts. Detection goes on,
+// so a device still silent when the window ends alarms then. The server stores it in this shape.
 type Silence struct {
 	ID         string    `json:"id"`
 	DeviceID   string    `json:"device_id,omitempty"`
@@ -88,15 +89,21 @@ type Silence struct {
 	Starts     time.Time `json:"starts"`
 	Ends       time.Time `json:"ends"`
 	Comment    string    `json:"comment,omitempty"`
-	By         string    `json:"by,omitempty"`
-	Token      string    `json:"token,omitempty"`
-	// Matchers and TimeIntervals: a silence by labels, type, id or parent; a recurring one.
-	Matchers      []Matcher `json:"matchers,omitempty"`
-	TimeIntervals []string  `json:"time_intervals,omitempty"`
+	// By is who created the silence, when given; its silenced event carries it.
+	By string `json:"by,omitempty"`
+	// Token names the API token that created it when By names someone else (docs/access.md).
+	Token string `json:"token,omitempty"`
+	// Matchers narrow or replace DeviceID and DeviceType: a device is silenced when it matches them all.
+	Matchers []Matcher `json:"matchers,omitempty"`
+	// TimeIntervals name the configuration's time_intervals: the silence covers its devices only inside
+	// them, recurring until deleted (Ends is 9999-12-31T23:59:59Z unless given).
+	TimeIntervals []string `json:"time_intervals,omitempty"`
 }
 
-// Matcher selects devices by a registered label's name or device_id, device_type, parent; Op is =, !=,
-// =~ or !~ (docs/schedules.md#recurring-silences).
+// Matcher selects devices as Alertmanager's matchers select alerts: Label is a registered label's name
+// or one of device_id, device_type, parent; Op is =, !=, =~ or !~; a regular expression matches the whole
+// value (it is anchored, as in Alertmanager). A device without the label has the empty value
+// (docs/schedules.md#recurring-silences).
 type Matcher struct {
 	Label string `json:"label"`
 	Op    string `json:"op"`

@@ -172,8 +172,8 @@ func (p *Policies) IntervalNames() []string {
 
 // WithOwnTimeout is the policy of a device of this type registered with its own timeout (docs/concepts.md,
 // "Device registry"; 0: the type's own policy): the own timeout replaces the type's and its schedule,
-// and the type's warn_after stays only while it is shorter. pkg/deadline applies the same rule to the
-// deadlines it writes (owntimeout.go).
+// and the type's warn_after stays only while it is shorter. pkg/deadline times the deadlines it writes
+// by this method too (owntimeout.go).
 func (p Policy) WithOwnTimeout(own time.Duration) Policy {
 	if own <= 0 {
 		return p

@@ -107,8 +107,8 @@ func splitGroup(g string) event.Group {
 	return event.Group{By: by, Value: value}
 }
 
-// Groups returns a device's groups: one per correlation key it has a value for.
-func (c *Correlator) Groups(typ, parent string, labels map[string]string) []string {
+// groups returns a device's groups: one per correlation key it has a value for.
+func (c *Correlator) groups(typ, parent string, labels map[string]string) []string {
 	if c == nil {
 		return nil
 	}
@@ -152,8 +152,8 @@ func (c *Correlator) WantsParents() bool {
 	return false
 }
 
-// Labels returns the labels of devices when a group needs them (nil otherwise).
-func (c *Correlator) Labels(ctx context.Context, devices []string) ([]map[string]string, error) {
+// labels returns the labels of devices when a group needs them (nil otherwise).
+func (c *Correlator) labels(ctx context.Context, devices []string) ([]map[string]string, error) {
 	if c == nil || c.opts.Labels == nil {
 		return nil, nil
 	}
@@ -185,34 +185,6 @@ func (c *Correlator) Open(ctx context.Context, groups []string) (map[string]stri
 		}
 	}
 	return out, nil
-}
-
-// Record notes that devices were interrupted at now, each in its groups; one round trip.
-func (c *Correlator) Record(ctx context.Context, devices []string, groups [][]string, now time.Time) error {
-	if c == nil || len(devices) == 0 {
-		return nil
-	}
-	ms := float64(now.UnixMilli())
-	byGroup := map[string][]redis.Z{}
-	for i, d := range devices {
-		for _, g := range groups[i] {
-			byGroup[g] = append(byGroup[g], redis.Z{Score: ms, Member: d})
-		}
-	}
-	if len(byGroup) == 0 {
-		return nil
-	}
-	pipe := c.opts.Client.Pipeline()
-	marks := make([]redis.Z, 0, len(byGroup))
-	for g, zs := range byGroup {
-		pipe.ZAdd(ctx, c.keys.correlated(g), zs...)
-		marks = append(marks, redis.Z{Score: ms, Member: g})
-	}
-	pipe.ZAdd(ctx, c.keys.groups(), marks...)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("correlate: record interruptions: %w", err)
-	}
-	return nil
 }
 
 // Outage is one correlated outage as GET /v1/outages shows it.

@@ -31,7 +31,7 @@ func (c *Correlator) Covering(ctx context.Context, members []Member) (groups [][
 	for i, m := range members {
 		devices[i] = m.Device
 	}
-	labels, err := c.Labels(ctx, devices)
+	labels, err := c.labels(ctx, devices)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -43,7 +43,7 @@ func (c *Correlator) Covering(ctx context.Context, members []Member) (groups [][
 		if labels != nil {
 			l = labels[i]
 		}
-		groups[i] = c.Groups(m.Type, m.Parent, l)
+		groups[i] = c.groups(m.Type, m.Parent, l)
 		for _, g := range groups[i] {
 			if !seen[g] {
 				seen[g] = true

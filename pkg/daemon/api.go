@@ -58,7 +58,7 @@ type APIOptions struct {
 	QuietNow   func(now time.Time) map[string]time.Time
 	// KnownType says whether a type name is configured (registrations name only those).
 	KnownType func(typeName string) bool
-	// MaxImportBytes bounds an import's body; default MaxImportBytes.
+	// MaxImportBytes bounds an import's body; default maxImportBytes.
 	MaxImportBytes int64
 	// Token is an admin token named config.AdminTokenName, besides Tokens (tests set it alone).
 	Token string
@@ -70,7 +70,7 @@ type APIOptions struct {
 	Registerer  prometheus.Registerer
 	MaxBodySize int64
 	// TypeCountsTTL is how long per-type counts (/v1/stats?by_type=true) are served from memory before
-	// the next request scans the fleet again; default DefaultTypeCountsTTL.
+	// the next request scans the fleet again; default defaultTypeCountsTTL.
 	TypeCountsTTL time.Duration
 	// Outages lists the correlated outages (nil: correlation is off, the listing is empty).
 	Outages *correlate.Correlator
@@ -85,13 +85,13 @@ type APIOptions struct {
 	Advice func() ingest.TimeoutAdvice
 	// Signals takes the signals posted over HTTP (signals.go); nil: the signal routes answer 503.
 	Signals *ingest.Chain
-	// SignalWait bounds a signal request's wait for Redis; default DefaultSignalWait.
+	// SignalWait bounds a signal request's wait for Redis; default defaultSignalWait.
 	SignalWait time.Duration
 }
 
-// DefaultTypeCountsTTL: per-type counts scan every device, so they are at most this stale and cost at
+// defaultTypeCountsTTL: per-type counts scan every device, so they are at most this stale and cost at
 // most one scan per this long, however many callers ask.
-const DefaultTypeCountsTTL = 5 * time.Second
+const defaultTypeCountsTTL = 5 * time.Second
 
 // typeCountsTimeout bounds one scan; it runs on past the request that started it, for the others waiting.
 const typeCountsTimeout = 50 * time.Second
@@ -115,19 +115,19 @@ func NewAPI(opts APIOptions) http.Handler {
 		opts.MaxBodySize = config.DefaultMaxBodyBytes
 	}
 	if opts.MaxImportBytes <= 0 {
-		opts.MaxImportBytes = MaxImportBytes
+		opts.MaxImportBytes = maxImportBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.TypeCountsTTL <= 0 {
-		opts.TypeCountsTTL = DefaultTypeCountsTTL
+		opts.TypeCountsTTL = defaultTypeCountsTTL
 	}
 	if opts.Stream == nil {
-		opts.Stream = NewEventStream(StreamOptions{})
+		opts.Stream = newEventStream(StreamOptions{})
 	}
 	if opts.SignalWait <= 0 {
-		opts.SignalWait = DefaultSignalWait
+		opts.SignalWait = defaultSignalWait
 	}
 	if opts.Token != "" {
 		admin := config.HTTP{Token: opts.Token}.AccessTokens()
@@ -243,7 +243,7 @@ func (a *api) internal(w http.ResponseWriter, err error) {
 // the dependencies nothing, and their answer names what is not ready but shows the reason (addresses,
 // broker errors) only to a caller the API would admit.
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
-	rd, checked := a.Health.Current()
+	rd, checked := a.Health.current()
 	if !checked {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
 		return

@@ -97,8 +97,8 @@ func TestReadyzStormCostsDependenciesNothing(t *testing.T) {
 	pings, kreqs := commandCalls(t, f.rdb, "ping"), kafkaRequests.Load()
 	stop := f.health.Start(context.Background())
 	defer stop()
-	rd, _ := f.health.Current()
-	require.True(t, rd.Ready(), "%v", rd.Checks)
+	rd, _ := f.health.current()
+	require.True(t, rd.ready(), "%v", rd.Checks)
 	require.Equal(t, pings+1, commandCalls(t, f.rdb, "ping"), "a round pings Redis once")
 	require.Greater(t, kafkaRequests.Load(), kreqs, "a round talks to Kafka")
 	pings, kreqs = commandCalls(t, f.rdb, "ping"), kafkaRequests.Load()
@@ -110,7 +110,7 @@ func TestReadyzStormCostsDependenciesNothing(t *testing.T) {
 
 	kafka.Stop()
 	f.health.refresh(context.Background())
-	rd, _ = f.health.Current()
+	rd, _ = f.health.current()
 	require.Error(t, rd.Checks["events"])
 	kafkaAddr := kafka.Addrs[0]
 	require.Contains(t, rd.Checks["events"].Error(), strings.Split(kafkaAddr, ":")[1], "the reason names the broker")
@@ -132,7 +132,7 @@ func TestReadyzStormCostsDependenciesNothing(t *testing.T) {
 
 // TestReadyzBeforeTheFirstCheck: until the first round ends, /readyz is 503 without running one.
 func TestReadyzBeforeTheFirstCheck(t *testing.T) {
-	h := NewHealth(func(context.Context) map[string]error { panic("a probe must not run a check") }, HealthOptions{})
+	h := newHealth(func(context.Context) map[string]error { panic("a probe must not run a check") }, HealthOptions{})
 	srv := NewAPI(APIOptions{Health: h, HoldBack: func() holdback.Status { return holdback.Status{} }})
 	rec := httptest.NewRecorder()
 	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
@@ -167,7 +167,7 @@ func TestStatsByTypeIsSharedAndCached(t *testing.T) {
 	require.Equal(t, 10.0, body["by_type"].(map[string]any)["online"].(map[string]any)["gateway"], "served from memory within the TTL")
 	require.Equal(t, before+perCount, scans())
 
-	f.now = f.now.Add(DefaultTypeCountsTTL)
+	f.now = f.now.Add(defaultTypeCountsTTL)
 	_, body = f.call(t, "GET", "/v1/stats?by_type=true", "", "")
 	require.Equal(t, 11.0, body["by_type"].(map[string]any)["online"].(map[string]any)["gateway"], "counted again after the TTL")
 	require.Greater(t, scans(), before+perCount)

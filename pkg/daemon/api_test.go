@@ -59,7 +59,7 @@ func newAPIFixture(t testing.TB, token string, tokens ...config.AccessToken) *ap
 	f.silences = silence.New(rdb, silence.Options{Now: func() time.Time { return f.now }})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "heartbeatd_test_total", Help: "x"}))
-	f.health = NewHealth(func(ctx context.Context) map[string]error {
+	f.health = newHealth(func(ctx context.Context) map[string]error {
 		if f.check != nil {
 			return f.check(ctx)
 		}

@@ -138,7 +138,7 @@ func (d *daemon) buildServer(reg *prometheus.Registry, acts *alarm.Acts) error {
 	if err != nil {
 		return fmt.Errorf("http.listen: %w", err)
 	}
-	d.health = NewHealth(d.ready, HealthOptions{Logger: log})
+	d.health = newHealth(d.ready, HealthOptions{Logger: log})
 	d.eviction = newEvictionGuard(d.rdb, log)
 	d.registerMetrics(reg)
 	d.server = &http.Server{

@@ -40,7 +40,7 @@ func TestEvictionPolicyNote(t *testing.T) {
 	setPolicy("allkeys-lru")
 	require.Len(t, logs.FilterMessage("Redis may evict deadlines").All(), 1, "warned once, not at every check")
 
-	health := NewHealth(func(context.Context) map[string]error { return map[string]error{"redis": nil} }, HealthOptions{Interval: time.Hour})
+	health := newHealth(func(context.Context) map[string]error { return map[string]error{"redis": nil} }, HealthOptions{Interval: time.Hour})
 	health.refresh(ctx)
 	srv := httptest.NewServer(NewAPI(APIOptions{Health: health, Notes: g.notes, Token: "tok",
 		HoldBack: func() holdback.Status { return holdback.Status{} }}))

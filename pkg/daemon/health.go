@@ -12,10 +12,10 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 )
 
-// DefaultHealthInterval is how often the readiness checks run. It bounds how stale /readyz is, and the
+// defaultHealthInterval is how often the readiness checks run. It bounds how stale /readyz is, and the
 // load its checks put on Redis and Kafka (one ping, one broker dial with TLS and SASL) however often it
 // is asked.
-const DefaultHealthInterval = 2 * time.Second
+const defaultHealthInterval = 2 * time.Second
 
 var errStopping = errors.New("shutting down")
 
@@ -26,8 +26,8 @@ type Readiness struct {
 	At     time.Time
 }
 
-// Ready reports whether every check passed.
-func (r Readiness) Ready() bool {
+// ready reports whether every check passed.
+func (r Readiness) ready() bool {
 	for _, err := range r.Checks {
 		if err != nil {
 			return false
@@ -36,9 +36,9 @@ func (r Readiness) Ready() bool {
 	return true
 }
 
-// HealthOptions configures NewHealth.
+// HealthOptions configures newHealth.
 type HealthOptions struct {
-	Interval time.Duration // between rounds; default DefaultHealthInterval
+	Interval time.Duration // between rounds; default defaultHealthInterval
 	Timeout  time.Duration // bound on one round; default Interval
 	Logger   *zap.Logger
 }
@@ -52,10 +52,10 @@ type Health struct {
 	last  atomic.Pointer[Readiness]
 }
 
-// NewHealth returns a Health running check; Start runs it.
-func NewHealth(check func(ctx context.Context) map[string]error, opts HealthOptions) *Health {
+// newHealth returns a Health running check; Start runs it.
+func newHealth(check func(ctx context.Context) map[string]error, opts HealthOptions) *Health {
 	if opts.Interval <= 0 {
-		opts.Interval = DefaultHealthInterval
+		opts.Interval = defaultHealthInterval
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = opts.Interval
@@ -66,8 +66,8 @@ func NewHealth(check func(ctx context.Context) map[string]error, opts HealthOpti
 	return &Health{check: check, opts: opts, log: opts.Logger.With(zap.String("component", "health"))}
 }
 
-// Current is the last round of checks; false before the first one finished.
-func (h *Health) Current() (Readiness, bool) {
+// current is the last round of checks; false before the first one finished.
+func (h *Health) current() (Readiness, bool) {
 	r := h.last.Load()
 	if r == nil {
 		return Readiness{}, false

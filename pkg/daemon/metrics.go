@@ -38,7 +38,7 @@ type readyCollector struct{ health *Health }
 func (c readyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- readyDesc }
 
 func (c readyCollector) Collect(ch chan<- prometheus.Metric) {
-	rd, ok := c.health.Current()
+	rd, ok := c.health.current()
 	if !ok {
 		return
 	}

@@ -279,7 +279,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	silences := &fullSilences{Silences: f.silences}
 	reloads := 0
 	var redisErr error
-	health := NewHealth(func(context.Context) map[string]error {
+	health := newHealth(func(context.Context) map[string]error {
 		return map[string]error{"redis": redisErr, "events": nil, "clock": nil, "mqtt": nil}
 	}, HealthOptions{Interval: time.Hour})
 	health.refresh(ctx)
@@ -298,7 +298,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		OwnedSlots: func() []int { return []int{0, 1, 2, 3} },
 		Timeout:    func(string) time.Duration { return time.Minute }, Token: token, Gatherer: prometheus.NewRegistry(),
 		MaxBodySize: 1024, Now: func() time.Time { return f.now }, KnownType: func(n string) bool { return n == "gateway" || n == "default" },
-		MaxImportBytes: 4096, Stream: NewEventStream(StreamOptions{MaxClients: 1}),
+		MaxImportBytes: 4096, Stream: newEventStream(StreamOptions{MaxClients: 1}),
 		Tokens: []config.AccessToken{{Name: "viewer", Role: config.RoleRead, Scope: config.Scope{Label: "site", Value: "x"},
 			Digest: sha256.Sum256([]byte(scopedViewer))},
 			{Name: "meters", Role: config.RoleSignal, Scope: config.Scope{Type: "meter"}, Digest: sha256.Sum256([]byte(scopedSignaller))}},
@@ -314,7 +314,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	srv := httptest.NewServer(NewAPI(opts))
 	t.Cleanup(srv.Close)
 	startingOpts := opts
-	startingOpts.Health = NewHealth(func(context.Context) map[string]error { return nil }, HealthOptions{})
+	startingOpts.Health = newHealth(func(context.Context) map[string]error { return nil }, HealthOptions{})
 	starting := httptest.NewServer(NewAPI(startingOpts))
 	t.Cleanup(starting.Close)
 

@@ -28,9 +28,9 @@ import (
 // filter. PUT replaces the registration: a field left out is cleared, except the parent, which signals
 // may name too and stays until named anew.
 
-// MaxImportBytes bounds one import's body: 1M rows of about 100 bytes with room to spare. It is read as
+// maxImportBytes bounds one import's body: 1M rows of about 100 bytes with room to spare. It is read as
 // a stream, a batch of rows at a time, so memory does not grow with it.
-const MaxImportBytes = 256 << 20
+const maxImportBytes = 256 << 20
 
 // importBatch is how many rows one registry write carries.
 const importBatch = 4000

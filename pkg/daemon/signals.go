@@ -21,10 +21,10 @@ import (
 // signalsPath is the batch route, whose body may be larger than the API's other bodies.
 const signalsPath = "/v1/signals"
 
-// DefaultSignalWait bounds how long a signal request waits for Redis to store its signals: past it the
+// defaultSignalWait bounds how long a signal request waits for Redis to store its signals: past it the
 // request answers 503 (the client sends again; a signal sent twice moves nothing back), so a Redis
 // outage never holds requests, and their goroutines, for good.
-const DefaultSignalWait = 10 * time.Second
+const defaultSignalWait = 10 * time.Second
 
 // maxBatchesRead bounds the batch requests being read and submitted at once: each holds its body, up to
 // ingest.MaxBatchBytes, until the chain took every signal of it (which waits while Redis is slow), so

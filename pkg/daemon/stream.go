@@ -18,12 +18,12 @@ import (
 
 // Defaults of StreamOptions.
 const (
-	DefaultStreamClients   = 64
-	DefaultStreamBuffer    = 1024
-	DefaultStreamKeepalive = 15 * time.Second
-	DefaultRecentEvents    = 10000
-	// DeviceEventsShown is the most events GET /v1/devices/{id}/events answers with.
-	DeviceEventsShown = 50
+	defaultStreamClients   = 64
+	defaultStreamBuffer    = 1024
+	defaultStreamKeepalive = 15 * time.Second
+	defaultRecentEvents    = 10000
+	// deviceEventsShown is the most events GET /v1/devices/{id}/events answers with.
+	deviceEventsShown = 50
 )
 
 // streamWriteTimeout bounds one write to a live stream: a client that stopped reading (its TCP window
@@ -75,12 +75,12 @@ type streamClient struct {
 	dropped bool // set before frames is closed when the stream fell behind; read after the close
 }
 
-// NewEventStream returns an EventStream; its metrics are registered with opts.Registerer when set.
-func NewEventStream(opts StreamOptions) *EventStream {
-	opts.MaxClients = defaults.Positive(opts.MaxClients, DefaultStreamClients)
-	opts.Buffer = defaults.Positive(opts.Buffer, DefaultStreamBuffer)
-	opts.Keepalive = defaults.Positive(opts.Keepalive, DefaultStreamKeepalive)
-	opts.Recent = defaults.Positive(opts.Recent, DefaultRecentEvents)
+// newEventStream returns an EventStream; its metrics are registered with opts.Registerer when set.
+func newEventStream(opts StreamOptions) *EventStream {
+	opts.MaxClients = defaults.Positive(opts.MaxClients, defaultStreamClients)
+	opts.Buffer = defaults.Positive(opts.Buffer, defaultStreamBuffer)
+	opts.Keepalive = defaults.Positive(opts.Keepalive, defaultStreamKeepalive)
+	opts.Recent = defaults.Positive(opts.Recent, defaultRecentEvents)
 	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	s := &EventStream{opts: opts, log: opts.Logger.With(zap.String("component", "stream")),
 		clients: map[*streamClient]struct{}{},
@@ -200,10 +200,10 @@ func (s *EventStream) Close() {
 	}
 }
 
-// Recent returns device's kept events, newest first, at most limit, each id once (at-least-once
+// recent returns device's kept events, newest first, at most limit, each id once (at-least-once
 // delivery may have published one twice), and the time of the oldest event kept (zero while none is):
 // what the ring cannot tell is older than that.
-func (s *EventStream) Recent(device string, limit int) ([]event.Event, time.Time) {
+func (s *EventStream) recent(device string, limit int) ([]event.Event, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(s.ring)
@@ -306,6 +306,6 @@ func (a *api) eventStream(w http.ResponseWriter, r *http.Request) {
 
 // deviceEvents serves GET /v1/devices/{id}/events: the device's recent events this replica published.
 func (a *api) deviceEvents(w http.ResponseWriter, r *http.Request) {
-	events, oldest := a.Stream.Recent(r.PathValue("id"), DeviceEventsShown)
+	events, oldest := a.Stream.recent(r.PathValue("id"), deviceEventsShown)
 	writeJSON(w, http.StatusOK, map[string]any{"events": events, "kept_since": ptr(oldest)})
 }

@@ -38,7 +38,7 @@ type streamFixture struct {
 
 func newStreamFixture(t *testing.T, opts StreamOptions) *streamFixture {
 	t.Helper()
-	f := &streamFixture{stream: NewEventStream(opts), at: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)}
+	f := &streamFixture{stream: newEventStream(opts), at: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)}
 	f.sink = event.Observed(acceptingSink{}, f.stream)
 	f.srv = httptest.NewUnstartedServer(NewAPI(APIOptions{Token: streamToken, Gatherer: prometheus.NewRegistry(), Stream: f.stream}))
 	// Far shorter than a stream lives: the server's timeouts are for ordinary answers.
@@ -298,7 +298,7 @@ func TestDeviceEventsFromTheRing(t *testing.T) {
 		mine = append(mine, f.publish(t, "dev-1")...)
 	}
 	events, since = get("dev-1")
-	require.Len(t, events, DeviceEventsShown)
+	require.Len(t, events, deviceEventsShown)
 	for i, e := range events {
 		require.Equal(t, mine[len(mine)-1-i], e, "newest first")
 	}

@@ -41,7 +41,7 @@ type Ack struct {
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] dead  KEYS[5] in-flight records
 // ARGV[1] now (ms)  ARGV[2] in-flight records to release after the acks, packSep-separated
 // then groups of five: op (R|X|P), device, claimed deadline (ms), next act (ms, or a dormant score: see
-// DormantAfter), state
+// dormantAfter), state
 // Reply: per op 1 when applied, 0 when the incident was gone or replaced.
 //
 // It reads every state and deadline with one HMGET and one ZMSCORE and writes with one command per kind:
@@ -181,7 +181,7 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 		}
 		state := "" // a removal writes none
 		if a.Op != Remove {
-			state = a.State.Encode()
+			state = a.State.encode()
 		}
 		g.args = append(g.args, string(a.Op), a.Device, a.Claimed, next, state)
 		g.idx = append(g.idx, i)
@@ -202,7 +202,7 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 		calls := make([]scriptCall, len(groups))
 		for k, g := range groups {
 			slot := slotOf[k]
-			calls[k] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.Dead(slot), s.keys.InFlight(slot)}, args: g.args}
+			calls[k] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.dead(slot), s.keys.inFlight(slot)}, args: g.args}
 		}
 		cmds, err := s.runAll(ctx, ackScript, calls)
 		if err != nil {
@@ -236,8 +236,8 @@ func (s *Store) releaseRecords(ctx context.Context, released map[int][]string) e
 		for i, n := range names {
 			members[i] = n
 		}
-		pipe.ZRem(ctx, s.keys.Alarms(slot), members...)
-		pipe.HDel(ctx, s.keys.InFlight(slot), names...)
+		pipe.ZRem(ctx, s.keys.alarms(slot), members...)
+		pipe.HDel(ctx, s.keys.inFlight(slot), names...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("deadline: release in-flight records: %w", err)
@@ -267,7 +267,7 @@ return 1
 // incident, but still reports recovery. It returns false when the device has no open incident.
 func (s *Store) SetAcked(ctx context.Context, device string) (bool, error) {
 	for _, slot := range s.slotsOf(device) {
-		n, err := setAckedScript.Run(ctx, s.rdb, []string{s.keys.State(slot)}, device).Int()
+		n, err := setAckedScript.Run(ctx, s.rdb, []string{s.keys.state(slot)}, device).Int()
 		if err != nil {
 			return false, fmt.Errorf("deadline: ack %q: %w", device, err)
 		}
@@ -280,7 +280,7 @@ func (s *Store) SetAcked(ctx context.Context, device string) (bool, error) {
 
 // slotsOf returns the device's slot and, while a doubling settles, its old slot.
 func (s *Store) slotsOf(device string) []int {
-	l := s.Layout()
+	l := s.currentLayout()
 	slots := []int{Slot(device, l.Slots)}
 	if old, moved := l.oldSlot(device); moved {
 		slots = append(slots, old)
@@ -291,16 +291,16 @@ func (s *Store) slotsOf(device string) []int {
 // Delete stops monitoring device (decommissioned): no event follows. It returns false when the device
 // was not known.
 func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
-	found, err := s.DeleteMany(ctx, []string{device})
+	found, err := s.deleteMany(ctx, []string{device})
 	if err != nil {
 		return false, err
 	}
 	return found[0], nil
 }
 
-// DeleteMany is Delete of each device, in one round trip whatever their number (one more in a fleet
+// deleteMany is Delete of each device, in one round trip whatever their number (one more in a fleet
 // with parents, and one when an own timeout goes). found[i] is false when devices[i] was not known.
-func (s *Store) DeleteMany(ctx context.Context, devices []string) (found []bool, err error) {
+func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool, err error) {
 	if len(devices) == 0 {
 		return nil, nil
 	}
@@ -321,12 +321,12 @@ func (s *Store) DeleteMany(ctx context.Context, devices []string) (found []bool,
 			for _, slot := range s.slotsOf(device) {
 				cmds[i] = append(cmds[i],
 					p.ZRem(ctx, s.keys.Deadlines(slot), device),
-					p.ZRem(ctx, s.keys.Alarms(slot), device),
-					p.HDel(ctx, s.keys.State(slot), device),
-					p.ZRem(ctx, s.keys.Dead(slot), device))
-				p.HDel(ctx, s.keys.Causes(slot), device)                        // not counted: only kept beside the above
-				p.HDel(ctx, s.keys.Woken(slot), device)                         // not counted: only kept beside the above
-				p.ZRem(ctx, s.keys.Seen(slot), device, incidentSeenMark+device) // not counted: only kept beside the above
+					p.ZRem(ctx, s.keys.alarms(slot), device),
+					p.HDel(ctx, s.keys.state(slot), device),
+					p.ZRem(ctx, s.keys.dead(slot), device))
+				p.HDel(ctx, s.keys.causes(slot), device)                        // not counted: only kept beside the above
+				p.HDel(ctx, s.keys.woken(slot), device)                         // not counted: only kept beside the above
+				p.ZRem(ctx, s.keys.seen(slot), device, incidentSeenMark+device) // not counted: only kept beside the above
 			}
 			// Its registration, parent link and own timeout go with it; none of them counts as found.
 			p.HDel(ctx, s.keys.registry(device), device)
@@ -335,7 +335,7 @@ func (s *Store) DeleteMany(ctx context.Context, devices []string) (found []bool,
 			}
 			p.HDel(ctx, s.keys.parents(device), device)
 			if parents[i] != "" {
-				p.SRem(ctx, s.keys.Children(parents[i]), device)
+				p.SRem(ctx, s.keys.children(parents[i]), device)
 			}
 			overrides[i] = p.HDel(ctx, s.keys.overrides(), device)
 		}

@@ -155,7 +155,7 @@ func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, er
 		if !ok {
 			ci = len(calls)
 			callOf[slot] = ci
-			calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.State(slot), s.keys.Causes(slot), s.keys.Seen(slot)},
+			calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.state(slot), s.keys.causes(slot), s.keys.seen(slot)},
 				args: []any{timeouts}})
 			order = append(order, nil)
 		}

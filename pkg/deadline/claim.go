@@ -427,8 +427,8 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType, ParentRecheck.Milliseconds()}
 	calls := make([]scriptCall, len(slots))
 	for i, slot := range slots {
-		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.InFlight(slot),
-			s.keys.Causes(slot), s.keys.Woken(slot)}, args: args}
+		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.inFlight(slot),
+			s.keys.causes(slot), s.keys.woken(slot)}, args: args}
 	}
 	cmds, err := s.runAll(ctx, claimScript, calls)
 	if err != nil {
@@ -456,7 +456,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		}
 	}
 	s.holdLateBack(res.Claims, opts.WatermarkFor)
-	if l := s.layout.Load(); l.Moving() && len(res.Claims) > 0 {
+	if l := s.layout.Load(); l.moving() && len(res.Claims) > 0 {
 		if res.Claims, err = s.dropStaleMoved(ctx, l, res.Claims); err != nil {
 			return res, err
 		}

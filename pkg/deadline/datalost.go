@@ -126,7 +126,7 @@ func (s *Store) markSlots(ctx context.Context, l Layout, known int) int {
 	n := max(l.Slots, l.Previous)
 	marks := make([]*redis.StringCmd, n)
 	for slot := range n {
-		marks[slot] = pipe.Get(ctx, s.keys.Epoch(slot))
+		marks[slot] = pipe.Get(ctx, s.keys.epoch(slot))
 	}
 	_, _ = pipe.Exec(ctx)
 	var calls []scriptCall
@@ -134,7 +134,7 @@ func (s *Store) markSlots(ctx context.Context, l Layout, known int) int {
 	for slot, m := range marks {
 		v, err := m.Result()
 		if (err == nil && v != l.Epoch) || errors.Is(err, redis.Nil) {
-			calls = append(calls, scriptCall{keys: []string{s.keys.Epoch(slot)}, args: []any{l.Epoch}})
+			calls = append(calls, scriptCall{keys: []string{s.keys.epoch(slot)}, args: []any{l.Epoch}})
 			slots = append(slots, slot)
 		}
 	}
@@ -173,9 +173,9 @@ func (s *Store) payTypes(ctx context.Context) error {
 	return nil
 }
 
-// SetMissing is redisutil.SetMissing, by the name the type registry (types.go) and the overrides
+// setMissing is redisutil.SetMissing, by the name the type registry (types.go) and the overrides
 // table (registry.go) write back with; it is for the store's own hashes only.
-func SetMissing(ctx context.Context, rdb redis.UniversalClient, key string, pairs []any) (int64, error) {
+func setMissing(ctx context.Context, rdb redis.UniversalClient, key string, pairs []any) (int64, error) {
 	return redisutil.SetMissing(ctx, rdb, key, pairs)
 }
 

@@ -30,7 +30,7 @@ func (s *Store) ParkedClaims(ctx context.Context, limit int) ([]Parked, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.ZSliceCmd, slots)
 	for slot := range cmds {
-		cmds[slot] = pipe.ZRangeWithScores(ctx, s.keys.Dead(slot), 0, int64(limit-1))
+		cmds[slot] = pipe.ZRangeWithScores(ctx, s.keys.dead(slot), 0, int64(limit-1))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("deadline: parked claims: %w", err)
@@ -55,7 +55,7 @@ func (s *Store) ParkedClaims(ctx context.Context, limit int) ([]Parked, error) {
 	pipe = s.rdb.Pipeline()
 	states := make([]*redis.StringCmd, len(out))
 	for i, p := range out {
-		states[i] = pipe.HGet(ctx, s.keys.State(p.Slot), p.Device)
+		states[i] = pipe.HGet(ctx, s.keys.state(p.Slot), p.Device)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("deadline: parked claims: %w", err)
@@ -109,14 +109,14 @@ func (s *Store) Requeue(ctx context.Context) (int, error) {
 	pipe := s.rdb.Pipeline()
 	sizes := make([]*redis.IntCmd, s.Slots())
 	for slot := range sizes {
-		sizes[slot] = pipe.ZCard(ctx, s.keys.Dead(slot))
+		sizes[slot] = pipe.ZCard(ctx, s.keys.dead(slot))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("deadline: requeue: %w", err)
 	}
 	total := 0
 	for slot, size := range sizes {
-		keys := []string{s.keys.Dead(slot), s.keys.Alarms(slot), s.keys.State(slot)}
+		keys := []string{s.keys.dead(slot), s.keys.alarms(slot), s.keys.state(slot)}
 		for left := size.Val(); left > 0; {
 			r, err := requeueScript.Run(ctx, s.rdb, keys, now, requeuePage).Int64Slice()
 			if err == nil && len(r) != 2 {
@@ -155,12 +155,12 @@ end
 return n
 `)
 
-// WakeParked looks over one page of slot's parked claims (a ZSCAN step from cursor reading about count)
+// wakeParked looks over one page of slot's parked claims (a ZSCAN step from cursor reading about count)
 // and makes due those whose device signalled again, so a parked claim recovers on its device's next
 // signal within one sweep, not only when an operator re-drives it. It returns the next page's cursor (0
 // when the slot is done) and how many claims it made due.
-func (s *Store) WakeParked(ctx context.Context, slot int, cursor uint64, count int) (next uint64, woken int, err error) {
-	entries, next, err := s.rdb.ZScan(ctx, s.keys.Dead(slot), cursor, "", int64(count)).Result()
+func (s *Store) wakeParked(ctx context.Context, slot int, cursor uint64, count int) (next uint64, woken int, err error) {
+	entries, next, err := s.rdb.ZScan(ctx, s.keys.dead(slot), cursor, "", int64(count)).Result()
 	if err != nil {
 		return 0, 0, fmt.Errorf("deadline: parked claims of slot %d: %w", slot, err)
 	}
@@ -173,7 +173,7 @@ func (s *Store) WakeParked(ctx context.Context, slot int, cursor uint64, count i
 		return next, 0, err
 	}
 	args := append([]any{s.now().UnixMilli()}, back...)
-	n, err := wakeParkedScript.Run(ctx, s.rdb, []string{s.keys.Dead(slot), s.keys.Alarms(slot), s.keys.State(slot)}, args...).Int()
+	n, err := wakeParkedScript.Run(ctx, s.rdb, []string{s.keys.dead(slot), s.keys.alarms(slot), s.keys.state(slot)}, args...).Int()
 	if err != nil {
 		return 0, 0, fmt.Errorf("deadline: wake parked claims of slot %d: %w", slot, err)
 	}

@@ -14,7 +14,7 @@
 //   - act: what the alarm loop does with an incident next: publish `interrupted`, a repeat or
 //     `recovered`, or wait. The slot's alarms set scores each incident with when to act next.
 //   - dormant: an incident with no act until the device signals again (acknowledged, exhausted, no
-//     repeats); its alarm entry is scored from DormantAfter up, so it never comes due.
+//     repeats); its alarm entry is scored from dormantAfter up, so it never comes due.
 //   - claim: handing due work to the alarm loop, one atomic script call per slot (claim.go): devices
 //     whose deadline passed (fresh claims) and alarm entries whose act came due. A Claim is one device.
 //   - lease: a claim's alarm entry is scored now + lease. If the process dies before acknowledging it,

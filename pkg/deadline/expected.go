@@ -87,7 +87,7 @@ func (w *seenWrites) add(slot int, sig Signal) {
 // queue adds the writes to pipe: GT, so a replayed or out-of-order signal never moves last_seen back.
 func (w seenWrites) queue(ctx context.Context, pipe redis.Pipeliner, keys Keyspace) {
 	for slot, zs := range w {
-		pipe.ZAddArgs(ctx, keys.Seen(slot), redis.ZAddArgs{GT: true, Members: zs})
+		pipe.ZAddArgs(ctx, keys.seen(slot), redis.ZAddArgs{GT: true, Members: zs})
 	}
 }
 
@@ -109,7 +109,7 @@ func (s *Store) SeenOf(ctx context.Context, claims []Claim, want []bool) ([]Seen
 	cmds := make([]*redis.FloatSliceCmd, len(claims))
 	for i, c := range claims {
 		if want[i] {
-			cmds[i] = pipe.ZMScore(ctx, s.keys.Seen(c.Slot), c.Device, incidentSeenMark+c.Device)
+			cmds[i] = pipe.ZMScore(ctx, s.keys.seen(c.Slot), c.Device, incidentSeenMark+c.Device)
 		}
 	}
 	if pipe.Len() == 0 {
@@ -152,9 +152,9 @@ func (s *Store) PinSeen(ctx context.Context, pins []SeenPin) error {
 	pipe := s.rdb.Pipeline()
 	for _, p := range pins {
 		if p.At.IsZero() {
-			pipe.ZRem(ctx, s.keys.Seen(p.Slot), incidentSeenMark+p.Device)
+			pipe.ZRem(ctx, s.keys.seen(p.Slot), incidentSeenMark+p.Device)
 		} else {
-			pipe.ZAdd(ctx, s.keys.Seen(p.Slot), redis.Z{Score: float64(p.At.UnixMilli()), Member: incidentSeenMark + p.Device})
+			pipe.ZAdd(ctx, s.keys.seen(p.Slot), redis.Z{Score: float64(p.At.UnixMilli()), Member: incidentSeenMark + p.Device})
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -36,3 +36,42 @@ func (s *Store) LoseData() { s.dataLost() }
 func (s *Store) SetNamed(ctx context.Context) error {
 	return s.rdb.Set(ctx, s.keys.parentsInUse(), parentsNamed, 0).Err()
 }
+
+// The package's own parts its black-box tests drive directly (the daemon reaches them only through the
+// store's and the scanner's loops).
+var (
+	Assign   = assign
+	NextWait = nextWait
+	Owner    = owner
+)
+
+const DormantAfter = dormantAfter
+
+func (k Keyspace) Alarms(slot int) string   { return k.alarms(slot) }
+func (k Keyspace) Causes(slot int) string   { return k.causes(slot) }
+func (k Keyspace) State(slot int) string    { return k.state(slot) }
+func (k Keyspace) Children(p string) string { return k.children(p) }
+func (k Keyspace) Replicas() string         { return k.replicas() }
+
+func (s *Store) Layout() Layout                                  { return s.currentLayout() }
+func (s *Store) DoubleSlots(ctx context.Context) (Layout, error) { return s.doubleSlots(ctx) }
+func (s *Store) RetireLayout(ctx context.Context, retireAfter time.Duration) (bool, error) {
+	return s.retireLayout(ctx, retireAfter)
+}
+func (s *Store) DeleteMany(ctx context.Context, devices []string) ([]bool, error) {
+	return s.deleteMany(ctx, devices)
+}
+func (s *Store) Registered(ctx context.Context, devices []string) ([]bool, error) {
+	return s.registered(ctx, devices)
+}
+func (s *Store) TypeIndex(ctx context.Context, name string) (int, error) {
+	return s.typeIndex(ctx, name)
+}
+func (s *Store) ForgetSilent(ctx context.Context, slot int, cursor uint64, count int, before time.Time) (uint64, []string, error) {
+	return s.forgetSilent(ctx, slot, cursor, count, before)
+}
+func (s *Store) SweepDormant(ctx context.Context, slot int, cursor uint64, count int) (uint64, int, error) {
+	return s.sweepDormant(ctx, slot, cursor, count)
+}
+func (w *Sweeper) Pass(ctx context.Context) error { return w.pass(ctx) }
+func (l Layout) Moving() bool                     { return l.moving() }

@@ -22,7 +22,7 @@ func (s *Store) FlapHistory(ctx context.Context, claims []Claim, want []bool) ([
 	if len(devices) == 0 {
 		return out, nil
 	}
-	keyOf := func(j int) string { return s.keys.Flaps(claims[idx[j]].Slot) }
+	keyOf := func(j int) string { return s.keys.flaps(claims[idx[j]].Slot) }
 	err := s.fieldsByDevice(ctx, keyOf, devices, func(j int, v string) { out[idx[j]] = parseFlaps(v) })
 	if err != nil {
 		return nil, fmt.Errorf("deadline: flap history: %w", err)
@@ -61,7 +61,7 @@ func (s *Store) RecordFlaps(ctx context.Context, updates []FlapUpdate) error {
 			}
 			b = strconv.AppendInt(b, t, 10)
 		}
-		pipe.HSet(ctx, s.keys.Flaps(u.Slot), u.Device, string(b))
+		pipe.HSet(ctx, s.keys.flaps(u.Slot), u.Device, string(b))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("deadline: record flaps: %w", err)

@@ -49,7 +49,7 @@ func (i OpenIncident) Deadline() time.Time {
 // returned at least once, and a page may hold none while the scan goes on. It never blocks Redis for
 // longer than one page.
 func (s *Store) ScanOpenIncidents(ctx context.Context, slot int, cursor uint64, count int) ([]OpenIncident, uint64, error) {
-	kv, next, err := s.rdb.HScan(ctx, s.keys.State(slot), cursor, "", int64(count)).Result()
+	kv, next, err := s.rdb.HScan(ctx, s.keys.state(slot), cursor, "", int64(count)).Result()
 	if err != nil {
 		return nil, 0, fmt.Errorf("deadline: scan the incidents of slot %d: %w", slot, err)
 	}

@@ -29,29 +29,29 @@ func (k Keyspace) slotKey(slot int, name string) string {
 // Deadlines is the ZSET device → deadline_ms×MaxTypes + type index of every online device in slot.
 func (k Keyspace) Deadlines(slot int) string { return k.slotKey(slot, "deadlines") }
 
-// Epoch is the STRING holding the layout's epoch on the Redis master of slot: on Redis Cluster the
+// epoch is the STRING holding the layout's epoch on the Redis master of slot: on Redis Cluster the
 // layout lives on one master, and a slot's marker gone says that its master lost its data (datalost.go).
-func (k Keyspace) Epoch(slot int) string { return k.slotKey(slot, "epoch") }
+func (k Keyspace) epoch(slot int) string { return k.slotKey(slot, "epoch") }
 
-// Alarms is the ZSET device → next act time (ms) of slot's incidents; also the lease of a claim and of
+// alarms is the ZSET device → next act time (ms) of slot's incidents; also the lease of a claim and of
 // an in-flight record.
-func (k Keyspace) Alarms(slot int) string { return k.slotKey(slot, "alarms") }
+func (k Keyspace) alarms(slot int) string { return k.slotKey(slot, "alarms") }
 
-// DormantAfter: an alarm entry scored at or above it is dormant, never due. A dormant entry is scored
-// DormantAfter + the time it went dormant (ms), not +inf: Redis orders equal scores by member name, which
+// dormantAfter: an alarm entry scored at or above it is dormant, never due. A dormant entry is scored
+// dormantAfter + the time it went dormant (ms), not +inf: Redis orders equal scores by member name, which
 // makes every insertion among many +inf entries compare device names. 1e15 ms is beyond the year 30,000
 // and keeps every score exact in a float64; +inf entries still read as dormant.
-const DormantAfter = 1_000_000_000_000_000
+const dormantAfter = 1_000_000_000_000_000
 
 // dormantScore is the alarm score of an incident going dormant at now (ms).
-func dormantScore(now int64) string { return strconv.FormatInt(DormantAfter+now, 10) }
+func dormantScore(now int64) string { return strconv.FormatInt(dormantAfter+now, 10) }
 
-// InFlight is the HASH record → packed committed claims of slot's in-flight records (doc.go); each
+// inFlight is the HASH record → packed committed claims of slot's in-flight records (doc.go); each
 // record's lease is its member in the slot's alarms set.
-func (k Keyspace) InFlight(slot int) string { return k.slotKey(slot, "inflight") }
+func (k Keyspace) inFlight(slot int) string { return k.slotKey(slot, "inflight") }
 
-// State is the HASH device → encoded State of an interrupted device, plus stateGuardField.
-func (k Keyspace) State(slot int) string { return k.slotKey(slot, "state") }
+// state is the HASH device → encoded State of an interrupted device, plus stateGuardField.
+func (k Keyspace) state(slot int) string { return k.slotKey(slot, "state") }
 
 // stateGuardField is a field the claim and ack scripts keep in every state hash, with a value longer than
 // any hash-max-listpack-value, so Redis keeps the hash a hashtable: a listpack (the default up to 512
@@ -63,13 +63,13 @@ const stateGuardField = "\x00hashtable"
 // where an operator raised it a lot; 64 slots × 512 B is the whole cost.
 var stateGuardValue = strings.Repeat("-", 512)
 
-// Woken is the HASH device → when (ms) its parent's `interrupted` or `suppressed` woke it, packSep, the
+// woken is the HASH device → when (ms) its parent's `interrupted` or `suppressed` woke it, packSep, the
 // parent, of slot's devices waiting for their parent's verdict: the claim commits their `suppressed`
 // (wake.go).
-func (k Keyspace) Woken(slot int) string { return k.slotKey(slot, "woken") }
+func (k Keyspace) woken(slot int) string { return k.slotKey(slot, "woken") }
 
-// Dead is the ZSET device → time parked (ms) of claims that failed to publish too often.
-func (k Keyspace) Dead(slot int) string { return k.slotKey(slot, "dead") }
+// dead is the ZSET device → time parked (ms) of claims that failed to publish too often.
+func (k Keyspace) dead(slot int) string { return k.slotKey(slot, "dead") }
 
 // Types is the HASH type name → type index folded into deadline scores.
 func (k Keyspace) Types() string { return k.prefix + ":types" }
@@ -77,8 +77,8 @@ func (k Keyspace) Types() string { return k.prefix + ":types" }
 // Owner is the lease key of slot held by the replica scanning it.
 func (k Keyspace) Owner(slot int) string { return k.prefix + ":owner:{" + strconv.Itoa(slot) + "}" }
 
-// Replicas is the ZSET replica id → last heartbeat (ms) of live replicas.
-func (k Keyspace) Replicas() string { return k.prefix + ":replicas" }
+// replicas is the ZSET replica id → last heartbeat (ms) of live replicas.
+func (k Keyspace) replicas() string { return k.prefix + ":replicas" }
 
 // Layout records the slot-count history for online slot doubling.
 func (k Keyspace) Layout() string { return k.prefix + ":layout" }
@@ -88,16 +88,16 @@ func Slot(device string, slots int) int {
 	return int(crc32.ChecksumIEEE([]byte(device)) & uint32(slots-1))
 }
 
-// Seen is the ZSET of the devices of types with expected times (docs/schedules.md), whose last signal
+// seen is the ZSET of the devices of types with expected times (docs/schedules.md), whose last signal
 // cannot be told from their deadline: device → its last signal (ms), and incidentSeenMark + device → the
 // last signal before its open incident, pinned when the incident is claimed (expected.go).
-func (k Keyspace) Seen(slot int) string { return k.slotKey(slot, "seen") }
+func (k Keyspace) seen(slot int) string { return k.slotKey(slot, "seen") }
 
-// Flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last
+// flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last
 // interruptions, for the devices of types with flapping detection (docs/events.md).
-func (k Keyspace) Flaps(slot int) string { return k.slotKey(slot, "flaps") }
+func (k Keyspace) flaps(slot int) string { return k.slotKey(slot, "flaps") }
 
-// Causes is the HASH device → the cause of its latest incident that did not begin with silence (a
+// causes is the HASH device → the cause of its latest incident that did not begin with silence (a
 // reported failure, offline; cause.go): moved deadline, last seen, kind and reason. Written only by
 // MarkEarlier, so a fleet without such messages has no such key and its claims never read one.
-func (k Keyspace) Causes(slot int) string { return k.slotKey(slot, "causes") }
+func (k Keyspace) causes(slot int) string { return k.slotKey(slot, "causes") }

@@ -31,8 +31,8 @@ type Layout struct {
 	Losses int64
 }
 
-// Moving reports whether a doubling is settling.
-func (l Layout) Moving() bool { return l.Previous > 0 }
+// moving reports whether a doubling is settling.
+func (l Layout) moving() bool { return l.Previous > 0 }
 
 // oldSlot returns the device's slot under the previous count when a doubling is settling and it differs.
 func (l Layout) oldSlot(device string) (int, bool) {
@@ -97,9 +97,9 @@ func (s *Store) SyncLayout(ctx context.Context, configured int) (Layout, error) 
 	return l, nil
 }
 
-// DoubleSlots doubles the fleet's slot count online; every replica adopts it within one ownership
+// doubleSlots doubles the fleet's slot count online; every replica adopts it within one ownership
 // heartbeat.
-func (s *Store) DoubleSlots(ctx context.Context) (Layout, error) {
+func (s *Store) doubleSlots(ctx context.Context) (Layout, error) {
 	return s.runLayout(ctx, s.Slots(), "double")
 }
 
@@ -111,12 +111,12 @@ func (s *Store) RefreshLayout(ctx context.Context) (Layout, error) {
 func (s *Store) runLayout(ctx context.Context, slots int, op string) (Layout, error) {
 	v, err := layoutScript.Run(ctx, s.rdb, []string{s.keys.Layout()}, slots, s.now().UnixMilli(), op, newEpoch()).Result()
 	if err != nil {
-		return s.Layout(), fmt.Errorf("deadline: slot layout: %w", err)
+		return s.currentLayout(), fmt.Errorf("deadline: slot layout: %w", err)
 	}
 	r := replyReader{script: "layout"}
 	f := r.fields(v, 5)
 	if r.err != nil {
-		return s.Layout(), r.err
+		return s.currentLayout(), r.err
 	}
 	l := Layout{Slots: int(r.int(f[0], "slots")), Previous: int(r.int(f[1], "previous")), Epoch: r.string(f[3], "epoch"),
 		Losses: r.int(f[4], "losses")}
@@ -125,9 +125,9 @@ func (s *Store) runLayout(ctx context.Context, slots int, op string) (Layout, er
 	}
 	switch {
 	case r.err != nil:
-		return s.Layout(), r.err
+		return s.currentLayout(), r.err
 	case l.Slots <= 0 || l.Slots&(l.Slots-1) != 0:
-		return s.Layout(), fmt.Errorf("deadline: slot layout in Redis has %d slots, not a power of two", l.Slots)
+		return s.currentLayout(), fmt.Errorf("deadline: slot layout in Redis has %d slots, not a power of two", l.Slots)
 	}
 	before := s.layout.Swap(&l)
 	s.followLosses(ctx, *before, l)
@@ -191,7 +191,7 @@ func (s *Store) resolveMoved(ctx context.Context, l *Layout, signals []Signal) (
 		looks[i] = lookup{
 			newScore: pipe.ZScore(ctx, s.keys.Deadlines(Slot(sig.Device, l.Slots)), sig.Device),
 			oldScore: pipe.ZScore(ctx, s.keys.Deadlines(old), sig.Device),
-			state:    pipe.HGet(ctx, s.keys.State(old), sig.Device),
+			state:    pipe.HGet(ctx, s.keys.state(old), sig.Device),
 			oldSlot:  old,
 		}
 	}
@@ -276,13 +276,13 @@ func (s *Store) dropStaleMoved(ctx context.Context, l *Layout, claims []Claim) (
 	return kept, nil
 }
 
-// RetireLayout finishes a settled doubling once retireAfter (the longest timeout plus one repeat cycle)
+// retireLayout finishes a settled doubling once retireAfter (the longest timeout plus one repeat cycle)
 // has passed since it began: the open incidents and any entries left in old slots move to their new slot,
 // then the previous count is forgotten. Any replica may call it; a short lock keeps it to one at a time.
 // It returns whether the layout was retired.
-func (s *Store) RetireLayout(ctx context.Context, retireAfter time.Duration) (bool, error) {
-	l := s.Layout()
-	if !l.Moving() || s.now().Before(l.ChangedAt.Add(retireAfter)) {
+func (s *Store) retireLayout(ctx context.Context, retireAfter time.Duration) (bool, error) {
+	l := s.currentLayout()
+	if !l.moving() || s.now().Before(l.ChangedAt.Add(retireAfter)) {
 		return false, nil
 	}
 	lock := s.keys.Layout() + ":retiring"
@@ -307,7 +307,7 @@ func (s *Store) RetireLayout(ctx context.Context, retireAfter time.Duration) (bo
 func (s *Store) migrateSlot(ctx context.Context, l Layout, old int) error {
 	var cursor uint64
 	for {
-		kv, next, err := s.rdb.HScan(ctx, s.keys.State(old), cursor, "", 500).Result()
+		kv, next, err := s.rdb.HScan(ctx, s.keys.state(old), cursor, "", 500).Result()
 		if err != nil {
 			return fmt.Errorf("deadline: retire layout: scan slot %d: %w", old, err)
 		}
@@ -318,22 +318,22 @@ func (s *Store) migrateSlot(ctx context.Context, l Layout, old int) error {
 				continue
 			}
 			pipe := s.rdb.Pipeline()
-			act := pipe.ZScore(ctx, s.keys.Alarms(old), dev)
-			dead := pipe.ZScore(ctx, s.keys.Dead(old), dev)
+			act := pipe.ZScore(ctx, s.keys.alarms(old), dev)
+			dead := pipe.ZScore(ctx, s.keys.dead(old), dev)
 			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 				return fmt.Errorf("deadline: retire layout: read %q: %w", dev, err)
 			}
 			pipe = s.rdb.Pipeline()
-			pipe.HSetNX(ctx, s.keys.State(to), dev, st)
+			pipe.HSetNX(ctx, s.keys.state(to), dev, st)
 			if v, err := act.Result(); err == nil {
-				pipe.ZAddNX(ctx, s.keys.Alarms(to), redis.Z{Score: v, Member: dev})
+				pipe.ZAddNX(ctx, s.keys.alarms(to), redis.Z{Score: v, Member: dev})
 			}
 			if v, err := dead.Result(); err == nil {
-				pipe.ZAddNX(ctx, s.keys.Dead(to), redis.Z{Score: v, Member: dev})
+				pipe.ZAddNX(ctx, s.keys.dead(to), redis.Z{Score: v, Member: dev})
 			}
-			pipe.HDel(ctx, s.keys.State(old), dev)
-			pipe.ZRem(ctx, s.keys.Alarms(old), dev)
-			pipe.ZRem(ctx, s.keys.Dead(old), dev)
+			pipe.HDel(ctx, s.keys.state(old), dev)
+			pipe.ZRem(ctx, s.keys.alarms(old), dev)
+			pipe.ZRem(ctx, s.keys.dead(old), dev)
 			if _, err := pipe.Exec(ctx); err != nil {
 				return fmt.Errorf("deadline: retire layout: move %q: %w", dev, err)
 			}

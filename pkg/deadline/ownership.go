@@ -17,21 +17,21 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
-// Assign returns the slots replica wins by rendezvous hashing over replicas: each slot goes to the
+// assign returns the slots replica wins by rendezvous hashing over replicas: each slot goes to the
 // replica with the highest hash of (replica, slot). When a replica joins or leaves, only the slots it wins
 // or held move; every other slot stays where it was.
-func Assign(replica string, replicas []string, slots int) []int {
+func assign(replica string, replicas []string, slots int) []int {
 	var mine []int
 	for s := range slots {
-		if Owner(s, replicas) == replica {
+		if owner(s, replicas) == replica {
 			mine = append(mine, s)
 		}
 	}
 	return mine
 }
 
-// Owner returns the replica that wins slot among replicas ("" when there is none).
-func Owner(slot int, replicas []string) string {
+// owner returns the replica that wins slot among replicas ("" when there is none).
+func owner(slot int, replicas []string) string {
 	var best string
 	var bestScore uint64
 	for _, r := range replicas {
@@ -151,7 +151,7 @@ func (o *Ownership) tick(ctx context.Context) error {
 		}
 		return nil
 	}
-	before := o.store.Layout()
+	before := o.store.currentLayout()
 	l, err := o.store.RefreshLayout(ctx)
 	if err != nil {
 		o.lapse()
@@ -165,8 +165,8 @@ func (o *Ownership) tick(ctx context.Context) error {
 		o.log.Error("Redis lost heartbeatd's data (the slot layout written anew, or a slot's epoch marker gone from its master); what Redis alone held is gone "+
 			"(/readyz notes say what), the parent links, type names and per-device timeouts this replica remembers are written again", zap.Time("noticed", at))
 	}
-	if l.Moving() && o.opts.RetireAfter > 0 {
-		if retired, err := o.store.RetireLayout(ctx, o.opts.RetireAfter); err != nil {
+	if l.moving() && o.opts.RetireAfter > 0 {
+		if retired, err := o.store.retireLayout(ctx, o.opts.RetireAfter); err != nil {
 			o.log.Warn("retiring the old slot layout failed; retrying", zap.Error(err))
 		} else if retired {
 			o.log.Info("old slot layout retired", zap.Int("slots", l.Slots), zap.Int("previous", l.Previous))
@@ -175,14 +175,14 @@ func (o *Ownership) tick(ctx context.Context) error {
 	rdb, keys := o.store.rdb, o.store.keys
 	now := o.opts.Now().UnixMilli()
 	pipe := rdb.Pipeline()
-	pipe.ZAdd(ctx, keys.Replicas(), redis.Z{Score: float64(now), Member: o.opts.ReplicaID})
-	pipe.ZRemRangeByScore(ctx, keys.Replicas(), "-inf", strconv.FormatInt(now-o.opts.SlotLease.Milliseconds(), 10))
-	live := pipe.ZRange(ctx, keys.Replicas(), 0, -1)
+	pipe.ZAdd(ctx, keys.replicas(), redis.Z{Score: float64(now), Member: o.opts.ReplicaID})
+	pipe.ZRemRangeByScore(ctx, keys.replicas(), "-inf", strconv.FormatInt(now-o.opts.SlotLease.Milliseconds(), 10))
+	live := pipe.ZRange(ctx, keys.replicas(), 0, -1)
 	if _, err := pipe.Exec(ctx); err != nil {
 		o.lapse()
 		return fmt.Errorf("deadline: ownership heartbeat: %w", err)
 	}
-	want := Assign(o.opts.ReplicaID, live.Val(), o.store.Slots())
+	want := assign(o.opts.ReplicaID, live.Val(), o.store.Slots())
 	var calls []scriptCall
 	for _, s := range want {
 		calls = append(calls, scriptCall{keys: []string{keys.Owner(s)}, args: lease.TakeArgs(o.opts.ReplicaID, o.opts.SlotLease)})
@@ -251,7 +251,7 @@ func (o *Ownership) release() {
 			o.log.Warn("releasing slot leases failed; they lapse by themselves", zap.Error(err))
 		}
 	}
-	if err := o.store.rdb.ZRem(ctx, o.store.keys.Replicas(), o.opts.ReplicaID).Err(); err != nil {
+	if err := o.store.rdb.ZRem(ctx, o.store.keys.replicas(), o.opts.ReplicaID).Err(); err != nil {
 		o.log.Warn("leaving the replica set failed", zap.Error(err))
 	}
 	o.mu.Lock()

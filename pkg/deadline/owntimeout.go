@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // A device registered with its own timeout (docs/concepts.md, "Device registry") is recorded under a
@@ -35,25 +37,17 @@ func splitOwnType(name string) (typ string, own time.Duration) {
 	return name[:i], d
 }
 
-// The policy of a recorded type name. A device's own timeout replaces its type's and its schedule (it
-// has no expected times), and keeps its type's warn_after only when that is shorter: the same rule as
-// config.Policy.WithOwnTimeout, which pkg/alarm decides with.
+// The policy of a recorded type name: its configured type's, under config.Policy.WithOwnTimeout's rule
+// for a device's own timeout (the one statement of it, which pkg/alarm decides with too).
 
 func (s *Store) timeout(name string) time.Duration {
 	typ, own := splitOwnType(name)
-	if own > 0 {
-		return own
-	}
-	return s.typeTimeout(typ)
+	return config.Policy{Timeout: s.typeTimeout(typ)}.WithOwnTimeout(own).Timeout
 }
 
 func (s *Store) warnAfter(name string) time.Duration {
 	typ, own := splitOwnType(name)
-	w := s.typeWarnAfter(typ)
-	if own > 0 && w >= own {
-		return 0
-	}
-	return w
+	return config.Policy{WarnAfter: s.typeWarnAfter(typ)}.WithOwnTimeout(own).WarnAfter
 }
 
 func (s *Store) repeatEvery(name string) time.Duration {
@@ -61,7 +55,8 @@ func (s *Store) repeatEvery(name string) time.Duration {
 	return s.typeRepeatEvery(typ)
 }
 
-// expected is Options.Expected for a recorded type name: false for a device's own timeout.
+// expected is Options.Expected for a recorded type name: false for a device's own timeout, which
+// replaces its type's schedule (config.Policy.WithOwnTimeout).
 func (s *Store) expected(name string, seen time.Time) (time.Time, bool) {
 	typ, own := splitOwnType(name)
 	if s.typeExpected == nil || own > 0 {

@@ -38,8 +38,8 @@ func bucket(device string) string {
 	return "{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(device))%parentBuckets)) + "}"
 }
 
-// Children is the set of the devices that named parent as theirs.
-func (k Keyspace) Children(parent string) string { return k.prefix + ":children:{" + parent + "}" }
+// children is the set of the devices that named parent as theirs.
+func (k Keyspace) children(parent string) string { return k.prefix + ":children:{" + parent + "}" }
 
 func (k Keyspace) parentsInUse() string { return k.prefix + ":parents:any" }
 
@@ -159,7 +159,7 @@ func (s *Store) writeLinks(ctx context.Context, pipe redis.Pipeliner, signals []
 // parents once per pipeline (queueInUse).
 func (s *Store) queueLink(ctx context.Context, pipe redis.Pipeliner, child, parent string) {
 	pipe.HSet(ctx, s.keys.parents(child), child, parent)
-	pipe.SAdd(ctx, s.keys.Children(parent), child)
+	pipe.SAdd(ctx, s.keys.children(parent), child)
 	pipe.SAdd(ctx, s.keys.namedParents(parent), parent)
 }
 
@@ -273,6 +273,17 @@ func pick[T string | any](devices []string, idx []int) []T {
 	return out
 }
 
+// kept returns the devices whose keep is true, in order, as a command's arguments (nil for none).
+func kept[T string | any](devices []string, keep []bool) []T {
+	var out []T
+	for i, d := range devices {
+		if keep[i] {
+			out = append(out, any(d).(T))
+		}
+	}
+	return out
+}
+
 // Parent is what the alarm loop needs to know of a device's parent to judge the device's silence.
 type Parent struct {
 	ID string
@@ -293,7 +304,7 @@ func (s *Store) readParents(ctx context.Context, ids []string) (map[string]Paren
 		return out, nil
 	}
 	l := s.layout.Load()
-	if l.Moving() { // rare: an incident may still live in the old slot; Device looks in both
+	if l.moving() { // rare: an incident may still live in the old slot; Device looks in both
 		for _, id := range ids {
 			d, found, err := s.Device(ctx, id)
 			if err != nil {
@@ -311,7 +322,7 @@ func (s *Store) readParents(ctx context.Context, ids []string) (map[string]Paren
 	rs := make([]reads, len(ids))
 	for i, id := range ids {
 		slot := Slot(id, l.Slots)
-		rs[i] = reads{pipe.ZScore(ctx, s.keys.Deadlines(slot), id), pipe.HGet(ctx, s.keys.State(slot), id)}
+		rs[i] = reads{pipe.ZScore(ctx, s.keys.Deadlines(slot), id), pipe.HGet(ctx, s.keys.state(slot), id)}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("deadline: parents: %w", err)

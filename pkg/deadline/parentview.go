@@ -82,13 +82,7 @@ func (s *Store) namedOnly(ctx context.Context, devices []string) ([]string, erro
 			named[idx[j]] = ok
 		}
 	}
-	var out []string
-	for i, d := range devices {
-		if named[i] {
-			out = append(out, d)
-		}
-	}
-	return out, nil
+	return kept[string](devices, named), nil
 }
 
 // parentViewTTL bounds how long a down parent's view is trusted without a verdict change: what changes

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Peek reads the earliest deadline and alarm entry of each of slots in one pipeline, claiming nothing. It
+// peek reads the earliest deadline and alarm entry of each of slots in one pipeline, claiming nothing. It
 // reports whether a Claim with opts would find work in any of them (a deadline due by the claim's
 // watermark, or an alarm entry due by now: the claim script's every section starts from one of those
 // two), and the earliest scores, as Claim does. An idle wake-up then costs Redis two `ZRANGE … 0 0` per
@@ -16,7 +16,7 @@ import (
 //
 // The test is conservative: a deadline held back by a per-type watermark only (hold-back after a blind
 // window) counts as due, and the claim that follows finds it held, as it would have without the peek.
-func (s *Store) Peek(ctx context.Context, slots []int, opts ClaimOptions) (due bool, res ClaimResult, err error) {
+func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due bool, res ClaimResult, err error) {
 	if len(slots) == 0 {
 		return false, res, nil
 	}
@@ -28,7 +28,7 @@ func (s *Store) Peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 	alarms := make([]*redis.ZSliceCmd, len(slots))
 	for i, slot := range slots {
 		deadlines[i] = pipe.ZRangeWithScores(ctx, s.keys.Deadlines(slot), 0, 0)
-		alarms[i] = pipe.ZRangeWithScores(ctx, s.keys.Alarms(slot), 0, 0)
+		alarms[i] = pipe.ZRangeWithScores(ctx, s.keys.alarms(slot), 0, 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, res, fmt.Errorf("deadline: peek: %w", err)
@@ -38,8 +38,8 @@ func (s *Store) Peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 		if z := deadlines[i].Val(); len(z) > 0 {
 			nextDeadline = earliest(nextDeadline, int64(math.Floor(z[0].Score/MaxTypes)))
 		}
-		// A dormant entry is never due (DormantAfter).
-		if z := alarms[i].Val(); len(z) > 0 && z[0].Score < DormantAfter {
+		// A dormant entry is never due (dormantAfter).
+		if z := alarms[i].Val(); len(z) > 0 && z[0].Score < dormantAfter {
 			nextAlarm = earliest(nextAlarm, int64(z[0].Score))
 		}
 	}

@@ -46,7 +46,7 @@ func scoreDeadline(score float64) (time.Time, int) {
 // Device returns what Redis knows of id; found is false when it knows nothing. While a doubling settles,
 // an incident still kept in the device's old slot is found there.
 func (s *Store) Device(ctx context.Context, id string) (d Device, found bool, err error) {
-	l := s.Layout()
+	l := s.currentLayout()
 	d, found, err = s.deviceIn(ctx, id, Slot(id, l.Slots))
 	if old, moved := l.oldSlot(id); err == nil && moved && d.Incident == nil {
 		od, ofound, oerr := s.deviceIn(ctx, id, old)
@@ -66,9 +66,9 @@ func (s *Store) Device(ctx context.Context, id string) (d Device, found bool, er
 func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, found bool, err error) {
 	pipe := s.rdb.Pipeline()
 	score := pipe.ZScore(ctx, s.keys.Deadlines(slot), id)
-	act := pipe.ZScore(ctx, s.keys.Alarms(slot), id)
-	state := pipe.HGet(ctx, s.keys.State(slot), id)
-	dead := pipe.ZScore(ctx, s.keys.Dead(slot), id)
+	act := pipe.ZScore(ctx, s.keys.alarms(slot), id)
+	state := pipe.HGet(ctx, s.keys.state(slot), id)
+	dead := pipe.ZScore(ctx, s.keys.dead(slot), id)
 	parent := pipe.HGet(ctx, s.keys.parents(id), id)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return d, false, fmt.Errorf("deadline: device %q: %w", id, err)
@@ -76,7 +76,7 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	if d, found, err = s.deviceFrom(ctx, id, score, state); err != nil {
 		return d, false, err
 	}
-	if v, err := act.Result(); err == nil && v < DormantAfter {
+	if v, err := act.Result(); err == nil && v < dormantAfter {
 		d.NextAct = time.UnixMilli(int64(v))
 	}
 	d.Parked = dead.Err() == nil
@@ -156,7 +156,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 		var keys []string
 		var next uint64
 		if opts.Interrupted {
-			keys, next, err = s.rdb.HScan(ctx, s.keys.State(slot), cur, "", count).Result()
+			keys, next, err = s.rdb.HScan(ctx, s.keys.state(slot), cur, "", count).Result()
 		} else {
 			keys, next, err = s.rdb.ZScan(ctx, s.keys.Deadlines(slot), cur, "", count).Result()
 		}
@@ -251,9 +251,9 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	cmds := make([]slotCmds, s.Slots())
 	for slot := range cmds {
 		cmds[slot] = slotCmds{
-			pipe.ZCard(ctx, s.keys.Deadlines(slot)), pipe.HLen(ctx, s.keys.State(slot)),
-			pipe.ZCard(ctx, s.keys.Dead(slot)), pipe.ZCard(ctx, s.keys.Alarms(slot)),
-			pipe.HLen(ctx, s.keys.InFlight(slot)), pipe.HExists(ctx, s.keys.State(slot), stateGuardField),
+			pipe.ZCard(ctx, s.keys.Deadlines(slot)), pipe.HLen(ctx, s.keys.state(slot)),
+			pipe.ZCard(ctx, s.keys.dead(slot)), pipe.ZCard(ctx, s.keys.alarms(slot)),
+			pipe.HLen(ctx, s.keys.inFlight(slot)), pipe.HExists(ctx, s.keys.state(slot), stateGuardField),
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -301,7 +301,7 @@ func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Ti
 	slots := layout.Slots
 	bySlot := map[int][]int{}
 	for i, c := range claims {
-		if (c.Fresh || c.CommittedSuppression) && !layout.Moving() {
+		if (c.Fresh || c.CommittedSuppression) && !layout.moving() {
 			continue
 		}
 		bySlot[c.Slot] = append(bySlot[c.Slot], i)

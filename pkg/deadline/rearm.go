@@ -57,7 +57,7 @@ func (s *Store) RearmType(ctx context.Context, typ string, until, at time.Time) 
 	moved := 0
 	for slot := range s.layout.Load().Slots {
 		for offset := int64(0); ; {
-			members, err := s.rdb.ZRangeByScore(ctx, s.keys.Alarms(slot), &redis.ZRangeBy{Min: score, Max: score,
+			members, err := s.rdb.ZRangeByScore(ctx, s.keys.alarms(slot), &redis.ZRangeBy{Min: score, Max: score,
 				Offset: offset, Count: int64(rearmBatch)}).Result()
 			if err != nil {
 				return moved, fmt.Errorf("deadline: re-arm slot %d: %w", slot, err)
@@ -89,7 +89,7 @@ func (s *Store) RearmType(ctx context.Context, typ string, until, at time.Time) 
 // incidentsOfType keeps the members of slot's alarms set that are incidents of type typ. Members without
 // a state are in-flight records' leases, not incidents.
 func (s *Store) incidentsOfType(ctx context.Context, slot int, members []string, typ string) ([]string, error) {
-	states, err := s.rdb.HMGet(ctx, s.keys.State(slot), members...).Result()
+	states, err := s.rdb.HMGet(ctx, s.keys.state(slot), members...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("deadline: re-arm slot %d: %w", slot, err)
 	}
@@ -112,7 +112,7 @@ func (s *Store) rearm(ctx context.Context, slot int, devices []string, until, at
 	for _, d := range devices {
 		args = append(args, d)
 	}
-	n, err := rearmScript.Run(ctx, s.rdb, []string{s.keys.Alarms(slot)}, args...).Int()
+	n, err := rearmScript.Run(ctx, s.rdb, []string{s.keys.alarms(slot)}, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("deadline: re-arm slot %d: %w", slot, err)
 	}

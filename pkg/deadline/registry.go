@@ -126,7 +126,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	// After the registry: a device expected from now on has its registration to alarm with.
 	calls := make([]scriptCall, 0, len(bySlot))
 	for slot, args := range bySlot {
-		calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.State(slot)}, args: args})
+		calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.state(slot)}, args: args})
 	}
 	cmds, err := s.runAll(ctx, expectScript, calls)
 	if err != nil {
@@ -186,8 +186,8 @@ func (s *Store) registryEntries(ctx context.Context, devices []string) ([]*regis
 	return out, nil
 }
 
-// Registered reports for each device whether it is registered, one round trip.
-func (s *Store) Registered(ctx context.Context, devices []string) ([]bool, error) {
+// registered reports for each device whether it is registered, one round trip.
+func (s *Store) registered(ctx context.Context, devices []string) ([]bool, error) {
 	entries, err := s.registryEntries(ctx, devices)
 	if err != nil {
 		return nil, err
@@ -291,7 +291,7 @@ func (s *Store) restoreOverrides(ctx context.Context, table *overrideTable, v in
 	for dev, name := range table.byDev {
 		pairs = append(pairs, dev, name)
 	}
-	if _, err := SetMissing(ctx, s.rdb, s.keys.overrides(), pairs); err != nil {
+	if _, err := setMissing(ctx, s.rdb, s.keys.overrides(), pairs); err != nil {
 		return 0, fmt.Errorf("deadline: restore overrides: %w", err)
 	}
 	next, err := s.rdb.IncrBy(ctx, s.keys.overridesVersion(), table.version+1).Result()

@@ -10,11 +10,11 @@ import (
 // (its incident, alarm entry and links deleted), so a fleet's turnover does not grow Redis forever. A
 // registered device is expected: it is never forgotten, however long it stays silent.
 
-// ForgetSilent looks at one page of slot's open incidents (an HSCAN step from cursor of about count
+// forgetSilent looks at one page of slot's open incidents (an HSCAN step from cursor of about count
 // fields) and forgets the devices whose incident's deadline is before `before`, that have not signalled
 // since and are not registered. It returns the next cursor (0 at the end) and the devices forgotten.
-func (s *Store) ForgetSilent(ctx context.Context, slot int, cursor uint64, count int, before time.Time) (uint64, []string, error) {
-	fields, next, err := s.rdb.HScan(ctx, s.keys.State(slot), cursor, "", int64(count)).Result()
+func (s *Store) forgetSilent(ctx context.Context, slot int, cursor uint64, count int, before time.Time) (uint64, []string, error) {
+	fields, next, err := s.rdb.HScan(ctx, s.keys.state(slot), cursor, "", int64(count)).Result()
 	if err != nil {
 		return 0, nil, fmt.Errorf("deadline: retention slot %d: %w", slot, err)
 	}
@@ -35,7 +35,7 @@ func (s *Store) ForgetSilent(ctx context.Context, slot int, cursor uint64, count
 	if err != nil {
 		return 0, nil, err
 	}
-	registered, err := s.Registered(ctx, old)
+	registered, err := s.registered(ctx, old)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -45,7 +45,7 @@ func (s *Store) ForgetSilent(ctx context.Context, slot int, cursor uint64, count
 			forgotten = append(forgotten, dev)
 		}
 	}
-	if _, err := s.DeleteMany(ctx, forgotten); err != nil {
+	if _, err := s.deleteMany(ctx, forgotten); err != nil {
 		return 0, nil, err
 	}
 	return next, forgotten, nil

@@ -173,7 +173,7 @@ func (s *Scanner) loop(ctx context.Context, i int, slotsOf func() []int, wake <-
 }
 
 // wakeUp claims once, hands the claims over and returns how long to sleep. Unless told to claim, it
-// peeks first (Store.Peek) and claims only when something is due: most wake-ups of an idle fleet are the
+// peeks first (Store.peek) and claims only when something is due: most wake-ups of an idle fleet are the
 // MaxIdleWait polls that bound how late a deadline written elsewhere is noticed, and find nothing.
 func (s *Scanner) wakeUp(ctx context.Context, slots []int, claim bool) (time.Duration, error) {
 	if len(slots) == 0 {
@@ -186,9 +186,9 @@ func (s *Scanner) wakeUp(ctx context.Context, slots []int, claim bool) (time.Dur
 	}
 	opts := ClaimOptions{Now: now, WatermarkFor: wm, Lease: s.opts.Lease, Batch: s.opts.Batch}
 	if !claim {
-		due, res, err := s.opts.Store.Peek(ctx, slots, opts)
+		due, res, err := s.opts.Store.peek(ctx, slots, opts)
 		if err != nil || !due {
-			return NextWait(s.opts.Now(), res.HeldBack, res, s.opts.MaxIdleWait), err
+			return nextWait(s.opts.Now(), res.HeldBack, res, s.opts.MaxIdleWait), err
 		}
 	}
 	res, err := s.opts.Store.Claim(ctx, slots, opts)
@@ -203,14 +203,14 @@ func (s *Scanner) wakeUp(ctx context.Context, slots []int, claim bool) (time.Dur
 	if res.More {
 		return 0, nil
 	}
-	return NextWait(s.opts.Now(), res.HeldBack, res, s.opts.MaxIdleWait), nil
+	return nextWait(s.opts.Now(), res.HeldBack, res, s.opts.MaxIdleWait), nil
 }
 
-// NextWait is how long to sleep after a claim: until the earliest alarm entry or claimable deadline,
+// nextWait is how long to sleep after a claim: until the earliest alarm entry or claimable deadline,
 // at most maxIdle. While held back (ClaimResult.HeldBack: a watermark was before the claim's now) the
 // next deadline does not shorten the sleep: it may be due but not claimable, and waking for it would
 // spin.
-func NextWait(now time.Time, heldBack bool, res ClaimResult, maxIdle time.Duration) time.Duration {
+func nextWait(now time.Time, heldBack bool, res ClaimResult, maxIdle time.Duration) time.Duration {
 	wait := maxIdle
 	consider := func(t time.Time) {
 		if !t.IsZero() {

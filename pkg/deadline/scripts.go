@@ -12,10 +12,10 @@ import (
 // ${Name}, Name being the Go identifier that defines it, and newScript replaces it with that value, as a
 // Lua literal (a number or a quoted string), once at package init.
 var scriptConstants = strings.NewReplacer(
-	// Scores: deadline_ms × MaxTypes + type index; a dormant alarm entry is scored from DormantAfter up.
+	// Scores: deadline_ms × MaxTypes + type index; a dormant alarm entry is scored from dormantAfter up.
 	"${MaxTypes}", strconv.Itoa(MaxTypes),
 	"${heldScanFactor}", strconv.Itoa(heldScanFactor),
-	"${DormantAfter}", strconv.Itoa(DormantAfter),
+	"${DormantAfter}", strconv.Itoa(dormantAfter),
 	"${DefaultType}", luaString(DefaultType),
 	// State hashes and encoded states (state.go).
 	"${stateGuardField}", luaString(stateGuardField),

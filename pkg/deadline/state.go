@@ -88,9 +88,9 @@ func stateFormat(fields map[int]string) string {
 	return strings.Join(f, stateSep)
 }
 
-// Encode renders s in the form the scripts read, its fields in order (fieldDeadline, …, fieldReason).
+// encode renders s in the form the scripts read, its fields in order (fieldDeadline, …, fieldReason).
 // It appends digits instead of formatting: the alarm loop encodes a state for every acknowledgement.
-func (s State) Encode() string {
+func (s State) encode() string {
 	b := make([]byte, 0, 48+len(s.Reason))
 	b = append(strconv.AppendInt(b, s.Deadline, 10), stateSep...)
 	b = append(strconv.AppendInt(b, int64(s.TypeIndex), 10), stateSep...)

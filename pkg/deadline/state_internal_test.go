@@ -19,7 +19,7 @@ func luaPattern(p string) *regexp.Regexp {
 // what they write and write what they read.
 func TestStateLuaPatternsAgreeWithEncode(t *testing.T) {
 	st := State{Deadline: 1_763_800_031_000, TypeIndex: 7, Next: 2, InterruptedAt: 1_763_800_031_005, Failures: 1, Reason: "kafka: a:b"}
-	enc := st.Encode()
+	enc := st.encode()
 
 	require.Equal(t, []string{enc[:strings.Index(enc, ":")+1], "1763800031000"}, luaPattern(stateDeadlinePattern).FindStringSubmatch(enc))
 	require.Equal(t, "7", luaPattern(stateTypePattern).FindStringSubmatch(enc)[1])
@@ -28,11 +28,11 @@ func TestStateLuaPatternsAgreeWithEncode(t *testing.T) {
 	setAcked := luaPattern(stateUnackedPattern).ReplaceAllString(enc, strings.ReplaceAll(stateSetAcked, "%1", "${1}"))
 	acked := st
 	acked.Acked = true
-	require.Equal(t, acked.Encode(), setAcked, "the gsub sets the acked flag and nothing else")
+	require.Equal(t, acked.encode(), setAcked, "the gsub sets the acked flag and nothing else")
 	require.True(t, luaPattern(stateAckedPattern).MatchString(setAcked))
 	exhausted := st
 	exhausted.Exhausted = true
-	require.False(t, luaPattern(stateAckedPattern).MatchString(exhausted.Encode()), "the exhausted flag is not the acked one")
+	require.False(t, luaPattern(stateAckedPattern).MatchString(exhausted.encode()), "the exhausted flag is not the acked one")
 }
 
 func TestStateLuaFormatsDecode(t *testing.T) {
@@ -53,16 +53,16 @@ func TestStateSuppressedFormsMatchTheStatesAlarmWrites(t *testing.T) {
 	const dl, typ, at = int64(1_763_800_031_000), 7, int64(1_763_800_033_000)
 	committed := fmt.Sprintf(stateSuppressedFormat, float64(dl), typ, float64(at))
 	suppressed := State{Deadline: dl, TypeIndex: typ, Next: 1, Hold: HoldParent, InterruptedAt: at}
-	require.Equal(t, suppressed.Encode(), committed, "a claim commits `suppressed` as the alarm loop acknowledges it")
+	require.Equal(t, suppressed.encode(), committed, "a claim commits `suppressed` as the alarm loop acknowledges it")
 	require.True(t, luaPattern(stateSuppressedPattern).MatchString(committed))
 	acked := suppressed
 	acked.Acked = true
-	require.False(t, luaPattern(stateSuppressedPattern).MatchString(acked.Encode()), "an operator's ack is another state")
+	require.False(t, luaPattern(stateSuppressedPattern).MatchString(acked.encode()), "an operator's ack is another state")
 
 	waiting := State{Deadline: dl, TypeIndex: typ}
-	require.True(t, luaPattern(stateWaitingPattern).MatchString(waiting.Encode()), "a child waiting for its parent's verdict")
+	require.True(t, luaPattern(stateWaitingPattern).MatchString(waiting.encode()), "a child waiting for its parent's verdict")
 	for _, st := range []State{suppressed, {Deadline: dl, TypeIndex: typ, Hold: HoldGroup}, {Deadline: dl, TypeIndex: typ, Acked: true}} {
-		require.False(t, luaPattern(stateWaitingPattern).MatchString(st.Encode()), "%+v is not waiting", st)
+		require.False(t, luaPattern(stateWaitingPattern).MatchString(st.encode()), "%+v is not waiting", st)
 	}
 }
 
@@ -74,17 +74,17 @@ func TestLuaString(t *testing.T) {
 
 func TestDecodeStateReadsFullAndClaimForms(t *testing.T) {
 	full := State{Deadline: 1_763_800_031_000, TypeIndex: 2, Next: 3, Acked: true, InterruptedAt: 1_763_800_031_005, Failures: 1, Reason: "kafka: a:b"}
-	got, err := decodeState(full.Encode())
+	got, err := decodeState(full.encode())
 	require.NoError(t, err)
 	require.Equal(t, full, got)
 	for _, hold := range []Hold{HoldNone, HoldParent, HoldAfterParent} {
 		held := State{Deadline: 1_763_800_031_000, Next: 1, Hold: hold, InterruptedAt: 1_763_800_031_005}
-		got, err := decodeState(held.Encode())
+		got, err := decodeState(held.encode())
 		require.NoError(t, err)
 		require.Equal(t, held, got)
 	}
 	exhausted := State{Deadline: 1_763_800_031_000, Next: 4, Exhausted: true}
-	got, err = decodeState(exhausted.Encode())
+	got, err = decodeState(exhausted.encode())
 	require.NoError(t, err)
 	require.Equal(t, exhausted, got)
 	got, err = decodeState(fmt.Sprint(1_763_800_031_000*MaxTypes + 2))

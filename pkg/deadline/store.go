@@ -116,8 +116,8 @@ func (s *Store) Keys() Keyspace { return s.keys }
 // Slots returns the number of slots now.
 func (s *Store) Slots() int { return s.layout.Load().Slots }
 
-// Layout returns the slot layout in force.
-func (s *Store) Layout() Layout { return *s.layout.Load() }
+// currentLayout returns the slot layout in force.
+func (s *Store) currentLayout() Layout { return *s.layout.Load() }
 
 // Ping reports whether Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -133,8 +133,8 @@ func (s *Store) TypeOf(ctx context.Context, idx int) (typ string, own time.Durat
 	return s.typeOf(ctx, idx)
 }
 
-// TypeIndex returns name's index: the default type's for a name Load was not given.
-func (s *Store) TypeIndex(ctx context.Context, name string) (int, error) {
+// typeIndex returns name's index: the default type's for a name Load was not given.
+func (s *Store) typeIndex(ctx context.Context, name string) (int, error) {
 	return s.types.index(ctx, name)
 }
 
@@ -257,7 +257,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	now := s.now().UnixMilli()
 	layout := s.layout.Load()
 	var moved movedSignals
-	if layout.Moving() {
+	if layout.moving() {
 		var err error
 		if moved, err = s.resolveMoved(ctx, layout, signals); err != nil {
 			return err
@@ -310,7 +310,7 @@ func (s *Store) probe(ctx context.Context, pipe redis.Pipeliner, slot int, now i
 	for _, dev := range incidents {
 		members = append(members, redis.Z{Score: float64(now), Member: dev})
 	}
-	pipe.ZAddArgs(ctx, s.keys.Alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: members})
+	pipe.ZAddArgs(ctx, s.keys.alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: members})
 }
 
 // recorded is what a batch knows of its devices' recorded types.
@@ -396,7 +396,7 @@ func (s *Store) untypedCalls(signals []Signal, now int64) []scriptCall {
 			}
 			ci = len(calls) - 1
 			callOf[slot] = ci
-			calls[ci].keys = append(calls[ci].keys, s.keys.Deadlines(slot), s.keys.Alarms(slot), s.keys.State(slot), s.keys.Seen(slot))
+			calls[ci].keys = append(calls[ci].keys, s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.seen(slot))
 			quadOf[slot] = len(calls[ci].keys) / 4
 		}
 		calls[ci].args = append(calls[ci].args, quadOf[slot], sig.Device, sig.Seen.UnixMilli(), s.untypedType(expectedNames, sig.Seen))

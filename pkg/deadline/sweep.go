@@ -11,6 +11,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
 // The dormant sweep closes the one gap the recovery probe leaves (Refresh): a process that dies between
@@ -41,21 +42,21 @@ end
 return n
 `)
 
-// SweepDormant sweeps one page of slot's alarms set: a ZSCAN step from cursor reading about count
+// sweepDormant sweeps one page of slot's alarms set: a ZSCAN step from cursor reading about count
 // entries, one ZMSCORE of the dormant ones in the deadlines set (and, while a doubling settles, in the
 // devices' new slots), and for the devices found there a wakeDormantScript call. It returns the cursor
 // of the next page (0 when the slot is done) and how many incidents it made due. A ZSCAN pass returns
 // every entry present for the whole pass, so every incident dormant since a pass began is looked at by
 // the end of it.
-func (s *Store) SweepDormant(ctx context.Context, slot int, cursor uint64, count int) (next uint64, woken int, err error) {
-	entries, next, err := s.rdb.ZScan(ctx, s.keys.Alarms(slot), cursor, "", int64(count)).Result()
+func (s *Store) sweepDormant(ctx context.Context, slot int, cursor uint64, count int) (next uint64, woken int, err error) {
+	entries, next, err := s.rdb.ZScan(ctx, s.keys.alarms(slot), cursor, "", int64(count)).Result()
 	if err != nil {
 		return 0, 0, fmt.Errorf("deadline: sweep slot %d: %w", slot, err)
 	}
 	var dormant []string
 	for i := 0; i+1 < len(entries); i += 2 {
 		// Scores come as Redis formats them (%.17g); an in-flight record is never dormant.
-		if sc, err := strconv.ParseFloat(entries[i+1], 64); err == nil && sc >= DormantAfter {
+		if sc, err := strconv.ParseFloat(entries[i+1], 64); err == nil && sc >= dormantAfter {
 			dormant = append(dormant, entries[i])
 		}
 	}
@@ -67,7 +68,7 @@ func (s *Store) SweepDormant(ctx context.Context, slot int, cursor uint64, count
 		return next, 0, err
 	}
 	args := append([]any{s.now().UnixMilli()}, back...)
-	n, err := wakeDormantScript.Run(ctx, s.rdb, []string{s.keys.Alarms(slot)}, args...).Int()
+	n, err := wakeDormantScript.Run(ctx, s.rdb, []string{s.keys.alarms(slot)}, args...).Int()
 	if err != nil {
 		return 0, 0, fmt.Errorf("deadline: sweep slot %d: %w", slot, err)
 	}
@@ -94,19 +95,8 @@ func (s *Store) backInDeadlines(ctx context.Context, slot int, devices []string)
 	if err != nil {
 		return nil, fmt.Errorf("deadline: slot %d: devices back: %w", slot, err)
 	}
-	var out []any
-	for i, dev := range devices {
-		if back[i] {
-			out = append(out, dev)
-		}
-	}
-	return out, nil
+	return kept[any](devices, back), nil
 }
-
-// DefaultSweepEvery is how often each slot's dormant incidents are swept when SweeperOptions.Every is
-// zero: the bound on how late a recovery whose probe was lost (a crash between a refresh's two round
-// trips) is reported.
-const DefaultSweepEvery = 30 * time.Second
 
 // defaultSweepPage is the ZSCAN COUNT of one sweep step: each step blocks Redis for about a millisecond
 // (BenchmarkSweepDormant).
@@ -117,7 +107,8 @@ type SweeperOptions struct {
 	Store *Store
 	// Slots returns the slots this replica owns now; only a slot's owner sweeps it.
 	Slots func() []int
-	// Every is how often each owned slot is swept (default DefaultSweepEvery).
+	// Every is how often each owned slot is swept (default config.DefaultSweepEvery): the bound on how
+	// late a recovery whose probe was lost (a crash between a refresh's two round trips) is reported.
 	Every time.Duration
 	// Page is the ZSCAN COUNT of one step (default 1000).
 	Page int
@@ -146,7 +137,7 @@ type Sweeper struct {
 
 // NewSweeper returns a sweeper; Run starts it.
 func NewSweeper(opts SweeperOptions) *Sweeper {
-	opts.Every = defaults.Positive(opts.Every, DefaultSweepEvery)
+	opts.Every = defaults.Positive(opts.Every, config.DefaultSweepEvery)
 	opts.Page = defaults.Positive(opts.Page, defaultSweepPage)
 	opts.Share = defaults.Positive(opts.Share, loop.DefaultWalkShare)
 	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
@@ -161,12 +152,12 @@ func (w *Sweeper) Run(ctx context.Context) error {
 			if failures == 1 {
 				w.log.Warn("sweeping dormant incidents failed; retrying", zap.Error(err), zap.Duration("retry_in", retryIn))
 			}
-		}}, w.Pass)
+		}}, w.pass)
 	return nil
 }
 
-// Pass sweeps every owned slot once, and forgets long-silent devices when that is due.
-func (w *Sweeper) Pass(ctx context.Context) error {
+// pass sweeps every owned slot once, and forgets long-silent devices when that is due.
+func (w *Sweeper) pass(ctx context.Context) error {
 	if err := w.sweep(ctx); err != nil {
 		return err
 	}
@@ -188,7 +179,7 @@ func (w *Sweeper) forget(ctx context.Context, before time.Time) error {
 			var next uint64
 			var gone []string
 			err := w.pace.Step(ctx, func() (err error) {
-				next, gone, err = w.opts.Store.ForgetSilent(ctx, slot, cursor, w.opts.Page, before)
+				next, gone, err = w.opts.Store.forgetSilent(ctx, slot, cursor, w.opts.Page, before)
 				return err
 			})
 			if err != nil {
@@ -216,7 +207,7 @@ func (w *Sweeper) sweep(ctx context.Context) error {
 			var next uint64
 			var woken int
 			err := w.pace.Step(ctx, func() (err error) {
-				next, woken, err = w.opts.Store.SweepDormant(ctx, slot, cursor, w.opts.Page)
+				next, woken, err = w.opts.Store.sweepDormant(ctx, slot, cursor, w.opts.Page)
 				return err
 			})
 			if err != nil {
@@ -237,13 +228,13 @@ func (w *Sweeper) sweep(ctx context.Context) error {
 	return nil
 }
 
-// wakeParked makes due the parked claims of slot whose device signalled again (Store.WakeParked).
+// wakeParked makes due the parked claims of slot whose device signalled again (Store.wakeParked).
 func (w *Sweeper) wakeParked(ctx context.Context, slot int) error {
 	for cursor := uint64(0); ; {
 		var next uint64
 		var woken int
 		err := w.pace.Step(ctx, func() (err error) {
-			next, woken, err = w.opts.Store.WakeParked(ctx, slot, cursor, w.opts.Page)
+			next, woken, err = w.opts.Store.wakeParked(ctx, slot, cursor, w.opts.Page)
 			return err
 		})
 		if err != nil {

@@ -56,7 +56,7 @@ func (s *Store) scanSlot(ctx context.Context, slot int, incidents bool, pace loo
 		var kv []string
 		err := pace.Step(ctx, func() (err error) {
 			if incidents {
-				kv, cur, err = s.rdb.HScan(ctx, s.keys.State(slot), cur, "", typeCountScan).Result()
+				kv, cur, err = s.rdb.HScan(ctx, s.keys.state(slot), cur, "", typeCountScan).Result()
 			} else {
 				kv, cur, err = s.rdb.ZScan(ctx, s.keys.Deadlines(slot), cur, "", typeCountScan).Result()
 			}

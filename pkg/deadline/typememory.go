@@ -38,11 +38,11 @@ const typeMemoryRefresh = 10 * time.Minute
 // it remembers.
 const retypedLogSize = 10_000
 
-// Retyped is the list of devices whose type changed or that were deleted, newest first, and RetypedCount
+// retyped is the list of devices whose type changed or that were deleted, newest first, and retypedCount
 // the number of entries ever added to it. Both share a hash tag, so a script updates them together on
 // Redis Cluster.
-func (k Keyspace) Retyped() string      { return k.prefix + ":{retyped}" }
-func (k Keyspace) RetypedCount() string { return k.prefix + ":{retyped}:count" }
+func (k Keyspace) retyped() string      { return k.prefix + ":{retyped}" }
+func (k Keyspace) retypedCount() string { return k.prefix + ":{retyped}:count" }
 
 type typeEntry struct {
 	index uint16
@@ -224,13 +224,13 @@ func (s *Store) queueRetyped(ctx context.Context, pipe redis.Pipeliner, devices 
 	for _, d := range devices {
 		args = append(args, d)
 	}
-	retypeScript.Eval(ctx, pipe, []string{s.keys.Retyped(), s.keys.RetypedCount()}, args...)
+	retypeScript.Eval(ctx, pipe, []string{s.keys.retyped(), s.keys.retypedCount()}, args...)
 }
 
 // queueRetypedCheck reads the log's count in pipe; the next refresh applies what it finds.
 func (s *Store) queueRetypedCheck(ctx context.Context, pipe redis.Pipeliner) func() {
 	// MGET: a missing key is a nil element, not the error GET's redis.Nil would make of the pipeline.
-	cmd := pipe.MGet(ctx, s.keys.RetypedCount())
+	cmd := pipe.MGet(ctx, s.keys.retypedCount())
 	return func() {
 		vals, err := cmd.Result()
 		if err != nil || len(vals) != 1 {
@@ -256,7 +256,7 @@ func (s *Store) applyRetyped(ctx context.Context) error {
 	}
 	if seen < 0 {
 		// Nothing remembered yet: start from the count as it is.
-		n, err := s.rdb.Get(ctx, s.keys.RetypedCount()).Int64()
+		n, err := s.rdb.Get(ctx, s.keys.retypedCount()).Int64()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("deadline: retyped log: %w", err)
 		}
@@ -264,7 +264,7 @@ func (s *Store) applyRetyped(ctx context.Context) error {
 		m.logCount.Store(n)
 		return nil
 	}
-	res, err := readRetypedScript.Run(ctx, s.rdb, []string{s.keys.Retyped(), s.keys.RetypedCount()}, seen, retypedLogSize).Slice()
+	res, err := readRetypedScript.Run(ctx, s.rdb, []string{s.keys.retyped(), s.keys.retypedCount()}, seen, retypedLogSize).Slice()
 	if err != nil {
 		return fmt.Errorf("deadline: retyped log: %w", err)
 	}

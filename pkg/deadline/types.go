@@ -160,7 +160,7 @@ func (r *typeRegistry) restore(ctx context.Context) error {
 		pairs = append(pairs, name, i)
 	}
 	r.mu.RUnlock()
-	if _, err := SetMissing(ctx, r.rdb, r.key, pairs); err != nil {
+	if _, err := setMissing(ctx, r.rdb, r.key, pairs); err != nil {
 		return fmt.Errorf("deadline: restore type registry: %w", err)
 	}
 	return nil
@@ -415,7 +415,7 @@ func (s *Store) recordedOf(ctx context.Context, signals []Signal, which []int) (
 // with, as the refresh script finds it: its deadline score, else its open incident's state, in its slot
 // and, while a doubling settles, its old slot; 0 (default) and not known for a device Redis does not know.
 func (s *Store) recorded(ctx context.Context, devices []string) (types []int, known []bool, err error) {
-	l := s.Layout()
+	l := s.currentLayout()
 	type reads struct {
 		score, oldScore *redis.FloatCmd
 		state, oldState *redis.StringCmd
@@ -425,10 +425,10 @@ func (s *Store) recorded(ctx context.Context, devices []string) (types []int, kn
 	for i, dev := range devices {
 		slot := Slot(dev, l.Slots)
 		rs[i].score = pipe.ZScore(ctx, s.keys.Deadlines(slot), dev)
-		rs[i].state = pipe.HGet(ctx, s.keys.State(slot), dev)
+		rs[i].state = pipe.HGet(ctx, s.keys.state(slot), dev)
 		if old, moved := l.oldSlot(dev); moved {
 			rs[i].oldScore = pipe.ZScore(ctx, s.keys.Deadlines(old), dev)
-			rs[i].oldState = pipe.HGet(ctx, s.keys.State(old), dev)
+			rs[i].oldState = pipe.HGet(ctx, s.keys.state(old), dev)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {

@@ -68,7 +68,7 @@ func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Ti
 		}
 		cmds := make([]*redis.ScanCmd, len(pending))
 		for j, i := range pending {
-			cmds[j] = pipe.SScan(ctx, s.keys.Children(parents[i]), cursors[i], "", childrenPage)
+			cmds[j] = pipe.SScan(ctx, s.keys.children(parents[i]), cursors[i], "", childrenPage)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return woken, fmt.Errorf("deadline: children: %w", err)
@@ -138,10 +138,10 @@ func (s *Store) wake(ctx context.Context, kids []wakeUp, at int64) (int64, error
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.IntCmd, 0, len(bySlot))
 	for slot, w := range bySlot {
-		cmds = append(cmds, pipe.ZAddArgs(ctx, s.keys.Alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: w.due}))
+		cmds = append(cmds, pipe.ZAddArgs(ctx, s.keys.alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: w.due}))
 		if len(w.marks) > 0 {
-			pipe.HSet(ctx, s.keys.Woken(slot), w.marks...)
-			pipe.Expire(ctx, s.keys.Woken(slot), wokenTTL)
+			pipe.HSet(ctx, s.keys.woken(slot), w.marks...)
+			pipe.Expire(ctx, s.keys.woken(slot), wokenTTL)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -7,9 +7,9 @@ import (
 	"strings"
 )
 
-// Banner is the text `heartbeatd dev` prints once everything runs: where the servers listen and lines to
+// banner is the text `heartbeatd dev` prints once everything runs: where the servers listen and lines to
 // copy into another terminal. httpListen is the daemon's http.listen address.
-func Banner(stack *Stack, httpListen string) string {
+func banner(stack *Stack, httpListen string) string {
 	redisHost, redisPort := splitHostPort(stack.RedisAddr)
 	mqttHost, mqttPort := splitHostPort(stack.MQTTBroker)
 	if u, err := url.Parse(stack.MQTTBroker); err == nil && u.Host != "" {
@@ -35,7 +35,7 @@ func Banner(stack *Stack, httpListen string) string {
 	w("")
 	w("  Redis protocol  %s", stack.RedisAddr)
 	w("  MQTT            %s", stack.MQTTBroker)
-	w("  Kafka           %s   topics %s, %s, %s", kafka, TopicSignals, TopicEvents, TopicDeadletter)
+	w("  Kafka           %s   topics %s, %s, %s", kafka, topicSignals, topicEvents, topicDeadletter)
 	w("  HTTP API        http://%s", api)
 	w("  Status page     http://%s/   (open it in a browser)", api)
 	w("")
@@ -47,10 +47,10 @@ func Banner(stack *Stack, httpListen string) string {
 	w("  # telemetry of a gateway, with its own timestamp")
 	w(`  %s -t fleet/gateway/gw-1/telemetry -m '{"ts":'$(date +%%s%%3N)',"battery":87}'`, mqttPub)
 	w("  # a signal over Kafka (message key = device id)")
-	w("  echo 'my-kafka-dev:{}' | kcat -b %s -t %s -P -K:", kafka, TopicSignals)
+	w("  echo 'my-kafka-dev:{}' | kcat -b %s -t %s -P -K:", kafka, topicSignals)
 	w("  # the events as they are published, and the dead letters")
-	w("  kcat -b %s -t %s -C -o end", kafka, TopicEvents)
-	w("  kcat -b %s -t %s -C -o end", kafka, TopicDeadletter)
+	w("  kcat -b %s -t %s -C -o end", kafka, topicEvents)
+	w("  kcat -b %s -t %s -C -o end", kafka, topicDeadletter)
 	w("  # the API")
 	w("  curl -s %s/v1/stats", api)
 	w("  curl -s '%s/v1/devices?state=interrupted'", api)

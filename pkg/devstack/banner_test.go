@@ -9,7 +9,7 @@ import (
 
 func TestBanner(t *testing.T) {
 	stack := &Stack{RedisAddr: "127.0.0.1:16379", MQTTBroker: "tcp://127.0.0.1:11883", KafkaBrokers: []string{"127.0.0.1:19092"}}
-	b := Banner(stack, "127.0.0.1:8080")
+	b := banner(stack, "127.0.0.1:8080")
 	for _, line := range []string{
 		"mosquitto_pub -h 127.0.0.1 -p 11883 -q 1 -t devices/my-dev/heartbeat -n",
 		`mosquitto_pub -h 127.0.0.1 -p 11883 -q 1 -t fleet/gateway/gw-1/telemetry -m '{"ts":'$(date +%s%3N)',"battery":87}'`,
@@ -24,7 +24,7 @@ func TestBanner(t *testing.T) {
 	require.NotContains(t, b, "%!", "no formatting mistakes")
 
 	// Fallback ports and a non-loopback API address show as they are.
-	other := Banner(&Stack{RedisAddr: "127.0.0.1:40001", MQTTBroker: "tcp://127.0.0.1:40002", KafkaBrokers: []string{"127.0.0.1:40003"}}, "10.0.0.5:9000")
+	other := banner(&Stack{RedisAddr: "127.0.0.1:40001", MQTTBroker: "tcp://127.0.0.1:40002", KafkaBrokers: []string{"127.0.0.1:40003"}}, "10.0.0.5:9000")
 	require.Contains(t, other, "redis-cli -p 40001 ")
 	require.Contains(t, other, "mosquitto_pub -h 127.0.0.1 -p 40002 -q 1")
 	require.Contains(t, other, "kcat -b 127.0.0.1:40003 -t heartbeat.events")

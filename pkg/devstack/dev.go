@@ -41,7 +41,7 @@ func Dev(ctx context.Context, opts DevOptions) error {
 	log := consoleLogger(opts.Stdout)
 	defer func() { _ = log.Sync() }()
 
-	stack, err := Start(ctx, Options{Logger: log, AnyPorts: opts.AnyPorts})
+	stack, err := start(ctx, Options{Logger: log, AnyPorts: opts.AnyPorts})
 	if err != nil {
 		return err
 	}
@@ -69,8 +69,8 @@ func Dev(ctx context.Context, opts DevOptions) error {
 		config.EnvName("cluster.replica_id"):            "dev",
 		config.EnvName("ingest.mqtt.client_id"):         "heartbeatd-dev",
 		config.EnvName("ingest.kafka.group_id"):         "heartbeatd-dev",
-		config.EnvName("events.kafka.topic"):            TopicEvents,
-		config.EnvName("events.kafka.deadletter_topic"): TopicDeadletter,
+		config.EnvName("events.kafka.topic"):            topicEvents,
+		config.EnvName("events.kafka.deadletter_topic"): topicDeadletter,
 	}
 	env := func(key string) (string, bool) {
 		if v, ok := overrides[key]; ok && v != "" {
@@ -92,15 +92,15 @@ func Dev(ctx context.Context, opts DevOptions) error {
 			return nil
 		case addr = <-started:
 		}
-		fmt.Fprintf(opts.Stdout, "\n%s\n  config: %s (edit it and send SIGHUP to reload the types)\n\n", Banner(stack, addr), path)
+		fmt.Fprintf(opts.Stdout, "\n%s\n  config: %s (edit it and send SIGHUP to reload the types)\n\n", banner(stack, addr), path)
 		if opts.Started != nil {
 			opts.Started(addr)
 		}
 		fleet := FleetOptions{Broker: stack.MQTTBroker, Devices: opts.Devices, Logger: log}
 		pg, pctx := errgroup.WithContext(gctx)
-		pg.Go(func() error { return RunFleet(pctx, fleet) })
-		pg.Go(func() error { return RunLastWill(pctx, stack.MQTTBroker, log) })
-		pg.Go(func() error { return PrintEvents(pctx, stack.KafkaBrokers, TopicEvents, log) })
+		pg.Go(func() error { return runFleet(pctx, fleet) })
+		pg.Go(func() error { return runLastWill(pctx, stack.MQTTBroker, log) })
+		pg.Go(func() error { return printEvents(pctx, stack.KafkaBrokers, topicEvents, log, time.Now()) })
 		return pg.Wait()
 	})
 	err = g.Wait()
@@ -115,7 +115,7 @@ func Simulate(ctx context.Context, broker string, devices int) error {
 	log := consoleLogger(os.Stdout)
 	defer func() { _ = log.Sync() }()
 	log.Info("simulating a fleet", zap.String("broker", config.RedactURL(broker)), zap.Int("devices", devices))
-	err := RunFleet(ctx, FleetOptions{Broker: broker, Devices: devices, Logger: log})
+	err := runFleet(ctx, FleetOptions{Broker: broker, Devices: devices, Logger: log})
 	if ctx.Err() != nil {
 		return nil
 	}

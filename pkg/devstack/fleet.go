@@ -23,11 +23,11 @@ type FleetType struct {
 	Count int
 }
 
-// DefaultFleet matches the dev config (timeouts: default 10s, gateway 5s,
+// defaultFleet matches the dev config (timeouts: default 10s, gateway 5s,
 // temperature-sensor 15s, tracker 8s, reported late after 5s): every device signals three times or more per timeout, so only the
 // devices the simulator silences on purpose are reported. The default fleet also tells the stories of
 // storm control (stories), with devices of its own.
-var DefaultFleet = []FleetType{
+var defaultFleet = []FleetType{
 	{Name: "gateway", Interval: time.Second},
 	{Name: "tracker", Interval: 2 * time.Second},
 	{Name: "temperature-sensor", Interval: 5 * time.Second},
@@ -37,7 +37,7 @@ var DefaultFleet = []FleetType{
 // defaultShares spreads a default fleet like a real one: few gateways, many sensors.
 var defaultShares = map[string]int{"gateway": 1, "tracker": 3, "temperature-sensor": 4, "default": 2}
 
-// FleetOptions configures RunFleet.
+// FleetOptions configures runFleet.
 type FleetOptions struct {
 	Broker  string // tcp://host:port
 	Devices int    // total when no type has a Count; 0 = 300
@@ -132,7 +132,7 @@ func telemetryDevice(id, typ string, interval, first time.Duration, battery floa
 func planFleet(opts FleetOptions) ([]*simDevice, error) {
 	types := opts.Types
 	if len(types) == 0 {
-		types = DefaultFleet
+		types = defaultFleet
 	}
 	devices := opts.Devices
 	if devices <= 0 {
@@ -275,13 +275,13 @@ func logTransition(log *zap.Logger, d *simDevice, silent bool) {
 	}
 }
 
-// RunFleet simulates a fleet publishing heartbeats over MQTT (QoS 1) until ctx is done, then returns nil.
+// runFleet simulates a fleet publishing heartbeats over MQTT (QoS 1) until ctx is done, then returns nil.
 // A seeded few of the devices fall silent after 5–15 s; half of those come back 30–40 s later, and two
 // devices keep dropping out and coming back. The default fleet also has a gateway go dark with its
 // beacons after 10 s and 60 meters after 15 s (stormGateway). Each silence and return is logged at info,
 // every message at debug. It fails only when it cannot connect at all; a broker that goes away later is
 // retried.
-func RunFleet(ctx context.Context, opts FleetOptions) error {
+func runFleet(ctx context.Context, opts FleetOptions) error {
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()

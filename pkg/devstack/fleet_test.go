@@ -241,7 +241,7 @@ func TestRunFleetPublishes(t *testing.T) {
 	plan, err := planFleet(opts)
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- RunFleet(ctx, opts) }()
+	go func() { done <- runFleet(ctx, opts) }()
 
 	// Every device speaks, in its format.
 	require.Eventually(t, func() bool { return got.devices() == 40 }, 10*time.Second, 10*time.Millisecond)
@@ -306,6 +306,6 @@ func TestRunFleetPublishes(t *testing.T) {
 func TestRunFleetFailsWithoutBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := RunFleet(ctx, FleetOptions{Broker: "tcp://127.0.0.1:1", Devices: 3})
+	err := runFleet(ctx, FleetOptions{Broker: "tcp://127.0.0.1:1", Devices: 3})
 	require.ErrorContains(t, err, "devstack: fleet connect")
 }

@@ -46,10 +46,10 @@ func failure(t time.Time) []byte {
 	return fmt.Appendf(nil, `{"ts":%d,"status":"fail","reason":%q}`, t.UnixMilli(), pumpReason)
 }
 
-// RunLastWill simulates the device of the last-will story on broker until ctx is done: heartbeats on
+// runLastWill simulates the device of the last-will story on broker until ctx is done: heartbeats on
 // devices/<id>/heartbeat with a will on devices/<id>/status, a connection dropped (closed under the
 // client, as a lost network does) every willDropsAt, and a return willAwayFor later.
-func RunLastWill(ctx context.Context, broker string, log *zap.Logger) error {
+func runLastWill(ctx context.Context, broker string, log *zap.Logger) error {
 	log = log.With(zap.String("component", "fleet"))
 	status, heartbeat := "devices/"+willDevice+"/status", "devices/"+willDevice+"/heartbeat"
 	for {

@@ -20,9 +20,9 @@ func clock(t time.Time) string {
 	return t.Local().Format("15:04:05.000")
 }
 
-// EventLine renders one event value (JSON, docs/events.md) as the line dev mode prints, e.g.
+// eventLine renders one event value (JSON, docs/events.md) as the line dev mode prints, e.g.
 // "INTERRUPTED gw-017 (gateway) silent 5.0s deadline 18:42:10.000".
-func EventLine(value []byte) (string, error) {
+func eventLine(value []byte) (string, error) {
 	ev, err := event.Decode(value)
 	if err != nil {
 		return "", fmt.Errorf("devstack: %w", err)
@@ -102,14 +102,9 @@ func silence(ms int64) string {
 	}
 }
 
-// PrintEvents logs every event published on topic from now on as one readable line (see EventLine) until
-// ctx is done, then returns nil. It reads every partition without a consumer group, starting at the
-// first record stamped at or after the call, so events published while it connects are not lost.
-func PrintEvents(ctx context.Context, brokers []string, topic string, logger *zap.Logger) error {
-	return printEvents(ctx, brokers, topic, logger, time.Now())
-}
-
-// printEvents prints the events stamped at or after since.
+// printEvents logs every event published on topic and stamped at or after since as one readable line
+// (see eventLine) until ctx is done, then returns nil. It reads every partition without a consumer group,
+// so events published while it connects are not lost.
 func printEvents(ctx context.Context, brokers []string, topic string, logger *zap.Logger, since time.Time) error {
 	if logger == nil {
 		logger = zap.NewNop()
@@ -152,7 +147,7 @@ func printEvents(ctx context.Context, brokers []string, topic string, logger *za
 			log.Info("reading events works again", zap.String("topic", topic))
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
-			line, err := EventLine(r.Value)
+			line, err := eventLine(r.Value)
 			if err != nil {
 				log.Warn("undecodable event", zap.ByteString("key", r.Key), zap.ByteString("value", r.Value), zap.Error(err))
 				return

@@ -46,13 +46,13 @@ func TestEventLine(t *testing.T) {
 			"INTERRUPTED w silent 3.0s deadline -: offline"},
 	}
 	for _, tt := range tests {
-		got, err := EventLine([]byte(tt.value))
+		got, err := eventLine([]byte(tt.value))
 		require.NoError(t, err, tt.value)
 		require.Equal(t, tt.want, got)
 	}
-	_, err = EventLine([]byte("not json"))
+	_, err = eventLine([]byte("not json"))
 	require.ErrorContains(t, err, "devstack: event: decode")
-	_, err = EventLine([]byte(`{"schema":"someone-else/v1","id":"x","kind":"alarm","device_id":"d"}`))
+	_, err = eventLine([]byte(`{"schema":"someone-else/v1","id":"x","kind":"alarm","device_id":"d"}`))
 	require.ErrorIs(t, err, event.ErrSchema)
 }
 
@@ -65,7 +65,7 @@ func TestEventLineNamesParentAndOutage(t *testing.T) {
 		t.Helper()
 		value, err := json.Marshal(e)
 		require.NoError(t, err)
-		got, err := EventLine(value)
+		got, err := eventLine(value)
 		require.NoError(t, err)
 		return got
 	}
@@ -97,9 +97,9 @@ func TestPrintEvents(t *testing.T) {
 	// The printer may still be connecting when the test produces: it starts at the records stamped from
 	// its call on, so it catches up.
 	since := time.Now()
-	go func() { done <- printEvents(ctx, s.KafkaBrokers, TopicEvents, zap.New(core), since) }()
+	go func() { done <- printEvents(ctx, s.KafkaBrokers, topicEvents, zap.New(core), since) }()
 
-	producer, err := kgo.NewClient(kgo.SeedBrokers(s.KafkaBrokers...), kgo.DefaultProduceTopic(TopicEvents))
+	producer, err := kgo.NewClient(kgo.SeedBrokers(s.KafkaBrokers...), kgo.DefaultProduceTopic(topicEvents))
 	require.NoError(t, err)
 	defer producer.Close()
 	produce := func(key, value string) {
@@ -129,7 +129,7 @@ func TestPrintEventsSkipsHistory(t *testing.T) {
 	s := startStack(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(s.KafkaBrokers...), kgo.DefaultProduceTopic(TopicEvents))
+	producer, err := kgo.NewClient(kgo.SeedBrokers(s.KafkaBrokers...), kgo.DefaultProduceTopic(topicEvents))
 	require.NoError(t, err)
 	defer producer.Close()
 	old := &kgo.Record{Value: []byte(eventJSON("alarm", 1, 20012)), Timestamp: time.Now().Add(-time.Minute)}
@@ -139,7 +139,7 @@ func TestPrintEventsSkipsHistory(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	done := make(chan error, 1)
 	since := time.Now()
-	go func() { done <- printEvents(ctx, s.KafkaBrokers, TopicEvents, zap.New(core), since) }()
+	go func() { done <- printEvents(ctx, s.KafkaBrokers, topicEvents, zap.New(core), since) }()
 	produce := func(v string) {
 		require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr())
 	}

@@ -38,7 +38,7 @@ func compatRedisAddr(t *testing.T) string {
 
 func startStack(t *testing.T) *Stack {
 	t.Helper()
-	s, err := Start(context.Background(), Options{AnyPorts: true})
+	s, err := start(context.Background(), Options{AnyPorts: true})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return s

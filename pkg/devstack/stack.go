@@ -30,25 +30,25 @@ import (
 // from one run to the next. They sit away from the servers' standard ports (6379, 1883, 9092) so a dev
 // stack never collides with a real server on the same machine.
 const (
-	RedisPort = 16379
-	MQTTPort  = 11883
-	KafkaPort = 19092
+	redisPort = 16379
+	mqttPort  = 11883
+	kafkaPort = 19092
 )
 
 // Topic names of the dev setup; the daemon's dev config names the same.
 const (
-	TopicSignals    = "device-signals"
-	TopicEvents     = "heartbeat.events"
-	TopicDeadletter = "heartbeat.deadletter"
+	topicSignals    = "device-signals"
+	topicEvents     = "heartbeat.events"
+	topicDeadletter = "heartbeat.deadletter"
 )
 
-// DefaultTopics are the topics Start creates when Options.Topics is empty.
-var DefaultTopics = []string{TopicSignals, TopicEvents, TopicDeadletter}
+// defaultTopics are the topics start creates when Options.Topics is empty.
+var defaultTopics = []string{topicSignals, topicEvents, topicDeadletter}
 
-// Options configures Start.
+// Options configures start.
 type Options struct {
 	Logger *zap.Logger
-	// Topics are created in the Kafka broker at start; empty = DefaultTopics.
+	// Topics are created in the Kafka broker at start; empty = defaultTopics.
 	Topics []string
 	// Partitions per topic; 0 = 1, so the event printer shows events in the order they were published.
 	Partitions int32
@@ -69,13 +69,13 @@ type Stack struct {
 	closeOnce sync.Once
 }
 
-// Start starts the three servers on 127.0.0.1. They run until Close; ctx only bounds the start itself.
-func Start(ctx context.Context, opts Options) (*Stack, error) {
+// start starts the three servers on 127.0.0.1. They run until Close; ctx only bounds the start itself.
+func start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
 	if len(opts.Topics) == 0 {
-		opts.Topics = DefaultTopics
+		opts.Topics = defaultTopics
 	}
 	if opts.Partitions <= 0 {
 		opts.Partitions = 1
@@ -123,7 +123,7 @@ func (s *Stack) startRedis(opts Options) error {
 	// Leases (`SET PX`, PEXPIRE) must lapse in real time as on a real Redis; by default miniredis only
 	// expires keys when a test fast-forwards it.
 	m.ClockTTL(true)
-	if err := listenPreferred(opts, RedisPort, m.StartAddr); err != nil {
+	if err := listenPreferred(opts, redisPort, m.StartAddr); err != nil {
 		return fmt.Errorf("devstack: start redis: %w", err)
 	}
 	m.Server().SetPreHook(zaddInOrder(m.Server()))
@@ -151,7 +151,7 @@ func (s *Stack) startMQTT(opts Options) error {
 		return fmt.Errorf("devstack: mqtt auth hook: %w", err)
 	}
 	var tcp *listeners.TCP
-	err := listenPreferred(opts, MQTTPort, func(addr string) error {
+	err := listenPreferred(opts, mqttPort, func(addr string) error {
 		l := listeners.NewTCP(listeners.Config{ID: "tcp-" + addr, Address: addr})
 		if err := srv.AddListener(l); err != nil {
 			return err
@@ -175,7 +175,7 @@ func (s *Stack) startMQTT(opts Options) error {
 func (s *Stack) startKafka(opts Options) error {
 	klog := &kfakeLogger{log: opts.Logger.With(zap.String("component", "kafka-broker"))}
 	var cluster *kfake.Cluster
-	err := listenPreferred(opts, KafkaPort, func(addr string) error {
+	err := listenPreferred(opts, kafkaPort, func(addr string) error {
 		_, p, _ := net.SplitHostPort(addr)
 		port, _ := strconv.Atoi(p)
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(opts.Partitions, opts.Topics...),

@@ -21,7 +21,7 @@ import (
 func TestStackStartsAndStopsCleanly(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ctx := context.Background()
-	s, err := Start(ctx, Options{Logger: zaptest.NewLogger(t), AnyPorts: true})
+	s, err := start(ctx, Options{Logger: zaptest.NewLogger(t), AnyPorts: true})
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(s.MQTTBroker, "tcp://127.0.0.1:"), s.MQTTBroker)
 	require.Len(t, s.KafkaBrokers, 1)
@@ -35,7 +35,7 @@ func TestStackStartsAndStopsCleanly(t *testing.T) {
 
 	kc, err := kgo.NewClient(kgo.SeedBrokers(s.KafkaBrokers...))
 	require.NoError(t, err)
-	for _, topic := range DefaultTopics {
+	for _, topic := range defaultTopics {
 		require.NoError(t, kc.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("x")}).FirstErr(), "topic %s exists", topic)
 	}
 	kc.Close()
@@ -51,12 +51,12 @@ func TestStackStartsAndStopsCleanly(t *testing.T) {
 
 func TestStackPrefersWellKnownPortsAndFallsBack(t *testing.T) {
 	ctx := context.Background()
-	a, err := Start(ctx, Options{})
+	a, err := start(ctx, Options{})
 	require.NoError(t, err)
 	defer a.Close()
 	// A second stack on one machine cannot have the well-known ports (the first one, or whoever else holds
 	// them, does) and takes free ones instead.
-	b, err := Start(ctx, Options{})
+	b, err := start(ctx, Options{})
 	require.NoError(t, err)
 	defer b.Close()
 	require.NotEqual(t, a.RedisAddr, b.RedisAddr)
@@ -69,7 +69,7 @@ func TestStackPrefersWellKnownPortsAndFallsBack(t *testing.T) {
 	for _, c := range []struct {
 		addr string
 		port int
-	}{{a.RedisAddr, RedisPort}, {strings.TrimPrefix(a.MQTTBroker, "tcp://"), MQTTPort}, {a.KafkaBrokers[0], KafkaPort}} {
+	}{{a.RedisAddr, redisPort}, {strings.TrimPrefix(a.MQTTBroker, "tcp://"), mqttPort}, {a.KafkaBrokers[0], kafkaPort}} {
 		if !strings.HasSuffix(c.addr, ":"+strconv.Itoa(c.port)) {
 			t.Logf("well-known port %d was taken; the stack uses %s", c.port, c.addr)
 		}

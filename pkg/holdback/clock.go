@@ -68,17 +68,17 @@ func NewClock(opts ClockOptions) *Clock {
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "clock_offset_seconds",
 			Help: "Redis TIME minus this replica's clock, as last measured (corrected for half the round trip)."},
-			func() float64 { return c.Offset().Seconds() }))
+			func() float64 { return c.measuredOffset().Seconds() }))
 	}
 	return c
 }
 
 // Now is the shared time: the local clock plus the measured offset. It keeps the local monotonic
 // reading, so durations between two Now values are not disturbed by a re-measured offset.
-func (c *Clock) Now() time.Time { return c.opts.Local().Add(c.Offset()) }
+func (c *Clock) Now() time.Time { return c.opts.Local().Add(c.measuredOffset()) }
 
-// Offset is Redis TIME minus the local clock, as last measured (0 before the first measurement).
-func (c *Clock) Offset() time.Duration {
+// measuredOffset is Redis TIME minus the local clock, as last measured (0 before the first measurement).
+func (c *Clock) measuredOffset() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.offset
@@ -89,7 +89,7 @@ func (c *Clock) Shared(local time.Time) time.Time {
 	if local.IsZero() {
 		return local
 	}
-	return local.Add(c.Offset())
+	return local.Add(c.measuredOffset())
 }
 
 // Check is nil while this replica may scan: its offset was measured and is within MaxOffset. The error

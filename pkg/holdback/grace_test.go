@@ -77,14 +77,14 @@ func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
 	}
 	clk.Set(from.Add(5*time.Second + 10*time.Minute)) // max_hold_back after r1's tick opened the window
 	require.Equal(t, clk.Now(), r2.WatermarkFor(clk.Now())(2*time.Hour), "no hold past max_hold_back")
-	require.True(t, r2.Degraded(), "the meters are claimed without their full grace")
+	require.True(t, r2.degraded(), "the meters are claimed without their full grace")
 	degraded := r2.DegradedFor(func(typ string) time.Duration { return mixedFleet[typ] })()
 	require.Equal(t, []bool{false, true}, []bool{degraded("gateway"), degraded("meter")}, "only the meters' events are marked")
 
 	// grace_after_outage 1s caps every device's grace, the gateways' too.
 	graceCap.Store(int64(time.Second))
 	from = clk.Now()
-	r1.Open("stall", CauseStall, ScopeAll, from, "stalled") // another window: the first one is past max_hold_back
+	r1.Open("stall", causeStall, ScopeAll, from, "stalled") // another window: the first one is past max_hold_back
 	clk.Advance(time.Second)
 	end = clk.Now()
 	r1.Close("stall", end)

@@ -15,12 +15,12 @@ func legacyOutage(now time.Time, local []Window, maxHold time.Duration) string {
 	open := false
 	var reasons []string
 	for _, w := range local {
-		if !w.Holds(now, maxHold) {
+		if !w.holds(now, maxHold) {
 			continue
 		}
 		start = earliestSet(start, w.From)
 		open = open || w.To.IsZero()
-		end = maxTime(end, w.Until())
+		end = maxTime(end, w.until())
 		reasons = append(reasons, w.Reason)
 	}
 	if open {

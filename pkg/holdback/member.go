@@ -12,7 +12,7 @@ import (
 // subscription, its partitions of a Kafka consumer group. Replicas advertise their shares with their
 // alive mark. When one stops without handing its shares over (SIGKILL, a frozen VM, a lost network), the
 // signals they carried go unread, so every other replica holds detection back from its last word until
-// each of its shares is read again (a window of CauseMember).
+// each of its shares is read again (a window of causeMember).
 type Share struct {
 	// Name says how the signals are split ("mqtt:$share/<group>/<filter>", "kafka:<group id>"): replicas
 	// advertising the same name read Signals between them.
@@ -114,7 +114,7 @@ func (h *Tracker) memberDiedLocked(now time.Time, replica string, e entry, why s
 	// Kafka keeps what a dead member did not read, and the share counts as read again once the group read
 	// past the member's last word: nothing is lost then. An MQTT share's undelivered messages may be.
 	kept := !slices.ContainsFunc(m.shares, func(s Share) bool { return !s.Kept })
-	h.openLocked(now, id, CauseMember, ScopeAll, e.at, "replica "+replica+" "+why+" while reading "+strings.Join(names, ", ")+
+	h.openLocked(now, id, causeMember, ScopeAll, e.at, "replica "+replica+" "+why+" while reading "+strings.Join(names, ", ")+
 		" alone; held until its share is read again", kept)
 }
 

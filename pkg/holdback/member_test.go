@@ -70,7 +70,7 @@ func memberWindow(t *testing.T, h *Tracker) Window {
 		}
 	}
 	require.Len(t, own, 1, "%+v", own)
-	require.Equal(t, CauseMember, own[0].Cause)
+	require.Equal(t, causeMember, own[0].Cause)
 	return own[0]
 }
 
@@ -106,7 +106,7 @@ func TestMemberDeathHoldsUntilTheShareIsReadAgain(t *testing.T) {
 	closed := clk.Now()
 	ticks(t, r2.Tracker)
 	w = memberWindow(t, r2.Tracker)
-	require.Equal(t, []any{closed, closed.Add(10 * time.Second)}, []any{w.To, w.Until()}, "closed when taken over, then the grace")
+	require.Equal(t, []any{closed, closed.Add(10 * time.Second)}, []any{w.To, w.until()}, "closed when taken over, then the grace")
 	require.Equal(t, last, r2.Watermark(clk.Now()))
 
 	clk.Set(closed.Add(10 * time.Second))
@@ -156,7 +156,7 @@ func TestMemberDeathReleaseBound(t *testing.T) {
 	require.Equal(t, gone, r3.Watermark(clk.Now()), "no live reader: held past the release")
 	clk.Set(gone.Add(time.Minute + 1500*time.Millisecond))
 	ticks(t, r3.Tracker)
-	require.True(t, r3.Degraded(), "bounded by max_hold_back like every window")
+	require.True(t, r3.degraded(), "bounded by max_hold_back like every window")
 }
 
 // TestMemberPauseIsNoDeath: a member that answers again with the same process was paused, not dead: its

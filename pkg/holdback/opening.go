@@ -30,9 +30,9 @@ func (h *Tracker) Close(id string, to time.Time) {
 	h.report(now)
 }
 
-// Record adds a window that is already over (w.To set): a stall, or the time heartbeatd was down. It
+// record adds a window that is already over (w.To set): a stall, or the time heartbeatd was down. It
 // merges with a live window of the same id.
-func (h *Tracker) Record(w Window) {
+func (h *Tracker) record(w Window) {
 	now := h.opts.Now()
 	h.mu.Lock()
 	h.recordLocked(now, w)
@@ -60,7 +60,7 @@ func (h *Tracker) openLocked(now time.Time, id string, cause Cause, scope Scope,
 	if scope == "" {
 		scope = ScopeAll
 	}
-	if i := h.find(id); i >= 0 && h.local[i].Live(now) {
+	if i := h.find(id); i >= 0 && h.local[i].live(now) {
 		w := &h.local[i]
 		switch {
 		case w.To.IsZero():
@@ -113,7 +113,7 @@ func (h *Tracker) closeLocked(id string, to time.Time) {
 		return
 	}
 	h.log.Info("blind window closed; each device is held its own timeout after it", zap.String("window", id),
-		zap.Duration("lasted", w.To.Sub(w.From)), zap.Duration("grace", w.Grace), zap.Time("until", w.Until()),
+		zap.Duration("lasted", w.To.Sub(w.From)), zap.Duration("grace", w.Grace), zap.Time("until", w.until()),
 		zap.Any("grace_by_type", h.graceByType(*w)))
 }
 
@@ -132,7 +132,7 @@ func (h *Tracker) graceByType(w Window) map[string]string {
 	}
 	out := map[string]string{}
 	for name, timeout := range h.opts.Timeouts() {
-		out[name] = w.GraceFor(timeout).String()
+		out[name] = w.graceFor(timeout).String()
 	}
 	return out
 }
@@ -142,7 +142,7 @@ func (h *Tracker) recordLocked(now time.Time, w Window) {
 	if w.Scope == "" {
 		w.Scope = ScopeAll
 	}
-	if i := h.find(w.ID); i >= 0 && h.local[i].Live(now) {
+	if i := h.find(w.ID); i >= 0 && h.local[i].live(now) {
 		prev := h.local[i]
 		w.From, w.Opened = earliest(prev.From, w.From), prev.Opened
 		if prev.To.IsZero() {
@@ -160,6 +160,6 @@ func (h *Tracker) recordLocked(now time.Time, w Window) {
 func (h *Tracker) stalled(from, to time.Time, gap time.Duration) {
 	h.log.Warn("heartbeatd stalled: holding detection back over what it could not hear", zap.Time("from", from),
 		zap.Duration("gap", gap), zap.Duration("detection.stall", h.opts.Stall))
-	h.Record(Window{ID: windowStall, Cause: CauseStall, From: from, To: to,
+	h.record(Window{ID: windowStall, Cause: causeStall, From: from, To: to,
 		Reason: "heartbeatd stalled for " + gap.Round(time.Millisecond).String()})
 }

@@ -38,7 +38,7 @@ func (h *Tracker) writesRefusedLocked(now time.Time) bool {
 	if h.opts.WriteTrouble != nil {
 		if from, to := h.opts.WriteTrouble(); to.After(h.troubleTo) {
 			h.troubleTo = to
-			if i := h.find(windowRedis); i < 0 || !h.local[i].Live(now) {
+			if i := h.find(windowRedis); i < 0 || !h.local[i].live(now) {
 				h.log.Warn("deadline writes were refused or unanswered, unseen until now: holding detection back over that span",
 					zap.Time("from", from), zap.Time("to", to))
 			}
@@ -58,12 +58,12 @@ const redisRefusedWrites = "redis refused deadline writes"
 // openRedisLocked opens (or keeps open) this replica's Redis window from since or the last time Redis
 // took its windows, whichever is earlier: nothing said after that share is known to be stored.
 func (h *Tracker) openRedisLocked(now, since time.Time, reason string) {
-	h.openLocked(now, windowRedis, CauseRedis, ScopeAll, earliestSet(h.lastShared, since), reason, false)
+	h.openLocked(now, windowRedis, causeRedis, ScopeAll, earliestSet(h.lastShared, since), reason, false)
 }
 
 // recordRedisLocked is openRedisLocked for a span already over at to.
 func (h *Tracker) recordRedisLocked(now, since, to time.Time, reason string) {
-	h.recordLocked(now, Window{ID: windowRedis, Cause: CauseRedis, Scope: ScopeAll, From: earliestSet(h.lastShared, since),
+	h.recordLocked(now, Window{ID: windowRedis, Cause: causeRedis, Scope: ScopeAll, From: earliestSet(h.lastShared, since),
 		To: to, Reason: reason})
 }
 

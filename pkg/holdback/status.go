@@ -10,9 +10,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// Degraded reports whether detection runs although it cannot trust silence for some configured type
+// degraded reports whether detection runs although it cannot trust silence for some configured type
 // (DegradedFor), or for any device when no types are given.
-func (h *Tracker) Degraded() bool {
+func (h *Tracker) degraded() bool {
 	return atNowLocked(h, func(now time.Time) bool { return h.degradedLocked(now, h.longestTimeout()) })
 }
 
@@ -27,21 +27,21 @@ func (h *Tracker) DegradedFor(timeoutOf func(deviceType string) time.Duration) f
 		clock := !h.clockBad.IsZero() && !h.clockHoldsLocked(now)
 		var expired []Window
 		for w := range h.liveLocked(now) {
-			if w.Expired(now, h.opts.MaxHoldBack) {
+			if w.expired(now, h.opts.MaxHoldBack) {
 				expired = append(expired, w)
 			}
 		}
 		h.mu.Unlock()
 		return func(typ string) bool {
 			timeout := timeoutOf(typ)
-			return clock || slices.ContainsFunc(expired, func(w Window) bool { return w.Blinds(now, timeout) })
+			return clock || slices.ContainsFunc(expired, func(w Window) bool { return w.blinds(now, timeout) })
 		}
 	}
 }
 
 func (h *Tracker) degradedLocked(now time.Time, timeout time.Duration) bool {
 	for w := range h.liveLocked(now) {
-		if w.Expired(now, h.opts.MaxHoldBack) && w.Blinds(now, timeout) {
+		if w.expired(now, h.opts.MaxHoldBack) && w.blinds(now, timeout) {
 			return true
 		}
 	}
@@ -65,7 +65,7 @@ func (h *Tracker) liveLocked(now time.Time) iter.Seq[Window] {
 	return func(yield func(Window) bool) {
 		for _, ws := range [][]Window{h.local, h.remote} {
 			for _, w := range ws {
-				if w.Live(now) && !yield(w) {
+				if w.live(now) && !yield(w) {
 					return
 				}
 			}
@@ -93,8 +93,8 @@ func (h *Tracker) statusLocked(now time.Time) Status {
 	open := false
 	for w := range h.liveLocked(now) {
 		st.Windows = append(st.Windows, w)
-		if !w.Holds(now, h.opts.MaxHoldBack) {
-			st.Degraded = st.Degraded || w.Blinds(now, longest)
+		if !w.holds(now, h.opts.MaxHoldBack) {
+			st.Degraded = st.Degraded || w.blinds(now, longest)
 			continue
 		}
 		if !st.Active || w.From.Before(st.Since) {
@@ -104,7 +104,7 @@ func (h *Tracker) statusLocked(now time.Time) Status {
 			}
 		}
 		open = open || w.To.IsZero()
-		st.Until = maxTime(st.Until, w.Until())
+		st.Until = maxTime(st.Until, w.until())
 		st.Active = true
 	}
 	if open {
@@ -133,14 +133,14 @@ func (h *Tracker) byTypeLocked(now time.Time) map[string]TypeHold {
 		var th TypeHold
 		open := false
 		for w := range h.liveLocked(now) {
-			if !w.HoldsFor(now, timeout, h.opts.MaxHoldBack) {
+			if !w.holdsFor(now, timeout, h.opts.MaxHoldBack) {
 				continue
 			}
 			if th.Since.IsZero() || w.From.Before(th.Since) {
 				th.Since = w.From
 			}
-			th.Grace = max(th.Grace, w.GraceFor(timeout))
-			th.Until = maxTime(th.Until, w.UntilFor(timeout))
+			th.Grace = max(th.Grace, w.graceFor(timeout))
+			th.Until = maxTime(th.Until, w.untilFor(timeout))
 			open = open || w.To.IsZero()
 		}
 		if th.Since.IsZero() {
@@ -184,7 +184,7 @@ func (h *Tracker) report(now time.Time) {
 		if st.Degraded {
 			var why []string
 			for _, w := range st.Windows {
-				if !w.Holds(now, h.opts.MaxHoldBack) {
+				if !w.holds(now, h.opts.MaxHoldBack) {
 					why = append(why, w.Replica+"/"+w.ID+": "+w.Reason)
 				}
 			}

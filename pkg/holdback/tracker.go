@@ -63,7 +63,7 @@ type Options struct {
 	// entry: Start refuses to join while another live process holds one of them (duplicate.go).
 	ClientIDs []string
 	// Grace caps how long a window keeps holding a device after it closed, which is the device's own
-	// timeout (Window.GraceFor): detection.grace_after_outage, or the longest timeout of any type when
+	// timeout (Window.graceFor): detection.grace_after_outage, or the longest timeout of any type when
 	// that is 0 (resolved by the caller); read whenever a window opens or closes, so a reload applies.
 	Grace func() time.Duration
 	// Timeouts are the configured types' timeouts, for the per-type hold in the status and the log; nil =
@@ -130,7 +130,7 @@ type Status struct {
 // replica's blindness hides signals of any slot. No window holds longer than MaxHoldBack.
 //
 // Sources that know of further windows (a Kafka partition being rebalanced, a dead member's share) call
-// Open and Close, or Record for a span already over.
+// Open and Close, or record for a span already over.
 type Tracker struct {
 	opts  Options
 	keys  keyspace
@@ -185,7 +185,7 @@ func New(opts Options) *Tracker {
 		r.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "hold_back_degraded",
 				Help: "1 while a blind window outlived detection.max_hold_back and detection runs without trusting silence."},
-				func() float64 { return b2f(h.Degraded()) }),
+				func() float64 { return b2f(h.degraded()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "hold_back_seconds",
 				Help: "How long the oldest open or grace-period blind window has lasted; 0 when there is none."},
 				func() float64 { return h.heldFor().Seconds() }))
@@ -220,7 +220,7 @@ func (h *Tracker) Start(ctx context.Context) error {
 	if last := time.UnixMilli(mark); err == nil && now.Sub(last) > h.opts.DownAfter {
 		h.log.Warn("heartbeatd was down: holding detection back", zap.Time("since", last), zap.Duration("down_for", now.Sub(last)),
 			zap.Duration("grace", h.opts.Grace()))
-		h.Record(Window{ID: windowDown, Cause: CauseDown, From: last, To: now,
+		h.record(Window{ID: windowDown, Cause: causeDown, From: last, To: now,
 			Reason: fmt.Sprintf("heartbeatd was not running from %s to %s", last.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))})
 	}
 	if h.stall != nil {
@@ -266,13 +266,13 @@ func (h *Tracker) release() {
 func (h *Tracker) Watermark(now time.Time) time.Time { return h.WatermarkFor(now)(math.MaxInt64) }
 
 // WatermarkFor is what may be claimed at now, per device timeout (deadline.ScannerOptions.Watermark):
-// the package's Watermark over every replica's windows for that timeout, no later than the last stall
+// the package's watermark over every replica's windows for that timeout, no later than the last stall
 // tick while a stall is being noticed nor than what the sources and the replicas carrying shares vouch
 // for, and nothing while this replica's clock cannot be trusted.
 func (h *Tracker) WatermarkFor(now time.Time) deadline.WatermarkFunc {
 	floor, windows := h.floor(now)
 	return func(timeout time.Duration) time.Time {
-		return earliest(floor, Watermark(now, windows, timeout, h.opts.MaxHoldBack))
+		return earliest(floor, watermark(now, windows, timeout, h.opts.MaxHoldBack))
 	}
 }
 
@@ -294,7 +294,7 @@ func (h *Tracker) floor(now time.Time) (time.Time, []Window) {
 	m := h.opts.MaxHoldBack
 	var windows []Window
 	for w := range h.liveLocked(now) {
-		if w.Holds(now, m) {
+		if w.holds(now, m) {
 			windows = append(windows, w)
 		}
 	}
@@ -353,7 +353,7 @@ func (h *Tracker) tick(ctx context.Context) error {
 		}
 	}
 	h.checkClockLocked(now)
-	h.local = slices.DeleteFunc(h.local, func(w Window) bool { return !w.Live(now) })
+	h.local = slices.DeleteFunc(h.local, func(w Window) bool { return !w.live(now) })
 	local := slices.Clone(h.local)
 	h.mu.Unlock()
 
@@ -415,7 +415,7 @@ func (h *Tracker) readRemote(now time.Time, shared, legacy map[string]string) (r
 					ws[i].To = maxTime(at, ws[i].From)
 				}
 			}
-			ok = slices.ContainsFunc(ws, func(w Window) bool { return w.Live(now) })
+			ok = slices.ContainsFunc(ws, func(w Window) bool { return w.live(now) })
 		}
 		if !ok {
 			stale = append(stale, replica)

@@ -317,7 +317,7 @@ func TestMaxHoldBackEndsTheHoldDegraded(t *testing.T) {
 	require.NoError(t, r2.Start(ctx))
 	ticks(t, r1, r2)
 	require.Equal(t, holdBackT0, r2.Watermark(clk.Now()), "r1's stuck source holds r2 too")
-	require.False(t, r2.Degraded())
+	require.False(t, r2.degraded())
 
 	clk.Set(holdBackT0.Add(time.Minute - time.Millisecond))
 	ticks(t, r1, r2)
@@ -328,7 +328,7 @@ func TestMaxHoldBackEndsTheHoldDegraded(t *testing.T) {
 	ticks(t, r1, r2)
 	for _, h := range []*Tracker{r1, r2} {
 		require.Equal(t, clk.Now(), h.Watermark(clk.Now()), "no hold lasts past max_hold_back")
-		require.True(t, h.Degraded())
+		require.True(t, h.degraded())
 		st := h.Status()
 		require.False(t, st.Active)
 		require.True(t, st.Degraded)
@@ -342,13 +342,13 @@ func TestMaxHoldBackEndsTheHoldDegraded(t *testing.T) {
 	ticks(t, r1)
 	r1.Open("ingest/mqtt", CauseIngest, ScopeAll, clk.Now(), "mqtt: disconnected")
 	require.Equal(t, clk.Now(), r1.Watermark(clk.Now()), "reopened, still past max_hold_back")
-	require.True(t, r1.Degraded())
+	require.True(t, r1.degraded())
 
 	// A new window after the old one ended holds again.
 	r1.Close("ingest/mqtt", clk.Now())
 	clk.Advance(11 * time.Second)
 	ticks(t, r1)
-	require.False(t, r1.Degraded())
+	require.False(t, r1.degraded())
 	r1.Open("ingest/mqtt", CauseIngest, ScopeAll, clk.Now(), "mqtt: disconnected")
 	require.Equal(t, clk.Now(), r1.Watermark(clk.Now().Add(time.Millisecond)))
 }
@@ -379,7 +379,7 @@ func TestStallOpensWindow(t *testing.T) {
 	require.True(t, st.Active)
 	require.Len(t, st.Windows, 1)
 	w := st.Windows[0]
-	require.Equal(t, []any{CauseStall, last, resumed, resumed.Add(10 * time.Second)}, []any{w.Cause, w.From, w.To, w.Until()})
+	require.Equal(t, []any{causeStall, last, resumed, resumed.Add(10 * time.Second)}, []any{w.Cause, w.From, w.To, w.until()})
 	require.Contains(t, w.Reason, "stalled for 6s")
 	require.Equal(t, last, r1.Watermark(clk.Now()))
 
@@ -412,7 +412,7 @@ func TestClockOffset(t *testing.T) {
 			c := NewClock(ClockOptions{Client: rdb, Local: func() time.Time { return time.Now().Add(tc.skew) }, Registerer: reg})
 			require.ErrorContains(t, c.Check(), "not measured")
 			require.NoError(t, c.Measure(ctx))
-			require.InDelta(t, -tc.skew, c.Offset(), float64(500*time.Millisecond))
+			require.InDelta(t, -tc.skew, c.measuredOffset(), float64(500*time.Millisecond))
 			require.InDelta(t, 0, time.Until(c.Now()), float64(500*time.Millisecond), "the corrected clock is the true one")
 			require.ErrorContains(t, c.Check(), tc.want)
 			require.ErrorContains(t, c.Check(), "exceeds detection.max_clock_offset 250ms")
@@ -428,7 +428,7 @@ func TestClockOffset(t *testing.T) {
 			ticks(t, hb)
 			require.Equal(t, clk.Now(), hb.Watermark(clk.Now()), "bounded like every hold")
 			require.True(t, hb.Scans())
-			require.True(t, hb.Degraded())
+			require.True(t, hb.degraded())
 		})
 	}
 	c := NewClock(ClockOptions{Client: rdb})
@@ -489,7 +489,7 @@ func TestLegacyOutages(t *testing.T) {
 	require.Equal(t, old, hb.Watermark(clk.Now()), "a 0.1.0 replica's outage holds")
 	require.Contains(t, hb.Status().Reason, "(replica old)")
 
-	hb.Open("stall", CauseStall, ScopeAll, holdBackT0.Add(-time.Second), "heartbeatd stalled for 2s")
+	hb.Open("stall", causeStall, ScopeAll, holdBackT0.Add(-time.Second), "heartbeatd stalled for 2s")
 	ticks(t, hb)
 	v, err := rdb.HGet(ctx, keys.health(), "new").Result()
 	require.NoError(t, err)

@@ -11,12 +11,12 @@ type Cause string
 // The causes this version records.
 const (
 	CauseIngest Cause = "ingest" // a source of this replica disconnected, unsubscribed, lagging or rebalancing
-	CauseStall  Cause = "stall"  // heartbeatd itself paused: process stop, GC, VM freeze, clock jump
-	CauseDown   Cause = "down"   // heartbeatd was not running at all
-	CauseRedis  Cause = "redis"  // Redis refused this replica's writes, so no signal was stored
-	// CauseMember: a replica that alone read a share of the signals (its part of an MQTT shared
+	causeStall  Cause = "stall"  // heartbeatd itself paused: process stop, GC, VM freeze, clock jump
+	causeDown   Cause = "down"   // heartbeatd was not running at all
+	causeRedis  Cause = "redis"  // Redis refused this replica's writes, so no signal was stored
+	// causeMember: a replica that alone read a share of the signals (its part of an MQTT shared
 	// subscription, its partitions of a Kafka consumer group) stopped without handing it over.
-	CauseMember Cause = "member"
+	causeMember Cause = "member"
 )
 
 // Scope is which devices a window blinds.
@@ -32,7 +32,7 @@ const ScopeAll Scope = "all"
 
 // Window is a span in which heartbeatd may have missed signals: a deadline that passed after its start
 // proves nothing about the device until the window has closed and the device had a full timeout of
-// visible time after it (GraceFor): a device that signalled unseen inside the window signals again
+// visible time after it (graceFor): a device that signalled unseen inside the window signals again
 // within its own timeout of the window's end. So a 30 s gateway is watched again 30 s after a window
 // that holds a 2 h meter for two hours.
 type Window struct {
@@ -49,7 +49,7 @@ type Window struct {
 	// Opened is when the window was recorded. detection.max_hold_back counts from here rather than from
 	// From, so an outage noticed only at start-up (heartbeatd was down for hours) still gets its grace.
 	Opened time.Time `json:"opened"`
-	// Grace caps the grace of every device (GraceFor): detection.grace_after_outage, else the longest
+	// Grace caps the grace of every device (graceFor): detection.grace_after_outage, else the longest
 	// timeout of any type; 0 for a window in which nothing was lost (Kept).
 	Grace time.Duration `json:"-"`
 	// Kept: the source kept every signal sent during the window (Kafka: lag, rebalance, a dead member's
@@ -58,62 +58,62 @@ type Window struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// GraceFor is how long after the window's end a device whose timeout is timeout stays held: its own
+// graceFor is how long after the window's end a device whose timeout is timeout stays held: its own
 // timeout, capped by Grace.
-func (w Window) GraceFor(timeout time.Duration) time.Duration { return min(timeout, w.Grace) }
+func (w Window) graceFor(timeout time.Duration) time.Duration { return min(timeout, w.Grace) }
 
-// Until is when the window stops holding every device if nothing else happens: To + Grace; zero while
+// until is when the window stops holding every device if nothing else happens: To + Grace; zero while
 // it is open.
-func (w Window) Until() time.Time {
+func (w Window) until() time.Time {
 	if w.To.IsZero() {
 		return time.Time{}
 	}
 	return w.To.Add(w.Grace)
 }
 
-// UntilFor is Until for the devices whose timeout is timeout.
-func (w Window) UntilFor(timeout time.Duration) time.Time {
+// untilFor is until for the devices whose timeout is timeout.
+func (w Window) untilFor(timeout time.Duration) time.Time {
 	if w.To.IsZero() {
 		return time.Time{}
 	}
-	return w.To.Add(w.GraceFor(timeout))
+	return w.To.Add(w.graceFor(timeout))
 }
 
-// Live reports whether the window is open or in some device's grace at now.
-func (w Window) Live(now time.Time) bool {
+// live reports whether the window is open or in some device's grace at now.
+func (w Window) live(now time.Time) bool {
 	return w.To.IsZero() || now.Before(w.To.Add(w.Grace))
 }
 
-// Blinds reports whether the devices whose timeout is timeout may have signalled unseen in the window,
+// blinds reports whether the devices whose timeout is timeout may have signalled unseen in the window,
 // at now: it is open or they are in their grace, max_hold_back aside.
-func (w Window) Blinds(now time.Time, timeout time.Duration) bool {
-	return w.To.IsZero() || now.Before(w.UntilFor(timeout))
+func (w Window) blinds(now time.Time, timeout time.Duration) bool {
+	return w.To.IsZero() || now.Before(w.untilFor(timeout))
 }
 
-// HoldsFor reports whether the window holds back the devices whose timeout is timeout at now: it blinds
+// holdsFor reports whether the window holds back the devices whose timeout is timeout at now: it blinds
 // them and is not past maxHold.
-func (w Window) HoldsFor(now time.Time, timeout, maxHold time.Duration) bool {
-	return w.Blinds(now, timeout) && !w.Expired(now, maxHold)
+func (w Window) holdsFor(now time.Time, timeout, maxHold time.Duration) bool {
+	return w.blinds(now, timeout) && !w.expired(now, maxHold)
 }
 
-// Expired reports whether the window has held longer than maxHold at now (maxHold ≤ 0: never).
-func (w Window) Expired(now time.Time, maxHold time.Duration) bool {
+// expired reports whether the window has held longer than maxHold at now (maxHold ≤ 0: never).
+func (w Window) expired(now time.Time, maxHold time.Duration) bool {
 	return maxHold > 0 && !now.Before(w.Opened.Add(maxHold))
 }
 
-// Holds reports whether the window holds detection back at now: live and not past maxHold. A live
+// holds reports whether the window holds detection back at now: live and not past maxHold. A live
 // window past maxHold no longer holds; detection runs degraded while it lasts.
-func (w Window) Holds(now time.Time, maxHold time.Duration) bool {
-	return w.Live(now) && !w.Expired(now, maxHold)
+func (w Window) holds(now time.Time, maxHold time.Duration) bool {
+	return w.live(now) && !w.expired(now, maxHold)
 }
 
-// Watermark is the scanner's rule for the devices whose timeout is timeout: at now, claim only deadlines
+// watermark is the scanner's rule for the devices whose timeout is timeout: at now, claim only deadlines
 // no window that holds them can explain, that is up to the earliest start of such a window, or up to now
 // when none holds them.
-func Watermark(now time.Time, windows []Window, timeout, maxHold time.Duration) time.Time {
+func watermark(now time.Time, windows []Window, timeout, maxHold time.Duration) time.Time {
 	wm := now
 	for _, w := range windows {
-		if w.HoldsFor(now, timeout, maxHold) && w.From.Before(wm) {
+		if w.holdsFor(now, timeout, maxHold) && w.From.Before(wm) {
 			wm = w.From
 		}
 	}
@@ -127,7 +127,7 @@ func (w Window) MarshalJSON() ([]byte, error) {
 		plain
 		Grace string    `json:"grace"`
 		Until time.Time `json:"until,omitzero"`
-	}{plain(w), w.Grace.String(), w.Until()})
+	}{plain(w), w.Grace.String(), w.until()})
 }
 
 // TypeHold is how the windows hold the devices of one type (Status.ByType).

@@ -279,11 +279,11 @@ func (c *Chain) Done() <-chan struct{} { return c.done }
 func (c *Chain) discard(source, result string, ack func()) {
 	s := c.m.source(source)
 	switch result {
-	case ResultRetained:
+	case resultRetained:
 		s.retained.Inc()
-	case ResultShed:
+	case resultShed:
 		s.shed.Inc()
-	case ResultIgnored:
+	case resultIgnored:
 		s.ignored.Inc()
 	}
 	if ack != nil {

@@ -26,8 +26,8 @@ const (
 	ReasonBadReason = "bad_reason"
 )
 
-// StatusFail is the `status` of a reported failure (docs/signals.md).
-const StatusFail = "fail"
+// statusFail is the `status` of a reported failure (docs/signals.md).
+const statusFail = "fail"
 
 // MaxReasonLen bounds a reported failure's reason, in bytes: it travels in every event of the incident.
 const MaxReasonLen = 256

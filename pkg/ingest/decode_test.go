@@ -149,7 +149,7 @@ func referenceFields(payload []byte) (f objectFields, reasons []string) {
 	}
 	if raw, ok := m["status"]; ok {
 		var status string
-		f.fail = json.Unmarshal(raw, &status) == nil && status == StatusFail
+		f.fail = json.Unmarshal(raw, &status) == nil && status == statusFail
 	}
 	if raw, ok := m["reason"]; ok && f.fail {
 		if f.reason = strings.ToValidUTF8(str(raw, ReasonBadReason), "\uFFFD"); len(f.reason) > MaxReasonLen {

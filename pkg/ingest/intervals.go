@@ -16,19 +16,19 @@ import (
 // Timeout advice (docs/concepts.md) is read from a fixed sample of the fleet, so that the signal path of a device
 // outside it costs one checksum of its id and memory stays bounded under any rate and any number of ids.
 const (
-	// AdviceSampleEvery: a device is in the sample when crc32c(id) % AdviceSampleEvery == 0, the same
+	// adviceSampleEvery: a device is in the sample when crc32c(id) % adviceSampleEvery == 0, the same
 	// devices on every replica and after every restart.
-	AdviceSampleEvery = 64
-	// AdviceMaxDevices is how many sampled devices of one type are followed at a time.
-	AdviceMaxDevices = 1024
-	// AdviceMaxIntervals is how many intervals a type keeps; the newest replace the oldest.
-	AdviceMaxIntervals = 4096
-	// AdviceMinSamples is how many intervals a type needs before a timeout is suggested: a p99 of fewer
+	adviceSampleEvery = 64
+	// adviceMaxDevices is how many sampled devices of one type are followed at a time.
+	adviceMaxDevices = 1024
+	// adviceMaxIntervals is how many intervals a type keeps; the newest replace the oldest.
+	adviceMaxIntervals = 4096
+	// adviceMinSamples is how many intervals a type needs before a timeout is suggested: a p99 of fewer
 	// is little more than the largest one seen.
-	AdviceMinSamples = 100
+	adviceMinSamples = 100
 
 	// adviceSlotBits sizes the table of followed devices shared by every type (384 KiB, allocated on the
-	// first sampled signal); AdviceMaxDevices keeps one busy type from taking all of it.
+	// first sampled signal); adviceMaxDevices keeps one busy type from taking all of it.
 	adviceSlotBits = 14
 	// adviceForget: a followed device silent this long has left the sample: its slot may go to another
 	// device, and its next signal starts over instead of adding a gap that is an absence, not a cadence.
@@ -41,7 +41,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func Sampled(device string) bool {
 	// The checksum only reads the bytes: no copy of the id on the signal path.
 	b := unsafe.Slice(unsafe.StringData(device), len(device))
-	return crc32.Checksum(b, castagnoli)%AdviceSampleEvery == 0
+	return crc32.Checksum(b, castagnoli)%adviceSampleEvery == 0
 }
 
 // Intervals keeps the observed signal intervals of the sampled devices, per device type, on this replica.
@@ -56,8 +56,8 @@ func Sampled(device string) bool {
 // a device typed only by PUT /v1/devices/{id} whose signals never name one counts under default.
 // With several replicas each sees the signals it reads, so its advice is its share of the sample.
 //
-// Memory is fixed: a table of followed devices (1<<adviceSlotBits), at most AdviceMaxDevices of one type,
-// and AdviceMaxIntervals intervals per type, for at most deadline.MaxTypes types. A sampled id that
+// Memory is fixed: a table of followed devices (1<<adviceSlotBits), at most adviceMaxDevices of one type,
+// and adviceMaxIntervals intervals per type, for at most deadline.MaxTypes types. A sampled id that
 // finds its slot held by a device that signalled within adviceForget is not followed, so a flood of new
 // ids displaces nobody and grows nothing.
 type Intervals struct {
@@ -112,7 +112,7 @@ func (s *Intervals) note(key uint64, typ string, at int64) {
 		}
 		if t != f.typ { // the device changed type: it moves to the new type's share, if there is room
 			s.types[f.typ-1].devices--
-			if t == 0 || s.types[t-1].devices >= AdviceMaxDevices {
+			if t == 0 || s.types[t-1].devices >= adviceMaxDevices {
 				*f = followed{}
 				return
 			}
@@ -140,7 +140,7 @@ func (s *Intervals) note(key uint64, typ string, at int64) {
 		typ = deadline.DefaultType
 	}
 	t := s.typeIndex(typ)
-	if t == 0 || s.types[t-1].devices >= AdviceMaxDevices {
+	if t == 0 || s.types[t-1].devices >= adviceMaxDevices {
 		return
 	}
 	s.types[t-1].devices++
@@ -163,15 +163,15 @@ func (s *Intervals) typeIndex(name string) uint16 {
 }
 
 func (ti *typeIntervals) add(gap time.Duration) {
-	if len(ti.ring) < AdviceMaxIntervals {
+	if len(ti.ring) < adviceMaxIntervals {
 		if ti.ring == nil {
-			ti.ring = make([]time.Duration, 0, AdviceMaxIntervals)
+			ti.ring = make([]time.Duration, 0, adviceMaxIntervals)
 		}
 		ti.ring = append(ti.ring, gap)
 		return
 	}
 	ti.ring[ti.next] = gap
-	ti.next = (ti.next + 1) % AdviceMaxIntervals
+	ti.next = (ti.next + 1) % adviceMaxIntervals
 }
 
 // deviceKey is the device id's hash, never 0 (the free slot's key).
@@ -184,7 +184,7 @@ type TimeoutAdvice struct {
 }
 
 // TypeAdvice is one type's observed intervals beside its timeout. P50 and P99 are absent without
-// intervals, SuggestedTimeout with fewer than AdviceMinSamples.
+// intervals, SuggestedTimeout with fewer than adviceMinSamples.
 type TypeAdvice struct {
 	Timeout          Duration `json:"timeout"`
 	Devices          int      `json:"devices"`
@@ -227,8 +227,8 @@ func (s *Intervals) Advise(replica string, pol *config.Policies) TimeoutAdvice {
 		if len(ring) > 0 {
 			slices.Sort(ring)
 			a.P50, a.P99 = Duration(percentile(ring, 50)), Duration(percentile(ring, 99))
-			if len(ring) >= AdviceMinSamples {
-				a.SuggestedTimeout = Duration(SuggestTimeout(time.Duration(a.P99)))
+			if len(ring) >= adviceMinSamples {
+				a.SuggestedTimeout = Duration(suggestTimeout(time.Duration(a.P99)))
 			}
 		}
 		out.Types[name] = a
@@ -254,9 +254,9 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 	return sorted[max(rank, 1)-1]
 }
 
-// SuggestTimeout is three times p99, rounded up to a value an operator writes: whole seconds below a
+// suggestTimeout is three times p99, rounded up to a value an operator writes: whole seconds below a
 // minute, tens of seconds below ten minutes, whole minutes above; at least a second.
-func SuggestTimeout(p99 time.Duration) time.Duration {
+func suggestTimeout(p99 time.Duration) time.Duration {
 	d := 3 * p99
 	unit := time.Minute
 	switch {

@@ -52,7 +52,7 @@ func TestSuggestTimeout(t *testing.T) {
 		{3*time.Minute + 20*time.Second + time.Millisecond, 11 * time.Minute}, // just past 10m: whole minutes
 		{time.Hour, 3 * time.Hour},
 	} {
-		require.Equal(t, tc.want, SuggestTimeout(tc.p99), "p99 %v", tc.p99)
+		require.Equal(t, tc.want, suggestTimeout(tc.p99), "p99 %v", tc.p99)
 	}
 }
 
@@ -143,19 +143,19 @@ func TestIntervalsRingKeepsTheNewest(t *testing.T) {
 	id := sampledIDs("ring", 1)[0]
 	at := t0
 	s.observe(id, "meter", at)
-	for range AdviceMaxIntervals {
+	for range adviceMaxIntervals {
 		at = at.Add(time.Hour)
 		s.observe(id, "meter", at)
 	}
-	for range AdviceMaxIntervals {
+	for range adviceMaxIntervals {
 		at = at.Add(time.Second)
 		s.observe(id, "meter", at)
 	}
 	a := s.Advise("", policies(map[string]time.Duration{"meter": time.Minute})).Types["meter"]
-	require.Equal(t, AdviceMaxIntervals, a.Samples)
+	require.Equal(t, adviceMaxIntervals, a.Samples)
 	require.Equal(t, Duration(time.Second), a.P99)
-	require.Len(t, s.types[0].ring, AdviceMaxIntervals)
-	require.Equal(t, AdviceMaxIntervals, cap(s.types[0].ring))
+	require.Len(t, s.types[0].ring, adviceMaxIntervals)
+	require.Equal(t, adviceMaxIntervals, cap(s.types[0].ring))
 }
 
 // Hostile input: endless new ids and endless type names grow nothing, and displace none of the devices
@@ -182,20 +182,20 @@ func TestIntervalsBoundedUnderAFlood(t *testing.T) {
 		s.observe(id, "meter", t0.Add(time.Duration(i)*time.Microsecond))
 		s.observe(id, "meter", t0.Add(time.Duration(i)*time.Microsecond+time.Millisecond))
 	}
-	require.Greater(t, sampled, 4*AdviceMaxDevices, "the flood offers far more sampled ids than a type follows")
+	require.Greater(t, sampled, 4*adviceMaxDevices, "the flood offers far more sampled ids than a type follows")
 	meter := s.types[s.index["meter"]-1]
-	require.Equal(t, AdviceMaxDevices, meter.devices)
+	require.Equal(t, adviceMaxDevices, meter.devices)
 	require.Len(t, s.slots, 1<<adviceSlotBits)
-	require.Equal(t, AdviceMaxDevices-len(resident), len(meter.ring), "one interval from each newcomer followed")
-	require.Equal(t, AdviceMaxDevices, followedCount(s), "a slot is counted by the type holding it")
+	require.Equal(t, adviceMaxDevices-len(resident), len(meter.ring), "one interval from each newcomer followed")
+	require.Equal(t, adviceMaxDevices, followedCount(s), "a slot is counted by the type holding it")
 
 	// The residents were not displaced: their next signal is an interval.
 	for _, id := range resident {
 		s.observe(id, "meter", t0.Add(5*time.Second))
 	}
-	require.Equal(t, AdviceMaxDevices, len(meter.ring))
+	require.Equal(t, adviceMaxDevices, len(meter.ring))
 	require.Equal(t, 5*time.Second, meter.ring[len(meter.ring)-1])
-	require.Equal(t, AdviceMaxDevices, meter.devices)
+	require.Equal(t, adviceMaxDevices, meter.devices)
 
 	// Endless type names (a chain without KnownType): at most deadline.MaxTypes are kept.
 	ids := sampledIDs("typed", 2*deadline.MaxTypes)

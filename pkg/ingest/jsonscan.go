@@ -147,7 +147,7 @@ func (s *jsonScanner) member(f *objectFields, key string, v []byte) {
 		f.typ, s.badType = stringField(v)
 	case "status":
 		status, _ := stringValue(v)
-		f.fail = status == StatusFail
+		f.fail = status == statusFail
 	case "reason":
 		f.reason, s.badReason = stringField(v)
 		f.reason = strings.ToValidUTF8(f.reason, "\uFFFD")

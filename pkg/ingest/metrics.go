@@ -12,13 +12,13 @@ import (
 
 // Results of a signal, the `result` label of heartbeatd_signals_total.
 const (
-	ResultApplied    = "applied"    // its deadline write was acknowledged by Redis
-	ResultCoalesced  = "coalesced"  // acknowledged without a write: one within ingest.coalesce was made
-	ResultDeadLetter = "deadletter" // bad input, sent to the dead-letter topic
-	ResultRetained   = "retained"   // an MQTT retained message: a replay of an old signal, not a live one
-	ResultShed       = "shed"       // an MQTT QoS 0 message dropped: too many were waiting for Redis
-	ResultLate       = "late"       // acknowledged unwritten: its deadline (ts + timeout) had already passed
-	ResultIgnored    = "ignored"    // a presence subscription's message whose payload no subscription takes
+	resultApplied    = "applied"    // its deadline write was acknowledged by Redis
+	resultCoalesced  = "coalesced"  // acknowledged without a write: one within ingest.coalesce was made
+	resultDeadLetter = "deadletter" // bad input, sent to the dead-letter topic
+	resultRetained   = "retained"   // an MQTT retained message: a replay of an old signal, not a live one
+	resultShed       = "shed"       // an MQTT QoS 0 message dropped: too many were waiting for Redis
+	resultLate       = "late"       // acknowledged unwritten: its deadline (ts + timeout) had already passed
+	resultIgnored    = "ignored"    // a presence subscription's message whose payload no subscription takes
 )
 
 // The `result` label of heartbeatd_signals_marked_total: what a reported failure or an offline message
@@ -116,13 +116,13 @@ func (m *metrics) source(name string) *sourceMetrics {
 	defer m.mu.Unlock()
 	if s = m.sources[name]; s == nil {
 		s = &sourceMetrics{
-			applied:    m.signals.WithLabelValues(name, ResultApplied),
-			coalesced:  m.signals.WithLabelValues(name, ResultCoalesced),
-			deadLetter: m.signals.WithLabelValues(name, ResultDeadLetter),
-			retained:   m.signals.WithLabelValues(name, ResultRetained),
-			shed:       m.signals.WithLabelValues(name, ResultShed),
-			late:       m.signals.WithLabelValues(name, ResultLate),
-			ignored:    m.signals.WithLabelValues(name, ResultIgnored),
+			applied:    m.signals.WithLabelValues(name, resultApplied),
+			coalesced:  m.signals.WithLabelValues(name, resultCoalesced),
+			deadLetter: m.signals.WithLabelValues(name, resultDeadLetter),
+			retained:   m.signals.WithLabelValues(name, resultRetained),
+			shed:       m.signals.WithLabelValues(name, resultShed),
+			late:       m.signals.WithLabelValues(name, resultLate),
+			ignored:    m.signals.WithLabelValues(name, resultIgnored),
 			clamped:    m.clamped.WithLabelValues(name),
 		}
 		m.sources[name] = s

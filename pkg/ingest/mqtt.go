@@ -431,7 +431,7 @@ func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
 	if m.Retained() {
 		// A retained message is delivered on (re-)subscribe: an old signal replayed, not one sent now.
 		// Taking it as a live signal would mark a long-silent device alive at every reconnect.
-		chain.discard(SourceMQTT, ResultRetained, m.Ack)
+		chain.discard(SourceMQTT, resultRetained, m.Ack)
 		return
 	}
 	if m.Qos() == 0 {
@@ -474,7 +474,7 @@ func (s *MQTTSource) queueUnacked(chain *Chain, m mqtt.Message) {
 		}
 	}
 	s.unackedBytes.Add(-size)
-	chain.discard(SourceMQTT, ResultShed, nil)
+	chain.discard(SourceMQTT, resultShed, nil)
 	if now, last := time.Now().UnixNano(), s.lastShedLog.Load(); now-last >= int64(time.Minute) && s.lastShedLog.CompareAndSwap(last, now) {
 		s.log.Warn("shedding QoS 0 messages: more are waiting for Redis than the source queues (counted in heartbeatd_signals_total{result=\"shed\"})",
 			zap.Int("queued", s.opts.MaxQueuedQoS0))
@@ -501,7 +501,7 @@ func (s *MQTTSource) worker(ctx context.Context, chain *Chain) {
 		topic := m.Topic()
 		f, tpl, ignored := matchTopic(s.templates, topic, m.Payload())
 		if ignored {
-			chain.discard(SourceMQTT, ResultIgnored, func() {
+			chain.discard(SourceMQTT, resultIgnored, func() {
 				m.Ack()
 				s.health.done()
 			})

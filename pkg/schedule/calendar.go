@@ -15,9 +15,9 @@ type Interval struct {
 	Ranges []timeinterval.TimeInterval
 }
 
-// Contains reports whether t is inside the interval. A range without a location is read in UTC, so the
+// contains reports whether t is inside the interval. A range without a location is read in UTC, so the
 // answer does not depend on the host's time zone.
-func (iv *Interval) Contains(t time.Time) bool {
+func (iv *Interval) contains(t time.Time) bool {
 	t = t.UTC()
 	for _, r := range iv.Ranges {
 		if r.ContainsTime(t) {
@@ -27,9 +27,9 @@ func (iv *Interval) Contains(t time.Time) bool {
 	return false
 }
 
-// Horizon is how far ahead a calendar looks for the end of a quiet spell. A spell longer than that (a
+// horizon is how far ahead a calendar looks for the end of a quiet spell. A spell longer than that (a
 // years: range) is reported as ending at the horizon; the claim then looks again.
-const Horizon = 400 * 24 * time.Hour
+const horizon = 400 * 24 * time.Hour
 
 // Calendar is a device type's quiet and active intervals: a time is quiet when it is inside a quiet
 // interval, or when the type has active intervals and it is outside all of them.
@@ -81,7 +81,7 @@ func (c *Calendar) Quiet(t time.Time) bool {
 		return false
 	}
 	for _, iv := range c.quiet {
-		if iv.Contains(t) {
+		if iv.contains(t) {
 			return true
 		}
 	}
@@ -89,7 +89,7 @@ func (c *Calendar) Quiet(t time.Time) bool {
 		return false
 	}
 	for _, iv := range c.active {
-		if iv.Contains(t) {
+		if iv.contains(t) {
 			return false
 		}
 	}
@@ -126,7 +126,7 @@ func (c *Calendar) Transitions(from time.Time, n int) []Transition {
 	}
 	var out []Transition
 	quiet := c.Quiet(from)
-	end := from.Add(Horizon)
+	end := from.Add(horizon)
 	for len(out) < n {
 		at := c.nextChange(from, quiet)
 		if !at.Before(end) {
@@ -144,7 +144,7 @@ func (c *Calendar) Transitions(from time.Time, n int) []Transition {
 // a week at a time.
 func (c *Calendar) nextChange(t time.Time, quiet bool) time.Time {
 	const week = 7
-	end := t.Add(Horizon)
+	end := t.Add(horizon)
 	checked := t
 	for day := -1; ; day += week - 2 { // weeks overlap by two days: see below
 		var cands []time.Time

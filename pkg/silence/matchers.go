@@ -9,32 +9,32 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/pkg/client"
 	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 )
 
-// Matcher selects devices as Alertmanager's matchers select alerts: Label is a registered label's name
-// or one of device_id, device_type, parent; Op is =, !=, =~ or !~; a regular expression matches the whole
-// value (it is anchored, as in Alertmanager). A device without the label has the empty value.
-type Matcher struct {
-	Label string `json:"label"`
-	Op    string `json:"op"`
-	Value string `json:"value"`
-	re    *regexp.Regexp
+// Matcher selects devices by a label, device_id, device_type or parent (client.Matcher has the rules).
+type Matcher = client.Matcher
+
+// matcher is a Matcher checked and ready to apply: re is its anchored regular expression for =~ and !~.
+type matcher struct {
+	Matcher
+	re *regexp.Regexp
 }
 
 // The matcher ops.
 const (
-	OpEqual     = "="
-	OpNotEqual  = "!="
-	OpRegexp    = "=~"
-	OpNotRegexp = "!~"
+	opEqual     = "="
+	opNotEqual  = "!="
+	opRegexp    = "=~"
+	opNotRegexp = "!~"
 )
 
 // maxMatchers bounds one silence's matchers: every claim checks them.
 const maxMatchers = 20
 
 // compile checks m and prepares its regular expression.
-func (m *Matcher) compile() error {
+func (m *matcher) compile() error {
 	switch {
 	case m.Label == "":
 		return fmt.Errorf("a matcher needs a label (a label name, or device_id, device_type, parent)")
@@ -42,8 +42,8 @@ func (m *Matcher) compile() error {
 		return fmt.Errorf("matcher %q: label at most 256 bytes, value at most 1024", m.Label)
 	}
 	switch m.Op {
-	case OpEqual, OpNotEqual:
-	case OpRegexp, OpNotRegexp:
+	case opEqual, opNotEqual:
+	case opRegexp, opNotRegexp:
 		re, err := regexp.Compile("^(?:" + m.Value + ")$")
 		if err != nil {
 			return fmt.Errorf("matcher %s%s%q: %v", m.Label, m.Op, m.Value, err)
@@ -56,13 +56,13 @@ func (m *Matcher) compile() error {
 }
 
 // matchesValue applies m to one value.
-func (m *Matcher) matchesValue(v string) bool {
+func (m *matcher) matchesValue(v string) bool {
 	switch m.Op {
-	case OpEqual:
+	case opEqual:
 		return v == m.Value
-	case OpNotEqual:
+	case opNotEqual:
 		return v != m.Value
-	case OpRegexp:
+	case opRegexp:
 		return m.re.MatchString(v)
 	default:
 		return !m.re.MatchString(v)
@@ -70,7 +70,7 @@ func (m *Matcher) matchesValue(v string) bool {
 }
 
 // needsFacts reports whether m looks at more than a claim carries (its device and type).
-func (m *Matcher) needsFacts() bool { return m.Label != "device_id" && m.Label != "device_type" }
+func (m *matcher) needsFacts() bool { return m.Label != "device_id" && m.Label != "device_type" }
 
 // Facts are what matchers look at of one device.
 type Facts struct {
@@ -95,7 +95,7 @@ func (f Facts) value(label string) string {
 // compiled is a stored silence ready to be checked: its matchers compiled, its intervals resolved.
 type compiled struct {
 	Silence
-	matchers []Matcher
+	matchers []matcher
 	calendar *schedule.Calendar // nil: active from Starts to Ends without a break
 	unknown  bool               // names an interval the configuration no longer defines: never active
 	// intervals are what its names resolved to (nil where one did not): the index reuses the compiled
@@ -128,8 +128,11 @@ func recompile(prev *compiled, sil Silence, intervals func(string) *schedule.Int
 
 // compile prepares sil; intervals resolves interval names (nil: none are defined).
 func compile(sil Silence, intervals func(string) *schedule.Interval) (c compiled, err error) {
-	c = compiled{Silence: sil, matchers: slices.Clone(sil.Matchers), intervals: resolve(sil.TimeIntervals, intervals)}
+	c = compiled{Silence: sil, matchers: make([]matcher, len(sil.Matchers)), intervals: resolve(sil.TimeIntervals, intervals)}
 	defer func() { c.err = err }()
+	for i, m := range sil.Matchers {
+		c.matchers[i] = matcher{Matcher: m}
+	}
 	for i := range c.matchers {
 		if err := c.matchers[i].compile(); err != nil {
 			return c, err
@@ -196,9 +199,9 @@ func validateSelection(sil Silence, c compiled) error {
 		return fmt.Errorf("at most %d time_intervals", maxMatchers)
 	}
 	if sil.DeviceID == "" && sil.DeviceType == "" &&
-		!slices.ContainsFunc(c.matchers, func(m Matcher) bool { return !m.matchesValue("") }) {
+		!slices.ContainsFunc(c.matchers, func(m matcher) bool { return !m.matchesValue("") }) {
 		// As in Alertmanager: a silence of matchers that all match the empty value would silence the fleet.
-		return fmt.Errorf("at least one matcher must not match the empty value (%s)", describe(c.matchers))
+		return fmt.Errorf("at least one matcher must not match the empty value (%s)", describe(sil.Matchers))
 	}
 	return nil
 }
@@ -219,9 +222,9 @@ func ParseMatcher(s string) (Matcher, error) {
 	if i < 0 {
 		return Matcher{}, fmt.Errorf("matcher %q: want name op value, op one of =, !=, =~, !~", s)
 	}
-	m := Matcher{Label: strings.TrimSpace(s[:i]), Op: OpEqual}
+	m := Matcher{Label: strings.TrimSpace(s[:i]), Op: opEqual}
 	rest := s[i:]
-	for _, op := range []string{OpNotEqual, OpRegexp, OpNotRegexp, OpEqual} { // two-character ops first
+	for _, op := range []string{opNotEqual, opRegexp, opNotRegexp, opEqual} { // two-character ops first
 		if strings.HasPrefix(rest, op) {
 			m.Op, rest = op, rest[len(op):]
 			break
@@ -241,7 +244,7 @@ func ParseMatcher(s string) (Matcher, error) {
 		}
 		m.Value = v
 	}
-	check := m
+	check := matcher{Matcher: m}
 	if err := check.compile(); err != nil {
 		return Matcher{}, err
 	}

@@ -11,21 +11,22 @@ import (
 // follows its op.
 func TestParseMatcher(t *testing.T) {
 	for in, want := range map[string]Matcher{
-		"labels.site=berlin":  {Label: "site", Op: OpEqual, Value: "berlin"},
-		"site=berlin":         {Label: "site", Op: OpEqual, Value: "berlin"},
-		"device_type!=meter":  {Label: "device_type", Op: OpNotEqual, Value: "meter"},
-		"device_id=~m-.*":     {Label: "device_id", Op: OpRegexp, Value: "m-.*"},
-		"parent!~gw-[0-9]+":   {Label: "parent", Op: OpNotRegexp, Value: "gw-[0-9]+"},
-		`labels.room="a = b"`: {Label: "room", Op: OpEqual, Value: "a = b"},
-		"labels.floor=":       {Label: "floor", Op: OpEqual, Value: ""},
-		"labels.note=x!=y=~z": {Label: "note", Op: OpEqual, Value: "x!=y=~z"},
+		"labels.site=berlin":  {Label: "site", Op: opEqual, Value: "berlin"},
+		"site=berlin":         {Label: "site", Op: opEqual, Value: "berlin"},
+		"device_type!=meter":  {Label: "device_type", Op: opNotEqual, Value: "meter"},
+		"device_id=~m-.*":     {Label: "device_id", Op: opRegexp, Value: "m-.*"},
+		"parent!~gw-[0-9]+":   {Label: "parent", Op: opNotRegexp, Value: "gw-[0-9]+"},
+		`labels.room="a = b"`: {Label: "room", Op: opEqual, Value: "a = b"},
+		"labels.floor=":       {Label: "floor", Op: opEqual, Value: ""},
+		"labels.note=x!=y=~z": {Label: "note", Op: opEqual, Value: "x!=y=~z"},
 	} {
 		got, err := ParseMatcher(in)
 		require.NoError(t, err, in)
 		assert.Equal(t, want, got, in)
 	}
-	m, err := ParseMatcher("labels.site=~ber.*")
+	parsed, err := ParseMatcher("labels.site=~ber.*")
 	require.NoError(t, err)
+	m := matcher{Matcher: parsed}
 	require.NoError(t, m.compile())
 	assert.True(t, m.matchesValue("berlin"))
 	assert.False(t, m.matchesValue("paris"), "a regular expression matches the whole value")

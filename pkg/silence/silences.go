@@ -17,31 +17,15 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/redisutil"
+	"github.com/heartbeatd/heartbeatd/pkg/client"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 )
 
-// Silence is a maintenance window: devices it matches raise no events while it lasts. Detection goes on,
-// so a device still silent when the window ends alarms then.
-type Silence struct {
-	ID         string    `json:"id"`
-	DeviceID   string    `json:"device_id,omitempty"`
-	DeviceType string    `json:"device_type,omitempty"`
-	Starts     time.Time `json:"starts"`
-	Ends       time.Time `json:"ends"`
-	Comment    string    `json:"comment,omitempty"`
-	// By is who created the silence, when given; its silenced event carries it.
-	By string `json:"by,omitempty"`
-	// Token names the API token that created it when By names someone else (docs/access.md).
-	Token string `json:"token,omitempty"`
-	// Matchers narrow or replace DeviceID and DeviceType: a device is silenced when it matches them all
-	// (matchers.go).
-	Matchers []Matcher `json:"matchers,omitempty"`
-	// TimeIntervals name the configuration's time_intervals: the silence covers its devices only inside
-	// them, recurring until deleted (Ends is RecurringEnds unless given).
-	TimeIntervals []string `json:"time_intervals,omitempty"`
-}
+// Silence is a maintenance window, in the API's wire shape (pkg/client); matchers.go checks and
+// compiles it.
+type Silence = client.Silence
 
 // RecurringEnds is the end of a recurring silence created without one: it lasts until deleted.
 var RecurringEnds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
@@ -193,8 +177,8 @@ func (s *Silences) List(ctx context.Context) ([]Silence, error) {
 	return out, nil
 }
 
-// Delete ends a silence at once, by no one in particular: End with no act.
-func (s *Silences) Delete(ctx context.Context, id string) (bool, error) {
+// delete ends a silence at once, by no one in particular: End with no act.
+func (s *Silences) delete(ctx context.Context, id string) (bool, error) {
 	return s.End(ctx, id, event.Act{})
 }
 

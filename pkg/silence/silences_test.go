@@ -3,7 +3,6 @@ package silence
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,8 +20,7 @@ import (
 // recorder is the Publisher of the tests: it keeps the events it took and can be told to refuse them,
 // like an unreachable Kafka.
 type recorder struct {
-	mu   sync.Mutex
-	got  []event.Event
+	testenv.EventLog
 	down atomic.Bool
 }
 
@@ -30,19 +28,8 @@ func (r *recorder) Publish(_ context.Context, e event.Event) bool {
 	if r.down.Load() {
 		return false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.got = append(r.got, e)
+	r.Append(e)
 	return true
-}
-
-// take returns the events published since the last take.
-func (r *recorder) take() []event.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.got
-	r.got = nil
-	return out
 }
 
 type fixture struct {
@@ -138,13 +125,13 @@ func TestEndingASilenceEarlyRearmsWhatItDeferred(t *testing.T) {
 		f.signal("d1", "", 0)
 		f.clock.Set(f.t0.Add(11 * time.Second))
 		f.deferTo(ends)
-		require.Equal(t, []string{"gateway silenced", "d1 silenced"}, kinds(f.sink.take()))
+		require.Equal(t, []string{"gateway silenced", "d1 silenced"}, kinds(f.sink.Take()))
 
 		f.clock.Set(f.t0.Add(20 * time.Second))
 		ok, err := sil.End(ctx, gateways.ID, event.Act{By: "alice"})
 		require.NoError(t, err)
 		require.True(t, ok)
-		got := f.sink.take()
+		got := f.sink.Take()
 		require.Equal(t, []string{"gateway unsilenced"}, kinds(got))
 		require.Equal(t, "alice", got[0].By)
 		rearmed := f.t0.Add(22 * time.Second)
@@ -168,7 +155,7 @@ func TestSilenceEndIsAnnouncedOnceAcrossReplicas(t *testing.T) {
 		f.signal("d1", "gateway", 0)
 		s, err := a.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Minute), Comment: "swap", By: "carol"})
 		require.NoError(t, err)
-		created := f.sink.take()
+		created := f.sink.Take()
 		require.Len(t, created, 1)
 		require.Equal(t, eventOf(event.Silenced, s, "gateway", event.Act{By: "carol", Note: "swap"}, f.t0), created[0])
 		require.NoError(t, b.Load(ctx))
@@ -182,7 +169,7 @@ func TestSilenceEndIsAnnouncedOnceAcrossReplicas(t *testing.T) {
 			require.NoError(t, b.tend(ctx))
 			require.NoError(t, a.tend(ctx))
 		}
-		got := f.sink.take()
+		got := f.sink.Take()
 		require.Len(t, got, 1, "one unsilenced event: %v", got)
 		require.Equal(t, EventID(s.ID, event.Unsilenced), got[0].ID)
 		require.Equal(t, "gateway", got[0].DeviceType)
@@ -196,7 +183,7 @@ func TestSilenceEndIsAnnouncedOnceAcrossReplicas(t *testing.T) {
 		ok, err := a.End(ctx, s.ID, event.Act{})
 		require.NoError(t, err)
 		require.False(t, ok)
-		require.Empty(t, f.sink.take())
+		require.Empty(t, f.sink.Take())
 	})
 }
 
@@ -210,11 +197,11 @@ func TestSilenceEndedEarlyIsNotAnnouncedAgain(t *testing.T) {
 		require.NoError(t, err)
 		kept, err := a.Create(ctx, Silence{DeviceType: "gateway", Ends: f.t0.Add(time.Minute)})
 		require.NoError(t, err)
-		f.sink.take()
+		f.sink.Take()
 		ok, err := a.End(ctx, s.ID, event.Act{By: "dave", Note: "done"})
 		require.NoError(t, err)
 		require.True(t, ok)
-		got := f.sink.take()
+		got := f.sink.Take()
 		require.Len(t, got, 1)
 		require.Equal(t, eventOf(event.Unsilenced, s, "sensor", event.Act{By: "dave", Note: "done"}, f.t0), got[0])
 
@@ -247,7 +234,7 @@ func TestSilencesOutliveRedisLosingThem(t *testing.T) {
 		deleted, err := sil.Create(ctx, Silence{DeviceType: "gateway", Ends: f.t0.Add(time.Hour)})
 		require.NoError(t, err)
 		require.NoError(t, sil.Load(ctx))
-		ok, err := other.Delete(ctx, deleted.ID)
+		ok, err := other.delete(ctx, deleted.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
 		stored := func() []string {
@@ -315,11 +302,11 @@ func TestSilenceCreatedElsewhereAppliesAfterRefresh(t *testing.T) {
 		require.True(t, here.SilencedUntil("d1", "default", f.t0).IsZero(), "not read yet")
 		require.NoError(t, here.Load(ctx))
 		require.Equal(t, s.Ends, here.SilencedUntil("d1", "default", f.t0).UTC())
-		ok, err := here.Delete(ctx, s.ID)
+		ok, err := here.delete(ctx, s.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.True(t, here.SilencedUntil("d1", "default", f.t0).IsZero())
-		ok, err = here.Delete(ctx, s.ID)
+		ok, err = here.delete(ctx, s.ID)
 		require.NoError(t, err)
 		require.False(t, ok)
 	})
@@ -335,7 +322,7 @@ func TestCreateRefusesInvalidSilences(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalid)
 		_, err = sil.Create(ctx, Silence{DeviceID: "x", Ends: f.t0.Add(-time.Second)})
 		require.ErrorIs(t, err, ErrInvalid)
-		require.Empty(t, f.sink.take())
+		require.Empty(t, f.sink.Take())
 	})
 }
 

@@ -18,9 +18,6 @@ import (
 //go:embed index.html
 var page []byte
 
-// Page is the page's HTML.
-func Page() []byte { return page }
-
 // served is what every answer carries, computed once from the embedded page.
 var served = sync.OnceValue(func() struct{ csp, etag string } {
 	style, script := inline(page, "style"), inline(page, "script")
@@ -34,8 +31,8 @@ var served = sync.OnceValue(func() struct{ csp, etag string } {
 	}
 })
 
-// ContentSecurityPolicy is the Content-Security-Policy header Handler sends.
-func ContentSecurityPolicy() string { return served().csp }
+// contentSecurityPolicy is the Content-Security-Policy header Handler sends.
+func contentSecurityPolicy() string { return served().csp }
 
 // inline returns the content of the page's one <tag> element; the page is ours, so anything else is a
 // mistake the package's tests catch.

@@ -15,8 +15,8 @@ import (
 
 // The page stays small and self-contained: no asset from elsewhere, nothing to build.
 func TestPageIsSmallAndSelfContained(t *testing.T) {
-	require.Less(t, len(Page()), 100<<10, "the page is meant to stay under 100 KB")
-	html := string(Page())
+	require.Less(t, len(page), 100<<10, "the page is meant to stay under 100 KB")
+	html := string(page)
 	for _, ref := range regexp.MustCompile(`(?i)(?:src|href|action)\s*=\s*["']?([^"'\s>]+)`).FindAllStringSubmatch(html, -1) {
 		if !strings.HasPrefix(ref[1], "data:") {
 			t.Errorf("the page loads %s: everything must be inline", ref[1])
@@ -28,7 +28,7 @@ func TestPageIsSmallAndSelfContained(t *testing.T) {
 // The page never writes field data as HTML (device ids and notes come from devices and operators), never
 // puts the token in a URL, and keeps it in the tab's sessionStorage only.
 func TestPageHandlesTheTokenAndDataSafely(t *testing.T) {
-	html := string(Page())
+	html := string(page)
 	for _, unsafe := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
 		"EventSource", "localStorage.setItem(TOKEN_KEY"} {
 		require.NotContains(t, html, unsafe)
@@ -42,9 +42,9 @@ func TestPageHandlesTheTokenAndDataSafely(t *testing.T) {
 // The policy allows exactly the page's own style and script: a changed script without a changed hash
 // would not run, and the hashes are the ones a browser computes.
 func TestContentSecurityPolicyHashesTheInlineCode(t *testing.T) {
-	csp := ContentSecurityPolicy()
+	csp := contentSecurityPolicy()
 	for _, tag := range []string{"style", "script"} {
-		m := regexp.MustCompile(`(?s)<`+tag+`>(.*?)</`+tag+`>`).FindAllSubmatch(Page(), -1)
+		m := regexp.MustCompile(`(?s)<`+tag+`>(.*?)</`+tag+`>`).FindAllSubmatch(page, -1)
 		require.Len(t, m, 1, "one <%s>", tag)
 		sum := sha256.Sum256(m[0][1])
 		require.Contains(t, csp, tag+"-src 'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
@@ -64,13 +64,13 @@ func TestHandler(t *testing.T) {
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
-	require.Equal(t, ContentSecurityPolicy(), resp.Header.Get("Content-Security-Policy"))
+	require.Equal(t, contentSecurityPolicy(), resp.Header.Get("Content-Security-Policy"))
 	require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"))
 	require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
 	var body bytes.Buffer
 	_, err = body.ReadFrom(resp.Body)
 	require.NoError(t, err)
-	require.Equal(t, Page(), body.Bytes())
+	require.Equal(t, page, body.Bytes())
 
 	// A reload revalidates and gets 304 while the binary is the same.
 	etag := resp.Header.Get("ETag")

@@ -13,7 +13,6 @@ package chaos
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -22,13 +21,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
@@ -287,6 +283,15 @@ func (s *scenario) keepersVia(sig signaller, share int) []string {
 	return k
 }
 
+// awaitStored waits until the daemon holds every silent device and every keeper (interrupted ones
+// count: at 10k devices storing them all may take longer than a timeout).
+func (s *scenario) awaitStored(keepers []string) {
+	s.t.Helper()
+	awaitStats(s.t, s.hb, scaled(s.n, 30*time.Second), "signals stored", func(st stats) bool {
+		return st.Devices.Online+st.Devices.Interrupted >= int64(len(s.silent)+len(keepers))
+	})
+}
+
 // finish awaits every silent device's report (within scaled(n, within)), proves with a barrier that
 // detection scanned past the fault, and reports the tally under name, with the daemon's log on failure.
 func (s *scenario) finish(name, barrier string, within time.Duration) {
@@ -418,127 +423,6 @@ func readyz(hb *testenv.Heartbeatd) (int, map[string]any, error) {
 		return code, nil, fmt.Errorf("/readyz: %w: %s", err, body)
 	}
 	return code, v, nil
-}
-
-// signaller is how devices signal: over MQTT (publisher) or Kafka (kafkaSignaller).
-type signaller interface {
-	// signal sends one signal per device (payload(id), nil = empty) and returns once the broker
-	// acknowledged every one.
-	signal(ids []string, payload func(id string) []byte) error
-	// up is false while the broker is known to be unreachable.
-	up() bool
-}
-
-// publisher is a device-side MQTT client. It reconnects quickly after a broker outage.
-type publisher struct {
-	c mqtt.Client
-}
-
-func (f *fleet) publisher(name string) *publisher {
-	f.t.Helper()
-	return &publisher{c: f.broker.Connect(f.t, mqtt.NewClientOptions().SetClientID(name).
-		SetAutoReconnect(true).SetMaxReconnectInterval(250*time.Millisecond).
-		SetConnectRetry(true).SetConnectRetryInterval(250*time.Millisecond))}
-}
-
-// window bounds QoS 1 publishes in flight: paho has 65535 packet ids.
-const window = 10000
-
-func (p *publisher) up() bool { return p.c.IsConnectionOpen() }
-
-// signal publishes one QoS 1 signal per device and waits until the broker acknowledged every one.
-func (p *publisher) signal(ids []string, payload func(id string) []byte) error {
-	for start := 0; start < len(ids); start += window {
-		end := min(start+window, len(ids))
-		toks := make([]mqtt.Token, 0, end-start)
-		for _, id := range ids[start:end] {
-			var b []byte
-			if payload != nil {
-				b = payload(id)
-			}
-			toks = append(toks, p.c.Publish("devices/"+id+"/heartbeat", 1, false, b))
-		}
-		for _, tok := range toks {
-			if !tok.WaitTimeout(30 * time.Second) {
-				return errors.New("chaos: publish not acknowledged within 30s")
-			}
-			if err := tok.Error(); err != nil {
-				return fmt.Errorf("chaos: publish: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
-// kafkaSignaller signals over Kafka ingest: one record per device on signalsTopic, keyed by its id.
-type kafkaSignaller struct {
-	c *kgo.Client
-}
-
-func (f *fleet) kafkaSignaller() *kafkaSignaller {
-	f.t.Helper()
-	return &kafkaSignaller{c: f.kafka.Client(f.t)}
-}
-
-func (k *kafkaSignaller) up() bool { return true }
-
-func (k *kafkaSignaller) signal(ids []string, payload func(id string) []byte) error {
-	recs := make([]*kgo.Record, len(ids))
-	for i, id := range ids {
-		recs[i] = &kgo.Record{Topic: signalsTopic, Key: []byte(id)}
-		if payload != nil {
-			recs[i].Value = payload(id)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := k.c.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("chaos: produce: %w", err)
-	}
-	return nil
-}
-
-// paced signals ids once each, spread in 20 chunks over span, so their deadlines pass one chunk at a
-// time over span (a fault injected meanwhile lands in the middle of a mass expiry). It returns at once;
-// the returned channel yields the outcome.
-func paced(p signaller, ids []string, span time.Duration) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		const chunks = 20
-		tick := time.NewTicker(span / chunks)
-		defer tick.Stop()
-		size := (len(ids) + chunks - 1) / chunks
-		for start := 0; start < len(ids); start += size {
-			if start > 0 {
-				<-tick.C
-			}
-			if err := p.signal(ids[start:min(start+size, len(ids))], nil); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	return done
-}
-
-// keep makes devices signal every timeout/5 through p (nil: an MQTT publisher of their own) until the
-// scenario ends: the devices that must never be reported. While the broker is down a round fails and is
-// retried at the next tick (that silence is the outage hold-back's job). It returns once the first
-// round is in.
-func (f *fleet) keep(p signaller, devices []string) {
-	f.t.Helper()
-	if p == nil {
-		p = f.publisher("keeper-" + f.t.Name())
-	}
-	var rounds atomic.Int64
-	f.t.Cleanup(repeatUntilStopped(timeout/5, func() {
-		if p.up() && p.signal(devices, nil) == nil {
-			rounds.Add(1)
-		}
-	}))
-	// The first round is in before the scenario goes on, so every keeper is known to heartbeatd.
-	require.True(f.t, poll(30*time.Second, func() bool { return rounds.Load() > 0 }), "keepers never signalled")
 }
 
 // barrier signals fresh devices once and waits for their interruptions: once they are in, detection

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -68,13 +67,9 @@ func TestChaosMixedFleetStall(t *testing.T) {
 	s.meters(s.p)
 	keepers := s.keepers(2)
 	require.NoError(t, s.p.signal(s.silent, nil))
-	awaitStats(t, s.hb, scaled(s.n, 30*time.Second), "signals stored", func(st stats) bool {
-		return st.Devices.Online+st.Devices.Interrupted >= int64(len(s.silent)+len(keepers))
-	})
+	s.awaitStored(keepers)
 
-	s.hb.Signal(t, syscall.SIGSTOP)
-	time.Sleep(2 * timeout) // the stall itself
-	s.hb.Signal(t, syscall.SIGCONT)
+	freeze(t, s.hb.PID(), 2*timeout, nil) // the stall itself
 	resumed := time.Now()
 	s.finishMixed("mixed_fleet_stall", resumed, s.hb)
 	awaitStats(t, s.hb, 10*time.Second, "the meters held for their own timeout", func(st stats) bool {

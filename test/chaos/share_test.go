@@ -115,9 +115,7 @@ func TestChaosKafkaLag(t *testing.T) {
 	s.p = s.kafkaSignaller()
 	keepers := s.keepersVia(s.p, 10)
 	require.NoError(t, s.p.signal(s.silent, nil))
-	awaitStats(t, s.hb, scaled(s.n, 30*time.Second), "signals stored", func(st stats) bool {
-		return st.Devices.Online+st.Devices.Interrupted >= int64(len(s.silent)+len(keepers))
-	})
+	s.awaitStored(keepers)
 
 	var starved atomic.Bool
 	s.kafka.StarveFetches(signalsTopic, &starved)

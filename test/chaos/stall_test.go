@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,14 +16,9 @@ func TestChaosStall(t *testing.T) {
 	s := startScenario(t, daemonOptions{})
 	keepers := s.keepers(2)
 	require.NoError(t, s.p.signal(s.silent, nil))
-	require.True(t, poll(scaled(s.n, 30*time.Second), func() bool {
-		st, err := getStats(s.hb)
-		return err == nil && st.Devices.Online+st.Devices.Interrupted >= int64(len(s.silent)+len(keepers))
-	}), "signals not stored\n%s", s.hb.LogTail())
+	s.awaitStored(keepers)
 
-	s.hb.Signal(t, syscall.SIGSTOP)
-	time.Sleep(2 * timeout) // the stall itself
-	s.hb.Signal(t, syscall.SIGCONT)
+	freeze(t, s.hb.PID(), 2*timeout, nil) // the stall itself
 	s.finish("stall", "stall", 30*time.Second)
 	// The fault took effect: heartbeatd noticed its own stall and held detection back over it.
 	log := s.hb.Log()

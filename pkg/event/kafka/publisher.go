@@ -62,8 +62,8 @@ type Publisher struct {
 // headers and its data is the message value, so tooling routes events without decoding them
 // (api/event-headers.schema.json).
 const (
-	// CloudEventsTypePrefix + kind is an event's ce_type.
-	CloudEventsTypePrefix = "heartbeatd."
+	// cloudEventsTypePrefix + kind is an event's ce_type.
+	cloudEventsTypePrefix = "heartbeatd."
 	cloudEventsSpec       = "1.0"
 	contentTypeJSON       = "application/json"
 	// eventHeaders is how many headers an event message carries: Publisher.fixed, then ce_id, ce_type
@@ -178,7 +178,7 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Event) []error {
 	headers := make([]kafka.Header, 0, eventHeaders*len(events))
 	size := 0
 	for _, e := range events {
-		size += len(e.DeviceID) + len(e.ID) + len(CloudEventsTypePrefix) + len(e.Kind) + len("2006-01-02T15:04:05.000Z")
+		size += len(e.DeviceID) + len(e.ID) + len(cloudEventsTypePrefix) + len(e.Kind) + len("2006-01-02T15:04:05.000Z")
 	}
 	arena := make([]byte, 0, size)
 	// The events of one call mostly share their kind and their at (one wake-up's decisions): their
@@ -188,19 +188,19 @@ func (p *Publisher) Publish(ctx context.Context, events []event.Event) []error {
 	var lastAt time.Time
 	for i, e := range events {
 		if e.DeviceID == "" {
-			errs[i] = fmt.Errorf("event: publish: %w: event without device id", ErrRefused)
+			errs[i] = fmt.Errorf("event: publish: %w: event without device id", errRefused)
 			continue
 		}
 		value, err := e.MarshalJSON()
 		if err != nil {
-			errs[i] = fmt.Errorf("event: publish: %w: encode %s: %w", ErrRefused, e.ID, err)
+			errs[i] = fmt.Errorf("event: publish: %w: encode %s: %w", errRefused, e.ID, err)
 			continue
 		}
 		var key, id []byte
 		key, arena = appendTo(arena, e.DeviceID)
 		id, arena = appendTo(arena, e.ID)
 		if typ == nil || e.Kind != lastKind {
-			typ, arena = appendTo(arena, CloudEventsTypePrefix, string(e.Kind))
+			typ, arena = appendTo(arena, cloudEventsTypePrefix, string(e.Kind))
 			lastKind = e.Kind
 		}
 		if at == nil || !e.At.Equal(lastAt) {
@@ -271,14 +271,14 @@ func (p *Publisher) PublishDeadLetters(ctx context.Context, ds []event.DeadLette
 	return errs
 }
 
-// ErrRefused is wrapped by the errors of events Kafka refused for their content (too large, invalid,
+// errRefused is wrapped by the errors of events Kafka refused for their content (too large, invalid,
 // corrupt, a timestamp the topic does not accept) or that could not be encoded: sending the same bytes
 // again cannot succeed. Every other failure (Kafka unreachable, timing out, short of in-sync replicas,
 // a leader moving, authorisation) says nothing about the event and may pass.
-var ErrRefused = errors.New("kafka refused the event")
+var errRefused = errors.New("kafka refused the event")
 
-// Refused reports whether err is a refusal of the event itself (ErrRefused); alarm.HandlerOptions.Refused.
-func Refused(err error) bool { return errors.Is(err, ErrRefused) }
+// Refused reports whether err is a refusal of the event itself (errRefused); alarm.HandlerOptions.Refused.
+func Refused(err error) bool { return errors.Is(err, errRefused) }
 
 // refusedCodes are the Kafka error codes about a message's own content. RecordListTooLarge and
 // MessageSizeTooLarge may be about a whole batch (a topic whose max.message.bytes is below kafka-go's
@@ -291,12 +291,12 @@ var refusedCodes = map[kafka.Error]bool{
 	kafka.InvalidRecord:       true,
 }
 
-// refusal wraps err with ErrRefused when Kafka refused the message for its content.
+// refusal wraps err with errRefused when Kafka refused the message for its content.
 func refusal(err error) error {
 	var code kafka.Error
 	var tooLarge kafka.MessageTooLargeError
 	if (errors.As(err, &code) && refusedCodes[code]) || errors.As(err, &tooLarge) {
-		return fmt.Errorf("%w: %w", ErrRefused, err)
+		return fmt.Errorf("%w: %w", errRefused, err)
 	}
 	return err
 }

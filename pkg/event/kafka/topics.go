@@ -42,9 +42,9 @@ func (e *MissingTopicsError) Error() string {
 
 func (e *MissingTopicsError) Unwrap() error { return e.Cause }
 
-// CreateCommand is the kafka-topics.sh command line that creates topic as TopicCreation says. Against
+// createCommand is the kafka-topics.sh command line that creates topic as TopicCreation says. Against
 // TLS or SASL brokers kafka-topics.sh needs the client settings in a properties file of its own.
-func (p *Publisher) CreateCommand(topic string) string {
+func (p *Publisher) createCommand(topic string) string {
 	cmd := fmt.Sprintf("kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions %d --replication-factor %d",
 		strings.Join(p.opts.Brokers, ","), topic, p.opts.Topics.Partitions, p.opts.Topics.ReplicationFactor)
 	if p.opts.TLS != nil || p.opts.SASL != nil {
@@ -145,7 +145,7 @@ func (p *Publisher) ensureTopics(ctx context.Context, create bool) ([]string, er
 func (p *Publisher) missingError(topics []string, cause error) *MissingTopicsError {
 	e := &MissingTopicsError{Topics: topics, Cause: cause}
 	for _, name := range topics {
-		e.Commands = append(e.Commands, p.CreateCommand(name))
+		e.Commands = append(e.Commands, p.createCommand(name))
 	}
 	return e
 }

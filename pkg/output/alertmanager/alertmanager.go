@@ -46,10 +46,10 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultQueueSize     = 10_000
-	DefaultBatch         = 500
-	DefaultMaxPending    = 10_000
-	DefaultMaxRemembered = 100_000
+	defaultQueueSize     = 10_000
+	defaultBatch         = 500
+	defaultMaxPending    = 10_000
+	defaultMaxRemembered = 100_000
 )
 
 // maxTypeResolve bounds the incidents one type silence resolves; alerts past it end by their endsAt.
@@ -86,10 +86,10 @@ type Options struct {
 	// events it posted are known.
 	OutageOf func(ctx context.Context, incs []Incident) ([]string, error)
 
-	QueueSize     int // events waiting to be posted; default DefaultQueueSize
-	Batch         int // alerts per POST; default DefaultBatch
-	MaxPending    int // resolves kept per Alertmanager while it is down; default DefaultMaxPending
-	MaxRemembered int // incidents whose inhibited_by/parent labels are remembered; default DefaultMaxRemembered
+	QueueSize     int // events waiting to be posted; default defaultQueueSize
+	Batch         int // alerts per POST; default defaultBatch
+	MaxPending    int // resolves kept per Alertmanager while it is down; default defaultMaxPending
+	MaxRemembered int // incidents whose inhibited_by/parent labels are remembered; default defaultMaxRemembered
 
 	Client     *http.Client // nil: one built from TLS and Timeout
 	Now        func() time.Time
@@ -134,10 +134,10 @@ func New(opts Options) (*Output, error) {
 	}
 	opts.ResendEvery = defaults.Positive(opts.ResendEvery, config.DefaultAlertmanagerResendEvery)
 	opts.Timeout = defaults.Positive(opts.Timeout, config.DefaultAlertmanagerTimeout)
-	opts.QueueSize = defaults.Positive(opts.QueueSize, DefaultQueueSize)
-	opts.Batch = defaults.Positive(opts.Batch, DefaultBatch)
-	opts.MaxPending = defaults.Positive(opts.MaxPending, DefaultMaxPending)
-	opts.MaxRemembered = defaults.Positive(opts.MaxRemembered, DefaultMaxRemembered)
+	opts.QueueSize = defaults.Positive(opts.QueueSize, defaultQueueSize)
+	opts.Batch = defaults.Positive(opts.Batch, defaultBatch)
+	opts.MaxPending = defaults.Positive(opts.MaxPending, defaultMaxPending)
+	opts.MaxRemembered = defaults.Positive(opts.MaxRemembered, defaultMaxRemembered)
 	if opts.Slots == nil {
 		opts.Slots = func() []int { return nil }
 	}

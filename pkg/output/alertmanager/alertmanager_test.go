@@ -241,7 +241,7 @@ func TestObserveNeverBlocks(t *testing.T) {
 		t.Fatal("Observe blocked on a stalled Alertmanager")
 	}
 	// At most the queue and the one batch taken from it are kept.
-	require.GreaterOrEqual(t, testenv.MetricValue(t, f.out.dropped), float64(1000-8-DefaultBatch))
+	require.GreaterOrEqual(t, testenv.MetricValue(t, f.out.dropped), float64(1000-8-defaultBatch))
 	require.LessOrEqual(t, testenv.MetricValue(t, f.out.queued), 8.0)
 }
 

@@ -14,10 +14,10 @@ import (
 
 // The alert names heartbeatd posts.
 const (
-	// AlertDeviceSilent is one open incident of one device.
-	AlertDeviceSilent = "DeviceSilent"
-	// AlertDeviceOutage is one correlated outage (outage_started until outage_ended).
-	AlertDeviceOutage = "DeviceOutage"
+	// alertDeviceSilent is one open incident of one device.
+	alertDeviceSilent = "DeviceSilent"
+	// alertDeviceOutage is one correlated outage (outage_started until outage_ended).
+	alertDeviceOutage = "DeviceOutage"
 )
 
 // The labels heartbeatd sets; config.AlertmanagerOwnLabels keeps the configured labels off them.
@@ -107,7 +107,7 @@ func (i incident) extras() extras {
 func (o *Output) labels(device, typ string, x extras) map[string]string {
 	l := make(map[string]string, len(o.opts.Labels)+5)
 	maps.Copy(l, o.opts.Labels)
-	l[labelAlertName] = AlertDeviceSilent
+	l[labelAlertName] = alertDeviceSilent
 	l[labelDevice] = device
 	set := func(name, v string) {
 		if v != "" {
@@ -186,7 +186,7 @@ func outageOf(e event.Event) correlate.Outage {
 func (o *Output) outageAlert(out correlate.Outage, ended bool, now time.Time) alert {
 	l := make(map[string]string, len(o.opts.Labels)+4)
 	maps.Copy(l, o.opts.Labels)
-	l[labelAlertName] = AlertDeviceOutage
+	l[labelAlertName] = alertDeviceOutage
 	l[labelOutage] = out.ID
 	if out.Group.By != "" {
 		l[labelGroupBy] = out.Group.By
