@@ -147,7 +147,7 @@ func (f killFigures) report(e *env, tag string) {
 	e.add("scale", tag+" slot takeover after SIGKILL", f.takeover.Seconds(), "s",
 		"until the survivor owned every slot (heartbeatd_slots_owned = heartbeatd_slots); cluster.slot_lease 3s + replica_heartbeat 1s")
 	e.add("scale", tag+" dead share read again", f.shareRead.Seconds(), "s",
-		fmt.Sprintf("a signal written to each partition at the kill, applied: the slowest partition; the fastest %.2fs; ingest.kafka.session_timeout 10s, heartbeat a third of it", f.ownRead.Seconds()))
+		fmt.Sprintf("a signal written to each partition at the kill, applied: the slowest partition; the fastest %.2fs; ingest.kafka.session_timeout 10s, a heartbeat every tenth of it", f.ownRead.Seconds()))
 	note := "never unready"
 	if f.unready > 0 {
 		note = fmt.Sprintf("503 from %.2fs after the kill (%s) until then", f.unready.Seconds(), f.why)
