@@ -75,13 +75,18 @@ func scaleBurst(e *env, k *testenv.Kafka, replicas []*testenv.Heartbeatd, tag st
 	if err != nil {
 		return err
 	}
-	note := fmt.Sprintf("used_memory growth / %d devices signalling once over Kafka, unregistered; slot 0's deadlines set %d → %d members, "+
-		"MEMORY USAGE +%.0f B a member (%s)", n, set0.members, set1.members, float64(set1.bytes-set0.bytes)/float64(max(1, set1.members-set0.members)), set1.encoding)
+	note := fmt.Sprintf("used_memory growth / %d devices signalling once over Kafka, unregistered; slot 0's deadlines set %d → %d "+
+		"members, MEMORY USAGE %+.0f B a member added: both move by a whole hash table where a set's table doubles or "+
+		"finishes rehashing", n, set0.members, set1.members, float64(set1.bytes-set0.bytes)/float64(max(1, set1.members-set0.members)))
 	if time.Since(start) > 3*window {
 		note += "; applied after the first deadline passed: includes some incidents"
 	}
-	f.signalBytes = float64(after-before) / float64(n)
-	e.add("scale", tag+" Redis memory per signalling device", f.signalBytes, "B", note)
+	e.add("scale", tag+" Redis memory growth per signalling device", float64(after-before)/float64(n), "B", note)
+	// What a signalling device costs is its member of its slot's deadlines set, the set's hash table
+	// included: the set's average per member, whatever state its table is in.
+	f.signalBytes = float64(set1.bytes) / float64(max(1, set1.members))
+	e.add("scale", tag+" Redis memory per signalling device", f.signalBytes, "B",
+		fmt.Sprintf("slot 0's deadlines set (%s): MEMORY USAGE (every member) / its %d members", set1.encoding, set1.members))
 	if f.late, err = events.wait(e.ctx, time.Until(start.Add(4*window+2*time.Minute))); err != nil {
 		return err
 	}
