@@ -87,11 +87,36 @@ func scaleBurst(e *env, k *testenv.Kafka, replicas []*testenv.Heartbeatd, tag st
 	f.signalBytes = float64(set1.bytes) / float64(max(1, set1.members))
 	e.add("scale", tag+" Redis memory per signalling device", f.signalBytes, "B",
 		fmt.Sprintf("slot 0's deadlines set (%s): MEMORY USAGE (every member) / its %d members", set1.encoding, set1.members))
+	return burstDetection(e, events, replicas, tag, start, f)
+}
+
+// burstDetection waits for the burst's interrupted events, its signals written from start on, and reports
+// their lateness and, from the first deadline on, who spent the CPU meanwhile.
+func burstDetection(e *env, events *interruptedCollector, replicas []*testenv.Heartbeatd, tag string, start time.Time, f *scaleFigures) error {
+	window := e.opts.ScaleWindow
+	if !loop.Sleep(e.ctx, time.Until(start.Add(3*window))) {
+		return e.ctx.Err()
+	}
+	if err := e.redis.client.ConfigResetStat(e.ctx).Err(); err != nil {
+		return err
+	}
+	cpu0, err := sampleCPU(e, replicas)
+	if err != nil {
+		return err
+	}
 	if f.late, err = events.wait(e.ctx, time.Until(start.Add(4*window+2*time.Minute))); err != nil {
 		return err
 	}
-	note = fmt.Sprintf("%d deadlines over %s among the fleet (spread %.1fs); events topic receipt − deadline",
-		n, window, f.late.spread.Seconds())
+	cpu1, err := sampleCPU(e, replicas)
+	if err != nil {
+		return err
+	}
+	top, err := topCommands(e)
+	if err != nil {
+		return err
+	}
+	note := fmt.Sprintf("%d deadlines over %s among the fleet (spread %.1fs); events topic receipt − deadline; from the first "+
+		"deadline to the last event: %s; Redis's costliest: %s", f.burst, window, f.late.spread.Seconds(), cpu1.since(cpu0), top)
 	e.add("scale", tag+" burst lateness p50", benchrig.Ms(f.late.p50), "ms", note)
 	e.add("scale", tag+" burst lateness p99", benchrig.Ms(f.late.p99), "ms", "")
 	e.add("scale", tag+" burst lateness max", benchrig.Ms(f.late.max), "ms", "")
@@ -157,6 +182,42 @@ func writePaced(ctx context.Context, k *testenv.Kafka, n int, window time.Durati
 		return fmt.Errorf("hbbench: write the burst's signals: %w", failed)
 	}
 	return nil
+}
+
+// cpuSample is the CPU spent so far by Redis, by each replica and by hbbench itself (kfake, the event
+// reader, the signal writer).
+type cpuSample struct {
+	at          time.Time
+	redis, self time.Duration
+	replicas    []time.Duration
+}
+
+func sampleCPU(e *env, replicas []*testenv.Heartbeatd) (cpuSample, error) {
+	s := cpuSample{at: time.Now(), self: selfCPU()}
+	var err error
+	if s.redis, err = redisCPU(e.ctx, e.redis.client); err != nil {
+		return s, err
+	}
+	for _, hb := range replicas {
+		cpu, err := procCPU(hb.PID())
+		if err != nil {
+			return s, err
+		}
+		s.replicas = append(s.replicas, cpu)
+	}
+	return s, nil
+}
+
+// since is the cores each spent from before to s.
+func (s cpuSample) since(before cpuSample) string {
+	wall := s.at.Sub(before.at).Seconds()
+	cores := func(a, b time.Duration) string { return fmt.Sprintf("%.2f", (a-b).Seconds()/wall) }
+	var replicas []string
+	for i := range s.replicas {
+		replicas = append(replicas, cores(s.replicas[i], before.replicas[i]))
+	}
+	return fmt.Sprintf("Redis %s, replicas %s, hbbench %s cores over %.1fs", cores(s.redis, before.redis),
+		strings.Join(replicas, " + "), cores(s.self, before.self), wall)
 }
 
 // appliedSignals is the Kafka signals the replicas applied so far, together.

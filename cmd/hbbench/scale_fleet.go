@@ -108,9 +108,15 @@ func idleRedis(e *env) (float64, string, error) {
 		return 0, "", err
 	}
 	wall := time.Since(t0)
+	top, err := topCommands(e)
+	return (cpu1 - cpu0).Seconds() / wall.Seconds(), top, err
+}
+
+// topCommands are Redis's three costliest commands since its statistics were reset.
+func topCommands(e *env) (string, error) {
 	stats, err := testenv.ReadCommandStats(e.ctx, e.redis.client)
 	if err != nil {
-		return 0, "", err
+		return "", err
 	}
 	names := slices.Collect(maps.Keys(stats))
 	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(stats[b].Usec, stats[a].Usec) })
@@ -118,7 +124,7 @@ func idleRedis(e *env) (float64, string, error) {
 	for _, name := range names[:min(3, len(names))] {
 		top = append(top, fmt.Sprintf("%s %d calls %.2fs", name, stats[name].Calls, float64(stats[name].Usec)/1e6))
 	}
-	return (cpu1 - cpu0).Seconds() / wall.Seconds(), strings.Join(top, ", "), nil
+	return strings.Join(top, ", "), nil
 }
 
 // medianGet is the median time of five GETs of path, in ms.
