@@ -81,6 +81,7 @@ func scaleScenario(e *env) error {
 		ratio("replica VmHWM ratio", f.rssMB, base.rssMB)
 		ratio("slot takeover ratio", f.kill.takeover.Seconds(), base.kill.takeover.Seconds())
 		ratio("dead share read again ratio", f.kill.shareRead.Seconds(), base.kill.shareRead.Seconds())
+		ratio("survivor /readyz ratio", f.kill.ready.Seconds(), base.kill.ready.Seconds())
 	}
 	return nil
 }
