@@ -175,7 +175,7 @@ func mainCode() int {
 	flag.IntVar(&o.CPUPartitions, "cpu-partitions", o.CPUPartitions, "daemon-cpu: partitions of the signal topic, each drained by its own reader")
 	scaleSizes := flag.String("scale-sizes", "1000000,10000000", "scale: fleet sizes, the first the baseline of the others' ratios")
 	flag.DurationVar(&o.ScaleIdle, "scale-idle", o.ScaleIdle, "scale: how long Redis's CPU is measured with nothing signalling")
-	flag.DurationVar(&o.ScaleWindow, "scale-window", o.ScaleWindow, "scale: the burst's deadlines spread over this window, beginning two windows after its import")
+	flag.DurationVar(&o.ScaleWindow, "scale-window", o.ScaleWindow, "scale: the burst's deadlines spread over this window, beginning three windows after its first signal")
 	flag.IntVar(&o.CPURate, "cpu-rate", o.CPURate, "daemon-cpu: signals/s of the kept-up pass (a pace the binary keeps up with; the other passes are backlogs)")
 	only := flag.String("scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(names(), ","))
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")

@@ -26,8 +26,9 @@ func TestScenariosTiny(t *testing.T) {
 	if testing.Verbose() {
 		opts.Progress = testWriter{t}
 	}
-	// The quiet scenario waits for a minute of the wall clock to end: up to a minute more.
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// The quiet scenario waits for a minute of the wall clock to end: up to a minute more; the scale
+	// scenario a Kafka session timeout (10 s) and more per size, for the replica it kills.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rep, err := run(ctx, opts)
 	require.NoError(t, err)
@@ -52,7 +53,9 @@ func TestScenariosTiny(t *testing.T) {
 		"outage":    {"group_wait 0s: pages", "group_wait 0s: outage_started", "group_wait 5s: pages", "group_wait 5s: lone device lateness"},
 		"quiet":     {"plain before: lateness max", "quiet end: lateness max", "plain after: lateness max", "quiet end: last acked", "quiet end p99 / plain p99"},
 		"scale": {"2k import rate", "2k Redis memory per device", "4k import rate", "4k Redis memory per device", "4k burst lateness p99",
-			"import time ratio", "memory ratio", "lateness p99 ratio"},
+			"4k burst lateness max", "4k Redis memory per signalling device", "4k replica 1 VmHWM", "4k replica 2 VmHWM",
+			"4k slot takeover after SIGKILL", "4k dead share read again", "import time ratio", "memory ratio", "lateness p99 ratio",
+			"slot takeover ratio", "dead share read again ratio", "replica VmHWM ratio"},
 		"rss":  {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
 		"idle": {"heartbeatd Redis CPU while idle"},
 		"cost": {"SET PX pipelined, random: commandstats", "Refresh typed, random: commandstats", "Refresh untyped, random: commandstats", "ZADD GT into 65,536 small sets (not heartbeatd's layout), random: commandstats",
@@ -91,6 +94,7 @@ func TestScenariosTiny(t *testing.T) {
 		"blind":    {"heartbeatd false interruptions"},
 		"storm":    {"plain: other events", "storm: dark devices interrupted", "storm: other events", "early events"},
 		"quiet":    {"plain before: early events", "quiet end: early events", "plain after: early events"},
+		"scale":    {"2k burst early events", "4k burst early events"},
 	}
 	for s, metrics := range zero {
 		for _, m := range metrics {

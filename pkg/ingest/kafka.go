@@ -37,7 +37,9 @@ type KafkaOptions struct {
 	// SessionTimeout of the consumer group (default config.DefaultKafkaSessionTimeout). RebalanceTimeout
 	// defaults to it: the coordinator waits this long for members to rejoin a rebalance, a killed member
 	// never does, so it bounds a restarted replica's first assignment as much as the session does.
-	// HeartbeatInterval defaults to a third of the session, Kafka's advice.
+	// HeartbeatInterval defaults to a tenth of the session (kafka-go's and Kafka's own ratio): a member
+	// learns that a rebalance began only at its next heartbeat, so this is how long a dead member's
+	// partitions wait for the others after the coordinator expelled it.
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration
@@ -98,7 +100,7 @@ func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
 	opts.ProbeInterval = defaults.Positive(opts.ProbeInterval, 2*time.Second)
 	opts.SessionTimeout = defaults.Positive(opts.SessionTimeout, config.DefaultKafkaSessionTimeout)
 	opts.RebalanceTimeout = defaults.Positive(opts.RebalanceTimeout, opts.SessionTimeout)
-	opts.HeartbeatInterval = defaults.Positive(opts.HeartbeatInterval, opts.SessionTimeout/3)
+	opts.HeartbeatInterval = defaults.Positive(opts.HeartbeatInterval, opts.SessionTimeout/10)
 	opts.DialTimeout = defaults.Positive(opts.DialTimeout, 10*time.Second)
 	opts.DrainTimeout = defaults.Positive(opts.DrainTimeout, 5*time.Second)
 	opts.WatchInterval = defaults.Positive(opts.WatchInterval, 500*time.Millisecond)

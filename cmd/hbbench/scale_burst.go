@@ -1,0 +1,347 @@
+package main
+
+// The scale scenario's burst: a tenth of the fleet's size in new devices signalling once over Kafka,
+// their deadlines spread over -scale-window, detected among the fleet while its walks run.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heartbeatd/heartbeatd/internal/benchrig"
+	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// burstPrefix names the burst's devices.
+const burstPrefix = "burst-"
+
+func burstID(i int) string { return burstPrefix + strconv.Itoa(i) }
+
+// burstLateness is how late the burst's deadlines were detected: when a consumer of the events topic
+// received each interrupted event, minus the deadline the event reports.
+type burstLateness struct {
+	p50, p99, max time.Duration
+	raisedP99     time.Duration // the event's own time (heartbeatd raised it) minus its deadline
+	early         int           // events received before their deadline
+	spread        time.Duration // from the first deadline to the last
+}
+
+// scaleBurst has f.devices/10 (at least 1000) new devices of type burst signal once over Kafka, spread
+// over -scale-window, and measures Redis's used_memory growth per such device once every signal is
+// applied (their deadlines lie three windows after their signals, none detected yet), then the lateness
+// of their interrupted events.
+func scaleBurst(e *env, k *testenv.Kafka, replicas []*testenv.Heartbeatd, tag string, f *scaleFigures) error {
+	n := max(1000, f.devices/10)
+	f.burst = n
+	window := e.opts.ScaleWindow
+	events, err := collectInterrupted(e.ctx, k, burstPrefix, n)
+	if err != nil {
+		return err
+	}
+	defer events.stop()
+	applied, err := appliedSignals(replicas)
+	if err != nil {
+		return err
+	}
+	before, err := e.redis.usedMemory(e.ctx)
+	if err != nil {
+		return err
+	}
+	set0, err := slotSet(e)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := writePaced(e.ctx, k, n, window, burstID, []byte(`{"type":"burst"}`)); err != nil {
+		return err
+	}
+	if err := awaitAppliedBy(e, replicas, applied+n); err != nil {
+		return err
+	}
+	after, err := e.redis.usedMemory(e.ctx)
+	if err != nil {
+		return err
+	}
+	set1, err := slotSet(e)
+	if err != nil {
+		return err
+	}
+	note := fmt.Sprintf("used_memory growth / %d devices signalling once over Kafka, unregistered; slot 0's deadlines set %d → %d "+
+		"members, MEMORY USAGE %+.0f B a member added: both move by a whole hash table where a set's table doubles or "+
+		"finishes rehashing", n, set0.members, set1.members, float64(set1.bytes-set0.bytes)/float64(max(1, set1.members-set0.members)))
+	if time.Since(start) > 3*window {
+		note += "; applied after the first deadline passed: includes some incidents"
+	}
+	e.add("scale", tag+" Redis memory growth per signalling device", float64(after-before)/float64(n), "B", note)
+	// What a signalling device costs is its member of its slot's deadlines set, the set's hash table
+	// included: the set's average per member, whatever state its table is in.
+	f.signalBytes = float64(set1.bytes) / float64(max(1, set1.members))
+	e.add("scale", tag+" Redis memory per signalling device", f.signalBytes, "B",
+		fmt.Sprintf("slot 0's deadlines set (%s): MEMORY USAGE (every member) / its %d members", set1.encoding, set1.members))
+	return burstDetection(e, events, replicas, tag, start, f)
+}
+
+// burstDetection waits for the burst's interrupted events, its signals written from start on, and reports
+// their lateness and, from the first deadline on, who spent the CPU meanwhile.
+func burstDetection(e *env, events *interruptedCollector, replicas []*testenv.Heartbeatd, tag string, start time.Time, f *scaleFigures) error {
+	window := e.opts.ScaleWindow
+	if !loop.Sleep(e.ctx, time.Until(start.Add(3*window))) {
+		return e.ctx.Err()
+	}
+	if err := e.redis.client.ConfigResetStat(e.ctx).Err(); err != nil {
+		return err
+	}
+	cpu0, err := sampleCPU(e, replicas)
+	if err != nil {
+		return err
+	}
+	if f.late, err = events.wait(e.ctx, time.Until(start.Add(4*window+2*time.Minute))); err != nil {
+		return err
+	}
+	cpu1, err := sampleCPU(e, replicas)
+	if err != nil {
+		return err
+	}
+	top, err := topCommands(e)
+	if err != nil {
+		return err
+	}
+	note := fmt.Sprintf("%d deadlines over %s among the fleet (spread %.1fs); events topic receipt − deadline; from the first "+
+		"deadline to the last event: %s; Redis's costliest: %s", f.burst, window, f.late.spread.Seconds(), cpu1.since(cpu0), top)
+	e.add("scale", tag+" burst lateness p50", benchrig.Ms(f.late.p50), "ms", note)
+	e.add("scale", tag+" burst lateness p99", benchrig.Ms(f.late.p99), "ms", "")
+	e.add("scale", tag+" burst lateness max", benchrig.Ms(f.late.max), "ms", "")
+	e.add("scale", tag+" burst raised p99", benchrig.Ms(f.late.raisedP99), "ms", "the event's at − deadline")
+	e.add("scale", tag+" burst early events", float64(f.late.early), "count", "received before their deadline; must be 0")
+	return nil
+}
+
+// slotSetSize is one slot's deadlines set: its members, MEMORY USAGE (every member counted) and encoding.
+type slotSetSize struct {
+	members, bytes int64
+	encoding       string
+}
+
+// slotSet sizes slot 0's deadlines set, where a signalling device's bytes go.
+func slotSet(e *env) (slotSetSize, error) {
+	key := deadline.NewKeyspace("").Deadlines(0)
+	var s slotSetSize
+	var err error
+	if s.members, err = e.redis.client.ZCard(e.ctx, key).Result(); err != nil {
+		return s, err
+	}
+	if s.bytes, err = e.redis.client.MemoryUsage(e.ctx, key, 0).Result(); err != nil {
+		return s, err
+	}
+	s.encoding, err = e.redis.client.ObjectEncoding(e.ctx, key).Result()
+	return s, err
+}
+
+// writePaced writes a signal of devices id(0…n-1), record i stamped start + i·window/n and written once
+// that time has come, so that their deadlines spread evenly over window.
+func writePaced(ctx context.Context, k *testenv.Kafka, n int, window time.Duration, id func(int) string, value []byte) error {
+	cl, err := kgo.NewClient(append(k.ClientOpts(), kgo.DefaultProduceTopic(signalTopic), kgo.ProducerLinger(time.Millisecond))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var once sync.Once
+	var failed error
+	onDone := func(_ *kgo.Record, err error) {
+		if err != nil {
+			once.Do(func() { failed = err })
+		}
+	}
+	start := time.Now()
+	for next := 0; next < n; {
+		if !loop.Sleep(ctx, 5*time.Millisecond) {
+			return ctx.Err()
+		}
+		now := time.Now()
+		for ; next < n; next++ {
+			at := start.Add(time.Duration(next) * window / time.Duration(n))
+			if at.After(now) {
+				break
+			}
+			cl.Produce(ctx, &kgo.Record{Key: []byte(id(next)), Value: value, Timestamp: at}, onDone)
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	if failed != nil {
+		return fmt.Errorf("hbbench: write the burst's signals: %w", failed)
+	}
+	return nil
+}
+
+// cpuSample is the CPU spent so far by Redis, by each replica and by hbbench itself (kfake, the event
+// reader, the signal writer).
+type cpuSample struct {
+	at          time.Time
+	redis, self time.Duration
+	replicas    []time.Duration
+}
+
+func sampleCPU(e *env, replicas []*testenv.Heartbeatd) (cpuSample, error) {
+	s := cpuSample{at: time.Now(), self: selfCPU()}
+	var err error
+	if s.redis, err = redisCPU(e.ctx, e.redis.client); err != nil {
+		return s, err
+	}
+	for _, hb := range replicas {
+		cpu, err := procCPU(hb.PID())
+		if err != nil {
+			return s, err
+		}
+		s.replicas = append(s.replicas, cpu)
+	}
+	return s, nil
+}
+
+// since is the cores each spent from before to s.
+func (s cpuSample) since(before cpuSample) string {
+	wall := s.at.Sub(before.at).Seconds()
+	cores := func(a, b time.Duration) string { return fmt.Sprintf("%.2f", (a-b).Seconds()/wall) }
+	var replicas []string
+	for i := range s.replicas {
+		replicas = append(replicas, cores(s.replicas[i], before.replicas[i]))
+	}
+	return fmt.Sprintf("Redis %s, replicas %s, hbbench %s cores over %.1fs", cores(s.redis, before.redis),
+		strings.Join(replicas, " + "), cores(s.self, before.self), wall)
+}
+
+// appliedSignals is the Kafka signals the replicas applied so far, together.
+func appliedSignals(replicas []*testenv.Heartbeatd) (int, error) {
+	var sum float64
+	for _, hb := range replicas {
+		v, _, err := hb.Metric(`heartbeatd_signals_total{result="applied",source="kafka"}`)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return int(sum), nil
+}
+
+// awaitAppliedBy waits until the replicas applied n Kafka signals together.
+func awaitAppliedBy(e *env, replicas []*testenv.Heartbeatd, n int) error {
+	start := time.Now()
+	for {
+		applied, err := appliedSignals(replicas)
+		if err != nil {
+			return err
+		}
+		if applied >= n {
+			return nil
+		}
+		if time.Since(start) > 5*time.Minute {
+			return fmt.Errorf("hbbench: the replicas applied %d of %d signals after 5 minutes", applied, n)
+		}
+		if !loop.Sleep(e.ctx, 100*time.Millisecond) {
+			return e.ctx.Err()
+		}
+	}
+}
+
+// interruptedCollector reads the events topic from its start and keeps, for each interrupted event of a
+// device named prefix…, when it was received and what it reports.
+type interruptedCollector struct {
+	cl       *kgo.Client
+	cancel   context.CancelFunc
+	done     chan struct{} // the reader returned
+	complete chan struct{} // want events received
+	want     int
+
+	mu               sync.Mutex
+	late, raised     []time.Duration
+	first, last      time.Time // deadlines
+	early, undecoded int
+}
+
+func collectInterrupted(ctx context.Context, k *testenv.Kafka, prefix string, want int) (*interruptedCollector, error) {
+	cl, err := kgo.NewClient(append(k.ClientOpts(), kgo.ConsumeTopics(benchrig.EventsTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	c := &interruptedCollector{cl: cl, cancel: cancel, done: make(chan struct{}), complete: make(chan struct{}), want: want,
+		late: make([]time.Duration, 0, want), raised: make([]time.Duration, 0, want)}
+	go func() {
+		defer close(c.done)
+		for ctx.Err() == nil {
+			fetches := cl.PollFetches(ctx)
+			c.add(time.Now(), prefix, fetches)
+		}
+	}()
+	return c, nil
+}
+
+// add files the records of one poll, received at.
+func (c *interruptedCollector) add(at time.Time, prefix string, fetches kgo.Fetches) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	before := len(c.late)
+	fetches.EachRecord(func(r *kgo.Record) {
+		ev, err := event.Decode(r.Value)
+		if err != nil {
+			c.undecoded++
+			return
+		}
+		if ev.Kind != event.Interrupted || !strings.HasPrefix(ev.DeviceID, prefix) {
+			return
+		}
+		if at.Before(ev.Deadline) {
+			c.early++
+		}
+		if c.first.IsZero() || ev.Deadline.Before(c.first) {
+			c.first = ev.Deadline
+		}
+		if ev.Deadline.After(c.last) {
+			c.last = ev.Deadline
+		}
+		c.late = append(c.late, at.Sub(ev.Deadline))
+		c.raised = append(c.raised, ev.At.Sub(ev.Deadline))
+	})
+	if before < c.want && len(c.late) >= c.want {
+		close(c.complete)
+	}
+}
+
+// wait waits up to within for the wanted events and returns their lateness.
+func (c *interruptedCollector) wait(ctx context.Context, within time.Duration) (burstLateness, error) {
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-c.complete:
+	case <-ctx.Done():
+		return burstLateness{}, ctx.Err()
+	case <-t.C:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return burstLateness{}, fmt.Errorf("hbbench: %d of %d burst devices reported within %s (%d events undecoded)",
+			len(c.late), c.want, within.Round(time.Second), c.undecoded)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	late, raised := slices.Sorted(slices.Values(c.late)), slices.Sorted(slices.Values(c.raised))
+	return burstLateness{p50: benchrig.Quantile(late, 0.5), p99: benchrig.Quantile(late, 0.99), max: late[len(late)-1],
+		raisedP99: benchrig.Quantile(raised, 0.99), early: c.early, spread: c.last.Sub(c.first)}, nil
+}
+
+// stop ends the reader and closes its client.
+func (c *interruptedCollector) stop() {
+	c.cancel()
+	<-c.done
+	c.cl.Close()
+}
