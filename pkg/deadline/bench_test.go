@@ -204,6 +204,8 @@ func redisBenchmarkZaddGT(b *testing.B, rdb redis.UniversalClient, keyspace int)
 // acknowledging nothing: the claim path alone. loops=1 claims over all slots in one pipeline at a time;
 // loops=4 claims as the daemon does by default (detection.scanners: 4 loops, each over the slots
 // congruent to its index mod 4), so decoding one reply overlaps Redis running another loop's scripts.
+// held is loops=4 after a blind window that still holds the longest type (hold-back): the other types'
+// devices are claimed by their own watermark, past the fleet's; the held third stays put.
 func BenchmarkClaim(b *testing.B) {
 	srv := testenv.StartRedis(b)
 	rdb := srv.Client(b)
@@ -211,8 +213,16 @@ func BenchmarkClaim(b *testing.B) {
 	require.NoError(b, err)
 	n := min(100_000, benchDevices())
 	ctx := context.Background()
-	for _, loops := range []int{1, 4} {
-		b.Run(fmt.Sprintf("loops=%d", loops), func(b *testing.B) {
+	for _, run := range []struct {
+		loops int
+		held  bool
+	}{{1, false}, {4, false}, {4, true}} {
+		loops := run.loops
+		name := fmt.Sprintf("loops=%d", loops)
+		if run.held {
+			name += "/held"
+		}
+		b.Run(name, func(b *testing.B) {
 			shares := make([][]int, loops)
 			for _, slot := range testenv.AllSlots(64) {
 				shares[slot%loops] = append(shares[slot%loops], slot)
@@ -222,6 +232,11 @@ func BenchmarkClaim(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				require.NoError(b, rdb.FlushAll(ctx).Err())
+				if run.held { // three types, so one can be held
+					store, err = deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})
+					require.NoError(b, err)
+					require.NoError(b, store.Load(ctx, benchTypes...))
+				}
 				preload(b, store, n, time.Now().Add(-time.Hour), 0)
 				b.StartTimer()
 				start := time.Now()
@@ -229,7 +244,11 @@ func BenchmarkClaim(b *testing.B) {
 				for _, share := range shares {
 					wg.Go(func() {
 						for {
-							res, err := store.Claim(ctx, share, deadline.ClaimOptions{Now: time.Now(), Lease: time.Hour, Batch: 256})
+							opts := deadline.ClaimOptions{Now: time.Now(), Lease: time.Hour, Batch: 256}
+							if run.held {
+								opts.WatermarkFor = holdLongest(opts.Now)
+							}
+							res, err := store.Claim(ctx, share, opts)
 							if err != nil {
 								b.Error(err)
 								return
@@ -244,13 +263,31 @@ func BenchmarkClaim(b *testing.B) {
 				wg.Wait()
 				elapsed += time.Since(start)
 			}
-			if got := claimed.Load(); got != int64(n*b.N) {
-				b.Fatalf("claimed %d, want %d", got, n*b.N)
+			want := n
+			if run.held {
+				want = n - heldDevices(n)
+			}
+			if got := claimed.Load(); got != int64(want*b.N) {
+				b.Fatalf("claimed %d, want %d", got, want*b.N)
 			}
 			b.ReportMetric(float64(claimed.Load())/elapsed.Seconds(), "claims/s")
 		})
 	}
 }
+
+// holdLongest is hold-back two hours after a blind window: the sensors (10 min, the longest timeout of
+// benchTypes) are held, the others claimable now.
+func holdLongest(now time.Time) deadline.WatermarkFunc {
+	return func(timeout time.Duration) time.Time {
+		if timeout >= timeoutOf("sensor") {
+			return now.Add(-2 * time.Hour)
+		}
+		return now
+	}
+}
+
+// heldDevices is how many of preload's n devices are sensors.
+func heldDevices(n int) int { return (n + 1) / 3 }
 
 // BenchmarkMemoryPerDevice reports Redis memory per device (INFO memory used_memory, minus the empty
 // server's) for a fleet of benchDevices over 64 slots. no-parent: devices that name no parent, which pay

@@ -101,16 +101,22 @@ local function pastWatermark(due)
     if x > high then high = x end
   end
   if high <= wm then return byName end
-  local past = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. dueBy(wm), dueBy(high), 'LIMIT', 0, batch * ${heldScanFactor},
-    'WITHSCORES')
-  for i = 1, #past, 2 do
-    local s = tonumber(past[i+1])
-    if floor(s / ${MaxTypes}) <= (wms[s % ${MaxTypes} + 1] or wm) then
-      due[#due+1] = past[i]
-      due[#due+1] = past[i+1]
-      byName[#byName+1] = past[i]
-      if #due / 2 >= batch then break end
+  -- Read only what can fill the batch, then past the held members read, up to the scan bound: most
+  -- often nothing between the watermarks is held, and one read of what is needed fills it.
+  local offset, bound = 0, batch * ${heldScanFactor}
+  while #due / 2 < batch and offset < bound do
+    local want = math.min(batch - #due / 2, bound - offset)
+    local past = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. dueBy(wm), dueBy(high), 'LIMIT', offset, want, 'WITHSCORES')
+    for i = 1, #past, 2 do
+      local s = tonumber(past[i+1])
+      if floor(s / ${MaxTypes}) <= (wms[s % ${MaxTypes} + 1] or wm) then
+        due[#due+1] = past[i]
+        due[#due+1] = past[i+1]
+        byName[#byName+1] = past[i]
+      end
     end
+    if #past / 2 < want then break end
+    offset = offset + want
   end
   return byName
 end
