@@ -226,25 +226,35 @@ local function inFlightUntil(m, st)
   return nil
 end
 
--- The wake marks of the due members (wake.go), removed as they are read: {} when the slot has none.
+-- The wake marks of the due members (wake.go), removed as they are read, and the deadlines-set scores of
+-- the marked ones (a signal since the wake): {}, {} when the slot has none.
 local function wokenOf(due)
-  if redis.call('EXISTS', KEYS[6]) == 0 then return {} end
+  if redis.call('EXISTS', KEYS[6]) == 0 then return {}, {} end
   local marks = gather(due, function(...) return redis.call('HMGET', KEYS[6], ...) end)
-  local read = {}
-  for j, m in ipairs(due) do if marks[j] then read[#read+1] = m end end
-  pieces(read, 1, function(...) redis.call('HDEL', KEYS[6], ...) end)
-  return marks
+  local read, at = {}, {}
+  for j, m in ipairs(due) do
+    if marks[j] then
+      read[#read+1] = m
+      at[#read] = j
+    end
+  end
+  local scores = {}
+  if #read > 0 then
+    pieces(read, 1, function(...) redis.call('HDEL', KEYS[6], ...) end)
+    local sc = gather(read, function(...) return redis.call('ZMSCORE', KEYS[1], ...) end)
+    for k, j in ipairs(at) do scores[j] = sc[k] end
+  end
+  return marks, scores
 end
 
 -- suppression: the committed state of a child woken by a down parent (its mark: when, the parent)
--- while its incident st waited with nothing sent, unless the device signalled since (its deadline moved
--- past the incident's); nil otherwise.
-local function suppression(m, st, mark)
+-- while its incident st waited with nothing sent, unless the device signalled since (its deadlines-set
+-- score sc moved past the incident's deadline); nil otherwise.
+local function suppression(st, mark, sc)
   if not string.find(st, ${stateWaitingPattern}) then return nil end
   local dl = tonumber(string.match(st, ${stateDeadlinePattern}))
   local wokenAt = tonumber(string.match(mark, '^%d+')) or 0
   if wokenAt < dl then return nil end -- a mark left from an earlier incident
-  local sc = redis.call('ZSCORE', KEYS[1], m)
   if sc and floor(tonumber(sc) / ${MaxTypes}) > dl then return nil end
   return string.format(${stateSuppressedFormat}, dl, tonumber(string.match(st, ${stateTypePattern})), now)
 end
@@ -260,13 +270,13 @@ local function claimDue(left)
   if #due == 0 then return entries, again, suppressed, wokenBy, false end
   -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
   local states = gather(due, function(...) return redis.call('HMGET', KEYS[3], ...) end)
-  local woken = wokenOf(due)
+  local woken, signalled = wokenOf(due)
   readRecords(states)
   local lease, orphans, hset = {}, {}, {}
   for j, m in ipairs(due) do
     local st = states[j]
     local waitsTo = st and inFlightUntil(m, st)
-    local sup = st and not waitsTo and woken[j] and suppression(m, st, woken[j])
+    local sup = st and not waitsTo and woken[j] and suppression(st, woken[j], signalled[j])
     if waitsTo then
       -- Committed by a claim whose record is still in flight: whether its interrupted went out is known
       -- only when the record is released or handed out again, so it waits for that.
