@@ -203,6 +203,7 @@ local function committedForm(st)
   return not string.find(st, ${stateSep}, 1, true) or string.find(st, ${stateSuppressedPattern})
 end
 local function readRecords(states)
+  if redis.call('EXISTS', KEYS[4]) == 0 then return end
   for _, st in pairs(states) do
     if st and committedForm(st) then
       records = redis.call('HGETALL', KEYS[4])
@@ -215,7 +216,7 @@ end
 -- in flight (its process slow or dead before publishing); then it returns when that record's lease ends
 -- (now + 1 ms when the record is handed out again in this very call), else nil.
 local function inFlightUntil(m, st)
-  if not committedForm(st) then return nil end
+  if #records == 0 or not committedForm(st) then return nil end
   local pair = ${packSep} .. m .. ${packSep} .. st .. ${packSep}
   for i = 1, #records, 2 do
     if string.find(${packSep} .. records[i+1] .. ${packSep}, pair, 1, true) then
@@ -251,12 +252,13 @@ end
 -- while its incident st waited with nothing sent, unless the device signalled since (its deadlines-set
 -- score sc moved past the incident's deadline); nil otherwise.
 local function suppression(st, mark, sc)
-  if not string.find(st, ${stateWaitingPattern}) then return nil end
-  local dl = tonumber(string.match(st, ${stateDeadlinePattern}))
+  local dl, typ = string.match(st, ${stateWaitingPattern})
+  if not dl then return nil end
+  dl = tonumber(dl)
   local wokenAt = tonumber(string.match(mark, '^%d+')) or 0
   if wokenAt < dl then return nil end -- a mark left from an earlier incident
   if sc and floor(tonumber(sc) / ${MaxTypes}) > dl then return nil end
-  return string.format(${stateSuppressedFormat}, dl, tonumber(string.match(st, ${stateTypePattern})), now)
+  return string.format(${stateSuppressedFormat}, dl, tonumber(typ), now)
 end
 
 -- (2) Due alarm entries, up to left: leased again and returned with their state, or, a child woken by a

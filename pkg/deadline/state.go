@@ -57,9 +57,9 @@ var (
 	// stateCommittedFormat(deadline, type index, deadline): a committed incident spelled in full, as
 	// decodeState reads its bare score.
 	stateCommittedFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldNext: "1", fieldInterruptedAt: "%.0f"})
-	// stateWaitingPattern matches an incident with nothing sent and nothing held: what a child waiting for
-	// its parent's verdict is stored as (wake.go).
-	stateWaitingPattern = "^" + strings.Repeat(`%d+`+stateSep, fieldNext) + strings.Repeat("0"+stateSep, fieldInterruptedAt-fieldNext)
+	// stateWaitingPattern matches an incident with nothing sent and nothing held, what a child waiting for
+	// its parent's verdict is stored as (wake.go), and captures its deadline and type index.
+	stateWaitingPattern = "^" + strings.Repeat(`(%d+)`+stateSep, fieldNext) + strings.Repeat("0"+stateSep, fieldInterruptedAt-fieldNext)
 	// stateSuppressedFormat(deadline, type index, now): `suppressed` sent under a down parent at now;
 	// stateSuppressedPattern matches it, however it was written (a claim's commit or an acknowledgement).
 	stateSuppressedFormat  = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldNext: "1", fieldExhausted: string(holdFieldParent), fieldInterruptedAt: "%.0f"})
