@@ -6,9 +6,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
+	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
 
 // A hub (gateway) with a longer timeout than its leaves: the common case, where the children expire first.
@@ -164,4 +168,51 @@ func TestChildSignallingAfterItsParentsVerdictIsNotSuppressed(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, d.Incident, "c1 is online again")
 	})
+}
+
+// TestParentsVerdictWakesTheScannerAtOnce: the scanner claims the children a parent's verdict woke right
+// away, not at its next idle poll nor at the end of their wait for the parent (both an hour here).
+func TestParentsVerdictWakesTheScannerAtOnce(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic}})
+	policies := parsePolicies(t, `
+types:
+  default: {timeout: 1m}
+  hub:     {timeout: 1500ms, repeat_every: 0s}
+  leaf:    {timeout: 500ms, repeat_every: 0s}
+`)
+	timeout := func(typ string) time.Duration { p, _ := policies.Lookup(typ); return p.Timeout }
+	store, err := deadline.New(srv.Client(t), deadline.Options{Slots: 8, Timeout: timeout})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, store.Load(ctx, policies.Names()...))
+	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: kafka.Addrs, Topic: eventsTopic, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	h := NewHandler(HandlerOptions{Store: store, Sink: pub, Policies: func() *config.Policies { return policies },
+		ParentWait: time.Hour, Logger: zaptest.NewLogger(t)})
+	scanner := deadline.NewScanner(deadline.ScannerOptions{Store: store, Slots: func() []int { return testenv.AllSlots(8) },
+		Handle: h.Handle, MaxIdleWait: time.Hour, Concurrency: 4, Logger: zaptest.NewLogger(t)})
+	now := time.Now()
+	signals := []deadline.Signal{{Device: "hub", Type: "hub", Seen: now}}
+	for _, c := range []string{"c1", "c2", "c3", "c4", "c5", "c6"} {
+		signals = append(signals, deadline.Signal{Device: c, Type: "leaf", Parent: "hub", Seen: now})
+	}
+	require.NoError(t, store.Refresh(ctx, signals))
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- scanner.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	kinds := map[event.Kind]int{}
+	kafka.ReadUntil(t, eventsTopic, 20*time.Second, func(recs []testenv.Record) bool {
+		clear(kinds)
+		for _, r := range recs {
+			e, err := event.Decode(r.Value)
+			require.NoError(t, err)
+			kinds[e.Kind]++
+		}
+		return kinds[event.Suppressed] == 6
+	})
+	require.Equal(t, map[event.Kind]int{event.Interrupted: 1, event.Suppressed: 6}, kinds)
 }

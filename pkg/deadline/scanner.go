@@ -87,9 +87,6 @@ func (s *Scanner) LastWakeUp() time.Time {
 // Run scans until ctx is done; it returns nil then.
 func (s *Scanner) Run(ctx context.Context) error {
 	n := max(s.opts.Concurrency, 1)
-	if n == 1 {
-		return s.loop(ctx, 0, s.opts.Slots, s.opts.Wake)
-	}
 	var wg sync.WaitGroup
 	wakes := make([]chan struct{}, n)
 	for i := range wakes {
@@ -101,18 +98,20 @@ func (s *Scanner) Run(ctx context.Context) error {
 			_ = s.loop(ctx, i, share, wakes[i])
 		}()
 	}
-	// Every loop must hear a wake-up (slots changed, hold-back ended), not just the first to read it.
+	// Every loop must hear a wake-up (slots changed, hold-back ended, children woken by their parent's
+	// verdict), not just the first to read it.
 	for {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
 			return nil
 		case <-s.opts.Wake:
-			for _, w := range wakes {
-				select {
-				case w <- struct{}{}:
-				default:
-				}
+		case <-s.opts.Store.woken:
+		}
+		for _, w := range wakes {
+			select {
+			case w <- struct{}{}:
+			default:
 			}
 		}
 	}

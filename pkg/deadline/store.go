@@ -21,6 +21,9 @@ type Store struct {
 	layout atomic.Pointer[Layout]
 	types  *typeRegistry
 	now    func() time.Time
+	// woken fires (without blocking) when WakeChildren made alarm entries due, so this process's scanner
+	// claims them at once instead of at its next idle poll.
+	woken chan struct{}
 
 	// The policy callbacks (Options), asked about configured types only: owntimeout.go applies a
 	// device's own timeout.
@@ -94,7 +97,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	if warnAfter == nil {
 		warnAfter = func(string) time.Duration { return 0 }
 	}
-	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, typeTimeout: opts.Timeout,
+	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
 		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
 		typeMem: newTypeMemory()}
 	s.layout.Store(&Layout{Slots: opts.Slots})

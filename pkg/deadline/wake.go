@@ -91,6 +91,12 @@ func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Ti
 			if err != nil {
 				return woken, err
 			}
+			if n > 0 {
+				select {
+				case s.woken <- struct{}{}:
+				default:
+				}
+			}
 		}
 	}
 	return woken, nil
