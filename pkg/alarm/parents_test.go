@@ -109,18 +109,26 @@ func TestChildWaitsNoLongerThanParentWait(t *testing.T) {
 	})
 }
 
+// hubDown has the hub and its leaves signal at t0; the leaves wait for the hub's verdict from their
+// deadline on, and the hub is interrupted at 10s+5ms, which wakes them.
+func (f *fixture) hubDown(leaves ...string) {
+	f.t.Helper()
+	parentsFixture(f.t, f)
+	f.signal("hub", "hub", 0)
+	for _, c := range leaves {
+		f.signalChild(c, "leaf", "hub", 0)
+	}
+	require.Empty(f.t, f.at(3*time.Second+5*time.Millisecond), "the leaves wait for their hub's verdict")
+	require.Equal(f.t, []string{"hub interrupted 0"}, f.at(10*time.Second+5*time.Millisecond))
+}
+
 // TestSuppressionsCommittedByTheirClaimSurviveACrash: the claim of children woken by a down parent stores
 // their `suppressed` as sent (deadline wake.go); a replica that dies after publishing them, before
 // releasing the claim, leaves them to be published again with the same ids once the lease runs out, and
 // never as their own `interrupted`.
 func TestSuppressionsCommittedByTheirClaimSurviveACrash(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
-		parentsFixture(t, f)
-		f.signal("hub", "hub", 0)
-		f.signalChild("c1", "leaf", "hub", 0)
-		f.signalChild("c2", "leaf", "hub", 0)
-		require.Empty(t, f.at(3*time.Second+5*time.Millisecond), "the leaves wait for their hub's verdict")
-		require.Equal(t, []string{"hub interrupted 0"}, f.at(10*time.Second+5*time.Millisecond))
+		f.hubDown("c1", "c2")
 		crashing := NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, ParentWait: 5 * time.Second,
 			Now: f.clock.Now})
 		crashing.beforeAck = func() bool { return false }
@@ -156,12 +164,7 @@ func TestSuppressionsCommittedByTheirClaimSurviveACrash(t *testing.T) {
 // verdict and its own claim recovered: nothing was reported for it, so nothing is published.
 func TestChildSignallingAfterItsParentsVerdictIsNotSuppressed(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
-		parentsFixture(t, f)
-		f.signal("hub", "hub", 0)
-		f.signalChild("c1", "leaf", "hub", 0)
-		f.signalChild("c2", "leaf", "hub", 0)
-		require.Empty(t, f.at(3*time.Second+5*time.Millisecond))
-		require.Equal(t, []string{"hub interrupted 0"}, f.at(10*time.Second+5*time.Millisecond))
+		f.hubDown("c1", "c2")
 		f.signalChild("c1", "leaf", "hub", 10*time.Second+5*time.Millisecond)
 		require.Equal(t, []string{"c2 suppressed 0"}, f.at(10*time.Second+6*time.Millisecond))
 		d, _, err := f.store.Device(context.Background(), "c1")
