@@ -268,16 +268,19 @@ func TestChainBatchesASteadyStreamLikeABacklog(t *testing.T) {
 	require.Equal(t, []int{1, batch}, sizes, "signals per deadline write")
 }
 
-// TestChainDoesNotHoldAPausedStream: signals that arrived during a write and then stop coming (a broker
-// waiting for its in-flight window's acknowledgements) go out once the write returned, not after the
-// linger.
+// TestChainDoesNotHoldAPausedStream: MQTT signals that arrived during a write and then stop coming (a
+// broker waiting for its in-flight window's acknowledgements) go out once the write returned, not after
+// the linger.
 func TestChainDoesNotHoldAPausedStream(t *testing.T) {
 	ref := &fakeRefresher{hold: make(chan chan struct{})}
 	f := startChain(t, ref, ingest.ChainOptions{Linger: time.Minute})
-	f.submit(t, 0, ingest.Message{Key: []byte("dev-0")})
+	mqtt := func(i int) ingest.Message {
+		return ingest.Message{Source: ingest.SourceMQTT, Key: fmt.Appendf(nil, "dev-%d", i)}
+	}
+	f.submit(t, 0, mqtt(0))
 	first := <-ref.hold
 	for i := 1; i <= 10; i++ {
-		f.submit(t, i, ingest.Message{Key: fmt.Appendf(nil, "dev-%d", i)})
+		f.submit(t, i, mqtt(i))
 	}
 	require.Eventually(t, func() bool { return f.chain.Queued() == 0 }, 5*time.Second, time.Millisecond)
 	close(first)
@@ -288,6 +291,32 @@ func TestChainDoesNotHoldAPausedStream(t *testing.T) {
 		t.Fatal("the paused stream's batch waited for the linger")
 	}
 	require.Eventually(t, func() bool { return f.acks.n() == 11 }, 5*time.Second, time.Millisecond)
+}
+
+// TestChainBatchesAKafkaStreamAcrossItsPauses: Kafka signals come a fetch at a time. A signal after a
+// quiet spell goes out at once, however long the linger; the signals that follow it, with nothing in
+// flight and pauses between fetches, go out in full batches, as a backlog's would.
+func TestChainBatchesAKafkaStreamAcrossItsPauses(t *testing.T) {
+	const batch, fetch = 32, 8
+	ref := &fakeRefresher{}
+	f := startChain(t, ref, ingest.ChainOptions{Batch: batch, Linger: time.Hour})
+	sig := func(i int) { f.submit(t, i, ingest.Message{Key: fmt.Appendf(nil, "dev-%d", i)}) }
+	sig(0)
+	require.Eventually(t, func() bool { return f.acks.n() == 1 }, 10*time.Second, time.Millisecond, "a lone signal waited for the linger")
+	for i := 1; i <= 2*batch; i++ {
+		sig(i)
+		if i%fetch == 0 { // the next fetch's round trip: the chain drains what it has
+			require.Eventually(t, func() bool { return f.chain.Queued() == 0 }, 5*time.Second, time.Millisecond)
+		}
+	}
+	require.Eventually(t, func() bool { return f.acks.n() == 1+2*batch }, 10*time.Second, time.Millisecond)
+	ref.mu.Lock()
+	defer ref.mu.Unlock()
+	sizes := make([]int, len(ref.batches))
+	for i, b := range ref.batches {
+		sizes[i] = len(b)
+	}
+	require.Equal(t, []int{1, batch, batch}, sizes, "signals per deadline write")
 }
 
 func TestChainBackpressureBoundsWhatItHolds(t *testing.T) {
