@@ -115,9 +115,9 @@ type ackItem struct {
 type batch struct {
 	seq uint64
 	// began is when its first signal came, last when the batcher last woke for one (zero: not since);
-	// streaming, whether a write was in flight when it began; follows, whether the previous batch went
-	// out less than Linger before; gated, whether a signal of it came from a gated source (item.gated).
-	// waitsForStream reads them.
+	// streaming, whether a write was in flight when it began; follows, whether it goes on from a batch
+	// of at least followsShare of Batch that went out less than Linger before; gated, whether a signal of
+	// it came from a gated source (item.gated). waitsForStream reads them.
 	began, last               time.Time
 	streaming, follows, gated bool
 	failed                    bool // a write of it failed: it counts in writeHealth.failing until written
@@ -324,13 +324,15 @@ func (c *Chain) batcher(ctx context.Context) {
 	}
 	var cur *batch
 	var sent time.Time // when the previous batch went out
+	var sentN int      // its messages
 	add := func(it item) {
 		if cur == nil {
 			cur = c.pool.Get().(*batch)
 			linger.Reset(c.opts.Linger)
 			now := time.Now()
 			cur.began, cur.last, cur.gated = now, time.Time{}, false
-			cur.streaming, cur.follows = c.inFlight.Load() > 0, now.Sub(sent) < c.opts.Linger
+			cur.streaming = c.inFlight.Load() > 0
+			cur.follows = now.Sub(sent) < c.opts.Linger && sentN*followsShare >= c.opts.Batch
 		} else if cur.streaming {
 			cur.last = time.Now() // the stream's pace (waitsForStream), however the item was taken
 		}
@@ -340,6 +342,7 @@ func (c *Chain) batcher(ctx context.Context) {
 		linger.Stop()
 		b := cur
 		cur = nil
+		sentN = len(b.items)
 		ok := c.dispatch(ctx, b)
 		sent = time.Now()
 		return ok
@@ -391,9 +394,14 @@ func (c *Chain) batcher(ctx context.Context) {
 	}
 }
 
-// streamQuiet is the part of Linger without a new signal after which a gated stream counts as paused:
-// a broker that sends no more until what it sent is acknowledged (an MQTT in-flight window) is not
-// waited for.
+// followsShare: a batch goes on from the previous one (batch.follows) when that carried at least
+// 1/followsShare of Batch, a stream of about Batch/(followsShare·Linger) signals a second (25k/s by
+// default) or more; a slower one is not held for company.
+const followsShare = 8
+
+// streamQuiet is the part of Linger without a new signal after which a stream counts as paused: a
+// broker that sends no more until what it sent is acknowledged (an MQTT in-flight window) is not waited
+// for.
 const streamQuiet = 5
 
 // waitsForStream reports whether b waits for more now that nothing is in flight, so that under a steady
@@ -401,17 +409,16 @@ const streamQuiet = 5
 // returns or the source hands over its next few (a deadline write's fixed cost is shared by the signals
 // it carries, docs/benchmarks.md). linger is moved to when b stops waiting.
 //
-// A Kafka batch begun while a write was in flight or less than Linger after the previous batch went out
-// (a stream; a signal after a quieter spell goes out at once) waits out its Linger unless it fills
-// first: its signals come a fetch at a time, and the pauses between fetches say nothing about the
-// stream's pace. A gated batch begun while a write was in flight waits while its signals come at a pace
-// that fills it within Linger and keep coming.
+// A Kafka batch going on from a fast stream's previous batch (batch.follows) waits out its Linger
+// unless it fills first: its signals come a fetch at a time, and the pauses between fetches say nothing
+// about the stream's pace. Another batch begun while a write was in flight waits while its signals come
+// at a pace that fills it within Linger and keep coming; any other goes out at once.
 func (c *Chain) waitsForStream(b *batch, linger *time.Timer) bool {
-	n := len(b.items)
-	if !b.gated {
+	if b.follows && !b.gated {
 		// linger, armed when b began, ends the wait: one timer per batch, not a reset per fetch.
-		return (b.streaming || b.follows) && time.Since(b.began) < c.opts.Linger
+		return time.Since(b.began) < c.opts.Linger
 	}
+	n := len(b.items)
 	if !b.streaming || n < 2 {
 		return false
 	}

@@ -293,17 +293,32 @@ func TestChainDoesNotHoldAPausedStream(t *testing.T) {
 	require.Eventually(t, func() bool { return f.acks.n() == 11 }, 5*time.Second, time.Millisecond)
 }
 
-// TestChainBatchesAKafkaStreamAcrossItsPauses: Kafka signals come a fetch at a time. A signal after a
-// quiet spell goes out at once, however long the linger; the signals that follow it, with nothing in
-// flight and pauses between fetches, go out in full batches, as a backlog's would.
+// TestChainBatchesAKafkaStreamAcrossItsPauses: Kafka signals come a fetch at a time. Once a full batch
+// went out, the signals that go on from it, with nothing in flight and pauses between fetches, go out
+// in full batches too, as a backlog's would.
 func TestChainBatchesAKafkaStreamAcrossItsPauses(t *testing.T) {
 	const batch, fetch = 32, 8
-	ref := &fakeRefresher{}
+	ref := &fakeRefresher{hold: make(chan chan struct{})}
 	f := startChain(t, ref, ingest.ChainOptions{Batch: batch, Linger: time.Hour})
 	sig := func(i int) { f.submit(t, i, ingest.Message{Key: fmt.Appendf(nil, "dev-%d", i)}) }
 	sig(0)
-	require.Eventually(t, func() bool { return f.acks.n() == 1 }, 10*time.Second, time.Millisecond, "a lone signal waited for the linger")
-	for i := 1; i <= 2*batch; i++ {
+	first := <-ref.hold
+	for i := 1; i <= fetch; i++ {
+		sig(i)
+	}
+	require.Eventually(t, func() bool { return f.chain.Queued() == 0 }, 5*time.Second, time.Millisecond)
+	close(first)
+	go func() { // every later write goes through
+		for {
+			select {
+			case r := <-ref.hold:
+				close(r)
+			case <-f.ctx.Done():
+				return
+			}
+		}
+	}()
+	for i := fetch + 1; i <= 2*batch; i++ {
 		sig(i)
 		if i%fetch == 0 { // the next fetch's round trip: the chain drains what it has
 			require.Eventually(t, func() bool { return f.chain.Queued() == 0 }, 5*time.Second, time.Millisecond)
@@ -317,6 +332,19 @@ func TestChainBatchesAKafkaStreamAcrossItsPauses(t *testing.T) {
 		sizes[i] = len(b)
 	}
 	require.Equal(t, []int{1, batch, batch}, sizes, "signals per deadline write")
+}
+
+// TestChainDoesNotHoldASlowKafkaStream: a stream far from filling a batch per linger (a fetch of two
+// signals, the next one once they are stored) is written a fetch at a time, however long the linger.
+func TestChainDoesNotHoldASlowKafkaStream(t *testing.T) {
+	ref := &fakeRefresher{}
+	f := startChain(t, ref, ingest.ChainOptions{Batch: 32, Linger: time.Hour})
+	for i := 0; i < 10; i += 2 {
+		f.submit(t, i, ingest.Message{Key: fmt.Appendf(nil, "dev-%d", i)})
+		f.submit(t, i+1, ingest.Message{Key: fmt.Appendf(nil, "dev-%d", i+1)})
+		require.Eventually(t, func() bool { return f.acks.n() == i+2 }, 10*time.Second, time.Millisecond,
+			"signals %d and %d waited for the linger", i, i+1)
+	}
 }
 
 func TestChainBackpressureBoundsWhatItHolds(t *testing.T) {
