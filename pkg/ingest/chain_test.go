@@ -175,6 +175,20 @@ func (f *chainFixture) submit(t *testing.T, id int, m ingest.Message) {
 	require.NoError(t, f.chain.Submit(f.ctx, m))
 }
 
+// releaseLaterWrites lets every write of a chain with a holding refresher through from now on.
+func (f *chainFixture) releaseLaterWrites() {
+	go func() {
+		for {
+			select {
+			case r := <-f.ref.hold:
+				close(r)
+			case <-f.ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -245,16 +259,7 @@ func TestChainBatchesASteadyStreamLikeABacklog(t *testing.T) {
 	require.Eventually(t, func() bool { return f.chain.Queued() == 0 }, 5*time.Second, time.Millisecond)
 	close(first)
 	require.Eventually(t, func() bool { return f.acks.n() == 1 }, 5*time.Second, time.Millisecond)
-	go func() { // every later write goes through
-		for {
-			select {
-			case r := <-ref.hold:
-				close(r)
-			case <-f.ctx.Done():
-				return
-			}
-		}
-	}()
+	f.releaseLaterWrites()
 	for i := 11; i <= batch; i++ {
 		sig(i)
 	}
@@ -308,16 +313,7 @@ func TestChainBatchesAKafkaStreamAcrossItsPauses(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return f.chain.Queued() == 0 }, 5*time.Second, time.Millisecond)
 	close(first)
-	go func() { // every later write goes through
-		for {
-			select {
-			case r := <-ref.hold:
-				close(r)
-			case <-f.ctx.Done():
-				return
-			}
-		}
-	}()
+	f.releaseLaterWrites()
 	for i := fetch + 1; i <= 2*batch; i++ {
 		sig(i)
 		if i%fetch == 0 { // the next fetch's round trip: the chain drains what it has
