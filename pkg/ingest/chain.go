@@ -327,12 +327,8 @@ func (c *Chain) batcher(ctx context.Context) {
 	var sentN int      // its messages
 	add := func(it item) {
 		if cur == nil {
-			cur = c.pool.Get().(*batch)
+			cur = c.newBatch(sent, sentN)
 			linger.Reset(c.opts.Linger)
-			now := time.Now()
-			cur.began, cur.last, cur.gated = now, time.Time{}, false
-			cur.streaming = c.inFlight.Load() > 0
-			cur.follows = now.Sub(sent) < c.opts.Linger && sentN*followsShare >= c.opts.Batch
 		} else if cur.streaming {
 			cur.last = time.Now() // the stream's pace (waitsForStream), however the item was taken
 		}
@@ -341,11 +337,8 @@ func (c *Chain) batcher(ctx context.Context) {
 	dispatch := func() bool {
 		linger.Stop()
 		b := cur
-		cur = nil
-		sentN = len(b.items)
-		ok := c.dispatch(ctx, b)
-		sent = time.Now()
-		return ok
+		cur, sent, sentN = nil, time.Now(), len(b.items)
+		return c.dispatch(ctx, b)
 	}
 	for {
 		if cur == nil {
@@ -392,54 +385,6 @@ func (c *Chain) batcher(ctx context.Context) {
 			co.rotate()
 		}
 	}
-}
-
-// followsShare: a batch goes on from the previous one (batch.follows) when that carried at least
-// 1/followsShare of Batch, a stream of about Batch/(followsShare·Linger) signals a second (25k/s by
-// default) or more; a slower one is not held for company.
-const followsShare = 8
-
-// streamQuiet is the part of Linger without a new signal after which a stream counts as paused: a
-// broker that sends no more until what it sent is acknowledged (an MQTT in-flight window) is not waited
-// for.
-const streamQuiet = 5
-
-// waitsForStream reports whether b waits for more now that nothing is in flight, so that under a steady
-// load it is as full as a backlog's batches instead of going out small each time the previous write
-// returns or the source hands over its next few (a deadline write's fixed cost is shared by the signals
-// it carries, docs/benchmarks.md). linger is moved to when b stops waiting.
-//
-// A Kafka batch going on from a fast stream's previous batch (batch.follows) waits out its Linger
-// unless it fills first: its signals come a fetch at a time, and the pauses between fetches say nothing
-// about the stream's pace. Another batch begun while a write was in flight waits while its signals come
-// at a pace that fills it within Linger and keep coming; any other goes out at once.
-func (c *Chain) waitsForStream(b *batch, linger *time.Timer) bool {
-	if b.follows && !b.gated {
-		// linger, armed when b began, ends the wait: one timer per batch, not a reset per fetch.
-		return time.Since(b.began) < c.opts.Linger
-	}
-	n := len(b.items)
-	if !b.streaming || n < 2 {
-		return false
-	}
-	last := b.last
-	if last.Before(b.began) {
-		last = b.began
-	}
-	behind := b.began.Add(c.opts.Linger * time.Duration(n) / time.Duration(c.opts.Batch))
-	wait := time.Until(minTime(behind, last.Add(c.opts.Linger/streamQuiet)))
-	if wait <= 0 {
-		return false
-	}
-	linger.Reset(wait)
-	return true
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 // dispatch hands a batch to its own goroutine once a slot is free; it blocks while MaxInFlight batches
