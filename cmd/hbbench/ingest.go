@@ -297,25 +297,30 @@ func writeSignalsAs(ctx context.Context, brokers []string, n int, id func(i int)
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: signalTopic, Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond,
 		BatchSize: 5000, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
-	size := 10_000
-	if rate > 0 {
-		size = min(max(rate/1000, 1), 1000) // a millisecond's worth at a time: a steady stream
-	}
-	msgs := make([]kafka.Message, 0, size)
-	for i := range n {
-		if rate > 0 && len(msgs) == 0 {
+	msgs := make([]kafka.Message, 0, 10_000)
+	for i := 0; i < n; {
+		size := 10_000
+		if rate > 0 {
 			if !loop.Sleep(ctx, time.Until(start.Add(time.Duration(i)*time.Second/time.Duration(rate)))) {
 				return ctx.Err()
 			}
+			size = pacedWrite(rate, int(time.Since(start).Seconds()*float64(rate))-i)
 		}
-		// The record's timestamp is when the message was made, not when its batch goes out.
-		msgs = append(msgs, kafka.Message{Key: []byte(id(i)), Value: payload(i), Time: time.Now()})
-		if len(msgs) == cap(msgs) || i == n-1 {
-			if err := w.WriteMessages(ctx, msgs...); err != nil {
-				return fmt.Errorf("hbbench: write signals: %w", err)
-			}
-			msgs = msgs[:0]
+		msgs = msgs[:0]
+		for j := i; j < min(i+size, n); j++ {
+			// The record's timestamp is when the message was made, not when its batch goes out.
+			msgs = append(msgs, kafka.Message{Key: []byte(id(j)), Value: payload(j), Time: time.Now()})
 		}
+		if err := w.WriteMessages(ctx, msgs...); err != nil {
+			return fmt.Errorf("hbbench: write signals: %w", err)
+		}
+		i += len(msgs)
 	}
 	return nil
+}
+
+// pacedWrite is how many signals a write at rate carries when due are due by now: a millisecond's worth
+// (a steady stream), or all that are due when a write's round trip is longer, so the pace holds.
+func pacedWrite(rate, due int) int {
+	return min(max(rate/1000, 1, due), 10_000)
 }

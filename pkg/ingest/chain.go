@@ -98,6 +98,9 @@ type item struct {
 	received time.Time      // when the source handed it over: lateness is judged then
 	ack      func()
 	src      *sourceMetrics
+	// gated: its source sends no more until what it sent is acknowledged (an MQTT in-flight window, an
+	// HTTP client awaiting its answer); a Kafka consumer fetches ahead regardless.
+	gated bool
 }
 
 // ackItem is a batch member waiting for its acknowledgement.
@@ -112,13 +115,15 @@ type ackItem struct {
 type batch struct {
 	seq uint64
 	// began is when its first signal came, last when the batcher last woke for one (zero: not since);
-	// streaming, whether a write was in flight when it began (waitsForStream).
-	began, last time.Time
-	streaming   bool
-	failed      bool // a write of it failed: it counts in writeHealth.failing until written
-	sigs        []deadline.Signal
-	received    []time.Time // aligned with sigs
-	items       []ackItem
+	// streaming, whether a write was in flight when it began; follows, whether it goes on from a batch
+	// of at least followsShare of Batch that went out less than Linger before; gated, whether a signal of
+	// it came from a gated source (item.gated). waitsForStream reads them.
+	began, last               time.Time
+	streaming, follows, gated bool
+	failed                    bool // a write of it failed: it counts in writeHealth.failing until written
+	sigs                      []deadline.Signal
+	received                  []time.Time // aligned with sigs
+	items                     []ackItem
 	// late marks the signals not written because they were late (nil: none); write is the rest.
 	late  []bool
 	write []deadline.Signal
@@ -130,6 +135,7 @@ type batch struct {
 
 // add puts it in the batch: a mark, a signal the coalescer (nil: none) skips, or a signal to write.
 func (b *batch) add(it item, co *coalescer) {
+	b.gated = b.gated || it.gated
 	switch {
 	case it.mark != nil:
 		b.items = append(b.items, ackItem{ack: it.ack, src: it.src, mark: true, sig: len(b.marks)})
@@ -247,7 +253,8 @@ func (c *Chain) Offer(ctx context.Context, m Message) (reason string, err error)
 		c.unknown.note(d.typ, d.device, received)
 		d.typ = deadline.DefaultType // a device-chosen name is never recorded (docs/signals.md)
 	}
-	it := item{sig: deadline.Signal{Device: d.device, Type: d.typ, Parent: d.parent, Seen: seen}, received: received, ack: m.Ack, src: src}
+	it := item{sig: deadline.Signal{Device: d.device, Type: d.typ, Parent: d.parent, Seen: seen}, received: received, ack: m.Ack, src: src,
+		gated: m.Source != SourceKafka}
 	switch {
 	case m.Presence == config.PresenceOffline:
 		it.mark = &deadline.Mark{Device: d.device, At: seen, Deadline: received.Add(c.opts.OfflineGrace), Cause: deadline.CauseOffline}
@@ -301,8 +308,8 @@ func (c *Chain) setConnected(source string, up bool) {
 }
 
 // batcher groups signals into batches: a batch goes out when it is full, when the input is drained and
-// no batch is in flight unless its stream fills it soon (waitsForStream; a quiet fleet waits for nothing), or
-// when it lingered long enough.
+// no batch is in flight unless its stream fills it soon (waitsForStream; a quiet fleet waits for nothing),
+// or when it lingered long enough.
 func (c *Chain) batcher(ctx context.Context) {
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
@@ -316,11 +323,12 @@ func (c *Chain) batcher(ctx context.Context) {
 		rotate = t.C
 	}
 	var cur *batch
+	var sent time.Time // when the previous batch went out
+	var sentN int      // its messages
 	add := func(it item) {
 		if cur == nil {
-			cur = c.pool.Get().(*batch)
+			cur = c.newBatch(sent, sentN)
 			linger.Reset(c.opts.Linger)
-			cur.began, cur.last, cur.streaming = time.Now(), time.Time{}, c.inFlight.Load() > 0
 		} else if cur.streaming {
 			cur.last = time.Now() // the stream's pace (waitsForStream), however the item was taken
 		}
@@ -329,7 +337,7 @@ func (c *Chain) batcher(ctx context.Context) {
 	dispatch := func() bool {
 		linger.Stop()
 		b := cur
-		cur = nil
+		cur, sent, sentN = nil, time.Now(), len(b.items)
 		return c.dispatch(ctx, b)
 	}
 	for {
@@ -377,41 +385,6 @@ func (c *Chain) batcher(ctx context.Context) {
 			co.rotate()
 		}
 	}
-}
-
-// streamQuiet is the part of Linger without a new signal after which a stream counts as paused: a
-// broker that sends no more until what it sent is acknowledged (an MQTT in-flight window) is not waited
-// for.
-const streamQuiet = 5
-
-// waitsForStream reports whether b, begun while a write was in flight, waits for more now that nothing
-// is in flight: while its signals come at a pace that fills it within Linger, and keep coming. Under a
-// steady load it is then as full as a backlog's batches, instead of going out small each time the
-// previous write returns (a deadline write's fixed cost is shared by the signals it carries,
-// docs/benchmarks.md). linger is moved to when the stream falls behind that pace or pauses.
-func (c *Chain) waitsForStream(b *batch, linger *time.Timer) bool {
-	n := len(b.items)
-	if !b.streaming || n < 2 {
-		return false
-	}
-	behind := b.began.Add(c.opts.Linger * time.Duration(n) / time.Duration(c.opts.Batch))
-	last := b.last
-	if last.Before(b.began) {
-		last = b.began
-	}
-	wait := time.Until(minTime(behind, last.Add(c.opts.Linger/streamQuiet)))
-	if wait <= 0 {
-		return false
-	}
-	linger.Reset(wait)
-	return true
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 // dispatch hands a batch to its own goroutine once a slot is free; it blocks while MaxInFlight batches
