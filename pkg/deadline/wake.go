@@ -36,18 +36,23 @@ type Verdict struct {
 // alarm entries, only earlier), so the alarm loop looks at them again now that their parent's verdict
 // changed: a child waiting for its parent, or suppressed under a parent that recovered. A child with no
 // open incident has no alarm entry and is left alone; a child of a Down parent is marked for the claim,
-// which commits its `suppressed` if it still waits. It reads nothing while the fleet has no parents, looks only at the
-// devices named as a parent (namedOnly), bumps the verdicts counter before it wakes anyone
-// (parentViews), and reads the first page of every parent's children in the same round trip. It returns
-// how many entries moved.
+// which commits its `suppressed` if it still waits. It reads nothing while the fleet has no parents,
+// looks only at the devices named as a parent (namedOnly), bumps the verdicts counter before it wakes
+// anyone (parentViews), and reads the first page of every parent's children in the same round trip. It
+// returns how many entries moved.
 func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Time) (int64, error) {
 	if used, err := s.parentsUsed(ctx); err != nil || !used || len(verdicts) == 0 {
 		return 0, err
 	}
-	down := make(map[string]bool, len(verdicts))
+	// A down parent's mark for its children: the wake's time and the parent whose verdict it was, built
+	// once per parent; "" for a parent that recovered.
+	marks := make(map[string]string, len(verdicts))
 	parents := make([]string, len(verdicts))
 	for i, v := range verdicts {
-		parents[i], down[v.Device] = v.Device, v.Down
+		parents[i] = v.Device
+		if v.Down {
+			marks[v.Device] = strconv.FormatInt(at.UnixMilli(), 10) + packSep + v.Device
+		}
 	}
 	parents, err := s.namedOnly(ctx, parents)
 	if err != nil || len(parents) == 0 {
@@ -78,7 +83,7 @@ func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Ti
 		for j, i := range pending {
 			page, cur := cmds[j].Val()
 			for _, kid := range page {
-				kids = append(kids, wakeUp{child: kid, parent: parents[i], parentDown: down[parents[i]]})
+				kids = append(kids, wakeUp{child: kid, mark: marks[parents[i]]})
 			}
 			if cursors[i] = cur; cur != 0 {
 				next = append(next, i)
@@ -102,10 +107,9 @@ func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Ti
 	return woken, nil
 }
 
-// wakeUp is one child to wake, its parent, and whether the parent is down.
+// wakeUp is one child to wake and, when its parent is down, the mark the claim reads (claim.go).
 type wakeUp struct {
-	child, parent string
-	parentDown    bool
+	child, mark string
 }
 
 // wokenTTL bounds how long a slot's wake marks outlive its last wake: a child is claimed within
@@ -114,8 +118,8 @@ type wakeUp struct {
 const wokenTTL = 10 * time.Minute
 
 // wake makes the children's alarm entries due at (ZADD XX LT: only existing entries, only earlier) and
-// marks the children of down parents in their slot's woken hash (the wake's time and the parent), one pipeline for all slots (and the
-// old slot while a doubling settles).
+// writes the marks of the children of down parents into their slot's woken hash, one pipeline for all
+// slots (and the old slot while a doubling settles).
 func (s *Store) wake(ctx context.Context, kids []wakeUp, at int64) (int64, error) {
 	l := s.layout.Load()
 	type slotWake struct {
@@ -124,15 +128,14 @@ func (s *Store) wake(ctx context.Context, kids []wakeUp, at int64) (int64, error
 	}
 	bySlot := map[int]*slotWake{}
 	add := func(slot int, k wakeUp) {
-		mark := strconv.FormatInt(at, 10) + packSep + k.parent // the wake and the parent whose verdict it was
 		w := bySlot[slot]
 		if w == nil {
 			w = &slotWake{}
 			bySlot[slot] = w
 		}
 		w.due = append(w.due, redis.Z{Score: float64(at), Member: k.child})
-		if k.parentDown {
-			w.marks = append(w.marks, k.child, mark)
+		if k.mark != "" {
+			w.marks = append(w.marks, k.child, k.mark)
 		}
 	}
 	for _, k := range kids {
