@@ -264,12 +264,12 @@ end
 -- (2) Due alarm entries, up to left: leased again and returned with their state, or, a child woken by a
 -- down parent, committed as suppressed. An entry without a state is removed: an orphan, or an expired
 -- record. Returns the entries (flat pairs), the claims handed out again (flat pairs), the suppressions
--- (flat pairs: device, state), the parent that woke each and whether left entries were due.
+-- (flat triples: device, state, the parent that woke it) and whether left entries were due.
 local function claimDue(left)
-  local entries, again, suppressed, wokenBy = {}, {}, {}, {}
-  if left <= 0 then return entries, again, suppressed, wokenBy, false end
+  local entries, again, suppressed = {}, {}, {}
+  if left <= 0 then return entries, again, suppressed, false end
   local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
-  if #due == 0 then return entries, again, suppressed, wokenBy, false end
+  if #due == 0 then return entries, again, suppressed, false end
   -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
   local states = gather(due, function(...) return redis.call('HMGET', KEYS[3], ...) end)
   local woken, signalled = wokenOf(due)
@@ -291,7 +291,7 @@ local function claimDue(left)
       lease[#lease+1] = m
       suppressed[#suppressed+1] = m
       suppressed[#suppressed+1] = sup
-      wokenBy[#wokenBy+1] = string.match(woken[j], ${packSep} .. '(.*)$') or ''
+      suppressed[#suppressed+1] = string.match(woken[j], ${packSep} .. '(.*)$') or ''
     elseif st then
       lease[#lease+1] = leased
       lease[#lease+1] = m
@@ -309,28 +309,27 @@ local function claimDue(left)
     hset[#hset+1] = ${stateGuardValue}
     pieces(hset, 2, function(...) redis.call('HSET', KEYS[3], ...) end)
   end
-  return entries, again, suppressed, wokenBy, #due == left
+  return entries, again, suppressed, #due == left
 end
 
 -- (3) The in-flight record leasing this call's committed claims, those handed out again and the
--- suppressions. Returns the three lists packed, the suppressions as triples with the parent that woke
--- each.
-local function leaseRecord(committed, again, suppressed, wokenBy)
+-- suppressions (their device and state: the record holds what each claim committed). Returns the three
+-- lists packed.
+local function leaseRecord(committed, again, suppressed)
   if #committed + #again + #suppressed == 0 then return '', '', '' end
-  local packed, all = {}, {}
-  for k, list in ipairs({committed, again, suppressed}) do
-    packed[k] = table.concat(list, ${packSep})
-    if packed[k] ~= '' then all[#all+1] = packed[k] end
+  local recorded = {}
+  for i = 1, #suppressed, 3 do
+    recorded[#recorded+1] = suppressed[i]
+    recorded[#recorded+1] = suppressed[i+1]
+  end
+  local c, a = table.concat(committed, ${packSep}), table.concat(again, ${packSep})
+  local all = {}
+  for _, p in ipairs({c, a, table.concat(recorded, ${packSep})}) do
+    if p ~= '' then all[#all+1] = p end
   end
   redis.call('HSET', KEYS[4], record, table.concat(all, ${packSep}))
   redis.call('ZADD', KEYS[2], leased, record)
-  local triples = {}
-  for i = 1, #suppressed, 2 do
-    triples[#triples+1] = suppressed[i]
-    triples[#triples+1] = suppressed[i+1]
-    triples[#triples+1] = wokenBy[(i + 1) / 2]
-  end
-  return packed[1], packed[2], table.concat(triples, ${packSep})
+  return c, a, table.concat(suppressed, ${packSep})
 end
 
 -- (4) The earliest deadline and act left in the slot (-1: none), so the scanner sleeps until then.
@@ -362,7 +361,7 @@ local function causesOf(committed, replacing, again, due, suppressed)
   end
   for i = 1, #again, 2 do devs[#devs+1] = again[i] end
   for i = 1, #due, 2 do devs[#devs+1] = due[i] end
-  for i = 1, #suppressed, 2 do devs[#devs+1] = suppressed[i] end
+  for i = 1, #suppressed, 3 do devs[#devs+1] = suppressed[i] end
   local vals = gather(devs, function(...) return redis.call('HMGET', KEYS[5], ...) end)
   local out, stale = {}, {}
   for k, d in ipairs(devs) do
@@ -382,8 +381,8 @@ local function causesOf(committed, replacing, again, due, suppressed)
 end
 
 local committed, replacing, n = claimFresh()
-local due, again, suppressed, wokenBy, dueFull = claimDue(batch - n)
-local packed, packedAgain, packedSuppressed = leaseRecord(committed, again, suppressed, wokenBy)
+local due, again, suppressed, dueFull = claimDue(batch - n)
+local packed, packedAgain, packedSuppressed = leaseRecord(committed, again, suppressed)
 local nd, na = nextDue()
 local more = 0
 if n == batch or dueFull then more = 1 end
