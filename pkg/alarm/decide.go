@@ -108,15 +108,12 @@ type decision struct {
 //
 // decide is the one place that decides an incident's next act. The claim only carries out ahead of time
 // what decide decides for a plain fresh incident (deadline doc.go, "commit"): `interrupted`, then the next
-// act one repeat interval away. decision.Committed tells whether this decision is that one.
+// act one repeat interval away, or `suppressed` for a child its down parent woke. decision.Committed
+// tells whether this decision is that one.
 func decide(in input) decision {
 	d := decideIgnoringCause(in)
 	if c := in.Claim.Cause; c != nil {
 		withCause(d.Events, in.Claim.Device, *c)
-	}
-	if in.Claim.CommittedSuppression {
-		// The claim stored `suppressed` ahead of time for a child its down parent woke (deadline wake.go).
-		d.Committed = d.Reason == reasonSuppressed && len(d.Events) == 1
 	}
 	return d
 }
@@ -385,6 +382,8 @@ func decideUnderParent(in input, d *decision) (held, own bool) {
 			d.Events = append(d.Events, e)
 			d.Ack.Next = now.Add(parentRecheck)
 			d.Reason = reasonSuppressed
+			// The claim of a child its down parent woke stored this ahead of time (deadline wake.go).
+			d.Committed = c.CommittedSuppression
 			return true, false
 		case now.Before(p.Deadline.Add(in.ParentWait)):
 			d.Ack.Next = p.Deadline.Add(in.ParentWait) // or sooner: the parent's verdict wakes it
