@@ -40,13 +40,22 @@ func splitOwnType(name string) (typ string, own time.Duration) {
 // The policy of a recorded type name: its configured type's, under config.Policy.WithOwnTimeout's rule
 // for a device's own timeout (the one statement of it, which pkg/alarm decides with too).
 
+// A configured type's name (every signal's but a registered device's) skips building a policy: it
+// asks the callback alone.
+
 func (s *Store) timeout(name string) time.Duration {
 	typ, own := splitOwnType(name)
+	if own <= 0 {
+		return s.typeTimeout(typ)
+	}
 	return config.Policy{Timeout: s.typeTimeout(typ)}.WithOwnTimeout(own).Timeout
 }
 
 func (s *Store) warnAfter(name string) time.Duration {
 	typ, own := splitOwnType(name)
+	if own <= 0 {
+		return s.typeWarnAfter(typ)
+	}
 	return config.Policy{WarnAfter: s.typeWarnAfter(typ)}.WithOwnTimeout(own).WarnAfter
 }
 
