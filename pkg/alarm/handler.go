@@ -46,6 +46,9 @@ type HandlerOptions struct {
 	// ParentWait is how long past its parent's deadline a child waits for the parent's verdict
 	// (detection.parent_wait).
 	ParentWait time.Duration
+	// Lease is how long the suppressions a parent's wake commits stay in flight (detection.lease), as a
+	// claim's (default config.DefaultLease).
+	Lease time.Duration
 	// Correlator groups interruptions into outages; nil = correlation off.
 	Correlator *correlate.Correlator
 	// Timeout bounds one batch's publish and acknowledge; the batch is finished even when the scanner is
@@ -73,6 +76,9 @@ func NewHandler(opts HandlerOptions) *Handler {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 15 * time.Second
 	}
+	if opts.Lease <= 0 {
+		opts.Lease = config.DefaultLease
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -91,9 +97,19 @@ func NewHandler(opts HandlerOptions) *Handler {
 // errCrashed is what a test-stopped handler returns.
 var errCrashed = errors.New("alarm: stopped between publish and acknowledge")
 
+// maxWakeDepth bounds how many generations below a claim's device one Handle commits in a chain of
+// parents (a gateway behind a gateway): past it, the children are left due for the scanner.
+const maxWakeDepth = 4
+
 // Handle processes one wake-up's claims. An error leaves the claims leased: they come back when the
 // lease runs out and are published again with the same event ids (at-least-once).
 func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
+	return h.handle(ctx, claims, 0)
+}
+
+// handle is Handle for claims depth generations below the wake-up's: the suppressions a verdict's wake
+// commits are handled at once, by the process that has the verdict, instead of a claim after it.
+func (h *Handler) handle(ctx context.Context, claims []deadline.Claim, depth int) error {
 	if len(claims) == 0 {
 		return nil
 	}
@@ -119,7 +135,7 @@ func (h *Handler) Handle(ctx context.Context, claims []deadline.Claim) error {
 
 	// After the acknowledgement, so the woken children read their parent's new state. A crash before it
 	// leaves them to their bounds: the parent's deadline + parent_wait, or parentRecheck.
-	if err := h.wakeChildren(ctx, claims, decisions, failed, ackNow); err != nil {
+	if err := h.wakeChildren(ctx, claims, decisions, failed, ackNow, depth); err != nil {
 		h.log.Warn("waking the children of interrupted or recovered devices failed; they look again within their bounds",
 			zap.Error(err))
 	}
@@ -479,8 +495,8 @@ func interrupts(d decision) bool {
 }
 
 // wakeChildren makes the children of the devices whose verdict just changed (interrupted, suppressed,
-// recovered) look at their parent again now.
-func (h *Handler) wakeChildren(ctx context.Context, claims []deadline.Claim, decisions []decision, failed []error, now time.Time) error {
+// recovered) look at their parent again now, and handles the suppressions the wake committed.
+func (h *Handler) wakeChildren(ctx context.Context, claims []deadline.Claim, decisions []decision, failed []error, now time.Time, depth int) error {
 	var changed []deadline.Verdict
 	for i, d := range decisions {
 		if failed[i] != nil {
@@ -493,6 +509,12 @@ func (h *Handler) wakeChildren(ctx context.Context, claims []deadline.Claim, dec
 			}
 		}
 	}
-	_, err := h.opts.Store.WakeChildren(ctx, changed, now)
+	var commit *deadline.WakeCommit
+	if depth < maxWakeDepth {
+		commit = &deadline.WakeCommit{Lease: h.opts.Lease, Handle: func(ctx context.Context, woken []deadline.Claim) error {
+			return h.handle(ctx, woken, depth+1)
+		}}
+	}
+	_, err := h.opts.Store.WakeChildren(ctx, changed, now, commit)
 	return err
 }

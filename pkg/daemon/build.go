@@ -125,7 +125,7 @@ func (d *daemon) buildAlarms(reg *prometheus.Registry) *alarm.Acts {
 		Events: d.metrics.Events, OutagesOpen: d.metrics.OutagesOpen})
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load, Correlator: d.correlator,
 		Sink:     sink,
-		Silences: d.silences, ParentWait: cfg.Detection.ParentWait, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,
+		Silences: d.silences, ParentWait: cfg.Detection.ParentWait, Lease: cfg.Detection.Lease, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: kafka.Refused, Now: d.clock.Now,
 		Logger: log, Metrics: d.metrics})
 	return acts
 }

@@ -29,9 +29,9 @@ type Claim struct {
 	// CommittedRepeat is the repeat interval the committed next act was computed with (0: dormant), so
 	// alarm.Decide can tell whether the commit stands under the policy in force.
 	CommittedRepeat time.Duration
-	// CommittedSuppression: the claim committed `suppressed` for a child its down parent woke (wake.go).
-	// Like any committed claim's, State is handed out as nothing sent yet. WokenBy is that parent when the
-	// claim knows it ("" for a record handed out again).
+	// CommittedSuppression: its down parent's wake committed `suppressed` for this waiting child
+	// (wake.go). Like any committed claim's, State is handed out as nothing sent yet. WokenBy is that
+	// parent when the claim knows it ("" for a record handed out again).
 	CommittedSuppression bool
 	WokenBy              string
 	// HeldBack: an incident reported late whose interruption the hold-back does not allow yet (warn.go).
@@ -55,19 +55,18 @@ type ClaimResult struct {
 // claimScript claims up to batch due devices of one slot, in four sections: (1) fresh claims, (2) due
 // alarm entries, (3) the in-flight record, (4) the next due scores.
 //
-// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records  KEYS[5] causes  KEYS[6] woken
+// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records  KEYS[5] causes
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
 // ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5] the record of this call's committed claims
 // ARGV[6] a committed claim's next act per type index (now + its repeat interval, or a dormant score),
 // listSep-separated, or one value for every type
 // ARGV[7] the watermark (ms) per type index, listSep-separated, where types differ (hold-back after a
 // blind window: each device waits its own timeout); "" when ARGV[2] holds for every type. An index
-// past the list gets ARGV[2].  ARGV[8] ParentRecheck (ms)
-// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due, causes,
-// suppressed}, where committed, again and suppressed are flat pairs packed into one packSep-separated
-// string: the committed fresh claims (device, deadlines-set score), the claims of expired records handed
-// out again (device, score or committed state), and the committed suppressions as triples (device,
-// state, the parent that woke it; wake.go);
+// past the list gets ARGV[2].
+// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due,
+// causes}, where committed and again are flat pairs packed into one packSep-separated string: the
+// committed fresh claims (device, deadlines-set score) and the claims of expired records handed out again
+// (device, score or a suppression's committed state, wake.go);
 // replacing is flat triples (device, deadlines-set score, replaced state); due is flat pairs (device,
 // state); causes flat pairs (device, stored cause) of the claimed devices that have one.
 //
@@ -83,7 +82,6 @@ local record, actsByType, wmByType = ARGV[5], ARGV[6], ARGV[7]
 local floor, byte = math.floor, string.byte
 -- Formatted once: Redis turns a Lua number into text with %.17g for every element.
 local leased = string.format('%.0f', now + lease)
-local recheckAt = string.format('%.0f', now + tonumber(ARGV[8]))
 
 -- The highest score due by watermark w (ms) for every type.
 local function dueBy(w) return string.format('%.0f', w * ${MaxTypes} + ${MaxTypes} - 1) end
@@ -198,7 +196,7 @@ end
 -- The slot's in-flight records (name, packed list), read before any is handed out again in this call,
 -- when a due entry may need them (readRecords).
 local records = {}
--- committedForm: st may be a state a claim committed: a bare score, or a suppression.
+-- committedForm: st may be a state committed under a record: a bare score, or a suppression (wake.go).
 local function committedForm(st)
   return not string.find(st, ${stateSep}, 1, true) or string.find(st, ${stateSuppressedPattern})
 end
@@ -227,71 +225,26 @@ local function inFlightUntil(m, st)
   return nil
 end
 
--- The wake marks of the due members (wake.go), removed as they are read, and the deadlines-set scores of
--- the marked ones (a signal since the wake): {}, {} when the slot has none.
-local function wokenOf(due)
-  if redis.call('EXISTS', KEYS[6]) == 0 then return {}, {} end
-  local marks = gather(due, function(...) return redis.call('HMGET', KEYS[6], ...) end)
-  local read, at = {}, {}
-  for j, m in ipairs(due) do
-    if marks[j] then
-      read[#read+1] = m
-      at[#read] = j
-    end
-  end
-  local scores = {}
-  if #read > 0 then
-    pieces(read, 1, function(...) redis.call('HDEL', KEYS[6], ...) end)
-    local sc = gather(read, function(...) return redis.call('ZMSCORE', KEYS[1], ...) end)
-    for k, j in ipairs(at) do scores[j] = sc[k] end
-  end
-  return marks, scores
-end
-
--- suppression: the committed state of a child woken by a down parent (its mark: when, the parent)
--- while its incident st waited with nothing sent, unless the device signalled since (its deadlines-set
--- score sc moved past the incident's deadline); nil otherwise.
-local function suppression(st, mark, sc)
-  local dl, typ = string.match(st, ${stateWaitingPattern})
-  if not dl then return nil end
-  dl = tonumber(dl)
-  local wokenAt = tonumber(string.match(mark, '^%d+')) or 0
-  if wokenAt < dl then return nil end -- a mark left from an earlier incident
-  if sc and floor(tonumber(sc) / ${MaxTypes}) > dl then return nil end
-  return string.format(${stateSuppressedFormat}, dl, tonumber(typ), now)
-end
-
--- (2) Due alarm entries, up to left: leased again and returned with their state, or, a child woken by a
--- down parent, committed as suppressed. An entry without a state is removed: an orphan, or an expired
--- record. Returns the entries (flat pairs), the claims handed out again (flat pairs), the suppressions
--- (flat triples: device, state, the parent that woke it) and whether left entries were due.
+-- (2) Due alarm entries, up to left: leased again and returned with their state. An entry without a state
+-- is removed: an orphan, or an expired record. Returns the entries (flat pairs), the claims handed out
+-- again (flat pairs) and whether left entries were due.
 local function claimDue(left)
-  local entries, again, suppressed = {}, {}, {}
-  if left <= 0 then return entries, again, suppressed, false end
+  local entries, again = {}, {}
+  if left <= 0 then return entries, again, false end
   local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
-  if #due == 0 then return entries, again, suppressed, false end
+  if #due == 0 then return entries, again, false end
   -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
   local states = gather(due, function(...) return redis.call('HMGET', KEYS[3], ...) end)
-  local woken, signalled = wokenOf(due)
   readRecords(states)
-  local lease, orphans, hset = {}, {}, {}
+  local lease, orphans = {}, {}
   for j, m in ipairs(due) do
     local st = states[j]
     local waitsTo = st and inFlightUntil(m, st)
-    local sup = st and not waitsTo and woken[j] and suppression(st, woken[j], signalled[j])
     if waitsTo then
       -- Committed by a claim whose record is still in flight: whether its interrupted went out is known
       -- only when the record is released or handed out again, so it waits for that.
       lease[#lease+1] = string.format('%.0f', waitsTo)
       lease[#lease+1] = m
-    elseif sup then
-      hset[#hset+1] = m
-      hset[#hset+1] = sup
-      lease[#lease+1] = recheckAt
-      lease[#lease+1] = m
-      suppressed[#suppressed+1] = m
-      suppressed[#suppressed+1] = sup
-      suppressed[#suppressed+1] = string.match(woken[j], ${packSep} .. '(.*)$') or ''
     elseif st then
       lease[#lease+1] = leased
       lease[#lease+1] = m
@@ -304,32 +257,19 @@ local function claimDue(left)
   end
   pieces(lease, 2, function(...) redis.call('ZADD', KEYS[2], ...) end)
   pieces(orphans, 1, function(...) redis.call('ZREM', KEYS[2], ...) end)
-  if #hset > 0 then
-    hset[#hset+1] = ${stateGuardField}
-    hset[#hset+1] = ${stateGuardValue}
-    pieces(hset, 2, function(...) redis.call('HSET', KEYS[3], ...) end)
-  end
-  return entries, again, suppressed, #due == left
+  return entries, again, #due == left
 end
 
--- (3) The in-flight record leasing this call's committed claims, those handed out again and the
--- suppressions (their device and state: the record holds what each claim committed). Returns the three
--- lists packed.
-local function leaseRecord(committed, again, suppressed)
-  if #committed + #again + #suppressed == 0 then return '', '', '' end
-  local recorded = {}
-  for i = 1, #suppressed, 3 do
-    recorded[#recorded+1] = suppressed[i]
-    recorded[#recorded+1] = suppressed[i+1]
-  end
+-- (3) The in-flight record leasing this call's committed claims and those handed out again (their device
+-- and what each claim committed). Returns the two lists packed.
+local function leaseRecord(committed, again)
+  if #committed + #again == 0 then return '', '' end
   local c, a = table.concat(committed, ${packSep}), table.concat(again, ${packSep})
-  local all = {}
-  for _, p in ipairs({c, a, table.concat(recorded, ${packSep})}) do
-    if p ~= '' then all[#all+1] = p end
-  end
-  redis.call('HSET', KEYS[4], record, table.concat(all, ${packSep}))
+  local all = c
+  if c == '' then all = a elseif a ~= '' then all = c .. ${packSep} .. a end
+  redis.call('HSET', KEYS[4], record, all)
   redis.call('ZADD', KEYS[2], leased, record)
-  return c, a, table.concat(suppressed, ${packSep})
+  return c, a
 end
 
 -- (4) The earliest deadline and act left in the slot (-1: none), so the scanner sleeps until then.
@@ -348,8 +288,8 @@ end
 -- (5) The causes of the claimed incidents that did not begin with silence (cause.go), read only in a slot
 -- that has any, so a fleet without them pays nothing more: flat pairs device, cause. A fresh claim's
 -- cause of an earlier incident is dropped.
-local function causesOf(committed, replacing, again, due, suppressed)
-  if #committed + #replacing + #again + #due + #suppressed == 0 or redis.call('EXISTS', KEYS[5]) == 0 then return {} end
+local function causesOf(committed, replacing, again, due)
+  if #committed + #replacing + #again + #due == 0 or redis.call('EXISTS', KEYS[5]) == 0 then return {} end
   local devs, fresh = {}, {}
   for i = 1, #committed, 2 do
     devs[#devs+1] = committed[i]
@@ -361,7 +301,6 @@ local function causesOf(committed, replacing, again, due, suppressed)
   end
   for i = 1, #again, 2 do devs[#devs+1] = again[i] end
   for i = 1, #due, 2 do devs[#devs+1] = due[i] end
-  for i = 1, #suppressed, 3 do devs[#devs+1] = suppressed[i] end
   local vals = gather(devs, function(...) return redis.call('HMGET', KEYS[5], ...) end)
   local out, stale = {}, {}
   for k, d in ipairs(devs) do
@@ -381,13 +320,12 @@ local function causesOf(committed, replacing, again, due, suppressed)
 end
 
 local committed, replacing, n = claimFresh()
-local due, again, suppressed, dueFull = claimDue(batch - n)
-local packed, packedAgain, packedSuppressed = leaseRecord(committed, again, suppressed)
+local due, again, dueFull = claimDue(batch - n)
+local packed, packedAgain = leaseRecord(committed, again)
 local nd, na = nextDue()
 local more = 0
 if n == batch or dueFull then more = 1 end
-return {nd, na, more, packed, packedAgain, replacing, due, causesOf(committed, replacing, again, due, suppressed),
-  packedSuppressed}
+return {nd, na, more, packed, packedAgain, replacing, due, causesOf(committed, replacing, again, due)}
 `)
 
 // ClaimOptions bounds one claim.
@@ -441,11 +379,11 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		return strconv.FormatInt(now+every.Milliseconds(), 10)
 	})
 	record := s.newRecord()
-	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType, ParentRecheck.Milliseconds()}
+	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType}
 	calls := make([]scriptCall, len(slots))
 	for i, slot := range slots {
 		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.inFlight(slot),
-			s.keys.causes(slot), s.keys.woken(slot)}, args: args}
+			s.keys.causes(slot)}, args: args}
 	}
 	cmds, err := s.runAll(ctx, claimScript, calls)
 	if err != nil {

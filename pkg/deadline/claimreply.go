@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -30,14 +31,6 @@ func (s *Store) appendClaims(ctx context.Context, claims []Claim, slot int, r cl
 			c.Fresh, c.Record, c.CommittedRepeat = k == 0, record, repeats.of(c.State.TypeIndex)
 			claims = append(claims, c)
 		}
-	}
-	for j := 0; j < len(r.suppressed); j += 3 {
-		c, err := s.suppressionClaim(ctx, slot, r.suppressed[j], r.suppressed[j+1], record)
-		if err != nil {
-			return claims, err
-		}
-		c.WokenBy = r.suppressed[j+2]
-		claims = append(claims, c)
 	}
 	for j := 0; j < len(r.replacing); j += 3 {
 		c, err := s.freshClaim(ctx, slot, r.replacing[j], r.replacing[j+1], r.replacing[j+2])
@@ -76,14 +69,19 @@ func (s *Store) freshClaim(ctx context.Context, slot int, device, score, prev st
 }
 
 // suppressionClaim reads a committed suppression (wake.go): device, the committed state. The claim is
-// handed out as the waiting incident it was, nothing sent, as a committed fresh claim is.
+// handed out as the waiting incident it was, nothing sent, as a committed fresh claim is: its deadline
+// and type, all the rest zero, so only those two fields are read.
 func (s *Store) suppressionClaim(ctx context.Context, slot int, device, state, record string) (Claim, error) {
-	c, err := s.dueClaim(ctx, slot, device, state)
-	if err != nil {
-		return Claim{}, err
+	dl, rest, _ := strings.Cut(state, stateSep)
+	typ, rest, _ := strings.Cut(rest, stateSep)
+	next, _, _ := strings.Cut(rest, stateSep)
+	deadline, err := strconv.ParseInt(dl, 10, 64)
+	index, terr := strconv.Atoi(typ)
+	if err != nil || terr != nil || next != "1" {
+		return Claim{}, fmt.Errorf("deadline: claim slot %d: device %q: %q is not a committed suppression", slot, device, state)
 	}
-	c.State.Next, c.State.Hold, c.State.InterruptedAt = 0, HoldNone, 0
-	c.Record, c.CommittedSuppression = record, true
+	c := Claim{Device: device, Slot: slot, State: State{Deadline: deadline, TypeIndex: index}, Record: record, CommittedSuppression: true}
+	c.Type, c.OwnTimeout = s.typeOf(ctx, index)
 	return c, nil
 }
 
@@ -105,7 +103,8 @@ func earliest(a, b int64) int64 {
 	return a
 }
 
-// claimReply is one slot's claimScript reply, every field checked by decodeClaimReply: the flat lists
+// claimReply is one slot's claimScript reply (or a wakeScript reply's claims, decodeWakeReply), every
+// field checked by decodeClaimReply: the flat lists
 // hold whole pairs and triples, so they can be indexed without further checks.
 type claimReply struct {
 	nextDeadline, nextAlarm int64 // ms; -1 when none
@@ -114,13 +113,13 @@ type claimReply struct {
 	replacing               []string // triples: device, deadlines-set score, replaced state
 	due                     []string // pairs: device, state
 	causes                  []string // pairs: device, stored cause
-	suppressed              []string // triples: device, committed state, the parent that woke it
+	suppressed              []string // pairs: device, committed state (wake.go only)
 }
 
 // decodeClaimReply reads v, a claimScript reply as go-redis returns it.
 func decodeClaimReply(v any) (claimReply, error) {
 	r := replyReader{script: "claim"}
-	f := r.fields(v, 9)
+	f := r.fields(v, 8)
 	if r.err != nil {
 		return claimReply{}, r.err
 	}
@@ -133,7 +132,6 @@ func decodeClaimReply(v any) (claimReply, error) {
 		replacing:    r.strings(f[5], "replacing", 3),
 		due:          r.strings(f[6], "due", 2),
 		causes:       r.strings(f[7], "causes", 2),
-		suppressed:   r.packed(f[8], "suppressed", 3),
 	}
 	return out, r.err
 }

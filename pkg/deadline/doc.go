@@ -23,10 +23,10 @@
 //     almost always leaves it: `interrupted` sent, the next act one repeat interval away, or dormant.
 //     That is alarm.Decide's usual outcome stored ahead of time; Decide alone says whether it stands
 //     (alarm.Decision.Committed), and the alarm loop acknowledges the claims where it does not. A
-//     child woken by a down parent is committed the same way, as `suppressed` (wake.go).
-//   - record: the in-flight record of one claim call's committed claims in one slot: their list in the
-//     slot's in-flight hash, leased by a member of its alarms set. When its lease runs out, the claims
-//     still as committed are handed out again; releasing it is their whole acknowledgement.
+//     waiting child is committed the same way, as `suppressed`, by its down parent's wake (wake.go).
+//   - record: the in-flight record of one claim (or wake) call's committed claims in one slot: their
+//     list in the slot's in-flight hash, leased by a member of its alarms set. When its lease runs out,
+//     the claims still as committed are handed out again; releasing it is their whole acknowledgement.
 //   - settle: finish a wake-up (ack.go): apply the acks of the claims not left as committed, then
 //     release the records. Every ack is guarded by the claimed incident's deadline, so it never clobbers
 //     a newer incident, an operator's ack, or a signal that arrived meanwhile.

@@ -63,11 +63,6 @@ const stateGuardField = "\x00hashtable"
 // where an operator raised it a lot; 64 slots × 512 B is the whole cost.
 var stateGuardValue = strings.Repeat("-", 512)
 
-// woken is the HASH device → when (ms) its parent's `interrupted` or `suppressed` woke it, packSep, the
-// parent, of slot's devices waiting for their parent's verdict: the claim commits their `suppressed`
-// (wake.go).
-func (k Keyspace) woken(slot int) string { return k.slotKey(slot, "woken") }
-
 // dead is the ZSET device → time parked (ms) of claims that failed to publish too often.
 func (k Keyspace) dead(slot int) string { return k.slotKey(slot, "dead") }
 

@@ -38,12 +38,12 @@ func TestParentVerdictWakesItsChildren(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-1", "child-1")
-		n, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-1", Down: true}}, f.clock.Now())
+		n, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-1", Down: true}}, f.clock.Now(), nil)
 		require.NoError(t, err)
 		require.Zero(t, n, "child-1 has no children")
 		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims)
 
-		n, err = f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-1", Down: true}}, f.clock.Now())
+		n, err = f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-1", Down: true}}, f.clock.Now(), nil)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 		require.Equal(t, []string{"child-1"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims), "woken at once")
@@ -56,12 +56,12 @@ func TestChildrenOfParentsLinkedByOlderVersionWake(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-2", "child-2")
-		_, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-2", Down: true}}, f.clock.Now()) // checks the mark
+		_, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-2", Down: true}}, f.clock.Now(), nil) // checks the mark
 		require.NoError(t, err)
 		require.NoError(t, f.store.AsLinkedByOlderVersion(ctx, "gw-2"))
 		for _, s := range f.replicas(t, 64, 2) {
 			f.clock.Advance(3 * time.Second)
-			n, err := s.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-2", Down: true}}, f.clock.Now())
+			n, err := s.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-2", Down: true}}, f.clock.Now(), nil)
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n, "the children of a parent linked by an older version are woken too")
 			res := f.claimAll(t, deadline.ClaimOptions{})
@@ -78,15 +78,15 @@ func TestChildrenWakeAfterRedisLostData(t *testing.T) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-3", "child-3")
 		other := f.replicas(t, 64, 2)[1]
-		_, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "child-3", Down: true}}, f.clock.Now()) // checks the mark
+		_, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "child-3", Down: true}}, f.clock.Now(), nil) // checks the mark
 		require.NoError(t, err)
 		require.NoError(t, f.store.AsLinkedByOlderVersion(ctx, "gw-3"))
 		require.NoError(t, f.store.SetNamed(ctx)) // the mark survived, the set did not
 		f.store.LoseData()
-		_, err = f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-3", Down: true}}, f.clock.Now())
+		_, err = f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-3", Down: true}}, f.clock.Now(), nil)
 		require.NoError(t, err)
 		f.clock.Advance(3 * time.Second)
-		n, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-3", Down: true}}, f.clock.Now())
+		n, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-3", Down: true}}, f.clock.Now(), nil)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "woken by the replica that did not see the loss")
 	})
@@ -121,7 +121,7 @@ func TestDownParentReadOncePerVerdict(t *testing.T) {
 
 		// gw-1 is back: another replica reports it and wakes its children.
 		f.refresh(t, deadline.Signal{Device: "gw-1", Type: "gateway", Seen: f.clock.Now()})
-		_, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-1", Down: true}}, f.clock.Now())
+		_, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-1", Down: true}}, f.clock.Now(), nil)
 		require.NoError(t, err)
 		require.False(t, view().Down, "the woken children see the parent's new verdict")
 		require.EqualValues(t, 3, reads.Load())
@@ -174,4 +174,50 @@ func (h countHook) count(cmd redis.Cmder) {
 	if cmd.Name() == h.name {
 		h.n.Add(1)
 	}
+}
+
+// TestDownParentsWakeCommitsItsWaitingChildren: the wake of a down parent stores `suppressed` as sent for
+// a child still waiting for it and hands the claim over, without a claim of the scanner; a child that
+// signalled since is only made due, for its owner's claim to see it back. A process that dies before
+// releasing the wake's record leaves the suppression to be handed out again once the lease runs out.
+func TestDownParentsWakeCommitsItsWaitingChildren(t *testing.T) {
+	eachFixture(t, 64, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		downGateway(t, f, "gw-4", "child-4")
+		downGateway(t, f, "gw-5", "child-5")
+		f.refresh(t, deadline.Signal{Device: "child-5", Type: "gateway", Parent: "gw-5", Seen: f.clock.Now()})
+
+		var handed []deadline.Claim
+		commit := &deadline.WakeCommit{Lease: 30 * time.Second, Handle: func(_ context.Context, c []deadline.Claim) error {
+			handed = append(handed, c...)
+			return nil
+		}}
+		verdicts := []deadline.Verdict{{Device: "gw-4", Down: true}, {Device: "gw-5", Down: true}}
+		n, err := f.store.WakeChildren(ctx, verdicts, f.clock.Now(), commit)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "child-4 committed; child-5's signal made its entry due already")
+		require.Len(t, handed, 1)
+		c := handed[0]
+		require.Equal(t, "child-4", c.Device)
+		require.True(t, c.CommittedSuppression)
+		require.Equal(t, "gw-4", c.WokenBy)
+		require.NotEmpty(t, c.Record)
+		require.Zero(t, c.State.Next, "handed out as nothing sent, as a committed claim")
+		d, _, err := f.store.Device(ctx, "child-4")
+		require.NoError(t, err)
+		require.Equal(t, deadline.HoldParent, d.Incident.Hold, "stored as suppressed")
+
+		require.Equal(t, []string{"child-5"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims),
+			"the child back online is due for its owner; the committed one is not")
+
+		f.clock.Advance(31 * time.Second) // the record was never released: its lease ran out
+		var again *deadline.Claim
+		for _, c := range f.claimAll(t, deadline.ClaimOptions{}).Claims {
+			if c.Device == "child-4" {
+				again = &c
+			}
+		}
+		require.NotNil(t, again, "handed out again")
+		require.True(t, again.CommittedSuppression, "as the suppression it committed")
+	})
 }

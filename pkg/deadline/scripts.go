@@ -32,7 +32,7 @@ var scriptConstants = strings.NewReplacer(
 	"${stateOpenFormat}", luaString(stateOpenFormat),
 	"${stateCommittedFormat}", luaString(stateCommittedFormat),
 	"${stateWaitingPattern}", luaString(stateWaitingPattern),
-	"${stateSuppressedFormat}", luaString(stateSuppressedFormat),
+	"${stateSuppressedTail}", luaString(stateSuppressedTail),
 	"${stateSuppressedPattern}", luaString(stateSuppressedPattern),
 	// In-flight records and the lists packed into one argument or reply element.
 	"${recordMarkByte}", strconv.Itoa(int(recordMark[0])),

@@ -61,8 +61,11 @@ var (
 	// its parent's verdict is stored as (wake.go), and captures its deadline and type index.
 	stateWaitingPattern = "^" + strings.Repeat(`(%d+)`+stateSep, fieldNext) + strings.Repeat("0"+stateSep, fieldInterruptedAt-fieldNext)
 	// stateSuppressedFormat(deadline, type index, now): `suppressed` sent under a down parent at now;
-	// stateSuppressedPattern matches it, however it was written (a claim's commit or an acknowledgement).
-	stateSuppressedFormat  = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldNext: "1", fieldExhausted: string(holdFieldParent), fieldInterruptedAt: "%.0f"})
+	// stateSuppressedPattern matches it, however it was written (a wake's commit or an acknowledgement).
+	stateSuppressedFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldNext: "1", fieldExhausted: string(holdFieldParent), fieldInterruptedAt: "%.0f"})
+	// stateSuppressedTail(now) is what follows a suppression's deadline, type index and stateSep, so a
+	// script appends it to the waiting state's first two fields.
+	stateSuppressedTail    = strings.SplitN(stateSuppressedFormat, stateSep, fieldNext+1)[fieldNext]
 	stateSuppressedPattern = "^" + strings.Repeat(`%d+`+stateSep, fieldNext) + "1" + stateSep + "0" + stateSep +
 		string(holdFieldParent) + stateSep + `%d+` + stateSep + "0" + stateSep + "$"
 )

@@ -51,15 +51,17 @@ func TestStateLuaFormatsDecode(t *testing.T) {
 
 func TestStateSuppressedFormsMatchTheStatesAlarmWrites(t *testing.T) {
 	const dl, typ, at = int64(1_763_800_031_000), 7, int64(1_763_800_033_000)
-	committed := fmt.Sprintf(stateSuppressedFormat, float64(dl), typ, float64(at))
+	waiting := State{Deadline: dl, TypeIndex: typ}
+	// The wake appends the tail to the waiting state's deadline and type (wake.go).
+	prefix := strings.Join(strings.SplitN(waiting.encode(), stateSep, 3)[:2], stateSep)
+	committed := prefix + stateSep + fmt.Sprintf(stateSuppressedTail, float64(at))
 	suppressed := State{Deadline: dl, TypeIndex: typ, Next: 1, Hold: HoldParent, InterruptedAt: at}
-	require.Equal(t, suppressed.encode(), committed, "a claim commits `suppressed` as the alarm loop acknowledges it")
+	require.Equal(t, suppressed.encode(), committed, "a wake commits `suppressed` as the alarm loop acknowledges it")
 	require.True(t, luaPattern(stateSuppressedPattern).MatchString(committed))
 	acked := suppressed
 	acked.Acked = true
 	require.False(t, luaPattern(stateSuppressedPattern).MatchString(acked.encode()), "an operator's ack is another state")
 
-	waiting := State{Deadline: dl, TypeIndex: typ}
 	require.True(t, luaPattern(stateWaitingPattern).MatchString(waiting.encode()), "a child waiting for its parent's verdict")
 	for _, st := range []State{suppressed, {Deadline: dl, TypeIndex: typ, Hold: HoldGroup}, {Deadline: dl, TypeIndex: typ, Acked: true}} {
 		require.False(t, luaPattern(stateWaitingPattern).MatchString(st.encode()), "%+v is not waiting", st)
