@@ -113,6 +113,9 @@ func (h *Handler) handle(ctx context.Context, claims []deadline.Claim, depth int
 	if len(claims) == 0 {
 		return nil
 	}
+	// The wake below may hand over thousands of committed children, each chunk a batch with its own
+	// timeout: it is bounded by the caller's context (shutdown), not by this batch's.
+	wakeCtx := ctx
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.Timeout)
 	defer cancel()
 	m := h.opts.Metrics
@@ -133,9 +136,10 @@ func (h *Handler) handle(ctx context.Context, claims []deadline.Claim, depth int
 		return fmt.Errorf("alarm: acknowledge: %w", err)
 	}
 
-	// After the acknowledgement, so the woken children read their parent's new state. A crash before it
-	// leaves them to their bounds: the parent's deadline + parent_wait, or parentRecheck.
-	if err := h.wakeChildren(ctx, claims, decisions, failed, ackNow, depth); err != nil {
+	// After the acknowledgement, so the woken children read their parent's new state. A crash or a stop
+	// before it leaves them to their bounds: the parent's deadline + parent_wait, or parentRecheck; the
+	// suppressions it committed and did not release come back after the lease.
+	if err := h.wakeChildren(wakeCtx, claims, decisions, failed, ackNow, depth); err != nil {
 		h.log.Warn("waking the children of interrupted or recovered devices failed; they look again within their bounds",
 			zap.Error(err))
 	}
