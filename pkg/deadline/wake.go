@@ -40,7 +40,8 @@ type Verdict struct {
 // in-flight record and the handler that publishes them and releases it.
 type WakeCommit struct {
 	Lease time.Duration
-	// Handle receives each chunk's committed claims (at most wakeChunk), before the next chunk is woken.
+	// Handle receives each chunk's committed claims (at most wakeChunk) while the next chunk is woken;
+	// calls come one at a time.
 	Handle func(ctx context.Context, claims []Claim) error
 }
 
