@@ -108,8 +108,8 @@ type decision struct {
 //
 // decide is the one place that decides an incident's next act. The claim only carries out ahead of time
 // what decide decides for a plain fresh incident (deadline doc.go, "commit"): `interrupted`, then the next
-// act one repeat interval away, or `suppressed` for a child its down parent woke. decision.Committed
-// tells whether this decision is that one.
+// act one repeat interval away; a down parent's wake does the same with `suppressed` for its waiting
+// children (deadline wake.go). decision.Committed tells whether this decision is that one.
 func decide(in input) decision {
 	d := decideIgnoringCause(in)
 	if c := in.Claim.Cause; c != nil {
@@ -382,7 +382,7 @@ func decideUnderParent(in input, d *decision) (held, own bool) {
 			d.Events = append(d.Events, e)
 			d.Ack.Next = now.Add(parentRecheck)
 			d.Reason = reasonSuppressed
-			// The claim of a child its down parent woke stored this ahead of time (deadline wake.go).
+			// Its down parent's wake stored this ahead of time (deadline wake.go).
 			d.Committed = c.CommittedSuppression
 			return true, false
 		case now.Before(p.Deadline.Add(in.ParentWait)):

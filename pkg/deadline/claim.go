@@ -399,7 +399,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 			return res, fmt.Errorf("%w (slot %d)", err, slots[i])
 		}
 		replies[i] = r
-		claims += (len(r.committed)+len(r.again)+len(r.due))/2 + (len(r.replacing)+len(r.suppressed))/3
+		claims += (len(r.committed)+len(r.again)+len(r.due))/2 + len(r.replacing)/3
 	}
 	res.Claims = make([]Claim, 0, claims)
 	for i, r := range replies {

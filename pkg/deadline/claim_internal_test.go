@@ -67,17 +67,16 @@ func TestDecodeClaimReplyRejectsMalformedReplies(t *testing.T) {
 }
 
 func TestDecodeWakeReply(t *testing.T) {
-	moved, r, err := decodeWakeReply([]any{int64(3), []any{"f", "1763800000000:1763799999000:offline:"},
+	r, err := decodeWakeReply([]any{int64(3), []any{"f", "1763800000000:1763799999000:offline:"},
 		"f\n1763800000000:1:1:0:2:1763800002000:0:"})
 	require.NoError(t, err)
-	require.EqualValues(t, 3, moved)
-	require.Equal(t, claimReply{nextDeadline: -1, nextAlarm: -1,
-		causes:     []string{"f", "1763800000000:1763799999000:offline:"},
-		suppressed: []string{"f", "1763800000000:1:1:0:2:1763800002000:0:"},
+	require.Equal(t, wakeReply{moved: 3,
+		causes:    []string{"f", "1763800000000:1763799999000:offline:"},
+		committed: []string{"f", "1763800000000:1:1:0:2:1763800002000:0:"},
 	}, r)
 
-	_, _, err = decodeWakeReply([]any{int64(0), []any{}, "f"})
+	_, err = decodeWakeReply([]any{int64(0), []any{}, "f"})
 	require.EqualError(t, err, "deadline: wake reply: field committed: want groups of 2, got 1 items")
-	_, _, err = decodeWakeReply([]any{int64(0), []any{}})
+	_, err = decodeWakeReply([]any{int64(0), []any{}})
 	require.EqualError(t, err, "deadline: wake reply: field reply: want 3 fields, got 2")
 }

@@ -103,8 +103,7 @@ func earliest(a, b int64) int64 {
 	return a
 }
 
-// claimReply is one slot's claimScript reply (or a wakeScript reply's claims, decodeWakeReply), every
-// field checked by decodeClaimReply: the flat lists
+// claimReply is one slot's claimScript reply, every field checked by decodeClaimReply: the flat lists
 // hold whole pairs and triples, so they can be indexed without further checks.
 type claimReply struct {
 	nextDeadline, nextAlarm int64 // ms; -1 when none
@@ -113,7 +112,6 @@ type claimReply struct {
 	replacing               []string // triples: device, deadlines-set score, replaced state
 	due                     []string // pairs: device, state
 	causes                  []string // pairs: device, stored cause
-	suppressed              []string // pairs: device, committed state (wake.go only)
 }
 
 // decodeClaimReply reads v, a claimScript reply as go-redis returns it.

@@ -96,8 +96,12 @@ func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Ti
 		next := pending[:0]
 		for j, i := range pending {
 			page, cur := cmds[j].Val()
+			downParent := "" // the parent, when down: its children's suppressions name it
+			if down[parents[i]] {
+				downParent = parents[i]
+			}
 			for _, kid := range page {
-				kids = append(kids, wakeUp{child: kid, downParent: parentIfDown(parents[i], down)})
+				kids = append(kids, wakeUp{child: kid, downParent: downParent})
 			}
 			if cursors[i] = cur; cur != 0 {
 				next = append(next, i)
@@ -150,13 +154,6 @@ func (s *Store) wakeChunks(ctx context.Context, kids []wakeUp, at time.Time, com
 	}
 	close(ready)
 	return woken, errors.Join(err, <-handled)
-}
-
-func parentIfDown(parent string, down map[string]bool) string {
-	if down[parent] {
-		return parent
-	}
-	return ""
 }
 
 // wakeUp is one child to wake and its parent when that one is down ("": it recovered).
@@ -307,16 +304,16 @@ func (s *Store) wake(ctx context.Context, kids []wakeUp, at time.Time, commit bo
 	}
 	var moved int64
 	// Decoded first, so the claims are allocated once, as Claim does.
-	replies := make([]claimReply, len(cmds))
+	replies := make([]wakeReply, len(cmds))
 	committed := 0
 	for i, cmd := range cmds {
-		n, r, err := decodeWakeReply(cmd.Val())
+		r, err := decodeWakeReply(cmd.Val())
 		if err != nil {
 			return moved, nil, fmt.Errorf("%w (slot %d)", err, slots[i])
 		}
-		moved += n
+		moved += r.moved
 		replies[i] = r
-		committed += len(r.suppressed) / 2
+		committed += len(r.committed) / 2
 	}
 	claims := make([]Claim, 0, committed)
 	for i, r := range replies {
@@ -333,13 +330,13 @@ func (s *Store) wake(ctx context.Context, kids []wakeUp, at time.Time, commit bo
 	return moved, claims, nil
 }
 
-// appendSuppressions appends the claims of one slot's committed suppressions (r.suppressed: device,
-// state pairs in the order of down, the children of down parents the script was given), each with the
-// parent that woke it and its cause.
-func (s *Store) appendSuppressions(ctx context.Context, claims []Claim, slot int, r claimReply, down []wakeUp, record string) ([]Claim, error) {
+// appendSuppressions appends the claims of one slot's committed suppressions (in r.committed, in the
+// order of down, the children of down parents the script was given), each with the parent that woke it
+// and its cause.
+func (s *Store) appendSuppressions(ctx context.Context, claims []Claim, slot int, r wakeReply, down []wakeUp, record string) ([]Claim, error) {
 	start, k := len(claims), 0
-	for j := 0; j < len(r.suppressed); j += 2 {
-		c, err := s.suppressionClaim(ctx, slot, r.suppressed[j], r.suppressed[j+1], record)
+	for j := 0; j < len(r.committed); j += 2 {
+		c, err := s.suppressionClaim(ctx, slot, r.committed[j], r.committed[j+1], record)
 		if err != nil {
 			return claims, err
 		}
@@ -356,15 +353,20 @@ func (s *Store) appendSuppressions(ctx context.Context, claims []Claim, slot int
 	return claims, nil
 }
 
-// decodeWakeReply reads v, a wakeScript reply as go-redis returns it: the entries made due, and the
-// committed suppressions (pairs: device, state) with their causes.
-func decodeWakeReply(v any) (int64, claimReply, error) {
+// wakeReply is one slot's wakeScript reply, every field checked by decodeWakeReply.
+type wakeReply struct {
+	moved     int64    // alarm entries made due
+	causes    []string // pairs: device, stored cause
+	committed []string // pairs: device, committed suppression (the in-flight record's list)
+}
+
+// decodeWakeReply reads v, a wakeScript reply as go-redis returns it.
+func decodeWakeReply(v any) (wakeReply, error) {
 	r := replyReader{script: "wake"}
 	f := r.fields(v, 3)
 	if r.err != nil {
-		return 0, claimReply{}, r.err
+		return wakeReply{}, r.err
 	}
-	moved := r.int(f[0], "moved")
-	out := claimReply{nextDeadline: -1, nextAlarm: -1, causes: r.strings(f[1], "causes", 2), suppressed: r.packed(f[2], "committed", 2)}
-	return moved, out, r.err
+	out := wakeReply{moved: r.int(f[0], "moved"), causes: r.strings(f[1], "causes", 2), committed: r.packed(f[2], "committed", 2)}
+	return out, r.err
 }
