@@ -221,3 +221,15 @@ func TestPacerKeepsItsShare(t *testing.T) {
 	require.ErrorIs(t, p.Step(ctx, func() error { time.Sleep(time.Millisecond); return nil }), context.Canceled)
 	require.NoError(t, Pacer{}.Step(context.Background(), func() error { return nil }), "the zero Pacer does not pace")
 }
+
+// TestPacerOfSharesTheShareAmongTheParts: replicas walking their parts of the slots together keep the
+// whole walk's share; a pacer that does not pace, and a whole part, stay as they are.
+func TestPacerOfSharesTheShareAmongTheParts(t *testing.T) {
+	p := Pacer{Share: 0.02}
+	require.InDelta(t, 0.01, p.Of(32, 64).Share, 1e-12)
+	require.InDelta(t, 0.02, p.Of(1, 3).Share*3, 1e-12, "three replicas' parts add up to the share")
+	require.Equal(t, p, p.Of(64, 64))
+	require.Equal(t, p, p.Of(0, 64), "no part: nothing to walk, and never a pacer that does not pace")
+	require.Equal(t, Pacer{Share: 1}, Pacer{Share: 1}.Of(1, 64), "unpaced stays unpaced")
+	require.Equal(t, Pacer{}, Pacer{}.Of(1, 64))
+}

@@ -14,8 +14,21 @@ type Pacer struct {
 	Share float64
 }
 
-// DefaultWalkShare is the share of Redis's time each of heartbeatd's periodic walks may take.
+// DefaultWalkShare is the share of Redis's time each of heartbeatd's periodic walks may take, for the
+// whole fleet: the replicas walking their parts of it share it (Of).
 const DefaultWalkShare = 0.02
+
+// Of is the pacer of a walk over part of whole, the other parts walked by other processes at the same
+// time (a replica's owned slots among all of them): the share scales by part/whole, so the walks
+// together keep Redis busy at most p.Share of the time however many replicas there are, and each takes
+// as long as one walk over the whole would. A Pacer that does not pace, or a part that is the whole or
+// empty, is returned as it is.
+func (p Pacer) Of(part, whole int) Pacer {
+	if p.Share <= 0 || p.Share >= 1 || part <= 0 || part >= whole {
+		return p
+	}
+	return Pacer{Share: p.Share * float64(part) / float64(whole)}
+}
 
 // Wait sleeps after a step that took took; it reports false when ctx ended first.
 func (p Pacer) Wait(ctx context.Context, took time.Duration) bool {

@@ -117,7 +117,8 @@ type SweeperOptions struct {
 	ForgetAfter time.Duration
 	// Forgotten is told how many devices a pass forgot (a metric); nil = none.
 	Forgotten func(n int)
-	// Share is the share of Redis's time a pass may take (default loop.DefaultWalkShare): a pass over a
+	// Share is the share of Redis's time the replicas' passes may take together (default
+	// loop.DefaultWalkShare; this one's is scaled by the slots it owns, loop.Pacer.Of): a pass over a
 	// large slot is spread out rather than made faster, so it may outlast Every, and Every then bounds
 	// nothing (docs/scaling.md, "Walks").
 	Share  float64
@@ -131,7 +132,6 @@ const forgetEvery = 10 * time.Minute
 type Sweeper struct {
 	opts       SweeperOptions
 	log        *zap.Logger
-	pace       loop.Pacer
 	lastForget time.Time
 }
 
@@ -141,7 +141,7 @@ func NewSweeper(opts SweeperOptions) *Sweeper {
 	opts.Page = defaults.Positive(opts.Page, defaultSweepPage)
 	opts.Share = defaults.Positive(opts.Share, loop.DefaultWalkShare)
 	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
-	return &Sweeper{opts: opts, log: opts.Logger.With(zap.String("component", "sweeper")), pace: loop.Pacer{Share: opts.Share}}
+	return &Sweeper{opts: opts, log: opts.Logger.With(zap.String("component", "sweeper"))}
 }
 
 // Run sweeps every owned slot every Every until ctx is done; it returns nil then. A failed pass is
@@ -174,11 +174,13 @@ func (w *Sweeper) pass(ctx context.Context) error {
 
 // forget forgets, in every owned slot, the unregistered devices silent since before.
 func (w *Sweeper) forget(ctx context.Context, before time.Time) error {
-	for _, slot := range w.opts.Slots() {
+	slots := w.opts.Slots()
+	pace := w.pacer(len(slots))
+	for _, slot := range slots {
 		for cursor := uint64(0); ; {
 			var next uint64
 			var gone []string
-			err := w.pace.Step(ctx, func() (err error) {
+			err := pace.Step(ctx, func() (err error) {
 				next, gone, err = w.opts.Store.forgetSilent(ctx, slot, cursor, w.opts.Page, before)
 				return err
 			})
@@ -202,11 +204,13 @@ func (w *Sweeper) forget(ctx context.Context, before time.Time) error {
 
 // sweep sweeps every owned slot's dormant incidents once.
 func (w *Sweeper) sweep(ctx context.Context) error {
-	for _, slot := range w.opts.Slots() {
+	slots := w.opts.Slots()
+	pace := w.pacer(len(slots))
+	for _, slot := range slots {
 		for cursor := uint64(0); ; {
 			var next uint64
 			var woken int
-			err := w.pace.Step(ctx, func() (err error) {
+			err := pace.Step(ctx, func() (err error) {
 				next, woken, err = w.opts.Store.sweepDormant(ctx, slot, cursor, w.opts.Page)
 				return err
 			})
@@ -221,19 +225,24 @@ func (w *Sweeper) sweep(ctx context.Context) error {
 				break
 			}
 		}
-		if err := w.wakeParked(ctx, slot); err != nil {
+		if err := w.wakeParked(ctx, slot, pace); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// pacer paces a walk over owned of the slots: the replicas' walks share opts.Share.
+func (w *Sweeper) pacer(owned int) loop.Pacer {
+	return loop.Pacer{Share: w.opts.Share}.Of(owned, w.opts.Store.Slots())
+}
+
 // wakeParked makes due the parked claims of slot whose device signalled again (Store.wakeParked).
-func (w *Sweeper) wakeParked(ctx context.Context, slot int) error {
+func (w *Sweeper) wakeParked(ctx context.Context, slot int, pace loop.Pacer) error {
 	for cursor := uint64(0); ; {
 		var next uint64
 		var woken int
-		err := w.pace.Step(ctx, func() (err error) {
+		err := pace.Step(ctx, func() (err error) {
 			next, woken, err = w.opts.Store.wakeParked(ctx, slot, cursor, w.opts.Page)
 			return err
 		})

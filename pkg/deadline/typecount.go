@@ -12,40 +12,62 @@ import (
 // fleet takes few round trips, small enough that no call holds Redis for long.
 const typeCountScan = 1000
 
-// CountTypesIn counts the online devices (deadlines set) and the open incidents of each type in slots.
-// It scans every device of those slots (ZSCAN and HSCAN, never blocking Redis), so it costs
-// O(devices in slots); pace spreads it so it keeps Redis busy at most its share of the time (the zero
-// Pacer: as fast as it goes).
+// CountTypesIn counts the online devices (deadlines set) and the open incidents of each type in slots:
+// CountOnlineIn and CountIncidentsIn.
 func (s *Store) CountTypesIn(ctx context.Context, slots []int, pace loop.Pacer) (online, interrupted map[string]int64, err error) {
-	onlineIdx, interruptedIdx := map[int]int64{}, map[int]int64{}
+	if online, err = s.CountOnlineIn(ctx, slots, pace); err != nil {
+		return nil, nil, err
+	}
+	if interrupted, err = s.CountIncidentsIn(ctx, slots, pace); err != nil {
+		return nil, nil, err
+	}
+	return online, interrupted, nil
+}
+
+// CountOnlineIn counts the online devices (deadlines set) of each type in slots. It scans every one of
+// them (ZSCAN, never blocking Redis), so it costs O(devices in slots); pace spreads it so it keeps Redis
+// busy at most its share of the time (the zero Pacer: as fast as it goes).
+func (s *Store) CountOnlineIn(ctx context.Context, slots []int, pace loop.Pacer) (map[string]int64, error) {
+	byIdx := map[int]int64{}
 	for _, slot := range slots {
 		if err := s.scanSlot(ctx, slot, false, pace, func(_, v string) {
 			score, _ := strconv.ParseFloat(v, 64)
 			_, idx := scoreDeadline(score)
-			onlineIdx[idx]++
+			byIdx[idx]++
 		}); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
+	}
+	return s.namedCounts(ctx, byIdx), nil
+}
+
+// CountIncidentsIn counts the open incidents of each type in slots (HSCAN of their state hashes): it
+// costs O(incidents in slots), paced as CountOnlineIn.
+func (s *Store) CountIncidentsIn(ctx context.Context, slots []int, pace loop.Pacer) (map[string]int64, error) {
+	byIdx := map[int]int64{}
+	for _, slot := range slots {
 		if err := s.scanSlot(ctx, slot, true, pace, func(field, v string) {
 			if field == stateGuardField {
 				return
 			}
 			if st, err := decodeState(v); err == nil {
-				interruptedIdx[st.TypeIndex]++
+				byIdx[st.TypeIndex]++
 			}
 		}); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	named := func(byIdx map[int]int64) map[string]int64 {
-		out := make(map[string]int64, len(byIdx))
-		for idx, n := range byIdx {
-			typ, _ := s.typeOf(ctx, idx)
-			out[typ] += n // own timeouts count under their type
-		}
-		return out
+	return s.namedCounts(ctx, byIdx), nil
+}
+
+// namedCounts names counts by type index; devices with their own timeout count under their type.
+func (s *Store) namedCounts(ctx context.Context, byIdx map[int]int64) map[string]int64 {
+	out := make(map[string]int64, len(byIdx))
+	for idx, n := range byIdx {
+		typ, _ := s.typeOf(ctx, idx)
+		out[typ] += n
 	}
-	return named(onlineIdx), named(interruptedIdx), nil
+	return out
 }
 
 // scanSlot calls each for every member and score of slot's deadlines set, or every field and value of
