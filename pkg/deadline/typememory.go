@@ -68,22 +68,46 @@ func newTypeMemory() *typeMemory {
 }
 
 // lookup returns, for each device, its remembered type index and whether there is one still trusted at
-// now (unix seconds); one lock per batch.
+// now (unix seconds); one lock per batch. The devices are hashed a run at a time before their slots are
+// read: each read is a cache miss in a large memory, and a loop doing only those keeps several in flight.
 func (m *typeMemory) lookup(devices iter.Seq2[int, string], now int64, found func(i, index int)) {
+	var run lookupRun
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, device := range devices {
-		k := idhash.Of(device)
-		e, ok := m.cur.get(k)
-		if !ok {
-			if e, ok = m.old.get(k); ok && now < int64(e.until) {
+		run.at[run.n], run.keys[run.n] = i, idhash.Of(device)
+		if run.n++; run.n == len(run.keys) {
+			m.lookupRunLocked(&run, now, found)
+		}
+	}
+	m.lookupRunLocked(&run, now, found)
+}
+
+// lookupRun is a run of hashed devices waiting for their slots to be read: their positions and keys.
+type lookupRun struct {
+	at   [256]int
+	keys [256]uint64
+	n    int
+}
+
+func (m *typeMemory) lookupRunLocked(run *lookupRun, now int64, found func(i, index int)) {
+	var entries [len(run.keys)]typeEntry
+	var ok [len(run.keys)]bool
+	for j, k := range run.keys[:run.n] {
+		entries[j], ok[j] = m.cur.get(k)
+	}
+	for j, k := range run.keys[:run.n] {
+		e := entries[j]
+		if !ok[j] {
+			if e, ok[j] = m.old.get(k); ok[j] && now < int64(e.until) {
 				m.putLocked(k, e)
 			}
 		}
-		if ok && now < int64(e.until) {
-			found(i, int(e.index))
+		if ok[j] && now < int64(e.until) {
+			found(run.at[j], int(e.index))
 		}
 	}
+	run.n = 0
 }
 
 // remember records devices' type indexes, learned at now (unix seconds); one lock per batch.
