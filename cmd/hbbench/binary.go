@@ -188,6 +188,7 @@ func daemonCPUScenario(e *env) error {
 	}
 	cpuPerM := func(p daemonPass) float64 { return p.cpu.Seconds() * 1e6 / signals }
 	redisUs := func(p daemonPass) float64 { return float64(p.commands.Nanoseconds()) / 1000 / signals }
+	redisCPUUs := func(p daemonPass) float64 { return float64(p.redisCPU.Nanoseconds()) / 1000 / signals }
 	perBatch := func(p daemonPass) float64 { return signals / max(p.batches, 1) }
 	mean := meanOf
 	for _, b := range bins {
@@ -220,6 +221,14 @@ func daemonCPUScenario(e *env) error {
 				peer := per(b.name, peerCase, redisUs)
 				e.add("daemon-cpu", b.name+" keyspace peer Redis time per reset, kept up", mean(peer), "µs/reset",
 					fmt.Sprintf("SET PX at %d/s beside this binary; rounds %s; the kept-up pass %.2fx", e.opts.CPURate, joinFloats(peer), mean(redis)/mean(peer)))
+				// Command time leaves out reading, parsing and answering each command, which a command per
+				// device pays and a batch shares, and counts the time Redis waits for a CPU inside one,
+				// which the kept-up pass's neighbours (the broker, the binary) cause and the peer's do not.
+				ours, peerCPU := per(b.name, c.name, redisCPUUs), per(b.name, peerCase, redisCPUUs)
+				e.add("daemon-cpu", b.name+" Redis CPU per signal, "+named, mean(ours), "µs/signal",
+					fmt.Sprintf("used_cpu_user+sys over the pass; rounds %s; last round's costliest: %s", joinFloats(ours), passes[b.name][c.name][rounds-1].top))
+				e.add("daemon-cpu", b.name+" keyspace peer Redis CPU per reset, kept up", mean(peerCPU), "µs/reset",
+					fmt.Sprintf("used_cpu_user+sys, SET PX at %d/s; rounds %s; the kept-up pass %.2fx", e.opts.CPURate, joinFloats(peerCPU), mean(ours)/mean(peerCPU)))
 			}
 		}
 		sh := shifts[b.name]
@@ -253,6 +262,8 @@ var cpuCases = []struct {
 // how many deadline writes (batches) carried its signals.
 type daemonPass struct {
 	cpu, commands time.Duration
+	redisCPU      time.Duration // Redis's own user + system CPU over the pass
+	top           string        // Redis's three costliest commands over the pass (topCommands)
 	batches       float64
 	took          time.Duration // from its first signal written until every one was applied
 	wrote         time.Duration // from its first signal written until the last one was
@@ -312,6 +323,10 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err != nil {
 			return daemonPass{}, err
 		}
+		redis0, err := redisCPU(e.ctx, e.redis.client)
+		if err != nil {
+			return daemonPass{}, err
+		}
 		start := time.Now()
 		if err := writeSignalsAs(e.ctx, k.Addrs, n, order, payload, rate); err != nil {
 			return daemonPass{}, err
@@ -326,8 +341,17 @@ func daemonCPURound(e *env, bin, prefix string) (got map[string]daemonPass, shif
 		if err != nil {
 			return daemonPass{}, err
 		}
+		redis1, err := redisCPU(e.ctx, e.redis.client)
+		if err != nil {
+			return daemonPass{}, err
+		}
 		commands, err := commandTime(e.ctx, e.redis.client)
-		return daemonPass{cpu: after.cpu - before.cpu, commands: commands, batches: after.batches - before.batches, took: took, wrote: wrote}, err
+		if err != nil {
+			return daemonPass{}, err
+		}
+		top, err := topCommands(e)
+		return daemonPass{cpu: after.cpu - before.cpu, commands: commands, redisCPU: redis1 - redis0, top: top,
+			batches: after.batches - before.batches, took: took, wrote: wrote}, err
 	}
 	// The first pass makes the fleet known to Redis, the second to the replica; the third is the
 	// steady state.
@@ -370,7 +394,7 @@ const peerCase = "keyspace peer"
 
 // keyspacePeerPass is the keyspace-notification design's cost beside the kept-up pass: `SET key PX` per
 // device at -cpu-rate, a millisecond's worth per pipeline, on the same Redis; its keys exist already
-// (an unmeasured pass first), as a live fleet's do. Only commands is set.
+// (an unmeasured pass first), as a live fleet's do. Only commands and redisCPU are set.
 func keyspacePeerPass(e *env, n int, id func(int) string) (daemonPass, error) {
 	pass := func() error {
 		per, start := max(e.opts.CPURate/1000, 1), time.Now()
@@ -394,11 +418,19 @@ func keyspacePeerPass(e *env, n int, id func(int) string) (daemonPass, error) {
 	if err := e.redis.client.ConfigResetStat(e.ctx).Err(); err != nil {
 		return daemonPass{}, err
 	}
+	cpu0, err := redisCPU(e.ctx, e.redis.client)
+	if err != nil {
+		return daemonPass{}, err
+	}
 	if err := pass(); err != nil {
 		return daemonPass{}, err
 	}
+	cpu1, err := redisCPU(e.ctx, e.redis.client)
+	if err != nil {
+		return daemonPass{}, err
+	}
 	commands, err := commandTime(e.ctx, e.redis.client)
-	return daemonPass{commands: commands}, err
+	return daemonPass{commands: commands, redisCPU: cpu1 - cpu0}, err
 }
 
 // deadlineShifts is, for each device written at written[i], how far the deadline heartbeatd stored lies

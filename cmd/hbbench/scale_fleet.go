@@ -50,7 +50,7 @@ func scaleQuiet(e *env, hb *testenv.Heartbeatd, tag string, f *scaleFigures) (er
 		return err
 	}
 	e.add("scale", tag+" idle Redis CPU", f.idleCores, "cores",
-		fmt.Sprintf("used_cpu_user+sys over %s, 2 replicas, nothing signalling; top: %s", e.opts.ScaleIdle, f.topCommands))
+		fmt.Sprintf("%.3f: used_cpu_user+sys over %s, 2 replicas, nothing signalling; top: %s", f.idleCores, e.opts.ScaleIdle, f.topCommands))
 	for _, c := range []struct {
 		path string
 		into *float64
