@@ -66,6 +66,10 @@ type Device struct {
 	Suppressed bool   `json:"suppressed,omitempty"`
 	// QuietUntil is the end of the quiet interval its type is in now (docs/schedules.md).
 	QuietUntil *time.Time `json:"quiet_until,omitempty"`
+	// Cause is why its open incident began when it was not silence: `reported` (the device reported a
+	// failure, Reason its words) or `offline` (its broker said so); as on the incident's events.
+	Cause  string `json:"cause,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // DeviceList is one page of GET /v1/devices.

@@ -319,6 +319,9 @@ func (a *api) view(d deadline.Device) DeviceView {
 		v.Acked, v.Exhausted, v.Parked = d.Incident.Acked, d.Incident.Exhausted, d.Parked
 		v.Suppressed = d.Incident.Hold == deadline.HoldParent
 		v.NextAlarm = ptr(d.NextAct)
+		if d.Cause != nil {
+			v.Cause, v.Reason = d.Cause.Kind, d.Cause.Reason
+		}
 	} else if !d.Deadline.IsZero() {
 		v.State = "online"
 	}

@@ -119,6 +119,15 @@ func TestPresenceAndReportedFailureEvents(t *testing.T) {
 	reported := only(t, all, event.Interrupted, "pump")
 	require.Equal(t, event.CauseReported, reported.Cause)
 	require.Equal(t, "valve stuck", reported.Reason)
+	// The device view says why too, not only the events.
+	for dev, want := range map[string][2]string{"pump": {"reported", "valve stuck"}, "gone": {"offline", ""}} {
+		code, view := callJSON(t, d.base, "GET", "/v1/devices/"+dev, "", "")
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "interrupted", view["state"], dev)
+		require.Equal(t, want[0], view["cause"], dev)
+		reason, _ := view["reason"].(string)
+		require.Equal(t, want[1], reason, dev)
+	}
 
 	d.publish("devices/pump/heartbeat", "")
 	all = d.await("pump recovered", is(event.Recovered, "pump"))

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Causes of an incident other than silence (docs/events.md): the device reported a failure, or its broker
@@ -217,4 +219,44 @@ func attachCauses(claims []Claim, causes []string) {
 			claims[i].Cause = &c
 		}
 	}
+}
+
+// fillCauses gives each device with an open incident the cause stored for that incident, in one round
+// trip, each in slotOf(its index); nothing when none has an incident.
+func (s *Store) fillCauses(ctx context.Context, devices []Device, slotOf func(i int) int) error {
+	bySlot := map[int][]int{}
+	for i, d := range devices {
+		if d.Incident != nil {
+			slot := slotOf(i)
+			bySlot[slot] = append(bySlot[slot], i)
+		}
+	}
+	if len(bySlot) == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make(map[int]*redis.SliceCmd, len(bySlot))
+	for slot, which := range bySlot {
+		ids := make([]string, len(which))
+		for k, i := range which {
+			ids[k] = devices[i].ID
+		}
+		cmds[slot] = pipe.HMGet(ctx, s.keys.causes(slot), ids...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("deadline: causes: %w", err)
+	}
+	for slot, which := range bySlot {
+		for k, v := range cmds[slot].Val() {
+			stored, ok := v.(string)
+			if !ok {
+				continue
+			}
+			d := &devices[which[k]]
+			if c, ok := decodeCause(stored); ok && c.Deadline == d.Incident.Deadline {
+				d.Cause = &c
+			}
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package deadline_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -91,6 +92,30 @@ func TestReportedFailureIsDueAtOnce(t *testing.T) {
 				require.Equal(t, "gateway", c.Type)
 			}
 		}
+		// The device's view and the listing of incidents say why, as the incident's events do.
+		ctx := context.Background()
+		d, found, err := f.store.Device(ctx, "pump")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.NotNil(t, d.Incident)
+		require.NotNil(t, d.Cause)
+		require.Equal(t, deadline.CauseReported, d.Cause.Kind)
+		require.Equal(t, "stuck: valve", d.Cause.Reason)
+		page, _, err := f.store.List(ctx, deadline.ListOptions{Interrupted: true})
+		require.NoError(t, err)
+		require.Len(t, page, 2)
+		for _, d := range page {
+			require.NotNil(t, d.Cause, d.ID)
+			require.Equal(t, deadline.CauseReported, d.Cause.Kind, d.ID)
+		}
+		// So does the re-read of open incidents (the Alertmanager re-sync), with the real last signal.
+		incs, _, err := f.store.ScanOpenIncidents(ctx, deadline.Slot("pump", 8), 0, 100)
+		require.NoError(t, err)
+		i := slices.IndexFunc(incs, func(i deadline.OpenIncident) bool { return i.Device == "pump" })
+		require.GreaterOrEqual(t, i, 0)
+		require.NotNil(t, incs[i].Cause)
+		require.Equal(t, "stuck: valve", incs[i].Cause.Reason)
+		require.Equal(t, at.UnixMilli(), incs[i].LastSeen().UnixMilli(), "the failure, not its deadline less the timeout")
 	})
 }
 
@@ -110,5 +135,9 @@ func TestCauseDoesNotOutliveItsIncident(t *testing.T) {
 		n, err := f.rdb.HLen(context.Background(), f.store.Keys().Causes(deadline.Slot("d", 8))).Result()
 		require.NoError(t, err)
 		require.Zero(t, n, "the stale cause was dropped by the claim")
+		d, _, err := f.store.Device(context.Background(), "d")
+		require.NoError(t, err)
+		require.NotNil(t, d.Incident)
+		require.Nil(t, d.Cause, "an incident begun by silence shows no cause")
 	})
 }

@@ -17,14 +17,24 @@ type OpenIncident struct {
 	// WarnAfter is its type's warn_after (0: none): its state's deadline is then the warning (warn.go).
 	WarnAfter time.Duration
 	State     State
+	// Cause is why the incident began when it was not silence; nil for silence.
+	Cause *Cause
 }
 
 // Late reports an incident reported `late` and not interrupted yet.
 func (i OpenIncident) Late() bool { return i.State.Hold == HoldLate && i.State.Next == 0 }
 
-// LastSeen is when the device last signalled: its deadline less its warn_after or timeout; zero when
-// that is unknown (≤ 0).
+// LastSeen is when the device last signalled: its cause's record of it, else its deadline less its
+// warn_after or timeout; zero when that is unknown (≤ 0).
 func (i OpenIncident) LastSeen() time.Time {
+	if i.Cause != nil {
+		return i.Cause.LastSeen
+	}
+	return i.seenByDeadline()
+}
+
+// seenByDeadline is the last signal its deadline implies: the deadline less its warn_after or timeout.
+func (i OpenIncident) seenByDeadline() time.Time {
 	lead := i.Timeout
 	if i.WarnAfter > 0 {
 		lead = i.WarnAfter
@@ -41,7 +51,7 @@ func (i OpenIncident) Deadline() time.Time {
 	if i.WarnAfter <= 0 || i.Late() || i.Timeout <= 0 {
 		return i.State.DeadlineTime()
 	}
-	return i.LastSeen().Add(i.Timeout)
+	return i.seenByDeadline().Add(i.Timeout)
 }
 
 // ScanOpenIncidents reads one page of slot's open incidents, about count entries of its state hash from
@@ -67,5 +77,26 @@ func (s *Store) ScanOpenIncidents(ctx context.Context, slot int, cursor uint64, 
 		out = append(out, OpenIncident{Device: kv[i], Type: typ, Timeout: s.timeout(recorded),
 			WarnAfter: s.warnAfter(recorded), State: st})
 	}
+	if err := s.attachIncidentCauses(ctx, slot, out); err != nil {
+		return nil, 0, err
+	}
 	return out, next, nil
+}
+
+// attachIncidentCauses gives each of one slot's incidents the cause stored for it, in one round trip.
+func (s *Store) attachIncidentCauses(ctx context.Context, slot int, incs []OpenIncident) error {
+	if len(incs) == 0 {
+		return nil
+	}
+	devices := make([]Device, len(incs))
+	for i := range incs {
+		devices[i] = Device{ID: incs[i].Device, Incident: &incs[i].State}
+	}
+	if err := s.fillCauses(ctx, devices, func(int) int { return slot }); err != nil {
+		return err
+	}
+	for i := range incs {
+		incs[i].Cause = devices[i].Cause
+	}
+	return nil
 }

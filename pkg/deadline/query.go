@@ -33,6 +33,9 @@ type Device struct {
 	// LastSignal is the recorded last signal of a device whose type has expected times (its last before
 	// the open incident, if any); zero for the others, whose last signal is deadline − timeout.
 	LastSignal time.Time
+	// Cause is why the open incident began when it was not silence (a reported failure, offline); nil
+	// for silence and without an incident.
+	Cause *Cause
 }
 
 // Online reports whether the device has no open incident and a deadline.
@@ -84,6 +87,9 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	if found {
 		one := []Device{d}
 		if err := s.fillLastSignals(ctx, one, func(int) int { return slot }); err != nil { // scheduled types only
+			return d, false, err
+		}
+		if err := s.fillCauses(ctx, one, func(int) int { return slot }); err != nil {
 			return d, false, err
 		}
 		d = one[0]
@@ -207,6 +213,9 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 		out[i].Parent = parents[i]
 	}
 	if err := s.fillLastSignals(ctx, out, func(i int) int { return Slot(out[i].ID, slots) }); err != nil {
+		return nil, "", err
+	}
+	if err := s.fillCauses(ctx, out, func(i int) int { return Slot(out[i].ID, slots) }); err != nil {
 		return nil, "", err
 	}
 	if slot >= slots {

@@ -246,6 +246,15 @@ types:
 	b.do(t, "a new interruption arrives live", until(row("dev-live")),
 		until(`document.getElementById("count-interrupted").textContent === "4"`),
 		until(`[...document.querySelectorAll("#activity li")].some(li => li.textContent.includes("dev-live"))`))
+	tok := f.device.Publish("devices/dev-fail/heartbeat", 1, false, `{"status":"fail","reason":"valve stuck"}`)
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	b.do(t, "a reported failure arrives live and says why", until(row("dev-fail")),
+		until(row("dev-fail")+`?.querySelector(".status").textContent.includes("reported failure: valve stuck")`))
+	b.do(t, "its drawer, read from the API, says why too",
+		until(row("dev-fail")+`.querySelector("button").click() === undefined`),
+		until(`document.getElementById("drawer-fields").textContent.includes("reported failure: valve stuck")`),
+		chromedp.Click(chromedp.CSS(`#drawer [data-close]`)), chromedp.WaitNotVisible(chromedp.ID("drawer")))
 
 	b.do(t, "filter by a registered label", chromedp.SendKeys(chromedp.CSS(`#filters input[name=label]`), "site=berlin"),
 		chromedp.Click(chromedp.CSS(`#filters button[type=submit]`)),

@@ -179,15 +179,22 @@ func TestEventsBecomeAlerts(t *testing.T) {
 	member.OutageID = "outage:device_type:sensor/1"
 	outage := event.New(event.OutageStarted, "outage:device_type:sensor", "", t0.Add(-time.Second), time.Time{}, t0, 0)
 	outage.OutageID, outage.Group, outage.Count, outage.Sample = member.OutageID, &event.Group{By: "device_type", Value: "sensor"}, 50, []string{"member-1"}
+	failed := incidentEvent(event.Interrupted, "pump-1", "sensor", 0)
+	failed.Cause, failed.Reason = event.CauseReported, "valve stuck"
 	f.out.Observe([]event.Event{
+		failed,
 		incidentEvent(event.Interrupted, "dev-1", "gateway", 0),
 		incidentEvent(event.Interrupted, "dev-2", "gateway", 0),
 		incidentEvent(event.Interrupted, "dev-3", "", 0),
 		child, member, outage,
 		event.New(event.Watchdog, "replica-1", "", time.Time{}, time.Time{}, t0, 0),
 	})
-	f.await("six alerts", func() bool { return len(f.am.active(t0)) == 6 })
+	f.await("seven alerts", func() bool { return len(f.am.active(t0)) == 7 })
 	a := f.am.active(t0)
+	require.Equal(t, "reported", a["pump-1"].Annotations["cause"], "why, as the event says")
+	require.Equal(t, "valve stuck", a["pump-1"].Annotations["reason"])
+	require.Contains(t, a["pump-1"].Annotations["summary"], "pump-1 (sensor) is failed (reported) since")
+	require.NotContains(t, a["pump-1"].Labels, "cause", "not a label: one learnt later would make another alert")
 	require.Equal(t, map[string]string{"alertname": "DeviceSilent", "device_id": "dev-1", "device_type": "gateway", "team": "iot"}, a["dev-1"].Labels)
 	require.Equal(t, t0.Add(-time.Minute), a["dev-1"].StartsAt, "startsAt = deadline")
 	require.Equal(t, t0.Add(4*time.Minute), a["dev-1"].EndsAt, "endsAt = now + 4 × resend_every")
@@ -210,7 +217,7 @@ func TestEventsBecomeAlerts(t *testing.T) {
 	deleted := incidentEvent(event.Deleted, "dev-3", "", 0)
 	f.out.Observe([]event.Event{recovered, acked, deleted, ended, incidentEvent(event.Exhausted, "dev-1", "gateway", 3),
 		event.New(event.Unsilenced, "gateway", "gateway", time.Time{}, time.Time{}, now, 0)})
-	f.await("dev-1 and the outage member left", func() bool { return len(f.am.active(now)) == 2 })
+	f.await("dev-1, the failed pump and the outage member left", func() bool { return len(f.am.active(now)) == 3 })
 	a = f.am.active(now)
 	require.Contains(t, a, "dev-1", "an exhausted device is still silent")
 	require.Equal(t, now.Add(4*time.Minute), a["dev-1"].EndsAt, "refreshed")

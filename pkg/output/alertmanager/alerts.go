@@ -89,6 +89,9 @@ type incident struct {
 	parent, inhibitedBy string
 	// warning: the incident was only reported `late` (its deadline is the warning's).
 	warning bool
+	// cause and reason: why it began when it was not silence (annotations: they may be learnt after the
+	// alert's first post, and a label that changes makes another alert).
+	cause, reason string
 }
 
 // extras are the labels of an incident beyond its device and type: what must stay the same on every
@@ -131,8 +134,13 @@ func (o *Output) firing(inc incident, now time.Time) alert {
 		a.startsAt = now
 	}
 	state := "silent"
-	if inc.warning {
+	switch {
+	case inc.warning:
 		state = "late"
+	case inc.cause == event.CauseReported:
+		state = "failed (reported)"
+	case inc.cause == event.CauseOffline:
+		state = "offline"
 	}
 	a.annotations = map[string]string{"summary": fmt.Sprintf("%s is %s", inc.device, state)}
 	if inc.typ != "" {
@@ -144,6 +152,13 @@ func (o *Output) firing(inc incident, now time.Time) alert {
 			a.annotations["silent_for"] = now.Sub(inc.lastSeen).Round(time.Second).String()
 		}
 		a.annotations["summary"] += " since " + inc.lastSeen.UTC().Format(time.RFC3339)
+	}
+	if inc.cause != "" {
+		a.annotations["cause"] = inc.cause
+	}
+	if inc.reason != "" {
+		a.annotations["reason"] = inc.reason
+		a.annotations["summary"] += ": " + inc.reason
 	}
 	return a
 }
@@ -161,7 +176,7 @@ func resolve(labels map[string]string, start, now time.Time) alert {
 // its parent; an event carrying an outage id by that outage.
 func fromEvent(e event.Event) incident {
 	inc := incident{device: e.DeviceID, typ: e.DeviceType, deadline: e.Deadline, lastSeen: e.LastSeen, parent: e.Parent,
-		warning: e.Kind == event.Late}
+		warning: e.Kind == event.Late, cause: e.Cause, reason: e.Reason}
 	switch {
 	case e.OutageID != "":
 		inc.inhibitedBy = e.OutageID

@@ -67,6 +67,9 @@ func (o *Output) resyncSlot(ctx context.Context, ts []*target, slot int) error {
 				continue
 			}
 			inc := incident{device: oi.Device, typ: oi.Type, deadline: dl, lastSeen: oi.LastSeen(), warning: oi.Late()}
+			if oi.Cause != nil {
+				inc.cause, inc.reason = oi.Cause.Kind, oi.Cause.Reason
+			}
 			incs, states = append(incs, inc), append(states, oi.State)
 		}
 		o.withParents(ctx, incs)
