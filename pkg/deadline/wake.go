@@ -162,20 +162,16 @@ func (s *Store) wakeChunks(ctx context.Context, kids []wakeUp, at time.Time, com
 // call's fixed cost is then shared by many children (a storm's 100k children cost 1,920 calls in
 // chunks of 4096 drawn from all 64 slots, about 64 in chunks of whole slots).
 func (s *Store) slotOrder(kids []wakeUp) []wakeUp {
-	slots := s.layout.Load().Slots
-	keyed := make([]struct {
+	type slotted struct {
 		slot int
 		wakeUp
-	}, len(kids))
-	for i, k := range kids {
-		keyed[i].slot, keyed[i].wakeUp = Slot(k.child, slots), k
 	}
-	slices.SortStableFunc(keyed, func(a, b struct {
-		slot int
-		wakeUp
-	}) int {
-		return cmp.Compare(a.slot, b.slot)
-	})
+	slots := s.layout.Load().Slots
+	keyed := make([]slotted, len(kids))
+	for i, k := range kids {
+		keyed[i] = slotted{Slot(k.child, slots), k}
+	}
+	slices.SortStableFunc(keyed, func(a, b slotted) int { return cmp.Compare(a.slot, b.slot) })
 	for i := range keyed {
 		kids[i] = keyed[i].wakeUp
 	}
