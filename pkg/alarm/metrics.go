@@ -88,8 +88,8 @@ type CountsOptions struct {
 // every Every, so it follows an outage within seconds; `online` reads every device, at start, whenever
 // the owned slots or the types changed, and otherwise Every after its last pass ended. Each walk is paced
 // so that the replicas' walks together keep Redis busy at most loop.DefaultWalkShare of the time,
-// whatever the fleet's size and the replicas' count: 10M online devices, about 32 s of Redis time, take
-// about 27 minutes (docs/scaling.md, "Walks").
+// whatever the fleet's size and the replicas' count: 10M online devices, about 24 s of Redis time, take
+// about 20 minutes (docs/scaling.md, "Walks").
 func (m *Metrics) RunCounts(ctx context.Context, o CountsOptions) error {
 	if o.Every <= 0 {
 		o.Every = 5 * time.Second
