@@ -215,10 +215,17 @@ func attachCauses(claims []Claim, causes []string) {
 		if !ok {
 			continue
 		}
-		if c, ok := decodeCause(v); ok && c.Deadline == claims[i].State.Deadline {
-			claims[i].Cause = &c
-		}
+		claims[i].Cause = causeOfIncident(v, claims[i].State.Deadline)
 	}
+}
+
+// causeOfIncident is the stored cause when it is the incident's whose deadline (ms) is given, else nil: a
+// cause of the device's earlier incident is not this one's.
+func causeOfIncident(stored string, deadline int64) *Cause {
+	if c, ok := decodeCause(stored); ok && c.Deadline == deadline {
+		return &c
+	}
+	return nil
 }
 
 // fillCauses gives each device with an open incident the cause stored for that incident, in one round
@@ -253,9 +260,7 @@ func (s *Store) fillCauses(ctx context.Context, devices []Device, slotOf func(i 
 				continue
 			}
 			d := &devices[which[k]]
-			if c, ok := decodeCause(stored); ok && c.Deadline == d.Incident.Deadline {
-				d.Cause = &c
-			}
+			d.Cause = causeOfIncident(stored, d.Incident.Deadline)
 		}
 	}
 	return nil

@@ -73,6 +73,7 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	state := pipe.HGet(ctx, s.keys.state(slot), id)
 	dead := pipe.ZScore(ctx, s.keys.dead(slot), id)
 	parent := pipe.HGet(ctx, s.keys.parents(id), id)
+	cause := pipe.HGet(ctx, s.keys.causes(slot), id)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return d, false, fmt.Errorf("deadline: device %q: %w", id, err)
 	}
@@ -84,12 +85,12 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	}
 	d.Parked = dead.Err() == nil
 	d.Parent = parent.Val()
+	if d.Incident != nil {
+		d.Cause = causeOfIncident(cause.Val(), d.Incident.Deadline)
+	}
 	if found {
 		one := []Device{d}
 		if err := s.fillLastSignals(ctx, one, func(int) int { return slot }); err != nil { // scheduled types only
-			return d, false, err
-		}
-		if err := s.fillCauses(ctx, one, func(int) int { return slot }); err != nil {
 			return d, false, err
 		}
 		d = one[0]
