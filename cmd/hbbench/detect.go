@@ -97,51 +97,90 @@ func recoveredScenario(e *env) error {
 // stormScenario: a fleet of -storm-fleet devices in which -storm-gateways gateways and the
 // -storm-per-gateway devices behind each (on a shorter timeout: they expire first) go dark at one
 // instant, against the same devices going dark without parents (the expiry scenario's case on the same
-// fleet), run before and after the storm; the figures use the baseline's mean. Measured: the events by
-// kind, and the time from the first deadline to Kafka acknowledging the last verdict (`suppressed` in
-// the storm, `interrupted` in the baseline); for the storm also from the gateways' deadline.
+// fleet), run before and after each of -storm-rounds storms; each storm is compared with the mean of the
+// plain runs around it. Measured: the events by kind, and the time from the first deadline to Kafka
+// acknowledging the last verdict (`suppressed` in the storm, `interrupted` in the baseline); for the
+// storm also from the gateways' deadline. The rows describe the first storm; with more rounds, the
+// median ratio of them all follows.
 func stormScenario(e *env) error {
 	o := benchrig.StormOptions{Fleet: e.opts.StormFleet, Gateways: e.opts.StormGateways, PerGateway: e.opts.StormPerGateway}
-	var before, storm, after benchrig.StormResult
 	r, err := benchrig.NewStorm(e.redis.client, o.Dark()+o.Gateways)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	runs := []struct {
-		res   *benchrig.StormResult
-		plain bool
-	}{{&before, true}, {&storm, false}, {&after, true}}
-	for _, run := range runs {
+	run := func(plain bool) (benchrig.StormResult, error) {
 		ro := o
-		ro.Plain = run.plain
-		if *run.res, err = r.Storm(e.ctx, ro, nil); err != nil {
+		ro.Plain = plain
+		return r.Storm(e.ctx, ro, nil)
+	}
+	plains := make([]benchrig.StormResult, 0, e.opts.StormRounds+1)
+	storms := make([]benchrig.StormResult, 0, e.opts.StormRounds)
+	first, err := run(true)
+	if err != nil {
+		return err
+	}
+	plains = append(plains, first)
+	for range e.opts.StormRounds {
+		storm, err := run(false)
+		if err != nil {
 			return err
 		}
+		after, err := run(true)
+		if err != nil {
+			return err
+		}
+		storms, plains = append(storms, storm), append(plains, after)
 	}
+	took := func(res benchrig.StormResult) time.Duration { return res.Last.Sub(res.Deadline) }
+	plainAround := func(i int) time.Duration { return (took(plains[i]) + took(plains[i+1])) / 2 }
+	ratios := make([]float64, len(storms))
+	for i, st := range storms {
+		ratios[i] = st.Last.Sub(st.GatewayDeadline).Seconds() / plainAround(i).Seconds()
+	}
+	storm, before, after, plain := storms[0], plains[0], plains[1], plainAround(0)
 	dark := o.Dark()
-	plain := (before.Last.Sub(before.Deadline) + after.Last.Sub(after.Deadline)) / 2
 	size := fmt.Sprintf("%d devices behind %d gateways dark at once in a fleet of %d", dark, o.Gateways, o.Fleet)
 	e.add("storm", "plain: deadline → last interrupted", plain.Seconds(), "s",
 		fmt.Sprintf("baseline, same run: %d devices without parents in the same fleet; mean of %.2f before and %.2f after the storm",
-			dark, before.Last.Sub(before.Deadline).Seconds(), after.Last.Sub(after.Deadline).Seconds()))
+			dark, took(before).Seconds(), took(after).Seconds()))
 	e.add("storm", "plain: interrupted events", float64(before.Events[event.Interrupted]), "count", fmt.Sprintf("after the storm: %d", after.Events[event.Interrupted]))
-	e.add("storm", "plain: other events", float64(others(before.Events, event.Interrupted)+others(after.Events, event.Interrupted)), "count", "must be 0")
-	first := storm.Last.Sub(storm.Deadline)
+	plainOthers, early := 0, 0
+	for _, p := range plains {
+		plainOthers += others(p.Events, event.Interrupted)
+		early += p.Early
+	}
+	e.add("storm", "plain: other events", float64(plainOthers), "count", "must be 0")
+	sinceFirst := storm.Last.Sub(storm.Deadline)
 	fromGateways := storm.Last.Sub(storm.GatewayDeadline)
-	e.add("storm", "storm: deadline → last suppressed", first.Seconds(), "s",
-		fmt.Sprintf("%s; %.2fx plain; includes the %s the gateways outlive them", size, first.Seconds()/plain.Seconds(), storm.GatewayDeadline.Sub(storm.Deadline)))
+	e.add("storm", "storm: deadline → last suppressed", sinceFirst.Seconds(), "s",
+		fmt.Sprintf("%s; %.2fx plain; includes the %s the gateways outlive them", size, sinceFirst.Seconds()/plain.Seconds(), storm.GatewayDeadline.Sub(storm.Deadline)))
 	e.add("storm", "storm: gateways → last suppressed", fromGateways.Seconds(), "s",
-		fmt.Sprintf("from the gateways' deadline; %.2fx plain", fromGateways.Seconds()/plain.Seconds()))
+		fmt.Sprintf("from the gateways' deadline; %.2fx plain", ratios[0]))
 	e.add("storm", "storm: gateways → gateways acked", storm.GatewaysAcked.Sub(storm.GatewayDeadline).Seconds(), "s",
 		"gateways' deadline → their last interrupted acked")
 	e.add("storm", "storm: wake → last suppressed", storm.Last.Sub(storm.GatewaysAcked).Seconds(), "s",
 		"last gateway acked → last suppressed acked: waking the devices behind them, their verdict")
 	e.add("storm", "storm: interrupted events", float64(storm.Events[event.Interrupted]), "count", fmt.Sprintf("%d gateways", o.Gateways))
 	e.add("storm", "storm: suppressed events", float64(storm.Events[event.Suppressed]), "count", fmt.Sprintf("of %d", dark))
-	e.add("storm", "storm: dark devices interrupted", float64(storm.DarkInterrupted), "count", "must be 0")
-	e.add("storm", "storm: other events", float64(others(storm.Events, event.Interrupted, event.Suppressed)), "count", "must be 0")
-	e.add("storm", "early events", float64(before.Early+storm.Early+after.Early), "count", "must be 0")
+	darkInterrupted, stormOthers := 0, 0
+	for _, st := range storms {
+		darkInterrupted += st.DarkInterrupted
+		stormOthers += others(st.Events, event.Interrupted, event.Suppressed)
+		early += st.Early
+	}
+	e.add("storm", "storm: dark devices interrupted", float64(darkInterrupted), "count", "must be 0")
+	e.add("storm", "storm: other events", float64(stormOthers), "count", "must be 0")
+	e.add("storm", "early events", float64(early), "count", "must be 0")
+	if len(storms) > 1 {
+		sorted := slices.Sorted(slices.Values(ratios))
+		median := sorted[len(sorted)/2]
+		if len(sorted)%2 == 0 {
+			median = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
+		}
+		e.add("storm", "storm: gateways → last suppressed ÷ plain, median", median, "x",
+			fmt.Sprintf("%d storms, each against the plain runs around it: %s", len(storms), joinFloats(ratios)))
+	}
 	return nil
 }
 

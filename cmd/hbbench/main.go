@@ -62,8 +62,8 @@ type options struct {
 	Progress       io.Writer // a line per figure as it is measured
 
 	// The storm scenario: StormGateways × StormPerGateway devices go dark with their gateways in a fleet
-	// of StormFleet.
-	StormFleet, StormGateways, StormPerGateway int
+	// of StormFleet, StormRounds times, each between two plain runs.
+	StormFleet, StormGateways, StormPerGateway, StormRounds int
 
 	// The scale scenario: a fleet of each of ScaleSizes expected devices, the first the baseline; Redis's
 	// CPU is measured over ScaleIdle with nothing signalling; the burst's deadlines spread over ScaleWindow.
@@ -74,7 +74,7 @@ type options struct {
 
 func defaultOptions() options {
 	return options{Devices: 100_000, Window: 10 * time.Second, Duration: 5 * time.Second, Signals: 200_000,
-		ExpiryDevices: 100_000, RecoverDevices: 10_000, StormFleet: 200_000, StormGateways: 1000, StormPerGateway: 100,
+		ExpiryDevices: 100_000, RecoverDevices: 10_000, StormFleet: 200_000, StormGateways: 1000, StormPerGateway: 100, StormRounds: 1,
 		RefreshRate: 50_000, QuietTimeout: 30 * time.Second, CPUPartitions: 4, CPURate: 200_000, Progress: os.Stderr,
 		ScaleSizes: []int{1_000_000, 10_000_000}, ScaleIdle: 30 * time.Second, ScaleWindow: 10 * time.Second}
 }
@@ -168,6 +168,7 @@ func mainCode() int {
 	flag.IntVar(&o.StormFleet, "storm-fleet", o.StormFleet, "fleet size of the storm scenario (the gateways, the devices behind them and idle others)")
 	flag.IntVar(&o.StormGateways, "storm-gateways", o.StormGateways, "gateways going dark in the storm scenario")
 	flag.IntVar(&o.StormPerGateway, "storm-per-gateway", o.StormPerGateway, "devices behind each gateway of the storm scenario")
+	flag.IntVar(&o.StormRounds, "storm-rounds", o.StormRounds, "storms of the storm scenario, each between two plain runs; the ratio's median is reported")
 	flag.IntVar(&o.RefreshRate, "refresh-rate", o.RefreshRate, "signals/s of the refresh load during the lateness scenario (0 = as fast as it goes)")
 	flag.DurationVar(&o.QuietTimeout, "quiet-timeout", o.QuietTimeout, "timeout of the quiet scenario's types: its burst falls due this long after the quiet interval's end")
 	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss and daemon-cpu scenarios (default: go build ./cmd/heartbeatd)")
@@ -209,7 +210,7 @@ func mainCode() int {
 		o.ScaleSizes = append(o.ScaleSizes, n)
 	}
 	if o.Devices <= 0 || o.Signals <= 0 || o.ExpiryDevices <= 0 || o.RecoverDevices <= 0 || o.Window <= 0 || o.Duration <= 0 ||
-		o.StormGateways <= 0 || o.StormPerGateway <= 0 || o.CPUPartitions <= 0 || o.CPURate <= 0 || o.ScaleIdle <= 0 || o.ScaleWindow <= 0 {
+		o.StormGateways <= 0 || o.StormPerGateway <= 0 || o.StormRounds <= 0 || o.CPUPartitions <= 0 || o.CPURate <= 0 || o.ScaleIdle <= 0 || o.ScaleWindow <= 0 {
 		fmt.Fprintln(os.Stderr, "hbbench: sizes, -window and -duration must be positive")
 		return 2
 	}

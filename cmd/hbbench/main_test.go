@@ -21,7 +21,7 @@ func TestScenariosTiny(t *testing.T) {
 		}
 	}
 	opts := options{Devices: 2000, Window: time.Second, Duration: 300 * time.Millisecond, Signals: 2000,
-		ExpiryDevices: 2000, RecoverDevices: 200, StormFleet: 3000, StormGateways: 10, StormPerGateway: 100, RefreshRate: 20_000, CPUPartitions: 4, CPURate: 200_000, HeartbeatdBin: testenv.HeartbeatdBinary(t),
+		ExpiryDevices: 2000, RecoverDevices: 200, StormFleet: 3000, StormGateways: 10, StormPerGateway: 100, StormRounds: 2, RefreshRate: 20_000, CPUPartitions: 4, CPURate: 200_000, HeartbeatdBin: testenv.HeartbeatdBinary(t),
 		QuietTimeout: 2 * time.Second, ScaleSizes: []int{2000, 4000}, ScaleIdle: 500 * time.Millisecond, ScaleWindow: time.Second, Progress: io.Discard}
 	if testing.Verbose() {
 		opts.Progress = testWriter{t}
@@ -47,7 +47,7 @@ func TestScenariosTiny(t *testing.T) {
 		"http":      {"deadline.Refresh 256/call", "kafka → redis (from 1st write)", "http → redis"},
 		"lateness":  {"heartbeatd lateness max", "heartbeatd acked max", "heartbeatd events/s", "concurrent refresh load", "keyspace SET PX lateness max"},
 		"expiry":    {"all events acked after", "events/s"},
-		"storm":     {"plain: deadline → last interrupted", "plain: interrupted events", "storm: deadline → last suppressed", "storm: gateways → last suppressed", "storm: gateways → gateways acked", "storm: interrupted events", "storm: suppressed events"},
+		"storm":     {"plain: deadline → last interrupted", "plain: interrupted events", "storm: deadline → last suppressed", "storm: gateways → last suppressed", "storm: gateways → gateways acked", "storm: interrupted events", "storm: suppressed events", "storm: gateways → last suppressed ÷ plain, median"},
 		"recovered": {"latency p50", "latency p99", "latency max"},
 		"blind":     {"heartbeatd lateness p50", "heartbeatd lateness max"},
 		"outage":    {"group_wait 0s: pages", "group_wait 0s: outage_started", "group_wait 5s: pages", "group_wait 5s: lone device lateness"},
