@@ -72,12 +72,15 @@ func (s *Store) freshClaim(ctx context.Context, slot int, device, score, prev st
 // handed out as the waiting incident it was, nothing sent, as a committed fresh claim is: its deadline
 // and type, all the rest zero, so only those two fields are read.
 func (s *Store) suppressionClaim(ctx context.Context, slot int, device, state, record string) (Claim, error) {
-	dl, rest, _ := strings.Cut(state, stateSep)
-	typ, rest, _ := strings.Cut(rest, stateSep)
-	next, _, _ := strings.Cut(rest, stateSep)
-	deadline, err := strconv.ParseInt(dl, 10, 64)
-	index, terr := strconv.Atoi(typ)
-	if err != nil || terr != nil || next != "1" {
+	f := strings.SplitN(state, stateSep, fieldNext+2) // the fields up to next, and the rest
+	var deadline int64
+	var index int
+	var err, terr error
+	if len(f) > fieldNext {
+		deadline, err = strconv.ParseInt(f[fieldDeadline], 10, 64)
+		index, terr = strconv.Atoi(f[fieldType])
+	}
+	if len(f) <= fieldNext || err != nil || terr != nil || f[fieldNext] != "1" {
 		return Claim{}, fmt.Errorf("deadline: claim slot %d: device %q: %q is not a committed suppression", slot, device, state)
 	}
 	c := Claim{Device: device, Slot: slot, State: State{Deadline: deadline, TypeIndex: index}, Record: record, CommittedSuppression: true}

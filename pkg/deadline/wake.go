@@ -159,8 +159,8 @@ func (s *Store) wakeChunks(ctx context.Context, kids []wakeUp, at time.Time, com
 }
 
 // slotOrder sorts kids by slot, keeping their order within one, so a chunk spans few slots: a script
-// call's fixed cost is then shared by many children (a storm's 100k children cost 1,920 calls in
-// chunks of 4096 drawn from all 64 slots, about 64 in chunks of whole slots).
+// call's fixed cost is then shared by many children (a storm's 100k children, woken by six batches of
+// gateways at once, cost 1,920 calls in chunks of 4096 drawn from all 64 slots, 291 sorted by slot).
 func (s *Store) slotOrder(kids []wakeUp) []wakeUp {
 	type slotted struct {
 		slot int
