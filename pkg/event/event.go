@@ -157,7 +157,9 @@ var ErrSchema = errors.New("event: not a " + Schema + " event")
 // ignored (fields may be added within v1).
 func Decode(b []byte) (Event, error) {
 	var e Event
-	if err := json.Unmarshal(b, &e); err != nil {
+	// UnmarshalJSON itself, not json.Unmarshal: that would check the whole input once more before
+	// handing it over (BenchmarkDecode: 4.4 → 2.6 µs).
+	if err := e.UnmarshalJSON(b); err != nil {
 		return Event{}, fmt.Errorf("event: decode: %w", err)
 	}
 	if e.Schema != Schema {
