@@ -221,3 +221,53 @@ func TestDownParentsWakeCommitsItsWaitingChildren(t *testing.T) {
 		require.True(t, again.CommittedSuppression, "as the suppression it committed")
 	})
 }
+
+// TestChildrenReadAheadAreWoken: children read while their parent's verdict is published are woken
+// without being read again; a child linked after that read is woken too, the set read again because it
+// grew.
+func TestChildrenReadAheadAreWoken(t *testing.T) {
+	eachFixture(t, 64, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		scans := &atomic.Int64{}
+		f.store = fixtureStore(t, counting(t, f.rdb, "sscan", scans), 64, f.clock.Now, nil)
+		var handed []deadline.Claim
+		commit := &deadline.WakeCommit{Lease: 30 * time.Second, Handle: func(_ context.Context, c []deadline.Claim) error {
+			handed = append(handed, c...)
+			return nil
+		}}
+		down := []deadline.Verdict{{Device: "gw-7", Down: true}}
+
+		downGateway(t, f, "gw-7", "child-7")
+		read, err := f.store.ReadChildren(ctx, []string{"gw-7", "child-7"})
+		require.NoError(t, err)
+		before := scans.Load()
+		_, err = f.store.WakeReadChildren(ctx, read, down, f.clock.Now(), commit)
+		require.NoError(t, err)
+		require.Equal(t, []string{"child-7"}, devices(handed))
+		require.Equal(t, before, scans.Load(), "the children read ahead were not read again")
+		f.settle(t, handed...)
+
+		// gw-8's second child links after the read ahead, then waits for gw-8 as the first does.
+		now := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "gw-8", Type: "gateway", Seen: now},
+			deadline.Signal{Device: "child-8a", Type: "gateway", Parent: "gw-8", Seen: now})
+		read, err = f.store.ReadChildren(ctx, []string{"gw-8"})
+		require.NoError(t, err)
+		f.refresh(t, deadline.Signal{Device: "child-8b", Type: "gateway", Parent: "gw-8", Seen: now})
+		f.clock.Advance(31 * time.Second)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.ElementsMatch(t, []string{"gw-8", "child-8a", "child-8b"}, devices(res.Claims))
+		for _, c := range res.Claims {
+			if c.Device == "gw-8" {
+				f.ack(t, reschedule(c, sentOnce(c), f.clock.Now().Add(time.Minute)))
+			} else {
+				f.ack(t, reschedule(c, c.State, f.clock.Now().Add(time.Minute)))
+			}
+		}
+		f.settle(t, res.Claims...)
+		handed = nil
+		_, err = f.store.WakeReadChildren(ctx, read, []deadline.Verdict{{Device: "gw-8", Down: true}}, f.clock.Now(), commit)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"child-8a", "child-8b"}, devices(handed), "the child linked after the read is woken too")
+	})
+}
