@@ -105,11 +105,15 @@ func burstDetection(e *env, events *interruptedCollector, replicas []*testenv.He
 	if err != nil {
 		return err
 	}
-	if f.late, err = events.wait(e.ctx, time.Until(start.Add(4*window+2*time.Minute))); err != nil {
+	within := time.Until(start.Add(4*window + 2*time.Minute))
+	if err := events.wait(e.ctx, within); err != nil {
 		return err
 	}
-	cpu1, err := sampleCPU(e, replicas)
+	cpu1, err := sampleCPU(e, replicas) // before the decode: it is hbbench's, after the burst
 	if err != nil {
+		return err
+	}
+	if f.late, err = events.lateness(within); err != nil {
 		return err
 	}
 	top, err := topCommands(e)
@@ -312,16 +316,22 @@ func (c *interruptedCollector) add(at time.Time, fetches kgo.Fetches) {
 	}
 }
 
-// wait waits up to within for the wanted events and returns their lateness.
-func (c *interruptedCollector) wait(ctx context.Context, within time.Duration) (burstLateness, error) {
+// wait waits up to within for the wanted events (lateness then says whether they came).
+func (c *interruptedCollector) wait(ctx context.Context, within time.Duration) error {
 	t := time.NewTimer(within)
 	defer t.Stop()
 	select {
 	case <-c.complete:
 	case <-ctx.Done():
-		return burstLateness{}, ctx.Err()
+		return ctx.Err()
 	case <-t.C:
 	}
+	return nil
+}
+
+// lateness decodes the events received so far and returns the wanted ones' lateness; within is what
+// wait was given, for the error when too few came.
+func (c *interruptedCollector) lateness(within time.Duration) (burstLateness, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out burstLateness
