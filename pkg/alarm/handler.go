@@ -126,9 +126,7 @@ func (h *Handler) handle(ctx context.Context, claims []deadline.Claim, depth int
 	if err != nil {
 		return err
 	}
-	children := h.readChildren(ctx, claims, decisions)
 	events, owner, failed := h.publish(ctx, claims, decisions)
-	read := children()
 	if h.beforeAck != nil && !h.beforeAck() {
 		return errCrashed
 	}
@@ -141,7 +139,7 @@ func (h *Handler) handle(ctx context.Context, claims []deadline.Claim, depth int
 	// After the acknowledgement, so the woken children read their parent's new state. A crash or a stop
 	// before it leaves them to their bounds: the parent's deadline + parent_wait, or parentRecheck; the
 	// suppressions it committed and did not release come back after the lease.
-	if err := h.wakeChildren(wakeCtx, read, claims, decisions, failed, ackNow, depth); err != nil {
+	if err := h.wakeChildren(wakeCtx, claims, decisions, failed, ackNow, depth); err != nil {
 		h.log.Warn("waking the children of interrupted or recovered devices failed; they look again within their bounds",
 			zap.Error(err))
 	}
@@ -500,11 +498,12 @@ func interrupts(d decision) bool {
 	return slices.ContainsFunc(d.Events, func(e event.Event) bool { return e.Kind == event.Interrupted })
 }
 
-// verdicts are the devices whose verdict changed (interrupted, suppressed, recovered) and went out.
-func verdicts(claims []deadline.Claim, decisions []decision, failed []error) []deadline.Verdict {
+// wakeChildren makes the children of the devices whose verdict just changed (interrupted, suppressed,
+// recovered) look at their parent again now, and handles the suppressions the wake committed.
+func (h *Handler) wakeChildren(ctx context.Context, claims []deadline.Claim, decisions []decision, failed []error, now time.Time, depth int) error {
 	var changed []deadline.Verdict
 	for i, d := range decisions {
-		if failed != nil && failed[i] != nil {
+		if failed[i] != nil {
 			continue
 		}
 		for _, e := range d.Events {
@@ -514,40 +513,12 @@ func verdicts(claims []deadline.Claim, decisions []decision, failed []error) []d
 			}
 		}
 	}
-	return changed
-}
-
-// readChildren reads the children of the devices whose verdict is about to change while it is
-// published, and returns a func that waits for them (nil when the read failed: the wake reads them).
-func (h *Handler) readChildren(ctx context.Context, claims []deadline.Claim, decisions []decision) func() *deadline.Children {
-	changed := verdicts(claims, decisions, nil)
-	if len(changed) == 0 {
-		return func() *deadline.Children { return nil }
-	}
-	devices := make([]string, len(changed))
-	for i, v := range changed {
-		devices[i] = v.Device
-	}
-	done := make(chan *deadline.Children, 1)
-	go func() {
-		read, err := h.opts.Store.ReadChildren(ctx, devices)
-		if err != nil {
-			h.log.Debug("reading children ahead of their parents' verdicts failed; the wake reads them", zap.Error(err))
-		}
-		done <- read
-	}()
-	return func() *deadline.Children { return <-done }
-}
-
-// wakeChildren makes the children of the devices whose verdict just changed look at their parent again
-// now, and handles the suppressions the wake committed.
-func (h *Handler) wakeChildren(ctx context.Context, read *deadline.Children, claims []deadline.Claim, decisions []decision, failed []error, now time.Time, depth int) error {
 	var commit *deadline.WakeCommit
 	if depth < maxWakeDepth {
 		commit = &deadline.WakeCommit{Lease: h.opts.Lease, Handle: func(ctx context.Context, woken []deadline.Claim) error {
 			return h.handle(ctx, woken, depth+1)
 		}}
 	}
-	_, err := h.opts.Store.WakeReadChildren(ctx, read, verdicts(claims, decisions, failed), now, commit)
+	_, err := h.opts.Store.WakeChildren(ctx, changed, now, commit)
 	return err
 }

@@ -61,49 +61,6 @@ const wakeChunk = 4096
 // (namedOnly), bumps the verdicts counter before it wakes anyone (parentViews), and reads the first page
 // of every parent's children in the same round trip. It returns how many children it woke.
 func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Time, commit *WakeCommit) (int64, error) {
-	return s.WakeReadChildren(ctx, nil, verdicts, at, commit)
-}
-
-// Children is the first page of the children of some devices, read while their verdicts are being
-// published (ReadChildren), so the wake after them does not wait for it: in a gateway storm that read
-// is 1,000 children sets.
-type Children struct {
-	parents []string
-	pages   [][]string
-	whole   []bool // the page is every child the set had
-}
-
-// ReadChildren reads ahead the first page of the children of those devices that are named as a parent,
-// for WakeReadChildren once their verdicts are out. Nil when the fleet has no parents or none of them
-// is one.
-func (s *Store) ReadChildren(ctx context.Context, devices []string) (*Children, error) {
-	if used, err := s.parentsUsed(ctx); err != nil || !used || len(devices) == 0 {
-		return nil, err
-	}
-	parents, err := s.namedOnly(ctx, slices.Clone(devices))
-	if err != nil || len(parents) == 0 {
-		return nil, err
-	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.ScanCmd, len(parents))
-	for i, p := range parents {
-		cmds[i] = pipe.SScan(ctx, s.keys.children(p), 0, "", childrenPage)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("deadline: children: %w", err)
-	}
-	c := &Children{parents: parents, pages: make([][]string, len(parents)), whole: make([]bool, len(parents))}
-	for i, cmd := range cmds {
-		page, cur := cmd.Val()
-		c.pages[i], c.whole[i] = page, cur == 0
-	}
-	return c, nil
-}
-
-// WakeReadChildren is WakeChildren with the children read ahead (nil: read them now). A page read ahead
-// is used only when it was its parent's whole set and the set still has as many members after the
-// verdicts counter is bumped: a child linked or unlinked meanwhile has the set read again.
-func (s *Store) WakeReadChildren(ctx context.Context, read *Children, verdicts []Verdict, at time.Time, commit *WakeCommit) (int64, error) {
 	if used, err := s.parentsUsed(ctx); err != nil || !used || len(verdicts) == 0 {
 		return 0, err
 	}
@@ -113,91 +70,48 @@ func (s *Store) WakeReadChildren(ctx context.Context, read *Children, verdicts [
 		parents[i] = v.Device
 		down[v.Device] = v.Down
 	}
-	var pages [][]string
-	if read != nil {
-		parents = parents[:0]
-		for i, p := range read.parents {
-			if _, ok := down[p]; ok { // its verdict went out
-				parents = append(parents, p)
-				pages = append(pages, nil)
-				if read.whole[i] {
-					pages[len(pages)-1] = read.pages[i]
-				}
-			}
-		}
-	} else {
-		var err error
-		if parents, err = s.namedOnly(ctx, parents); err != nil {
-			return 0, err
-		}
-	}
-	if len(parents) == 0 {
-		return 0, nil
-	}
-	downParent := func(p string) string { // the parent, when down: its children's suppressions name it
-		if down[p] {
-			return p
-		}
-		return ""
+	parents, err := s.namedOnly(ctx, parents)
+	if err != nil || len(parents) == 0 {
+		return 0, err
 	}
 	cursors := make([]uint64, len(parents))
-	pending := make([]int, 0, len(parents))
-	var kids []wakeUp
-	var sizes []*redis.IntCmd
-	first := true
-	if pages != nil { // before any entry moves: the views read before it may be stale
-		pipe := s.rdb.Pipeline()
-		pipe.Incr(ctx, s.keys.parentVerdicts())
-		sizes = make([]*redis.IntCmd, len(parents))
-		for i, p := range parents {
-			if pages[i] != nil {
-				sizes[i] = pipe.SCard(ctx, s.keys.children(p))
-			}
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, fmt.Errorf("deadline: children: %w", err)
-		}
-		first = false
-	}
-	for i, p := range parents {
-		if sizes != nil && sizes[i] != nil && sizes[i].Val() == int64(len(pages[i])) {
-			for _, kid := range pages[i] {
-				kids = append(kids, wakeUp{child: kid, downParent: downParent(p)})
-			}
-			continue
-		}
-		pending = append(pending, i)
+	pending := make([]int, len(parents))
+	for i := range pending {
+		pending[i] = i
 	}
 	var woken int64
-	for len(kids) > 0 || len(pending) > 0 {
-		if len(kids) == 0 {
-			pipe := s.rdb.Pipeline()
-			if first { // before any entry moves: the views read before it may be stale
-				pipe.Incr(ctx, s.keys.parentVerdicts())
-				first = false
-			}
-			cmds := make([]*redis.ScanCmd, len(pending))
-			for j, i := range pending {
-				cmds[j] = pipe.SScan(ctx, s.keys.children(parents[i]), cursors[i], "", childrenPage)
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				return woken, fmt.Errorf("deadline: children: %w", err)
-			}
-			next := pending[:0]
-			for j, i := range pending {
-				page, cur := cmds[j].Val()
-				for _, kid := range page {
-					kids = append(kids, wakeUp{child: kid, downParent: downParent(parents[i])})
-				}
-				if cursors[i] = cur; cur != 0 {
-					next = append(next, i)
-				}
-			}
-			pending = next
+	first := true
+	for len(pending) > 0 {
+		pipe := s.rdb.Pipeline()
+		if first { // before any entry moves: the views read before it may be stale
+			pipe.Incr(ctx, s.keys.parentVerdicts())
+			first = false
 		}
+		cmds := make([]*redis.ScanCmd, len(pending))
+		for j, i := range pending {
+			cmds[j] = pipe.SScan(ctx, s.keys.children(parents[i]), cursors[i], "", childrenPage)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return woken, fmt.Errorf("deadline: children: %w", err)
+		}
+		var kids []wakeUp
+		next := pending[:0]
+		for j, i := range pending {
+			page, cur := cmds[j].Val()
+			downParent := "" // the parent, when down: its children's suppressions name it
+			if down[parents[i]] {
+				downParent = parents[i]
+			}
+			for _, kid := range page {
+				kids = append(kids, wakeUp{child: kid, downParent: downParent})
+			}
+			if cursors[i] = cur; cur != 0 {
+				next = append(next, i)
+			}
+		}
+		pending = next
 		n, err := s.wakeChunks(ctx, s.slotOrder(kids), at, commit)
 		woken += n
-		kids = nil
 		if err != nil {
 			return woken, err
 		}
