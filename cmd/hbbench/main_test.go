@@ -53,7 +53,7 @@ func TestScenariosTiny(t *testing.T) {
 		"outage":    {"group_wait 0s: pages", "group_wait 0s: outage_started", "group_wait 5s: pages", "group_wait 5s: lone device lateness"},
 		"quiet":     {"plain before: lateness max", "quiet end: lateness max", "plain after: lateness max", "quiet end: last acked", "quiet end p99 / plain p99"},
 		"scale": {"2k import rate", "2k Redis memory per device", "4k import rate", "4k Redis memory per device", "4k burst lateness p99",
-			"4k burst lateness max", "4k Redis memory per signalling device", "4k replica 1 VmHWM", "4k replica 2 VmHWM",
+			"4k burst lateness max", "4k burst lateness, worst twentieth", "4k Redis memory per signalling device", "4k replica 1 VmHWM", "4k replica 2 VmHWM",
 			"4k slot takeover after SIGKILL", "4k dead share read again", "import time ratio", "memory ratio", "lateness p99 ratio",
 			"slot takeover ratio", "dead share read again ratio", "replica VmHWM ratio"},
 		"rss":  {"heartbeatd VmRSS idle", "heartbeatd VmRSS with devices", "heartbeatd VmHWM", "ingest rate into the binary"},
@@ -112,3 +112,18 @@ func TestUnknownScenario(t *testing.T) {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// TestTwentiethMeans: each event counts in the twentieth of the spread its deadline falls in, the last
+// deadline in the last.
+func TestTwentiethMeans(t *testing.T) {
+	first := time.Unix(1000, 0)
+	last := first.Add(10 * time.Second)
+	deadlines := []time.Time{first, first.Add(100 * time.Millisecond), first.Add(5 * time.Second), last}
+	late := []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 400 * time.Millisecond, 70 * time.Millisecond}
+	means := twentiethMeans(late, deadlines, first, last)
+	require.Len(t, means, 20)
+	require.Equal(t, 20*time.Millisecond, means[0])
+	require.Equal(t, 400*time.Millisecond, means[10])
+	require.Equal(t, 70*time.Millisecond, means[19])
+	require.Zero(t, means[5], "no deadline there")
+}

@@ -34,7 +34,13 @@ type burstLateness struct {
 	raisedP99     time.Duration // the event's own time (heartbeatd raised it) minus its deadline
 	early         int           // events received before their deadline
 	spread        time.Duration // from the first deadline to the last
+	// byTwentieth is the mean lateness of the deadlines in each twentieth of the spread, in order: a
+	// stall shows as a few late twentieths, a rate the host cannot keep up with as a rising line.
+	byTwentieth []time.Duration
 }
+
+// burstTwentieths is how many parts of the spread byTwentieth has.
+const burstTwentieths = 20
 
 // scaleBurst has f.devices/10 (at least 1000) new devices of type burst signal once over Kafka, spread
 // over -scale-window, and measures Redis's used_memory growth per such device once every signal is
@@ -126,6 +132,12 @@ func burstDetection(e *env, events *interruptedCollector, replicas []*testenv.He
 	e.add("scale", tag+" burst lateness p99", benchrig.Ms(f.late.p99), "ms", "")
 	e.add("scale", tag+" burst lateness max", benchrig.Ms(f.late.max), "ms", "")
 	e.add("scale", tag+" burst raised p99", benchrig.Ms(f.late.raisedP99), "ms", "the event's at − deadline")
+	means := make([]string, len(f.late.byTwentieth))
+	for i, m := range f.late.byTwentieth {
+		means[i] = strconv.FormatInt(m.Milliseconds(), 10)
+	}
+	e.add("scale", tag+" burst lateness, worst twentieth", benchrig.Ms(slices.Max(f.late.byTwentieth)), "ms",
+		"the mean lateness of the deadlines in each twentieth of the spread, in order (ms): "+strings.Join(means, " "))
 	e.add("scale", tag+" burst early events", float64(f.late.early), "count", "received before their deadline; must be 0")
 	return nil
 }
@@ -338,6 +350,7 @@ func (c *interruptedCollector) lateness(within time.Duration) (burstLateness, er
 	var first, last time.Time // deadlines
 	late := make([]time.Duration, 0, len(c.received))
 	raised := make([]time.Duration, 0, len(c.received))
+	deadlines := make([]time.Time, 0, len(c.received))
 	undecoded := 0
 	for _, r := range c.received {
 		ev, err := event.Decode(r.value)
@@ -359,16 +372,40 @@ func (c *interruptedCollector) lateness(within time.Duration) (burstLateness, er
 		}
 		late = append(late, r.at.Sub(ev.Deadline))
 		raised = append(raised, ev.At.Sub(ev.Deadline))
+		deadlines = append(deadlines, ev.Deadline)
 	}
 	if len(late) < c.want {
 		return burstLateness{}, fmt.Errorf("hbbench: %d of %d burst devices reported within %s (%d events undecoded)",
 			len(late), c.want, within.Round(time.Second), undecoded)
 	}
+	out.byTwentieth = twentiethMeans(late, deadlines, first, last)
 	slices.Sort(late)
 	slices.Sort(raised)
 	out.p50, out.p99, out.max = benchrig.Quantile(late, 0.5), benchrig.Quantile(late, 0.99), late[len(late)-1]
 	out.raisedP99, out.spread = benchrig.Quantile(raised, 0.99), last.Sub(first)
 	return out, nil
+}
+
+// twentiethMeans is the mean of late (each event's lateness, its deadline in deadlines) over each
+// twentieth of the deadlines' spread from first to last.
+func twentiethMeans(late []time.Duration, deadlines []time.Time, first, last time.Time) []time.Duration {
+	sums := make([]time.Duration, burstTwentieths)
+	counts := make([]int, burstTwentieths)
+	spread := last.Sub(first)
+	for i, d := range deadlines {
+		k := burstTwentieths - 1
+		if spread > 0 {
+			k = min(k, int(int64(burstTwentieths)*int64(d.Sub(first))/int64(spread)))
+		}
+		sums[k] += late[i]
+		counts[k]++
+	}
+	for k := range sums {
+		if counts[k] > 0 {
+			sums[k] /= time.Duration(counts[k])
+		}
+	}
+	return sums
 }
 
 // stop ends the reader and closes its client.
