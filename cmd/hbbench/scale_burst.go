@@ -65,6 +65,8 @@ func scaleBurst(e *env, k *testenv.Kafka, replicas []*testenv.Heartbeatd, tag st
 	if err != nil {
 		return err
 	}
+	// Before the burst's signals, so that touching gigabytes is over before anything is measured.
+	defer prefaultHeap(n * burstHeapPerDevice)()
 	set0, err := slotSet(e)
 	if err != nil {
 		return err
@@ -96,21 +98,20 @@ func scaleBurst(e *env, k *testenv.Kafka, replicas []*testenv.Heartbeatd, tag st
 	f.signalBytes = float64(set1.bytes) / float64(max(1, set1.members))
 	e.add("scale", tag+" Redis memory per signalling device", f.signalBytes, "B",
 		fmt.Sprintf("slot 0's deadlines set (%s): MEMORY USAGE (every member) / its %d members", set1.encoding, set1.members))
-	defer prefaultHeap(n * burstHeapPerDevice)()
 	return burstDetection(e, events, replicas, tag, start, f)
 }
 
-// burstHeapPerDevice is what hbbench's heap is given per burst device while the burst is detected with
-// collection off: the in-process broker reading, storing and serving its event and the reader keeping
-// it allocate about 4 KB (at 10M, 3.9 GB until the last event, GODEBUG=gctrace=1).
+// burstHeapPerDevice is the heap hbbench touches per burst device before the burst: the in-process
+// broker reading, storing and serving its signal and its event and the reader keeping the event
+// allocate about 4 KB while it is detected (at 10M, 3.9 GB until the last event, GODEBUG=gctrace=1).
 const burstHeapPerDevice = 6 << 10
 
 // prefaultHeap has the Go runtime take size bytes from the kernel and touch every page before the
-// burst, frees them for the burst's own allocations, and turns collection off until the returned func
-// runs (a memory limit of the live heap and twice size stands in). A heap growing into fresh memory during the burst paid
-// a page fault for every 4 KiB, up to a whole core of this host at 300 MB/s (the scale burst at 10M),
-// taken from the replicas under measurement; collections on would also have the scavenger hand the
-// touched pages back meanwhile.
+// burst's signals, frees them for the burst's own allocations, and until the returned func runs
+// collects only when the heap has filled them (GOGC off, a memory limit just above them). A heap
+// growing into fresh memory during the burst paid a page fault for every 4 KiB, up to a whole core of
+// this host at 300 MB/s (the scale burst at 10M), taken from the replicas under measurement; with
+// collection as usual the scavenger would also hand the touched pages back while the heap is small.
 func prefaultHeap(size int) (restore func()) {
 	const chunk = 64 << 20
 	hold := make([][]byte, 0, size/chunk+1)
@@ -126,7 +127,9 @@ func prefaultHeap(size int) (restore func()) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	limit := debug.SetMemoryLimit(int64(ms.HeapAlloc) + 2*int64(size) + 256<<20)
+	// Room for the heap to fill the touched pages, collected when it has; below 95% of it the
+	// scavenger hands nothing back.
+	limit := debug.SetMemoryLimit(int64(ms.HeapAlloc) + int64(size)*11/10 + 256<<20)
 	percent := debug.SetGCPercent(-1)
 	return func() {
 		debug.SetGCPercent(percent)
