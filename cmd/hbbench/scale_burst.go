@@ -320,7 +320,7 @@ type interruptedCollector struct {
 	done     chan struct{} // the reader returned
 	complete chan struct{} // want events received
 	want     int
-	kind     []byte // the bytes every wanted event holds: its kind and its device's prefix
+	kind     []byte // the quoted kind every wanted event holds
 	prefix   string
 
 	mu       sync.Mutex
