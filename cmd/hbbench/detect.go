@@ -173,12 +173,7 @@ func stormScenario(e *env) error {
 	e.add("storm", "storm: other events", float64(stormOthers), "count", "must be 0")
 	e.add("storm", "early events", float64(early), "count", "must be 0")
 	if len(storms) > 1 {
-		sorted := slices.Sorted(slices.Values(ratios))
-		median := sorted[len(sorted)/2]
-		if len(sorted)%2 == 0 {
-			median = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
-		}
-		e.add("storm", "storm: gateways → last suppressed ÷ plain, median", median, "x",
+		e.add("storm", "storm: gateways → last suppressed ÷ plain, median", medianOf(ratios), "x",
 			fmt.Sprintf("%d storms, each against the plain runs around it: %s", len(storms), joinFloats(ratios)))
 	}
 	return nil

@@ -119,6 +119,18 @@ func idleRound(e *env, bin string, window time.Duration) (float64, []string, err
 	return (after - before).Seconds() / window.Seconds(), top, nil
 }
 
+// medianOf is the median of v: the middle one, or the mean of the two in the middle.
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
 func meanOf(v []float64) float64 {
 	var s float64
 	for _, x := range v {

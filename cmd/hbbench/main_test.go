@@ -127,3 +127,10 @@ func TestTwentiethMeans(t *testing.T) {
 	require.Equal(t, 70*time.Millisecond, means[19])
 	require.Zero(t, means[5], "no deadline there")
 }
+
+// TestMedianOf: the middle value of an odd count, the mean of the middle two of an even one, in any order.
+func TestMedianOf(t *testing.T) {
+	require.Equal(t, 1.2, medianOf([]float64{1.3, 1.2, 1.1}))
+	require.InDelta(t, 1.15, medianOf([]float64{1.3, 1.1, 1.2, 1.0}), 1e-9)
+	require.Zero(t, medianOf(nil))
+}

@@ -123,7 +123,6 @@ func prefaultHeap(size int) (restore func()) {
 		hold = append(hold, b)
 	}
 	runtime.KeepAlive(hold)
-	hold = nil
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
