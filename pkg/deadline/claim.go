@@ -45,11 +45,11 @@ type ClaimResult struct {
 	Claims []Claim
 	// More is true when a slot returned a full batch: claim again at once.
 	More bool
-	// NextDeadline and NextAlarm are the earliest scores left in the claimed slots (zero when none), so
-	// the scanner sleeps exactly until then instead of polling.
+	// NextDeadline is the earliest deadline left in the claimed slots that a claim may take once it is
+	// due: while hold-back holds some types, the first after now of a type it does not hold, and zero
+	// while it holds every type (a watermark that moves on by itself). NextAlarm is the earliest due
+	// alarm entry. Zero when none: the scanner sleeps until the earlier, instead of polling.
 	NextDeadline, NextAlarm time.Time
-	// HeldBack: hold-back kept some passed deadlines of some type from this claim.
-	HeldBack bool
 }
 
 // claimScript claims up to batch due devices of one slot, in four sections: (1) fresh claims, (2) due
@@ -272,17 +272,45 @@ local function leaseRecord(committed, again)
   return c, a
 end
 
--- (4) The earliest deadline and act left in the slot (-1: none), so the scanner sleeps until then.
+-- (4) The earliest deadline a claim may take once it is due, and the earliest act, left in the slot (-1:
+-- none), so the scanner sleeps until then. While hold-back holds some types, that deadline is the first
+-- after now of a type it does not hold, among the next ${nextScanBound} members; while it holds every type, or
+-- those members are all held, there is none and the scanner polls (detection.max_idle_wait).
+local function nextDeadline()
+  local wms, held = {}, wm < now
+  for v in string.gmatch(wmByType, ${listItem}) do
+    local x = tonumber(v)
+    wms[#wms+1] = x
+    held = held and x < now
+  end
+  if held then return -1 end
+  if #wms == 0 then
+    local d = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    if d[2] then return floor(tonumber(d[2]) / ${MaxTypes}) end
+    return -1
+  end
+  -- Members at or before now are held, or left to the next claim (more): the next one due is after now.
+  -- Most often it is of a type not held, so one member is read before the rest.
+  local offset, want = 0, 1
+  while offset < ${nextScanBound} do
+    local after = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. dueBy(now), '+inf', 'LIMIT', offset, want, 'WITHSCORES')
+    for i = 2, #after, 2 do
+      local s = tonumber(after[i])
+      if (wms[s % ${MaxTypes} + 1] or wm) >= now then return floor(s / ${MaxTypes}) end
+    end
+    if #after / 2 < want then return -1 end
+    offset, want = offset + want, ${nextScanBound} - offset - want
+  end
+  return -1
+end
 local function nextDue()
-  local nd, na = -1, -1
-  local d = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if d[2] then nd = floor(tonumber(d[2]) / ${MaxTypes}) end
+  local na = -1
   local a = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if a[2] then
     local v = tonumber(a[2])
     if v and v < ${DormantAfter} then na = v end -- a dormant entry is never due
   end
-  return nd, na
+  return nextDeadline(), na
 end
 
 -- (5) The causes of the claimed incidents that did not begin with silence (cause.go), read only in a slot
@@ -354,6 +382,11 @@ func (o ClaimOptions) watermark() time.Time {
 // a 2 h meter.
 type WatermarkFunc func(timeout time.Duration) time.Time
 
+// nextScanBound bounds how many members after now a claim reads, while hold-back holds some types, to
+// find the next deadline of a type it does not hold: past them the scanner polls, as it does while every
+// type is held.
+const nextScanBound = 16
+
 // heldScanFactor bounds how many members of held types one claim steps over per slot, in batches: a slot
 // with more of them ahead of a due member of a released type claims that one once they are released.
 const heldScanFactor = 4
@@ -369,7 +402,6 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		return res, nil
 	}
 	wm, wmByType := s.watermarkByIndex(opts.watermark(), opts.WatermarkFor)
-	res.HeldBack = wm.Before(opts.Now)
 	now := opts.Now.UnixMilli()
 	repeats := s.types.byIndex(s.repeatEvery)
 	acts := repeats.render(func(every time.Duration) string {

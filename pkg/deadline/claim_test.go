@@ -82,12 +82,11 @@ func TestWatermarkPerTimeout(t *testing.T) {
 		}
 		res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 8})
 		require.Equal(t, []string{"gw", "old"}, devices(res.Claims), "the gateways, past held sensors; the old one by the common watermark")
-		require.True(t, res.HeldBack)
+		require.Zero(t, res.NextDeadline, "the held sensors are no deadline to wake for")
 		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held}).Claims, "the sensors stay held")
 
 		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.clock.Now() }})
 		require.Len(t, res.Claims, len(sensors), "released")
-		require.False(t, res.HeldBack)
 	})
 }
 
@@ -111,9 +110,46 @@ func TestWatermarkPerTimeoutBoundsTheStepOver(t *testing.T) {
 		}
 		res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 4})
 		require.Empty(t, res.Claims, "100 held members are more than 4 × 4 stepped over")
-		require.True(t, res.HeldBack)
 		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 64})
 		require.Equal(t, []string{"gw"}, devices(res.Claims))
+	})
+}
+
+// TestNextDeadlineSkipsHeldTypes: while hold-back holds the sensors, the next deadline a claim reports
+// is the first after now of a type it does not hold, so the scanner wakes for a gateway's deadline
+// instead of polling; past nextScanBound held members, or while every type is held, it reports none.
+func TestNextDeadlineSkipsHeldTypes(t *testing.T) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		heldSince := t0.Add(-time.Minute)
+		sensorsDueFrom := func(first, n int) {
+			var sensors []deadline.Signal
+			for i := first; i < first+n; i++ { // due t0 + 2 s, 3 s, …: after now, before the gateway
+				sensors = append(sensors, deadline.Signal{Device: fmt.Sprintf("sensor-%02d", i), Type: "sensor", Seen: t0.Add(-10*time.Minute + time.Duration(2+i)*time.Second)})
+			}
+			f.refresh(t, sensors...)
+		}
+		sensorsDueFrom(0, 10)
+		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
+		sensorsHeld := func(timeout time.Duration) time.Time {
+			if timeout > 30*time.Second {
+				return heldSince
+			}
+			return f.clock.Now()
+		}
+		res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: sensorsHeld})
+		require.Empty(t, res.Claims)
+		require.Equal(t, t0.Add(30*time.Second).UnixMilli(), res.NextDeadline.UnixMilli(), "the gateway's deadline, past 10 held sensors")
+
+		res = f.claimAll(t, deadline.ClaimOptions{})
+		require.Equal(t, t0.Add(2*time.Second).UnixMilli(), res.NextDeadline.UnixMilli(), "nothing held: the first sensor's")
+
+		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return heldSince }})
+		require.Zero(t, res.NextDeadline, "every type held: the scanner polls")
+
+		sensorsDueFrom(10, 10)
+		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: sensorsHeld})
+		require.Zero(t, res.NextDeadline, "20 held sensors ahead of the gateway: more than a claim reads, the scanner polls")
 	})
 }
 
@@ -356,14 +392,12 @@ func TestNextDue(t *testing.T) {
 		require.Equal(t, t0.Add(35*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
 		require.Equal(t, t0.Add(37*time.Second).UnixMilli(), res.NextAlarm.UnixMilli(), "the lease end is the next alarm")
 
-		wait := deadline.NextWait(f.clock.Now(), false, res, 50*time.Millisecond)
+		wait := deadline.NextWait(f.clock.Now(), res, 50*time.Millisecond)
 		require.Equal(t, 50*time.Millisecond, wait, "capped by max idle wait")
-		wait = deadline.NextWait(t0.Add(34990*time.Millisecond), false, res, 50*time.Millisecond)
+		wait = deadline.NextWait(t0.Add(34990*time.Millisecond), res, 50*time.Millisecond)
 		require.Equal(t, 10*time.Millisecond, wait)
-		wait = deadline.NextWait(t0.Add(40*time.Second), true, res, 50*time.Millisecond)
+		wait = deadline.NextWait(t0.Add(40*time.Second), res, 50*time.Millisecond)
 		require.Equal(t, time.Duration(0), wait, "the overdue lease end is claimable at once")
-		wait = deadline.NextWait(t0.Add(34990*time.Millisecond), true, res, 50*time.Millisecond)
-		require.Equal(t, 50*time.Millisecond, wait, "held back: a deadline that may not be claimable does not wake")
 	})
 }
 

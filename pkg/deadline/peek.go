@@ -16,13 +16,14 @@ import (
 //
 // The test is conservative: a deadline held back by a per-type watermark only (hold-back after a blind
 // window) counts as due, and the claim that follows finds it held, as it would have without the peek.
+// While hold-back holds any type, the earliest deadline may be held, so it is not reported: only a claim
+// tells the next one it may take.
 func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due bool, res ClaimResult, err error) {
 	if len(slots) == 0 {
 		return false, res, nil
 	}
 	wm := opts.watermark()
 	low, _ := s.watermarkByIndex(wm, opts.WatermarkFor)
-	res.HeldBack = low.Before(opts.Now)
 	pipe := s.rdb.Pipeline()
 	deadlines := make([]*redis.ZSliceCmd, len(slots))
 	alarms := make([]*redis.ZSliceCmd, len(slots))
@@ -44,6 +45,9 @@ func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 		}
 	}
 	due = (nextDeadline >= 0 && nextDeadline <= wm.UnixMilli()) || (nextAlarm >= 0 && nextAlarm <= opts.Now.UnixMilli())
-	res.NextDeadline, res.NextAlarm = msTime(float64(nextDeadline)), msTime(float64(nextAlarm))
+	if !low.Before(opts.Now) {
+		res.NextDeadline = msTime(float64(nextDeadline))
+	}
+	res.NextAlarm = msTime(float64(nextAlarm))
 	return due, res, nil
 }

@@ -187,7 +187,7 @@ func (s *Scanner) wakeUp(ctx context.Context, slots []int, claim bool) (time.Dur
 	if !claim {
 		due, res, err := s.opts.Store.peek(ctx, slots, opts)
 		if err != nil || !due {
-			return nextWait(s.opts.Now(), res.HeldBack, res, s.opts.MaxIdleWait), err
+			return nextWait(s.opts.Now(), res, s.opts.MaxIdleWait), err
 		}
 	}
 	res, err := s.opts.Store.Claim(ctx, slots, opts)
@@ -202,23 +202,17 @@ func (s *Scanner) wakeUp(ctx context.Context, slots []int, claim bool) (time.Dur
 	if res.More {
 		return 0, nil
 	}
-	return nextWait(s.opts.Now(), res.HeldBack, res, s.opts.MaxIdleWait), nil
+	return nextWait(s.opts.Now(), res, s.opts.MaxIdleWait), nil
 }
 
-// nextWait is how long to sleep after a claim: until the earliest alarm entry or claimable deadline,
-// at most maxIdle. While held back (ClaimResult.HeldBack: a watermark was before the claim's now) the
-// next deadline does not shorten the sleep: it may be due but not claimable, and waking for it would
-// spin.
-func nextWait(now time.Time, heldBack bool, res ClaimResult, maxIdle time.Duration) time.Duration {
+// nextWait is how long to sleep after a claim: until the earliest alarm entry or deadline a claim may take
+// (ClaimResult.NextDeadline, which leaves out deadlines hold-back holds), at most maxIdle.
+func nextWait(now time.Time, res ClaimResult, maxIdle time.Duration) time.Duration {
 	wait := maxIdle
-	consider := func(t time.Time) {
+	for _, t := range []time.Time{res.NextAlarm, res.NextDeadline} {
 		if !t.IsZero() {
 			wait = min(wait, max(t.Sub(now), 0))
 		}
-	}
-	consider(res.NextAlarm)
-	if !heldBack {
-		consider(res.NextDeadline)
 	}
 	return wait
 }

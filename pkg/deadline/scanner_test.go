@@ -152,3 +152,58 @@ func testIdleScannerPeeks(t *testing.T, f fixture) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// TestScannerWakesForTypesNotHeld: while hold-back holds an hour-long type (after a blind window), the
+// scanner still wakes for each deadline of a short type, past held deadlines before and between them,
+// rather than polling at its idle cap (an hour here).
+func TestScannerWakesForTypesNotHeld(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Timeout: func(typ string) time.Duration {
+			if typ == "meter" {
+				return time.Hour
+			}
+			return 300 * time.Millisecond
+		}})
+		require.NoError(t, err)
+		require.NoError(t, store.Load(ctx, deadline.DefaultType, "meter"))
+		const n = 24
+		start := time.Now()
+		var sigs []deadline.Signal
+		for i := range n {
+			at := start.Add(time.Duration(i) * 40 * time.Millisecond)
+			sigs = append(sigs,
+				deadline.Signal{Device: fmt.Sprintf("dev-%02d", i), Seen: at},
+				// Held meters: one due already, one due between two devices.
+				deadline.Signal{Device: fmt.Sprintf("meter-past-%02d", i), Type: "meter", Seen: at.Add(-2 * time.Hour)},
+				deadline.Signal{Device: fmt.Sprintf("meter-%02d", i), Type: "meter", Seen: at.Add(-time.Hour + 320*time.Millisecond)})
+		}
+		require.NoError(t, store.Refresh(ctx, sigs))
+		blindFrom := start.Add(-3 * time.Hour)
+		meterHeld := func(now time.Time) deadline.WatermarkFunc {
+			return func(timeout time.Duration) time.Time {
+				if timeout >= time.Hour {
+					return blindFrom
+				}
+				return now
+			}
+		}
+		got, done := runScanner(ctx, deadline.ScannerOptions{Store: store, Watermark: meterHeld, MaxIdleWait: time.Hour, Lease: time.Hour,
+			Batch: 16, Concurrency: 3}, 2*n)
+		seen := map[string]int{}
+		for len(seen) < n {
+			select {
+			case c := <-got:
+				require.NotEqual(t, "meter", c.Type, "%s is held", c.Device)
+				seen[c.Device]++
+				require.Equal(t, 1, seen[c.Device], "%s claimed twice", c.Device)
+				require.GreaterOrEqual(t, time.Now().UnixMilli(), c.State.Deadline, "%s claimed before its deadline", c.Device)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("only %d of %d devices claimed: a loop held back slept for its idle cap instead of until the next deadline", len(seen), n)
+			}
+		}
+		cancel()
+		require.NoError(t, <-done)
+	})
+}

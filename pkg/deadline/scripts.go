@@ -15,6 +15,7 @@ var scriptConstants = strings.NewReplacer(
 	// Scores: deadline_ms × MaxTypes + type index; a dormant alarm entry is scored from dormantAfter up.
 	"${MaxTypes}", strconv.Itoa(MaxTypes),
 	"${heldScanFactor}", strconv.Itoa(heldScanFactor),
+	"${nextScanBound}", strconv.Itoa(nextScanBound),
 	"${DormantAfter}", strconv.Itoa(dormantAfter),
 	"${DefaultType}", luaString(DefaultType),
 	// State hashes and encoded states (state.go).
