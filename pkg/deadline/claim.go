@@ -50,6 +50,10 @@ type ClaimResult struct {
 	// while it holds every type (a watermark that moves on by itself). NextAlarm is the earliest due
 	// alarm entry. Zero when none: the scanner sleeps until the earlier, instead of polling.
 	NextDeadline, NextAlarm time.Time
+	// SlotNext is, per claimed slot in the order given, the earlier of the two in that slot, the claim's
+	// own time when that slot returned a full batch, or zero when neither is known: a scanner claims
+	// again only the slots due (scanner.go, slotSchedule).
+	SlotNext []time.Time
 }
 
 // claimScript claims up to batch due devices of one slot, in four sections: (1) fresh claims, (2) due
@@ -382,10 +386,10 @@ func (o ClaimOptions) watermark() time.Time {
 // a 2 h meter.
 type WatermarkFunc func(timeout time.Duration) time.Time
 
-// nextScanBound bounds how many members after now a claim reads, while hold-back holds some types, to
-// find the next deadline of a type it does not hold: past them the scanner polls, as it does while every
-// type is held.
-const nextScanBound = 16
+// nextScanBound bounds how many members after now a claim or a peek reads, while hold-back holds some
+// types, to find the next deadline of a type it does not hold: past them the scanner polls, as it does
+// while every type is held. A peek reads them all at once, on every idle look at a slot.
+const nextScanBound = 8
 
 // heldScanFactor bounds how many members of held types one claim steps over per slot, in batches: a slot
 // with more of them ahead of a due member of a released type claims that one once they are released.
@@ -434,10 +438,15 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		claims += (len(r.committed)+len(r.again)+len(r.due))/2 + len(r.replacing)/3
 	}
 	res.Claims = make([]Claim, 0, claims)
+	res.SlotNext = make([]time.Time, len(replies))
 	for i, r := range replies {
 		nextDeadline = earliest(nextDeadline, r.nextDeadline)
 		nextAlarm = earliest(nextAlarm, r.nextAlarm)
 		res.More = res.More || r.more
+		res.SlotNext[i] = msTime(float64(earliest(r.nextDeadline, r.nextAlarm)))
+		if r.more {
+			res.SlotNext[i] = opts.Now
+		}
 		if res.Claims, err = s.appendClaims(ctx, res.Claims, slots[i], r, record, repeats); err != nil {
 			return res, err
 		}
@@ -457,12 +466,12 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	return res, nil
 }
 
-// watermarkByIndex applies watermarkFor to every type index this store knows, below wm: it returns the earliest of the
-// watermarks, which the claim script applies to every type, and the watermark (ms) per type index where
-// they differ ("" where they do not). An index this replica has not learnt yet gets the earliest.
-func (s *Store) watermarkByIndex(wm time.Time, watermarkFor WatermarkFunc) (time.Time, string) {
+// watermarks applies watermarkFor to every type index this store knows, below wm: it returns the earliest
+// of the watermarks and, where they differ, each index's (an index this replica has not learnt yet gets
+// the earliest); nil where they do not.
+func (s *Store) watermarks(wm time.Time, watermarkFor WatermarkFunc) (time.Time, []time.Time) {
 	if watermarkFor == nil {
-		return wm, ""
+		return wm, nil
 	}
 	names := s.types.names()
 	byIndex := make([]time.Time, len(names))
@@ -479,15 +488,24 @@ func (s *Store) watermarkByIndex(wm time.Time, watermarkFor WatermarkFunc) (time
 		low = minTime(low, byIndex[i])
 	}
 	if uniform {
-		return low, ""
+		return low, nil
 	}
+	for i, t := range byIndex {
+		if t.IsZero() {
+			byIndex[i] = low
+		}
+	}
+	return low, byIndex
+}
+
+// watermarkByIndex is watermarks with each index's watermark (ms) as the claim script takes it,
+// listSep-separated ("" where they do not differ).
+func (s *Store) watermarkByIndex(wm time.Time, watermarkFor WatermarkFunc) (time.Time, string) {
+	low, byIndex := s.watermarks(wm, watermarkFor)
 	var b strings.Builder
 	for i, t := range byIndex {
 		if i > 0 {
 			b.WriteString(listSep)
-		}
-		if t.IsZero() {
-			t = low
 		}
 		b.WriteString(strconv.FormatInt(t.UnixMilli(), 10))
 	}

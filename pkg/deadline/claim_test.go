@@ -115,9 +115,10 @@ func TestWatermarkPerTimeoutBoundsTheStepOver(t *testing.T) {
 	})
 }
 
-// TestNextDeadlineSkipsHeldTypes: while hold-back holds the sensors, the next deadline a claim reports
-// is the first after now of a type it does not hold, so the scanner wakes for a gateway's deadline
-// instead of polling; past nextScanBound held members, or while every type is held, it reports none.
+// TestNextDeadlineSkipsHeldTypes: while hold-back holds the sensors, the next deadline a claim reports,
+// and a peek's per slot, is the first after now of a type it does not hold, so the scanner wakes for a
+// gateway's deadline instead of polling; past nextScanBound held members, or while every type is held,
+// they report none.
 func TestNextDeadlineSkipsHeldTypes(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		t0 := f.clock.Now()
@@ -129,7 +130,7 @@ func TestNextDeadlineSkipsHeldTypes(t *testing.T) {
 			}
 			f.refresh(t, sensors...)
 		}
-		sensorsDueFrom(0, 10)
+		sensorsDueFrom(0, 5)
 		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
 		sensorsHeld := func(timeout time.Duration) time.Time {
 			if timeout > 30*time.Second {
@@ -137,19 +138,30 @@ func TestNextDeadlineSkipsHeldTypes(t *testing.T) {
 			}
 			return f.clock.Now()
 		}
-		res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: sensorsHeld})
-		require.Empty(t, res.Claims)
-		require.Equal(t, t0.Add(30*time.Second).UnixMilli(), res.NextDeadline.UnixMilli(), "the gateway's deadline, past 10 held sensors")
+		next := func(wm deadline.WatermarkFunc) (claimed, peeked time.Time) {
+			res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: wm})
+			require.Empty(t, res.Claims)
+			_, p, err := f.store.Peek(context.Background(), testenv.AllSlots(1), deadline.ClaimOptions{Now: f.clock.Now(), WatermarkFor: wm})
+			require.NoError(t, err)
+			return res.NextDeadline, p.SlotNext[0]
+		}
+		gateway := t0.Add(30 * time.Second).UnixMilli()
+		claimed, peeked := next(sensorsHeld)
+		require.Equal(t, gateway, claimed.UnixMilli(), "the gateway's deadline, past 5 held sensors")
+		require.Equal(t, gateway, peeked.UnixMilli(), "a peek finds it too")
 
-		res = f.claimAll(t, deadline.ClaimOptions{})
-		require.Equal(t, t0.Add(2*time.Second).UnixMilli(), res.NextDeadline.UnixMilli(), "nothing held: the first sensor's")
+		claimed, peeked = next(nil)
+		require.Equal(t, t0.Add(2*time.Second).UnixMilli(), claimed.UnixMilli(), "nothing held: the first sensor's")
+		require.Equal(t, claimed, peeked)
 
-		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return heldSince }})
-		require.Zero(t, res.NextDeadline, "every type held: the scanner polls")
+		claimed, peeked = next(func(time.Duration) time.Time { return heldSince })
+		require.Zero(t, claimed, "every type held: the scanner polls")
+		require.Zero(t, peeked)
 
-		sensorsDueFrom(10, 10)
-		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: sensorsHeld})
-		require.Zero(t, res.NextDeadline, "20 held sensors ahead of the gateway: more than a claim reads, the scanner polls")
+		sensorsDueFrom(5, 5)
+		claimed, peeked = next(sensorsHeld)
+		require.Zero(t, claimed, "10 held sensors ahead of the gateway: more than a claim reads, the scanner polls")
+		require.Zero(t, peeked)
 	})
 }
 
@@ -392,12 +404,19 @@ func TestNextDue(t *testing.T) {
 		require.Equal(t, t0.Add(35*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
 		require.Equal(t, t0.Add(37*time.Second).UnixMilli(), res.NextAlarm.UnixMilli(), "the lease end is the next alarm")
 
-		wait := deadline.NextWait(f.clock.Now(), res, 50*time.Millisecond)
-		require.Equal(t, 50*time.Millisecond, wait, "capped by max idle wait")
-		wait = deadline.NextWait(t0.Add(34990*time.Millisecond), res, 50*time.Millisecond)
-		require.Equal(t, 10*time.Millisecond, wait)
-		wait = deadline.NextWait(t0.Add(40*time.Second), res, 50*time.Millisecond)
-		require.Equal(t, time.Duration(0), wait, "the overdue lease end is claimable at once")
+		// Per slot: the earliest of a's lease end, b's and c's deadlines among the devices it holds.
+		next := map[string]time.Time{"a": t0.Add(37 * time.Second), "b": t0.Add(35 * time.Second), "c": t0.Add(60 * time.Second)}
+		slots := testenv.AllSlots(f.store.Slots())
+		require.Len(t, res.SlotNext, len(slots))
+		for i, slot := range slots {
+			var want time.Time
+			for dev, at := range next {
+				if deadline.Slot(dev, f.store.Slots()) == slot && (want.IsZero() || at.Before(want)) {
+					want = at
+				}
+			}
+			require.Equal(t, want.UnixMilli(), res.SlotNext[i].UnixMilli(), "slot %d", slot)
+		}
 	})
 }
 

@@ -32,6 +32,11 @@ func (s *Store) AsLinkedByOlderVersion(ctx context.Context, parents ...string) e
 // LoseData is what the store does when it finds that Redis lost data (datalost.go).
 func (s *Store) LoseData() { s.dataLost() }
 
+// Peek is peek: what an idle look at slots finds.
+func (s *Store) Peek(ctx context.Context, slots []int, opts ClaimOptions) (bool, ClaimResult, error) {
+	return s.peek(ctx, slots, opts)
+}
+
 // SetNamed marks every parent as being in the named-parents sets.
 func (s *Store) SetNamed(ctx context.Context) error {
 	return s.rdb.Set(ctx, s.keys.parentsInUse(), parentsNamed, 0).Err()
@@ -40,9 +45,8 @@ func (s *Store) SetNamed(ctx context.Context) error {
 // The package's own parts its black-box tests drive directly (the daemon reaches them only through the
 // store's and the scanner's loops).
 var (
-	Assign   = assign
-	NextWait = nextWait
-	Owner    = owner
+	Assign = assign
+	Owner  = owner
 )
 
 const DormantAfter = dormantAfter

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,38 +18,74 @@ import (
 //
 // The test is conservative: a deadline held back by a per-type watermark only (hold-back after a blind
 // window) counts as due, and the claim that follows finds it held, as it would have without the peek.
-// While hold-back holds any type, the earliest deadline may be held, so it is not reported: only a claim
-// tells the next one it may take.
+// While hold-back holds some types, the earliest deadline may be held, so each slot's next deadline is
+// the first after now of a type not held among the next nextScanBound members, as the claim script
+// finds it; while it holds every type there is none.
 func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due bool, res ClaimResult, err error) {
 	if len(slots) == 0 {
 		return false, res, nil
 	}
 	wm := opts.watermark()
-	low, _ := s.watermarkByIndex(wm, opts.WatermarkFor)
+	low, byIndex := s.watermarks(wm, opts.WatermarkFor)
+	held := low.Before(opts.Now)
 	pipe := s.rdb.Pipeline()
 	deadlines := make([]*redis.ZSliceCmd, len(slots))
 	alarms := make([]*redis.ZSliceCmd, len(slots))
+	var after []*redis.ZSliceCmd // while some types are held and others not
+	if held && byIndex != nil {
+		after = make([]*redis.ZSliceCmd, len(slots))
+	}
+	afterNow := &redis.ZRangeBy{Min: "(" + strconv.FormatInt(opts.Now.UnixMilli()*MaxTypes+MaxTypes-1, 10), Max: "+inf", Count: nextScanBound}
 	for i, slot := range slots {
 		deadlines[i] = pipe.ZRangeWithScores(ctx, s.keys.Deadlines(slot), 0, 0)
 		alarms[i] = pipe.ZRangeWithScores(ctx, s.keys.alarms(slot), 0, 0)
+		if after != nil {
+			after[i] = pipe.ZRangeByScoreWithScores(ctx, s.keys.Deadlines(slot), afterNow)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, res, fmt.Errorf("deadline: peek: %w", err)
 	}
 	var nextDeadline, nextAlarm int64 = -1, -1
+	res.SlotNext = make([]time.Time, len(slots))
 	for i := range slots {
+		slotDeadline, slotAlarm := int64(-1), int64(-1)
 		if z := deadlines[i].Val(); len(z) > 0 {
-			nextDeadline = earliest(nextDeadline, int64(math.Floor(z[0].Score/MaxTypes)))
+			slotDeadline = int64(math.Floor(z[0].Score / MaxTypes))
 		}
 		// A dormant entry is never due (dormantAfter).
 		if z := alarms[i].Val(); len(z) > 0 && z[0].Score < dormantAfter {
-			nextAlarm = earliest(nextAlarm, int64(z[0].Score))
+			slotAlarm = int64(z[0].Score)
 		}
+		nextDeadline, nextAlarm = earliest(nextDeadline, slotDeadline), earliest(nextAlarm, slotAlarm)
+		if held {
+			slotDeadline = -1
+			if after != nil {
+				slotDeadline = firstNotHeld(after[i].Val(), byIndex, low, opts.Now)
+			}
+		}
+		res.SlotNext[i] = msTime(float64(earliest(slotDeadline, slotAlarm)))
 	}
 	due = (nextDeadline >= 0 && nextDeadline <= wm.UnixMilli()) || (nextAlarm >= 0 && nextAlarm <= opts.Now.UnixMilli())
-	if !low.Before(opts.Now) {
+	if !held {
 		res.NextDeadline = msTime(float64(nextDeadline))
 	}
 	res.NextAlarm = msTime(float64(nextAlarm))
 	return due, res, nil
+}
+
+// firstNotHeld is the deadline (ms) of the first of members whose type's watermark (byIndex; low past
+// it) is not before now, or -1.
+func firstNotHeld(members []redis.Z, byIndex []time.Time, low, now time.Time) int64 {
+	for _, z := range members {
+		dl, typ := scoreDeadline(z.Score)
+		wm := low
+		if typ < len(byIndex) {
+			wm = byIndex[typ]
+		}
+		if !wm.Before(now) {
+			return dl.UnixMilli()
+		}
+	}
+	return -1
 }

@@ -134,18 +134,16 @@ func (s *Scanner) loop(ctx context.Context, i int, slotsOf func() []int, wake <-
 	defer timer.Stop()
 	backoff := loop.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	failing := false
-	// claim: this wake-up claims at once (the first, one at a known due time, after a wake or a failure);
-	// else it comes after a full idle wait and peeks first.
-	claim := true
+	sched := newSlotSchedule()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
 		case <-wake:
-			claim = true
+			sched.forget()
 		}
-		wait, err := s.wakeUp(ctx, slotsOf(), claim)
+		wait, err := s.wakeUp(ctx, slotsOf(), sched)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -157,6 +155,7 @@ func (s *Scanner) loop(ctx context.Context, i int, slotsOf func() []int, wake <-
 				s.log.Error("claiming failed; backing off", zap.Error(err))
 			}
 			failing = true
+			sched.forget()
 			wait = backoff.Next()
 		} else {
 			if failing {
@@ -166,16 +165,16 @@ func (s *Scanner) loop(ctx context.Context, i int, slotsOf func() []int, wake <-
 			backoff.Reset()
 			s.woke[i].Store(time.Now().UnixNano())
 		}
-		claim = failing || wait < s.opts.MaxIdleWait
 		timer.Reset(wait)
 	}
 }
 
-// wakeUp claims once, hands the claims over and returns how long to sleep. Unless told to claim, it
-// peeks first (Store.peek) and claims only when something is due: most wake-ups of an idle fleet are the
-// MaxIdleWait polls that bound how late a deadline written elsewhere is noticed, and find nothing.
-func (s *Scanner) wakeUp(ctx context.Context, slots []int, claim bool) (time.Duration, error) {
-	if len(slots) == 0 {
+// wakeUp claims the slots of owned that are due (slotSchedule), hands the claims over and returns how
+// long to sleep. When every slot is to be looked at again, it peeks at the others (Store.peek) and claims
+// them only when something is due: most such looks in an idle fleet are the MaxIdleWait polls that bound
+// how late a deadline written elsewhere is noticed, and find nothing.
+func (s *Scanner) wakeUp(ctx context.Context, owned []int, sched *slotSchedule) (time.Duration, error) {
+	if len(owned) == 0 {
 		return s.opts.MaxIdleWait, nil
 	}
 	now := s.opts.Now()
@@ -184,35 +183,40 @@ func (s *Scanner) wakeUp(ctx context.Context, slots []int, claim bool) (time.Dur
 		wm = s.opts.Watermark(now)
 	}
 	opts := ClaimOptions{Now: now, WatermarkFor: wm, Lease: s.opts.Lease, Batch: s.opts.Batch}
-	if !claim {
-		due, res, err := s.opts.Store.peek(ctx, slots, opts)
-		if err != nil || !due {
-			return nextWait(s.opts.Now(), res, s.opts.MaxIdleWait), err
+	due, others := sched.split(owned, now)
+	if sched.stale(now, s.opts.MaxIdleWait) && len(others) > 0 {
+		peeked, res, err := s.opts.Store.peek(ctx, others, opts)
+		if err != nil {
+			return 0, err
+		}
+		if peeked {
+			due = owned
+		} else {
+			sched.learn(others, res.SlotNext)
 		}
 	}
-	res, err := s.opts.Store.Claim(ctx, slots, opts)
-	if err != nil {
-		return 0, err
-	}
-	if len(res.Claims) > 0 {
-		if err := s.opts.Handle(ctx, res.Claims); err != nil {
+	if len(due) > 0 {
+		if err := s.claim(ctx, due, opts, sched); err != nil {
 			return 0, err
 		}
 	}
-	if res.More {
-		return 0, nil
+	if sched.stale(now, s.opts.MaxIdleWait) {
+		sched.looked = now
 	}
-	return nextWait(s.opts.Now(), res, s.opts.MaxIdleWait), nil
+	return sched.wait(owned, s.opts.Now(), s.opts.MaxIdleWait), nil
 }
 
-// nextWait is how long to sleep after a claim: until the earliest alarm entry or deadline a claim may take
-// (ClaimResult.NextDeadline, which leaves out deadlines hold-back holds), at most maxIdle.
-func nextWait(now time.Time, res ClaimResult, maxIdle time.Duration) time.Duration {
-	wait := maxIdle
-	for _, t := range []time.Time{res.NextAlarm, res.NextDeadline} {
-		if !t.IsZero() {
-			wait = min(wait, max(t.Sub(now), 0))
+// claim claims slots, hands the claims over and records when each slot is due next.
+func (s *Scanner) claim(ctx context.Context, slots []int, opts ClaimOptions, sched *slotSchedule) error {
+	res, err := s.opts.Store.Claim(ctx, slots, opts)
+	if err != nil {
+		return err
+	}
+	if len(res.Claims) > 0 {
+		if err := s.opts.Handle(ctx, res.Claims); err != nil {
+			return err
 		}
 	}
-	return wait
+	sched.learn(slots, res.SlotNext)
+	return nil
 }

@@ -1,0 +1,60 @@
+package deadline
+
+import "time"
+
+// slotSchedule is what one claim loop knows of its slots between wake-ups: when a claim of each may next
+// find work (ClaimResult.SlotNext), and when it last looked at all of them. A wake-up at a known due time
+// claims only the slots due then, so a deadline costs one slot's claim script rather than one per slot
+// of the loop's share; a look at every slot at least every MaxIdleWait still bounds how late a deadline
+// written since by another replica, or earlier than a slot's known next, is noticed.
+type slotSchedule struct {
+	next   map[int]time.Time // slot → its next due time (zero: none known); absent: not looked at yet
+	looked time.Time         // the last look at every slot (zero: none yet)
+}
+
+func newSlotSchedule() *slotSchedule { return &slotSchedule{next: map[int]time.Time{}} }
+
+// forget makes the next wake-up claim every slot (a wake from outside, a failure).
+func (p *slotSchedule) forget() {
+	clear(p.next)
+	p.looked = time.Time{}
+}
+
+// split returns the slots of owned a wake-up at now claims (due by now, or not looked at yet) and the
+// others.
+func (p *slotSchedule) split(owned []int, now time.Time) (due, others []int) {
+	for _, slot := range owned {
+		if t, known := p.next[slot]; !known || (!t.IsZero() && !t.After(now)) {
+			due = append(due, slot)
+		} else {
+			others = append(others, slot)
+		}
+	}
+	return due, others
+}
+
+// stale reports whether every slot is to be looked at again at now.
+func (p *slotSchedule) stale(now time.Time, maxIdle time.Duration) bool {
+	return !now.Before(p.looked.Add(maxIdle))
+}
+
+// learn records the next due times of slots, in the same order.
+func (p *slotSchedule) learn(slots []int, next []time.Time) {
+	for i, slot := range slots {
+		p.next[slot] = next[i]
+	}
+}
+
+// wait is how long to sleep at now: until the earliest due time known among owned, at most until the
+// next look at every slot.
+func (p *slotSchedule) wait(owned []int, now time.Time, maxIdle time.Duration) time.Duration {
+	wake := p.looked.Add(maxIdle)
+	for _, slot := range owned {
+		if t, known := p.next[slot]; !known {
+			return 0
+		} else if !t.IsZero() && t.Before(wake) {
+			wake = t
+		}
+	}
+	return max(wake.Sub(now), 0)
+}
