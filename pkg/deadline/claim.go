@@ -386,9 +386,9 @@ func (o ClaimOptions) watermark() time.Time {
 // a 2 h meter.
 type WatermarkFunc func(timeout time.Duration) time.Time
 
-// nextScanBound bounds how many members after now a claim or a peek reads, while hold-back holds some
-// types, to find the next deadline of a type it does not hold: past them the scanner polls, as it does
-// while every type is held. A peek reads them all at once, on every idle look at a slot.
+// nextScanBound bounds how many members a claim (those after now) or a peek (the first ones) reads while
+// hold-back holds some types, to find the next deadline of a type it does not hold: past them the
+// scanner polls, as it does while every type is held. A peek reads them all at once, on every idle look.
 const nextScanBound = 8
 
 // heldScanFactor bounds how many members of held types one claim steps over per slot, in batches: a slot

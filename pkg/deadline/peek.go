@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,8 +18,8 @@ import (
 // The test is conservative: a deadline held back by a per-type watermark only (hold-back after a blind
 // window) counts as due, and the claim that follows finds it held, as it would have without the peek.
 // While hold-back holds some types, the earliest deadline may be held, so each slot's next deadline is
-// the first after now of a type not held among the next nextScanBound members, as the claim script
-// finds it; while it holds every type there is none.
+// the first after now of a type not held among its first nextScanBound members (read instead of the
+// first alone: one command per slot still); while it holds every type there is none.
 func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due bool, res ClaimResult, err error) {
 	if len(slots) == 0 {
 		return false, res, nil
@@ -31,17 +30,13 @@ func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 	pipe := s.rdb.Pipeline()
 	deadlines := make([]*redis.ZSliceCmd, len(slots))
 	alarms := make([]*redis.ZSliceCmd, len(slots))
-	var after []*redis.ZSliceCmd // while some types are held and others not
+	lastRank := int64(0) // of each slot's deadlines read
 	if held && byIndex != nil {
-		after = make([]*redis.ZSliceCmd, len(slots))
+		lastRank = nextScanBound - 1
 	}
-	afterNow := &redis.ZRangeBy{Min: "(" + strconv.FormatInt(opts.Now.UnixMilli()*MaxTypes+MaxTypes-1, 10), Max: "+inf", Count: nextScanBound}
 	for i, slot := range slots {
-		deadlines[i] = pipe.ZRangeWithScores(ctx, s.keys.Deadlines(slot), 0, 0)
+		deadlines[i] = pipe.ZRangeWithScores(ctx, s.keys.Deadlines(slot), 0, lastRank)
 		alarms[i] = pipe.ZRangeWithScores(ctx, s.keys.alarms(slot), 0, 0)
-		if after != nil {
-			after[i] = pipe.ZRangeByScoreWithScores(ctx, s.keys.Deadlines(slot), afterNow)
-		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, res, fmt.Errorf("deadline: peek: %w", err)
@@ -60,8 +55,8 @@ func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 		nextDeadline, nextAlarm = earliest(nextDeadline, slotDeadline), earliest(nextAlarm, slotAlarm)
 		if held {
 			slotDeadline = -1
-			if after != nil {
-				slotDeadline = firstNotHeld(after[i].Val(), byIndex, low, opts.Now)
+			if byIndex != nil {
+				slotDeadline = firstNotHeld(deadlines[i].Val(), byIndex, low, opts.Now)
 			}
 		}
 		res.SlotNext[i] = msTime(float64(earliest(slotDeadline, slotAlarm)))
@@ -74,11 +69,14 @@ func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 	return due, res, nil
 }
 
-// firstNotHeld is the deadline (ms) of the first of members whose type's watermark (byIndex; low past
-// it) is not before now, or -1.
+// firstNotHeld is the deadline (ms) of the first of members due after now whose type's watermark
+// (byIndex; low past it) is not before now, or -1.
 func firstNotHeld(members []redis.Z, byIndex []time.Time, low, now time.Time) int64 {
 	for _, z := range members {
 		dl, typ := scoreDeadline(z.Score)
+		if !dl.After(now) {
+			continue
+		}
 		wm := low
 		if typ < len(byIndex) {
 			wm = byIndex[typ]

@@ -208,10 +208,12 @@ func (s *Scanner) wakeUp(ctx context.Context, owned []int, sched *slotSchedule) 
 
 // claim claims slots, hands the claims over and records when each slot is due next.
 func (s *Scanner) claim(ctx context.Context, slots []int, opts ClaimOptions, sched *slotSchedule) error {
+	sched.claimed = opts.Now
 	res, err := s.opts.Store.Claim(ctx, slots, opts)
 	if err != nil {
 		return err
 	}
+	sched.backlog = res.More
 	if len(res.Claims) > 0 {
 		if err := s.opts.Handle(ctx, res.Claims); err != nil {
 			return err

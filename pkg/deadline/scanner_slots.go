@@ -10,7 +10,17 @@ import "time"
 type slotSchedule struct {
 	next   map[int]time.Time // slot → its next due time (zero: none known); absent: not looked at yet
 	looked time.Time         // the last look at every slot (zero: none yet)
+	// claimed is when the last claim began, and backlog whether a slot of it returned a full batch
+	// (claimed again at once).
+	claimed time.Time
+	backlog bool
 }
+
+// claimGap is the least time between two claims of one loop woken for due times (not after a full
+// batch, nor when woken from outside): the deadlines due within it are claimed and published together.
+// A claim per deadline costs Redis and the replica several times as much once deadlines come a few
+// thousand a second, for a few milliseconds of lateness saved.
+const claimGap = 5 * time.Millisecond
 
 func newSlotSchedule() *slotSchedule { return &slotSchedule{next: map[int]time.Time{}} }
 
@@ -56,5 +66,15 @@ func (p *slotSchedule) wait(owned []int, now time.Time, maxIdle time.Duration) t
 			wake = t
 		}
 	}
+	if !p.backlog {
+		wake = latest(wake, p.claimed.Add(claimGap))
+	}
 	return max(wake.Sub(now), 0)
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -39,3 +39,21 @@ func TestSlotScheduleClaimsOnlyDueSlots(t *testing.T) {
 	due, _ = p.split(owned, t0)
 	require.Equal(t, owned, due, "after a wake from outside: every slot")
 }
+
+// TestSlotScheduleGapsClaims: a loop woken for due times claims at most once per claimGap, so deadlines
+// due close together go out in one claim; after a full batch it claims again at once.
+func TestSlotScheduleGapsClaims(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	maxIdle := 50 * time.Millisecond
+	p := newSlotSchedule()
+	owned := []int{0, 4}
+	p.looked, p.claimed = t0, t0
+	p.learn(owned, []time.Time{t0.Add(time.Millisecond), t0.Add(20 * time.Millisecond)})
+	require.Equal(t, claimGap, p.wait(owned, t0, maxIdle), "a deadline 1 ms after the last claim waits for the gap")
+	require.Equal(t, 2*time.Millisecond, p.wait(owned, t0.Add(3*time.Millisecond), maxIdle))
+	p.learn(owned[:1], []time.Time{t0.Add(10 * time.Millisecond)})
+	require.Equal(t, 10*time.Millisecond, p.wait(owned, t0, maxIdle), "past the gap: the deadline itself")
+	p.backlog = true
+	p.learn(owned[:1], []time.Time{t0})
+	require.Equal(t, time.Duration(0), p.wait(owned, t0, maxIdle), "a full batch: at once")
+}
