@@ -389,7 +389,7 @@ type WatermarkFunc func(timeout time.Duration) time.Time
 // nextScanBound bounds how many members a claim (those after now) or a peek (the first ones) reads while
 // hold-back holds some types, to find the next deadline of a type it does not hold: past them the
 // scanner polls, as it does while every type is held. A peek reads them all at once, on every idle look.
-const nextScanBound = 8
+const nextScanBound = 4
 
 // heldScanFactor bounds how many members of held types one claim steps over per slot, in batches: a slot
 // with more of them ahead of a due member of a released type claims that one once they are released.

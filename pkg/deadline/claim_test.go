@@ -130,7 +130,7 @@ func TestNextDeadlineSkipsHeldTypes(t *testing.T) {
 			}
 			f.refresh(t, sensors...)
 		}
-		sensorsDueFrom(0, 5)
+		sensorsDueFrom(0, 2)
 		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
 		sensorsHeld := func(timeout time.Duration) time.Time {
 			if timeout > 30*time.Second {
@@ -147,7 +147,7 @@ func TestNextDeadlineSkipsHeldTypes(t *testing.T) {
 		}
 		gateway := t0.Add(30 * time.Second).UnixMilli()
 		claimed, peeked := next(sensorsHeld)
-		require.Equal(t, gateway, claimed.UnixMilli(), "the gateway's deadline, past 5 held sensors")
+		require.Equal(t, gateway, claimed.UnixMilli(), "the gateway's deadline, past 2 held sensors")
 		require.Equal(t, gateway, peeked.UnixMilli(), "a peek finds it too")
 
 		claimed, peeked = next(nil)
@@ -158,9 +158,9 @@ func TestNextDeadlineSkipsHeldTypes(t *testing.T) {
 		require.Zero(t, claimed, "every type held: the scanner polls")
 		require.Zero(t, peeked)
 
-		sensorsDueFrom(5, 5)
+		sensorsDueFrom(2, 3)
 		claimed, peeked = next(sensorsHeld)
-		require.Zero(t, claimed, "10 held sensors ahead of the gateway: more than a claim reads, the scanner polls")
+		require.Zero(t, claimed, "5 held sensors ahead of the gateway: more than a claim reads, the scanner polls")
 		require.Zero(t, peeked)
 	})
 }
