@@ -40,6 +40,25 @@ func runScanner(ctx context.Context, opts deadline.ScannerOptions, buffer int) (
 	return claims, result
 }
 
+// awaitEachOnce receives claims from got until n devices were claimed, each once and none before its
+// deadline, checking each claim with check too; it fails when that takes 10 s (a loop that slept for its
+// idle cap instead of until the next deadline).
+func awaitEachOnce(t *testing.T, got <-chan deadline.Claim, n int, check func(deadline.Claim)) {
+	t.Helper()
+	seen := map[string]int{}
+	for len(seen) < n {
+		select {
+		case c := <-got:
+			check(c)
+			seen[c.Device]++
+			require.Equal(t, 1, seen[c.Device], "%s claimed twice", c.Device)
+			require.GreaterOrEqual(t, time.Now().UnixMilli(), c.State.Deadline, "%s claimed before its deadline", c.Device)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of %d devices claimed: a loop slept for its idle cap instead of until the next deadline", len(seen), n)
+		}
+	}
+}
+
 // TestScannersSleepUntilTheNextDeadline: several claim loops over shares of the slots, with an idle cap of
 // an hour, must still wake for each deadline they learned of — and claim every device exactly once.
 func TestScannersSleepUntilTheNextDeadline(t *testing.T) {
@@ -56,17 +75,7 @@ func TestScannersSleepUntilTheNextDeadline(t *testing.T) {
 		}
 		require.NoError(t, store.Refresh(ctx, sigs))
 		got, done := runScanner(ctx, deadline.ScannerOptions{Store: store, MaxIdleWait: time.Hour, Lease: time.Hour, Batch: 16, Concurrency: 3}, 2*n)
-		seen := map[string]int{}
-		for len(seen) < n {
-			select {
-			case c := <-got:
-				seen[c.Device]++
-				require.Equal(t, 1, seen[c.Device], "%s claimed twice", c.Device)
-				require.GreaterOrEqual(t, time.Now().UnixMilli(), c.State.Deadline, "%s claimed before its deadline", c.Device)
-			case <-time.After(10 * time.Second):
-				t.Fatalf("only %d of %d devices claimed: a loop slept for its idle cap instead of until the next deadline", len(seen), n)
-			}
-		}
+		awaitEachOnce(t, got, n, func(deadline.Claim) {})
 		cancel()
 		require.NoError(t, <-done)
 	})
@@ -191,18 +200,7 @@ func TestScannerWakesForTypesNotHeld(t *testing.T) {
 		}
 		got, done := runScanner(ctx, deadline.ScannerOptions{Store: store, Watermark: meterHeld, MaxIdleWait: time.Hour, Lease: time.Hour,
 			Batch: 16, Concurrency: 3}, 2*n)
-		seen := map[string]int{}
-		for len(seen) < n {
-			select {
-			case c := <-got:
-				require.NotEqual(t, "meter", c.Type, "%s is held", c.Device)
-				seen[c.Device]++
-				require.Equal(t, 1, seen[c.Device], "%s claimed twice", c.Device)
-				require.GreaterOrEqual(t, time.Now().UnixMilli(), c.State.Deadline, "%s claimed before its deadline", c.Device)
-			case <-time.After(10 * time.Second):
-				t.Fatalf("only %d of %d devices claimed: a loop held back slept for its idle cap instead of until the next deadline", len(seen), n)
-			}
-		}
+		awaitEachOnce(t, got, n, func(c deadline.Claim) { require.NotEqual(t, "meter", c.Type, "%s is held", c.Device) })
 		cancel()
 		require.NoError(t, <-done)
 	})
