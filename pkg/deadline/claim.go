@@ -90,19 +90,20 @@ local leased = string.format('%.0f', now + lease)
 -- The highest score due by watermark w (ms) for every type.
 local function dueBy(w) return string.format('%.0f', w * ${MaxTypes} + ${MaxTypes} - 1) end
 
+-- The watermarks per type index (index + 1; ARGV[7]) and the latest of them or of the common one.
+local wms, high = {}, wm
+for v in string.gmatch(wmByType, ${listItem}) do
+  local x = tonumber(v)
+  wms[#wms+1] = x
+  if x > high then high = x end
+end
+
 -- Past the common watermark, the members of types whose own watermark is later (ARGV[7]) are due too:
 -- appended to due (flat pairs) up to batch in all. Members of types still held are stepped over, at most
 -- batch × ${heldScanFactor} of them a call. Returns the members appended, to be removed by name.
 local function pastWatermark(due)
   local byName = {}
-  if #due / 2 >= batch or wmByType == '' then return byName end
-  local wms, high = {}, wm
-  for v in string.gmatch(wmByType, ${listItem}) do
-    local x = tonumber(v)
-    wms[#wms+1] = x
-    if x > high then high = x end
-  end
-  if high <= wm then return byName end
+  if #due / 2 >= batch or high <= wm then return byName end
   -- Read only what can fill the batch, then past the held members read, up to the scan bound: most
   -- often nothing between the watermarks is held, and one read of what is needed fills it.
   local offset, bound = 0, batch * ${heldScanFactor}
@@ -281,13 +282,7 @@ end
 -- after now of a type it does not hold, among the next ${nextScanBound} members; while it holds every type, or
 -- those members are all held, there is none and the scanner polls (detection.max_idle_wait).
 local function nextDeadline()
-  local wms, held = {}, wm < now
-  for v in string.gmatch(wmByType, ${listItem}) do
-    local x = tonumber(v)
-    wms[#wms+1] = x
-    held = held and x < now
-  end
-  if held then return -1 end
+  if high < now then return -1 end
   if #wms == 0 then
     local d = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
     if d[2] then return floor(tonumber(d[2]) / ${MaxTypes}) end
