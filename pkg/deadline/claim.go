@@ -48,11 +48,11 @@ type ClaimResult struct {
 	// NextDeadline is the earliest deadline left in the claimed slots that a claim may take once it is
 	// due: while hold-back holds some types, the first after now of a type it does not hold, and zero
 	// while it holds every type (a watermark that moves on by itself). NextAlarm is the earliest due
-	// alarm entry. Zero when none: the scanner sleeps until the earlier, instead of polling.
+	// alarm entry. Zero when none.
 	NextDeadline, NextAlarm time.Time
 	// SlotNext is, per claimed slot in the order given, the earlier of the two in that slot, the claim's
-	// own time when that slot returned a full batch, or zero when neither is known: a scanner claims
-	// again only the slots due (scanner.go, slotSchedule).
+	// own time when that slot returned a full batch, or zero when neither is known: the scanner sleeps
+	// until the earliest instead of polling, and claims only the slots due (scanner.go, slotSchedule).
 	SlotNext []time.Time
 }
 
