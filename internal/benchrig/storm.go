@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -102,7 +103,13 @@ func (r *Rig) Storm(ctx context.Context, o StormOptions, timer Timer) (StormResu
 	if !time.Now().Before(res.Deadline) {
 		return res, fmt.Errorf("benchrig: writing %d devices outlasted the margin before the first deadline", o.Fleet)
 	}
-	stop := r.startScanner()
+	// The scanner's goroutines carry the run's kind as a pprof label (benchrig=storm or plain), so a CPU
+	// profile of hbbench (-cpuprofile) tells the storm's detection from the baseline's and from the
+	// fleet's writes (go tool pprof -tagfocus benchrig=storm).
+	var stop func() error
+	pprof.Do(ctx, pprof.Labels("benchrig", map[bool]string{true: "plain", false: "storm"}[o.Plain]), func(context.Context) {
+		stop = r.startScanner()
+	})
 	timeout := time.Until(res.GatewayDeadline.Add(r.parentWait)) + time.Minute
 	timer.StartTimer()
 	var waitErr error
