@@ -106,10 +106,12 @@ func (r *Rig) Storm(ctx context.Context, o StormOptions, timer Timer) (StormResu
 	// The scanner's goroutines carry the run's kind as a pprof label (benchrig=storm or plain), so a CPU
 	// profile of hbbench (-cpuprofile) tells the storm's detection from the baseline's and from the
 	// fleet's writes (go tool pprof -tagfocus benchrig=storm).
+	kind := "storm"
+	if o.Plain {
+		kind = "plain"
+	}
 	var stop func() error
-	pprof.Do(ctx, pprof.Labels("benchrig", map[bool]string{true: "plain", false: "storm"}[o.Plain]), func(context.Context) {
-		stop = r.startScanner()
-	})
+	pprof.Do(ctx, pprof.Labels("benchrig", kind), func(context.Context) { stop = r.startScanner() })
 	timeout := time.Until(res.GatewayDeadline.Add(r.parentWait)) + time.Minute
 	timer.StartTimer()
 	var waitErr error

@@ -184,7 +184,8 @@ func (s *Scanner) wakeUp(ctx context.Context, owned []int, sched *slotSchedule) 
 	}
 	opts := ClaimOptions{Now: now, WatermarkFor: wm, Lease: s.opts.Lease, Batch: s.opts.Batch}
 	due, others := sched.split(owned, now)
-	if sched.stale(now, s.opts.MaxIdleWait) && len(others) > 0 {
+	stale := sched.stale(now, s.opts.MaxIdleWait)
+	if stale && len(others) > 0 {
 		peeked, res, err := s.opts.Store.peek(ctx, others, opts)
 		if err != nil {
 			return 0, err
@@ -200,7 +201,7 @@ func (s *Scanner) wakeUp(ctx context.Context, owned []int, sched *slotSchedule) 
 			return 0, err
 		}
 	}
-	if sched.stale(now, s.opts.MaxIdleWait) {
+	if stale {
 		sched.looked = now
 	}
 	return sched.wait(owned, s.opts.Now(), s.opts.MaxIdleWait), nil

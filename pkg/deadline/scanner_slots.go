@@ -67,12 +67,13 @@ func (p *slotSchedule) wait(owned []int, now time.Time, maxIdle time.Duration) t
 		}
 	}
 	if !p.backlog {
-		wake = latest(wake, p.claimed.Add(claimGap))
+		wake = maxTime(wake, p.claimed.Add(claimGap))
 	}
 	return max(wake.Sub(now), 0)
 }
 
-func latest(a, b time.Time) time.Time {
+// maxTime is the later of a and b (minTime's pair).
+func maxTime(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
 	}
