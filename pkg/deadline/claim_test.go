@@ -90,6 +90,55 @@ func TestWatermarkPerTimeout(t *testing.T) {
 	})
 }
 
+// TestClaimPastHeldMembersLeavesThemInPlace: the members a claim takes past the common watermark, before
+// and after held ones, leave the deadlines set; the held ones stay, each with its deadline, for the claim
+// that releases them.
+func TestClaimPastHeldMembersLeavesThemInPlace(t *testing.T) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
+		t0 := f.clock.Now()
+		blindFrom := t0.Add(-time.Minute)
+		at := func(prefix, typ string, n int, deadline time.Time) []deadline.Signal {
+			return fleet(n, prefix, deadline.Add(-timeoutOf(typ)), func(int) string { return typ })
+		}
+		f.refresh(t, at("old-", "gateway", 2, blindFrom.Add(-time.Second))...) // due by the common watermark
+		f.refresh(t, at("before-", "gateway", 5, t0.Add(5*time.Second))...)    // due by their own, before the held
+		f.refresh(t, at("sensor-", "sensor", 10, t0.Add(10*time.Second))...)   // held
+		f.refresh(t, at("after-", "gateway", 5, t0.Add(20*time.Second))...)    // due by their own, after the held
+		f.clock.Advance(time.Minute)
+		held := func(timeout time.Duration) time.Time {
+			if timeout > 30*time.Second {
+				return blindFrom
+			}
+			return f.clock.Now()
+		}
+
+		res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 64})
+		want := devices(nil)
+		for _, p := range []string{"after-", "before-", "old-"} {
+			for i := range 5 {
+				if p != "old-" || i < 2 {
+					want = append(want, fmt.Sprintf("%s%d", p, i))
+				}
+			}
+		}
+		require.Equal(t, want, devices(res.Claims))
+		left, err := f.rdb.ZRangeWithScores(context.Background(), f.store.Keys().Deadlines(0), 0, -1).Result()
+		require.NoError(t, err)
+		var names []string
+		for _, z := range left {
+			names = append(names, z.Member.(string))
+		}
+		require.Equal(t, []string{"sensor-0", "sensor-1", "sensor-2", "sensor-3", "sensor-4", "sensor-5", "sensor-6",
+			"sensor-7", "sensor-8", "sensor-9"}, names, "only the held sensors are left")
+
+		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.clock.Now() }})
+		require.Len(t, res.Claims, 10, "released")
+		for _, c := range res.Claims {
+			require.Equal(t, t0.Add(10*time.Second), c.State.DeadlineTime(), c.Device)
+		}
+	})
+}
+
 // TestWatermarkPerTimeoutBoundsTheStepOver: a slot whose held members outnumber what one claim steps
 // over claims nothing past them, and says it is held back, rather than reading the whole slot.
 func TestWatermarkPerTimeoutBoundsTheStepOver(t *testing.T) {
