@@ -382,7 +382,6 @@ const maxRecordFetches = 16
 func (s *KafkaSource) observe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.DialTimeout)
 	defer cancel()
-	rebalanced := s.rebalancedSinceObserved()
 	md, err := s.client.Metadata(ctx, &kafka.MetadataRequest{Topics: s.opts.Topics})
 	if err != nil {
 		return fmt.Errorf("ingest: kafka metadata: %w", err)
@@ -403,10 +402,13 @@ func (s *KafkaSource) observe(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ingest: kafka committed offsets: %w", err)
 	}
-	o := observation{at: s.opts.Now(), ends: map[topicPartition]int64{}, committed: map[topicPartition]int64{}, rebalanced: rebalanced}
+	o := observation{at: s.opts.Now(), ends: map[topicPartition]int64{}, committed: map[topicPartition]int64{}}
 	if o.state, o.tags, err = s.describeGroup(ctx); err != nil {
 		return err
 	}
+	// Asked after the description: a rebalance over before it was described shows as Stable, and only
+	// this reader's new generation tells of it.
+	o.rebalanced = s.rebalancedSinceObserved()
 	req := map[string][]kafka.OffsetRequest{}
 	for topic, ps := range parts {
 		committed := map[int]int64{}

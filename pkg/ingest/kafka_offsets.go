@@ -170,12 +170,14 @@ type groupWatch struct {
 	observed, started time.Time
 	state             string
 	tags              map[string]bool
-	// quiet is the last observation at which the group was stable and this reader had not rebalanced.
-	// revoked, when set, is the quiet observation before a rebalance (the revocation came later) and
-	// settled the first quiet one after it (the new assignment was in place): the group is blind from
-	// revoked until every partition is read past settled.
-	quiet, revoked, settled time.Time
-	failing                 error
+	// quiet is the last observation at which the group was stable and this reader had not rebalanced,
+	// quietBefore the one before it. revoked, when set, is the quiet observation before the last one
+	// when a rebalance was seen (the revocation came later) and settled the first quiet one after it
+	// (the new assignment was in place): the group is blind from revoked until every partition is read
+	// past settled. One quiet observation is skipped because the last may have described the group
+	// Stable after a quick rebalance whose new generation this reader reported a moment later.
+	quiet, quietBefore, revoked, settled time.Time
+	failing                              error
 }
 
 // partitionWatch is one partition as observed.
@@ -253,14 +255,14 @@ func (g *groupWatch) fold(o observation) {
 	switch {
 	case o.rebalanced || o.state != groupStable:
 		if g.revoked.IsZero() {
-			g.revoked = g.quiet
+			g.revoked = g.quietBefore
 			if g.revoked.IsZero() {
 				g.revoked = g.started // a rebalance from before the first observation: this process's join
 			}
 		}
 		g.settled = time.Time{}
 	default:
-		g.quiet = o.at
+		g.quiet, g.quietBefore = o.at, g.quiet
 		if g.revoked.IsZero() {
 			break
 		}

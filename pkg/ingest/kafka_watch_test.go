@@ -69,8 +69,9 @@ func TestGroupWatchOldTimestampIsNoLag(t *testing.T) {
 	require.Zero(t, lagAt(g, time.Second))
 }
 
-// TestGroupWatchRebalance: a rebalance is blind from the last quiet observation before it until every
-// partition is read past the first quiet observation after it (the new assignment in place).
+// TestGroupWatchRebalance: a rebalance is blind from the quiet observation before the last one before
+// it until every partition is read past the first quiet observation after it (the new assignment in
+// place).
 func TestGroupWatchRebalance(t *testing.T) {
 	g := newGroupWatch(time.Now)
 	blindAt := func(d time.Duration) time.Time {
@@ -92,9 +93,16 @@ func TestGroupWatchRebalance(t *testing.T) {
 	tp := topicPartition{"s", 0}
 	g.fold(observation{at: watchAt(5 * time.Second), ends: map[topicPartition]int64{tp: 15}, committed: map[topicPartition]int64{tp: 15},
 		state: "PreparingRebalance"})
-	require.Equal(t, watchAt(4*time.Second), blindAt(5*time.Second))
+	require.Equal(t, watchAt(3*time.Second), blindAt(5*time.Second))
 	observe(g, 6*time.Second, 15, 15, false)
 	require.True(t, blindAt(6*time.Second).IsZero(), "caught up at once")
+
+	// A rebalance over before the group was described looks quiet; this reader's new generation,
+	// reported a moment later, shows it at the next observation: blind from the quiet one before.
+	observe(g, 7*time.Second, 15, 15, false)
+	observe(g, 8*time.Second, 15, 15, false) // the group already Stable again
+	observe(g, 9*time.Second, 15, 15, true)
+	require.Equal(t, watchAt(7*time.Second), blindAt(9*time.Second))
 
 	// The first observation is this process joining: blind from when it started.
 	j := newGroupWatch(time.Now)
