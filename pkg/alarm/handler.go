@@ -331,10 +331,14 @@ func (h *Handler) parents(ctx context.Context, claims []deadline.Claim) ([]*dead
 	if err != nil {
 		return nil, nil, err
 	}
+	shared := make(map[string]*deadline.Parent, len(ids)) // one per parent: a storm's children share a few
+	for _, p := range ids {
+		v := views[p]
+		shared[p] = &v
+	}
 	for i, p := range names {
 		if p != "" && mayBeHeld(claims[i].State) {
-			v := views[p]
-			out[i] = &v
+			out[i] = shared[p]
 		}
 	}
 	return out, names, nil

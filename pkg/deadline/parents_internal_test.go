@@ -38,12 +38,15 @@ func TestSlotOrderGroupsAWakesChildrenBySlot(t *testing.T) {
 		slot := Slot(k.child, 8)
 		bySlotBefore[slot] = append(bySlotBefore[slot], k)
 	}
-	ordered := s.slotOrder(slices.Clone(kids))
+	ordered, slots := s.slotOrder(slices.Clone(kids))
+	require.Equal(t, 8, slots)
 	require.Len(t, ordered, len(kids))
 	runs := 0
 	bySlotAfter := map[int][]wakeUp{}
 	for i, k := range ordered {
 		slot := Slot(k.child, 8)
+		require.Equal(t, slot, k.slot, "%s carries its slot", k.child)
+		k.slot = 0 // compared with the kids as found
 		if i == 0 || slot != Slot(ordered[i-1].child, 8) {
 			runs++
 		}
