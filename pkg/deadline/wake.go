@@ -226,7 +226,8 @@ if #kids > 0 then
   states = gather(kids, function(...) return redis.call('HMGET', KEYS[3], ...) end)
   scores = gather(kids, function(...) return redis.call('ZMSCORE', KEYS[1], ...) end)
 end
-local hset, lease, recorded = {}, {}, {}
+-- hset is the committed pairs (device, suppression) until the guard is appended: the record's list too.
+local hset, lease = {}, {}
 for j, m in ipairs(kids) do
   local st, sc = states[j], scores[j]
   local dl, typ
@@ -237,8 +238,6 @@ for j, m in ipairs(kids) do
     hset[#hset+1] = sup
     lease[#lease+1] = recheckAt
     lease[#lease+1] = m
-    recorded[#recorded+1] = m
-    recorded[#recorded+1] = sup
   else
     due[#due+1] = now
     due[#due+1] = m
@@ -248,16 +247,17 @@ local moved = 0
 pieces(due, 2, function(...) moved = moved + redis.call('ZADD', KEYS[2], 'XX', 'LT', 'CH', ...) end)
 local causes, committed = {}, ''
 if #hset > 0 then
-  hset[#hset+1] = ${stateGuardField}
-  hset[#hset+1] = ${stateGuardValue}
+  local n = #hset
+  committed = table.concat(hset, ${packSep})
+  hset[n+1] = ${stateGuardField}
+  hset[n+2] = ${stateGuardValue}
   pieces(hset, 2, function(...) redis.call('HSET', KEYS[3], ...) end)
   pieces(lease, 2, function(...) redis.call('ZADD', KEYS[2], ...) end)
-  committed = table.concat(recorded, ${packSep})
   redis.call('HSET', KEYS[4], record, committed)
   redis.call('ZADD', KEYS[2], leased, record)
   if redis.call('EXISTS', KEYS[5]) == 1 then
     local devs = {}
-    for i = 1, #recorded, 2 do devs[#devs+1] = recorded[i] end
+    for i = 1, n, 2 do devs[#devs+1] = hset[i] end
     local vals = gather(devs, function(...) return redis.call('HMGET', KEYS[5], ...) end)
     for k, d in ipairs(devs) do
       if vals[k] then
