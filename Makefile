@@ -16,9 +16,9 @@ dev: ## run heartbeatd with in-process Redis, MQTT and Kafka and a simulated fle
 	$(GO) run ./cmd/heartbeatd dev
 
 # command → Debian package, for every server and tool the tests start.
-TEST_TOOLS := redis-server:redis-server mosquitto:mosquitto promtool:prometheus \
-	prometheus-alertmanager:prometheus-alertmanager chromium:chromium faketime:faketime \
-	systemd-analyze:systemd
+TEST_TOOLS := redis-server:redis-server mosquitto:mosquitto mosquitto_sub:mosquitto-clients \
+	promtool:prometheus prometheus-alertmanager:prometheus-alertmanager chromium:chromium \
+	faketime:faketime systemd-analyze:systemd
 
 deps: ## install the servers and tools the tests start (apt-get) when they are missing
 	@missing=""; \
