@@ -74,7 +74,7 @@ type KafkaSource struct {
 	align     *aligner
 
 	// generation is the group's current one (nil before the first), which commits go through;
-	// generations counts those started, observedGenerations the count the group watch last saw.
+	// generations counts those started, observedGenerations the count the group watch last folded in.
 	generation          atomic.Pointer[kafka.Generation]
 	generations         atomic.Int64
 	observedGenerations atomic.Int64
@@ -329,12 +329,6 @@ func (s *KafkaSource) probeLoop(ctx context.Context, chain *Chain) {
 	}
 }
 
-// rebalancedSinceObserved reports whether a generation started since the last call.
-func (s *KafkaSource) rebalancedSinceObserved() bool {
-	n := s.generations.Load()
-	return s.observedGenerations.Swap(n) != n
-}
-
 // balancers are kafka-go's default ones, with Member in this process's member metadata.
 func (s *KafkaSource) balancers() []kafka.GroupBalancer {
 	bs := []kafka.GroupBalancer{kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}}
@@ -406,9 +400,11 @@ func (s *KafkaSource) observe(ctx context.Context) error {
 	if o.state, o.tags, err = s.describeGroup(ctx); err != nil {
 		return err
 	}
-	// Asked after the description: a rebalance over before it was described shows as Stable, and only
-	// this reader's new generation tells of it.
-	o.rebalanced = s.rebalancedSinceObserved()
+	// Counted after the description: a rebalance over before it was described shows as Stable, and only
+	// this reader's new generation tells of it. Marked seen only once folded, so a failed observation
+	// leaves it to the next.
+	generations := s.generations.Load()
+	o.rebalanced = generations != s.observedGenerations.Load()
 	req := map[string][]kafka.OffsetRequest{}
 	for topic, ps := range parts {
 		committed := map[int]int64{}
@@ -448,6 +444,7 @@ func (s *KafkaSource) observe(ctx context.Context) error {
 		}
 	}
 	s.watch.fold(o)
+	s.observedGenerations.Store(generations)
 	s.fetchRecordTimes(ctx)
 	return nil
 }
