@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/internal/invariant"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -28,6 +29,9 @@ type collector struct {
 	early []string
 	// outages are the ids of the outage_started events that arrived.
 	outages map[string]bool
+	// incidents checks every event, with every signal the scenario's devices sent, against the
+	// incident's invariants (docs/concepts.md#the-incident).
+	incidents *invariant.Checker
 }
 
 type recordAt struct {
@@ -45,7 +49,7 @@ type deviceEvents struct {
 func newCollector(t *testing.T, k *testenv.Kafka) *collector {
 	t.Helper()
 	c := &collector{kafka: k, seen: map[recordAt]bool{}, copies: map[string]int{}, devices: map[event.Kind]map[string]*deviceEvents{},
-		deadletters: map[string][]string{}, outages: map[string]bool{}}
+		deadletters: map[string][]string{}, outages: map[string]bool{}, incidents: invariant.New(invariant.Options{})}
 	k.Consume(t, c.add, eventsTopic, deadletterTopic)
 	return c
 }
@@ -77,6 +81,7 @@ func (c *collector) take(r testenv.Record) bool {
 		return true
 	}
 	c.copies[e.ID]++
+	c.incidents.Event(e, r.Offset)
 	if e.Kind == event.OutageStarted {
 		c.outages[e.OutageID] = true
 	}
@@ -190,6 +195,7 @@ type tally struct {
 	expected, got, lost, falses, dup int
 	detail                           []string
 	lostIDs                          []string // the first few lost devices, for the daemon to explain
+	incidents                        invariant.Report
 	// figures are further measurements of the scenario ("name=value"), printed after the counts.
 	figures []string
 }
@@ -211,6 +217,7 @@ func (c *collector) tallyInterrupted(scenario string, devices int, expected []st
 // tally counts the events of kind: expected devices must each have one; every other device with one is
 // false; dup is every extra copy of an event id (of any kind).
 func (c *collector) tally(kind event.Kind, scenario string, devices int, expected []string) tally {
+	incidents := c.checkIncidents()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	want := make(map[string]bool, len(expected))
@@ -218,7 +225,7 @@ func (c *collector) tally(kind event.Kind, scenario string, devices int, expecte
 		want[id] = true
 	}
 	got := c.devices[kind]
-	r := tally{scenario: scenario, devices: devices, expected: len(expected)}
+	r := tally{scenario: scenario, devices: devices, expected: len(expected), incidents: incidents}
 	for _, id := range expected {
 		if got[id] != nil {
 			r.got++
@@ -246,6 +253,17 @@ func (c *collector) tally(kind event.Kind, scenario string, devices int, expecte
 	return r
 }
 
+// checkIncidents is the incident checker's verdict. A recovered still on its way shows as a violation
+// until it arrives, so it waits (a few seconds at most) for a clean verdict before it gives the last one.
+func (c *collector) checkIncidents() invariant.Report {
+	var r invariant.Report
+	poll(15*time.Second, func() bool {
+		r = c.incidents.Check()
+		return len(r.Violations) == 0
+	})
+	return r
+}
+
 // plus counts r and o as one scenario (o's dup is the same count: dup is over every event).
 func (r tally) plus(o tally) tally {
 	r.expected += o.expected
@@ -259,8 +277,8 @@ func (r tally) plus(o tally) tally {
 
 // line is the scenario's one-line summary.
 func (r tally) line() string {
-	line := fmt.Sprintf("chaos: %s devices=%d expected=%d got=%d lost=%d false=%d dup=%d",
-		r.scenario, r.devices, r.expected, r.got, r.lost, r.falses, r.dup)
+	line := fmt.Sprintf("chaos: %s devices=%d expected=%d got=%d lost=%d false=%d dup=%d %s",
+		r.scenario, r.devices, r.expected, r.got, r.lost, r.falses, r.dup, r.incidents.Summary())
 	for _, f := range r.figures {
 		line += " " + f
 	}
@@ -268,14 +286,14 @@ func (r tally) line() string {
 }
 
 // report prints the scenario's line (t.Log and stdout, so `make chaos` shows it) and fails the test
-// when anything was lost or false.
+// when anything was lost or false, or the incident checker found a broken invariant.
 func report(t *testing.T, r tally, logs ...func() string) {
 	t.Helper()
 	line := r.line()
 	t.Log(line)
 	fmt.Println(line)
-	if r.lost != 0 || r.falses != 0 {
-		msg := strings.Join(r.detail, "\n")
+	if r.lost != 0 || r.falses != 0 || len(r.incidents.Violations) != 0 {
+		msg := strings.Join(r.detail, "\n") + "\n" + r.incidents.Details(20)
 		for _, l := range logs {
 			msg += "\n" + l()
 		}

@@ -81,6 +81,8 @@ type fleet struct {
 	broker *testenv.Mosquitto
 	kafka  *testenv.Kafka
 	events *collector
+	// signals hands what the devices sent to the events' incident checker.
+	signals signalLog
 }
 
 // startFleet starts Redis (AOF, so restarts lose nothing acknowledged), mosquitto and a persistent kfake
@@ -92,6 +94,7 @@ func startFleet(t *testing.T) *fleet {
 	f.broker = testenv.StartMosquitto(t)
 	f.kafka = testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic, deadletterTopic, signalsTopic}, Persist: true})
 	f.events = newCollector(t, f.kafka)
+	f.signals.checker = f.events.incidents
 	return f
 }
 
@@ -163,6 +166,12 @@ func (f *fleet) config(o daemonOptions) string {
 	if o.redisUser != "" {
 		redis += fmt.Sprintf(", username: %q, password: %q", o.redisUser, redisPassword)
 	}
+	configured := maps.Clone(o.types)
+	if configured == nil {
+		configured = map[string]time.Duration{}
+	}
+	configured["default"] = o.timeout
+	f.signals.types(configured)
 	types := fmt.Sprintf("  default: {timeout: %s, repeat_every: 0s}\n", o.timeout)
 	for _, name := range slices.Sorted(maps.Keys(o.types)) {
 		types += fmt.Sprintf("  %s: {timeout: %s, repeat_every: 0s}\n", name, o.types[name])

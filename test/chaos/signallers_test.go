@@ -2,14 +2,18 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heartbeatd/heartbeatd/internal/invariant"
 )
 
 // signaller is how devices signal: over MQTT (publisher) or Kafka (kafkaSignaller).
@@ -24,11 +28,13 @@ type signaller interface {
 // publisher is a device-side MQTT client. It reconnects quickly after a broker outage.
 type publisher struct {
 	c mqtt.Client
+	// sent records the signals the broker acknowledged for the incident checker.
+	sent *signalLog
 }
 
 func (f *fleet) publisher(name string) *publisher {
 	f.t.Helper()
-	return &publisher{c: f.broker.Connect(f.t, mqtt.NewClientOptions().SetClientID(name).
+	return &publisher{sent: &f.signals, c: f.broker.Connect(f.t, mqtt.NewClientOptions().SetClientID(name).
 		SetAutoReconnect(true).SetMaxReconnectInterval(250*time.Millisecond).
 		SetConnectRetry(true).SetConnectRetryInterval(250*time.Millisecond))}
 }
@@ -42,6 +48,7 @@ func (p *publisher) up() bool { return p.c.IsConnectionOpen() }
 func (p *publisher) signal(ids []string, payload func(id string) []byte) error {
 	for start := 0; start < len(ids); start += window {
 		end := min(start+window, len(ids))
+		at := time.Now()
 		toks := make([]mqtt.Token, 0, end-start)
 		for _, id := range ids[start:end] {
 			var b []byte
@@ -58,18 +65,20 @@ func (p *publisher) signal(ids []string, payload func(id string) []byte) error {
 				return fmt.Errorf("chaos: publish: %w", err)
 			}
 		}
+		p.sent.record(ids[start:end], payload, at)
 	}
 	return nil
 }
 
 // kafkaSignaller signals over Kafka ingest: one record per device on signalsTopic, keyed by its id.
 type kafkaSignaller struct {
-	c *kgo.Client
+	c    *kgo.Client
+	sent *signalLog
 }
 
 func (f *fleet) kafkaSignaller() *kafkaSignaller {
 	f.t.Helper()
-	return &kafkaSignaller{c: f.kafka.Client(f.t)}
+	return &kafkaSignaller{c: f.kafka.Client(f.t), sent: &f.signals}
 }
 
 func (k *kafkaSignaller) up() bool { return true }
@@ -84,10 +93,74 @@ func (k *kafkaSignaller) signal(ids []string, payload func(id string) []byte) er
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	at := time.Now()
 	if err := k.c.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("chaos: produce: %w", err)
 	}
+	k.sent.record(ids, payload, at)
 	return nil
+}
+
+// signalLog hands the signals a broker acknowledged to the incident checker, each with the timeout it
+// gives its device: the type it names, else the shortest timeout configured (a device that kept an
+// earlier, longer type is then judged less strictly, never falsely).
+type signalLog struct {
+	mu       sync.Mutex
+	timeouts map[string]time.Duration // type → timeout, from every daemon config of the scenario
+	shortest time.Duration
+	checker  *invariant.Checker
+}
+
+// types records the types of a daemon's config.
+func (l *signalLog) types(byName map[string]time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timeouts == nil {
+		l.timeouts = map[string]time.Duration{}
+	}
+	for name, d := range byName {
+		l.timeouts[name] = d
+		if l.shortest == 0 || d < l.shortest {
+			l.shortest = d
+		}
+	}
+}
+
+// record hands the checker one acknowledged signal of each device of ids, sent at at. Payloads that are
+// not a plain signal (bad input, a reported failure) prove nothing and are left out.
+func (l *signalLog) record(ids []string, payload func(id string) []byte, at time.Time) {
+	if l == nil || l.checker == nil {
+		return
+	}
+	for _, id := range ids {
+		var b []byte
+		if payload != nil {
+			b = payload(id)
+		}
+		if d, ok := l.timeoutOf(b); ok {
+			l.checker.Signal(id, at, d)
+		}
+	}
+}
+
+// timeoutOf is the timeout a signal with payload b gives its device, if b is a plain signal.
+func (l *signalLog) timeoutOf(b []byte) (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(b) == 0 {
+		return l.shortest, l.shortest > 0
+	}
+	var v struct {
+		Type   string `json:"type"`
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(b, &v) != nil || (v.Status != "" && v.Status != "ok") {
+		return 0, false
+	}
+	if d, ok := l.timeouts[v.Type]; ok {
+		return d, true
+	}
+	return l.shortest, l.shortest > 0
 }
 
 // paced signals ids once each, spread in 20 chunks over span, so their deadlines pass one chunk at a

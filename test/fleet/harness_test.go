@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"gopkg.in/yaml.v3"
 
+	"github.com/heartbeatd/heartbeatd/internal/invariant"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -30,6 +32,47 @@ type env struct {
 	replicas []*testenv.Heartbeatd
 	fleet    *fleet
 	events   events
+	// incidents checks every event and every signal against the incident's invariants
+	// (docs/concepts.md#the-incident) when the test ends.
+	incidents *invariant.Checker
+}
+
+// take files an event for the test's questions and hands it to the incident checker.
+func (e *env) take(r testenv.Record) {
+	e.events.Add(r)
+	if ev, err := event.Decode(r.Value); err == nil {
+		e.incidents.Event(ev, r.Offset)
+	}
+}
+
+// checkIncidents fails the test when the run broke an incident invariant; a recovered still on its way
+// is awaited for a few seconds.
+func (e *env) checkIncidents() {
+	var r invariant.Report
+	deadline := time.Now().Add(15 * time.Second)
+	for r = e.incidents.Check(); len(r.Violations) > 0 && time.Now().Before(deadline); r = e.incidents.Check() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.t.Logf("fleet: %s %s", e.t.Name(), r.Summary())
+	if len(r.Violations) > 0 {
+		e.t.Errorf("incident invariants broken:\n%s", r.Details(20))
+	}
+}
+
+// typeTimeouts reads each type's timeout from a test's config sections, for the incident checker.
+func typeTimeouts(t *testing.T, sections string) map[string]time.Duration {
+	t.Helper()
+	var cfg struct {
+		Types map[string]struct {
+			Timeout time.Duration `yaml:"timeout"`
+		} `yaml:"types"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(sections), &cfg), "the test's config sections")
+	out := map[string]time.Duration{}
+	for name, typ := range cfg.Types {
+		out[name] = typ.Timeout
+	}
+	return out
 }
 
 // start brings up Redis, Kafka and n replicas with sections (types, detection, correlation) added to
@@ -49,8 +92,10 @@ func start(t *testing.T, n int, sections string, fleetPeriod ...time.Duration) *
 	for _, r := range e.replicas {
 		require.NoError(t, r.AwaitReady(ctx, time.Minute), r.LogTail())
 	}
-	e.kafka.Consume(t, e.events.Add, testenv.EventsTopic) // every event is checked against the schema as read
-	e.fleet = &fleet{client: e.kafka.Client(t), live: map[string]signal{}}
+	e.incidents = invariant.New(invariant.Options{})
+	e.kafka.Consume(t, e.take, testenv.EventsTopic) // every event is checked against the schema as read
+	e.fleet = &fleet{client: e.kafka.Client(t), live: map[string]signal{}, timeouts: typeTimeouts(t, sections), incidents: e.incidents}
+	t.Cleanup(e.checkIncidents)
 	every := period
 	if len(fleetPeriod) > 0 {
 		every = fleetPeriod[0]
@@ -109,6 +154,10 @@ type fleet struct {
 	client *kgo.Client
 	mu     sync.Mutex
 	live   map[string]signal
+	// timeouts are the configured types' timeouts; a signal of a type not among them is not handed to
+	// incidents, which judges only what it knows the timeout of.
+	timeouts  map[string]time.Duration
+	incidents *invariant.Checker
 }
 
 func (f *fleet) add(devices []string, s signal) {
@@ -154,7 +203,19 @@ func (f *fleet) send(ctx context.Context, devices map[string]signal, at time.Tim
 		b, _ := json.Marshal(v)
 		recs = append(recs, &kgo.Record{Topic: testenv.SignalsTopic, Key: []byte(d), Value: b})
 	}
-	return f.client.ProduceSync(ctx, recs...).FirstErr()
+	if err := f.client.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return err
+	}
+	for d, s := range devices {
+		typ := s.typ
+		if typ == "" {
+			typ = "default"
+		}
+		if timeout, ok := f.timeouts[typ]; ok {
+			f.incidents.Signal(d, at, timeout)
+		}
+	}
+	return nil
 }
 
 // tick sends this period's signal of every live device.

@@ -1,0 +1,256 @@
+// Package invariant checks a run's signals and events against what heartbeatd promises every consumer,
+// whatever faults happen (docs/concepts.md#the-incident):
+//
+//  1. each device's events, duplicates dropped by id, follow the incident machine (event.Phase): one
+//     incident at a time, opened by late, interrupted or suppressed, closed by one recovered or deleted;
+//     a device that signalled after its incident opened gets that incident's recovered;
+//  2. an event sent again carries the same id and the same content; no interrupted or suppressed for a
+//     device heard within its timeout, deferred incidents included.
+//
+// The test suites that run the daemon (the chaos scenarios, the fleet suite, the soak) feed every signal a
+// broker acknowledged and every event read from the events topic into one Checker and fail on any
+// violation. The third promise, bounded Redis state, is checked against Redis itself by its own tests.
+package invariant
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// DefaultInFlight is Options.InFlight when unset.
+const DefaultInFlight = 500 * time.Millisecond
+
+// Options tune the checker to a run.
+type Options struct {
+	// InFlight bounds how long an acknowledged signal takes to reach heartbeatd, plus how far the test's
+	// clock and heartbeatd's may differ. A signal is taken as heard by an event raised InFlight after
+	// it, and as unheard by one raised less than InFlight after it: only what falls outside that margin
+	// is judged.
+	InFlight time.Duration
+}
+
+// Checker collects one run's signals and events; it is safe for concurrent use.
+type Checker struct {
+	inFlight time.Duration
+
+	mu      sync.Mutex
+	signals map[string][]sent     // device → its acknowledged signals
+	events  map[string][]recorded // device → its events, first copy of each id
+	byID    map[string]event.Event
+	copies  int // copies beyond the first, of every id
+	broken  []Violation
+}
+
+// sent is one acknowledged signal: when its sender sent it, and the timeout it gives the device.
+type sent struct {
+	at      time.Time
+	timeout time.Duration
+}
+
+// recorded is an event with its position in its partition: a device's events are all in one partition,
+// so the position orders them even when a second read of the topic brings a missed one in late.
+type recorded struct {
+	event.Event
+	order int64
+}
+
+// New returns an empty checker.
+func New(o Options) *Checker {
+	if o.InFlight <= 0 {
+		o.InFlight = DefaultInFlight
+	}
+	return &Checker{inFlight: o.InFlight, signals: map[string][]sent{}, events: map[string][]recorded{}, byID: map[string]event.Event{}}
+}
+
+// Signal records that device sent a signal at (the sender's clock, taken before sending) that its
+// broker acknowledged, which gives the device timeout of silence before it may be reported. Record only
+// valid signals: bad input proves nothing.
+func (c *Checker) Signal(device string, at time.Time, timeout time.Duration) {
+	c.mu.Lock()
+	c.signals[device] = append(c.signals[device], sent{at, timeout})
+	c.mu.Unlock()
+}
+
+// Event records one event read from the events topic at position order of its partition. Copies of an
+// id already seen count as duplicates, and must say the same.
+func (c *Checker) Event(e event.Event, order int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if first, ok := c.byID[e.ID]; ok {
+		c.copies++
+		if !sameEvent(first, e) {
+			c.broken = append(c.broken, Violation{e.DeviceID, RuleID, fmt.Sprintf("id %s sent as %s/%s/%d and as %s/%s/%d",
+				e.ID, first.Kind, ms(first.Deadline), first.Repeat, e.Kind, ms(e.Deadline), e.Repeat)})
+		}
+		return
+	}
+	c.byID[e.ID] = e
+	if !event.DeviceKind(e.Kind) {
+		return
+	}
+	if want := event.ID(e.DeviceID, e.Deadline, e.Kind, e.Repeat); detectionID(e.Kind) && e.ID != want {
+		c.broken = append(c.broken, Violation{e.DeviceID, RuleID, fmt.Sprintf("%s event under id %s, want %s", e.Kind, e.ID, want)})
+	}
+	c.events[e.DeviceID] = append(c.events[e.DeviceID], recorded{e, order})
+}
+
+// detectionID reports whether events of kind k carry the id device/deadline/kind/repeat (docs/events.md#ids-and-duplicates).
+func detectionID(k event.Kind) bool {
+	switch k {
+	case event.Interrupted, event.Late, event.Alarm, event.Exhausted, event.Recovered, event.Suppressed, event.Flapping, event.Acked:
+		return true
+	}
+	return false
+}
+
+func sameEvent(a, b event.Event) bool {
+	return a.Kind == b.Kind && a.DeviceID == b.DeviceID && a.Deadline.Equal(b.Deadline) && a.Repeat == b.Repeat
+}
+
+// The rules a Violation names.
+const (
+	RuleMachine   = "machine"   // an event the incident machine does not allow where it came
+	RuleID        = "id"        // one event under two ids, or one id for two events
+	RuleFalse     = "false"     // interrupted or suppressed for a device heard within its timeout
+	RuleRecovered = "recovered" // a device signalled after its incident opened, and the incident never closed
+)
+
+// Violation is one broken promise.
+type Violation struct {
+	Device string
+	Rule   string
+	Detail string
+}
+
+func (v Violation) String() string { return v.Rule + " " + v.Device + ": " + v.Detail }
+
+// Report is the checker's verdict over what it recorded so far.
+type Report struct {
+	Devices    int // devices with events
+	Incidents  int // incidents opened
+	Open       int // incidents still open
+	Duplicates int // copies beyond the first of every id
+	Violations []Violation
+}
+
+// Summary is the report as an accounting line's fields.
+func (r Report) Summary() string {
+	return fmt.Sprintf("incidents=%d open=%d violations=%d", r.Incidents, r.Open, len(r.Violations))
+}
+
+// Details lists up to n violations, one a line.
+func (r Report) Details(n int) string {
+	var b strings.Builder
+	for _, v := range r.Violations[:min(n, len(r.Violations))] {
+		b.WriteString(v.String())
+		b.WriteByte('\n')
+	}
+	if len(r.Violations) > n {
+		fmt.Fprintf(&b, "… and %d more\n", len(r.Violations)-n)
+	}
+	return b.String()
+}
+
+// Check judges everything recorded so far. A recovered still on its way shows as a RuleRecovered
+// violation until it arrives: a caller that has just stopped its faults polls Check until it is clean or
+// its patience runs out.
+func (c *Checker) Check() Report {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := Report{Devices: len(c.events), Duplicates: c.copies, Violations: slices.Clone(c.broken)}
+	for _, device := range sortedKeys(c.events) {
+		evs := c.events[device]
+		slices.SortStableFunc(evs, func(a, b recorded) int { return cmp.Compare(a.order, b.order) })
+		signals := c.signals[device]
+		slices.SortFunc(signals, func(a, b sent) int { return a.at.Compare(b.at) })
+		r.Violations = append(r.Violations, c.falseReports(device, evs, signals)...)
+		opened, open, broken := walk(device, evs)
+		r.Incidents += opened
+		r.Violations = append(r.Violations, broken...)
+		if open != nil {
+			r.Open++
+			if s, ok := signalledAfter(signals, open.At.Add(c.inFlight)); ok {
+				r.Violations = append(r.Violations, Violation{device, RuleRecovered, fmt.Sprintf(
+					"signalled at %s after its incident %s opened at %s, and no recovered followed", stamp(s), open.ID, stamp(open.At))})
+			}
+		}
+	}
+	return r
+}
+
+// walk folds a device's events through the incident machine: it returns how many incidents opened, the
+// event that opened the one still open (nil if none) and each event the machine refused.
+func walk(device string, evs []recorded) (opened int, open *event.Event, broken []Violation) {
+	phase := event.Closed
+	for i := range evs {
+		e := &evs[i].Event
+		next, err := phase.Next(e.Kind)
+		if err != nil {
+			broken = append(broken, Violation{device, RuleMachine, fmt.Sprintf("%s (event %s at %s)", err, e.ID, stamp(e.At))})
+			continue
+		}
+		if phase == event.Closed && next != event.Closed {
+			opened++
+			open = e
+		}
+		if next == event.Closed {
+			open = nil
+		}
+		phase = next
+	}
+	return opened, open, broken
+}
+
+// falseReports finds the interrupted and suppressed events raised while the device was heard within its
+// timeout: a signal sent at least InFlight before the event whose timeout had not run out InFlight after
+// it. Events that say they may be false (degraded) or that report a failure the device sent are not
+// judged.
+func (c *Checker) falseReports(device string, evs []recorded, signals []sent) []Violation {
+	var out []Violation
+	for _, e := range evs {
+		if (e.Kind != event.Interrupted && e.Kind != event.Suppressed) || e.Degraded || e.Cause != "" {
+			continue
+		}
+		latest := e.At.Add(-c.inFlight)
+		for i := len(signals) - 1; i >= 0; i-- {
+			s := signals[i]
+			if s.at.After(latest) {
+				continue
+			}
+			if e.At.Add(c.inFlight).Before(s.at.Add(s.timeout)) {
+				out = append(out, Violation{device, RuleFalse, fmt.Sprintf("%s at %s, but it signalled at %s with a timeout of %s",
+					e.ID, stamp(e.At), stamp(s.at), s.timeout)})
+			}
+			break // the latest signal heard sets the deadline (a retyped device's included)
+		}
+	}
+	return out
+}
+
+// signalledAfter is the first signal sent at or after t.
+func signalledAfter(signals []sent, t time.Time) (time.Time, bool) {
+	i, _ := slices.BinarySearchFunc(signals, t, func(s sent, t time.Time) int { return s.at.Compare(t) })
+	if i == len(signals) {
+		return time.Time{}, false
+	}
+	return signals[i].at, true
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+func ms(t time.Time) string { return fmt.Sprint(t.UnixMilli()) }
