@@ -24,9 +24,8 @@ type input struct {
 	// Current is the device's deadline in the deadlines set now (zero when absent): later than the
 	// claim's deadline means the device signalled again since the incident began.
 	Current time.Time
-	// Policy is the claim type's policy; ReplacedPolicy the policy of the type recorded with
-	// Claim.Replaced (usually the same).
-	Policy, ReplacedPolicy config.Policy
+	// Policy is the claim type's policy (also the one the recovery it owes is reported under, State.Owed).
+	Policy config.Policy
 	// SilencedUntil is when the latest silence matching the device ends; zero or past = not silenced.
 	SilencedUntil time.Time
 	// Parent is the device's parent (gateway, cell) when it has one; nil otherwise. ParentWait is how long
@@ -94,8 +93,8 @@ type decision struct {
 //
 //   - The re-check first: a newer deadline than the incident's means the device signalled again; if the
 //     interruption was reported, `recovered` goes out with the outage length, and the incident ends.
-//   - A fresh claim that replaced an unreported-recovery incident (the device came back and fell silent
-//     again between two wake-ups) reports that recovery first, then the new interruption.
+//   - An incident that replaced one whose recovery was never published (the device came back and fell
+//     silent again before it went out) reports that recovery first, then goes on (State.Owed).
 //   - A matching silence suppresses events while it lasts; the incident is looked at again when it ends,
 //     so a still-silent device alarms then. Recovery of an already reported interruption is still sent
 //     under a silence: it closes what consumers have already seen.
@@ -135,8 +134,9 @@ func decideIgnoringCause(in input) decision {
 	c, st, now := in.Claim, in.Claim.State, in.Now
 	d := decision{Ack: deadline.Ack{Device: c.Device, Slot: c.Slot, Claimed: st.Deadline, State: st}}
 	d.Ack.State.Failures, d.Ack.State.Reason = 0, ""
-	if c.Replaced != nil && reported(*c.Replaced) {
-		d.Events = append(d.Events, replacedRecovered(in))
+	if owed := st.OwedIncident(); owed != nil {
+		d.Events = append(d.Events, owedRecovered(in, *owed))
+		d.Ack.State.Owed, d.Ack.State.OwedWarned = 0, false
 	}
 	if !in.Current.IsZero() && in.Current.After(st.DeadlineTime()) {
 		decideRecovery(in, &d)
@@ -177,16 +177,16 @@ func decideIgnoringCause(in input) decision {
 	return d
 }
 
-// replacedRecovered is the `recovered` of an earlier incident the device's new silence replaced: it
-// signalled (so it recovered) and fell silent again before the recovery went out.
-func replacedRecovered(in input) event.Event {
-	old := *in.Claim.Replaced
-	oldSeen := old.DeadlineTime().Add(-lead(&in.ReplacedPolicy))
+// owedRecovered is the `recovered` of an earlier incident the device's new silence replaced: it
+// signalled (so it recovered) and fell silent again before the recovery went out. The incident keeps
+// owing it (State.Owed) until it is published, through publish retries and crashes alike.
+func owedRecovered(in input, old deadline.State) event.Event {
+	oldSeen := old.DeadlineTime().Add(-lead(&in.Policy))
 	if in.Seen != nil && !in.Seen.Pinned.IsZero() {
 		oldSeen = in.Seen.Pinned
 	}
 	backAt := lastSignal(in) // the last signal before the new silence ended the old one
-	return recovered(in.Claim.Device, in.Claim.Type, incidentDeadline(&old, &in.ReplacedPolicy), oldSeen, backAt, in.Now)
+	return recovered(in.Claim.Device, in.Claim.Type, incidentDeadline(&old, &in.Policy), oldSeen, backAt, in.Now)
 }
 
 // decideRecovery ends an incident whose device signalled past its deadline: `recovered` when it was
@@ -194,7 +194,7 @@ func replacedRecovered(in input) event.Event {
 func decideRecovery(in input, d *decision) {
 	c, st, pol := in.Claim, in.Claim.State, in.Policy
 	d.Ack.Op = deadline.Remove
-	if !reported(st) {
+	if !st.Reported() {
 		d.Reason = reasonQuietEnd
 		return
 	}
@@ -438,10 +438,6 @@ func flappingUntil(flaps []int64, f config.Flapping, now time.Time) (time.Time, 
 	}
 	return time.UnixMilli(recent[len(recent)-1]).Add(f.Window), true
 }
-
-// reported tells whether the incident's interruption (or its `late`) was published, so its end must be
-// reported too.
-func reported(st deadline.State) bool { return st.Next > 0 || st.Hold == deadline.HoldLate }
 
 // repeatDue is when repeat n of an incident is due: n intervals after the interruption was sent.
 func repeatDue(st deadline.State, pol config.Policy, n int) time.Time {

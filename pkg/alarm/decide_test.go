@@ -126,8 +126,8 @@ func TestDecide(t *testing.T) {
 		want: want{op: deadline.Reschedule, dormant: true, reason: reasonDormant},
 	}, {
 		name: "new incident replacing a reported one: recovered for the old, interrupted for the new",
-		in: input{Claim: deadline.Claim{State: open(nil), Fresh: true, Replaced: &deadline.State{Deadline: t0.Add(-time.Hour).UnixMilli(), Next: 2,
-			InterruptedAt: t0.Add(-time.Hour).UnixMilli()}}, Policy: pol, ReplacedPolicy: pol, Now: t0},
+		in: input{Claim: deadline.Claim{State: open(func(s *deadline.State) { s.Owed = t0.Add(-time.Hour).UnixMilli() }), Fresh: true},
+			Policy: pol, Now: t0},
 		want: want{kinds: []event.Kind{event.Recovered, event.Interrupted}, repeats: []int{0, 0}, op: deadline.Reschedule,
 			next: t0.Add(time.Minute), reason: reasonInterrupted},
 	}, {

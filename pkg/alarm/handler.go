@@ -194,12 +194,6 @@ func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]inp
 	decisions := make([]decision, len(claims))
 	for i, c := range claims {
 		in := input{Claim: c, Current: current[i], Now: now, Policy: pols[i]}
-		in.ReplacedPolicy = in.Policy
-		if c.Replaced != nil {
-			typ, own := h.opts.Store.TypeOf(ctx, c.Replaced.TypeIndex)
-			in.ReplacedPolicy, _ = policies.Lookup(typ)
-			in.ReplacedPolicy = in.ReplacedPolicy.WithOwnTimeout(own)
-		}
 		in.SilencedUntil = silenced[i]
 		in.Parent, in.ParentWait, in.OutageID, in.Flaps, in.Seen = parents[i], h.opts.ParentWait, outages[i], flaps[i], seen[i]
 		inputs[i] = in

@@ -20,8 +20,10 @@ type Claim struct {
 	// Fresh is true when the deadline just passed (claimed from the deadlines set), false when the alarm
 	// entry came due (a repeat, a redelivery after a lease, or a recovery probe).
 	Fresh bool
-	// Replaced is an earlier incident of the same device that was still open when this one began: the
-	// device signalled (so it recovered) and fell silent again before `recovered` went out.
+	// Replaced is, on the fresh claim that began this incident, the earlier incident of the same device
+	// that was still open: the device signalled and fell silent again before it was settled. The
+	// recovery it may owe is in State.Owed, which outlives this claim; Replaced is only what to put back
+	// should the claim be undone (layout.go).
 	Replaced *State
 	// Record names the in-flight record of a committed claim, "" on others. State is handed out as
 	// nothing sent yet, though Redis already holds the committed outcome; releasing the record settles it.
@@ -124,6 +126,16 @@ local function pastWatermark(due)
   return byName
 end
 
+-- What a fresh incident replacing prev (deadline pdl) owes: prev's recovery when prev was reported, else
+-- what prev owed (State.owing). Returns the owed deadline and the warned flag, as text.
+local function owing(prev, pdl)
+  if not string.find(prev, ${stateSep}, 1, true) then return string.format('%.0f', pdl), '0' end
+  local next, hold = string.match(prev, ${stateNextPattern}), string.match(prev, ${stateHoldPattern})
+  if next ~= '0' then return string.format('%.0f', pdl), '0' end
+  if hold == ${holdFieldLate} then return string.format('%.0f', pdl), '1' end
+  return string.match(prev, ${stateOwedPattern}) or '0', string.match(prev, ${stateOwedWarnedPattern}) or '0'
+end
+
 -- (1) Fresh claims: up to batch members of the deadlines set due by the watermark, then by their type's.
 -- Returns the committed claims (flat pairs), the replacing ones (flat triples) and how many members were
 -- due.
@@ -161,7 +173,7 @@ local function claimFresh()
         replacing[#replacing+1] = sc
         replacing[#replacing+1] = prev
         hset[#hset+1] = m
-        hset[#hset+1] = string.format(${stateOpenFormat}, dl, s - dl * ${MaxTypes})
+        hset[#hset+1] = string.format(${stateReplacingFormat}, dl, s - dl * ${MaxTypes}, owing(prev, pdl))
         zadd[#zadd+1] = leased
         zadd[#zadd+1] = m
       end

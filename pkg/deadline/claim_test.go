@@ -433,6 +433,68 @@ func TestNewIncidentReportsReplacedOne(t *testing.T) {
 	})
 }
 
+// A new incident that replaces an open one keeps owing the old one's recovery in Redis: the claim that
+// hands it out again after its lease (a crash before publishing) still carries it. What is owed depends on
+// what consumers saw of the old incident (State.Owed).
+func TestReplacingIncidentOwesRecoveryAcrossHandOuts(t *testing.T) {
+	cases := []struct {
+		name       string
+		old        func(c deadline.Claim) (deadline.State, bool) // the old incident as acknowledged; false: left committed
+		owed       func(c deadline.Claim) int64
+		owedWarned bool
+	}{
+		{"committed interruption", func(c deadline.Claim) (deadline.State, bool) { return c.State, false },
+			func(c deadline.Claim) int64 { return c.State.Deadline }, false},
+		{"reported interruption", func(c deadline.Claim) (deadline.State, bool) { return sentOnce(c), true },
+			func(c deadline.Claim) int64 { return c.State.Deadline }, false},
+		{"reported late only", func(c deadline.Claim) (deadline.State, bool) {
+			st := c.State
+			st.Hold, st.InterruptedAt = deadline.HoldLate, c.State.Deadline+10_000
+			return st, true
+		}, func(c deadline.Claim) int64 { return c.State.Deadline }, true},
+		{"deferred, nothing sent", func(c deadline.Claim) (deadline.State, bool) {
+			st := c.State
+			st.Hold, st.InterruptedAt = deadline.HoldQuiet, c.State.Deadline+3_600_000
+			return st, true
+		}, func(deadline.Claim) int64 { return 0 }, false},
+		{"nothing sent, owing an earlier one", func(c deadline.Claim) (deadline.State, bool) {
+			st := c.State
+			st.Owed, st.OwedWarned = c.State.Deadline-60_000, true
+			return st, true
+		}, func(c deadline.Claim) int64 { return c.State.Deadline - 60_000 }, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eachFixture(t, 8, func(t *testing.T, f fixture) {
+				c := claimOne(t, f, "d")
+				if st, ok := tc.old(c); ok {
+					f.ack(t, reschedule(c, st, f.clock.Now().Add(time.Hour)))
+				}
+				f.settle(t, c)
+				// Signals, then falls silent again before anything settled the old incident.
+				f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
+				f.clock.Advance(31 * time.Second)
+				res := f.claimAll(t, deadline.ClaimOptions{})
+				require.Len(t, res.Claims, 1)
+				fresh := res.Claims[0]
+				require.True(t, fresh.Fresh)
+				require.Equal(t, tc.owed(c), fresh.State.Owed, "the fresh claim")
+				require.Equal(t, tc.owedWarned, fresh.State.OwedWarned && fresh.State.Owed != 0, "the fresh claim")
+
+				// Nothing acknowledged: after the lease, the script's stored state is handed out again.
+				f.clock.Advance(31 * time.Second)
+				res = f.claimAll(t, deadline.ClaimOptions{})
+				require.Len(t, res.Claims, 1)
+				again := res.Claims[0]
+				require.False(t, again.Fresh)
+				require.Equal(t, fresh.State.Deadline, again.State.Deadline)
+				require.Equal(t, fresh.State.Owed, again.State.Owed, "stored by the script as the fresh claim says")
+				require.Equal(t, fresh.State.OwedWarned, again.State.OwedWarned)
+			})
+		})
+	}
+}
+
 func TestNextDue(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		t0 := f.clock.Now()

@@ -64,6 +64,7 @@ func (s *Store) freshClaim(ctx context.Context, slot int, device, score, prev st
 			return Claim{}, err
 		}
 		c.Replaced = &p
+		c.State = c.State.owing(p) // as the script stored it
 	}
 	return c, nil
 }

@@ -12,15 +12,22 @@ import (
 // scripts compare it to guard against acknowledging a stale incident; the reason comes last because it is
 // free text. A committed incident is stored as the bare deadlines-set score instead (see decodeState).
 type State struct {
-	Deadline      int64  // ms; identifies the incident
-	TypeIndex     int    // index in the type registry
-	Next          int    // repeat number of the next event to send; 0 = interrupted not sent yet
-	Acked         bool   // an operator acknowledged: no more repeats until recovery
-	Exhausted     bool   // max_repeats reached: no more repeats until recovery
-	Hold          Hold   // why the next act waits on other devices (a parent, a group); kept in the exhausted field
-	InterruptedAt int64  // ms when the interrupted event was first published (HoldGroup: since when it waits; HoldQuiet: the moved deadline; HoldLate: when it is interrupted); 0 = not yet
-	Failures      int    // consecutive publish failures of the current act
-	Reason        string // why the claim was parked, if it was
+	Deadline      int64 // ms; identifies the incident
+	TypeIndex     int   // index in the type registry
+	Next          int   // repeat number of the next event to send; 0 = interrupted not sent yet
+	Acked         bool  // an operator acknowledged: no more repeats until recovery
+	Exhausted     bool  // max_repeats reached: no more repeats until recovery
+	Hold          Hold  // why the next act waits on other devices (a parent, a group); kept in the exhausted field
+	InterruptedAt int64 // ms when the interrupted event was first published (HoldGroup: since when it waits; HoldQuiet: the moved deadline; HoldLate: when it is interrupted); 0 = not yet
+	Failures      int   // consecutive publish failures of the current act
+	// Owed is the deadline (as stored) of the device's previous incident, whose `recovered` is not
+	// published yet: the device came back and fell silent again before it went out, and this incident
+	// replaced that one. It stays until the recovery is published, so neither a retry nor a crash loses
+	// it (docs/concepts.md#the-incident). 0: nothing owed.
+	Owed int64
+	// OwedWarned: that incident was only reported late, so its recovered carries the warning's deadline.
+	OwedWarned bool
+	Reason     string // why the claim was parked, if it was
 }
 
 // The fields of an encoded State, in order. Encode and decodeState write and read them; the Lua patterns
@@ -33,6 +40,8 @@ const (
 	fieldExhausted
 	fieldInterruptedAt
 	fieldFailures
+	fieldOwed
+	fieldOwedWarned
 	fieldReason
 	stateFields
 )
@@ -52,14 +61,22 @@ var (
 	// stateFailuresPattern captures what precedes the failure count; gsub with stateNoFailures clears it.
 	stateFailuresPattern = "^(" + strings.Repeat(`%d+`+stateSep, fieldFailures) + ")%d+" + stateSep
 	stateNoFailures      = "%1" + "0" + stateSep
-	// stateOpenFormat(deadline, type index): a fresh incident, nothing sent.
-	stateOpenFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d"})
 	// stateCommittedFormat(deadline, type index, deadline): a committed incident spelled in full, as
 	// decodeState reads its bare score.
 	stateCommittedFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldNext: "1", fieldInterruptedAt: "%.0f"})
+	// stateReplacingFormat(deadline, type index, owed, owed warned): a fresh incident, nothing sent, that
+	// replaced an open one and owes its recovery (State.Owed).
+	stateReplacingFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldOwed: "%s", fieldOwedWarned: "%s"})
+	// Patterns capturing the fields a replacing claim reads of the incident it replaces (State.owing).
+	stateNextPattern       = stateFieldPattern(fieldNext)
+	stateHoldPattern       = stateFieldPattern(fieldExhausted)
+	stateOwedPattern       = stateFieldPattern(fieldOwed)
+	stateOwedWarnedPattern = stateFieldPattern(fieldOwedWarned)
 	// stateWaitingPattern matches an incident with nothing sent and nothing held, what a child waiting for
 	// its parent's verdict is stored as (wake.go), and captures its deadline and type index.
-	stateWaitingPattern = "^" + strings.Repeat(`(%d+)`+stateSep, fieldNext) + strings.Repeat("0"+stateSep, fieldInterruptedAt-fieldNext)
+	// A child that owes an earlier incident's recovery is not waiting: its own claim reports that first.
+	stateWaitingPattern = "^" + strings.Repeat(`(%d+)`+stateSep, fieldNext) + strings.Repeat("0"+stateSep, fieldInterruptedAt-fieldNext) +
+		strings.Repeat(`%d+`+stateSep, fieldOwed-fieldInterruptedAt) + strings.Repeat("0"+stateSep, fieldReason-fieldOwed)
 	// stateSuppressedFormat(deadline, type index, now): `suppressed` sent under a down parent at now;
 	// stateSuppressedPattern matches it, however it was written (a wake's commit or an acknowledgement).
 	stateSuppressedFormat = stateFormat(map[int]string{fieldDeadline: "%.0f", fieldType: "%d", fieldNext: "1", fieldExhausted: string(holdFieldParent), fieldInterruptedAt: "%.0f"})
@@ -67,8 +84,39 @@ var (
 	// script appends it to the waiting state's first two fields.
 	stateSuppressedTail    = strings.SplitN(stateSuppressedFormat, stateSep, fieldNext+1)[fieldNext]
 	stateSuppressedPattern = "^" + strings.Repeat(`%d+`+stateSep, fieldNext) + "1" + stateSep + "0" + stateSep +
-		string(holdFieldParent) + stateSep + `%d+` + stateSep + "0" + stateSep + "$"
+		string(holdFieldParent) + stateSep + `%d+` + stateSep + strings.Repeat("0"+stateSep, fieldReason-fieldFailures) + "$"
 )
+
+// holdFieldLate is the exhausted field of an incident reported late (quietField), for the scripts.
+var holdFieldLate = string(State{Hold: HoldLate}.quietField())
+
+// Reported reports whether consumers were told of the incident (interrupted, suppressed or late sent),
+// so its end owes them a `recovered`.
+func (s State) Reported() bool { return s.Next > 0 || s.Hold == HoldLate }
+
+// owing is s, a fresh incident replacing prev, owing prev's recovery when prev was reported, else
+// whatever prev owed. The claim script does the same in Lua (claim.go).
+func (s State) owing(prev State) State {
+	if prev.Reported() {
+		s.Owed, s.OwedWarned = prev.Deadline, prev.Hold == HoldLate && prev.Next == 0
+	} else {
+		s.Owed, s.OwedWarned = prev.Owed, prev.OwedWarned
+	}
+	return s
+}
+
+// OwedIncident is the incident whose recovery s owes, as far as the alarm loop needs it to report that
+// recovery (its deadline, its type, whether it was only late); nil when s owes none.
+func (s State) OwedIncident() *State {
+	if s.Owed == 0 {
+		return nil
+	}
+	old := State{Deadline: s.Owed, TypeIndex: s.TypeIndex, Next: 1, InterruptedAt: s.Owed}
+	if s.OwedWarned {
+		old.Next, old.Hold, old.InterruptedAt = 0, HoldLate, 0
+	}
+	return &old
+}
 
 // holdFieldParent is the exhausted field of a state held under its parent (quietField).
 var holdFieldParent = State{Hold: HoldParent}.quietField()
@@ -102,6 +150,8 @@ func (s State) encode() string {
 	b = append(append(b, s.quietField()), stateSep...)
 	b = append(strconv.AppendInt(b, s.InterruptedAt, 10), stateSep...)
 	b = append(strconv.AppendInt(b, int64(s.Failures), 10), stateSep...)
+	b = append(strconv.AppendInt(b, s.Owed, 10), stateSep...)
+	b = append(append(b, flag(s.OwedWarned)), stateSep...)
 	return string(append(b, s.Reason...))
 }
 
@@ -184,6 +234,8 @@ func decodeState(v string) (State, error) {
 		Hold:          holdOf(f[fieldExhausted]),
 		InterruptedAt: num(fieldInterruptedAt),
 		Failures:      int(num(fieldFailures)),
+		Owed:          num(fieldOwed),
+		OwedWarned:    f[fieldOwedWarned] == "1",
 		Reason:        f[fieldReason],
 	}
 	if err != nil {

@@ -38,7 +38,7 @@ func TestStateLuaPatternsAgreeWithEncode(t *testing.T) {
 func TestStateLuaFormatsDecode(t *testing.T) {
 	const dl, typ = int64(1_763_800_031_000), 7
 	// Go's %.0f and %d print an integral float and an int as Lua's string.format does.
-	open, err := decodeState(fmt.Sprintf(stateOpenFormat, float64(dl), typ))
+	open, err := decodeState(fmt.Sprintf(stateReplacingFormat, float64(dl), typ, "0", "0"))
 	require.NoError(t, err)
 	require.Equal(t, State{Deadline: dl, TypeIndex: typ}, open, "a fresh incident, nothing sent")
 

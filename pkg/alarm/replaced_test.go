@@ -1,0 +1,97 @@
+package alarm
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/invariant"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// incidentLog hands every event a fixture published, in publication order, to the incident checker.
+type incidentLog struct {
+	t0      time.Time
+	checker *invariant.Checker
+	order   int64
+	kinds   []string
+}
+
+func newIncidentLog(f *fixture) *incidentLog {
+	return &incidentLog{t0: f.t0, checker: invariant.New(invariant.Options{})}
+}
+
+func (l *incidentLog) take(events []event.Event) {
+	for _, e := range events {
+		l.order++
+		l.checker.Event(e, l.order)
+		l.kinds = append(l.kinds, fmt.Sprintf("%s %v", e.Kind, e.Deadline.Sub(l.t0))) // kind and deadline
+	}
+}
+
+// step moves the clock to t0+d, claims every due device and hands the claims to the handler, like
+// fixture.at, and logs what was published in its order.
+func (l *incidentLog) step(f *fixture, d time.Duration) {
+	f.t.Helper()
+	f.clock.Set(f.t0.Add(d))
+	res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()),
+		deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
+	require.NoError(f.t, err)
+	require.NoError(f.t, f.handler.Handle(context.Background(), res.Claims))
+	l.take(f.sink.Take())
+}
+
+func (l *incidentLog) requireClean(t *testing.T) {
+	t.Helper()
+	r := l.checker.Check()
+	require.Empty(t, r.Violations, "events %v:\n%s", l.kinds, r.Details(10))
+}
+
+// A device reported interrupted signals once while Kafka is down and falls silent again past its
+// timeout: when Kafka is back, the first incident's recovered goes out before the second's interrupted.
+func TestReplacedIncidentRecoveredSurvivesPublishFailures(t *testing.T) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
+		log := newIncidentLog(f)
+		f.signal("d1", "gateway", 0)
+		log.step(f, 5*time.Second+time.Millisecond)
+		require.Equal(t, []string{"interrupted 5s"}, log.kinds)
+
+		f.sink.down.Store(true)
+		f.signal("d1", "", 6*time.Second) // its recovered cannot be published …
+		log.step(f, 6*time.Second+time.Millisecond)
+		log.step(f, 11*time.Second+time.Millisecond) // … and it is silent again past its timeout
+		require.Len(t, log.kinds, 1, "Kafka is down")
+
+		f.sink.down.Store(false)
+		for at := 12 * time.Second; len(log.kinds) < 3 && at <= 12*time.Second+2*PublishBackoffMax; at += time.Second {
+			log.step(f, at)
+		}
+		require.Equal(t, []string{"interrupted 5s", "recovered 5s", "interrupted 11s"}, log.kinds)
+		log.requireClean(t)
+	})
+}
+
+// The same after a crash between the claim that replaced the incident and its publication: the lease
+// hands the new incident out again, and its recovered owed for the old one with it.
+func TestReplacedIncidentRecoveredSurvivesACrash(t *testing.T) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
+		log := newIncidentLog(f)
+		f.signal("d1", "gateway", 0)
+		log.step(f, 5*time.Second+time.Millisecond)
+		f.signal("d1", "", 6*time.Second)
+		f.clock.Set(f.t0.Add(11*time.Second + time.Millisecond))
+		// Claimed, then the replica dies before publishing anything.
+		res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()),
+			deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
+		require.NoError(t, err)
+		require.Len(t, res.Claims, 1)
+		log.step(f, 11*time.Second+30*time.Second+2*time.Millisecond) // the lease ran out
+		require.Equal(t, []string{"interrupted 5s", "recovered 5s", "interrupted 11s"}, log.kinds)
+		log.requireClean(t)
+	})
+}
