@@ -70,7 +70,7 @@ const (
 	reasonGroupWait   reason = "group-wait"   // its group may become an outage: interrupted waits
 	reasonQuiet       reason = "quiet"        // inside a quiet interval of its type: deferred, or its repeats paused
 	reasonLate        reason = "late"         // warn_after passed: `late`, interrupted at the timeout unless it signals
-	reasonLateHeld    reason = "late-held"    // reported late; its interruption waits for the hold-back
+	reasonHeldBack    reason = "held-back"    // deferred (late, quiet, after its parent); its interruption waits for the hold-back
 )
 
 // parentRecheck is how often a suppressed device looks at its parent again, besides being woken when
@@ -157,6 +157,14 @@ func decideIgnoringCause(in input) decision {
 		if eventDeadline, held = decideQuiet(&in, &d); held {
 			return d
 		}
+	}
+	if in.Claim.HeldBack {
+		// A deferred incident came due while a blind window may hide the signals that would end it: it
+		// waits as a fresh claim of its deadline would (deadline.Store.holdDeferredBack), still deferred.
+		d.Ack.State.Hold, d.Ack.State.InterruptedAt = c.State.Hold, c.State.InterruptedAt
+		d.Ack.Next = now.Add(heldRecheck)
+		d.Reason = reasonHeldBack
+		return d
 	}
 	st = in.Claim.State
 	n := st.Next

@@ -74,3 +74,33 @@ func TestDecideNotQuietIsUnchanged(t *testing.T) {
 	without := decide(input{Claim: claim, Policy: pol, Now: now})
 	require.Equal(t, without, with)
 }
+
+// A deferred incident that comes due while a blind window may hide the device's signals waits for the
+// hold-back as a fresh claim would: no interrupted for a device whose backlog is still unread.
+func TestDecideDeferredIncidentWaitsForTheHoldBack(t *testing.T) {
+	pol := quietPolicy(t, 10*time.Minute, `[{times: [{start_time: "00:00", end_time: "01:00"}]}]`)
+	day := time.Date(2026, 6, 10, 0, 0, 0, 0, time.UTC)
+	claim := deadline.Claim{Device: "d", Fresh: true, State: deadline.State{Deadline: day.Add(30 * time.Minute).UnixMilli()}}
+	d := decide(input{Claim: claim, Policy: pol, Now: day.Add(30 * time.Minute)})
+	require.Equal(t, reasonQuiet, d.Reason)
+	moved := day.Add(time.Hour + 10*time.Minute)
+
+	claim.Fresh, claim.State, claim.HeldBack = false, d.Ack.State, true
+	d = decide(input{Claim: claim, Policy: pol, Now: moved})
+	require.Equal(t, reasonHeldBack, d.Reason)
+	require.Empty(t, d.Events)
+	require.Equal(t, moved.Add(heldRecheck), d.Ack.Next)
+	require.Equal(t, deadline.HoldQuiet, d.Ack.State.Hold, "still deferred")
+
+	// The window is over and the device is still silent.
+	claim.State, claim.HeldBack = d.Ack.State, false
+	d = decide(input{Claim: claim, Policy: pol, Now: moved.Add(time.Minute)})
+	require.Equal(t, reasonInterrupted, d.Reason)
+
+	// After its parent's recovery, the same.
+	after := deadline.Claim{Device: "d", HeldBack: true, State: deadline.State{Deadline: day.UnixMilli(), Next: 1, Hold: deadline.HoldAfterParent}}
+	d = decide(input{Claim: after, Policy: config.Policy{Timeout: time.Minute}, Now: day.Add(time.Hour),
+		Parent: &deadline.Parent{ID: "gw", Known: true, LastSignal: day.Add(59 * time.Minute)}})
+	require.Equal(t, reasonHeldBack, d.Reason)
+	require.Empty(t, d.Events)
+}

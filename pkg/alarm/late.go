@@ -8,9 +8,9 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// lateRecheck is how often an incident reported late whose interruption the hold-back does not allow
-// yet looks again (deadline.Claim.HeldBack).
-const lateRecheck = time.Second
+// heldRecheck is how often a deferred incident whose interruption the hold-back does not allow yet looks
+// again (deadline.Claim.HeldBack).
+const heldRecheck = time.Second
 
 // decideLate handles the early warning of a type with warn_after (docs/events.md, `late`). Such a type's
 // incident starts at its warning, last signal + warn_after (the claim's deadline): `late` goes out once
@@ -62,11 +62,6 @@ func decideLate(in *input, d *decision) (eventDeadline time.Time, held, applies 
 		// Claimed after its deadline (hold-back, a backlog): the interruption is due, a warning says nothing.
 	default:
 		return time.Time{}, false, false
-	}
-	if wasLate && in.Claim.HeldBack {
-		d.Ack.Next = now.Add(lateRecheck)
-		d.Reason = reasonLateHeld
-		return time.Time{}, true, false
 	}
 	if until, quiet := pol.Calendar.QuietUntil(due); quiet {
 		moved := until.Add(pol.Timeout)

@@ -110,9 +110,9 @@ func TestDecideLateEdges(t *testing.T) {
 		d := decide(input{Claim: fresh, Policy: base, Now: warnAt})
 		c := deadline.Claim{Device: "d", State: d.Ack.State, HeldBack: true}
 		d = decide(input{Claim: c, Policy: base, Now: due})
-		require.Equal(t, reasonLateHeld, d.Reason)
+		require.Equal(t, reasonHeldBack, d.Reason)
 		require.Empty(t, d.Events)
-		require.WithinDuration(t, due.Add(lateRecheck), d.Ack.Next, 0)
+		require.WithinDuration(t, due.Add(heldRecheck), d.Ack.Next, 0)
 		require.Equal(t, deadline.HoldLate, d.Ack.State.Hold, "still late: a recovery is still reported")
 	})
 	t.Run("warning inside a quiet interval: no late; its deadline judged when it comes", func(t *testing.T) {

@@ -36,7 +36,8 @@ type Claim struct {
 	// parent when the claim knows it ("" for a record handed out again).
 	CommittedSuppression bool
 	WokenBy              string
-	// HeldBack: an incident reported late whose interruption the hold-back does not allow yet (warn.go).
+	// HeldBack: a deferred incident (late, past a quiet interval, after its parent's recovery) whose
+	// interruption the hold-back does not allow yet (warn.go, holdDeferredBack).
 	HeldBack bool
 	// Cause is why the incident began when it was not silence (a reported failure, offline); nil: silence.
 	Cause *Cause
@@ -458,7 +459,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 			return res, err
 		}
 	}
-	s.holdLateBack(res.Claims, opts.WatermarkFor)
+	s.holdDeferredBack(res.Claims, opts.Now, opts.WatermarkFor)
 	if l := s.layout.Load(); l.moving() && len(res.Claims) > 0 {
 		if res.Claims, err = s.dropStaleMoved(ctx, l, res.Claims); err != nil {
 			return res, err

@@ -17,20 +17,30 @@ func (s *Store) lead(name string) time.Duration {
 	return s.timeout(name)
 }
 
-// holdLateBack marks the due claims of incidents that were reported late and whose interruption the
-// hold-back does not allow yet (a blind window opened since the warning): they wait, as a fresh claim of
-// the same deadline would. Only incidents in HoldLate are looked at, so a fleet without warnings pays a
-// comparison per due claim.
-func (s *Store) holdLateBack(claims []Claim, watermarkFor WatermarkFunc) {
+// holdDeferredBack marks the due claims of deferred incidents whose interruption the hold-back does not
+// allow yet (a blind window opened since they were deferred): they wait, as a fresh claim of the same
+// deadline would. Deferred are an incident reported late or moved past a quiet interval (its interruption
+// is due at InterruptedAt), and one whose parent recovered (its own timeout ran out now). A fleet
+// without them pays a comparison per due claim.
+func (s *Store) holdDeferredBack(claims []Claim, now time.Time, watermarkFor WatermarkFunc) {
 	if watermarkFor == nil {
 		return
 	}
 	for i := range claims {
 		c := &claims[i]
-		if c.Fresh || c.State.Hold != HoldLate || c.State.Next != 0 {
+		if c.Fresh {
 			continue
 		}
-		if c.State.InterruptedAt > watermarkFor(AsStored(s.timeout(c.recordedType()))).UnixMilli() {
+		var due int64
+		switch {
+		case (c.State.Hold == HoldLate || c.State.Hold == HoldQuiet) && c.State.Next == 0:
+			due = c.State.InterruptedAt
+		case c.State.Hold == HoldAfterParent:
+			due = now.UnixMilli()
+		default:
+			continue
+		}
+		if due > watermarkFor(AsStored(s.timeout(c.recordedType()))).UnixMilli() {
 			c.HeldBack = true
 		}
 	}

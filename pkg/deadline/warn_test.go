@@ -101,3 +101,43 @@ func TestRegisteredDeviceOfAWarnedType(t *testing.T) {
 		require.True(t, t0.Add(want).Equal(d.Deadline), "%s: deadline %v, want registration + %v", dev, d.Deadline, want)
 	}
 }
+
+// Every deferred incident's interruption waits for the hold-back, not only a late one's: one moved past
+// a quiet interval, and one whose parent recovered.
+func TestDeferredIncidentsAreHeldBack(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		deferIt func(st *deadline.State, due time.Time)
+	}{
+		{"quiet", func(st *deadline.State, due time.Time) { st.Hold, st.InterruptedAt = deadline.HoldQuiet, due.UnixMilli() }},
+		{"after its parent", func(st *deadline.State, due time.Time) {
+			st.Next, st.Hold, st.InterruptedAt = 1, deadline.HoldAfterParent, st.Deadline
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := warnedFixture(t)
+			t0 := f.clock.Now()
+			f.refresh(t, deadline.Signal{Device: "s", Type: "sensor", Seen: t0})
+			f.clock.Advance(10 * time.Minute)
+			res := f.claimAll(t, deadline.ClaimOptions{})
+			require.Len(t, res.Claims, 1)
+			c := res.Claims[0]
+			due := f.clock.Now().Add(time.Hour)
+			st := c.State
+			tc.deferIt(&st, due)
+			_, err := f.store.Settle(context.Background(), []deadline.Ack{reschedule(c, st, due)}, deadline.RecordsOf(res.Claims))
+			require.NoError(t, err)
+
+			f.clock.Set(due)
+			window := func(time.Duration) time.Time { return due.Add(-time.Minute) } // a blind window opened a minute ago
+			res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: window})
+			require.Len(t, res.Claims, 1)
+			require.True(t, res.Claims[0].HeldBack, "its interruption is past what the hold-back allows")
+
+			f.clock.Advance(time.Minute) // the lease ran out; the window closed
+			res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.clock.Now() }})
+			require.Len(t, res.Claims, 1)
+			require.False(t, res.Claims[0].HeldBack)
+		})
+	}
+}
