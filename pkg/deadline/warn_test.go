@@ -106,10 +106,12 @@ func TestRegisteredDeviceOfAWarnedType(t *testing.T) {
 // a quiet interval, and one whose parent recovered.
 func TestDeferredIncidentsAreHeldBack(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
+		name    string
 		deferIt func(st *deadline.State, due time.Time)
 	}{
-		{"quiet", func(st *deadline.State, due time.Time) { st.Hold, st.InterruptedAt = deadline.HoldQuiet, due.UnixMilli() }},
+		{"quiet", func(st *deadline.State, due time.Time) {
+			st.Hold, st.InterruptedAt = deadline.HoldQuiet, due.UnixMilli()
+		}},
 		{"after its parent", func(st *deadline.State, due time.Time) {
 			st.Next, st.Hold, st.InterruptedAt = 1, deadline.HoldAfterParent, st.Deadline
 		}},
