@@ -296,8 +296,10 @@ func report(in input, st deadline.State, n int, eventDeadline time.Time, d *deci
 	}
 	// A claim commits with the interval in force when it claimed; a reload since makes it stale.
 	// A warned incident's state says its interruption came at its timeout, not at the claimed warning.
-	d.Committed = c.Record != "" && d.Reason == reasonInterrupted && deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat &&
-		pol.WarnAfter == 0
+	// A parent's wake commits `suppressed`, never `interrupted`: such a claim decided otherwise is
+	// acknowledged in full, whatever its interval (a CommittedRepeat of 0 says nothing then).
+	d.Committed = c.Record != "" && !c.CommittedSuppression && d.Reason == reasonInterrupted &&
+		deadline.AsStored(pol.RepeatEvery) == c.CommittedRepeat && pol.WarnAfter == 0
 }
 
 // groupWait holds a new interruption without an outage while one of its groups may still reach its

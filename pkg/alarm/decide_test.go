@@ -257,3 +257,17 @@ func TestFailedBacksOffThenParks(t *testing.T) {
 	require.LessOrEqual(t, len(long.State.Reason), 200)
 	require.True(t, utf8.ValidString(long.State.Reason))
 }
+
+// A child whose down parent's wake committed `suppressed` ahead of time, decided `interrupted` after
+// all (its parent came back before the loop looked): the commit does not stand, even for a type
+// without repeats, so the acknowledgement stores the interruption instead of the suppression.
+func TestCommittedSuppressionDecidedInterruptedIsAcknowledged(t *testing.T) {
+	t0 := time.Date(2026, 6, 10, 0, 0, 0, 0, time.UTC)
+	noRepeats := config.Policy{Timeout: time.Minute}
+	c := deadline.Claim{Device: "child", Record: "r1", CommittedSuppression: true, State: deadline.State{Deadline: t0.UnixMilli()}}
+	d := decide(input{Claim: c, Policy: noRepeats, Now: t0.Add(time.Second)})
+	require.Equal(t, reasonInterrupted, d.Reason)
+	require.False(t, d.Committed, "the wake stored a suppression, not this interruption")
+	require.Equal(t, 1, d.Ack.State.Next)
+	require.Equal(t, deadline.HoldNone, d.Ack.State.Hold)
+}
