@@ -194,3 +194,48 @@ func TestOutageMembersKnownBeforeTheirStateSaysSo(t *testing.T) {
 		}
 	})
 }
+
+// While one batch of an outage's members announces it, the other batches (of every scanner loop and
+// replica) do not announce it too: one outage_started, unless its announcer died or failed.
+func TestOutageAnnouncedOnceWhileMembersArriveInBatches(t *testing.T) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		corr := correlatorFixture(t, f, "r1")
+		join := func(group string, at time.Duration, devices ...string) []correlate.Outage {
+			t.Helper()
+			groups := make([][]string, len(devices))
+			for i := range groups {
+				groups[i] = []string{group}
+			}
+			_, unannounced, err := corr.Join(ctx, devices, groups, f.t0.Add(at))
+			require.NoError(t, err)
+			return unannounced
+		}
+		const meters, gateways = "device_type:meter", "device_type:gateway"
+		opened := join(meters, 0, "m1", "m2", "m3", "m4", "m5")
+		require.Len(t, opened, 1, "the batch that reaches min_devices opens and announces it")
+		require.Empty(t, join(meters, 10*time.Millisecond, "m6", "m7"), "announced by the opener meanwhile")
+		require.Empty(t, join(meters, 20*time.Millisecond, "m8"))
+		f.clock.Set(f.t0.Add(30 * time.Millisecond))
+		require.NoError(t, corr.Tick(ctx))
+		require.Empty(t, f.sink.Take(), "nor by the correlator's tick")
+
+		// The opener died before announcing: once its lease ran out, the next batch announces it.
+		again := join(meters, 10*time.Second, "m9")
+		require.Len(t, again, 1)
+		require.Equal(t, opened[0].ID, again[0].ID)
+		require.NoError(t, corr.Announce(ctx, again))
+		require.Len(t, f.sink.Take(), 1)
+		require.Empty(t, join(meters, 11*time.Second, "m10"), "announced")
+
+		// A failed announcement is handed back at once: the next batch announces it.
+		f.sink.down.Store(true)
+		failed := join(gateways, 12*time.Second, "g1", "g2", "g3", "g4", "g5")
+		require.Len(t, failed, 1)
+		require.Error(t, corr.Announce(ctx, failed))
+		f.sink.down.Store(false)
+		retry := join(gateways, 12*time.Second+10*time.Millisecond, "g6")
+		require.Len(t, retry, 1)
+		require.Equal(t, failed[0].ID, retry[0].ID)
+	})
+}

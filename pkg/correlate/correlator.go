@@ -335,6 +335,9 @@ func (c *Correlator) look(ctx context.Context, g string, now time.Time, window t
 		return err
 	}
 	if state["announced"] != "1" {
+		if lease, _ := strconv.ParseInt(state["announcing"], 10, 64); lease > now.UnixMilli() {
+			return nil // a member's batch is announcing it (Join)
+		}
 		return c.announce(ctx, g, o) // opened, but the event may not have reached Kafka: at least once
 	}
 	c.mu.Lock()

@@ -21,7 +21,8 @@ func (k keyspace) correlated(group string) string { return k.prefix + ":corr:{" 
 // groups is the ZSET group → ms of its last interruption: the groups the correlator looks at.
 func (k keyspace) groups() string { return k.prefix + ":corr:groups" }
 
-// outage is the HASH of a group's open outage: id, view (its JSON), announced (0/1).
+// outage is the HASH of a group's open outage: id, view (its JSON), announced (0/1), announcing (the lease
+// end, ms, of the one caller announcing it).
 func (k keyspace) outage(group string) string { return k.prefix + ":outage:{" + group + "}" }
 
 // open is the HASH outage id → its JSON view, for the API; recent the LIST of the views of the last
