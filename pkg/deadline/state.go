@@ -213,9 +213,25 @@ func decodeState(v string) (State, error) {
 		s.Next, s.InterruptedAt = 1, s.Deadline
 		return s, err
 	}
-	f := strings.SplitN(v, stateSep, stateFields)
-	if len(f) != stateFields {
-		return State{}, fmt.Errorf("deadline: state %q: want %d fields, got %d", v, stateFields, len(f))
+	s, err := decodeFields(v, stateFields)
+	if err != nil {
+		// Written by a version without the owed fields (before 0.2): the reason follows the failures.
+		if legacy, lerr := decodeFields(v, legacyStateFields); lerr == nil {
+			return legacy, nil
+		}
+	}
+	return s, err
+}
+
+// legacyStateFields is how many fields a state had before the owed recovery (fieldOwed, fieldOwedWarned)
+// was kept in it; such a state's reason is its fieldOwed.
+const legacyStateFields = stateFields - 2
+
+// decodeFields parses a full state of n fields: stateFields, or legacyStateFields.
+func decodeFields(v string, n int) (State, error) {
+	f := strings.SplitN(v, stateSep, n)
+	if len(f) != n {
+		return State{}, fmt.Errorf("deadline: state %q: want %d fields, got %d", v, n, len(f))
 	}
 	var err error
 	num := func(i int) int64 {
@@ -234,9 +250,10 @@ func decodeState(v string) (State, error) {
 		Hold:          holdOf(f[fieldExhausted]),
 		InterruptedAt: num(fieldInterruptedAt),
 		Failures:      int(num(fieldFailures)),
-		Owed:          num(fieldOwed),
-		OwedWarned:    f[fieldOwedWarned] == "1",
-		Reason:        f[fieldReason],
+		Reason:        f[n-1],
+	}
+	if n == stateFields {
+		s.Owed, s.OwedWarned = num(fieldOwed), f[fieldOwedWarned] == "1"
 	}
 	if err != nil {
 		return State{}, err

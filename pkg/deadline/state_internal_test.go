@@ -98,3 +98,16 @@ func TestDecodeStateReadsFullAndClaimForms(t *testing.T) {
 		require.Error(t, err, "%q", bad)
 	}
 }
+
+// An incident stored before the owed fields existed (a rolling upgrade) still decodes, its failure
+// reason, colons and all, intact.
+func TestStateDecodesTheLayoutBeforeOwedFields(t *testing.T) {
+	st, err := decodeState("1763800031000:7:2:0:0:1763800031500:3:kafka: broker unreachable")
+	require.NoError(t, err)
+	require.Equal(t, State{Deadline: 1763800031000, TypeIndex: 7, Next: 2, InterruptedAt: 1763800031500, Failures: 3,
+		Reason: "kafka: broker unreachable"}, st)
+	owing := State{Deadline: 5, TypeIndex: 1, Owed: 3, OwedWarned: true, Reason: "a: b"}
+	back, err := decodeState(owing.encode())
+	require.NoError(t, err)
+	require.Equal(t, owing, back)
+}
