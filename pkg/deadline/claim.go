@@ -229,15 +229,16 @@ local function readRecords(states)
 end
 
 -- inFlightUntil: a due entry whose state is still as a claim committed it may belong to a record still
--- in flight (its process slow or dead before publishing); then it returns when that record's lease ends
--- (now + 1 ms when the record is handed out again in this very call), else nil.
+-- in flight (its process slow or dead before publishing); then it returns when to look again: when that
+-- record's lease ends (now + 1 ms when the record is handed out again in this very call), or sooner,
+-- ${inFlightRecheck} ms on, as a live process releases its record within milliseconds; else nil.
 local function inFlightUntil(m, st)
   if #records == 0 or not committedForm(st) then return nil end
   local pair = ${packSep} .. m .. ${packSep} .. st .. ${packSep}
   for i = 1, #records, 2 do
     if string.find(${packSep} .. records[i+1] .. ${packSep}, pair, 1, true) then
       local ends = tonumber(redis.call('ZSCORE', KEYS[2], records[i]))
-      return math.max(ends or now, now) + 1
+      return math.min(math.max(ends or now, now), now + ${inFlightRecheck}) + 1
     end
   end
   return nil
@@ -393,6 +394,11 @@ func (o ClaimOptions) watermark() time.Time {
 // waits its own timeout of visible time after the window, so a 30 s gateway is watched again long before
 // a 2 h meter.
 type WatermarkFunc func(timeout time.Duration) time.Time
+
+// inFlightRecheck is how often a due entry waiting on an in-flight record (a device that signalled
+// between its committed claim and the record's release) looks again: its recovery goes out this soon
+// after the release, where waiting for the record's lease would delay it by up to detection.lease.
+const inFlightRecheck = 250 * time.Millisecond
 
 // nextScanBound bounds how many members a claim (those after now) or a peek (the first ones) reads while
 // hold-back holds some types, to find the next deadline of a type it does not hold: past them the

@@ -565,3 +565,21 @@ func TestCommittedClaimOfADeadProcessIsNotTakenForSent(t *testing.T) {
 		require.Equal(t, []any{"gw", false, 0}, []any{c.Device, c.Fresh, c.State.Next}, "nothing sent yet: its interrupted goes out")
 	})
 }
+
+// A device that signals while its committed claim's record is still in flight (the alarm loop has not
+// published yet) gets its recovery claimed right after the record is released, not a lease later.
+func TestSignalDuringCommittedClaimRecoversSoonAfterRelease(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		c := claimOne(t, f, "d") // committed, its record in flight
+		require.NotEmpty(t, c.Record)
+		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()}) // back: its probe makes the incident due
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "whether interrupted went out is unknown yet")
+
+		f.settle(t, c) // published: the record is released
+		f.clock.Advance(time.Second)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 1, "the recovery is claimed within a second of the release, not a lease (30 s) later")
+		require.Equal(t, "d", res.Claims[0].Device)
+		require.False(t, res.Claims[0].Fresh)
+	})
+}

@@ -16,6 +16,7 @@ var scriptConstants = strings.NewReplacer(
 	"${MaxTypes}", strconv.Itoa(MaxTypes),
 	"${heldScanFactor}", strconv.Itoa(heldScanFactor),
 	"${nextScanBound}", strconv.Itoa(nextScanBound),
+	"${inFlightRecheck}", strconv.FormatInt(inFlightRecheck.Milliseconds(), 10),
 	"${DormantAfter}", strconv.Itoa(dormantAfter),
 	"${DefaultType}", luaString(DefaultType),
 	// State hashes and encoded states (state.go).
