@@ -34,16 +34,10 @@ func (l *incidentLog) take(events []event.Event) {
 	}
 }
 
-// step moves the clock to t0+d, claims every due device and hands the claims to the handler, like
-// fixture.at, and logs what was published in its order.
+// step is fixture.step, its events logged in publication order.
 func (l *incidentLog) step(f *fixture, d time.Duration) {
 	f.t.Helper()
-	f.clock.Set(f.t0.Add(d))
-	res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()),
-		deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
-	require.NoError(f.t, err)
-	require.NoError(f.t, f.handler.Handle(context.Background(), res.Claims))
-	l.take(f.sink.Take())
+	l.take(f.step(d))
 }
 
 func (l *incidentLog) requireClean(t *testing.T) {
