@@ -7,7 +7,7 @@ PKG   ?= ./...
 export PATH := $(PATH):/usr/local/sbin:/usr/sbin:/sbin
 
 .DEFAULT_GOAL := help
-.PHONY: help dev deps test bench bench-go lint chaos
+.PHONY: help dev deps test bench bench-go lint chaos soak
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -65,3 +65,9 @@ lint: ## gofmt (fails on any unformatted file) and go vet
 chaos: deps ## fault-injection tests (servers killed and restarted under load)
 	HB_CHAOS_DEVICES=$${HB_CHAOS_DEVICES:-10000} HB_CHAOS_LONG_OUTAGE=$${HB_CHAOS_LONG_OUTAGE:-4m} \
 		$(GO) test -race -v -timeout 60m -run Chaos ./test/chaos/...
+
+# make soak runs the randomized soak (test/chaos TestChaosSoak) for 30 minutes at 2000 devices; `make test`
+# runs it for 40 s at 200. HB_SOAK_SEED replays a run; its line prints the seed.
+soak: deps ## random faults and operator acts over a mixed fleet, checked by the incident checker
+	HB_CHAOS_DEVICES=$${HB_CHAOS_DEVICES:-2000} HB_SOAK_DURATION=$${HB_SOAK_DURATION:-30m} \
+		$(GO) test -race -v -timeout 90m -run TestChaosSoak ./test/chaos/...

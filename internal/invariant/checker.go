@@ -85,7 +85,7 @@ func (c *Checker) Event(e event.Event, order int64) {
 	if first, ok := c.byID[e.ID]; ok {
 		c.copies++
 		if !sameEvent(first, e) {
-			c.broken = append(c.broken, Violation{e.DeviceID, RuleID, fmt.Sprintf("id %s sent as %s/%s/%d and as %s/%s/%d",
+			c.broken = append(c.broken, Violation{Device: e.DeviceID, Rule: RuleID, Detail: fmt.Sprintf("id %s sent as %s/%s/%d and as %s/%s/%d",
 				e.ID, first.Kind, ms(first.Deadline), first.Repeat, e.Kind, ms(e.Deadline), e.Repeat)})
 		}
 		return
@@ -95,7 +95,7 @@ func (c *Checker) Event(e event.Event, order int64) {
 		return
 	}
 	if want := event.ID(e.DeviceID, e.Deadline, e.Kind, e.Repeat); detectionID(e.Kind) && e.ID != want {
-		c.broken = append(c.broken, Violation{e.DeviceID, RuleID, fmt.Sprintf("%s event under id %s, want %s", e.Kind, e.ID, want)})
+		c.broken = append(c.broken, Violation{Device: e.DeviceID, Rule: RuleID, Detail: fmt.Sprintf("%s event under id %s, want %s", e.Kind, e.ID, want)})
 	}
 	c.events[e.DeviceID] = append(c.events[e.DeviceID], recorded{e, order})
 }
@@ -126,9 +126,17 @@ type Violation struct {
 	Device string
 	Rule   string
 	Detail string
+	// History is the device's events and signals, on its first violation of the incident machine or a
+	// missing recovered: what to read to see why.
+	History string
 }
 
-func (v Violation) String() string { return v.Rule + " " + v.Device + ": " + v.Detail }
+func (v Violation) String() string {
+	if v.History != "" {
+		return v.Rule + " " + v.Device + ": " + v.Detail + "\n  history: " + v.History
+	}
+	return v.Rule + " " + v.Device + ": " + v.Detail
+}
 
 // Report is the checker's verdict over what it recorded so far.
 type Report struct {
@@ -173,11 +181,15 @@ func (c *Checker) Check() Report {
 		opened, open, broken := walk(device, evs)
 		r.Incidents += opened
 		r.Violations = append(r.Violations, broken...)
+		if len(broken) > 0 {
+			broken[0].History = history(evs, signals)
+		}
 		if open != nil {
 			r.Open++
 			if s, ok := signalledAfter(signals, open.At.Add(c.inFlight)); ok {
 				r.Violations = append(r.Violations, Violation{device, RuleRecovered, fmt.Sprintf(
-					"signalled at %s after its incident %s opened at %s, and no recovered followed", stamp(s), open.ID, stamp(open.At))})
+					"signalled at %s after its incident %s opened at %s, and no recovered followed", stamp(s), open.ID, stamp(open.At)),
+					history(evs, signals)})
 			}
 		}
 	}
@@ -192,7 +204,7 @@ func walk(device string, evs []recorded) (opened int, open *event.Event, broken 
 		e := &evs[i].Event
 		next, err := phase.Next(e.Kind)
 		if err != nil {
-			broken = append(broken, Violation{device, RuleMachine, fmt.Sprintf("%s (event %s at %s)", err, e.ID, stamp(e.At))})
+			broken = append(broken, Violation{Device: device, Rule: RuleMachine, Detail: fmt.Sprintf("%s (event %s at %s)", err, e.ID, stamp(e.At))})
 			continue
 		}
 		if phase == event.Closed && next != event.Closed {
@@ -224,13 +236,33 @@ func (c *Checker) falseReports(device string, evs []recorded, signals []sent) []
 				continue
 			}
 			if e.At.Add(c.inFlight).Before(s.at.Add(s.timeout)) {
-				out = append(out, Violation{device, RuleFalse, fmt.Sprintf("%s at %s, but it signalled at %s with a timeout of %s",
+				out = append(out, Violation{Device: device, Rule: RuleFalse, Detail: fmt.Sprintf("%s at %s, but it signalled at %s with a timeout of %s",
 					e.ID, stamp(e.At), stamp(s.at), s.timeout)})
 			}
 			break // the latest signal heard sets the deadline (a retyped device's included)
 		}
 	}
 	return out
+}
+
+// history is a device's events (kind, deadline, raised) and how many signals it sent between them.
+func history(evs []recorded, signals []sent) string {
+	var b strings.Builder
+	j := 0
+	for _, e := range evs {
+		k := 0
+		for ; j < len(signals) && signals[j].at.Before(e.At); j++ {
+			k++
+		}
+		if k > 0 {
+			fmt.Fprintf(&b, " [%d signals to %s]", k, stamp(signals[j-1].at))
+		}
+		fmt.Fprintf(&b, " %s(%s)@%s", e.Kind, stamp(e.Deadline), stamp(e.At))
+	}
+	if j < len(signals) {
+		fmt.Fprintf(&b, " [%d signals to %s]", len(signals)-j, stamp(signals[len(signals)-1].at))
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // signalledAfter is the first signal sent at or after t.

@@ -264,6 +264,13 @@ func (c *collector) checkIncidents() invariant.Report {
 	return r
 }
 
+// earlyInterruptions counts the interruptions raised before their deadline.
+func (c *collector) earlyInterruptions() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.early)
+}
+
 // plus counts r and o as one scenario (o's dup is the same count: dup is over every event).
 func (r tally) plus(o tally) tally {
 	r.expected += o.expected

@@ -108,6 +108,8 @@ type daemonOptions struct {
 	ownGrace bool
 	// types are further device types (name → timeout), without repeats like default.
 	types map[string]time.Duration
+	// typeSpecs are further device types with more than a timeout (the soak's mixed fleet).
+	typeSpecs map[string]typeSpec
 	// sharedGroup subscribes to the devices' topic as an MQTT shared subscription of that group, so
 	// each signal reaches one of the replicas.
 	sharedGroup string
@@ -127,6 +129,12 @@ type daemonOptions struct {
 	keyPrefix    string
 	// correlation is the correlation block's YAML flow mapping ("" = off).
 	correlation string
+}
+
+// typeSpec is a device type's timeout and the rest of its YAML flow mapping ("repeat_every: 1s, …").
+type typeSpec struct {
+	timeout time.Duration
+	rest    string
 }
 
 // redisPassword is the password of daemonOptions.redisUser.
@@ -171,10 +179,16 @@ func (f *fleet) config(o daemonOptions) string {
 		configured = map[string]time.Duration{}
 	}
 	configured["default"] = o.timeout
+	for name, spec := range o.typeSpecs {
+		configured[name] = spec.timeout
+	}
 	f.signals.types(configured)
 	types := fmt.Sprintf("  default: {timeout: %s, repeat_every: 0s}\n", o.timeout)
 	for _, name := range slices.Sorted(maps.Keys(o.types)) {
 		types += fmt.Sprintf("  %s: {timeout: %s, repeat_every: 0s}\n", name, o.types[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.typeSpecs)) {
+		types += fmt.Sprintf("  %s: {timeout: %s, %s}\n", name, o.typeSpecs[name].timeout, o.typeSpecs[name].rest)
 	}
 	sub := `{topic: "devices/{device_id}/heartbeat"}`
 	if o.sharedGroup != "" {
@@ -341,7 +355,10 @@ func (s *scenario) settle(barrier string, within time.Duration) []string {
 }
 
 // poll calls cond until it is true or within passes; it reports the last answer.
-func poll(within time.Duration, cond func() bool) bool {
+func poll(within time.Duration, cond func() bool) bool { return pollEvery(within, 20*time.Millisecond, cond) }
+
+// pollEvery is poll asking every so often: for a costly cond.
+func pollEvery(within, every time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for {
 		if cond() {
@@ -350,7 +367,7 @@ func poll(within time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

@@ -1,0 +1,305 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/invariant"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// The soak: a mixed fleet over two replicas sharing the signals, random faults one after another and
+// random operator acts, for HB_SOAK_DURATION (default 40s; `make soak` runs 30m at 2,000 devices) from
+// the seed HB_SOAK_SEED (default: drawn and printed, so a failing run can be replayed). Its line carries
+// the incident checker's verdict over every acknowledged signal and every event (docs/concepts.md#the-incident).
+
+// soakTypes is the mixed fleet's types: repeats, warnings, flapping detection and parents.
+var soakTypes = map[string]typeSpec{
+	"gateway": {4 * time.Second, "repeat_every: 2s, max_repeats: 3"},
+	"child":   {3 * time.Second, "repeat_every: 1s, max_repeats: 5"},
+	"warned":  {4 * time.Second, "warn_after: 2s, repeat_every: 2s"},
+	"flappy":  {3 * time.Second, "repeat_every: 1s, flapping: {count: 3, window: 30s}"},
+}
+
+// soakDevice is one device of the soak's fleet and how it behaves.
+type soakDevice struct {
+	id, typ string
+	// quiet is how likely the device falls silent on a tick, for 1–3 timeouts; fails how likely it reports
+	// a failure instead of signalling.
+	quiet, fails float64
+	parents      []string // the gateways a child moves between
+	parent       string
+	silentUntil  time.Time
+}
+
+func soakFleet(n int, rng *rand.Rand) []*soakDevice {
+	gateways := max(n/50, 2)
+	var out []*soakDevice
+	for i := range gateways {
+		out = append(out, &soakDevice{id: "gw-" + strconv.Itoa(i), typ: "gateway", quiet: 0.004})
+	}
+	var names []string
+	for _, d := range out {
+		names = append(names, d.id)
+	}
+	for i := range n - gateways {
+		d := &soakDevice{id: "dev-" + strconv.Itoa(i)}
+		switch i % 5 {
+		case 0:
+			d.typ = "default"
+		case 1:
+			d.typ, d.quiet = "flappy", 0.01
+		case 2:
+			d.typ, d.quiet = "warned", 0.005
+		case 3:
+			d.typ, d.quiet, d.parents = "child", 0.003, names
+			d.parent = names[rng.IntN(len(names))]
+		case 4:
+			d.typ, d.fails = "default", 0.002
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// payload is what d sends on this tick: a signal naming its type (and parent), or a reported failure.
+func (d *soakDevice) payload(rng *rand.Rand) []byte {
+	if d.fails > 0 && rng.Float64() < d.fails {
+		return []byte(`{"status":"fail","reason":"soak"}`)
+	}
+	if d.parents != nil && rng.Float64() < 0.01 {
+		d.parent = d.parents[rng.IntN(len(d.parents))] // moved to another gateway
+	}
+	v := map[string]string{"type": d.typ}
+	if d.parent != "" {
+		v["parent"] = d.parent
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func soakSettings(t *testing.T) (time.Duration, uint64) {
+	t.Helper()
+	dur := 40 * time.Second
+	if v := os.Getenv("HB_SOAK_DURATION"); v != "" {
+		var err error
+		dur, err = time.ParseDuration(v)
+		require.NoError(t, err, "HB_SOAK_DURATION")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("HB_SOAK_SEED"); v != "" {
+		var err error
+		seed, err = strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "HB_SOAK_SEED")
+	}
+	return dur, seed
+}
+
+func TestChaosSoak(t *testing.T) {
+	dur, seed := soakSettings(t)
+	n := fleetSize(t)
+	t.Logf("chaos: soak seed=%d duration=%s devices=%d (HB_SOAK_SEED replays it)", seed, dur, n)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	f := startFleet(t)
+	// ownGrace: after a blind window each device waits its own timeout, so no false alarm is ever allowed.
+	o := daemonOptions{sharedGroup: "soak", timeout: 3 * time.Second, typeSpecs: soakTypes, sweepEvery: 5 * time.Second, ownGrace: true}
+	replicas := make([]*testenv.Heartbeatd, 2)
+	for i := range replicas {
+		o.replica = "soak-" + string(rune('a'+i))
+		replicas[i] = f.startDaemon(o)
+	}
+	fleet := soakFleet(n, rng)
+	p := f.publisher("soak-devices")
+	var mu sync.Mutex // guards rng and fleet between the loops
+	ctx, stop := context.WithTimeout(context.Background(), dur)
+	defer stop()
+
+	// The devices: every live device signals each tick; some fall silent for a while.
+	tick := 500 * time.Millisecond
+	signalling := repeatUntilStopped(tick, func() {
+		mu.Lock()
+		now := time.Now()
+		var ids []string
+		payloads := map[string][]byte{}
+		for _, d := range fleet {
+			if now.Before(d.silentUntil) {
+				continue
+			}
+			if d.quiet > 0 && rng.Float64() < d.quiet {
+				d.silentUntil = now.Add(time.Duration(1+rng.IntN(3)) * soakTimeout(d.typ))
+				continue
+			}
+			ids = append(ids, d.id)
+			payloads[d.id] = d.payload(rng)
+		}
+		mu.Unlock()
+		if p.up() {
+			_ = p.signal(ids, func(id string) []byte { return payloads[id] }) // a failed round is the broker's outage
+		}
+	})
+	defer signalling()
+
+	faults, acts := 0, 0
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // operator acts, every second or two
+		defer wg.Done()
+		for ctx.Err() == nil {
+			mu.Lock()
+			d := fleet[rng.IntN(len(fleet))]
+			kind, pause := rng.IntN(3), time.Duration(1000+rng.IntN(1000))*time.Millisecond
+			hb := replicas[rng.IntN(len(replicas))]
+			mu.Unlock()
+			if soakAct(hb, kind, d.id) {
+				acts++
+			}
+			sleepCtx(ctx, pause)
+		}
+	}()
+	for ctx.Err() == nil { // faults, one after another
+		mu.Lock()
+		kind, length, i := rng.IntN(len(soakFaults)), time.Duration(1000+rng.IntN(3000))*time.Millisecond, rng.IntN(len(replicas))
+		pause := time.Duration(2000+rng.IntN(4000)) * time.Millisecond
+		mu.Unlock()
+		t.Logf("chaos: soak fault %s of replica %d for %s at %s", soakFaults[kind], i, length, time.Now().UTC().Format("15:04:05.000"))
+		soakFault(t, f, replicas[i], kind, length)
+		faults++
+		waitReady(t, replicas[0])
+		waitReady(t, replicas[1])
+		sleepCtx(ctx, pause)
+	}
+	wg.Wait()
+
+	// The faults are over: every device signals from now on, so every incident must end in its recovered
+	// (a signal the broker took while heartbeatd's subscription was gone is followed by heard ones).
+	mu.Lock()
+	for _, d := range fleet {
+		d.quiet, d.fails, d.silentUntil = 0, 0, time.Time{}
+	}
+	mu.Unlock()
+	require.True(t, pollEvery(scaled(n, 60*time.Second), time.Second, func() bool { return f.events.incidents.Check().Open == 0 }),
+		"incidents still open while every device signals: %s", f.events.incidents.Check().Summary())
+	signalling()
+
+	// Detection has scanned past everything once a barrier's devices are reported. They signal until
+	// heartbeatd has stored them: the broker drops what it takes while no replica is subscribed.
+	barrier := ids("barrier-soak", barrierDevices)
+	require.True(t, pollEvery(30*time.Second, 500*time.Millisecond, func() bool {
+		require.NoError(t, p.signal(barrier, nil))
+		for _, id := range barrier {
+			if device(t, replicas[0], id) == "" {
+				return false
+			}
+		}
+		return true
+	}), "the barrier's signals were never stored")
+	f.events.awaitReported(t, barrier, scaled(n, 60*time.Second))
+	// Every other device may have had incidents: the checker judges them, not the tally's false count.
+	r := f.events.tally(event.Interrupted, "soak", n, barrier)
+	r.falses, r.detail = f.events.earlyInterruptions(), slices.DeleteFunc(r.detail, func(l string) bool { return strings.HasPrefix(l, "false ") })
+	r.figures = append(r.figures, fmt.Sprintf("seed=%d faults=%d acts=%d", seed, faults, acts))
+	report(t, r, func() string { return mentions(r.incidents.Violations, replicas) }, replicas[0].LogTail, replicas[1].LogTail)
+}
+
+// mentions is what the replicas' logs say of the devices that broke a promise.
+func mentions(violations []invariant.Violation, replicas []*testenv.Heartbeatd) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, v := range violations {
+		if seen[v.Device] || len(seen) == 5 {
+			continue
+		}
+		seen[v.Device] = true
+		for i, hb := range replicas {
+			for line := range strings.Lines(hb.Log()) {
+				if strings.Contains(line, `"`+v.Device+`"`) {
+					fmt.Fprintf(&b, "replica %d: %s", i, line)
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+// soakTimeout is the timeout of type name in the soak.
+func soakTimeout(name string) time.Duration {
+	if spec, ok := soakTypes[name]; ok {
+		return spec.timeout
+	}
+	return 3 * time.Second
+}
+
+// soakAct is one operator act on a replica's API: an ack, a short silence or a delete of device. It
+// reports whether the API took it (an ack of a device without an incident is refused, as it should be).
+func soakAct(hb *testenv.Heartbeatd, kind int, device string) bool {
+	var req *http.Request
+	switch kind {
+	case 0:
+		req, _ = http.NewRequest(http.MethodPost, hb.HTTP+"/v1/devices/"+device+"/ack", strings.NewReader(`{"by":"soak"}`))
+	case 1:
+		req, _ = http.NewRequest(http.MethodPost, hb.HTTP+"/v1/silences",
+			strings.NewReader(`{"device_id":"`+device+`","for":"3s","comment":"soak"}`))
+	default:
+		req, _ = http.NewRequest(http.MethodDelete, hb.HTTP+"/v1/devices/"+device+"?by=soak", nil)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode < 300
+}
+
+// soakFaults names the faults soakFault injects, by kind.
+var soakFaults = []string{"kill", "freeze", "kafka-down", "mqtt-down", "redis-down", "reload"}
+
+// soakFault injects one fault of kind for length and undoes it: a replica SIGKILLed and restarted or
+// frozen, Kafka, the MQTT broker or Redis down and back, or a reload.
+func soakFault(t *testing.T, f *fleet, hb *testenv.Heartbeatd, kind int, length time.Duration) {
+	t.Helper()
+	switch kind {
+	case 0:
+		hb.Kill(t)
+		time.Sleep(length) // the fault's length is the fault itself
+		hb.Start(t)
+	case 1:
+		freeze(t, hb.PID(), length, nil)
+	case 2:
+		f.kafka.Stop()
+		time.Sleep(length)
+		f.kafka.Start(t)
+	case 3:
+		f.broker.Kill(t)
+		time.Sleep(length)
+		f.broker.Start(t)
+	case 4:
+		f.redis.Kill(t)
+		time.Sleep(length)
+		f.redis.Start(t)
+	default:
+		hb.Signal(t, syscall.SIGHUP)
+	}
+}
+
+// sleepCtx sleeps for d or until ctx ends: the soak's pacing between random acts.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
