@@ -46,7 +46,13 @@ const (
 	redisPassword = "redis-pw-8d1f"
 	httpToken     = "http-token-77c2"
 	mqttPassword  = "mqtt-pw-3b9e"
+	amKey         = "am-key-5e0a" // in an Alertmanager URL's query or userinfo
 )
+
+// withAlertmanager is goodConfig with an Alertmanager URL.
+func withAlertmanager(url string) string {
+	return goodConfig + "outputs: {alertmanager: {urls: [\"" + url + "\"]}}\n"
+}
 
 const goodConfig = `
 redis: {addrs: ["127.0.0.1:6379"], password: "` + redisPassword + `"}
@@ -101,6 +107,18 @@ detection: {batch: 0}
 		{name: "bad broker with a password", code: 1,
 			config: regexp.MustCompile(`tcp://user`).ReplaceAllString(goodConfig, "gopher://user"), want: []string{"ingest.mqtt.brokers[0]"}},
 		{name: "missing file", code: 1, want: []string{"missing.yaml"}},
+		// A URL is quoted with its query's values and its userinfo redacted (issue 58, 5).
+		{name: "alertmanager url with an api key in its query", code: 1,
+			config: withAlertmanager("https://am.example:9093/?api_key=" + amKey + "&tenant=" + amKey),
+			want:   []string{"outputs.alertmanager.urls[0]", "api_key=redacted&tenant=redacted", "a base URL has no query"}},
+		{name: "alertmanager url with a password and no host", code: 1, config: withAlertmanager("https://admin:" + amKey + "@/?k=" + amKey),
+			want: []string{"outputs.alertmanager.urls[0]", "no host"}},
+		{name: "alertmanager url with a token as its user", code: 1, config: withAlertmanager("https://" + amKey + "@am.example:9093"),
+			want: []string{"outputs.alertmanager.urls[0]", "credentials in the URL"}},
+		{name: "alertmanager url of another scheme", code: 1, config: withAlertmanager("ftp://am.example/?api_key=" + amKey),
+			want: []string{"outputs.alertmanager.urls[0]", "want an http:// or https:// base URL"}},
+		{name: "alertmanager url unparsable", code: 1, config: withAlertmanager("https://am.example:9093/%zz?api_key=" + amKey),
+			want: []string{"outputs.alertmanager.urls[0]", "is not a URL"}},
 		{name: "schedules", code: 0, config: schedulesConfig,
 			want: []string{"SCHEDULES", "solar:", "quiet: night", "Z  quiet", "Z  watched again",
 				`schedule: "0 2 * * *" in Europe/Berlin, grace 30m`, "Z  expected"}},
@@ -124,7 +142,7 @@ detection: {batch: 0}
 			for _, w := range tc.want {
 				require.Contains(t, shown, w)
 			}
-			for _, secret := range []string{redisPassword, httpToken, mqttPassword} {
+			for _, secret := range []string{redisPassword, httpToken, mqttPassword, amKey} {
 				require.NotContains(t, stdout+stderr, secret, "check-config printed a secret")
 			}
 		})

@@ -187,6 +187,8 @@ func TestValidation(t *testing.T) {
 		{"negative repeat", "types: {default: {repeat_every: -1s}}", []string{"config: types.default.repeat_every: -1s must not be negative"}},
 		{"negative max_repeats", "types: {default: {max_repeats: -1}}", []string{"config: types.default.max_repeats: must not be negative"}},
 		{"control char in type", "types: {default: {}, \"a\\tb\": {}}", []string{`config: types["a\tb"]: a type name must not contain control characters`}},
+		{"override in type", "types: {default: {}, \"meter\\u202E\": {}}", []string{`config: types["meter\u202e"]: a type name must not contain invisible format characters (U+202E`}},
+		{"zero-width space in type", "types: {default: {}, \"me\\u200Bter\": {}}", []string{`config: types["me\u200bter"]: a type name must not contain invisible format characters (U+200B`}},
 		{"coalesce vs timeout", "types: {default: {}, gateway: {timeout: 30s}}\ningest: {coalesce: 40s}",
 			[]string{"config: ingest.coalesce: 40s must be shorter than every timeout (types.gateway.timeout is 30s)"}},
 		{"coalesce vs inherited timeout", "types: {default: {timeout: 20s}, gateway: {}}\ningest: {coalesce: 20s}",
@@ -530,4 +532,30 @@ func BenchmarkPoliciesLookup(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A configured URL goes into errors and logs redacted: a password, a user standing alone (a token, as in
+// https://<token>@host), every query value and a fragment; what tells the URL apart (scheme, host, path,
+// query keys) stays.
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://am.example:9093":                         "https://am.example:9093",
+		"https://am.example:9093/prefix/":                 "https://am.example:9093/prefix/",
+		"tcp://user:pw@broker:1883":                       "tcp://user:redacted@broker:1883",
+		"https://s3cret-token@am.example:9093":            "https://redacted@am.example:9093",
+		"https://am.example:9093/?api_key=s3cret":         "https://am.example:9093/?api_key=redacted",
+		"https://am.example/?a=1&api_key=s3cret&flag":     "https://am.example/?a=redacted&api_key=redacted&redacted",
+		"https://am.example/?":                            "https://am.example/",
+		"https://am.example/#token=s3cret":                "https://am.example/#redacted",
+		"https://u:pw@am.example/p?k=v#f":                 "https://u:redacted@am.example/p?k=redacted#redacted",
+		"https://am.example:9093/%zz?api_key=s3cret":      Redaction,
+		"https://u:pw@am.example:bad":                     Redaction,
+		"not a url but harmless":                          "not a url but harmless",
+		"https://am.example/?api_key=s3cret%26more=x%3Dy": "https://am.example/?api_key=redacted",
+	} {
+		assert.Equal(t, want, RedactURL(in), in)
+	}
+	cfg := &Config{}
+	cfg.Outputs.Alertmanager.URLs = []string{"https://am.example/?api_key=s3cret"}
+	assert.NotContains(t, cfg.String(), "s3cret")
 }

@@ -89,19 +89,22 @@ func (c *Config) validateOutputs(v *validator) {
 	https := false
 	for i, raw := range a.URLs {
 		k := fmt.Sprintf("%s.urls[%d]", key, i)
+		// Quoted redacted (RedactURL), as every configured URL in an error: these errors are printed by
+		// check-config, logged by a reload and answered by /-/reload.
 		u, err := url.Parse(raw)
+		shown := RedactURL(raw)
 		switch {
 		case err != nil:
-			v.add(k, "%q is not a URL", redactAddr(raw))
+			v.add(k, "%q is not a URL", shown)
 		case u.Scheme != "http" && u.Scheme != "https":
-			v.add(k, "%q: want an http:// or https:// base URL", redactAddr(raw))
+			v.add(k, "%q: want an http:// or https:// base URL", shown)
 		case u.Host == "":
-			v.add(k, "%q: no host", raw)
+			v.add(k, "%q: no host", shown)
 		case u.User != nil:
 			// It would be printed with the config; the bearer token has a *_file and is redacted.
-			v.add(k, "credentials in the URL: use %s.token or token_file", key)
-		case u.RawQuery != "" || u.Fragment != "":
-			v.add(k, "%q: a base URL has no query or fragment", raw)
+			v.add(k, "%q: credentials in the URL: use %s.token or token_file", shown, key)
+		case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+			v.add(k, "%q: a base URL has no query or fragment (a key in it would be logged with the URL: use %s.token or token_file)", shown, key)
 		}
 		https = https || (err == nil && u.Scheme == "https")
 	}

@@ -79,7 +79,7 @@ func secretWalk(v reflect.Value, path string, fn func(secret reflect.Value, path
 }
 
 // Redacted returns a deep copy with every set password and token replaced by Redaction, and the
-// password of any user:password@ in an MQTT broker URL too: safe to log or print.
+// MQTT broker and Alertmanager URLs redacted (RedactURL): safe to log or print.
 func (c *Config) Redacted() *Config {
 	r := c.Clone()
 	secretWalk(reflect.ValueOf(r).Elem(), "", func(v reflect.Value, _ string, _ reflect.Value) {
@@ -90,24 +90,66 @@ func (c *Config) Redacted() *Config {
 	for i, b := range r.Ingest.MQTT.Brokers {
 		r.Ingest.MQTT.Brokers[i] = RedactURL(b)
 	}
+	for i, u := range r.Outputs.Alertmanager.URLs {
+		r.Outputs.Alertmanager.URLs[i] = RedactURL(u)
+	}
 	return r
 }
 
-// RedactURL shows a URL with the password of its user:password@ part replaced, for logs and errors; the
-// one redaction every package uses for broker URLs.
+// redactedPart replaces each secret part of a URL in RedactURL's answer.
+const redactedPart = "redacted"
+
+// RedactURL shows a URL as it may go into a log or an error: the password of its user:password@ part,
+// a user without a password (often a token: https://<token>@host), every query value (?api_key=…) and
+// a fragment are replaced by "redacted"; the scheme, host, path and query keys stay, to tell which URL
+// is meant. A URL that does not parse is shown only when it has no "@", "?" or "#". The one redaction
+// every package uses for configured URLs.
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
-		if strings.Contains(s, "@") {
+		if strings.ContainsAny(s, "@?#") {
 			return Redaction // unparsable and possibly carrying credentials
 		}
 		return s
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "redacted")
-		return u.String()
+	redacted := false
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), redactedPart)
+		} else {
+			u.User = url.User(redactedPart)
+		}
+		redacted = true
 	}
-	return s
+	if u.RawQuery != "" || u.ForceQuery {
+		u.RawQuery, u.ForceQuery = redactQuery(u.RawQuery), false
+		redacted = true
+	}
+	if u.Fragment != "" || u.RawFragment != "" {
+		u.Fragment, u.RawFragment = redactedPart, ""
+		redacted = true
+	}
+	if !redacted {
+		return s
+	}
+	return u.String()
+}
+
+// redactQuery keeps a query's keys, in their order, and replaces every value; a part without "=" could be
+// a bare secret, so it is replaced whole.
+func redactQuery(q string) string {
+	if q == "" {
+		return ""
+	}
+	parts := strings.Split(q, "&")
+	for i, p := range parts {
+		if k, _, ok := strings.Cut(p, "="); ok {
+			parts[i] = k + "=" + redactedPart
+		} else if p != "" {
+			parts[i] = redactedPart
+		}
+	}
+	return strings.Join(parts, "&")
 }
 
 // String renders the redacted configuration as YAML, so a Config printed by accident leaks nothing.

@@ -11,7 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
+
+	"github.com/heartbeatd/heartbeatd/internal/ident"
 )
 
 // validator collects every problem, each naming its key, so one run of check-config lists them all.
@@ -219,19 +220,13 @@ func (v *validator) warnAfter(key string, tp TypePolicy, pol Policy) {
 	}
 }
 
-// checkName applies docs/signals.md's device-id rules to a type name, which arrives the same way (payload or
-// topic level) and is stored beside it.
+// checkName applies the device-id rule (internal/ident, docs/signals.md) to a type name, which arrives the
+// same way (payload or topic level) and is stored beside it.
 func checkName(name string) string {
-	switch {
-	case name == "":
-		return "a type name must not be empty"
-	case len(name) > 256:
-		return "a type name is at most 256 bytes"
-	case !utf8.ValidString(name):
-		return "a type name must be UTF-8"
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return "a type name must not contain control characters"
-	case strings.Contains(name, "@"):
+	if p := ident.Problem(name); p != "" {
+		return "a type name " + p
+	}
+	if strings.Contains(name, "@") {
 		return `a type name must not contain "@" (it marks a device's own timeout)`
 	}
 	return ""

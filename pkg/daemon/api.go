@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/heartbeatd/heartbeatd/internal/ident"
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/client"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
@@ -101,8 +102,9 @@ type api struct {
 	log        *zap.Logger
 	mux        *http.ServeMux
 	refused    *prometheus.CounterVec // heartbeatd_api_refused_total{reason}
+	badInput   *prometheus.CounterVec // heartbeatd_api_bad_input_total{reason}
 	typeCounts typeCountsCache
-	// batchesRead holds a place for each signal batch being read (maxBatchesRead).
+	// batchesRead holds a place for each signal batch being submitted, once read (maxBatchesRead).
 	batchesRead chan struct{}
 }
 
@@ -134,6 +136,7 @@ func NewAPI(opts APIOptions) http.Handler {
 		opts.Tokens = append(admin, opts.Tokens...)
 	}
 	a := &api{APIOptions: opts, log: opts.Logger.With(zap.String("component", "http")), refused: newRefusedCounter(opts.Registerer),
+		badInput:    newBadInputCounter(opts.Registerer),
 		batchesRead: make(chan struct{}, maxBatchesRead)}
 	mux := http.NewServeMux()
 	a.mux = mux
@@ -422,11 +425,14 @@ func (a *api) devices(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var act event.Act
-	if !a.decodeOptionalBody(w, r, &act) || !validAct(w, act) {
+	var req actRequest
+	if !a.decodeOptionalBody(w, r, &req) {
 		return
 	}
-	act = callerOf(r).stamp(act)
+	act, valid := a.validAct(w, r, event.Act{By: req.By, Note: req.Note}, req.Token != nil)
+	if !valid {
+		return
+	}
 	// Read first: the acked event names the incident it acknowledged.
 	before, _, err := a.Store.Device(r.Context(), id)
 	if err != nil {
@@ -456,7 +462,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	act, ok := actFromQuery(w, r)
+	act, ok := a.actFromQuery(w, r)
 	if !ok {
 		return
 	}
@@ -487,21 +493,38 @@ func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// actFromQuery reads an act's optional by and note from the query (DELETE has no body); on failure it
-// has answered 400.
-func actFromQuery(w http.ResponseWriter, r *http.Request) (event.Act, bool) {
-	q := r.URL.Query()
-	act := event.Act{By: q.Get("by"), Note: q.Get("note")}
-	return callerOf(r).stamp(act), validAct(w, act)
+// actRequest is the body of an act that takes one (ack): who acts and why, both optional. Token is only
+// there to be refused: the acting token is the one presented, never one the request names.
+type actRequest struct {
+	By    string          `json:"by"`
+	Note  string          `json:"note"`
+	Token json.RawMessage `json:"token"`
 }
 
-// validAct answers 400 for an act whose by or note is out of bounds.
-func validAct(w http.ResponseWriter, act event.Act) bool {
-	if err := act.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return false
+// actFromQuery reads an act's optional by and note from the query (DELETE has no body); on failure it
+// has answered 400.
+func (a *api) actFromQuery(w http.ResponseWriter, r *http.Request) (event.Act, bool) {
+	q := r.URL.Query()
+	return a.validAct(w, r, event.Act{By: q.Get("by"), Note: q.Get("note")}, q.Has("token"))
+}
+
+// validAct checks an act a request asks for and stamps it with its caller (caller.stamp). It answers 400,
+// counted as bad input, for an act whose by or note is out of bounds, or when the request named a token
+// (namedToken): the event's token is the acting token's name, always.
+func (a *api) validAct(w http.ResponseWriter, r *http.Request, act event.Act, namedToken bool) (event.Act, bool) {
+	if namedToken {
+		a.refuse(w, badAct, "token: the act's token is the bearer token presented, never one the request names; name who acts with by")
+		return act, false
 	}
-	return true
+	if err := act.Validate(); err != nil {
+		a.refuse(w, badAct, err.Error())
+		return act, false
+	}
+	if strings.IndexFunc(act.By, ident.Invisible) >= 0 { // a name: a right-to-left override would show it as another
+		a.refuse(w, badAct, fmt.Sprintf("%v: by must not contain control or invisible format characters (%q)", event.ErrInvalidAct, act.By))
+		return act, false
+	}
+	return callerOf(r).stamp(act), true
 }
 
 // requeue moves every parked claim back to due now; the slots' owners publish them again.

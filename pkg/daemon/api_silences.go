@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,19 @@ func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 	if !a.decodeBody(w, r, &req) {
 		return
 	}
+	act, ok := a.validAct(w, r, event.Act{By: req.By, Note: cmp.Or(req.Comment, req.Note)}, req.Token != nil)
+	if !ok {
+		return
+	}
+	for _, f := range [][2]string{{"device_id", req.DeviceID}, {"device_type", req.DeviceType}} {
+		if f[1] == "" {
+			continue
+		}
+		if err := checkID(f[0], f[1]); err != nil {
+			a.refuse(w, badID, err.Error())
+			return
+		}
+	}
 	s, err := req.silence(a.Now())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -25,9 +39,12 @@ func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 	if !a.silenceInScope(w, r, req) {
 		return
 	}
-	act := callerOf(r).stamp(event.Act{By: req.By})
 	s.By, s.Token = act.By, act.Token
 	created, err := a.Silences.Create(r.Context(), s)
+	if errors.Is(err, silence.ErrCostly) {
+		a.refuse(w, badMatcher, err.Error())
+		return
+	}
 	if errors.Is(err, silence.ErrInvalid) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -57,7 +74,7 @@ func (a *api) listSilences(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) deleteSilence(w http.ResponseWriter, r *http.Request) {
-	act, valid := actFromQuery(w, r)
+	act, valid := a.actFromQuery(w, r)
 	if !valid {
 		return
 	}

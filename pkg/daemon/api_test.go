@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,8 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
@@ -38,13 +42,41 @@ type apiFixture struct {
 	reloads  int
 	redisErr error
 	holdBack atomic.Pointer[holdback.Status] // what the API's HoldBack hook answers
+	events   *eventLog                       // the act events the API and the silences published
+	reg      *prometheus.Registry
+}
+
+// eventLog is an event.Sink that keeps what it is given.
+type eventLog struct {
+	mu     sync.Mutex
+	events []event.Event
+}
+
+func (l *eventLog) Publish(_ context.Context, events []event.Event) []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, events...)
+	return make([]error, len(events))
+}
+
+// all is what was published so far.
+func (l *eventLog) all() []event.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.events)
 }
 
 // newAPIFixture serves the API with token (an admin; "" = none) and any further named tokens.
 func newAPIFixture(t testing.TB, token string, tokens ...config.AccessToken) *apiFixture {
 	t.Helper()
+	return newAPIFixtureWith(t, nil, token, tokens...)
+}
+
+// newAPIFixtureWith is newAPIFixture with the API's options changed by edit (nil: none) before it is built.
+func newAPIFixtureWith(t testing.TB, edit func(*APIOptions), token string, tokens ...config.AccessToken) *apiFixture {
+	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
-	f := &apiFixture{rdb: rdb, now: time.Now().Truncate(time.Millisecond)}
+	f := &apiFixture{rdb: rdb, now: time.Now().Truncate(time.Millisecond), events: &eventLog{}}
 	f.holdBack.Store(&holdback.Status{Active: true, Since: f.now.Add(-time.Minute), Reason: "mqtt: disconnected"})
 	timeout := func(typ string) time.Duration {
 		if typ == "gateway" {
@@ -56,8 +88,10 @@ func newAPIFixture(t testing.TB, token string, tokens ...config.AccessToken) *ap
 	require.NoError(t, err)
 	require.NoError(t, store.Load(context.Background(), "default", "gateway"))
 	f.store = store
-	f.silences = silence.New(rdb, silence.Options{Now: func() time.Time { return f.now }})
+	acts := alarm.NewActs(alarm.ActsOptions{Sink: f.events})
+	f.silences = silence.New(rdb, silence.Options{Now: func() time.Time { return f.now }, Events: acts})
 	reg := prometheus.NewRegistry()
+	f.reg = reg
 	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "heartbeatd_test_total", Help: "x"}))
 	f.health = newHealth(func(ctx context.Context) map[string]error {
 		if f.check != nil {
@@ -66,7 +100,7 @@ func newAPIFixture(t testing.TB, token string, tokens ...config.AccessToken) *ap
 		return map[string]error{"redis": f.redisErr, "events": nil}
 	}, HealthOptions{Interval: time.Hour})
 	f.health.refresh(context.Background())
-	h := NewAPI(APIOptions{
+	opts := APIOptions{
 		Store: store, Silences: f.silences,
 		HoldBack: func() holdback.Status { return *f.holdBack.Load() },
 		Health:   f.health,
@@ -79,8 +113,12 @@ func newAPIFixture(t testing.TB, token string, tokens ...config.AccessToken) *ap
 		},
 		OwnedSlots: func() []int { return []int{0, 1, 2, 3} },
 		Timeout:    timeout, Token: token, Tokens: tokens, Gatherer: reg, Registerer: reg, MaxBodySize: 1024,
-		Now: func() time.Time { return f.now }, Signals: runChain(t, store, nil),
-	})
+		Now: func() time.Time { return f.now }, Signals: runChain(t, store, nil), Events: acts,
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	h := NewAPI(opts)
 	f.handler = h
 	f.srv = httptest.NewServer(h)
 	t.Cleanup(f.srv.Close)

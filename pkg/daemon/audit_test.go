@@ -12,8 +12,8 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// Act events name the token that acted: as by when the request names no one, as token beside the
-// request's by otherwise. Kafka's events are the audit trail.
+// Act events name the token that acted as token, always, and as by too when the request names no one.
+// Kafka's events are the audit trail.
 func TestActEventsNameTheToken(t *testing.T) {
 	dir := t.TempDir()
 	opsFile := filepath.Join(dir, "ops-token")
@@ -39,13 +39,13 @@ func TestActEventsNameTheToken(t *testing.T) {
 
 	all := d.await("every act", is(event.Acked, "a-1"), is(event.Acked, "a-2"), is(event.Deleted, "del-1"),
 		is(event.Silenced, "sil-1"), is(event.Unsilenced, "sil-1"), is(event.Acked, "adm-1"))
-	require.Equal(t, event.Detail{By: "ops"}, only(t, all, event.Acked, "a-1").Detail)
+	require.Equal(t, event.Detail{By: "ops", Token: "ops"}, only(t, all, event.Acked, "a-1").Detail)
 	require.Equal(t, event.Detail{By: "alice", Note: "on site", Token: "ops"}, only(t, all, event.Acked, "a-2").Detail)
 	require.Equal(t, event.Detail{By: "bob", Token: "ops"}, only(t, all, event.Deleted, "del-1").Detail)
 	on, off := silenceEvents(t, all, sil["id"].(string), "sil-1")
-	require.Equal(t, event.Detail{By: "ops"}, on.Detail)
+	require.Equal(t, event.Detail{By: "ops", Token: "ops"}, on.Detail)
 	require.Equal(t, event.Detail{By: "carol", Token: "ops"}, off.Detail)
-	require.Equal(t, event.Detail{By: "http.token"}, only(t, all, event.Acked, "adm-1").Detail)
+	require.Equal(t, event.Detail{By: "http.token", Token: "http.token"}, only(t, all, event.Acked, "adm-1").Detail)
 
 	// Without a token the API answers 401; a wrong role 403 naming the one needed.
 	d.token = ""

@@ -69,15 +69,13 @@ func callerOf(r *http.Request) caller {
 	return caller{Role: config.RoleAdmin}
 }
 
-// stamp records the caller in an act: its token's name as by, or, when the request named someone, as
-// token beside that by; so Kafka's act events are an audit trail (docs/access.md#the-audit-trail).
+// stamp records the caller in an act: its token's name as token, always, and as by when the request named
+// no one; so Kafka's act events are an audit trail (docs/access.md#the-audit-trail). Whatever token act
+// held is replaced: the request names who acts, never the token that did.
 func (c caller) stamp(act event.Act) event.Act {
-	switch {
-	case c.Name == "":
-	case act.By == "":
+	act.Token = c.Name
+	if act.By == "" {
 		act.By = c.Name
-	default:
-		act.Token = c.Name
 	}
 	return act
 }

@@ -60,6 +60,14 @@ func (w *importWriter) flush() error {
 	return nil
 }
 
+// finish sends the rows read and waits for every batch: what is left to do once the body is read.
+func (w *importWriter) finish() error {
+	if err := w.flush(); err != nil {
+		return err
+	}
+	return w.wait()
+}
+
 // wait waits for the batch in flight, if any, and returns its error.
 func (w *importWriter) wait() error {
 	if !w.busy {

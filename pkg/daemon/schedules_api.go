@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -22,6 +23,8 @@ type silenceRequest struct {
 	// Note is another name for comment, as every act takes one; By is who creates the silence.
 	Note string `json:"note"`
 	By   string `json:"by"`
+	// Token is only there to be refused (actRequest).
+	Token json.RawMessage `json:"token"`
 	// Matchers select devices by labels, device_type, device_id or parent; TimeIntervals make the
 	// silence recurring, inside the named configured intervals, until deleted.
 	Matchers      []silence.Matcher `json:"matchers"`

@@ -26,10 +26,12 @@ const signalsPath = "/v1/signals"
 // outage never holds requests, and their goroutines, for good.
 const defaultSignalWait = 10 * time.Second
 
-// maxBatchesRead bounds the batch requests being read and submitted at once: each holds its body, up to
-// ingest.MaxBatchBytes, until the chain took every signal of it (which waits while Redis is slow), so
-// memory stays bounded whatever the number of clients; the others wait (within the signal wait) for
-// their turn.
+// maxBatchesRead bounds the batch requests being submitted at once: each holds its body, up to
+// ingest.MaxBatchBytes, until the chain took every signal of it (which waits while Redis is slow); the
+// others wait (within the signal wait) for their turn. A request takes its turn once its body is read,
+// never before: a client trickling its body would otherwise hold a turn for as long as it trickles, and
+// maxBatchesRead of them would keep every other device's signals out. A body being read holds what has
+// arrived of it, for at most the server's read timeout.
 const maxBatchesRead = 4
 
 // reasonOutsideScope is the bad reason of a signal for a device a scoped token may not signal. It is
@@ -100,17 +102,7 @@ func (a *api) postSignals(w http.ResponseWriter, r *http.Request) {
 			ingest.MaxBatchBytes, ingest.MaxBatchSignals, ingest.MaxBatchBytes))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), a.SignalWait)
-	defer cancel()
-	select {
-	case a.batchesRead <- struct{}{}:
-	case <-ctx.Done():
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("busy: %d other batches were being taken in for %s (Redis slow or down); send it again",
-			maxBatchesRead, a.SignalWait))
-		return
-	}
-	release := sync.OnceFunc(func() { <-a.batchesRead })
-	defer release()
+	// The body first, then a turn (maxBatchesRead): a slow body holds no turn while it is read.
 	batch, err := ingest.ReadBatch(r.Body, ingest.MaxBatchSignals)
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -126,6 +118,17 @@ func (a *api) postSignals(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "body: "+err.Error())
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.SignalWait)
+	defer cancel()
+	select {
+	case a.batchesRead <- struct{}{}:
+	case <-ctx.Done():
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("busy: %d other batches were being taken in for %s (Redis slow or down); send it again",
+			maxBatchesRead, a.SignalWait))
+		return
+	}
+	release := sync.OnceFunc(func() { <-a.batchesRead })
+	defer release()
 	refused, err := a.outsideScope(ctx, callerOf(r).Scope, batch)
 	if err != nil {
 		a.internal(w, err)

@@ -2,8 +2,8 @@ package ingest
 
 import (
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/heartbeatd/heartbeatd/internal/ident"
 )
 
 // Dead-letter reasons (docs/signals.md): a fixed set, so the deadletters_total{reason} label stays bounded.
@@ -38,8 +38,8 @@ var Reasons = []string{ReasonNoDeviceID, ReasonInvalidDeviceID, ReasonInvalidTyp
 
 // Limits (docs/signals.md).
 const (
-	MaxPayload = 64 << 10 // bytes
-	MaxIDLen   = 256      // bytes of UTF-8, for device ids and type names
+	MaxPayload = 64 << 10     // bytes
+	MaxIDLen   = ident.MaxLen // bytes of UTF-8, for device ids and type names
 )
 
 // maxTSMillis bounds a numeric ts (and, /1000, a ts in seconds) to the year 5138: beyond it a number is
@@ -142,27 +142,6 @@ func isJSONObject(p []byte) bool {
 // ValidID is validID for other packages: the API registers devices under the same rule.
 func ValidID(s string) bool { return validID(s) }
 
-// validID reports whether s is a valid device id or type name: 1–MaxIDLen bytes of UTF-8 without
-// control characters (docs/signals.md). A Kafka key is checked as bytes, before it is copied into a string.
-func validID[T string | []byte](s T) bool {
-	if len(s) == 0 || len(s) > MaxIDLen {
-		return false
-	}
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 || c == 0x7f {
-				return false
-			}
-			i++
-			continue
-		}
-		// At most one rune's bytes: converting so few from a []byte allocates nothing.
-		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
-		if (r == utf8.RuneError && size == 1) || unicode.IsControl(r) {
-			return false
-		}
-		i += size
-	}
-	return true
-}
+// validID reports whether s is a valid device id or type name: internal/ident's rule, the one every way
+// in applies (docs/signals.md#the-payload). A Kafka key is checked as bytes, before it is copied into a string.
+func validID[T string | []byte](s T) bool { return ident.Valid(s) }

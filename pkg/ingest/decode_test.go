@@ -61,6 +61,16 @@ func TestDecode(t *testing.T) {
 		{name: "device not a string", msg: Message{Payload: []byte(`{"device_id":42}`)}, reason: ReasonInvalidDeviceID},
 		{name: "type not a string", msg: Message{Device: "d", Payload: []byte(`{"type":["a"]}`)}, reason: ReasonInvalidType},
 		{name: "type with control char", msg: Message{Device: "d", Payload: []byte(`{"type":"a\tb"}`)}, reason: ReasonInvalidType},
+		// Invisible characters (Unicode category Cf) would let one id pass for another on a screen: each
+		// way an id, a parent or a type name comes in refuses them, as it refuses control characters.
+		{name: "topic device with a right-to-left override", msg: Message{Device: "meter-1\u202e"}, reason: ReasonInvalidDeviceID},
+		{name: "Kafka key with a zero-width space", msg: Message{Key: []byte("meter\u200b-1")}, reason: ReasonInvalidDeviceID},
+		{name: "payload device with a BOM", msg: Message{Payload: []byte("{\"device_id\":\"\ufeffmeter-1\"}")}, reason: ReasonInvalidDeviceID},
+		{name: "payload device with an escaped override", msg: Message{Payload: []byte(`{"device_id":"meter-1\u202e"}`)}, reason: ReasonInvalidDeviceID},
+		{name: "payload type with a zero-width joiner", msg: Message{Device: "d", Payload: []byte(`{"type":"met\u200der"}`)}, reason: ReasonInvalidType},
+		{name: "topic type with an isolate", msg: Message{Device: "d", Type: "meter\u2066"}, reason: ReasonInvalidType},
+		{name: "payload parent with an override", msg: Message{Device: "d", Payload: []byte(`{"parent":"gw\u202e1"}`)}, reason: ReasonInvalidDeviceID},
+		{name: "topic parent with a soft hyphen", msg: Message{Device: "d", Parent: "gw\u00ad1"}, reason: ReasonInvalidDeviceID},
 		{name: "payload device differs from key", msg: Message{Key: []byte("k1"), Payload: []byte(`{"device_id":"p1"}`)}, reason: ReasonIDMismatch},
 		{name: "payload device differs from topic", msg: Message{Device: "t1", Payload: []byte(`{"device_id":"p1"}`)}, reason: ReasonIDMismatch},
 		{name: "ids compare exactly", msg: Message{Device: "dev", Payload: []byte(`{"device_id":"DEV"}`)}, reason: ReasonIDMismatch},
@@ -97,7 +107,9 @@ func TestValidID(t *testing.T) {
 		"a":                  true,
 		"dev-42/α β":         true,
 		"x\x00":              false,
-		"\u200b":             true, // a format character, not a control character
+		"\u200b":             false, // a zero-width space: invisible (Unicode category Cf)
+		"meter-1\u202e":      false, // a right-to-left override
+		"zähler-7":           true,
 		"a\u009fb":           false,
 		string([]byte{0xc3}): false, // truncated UTF-8
 	} {

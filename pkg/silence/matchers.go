@@ -1,13 +1,16 @@
 package silence
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heartbeatd/heartbeatd/pkg/client"
 	"github.com/heartbeatd/heartbeatd/pkg/schedule"
@@ -32,6 +35,68 @@ const (
 
 // maxMatchers bounds one silence's matchers: every claim checks them.
 const maxMatchers = 20
+
+// maxProgram bounds a matcher's regular expression, in instructions of its compiled program: matching
+// costs up to instructions × the value's length, for every claim and every listed device. Ordinary
+// expressions take tens (`gw-[0-9]+` 9, `[a-z]{2}-[0-9]{1,6}` 18); an alternation of ids filling the
+// value's 1024 bytes a few hundred; counted repetitions thousands to hundreds of thousands
+// (`(a{1,30}){1,30}` about 1900, `.{1,1000}` repeated over 1 KiB about 226 000).
+const maxProgram = 1000
+
+// ErrCostly is wrapped, beside ErrInvalid, by Create and ParseMatcher for matchers too costly to
+// evaluate on every claim: more than maxMatchers, or an expression of more than maxProgram instructions.
+var ErrCostly = errors.New("too costly")
+
+// checkCost refuses matchers too costly to evaluate: too many, or a regular expression compiling to a
+// program of more than maxProgram instructions. The count is checked first, so a body of thousands of
+// matchers compiles none of them.
+func checkCost(ms []Matcher) error {
+	if len(ms) > maxMatchers {
+		return fmt.Errorf("%w: %d matchers, at most %d", ErrCostly, len(ms), maxMatchers)
+	}
+	for _, m := range ms {
+		if m.Op != opRegexp && m.Op != opNotRegexp {
+			continue
+		}
+		n, err := programSize(m.Value)
+		if err != nil {
+			continue // compile names the syntax error
+		}
+		if n > maxProgram {
+			return fmt.Errorf("%w: matcher %s%s%s: its regular expression compiles to %d instructions, at most %d; "+
+				"write it with fewer or smaller counted repetitions ({n,m}), or split it over several silences",
+				ErrCostly, m.Label, m.Op, shorten(m.Value), n, maxProgram)
+		}
+	}
+	return nil
+}
+
+// programSize is the number of instructions expr compiles to, anchored as a matcher's, as regexp.Compile
+// would compile it (Perl syntax, simplified).
+func programSize(expr string) (int, error) {
+	re, err := syntax.Parse("^(?:"+expr+")$", syntax.Perl)
+	if err != nil {
+		return 0, err
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0, err
+	}
+	return len(prog.Inst), nil
+}
+
+// shorten quotes a matcher's value for an error, cut after 64 bytes.
+func shorten(v string) string {
+	const keep = 64
+	if len(v) <= keep {
+		return strconv.Quote(v)
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return strconv.Quote(v[:cut]) + fmt.Sprintf("… (%d bytes)", len(v))
+}
 
 // compile checks m and prepares its regular expression.
 func (m *matcher) compile() error {
@@ -243,6 +308,9 @@ func ParseMatcher(s string) (Matcher, error) {
 			return Matcher{}, fmt.Errorf("matcher %q: %v", s, err)
 		}
 		m.Value = v
+	}
+	if err := checkCost([]Matcher{m}); err != nil {
+		return Matcher{}, err
 	}
 	check := matcher{Matcher: m}
 	if err := check.compile(); err != nil {

@@ -1,6 +1,7 @@
 package silence
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -46,4 +47,16 @@ func TestParseMatcher(t *testing.T) {
 		require.Error(t, err, in)
 		assert.Contains(t, err.Error(), msg, in)
 	}
+}
+
+// A matcher whose regular expression compiles to more than maxProgram instructions is refused, as the
+// API refuses it, so `heartbeatd ctl silence` says so before it asks.
+func TestParseMatcherRefusesCostlyExpressions(t *testing.T) {
+	_, err := ParseMatcher("device_id=~" + strings.Repeat(".{1,1000}", 10))
+	require.ErrorIs(t, err, ErrCostly)
+	assert.Contains(t, err.Error(), "instructions, at most 1000")
+	_, err = ParseMatcher("device_id=~(a{1,30}){1,30}")
+	require.ErrorIs(t, err, ErrCostly)
+	_, err = ParseMatcher("device_id=~gw-[0-9]{1,6}|m-.*")
+	require.NoError(t, err)
 }

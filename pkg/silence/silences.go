@@ -112,6 +112,11 @@ func New(rdb redis.UniversalClient, opts Options) *Silences {
 // and returns it with its new id.
 func (s *Silences) Create(ctx context.Context, sil Silence) (Silence, error) {
 	now := s.opts.Now()
+	// Cost first: a silence of thousands of matchers, or of one huge expression, is refused before any
+	// is compiled. Only new silences are held to it; stored ones keep applying.
+	if err := checkCost(sil.Matchers); err != nil {
+		return Silence{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	c, err := compile(sil, s.opts.Intervals)
 	if err == nil {
 		err = validateSelection(sil, c)

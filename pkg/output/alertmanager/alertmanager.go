@@ -169,9 +169,9 @@ func New(opts Options) (*Output, error) {
 	for _, raw := range opts.URLs {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return nil, fmt.Errorf("alertmanager: url %q: %w", config.RedactURL(raw), err)
+			return nil, fmt.Errorf("alertmanager: url %q: %w", config.RedactURL(raw), withoutURL(err))
 		}
-		o.targets = append(o.targets, &target{base: raw, url: u.JoinPath("api", "v2", "alerts").String(),
+		o.targets = append(o.targets, &target{base: config.RedactURL(raw), url: u.JoinPath("api", "v2", "alerts").String(),
 			pending: map[string]alert{}, backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: min(opts.ResendEvery, 30*time.Second)}})
 	}
 	if opts.Registerer != nil {
@@ -412,8 +412,19 @@ const (
 	resultRejected = "rejected"
 )
 
+// withoutURL is err without the URL a *url.Error quotes whole (its query, its user), for a message that
+// names the URL redacted itself.
+func withoutURL(err error) error {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return fmt.Errorf("%s: %w", uerr.Op, uerr.Err)
+	}
+	return err
+}
+
 // target is one Alertmanager.
 type target struct {
+	// base is its URL redacted (config.RedactURL), for logs and errors; url is where alerts are posted.
 	base, url string
 	down      bool
 	retryAt   time.Time
@@ -546,7 +557,7 @@ func (o *Output) post(ctx context.Context, t *target, alerts []alert) error {
 	resp, err := o.opts.Client.Do(req)
 	if err != nil {
 		o.posts.WithLabelValues(resultFailed).Inc()
-		return fmt.Errorf("alertmanager: post to %s: %w", t.base, err)
+		return fmt.Errorf("alertmanager: post to %s: %w", t.base, withoutURL(err))
 	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 	_ = resp.Body.Close()
