@@ -2,6 +2,7 @@ package alarm
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -220,4 +221,44 @@ types:
 		return kinds[event.Suppressed] == 6
 	})
 	require.Equal(t, map[event.Kind]int{event.Interrupted: 1, event.Suppressed: 6}, kinds)
+}
+
+// eventsAt is at, returning the events themselves.
+func (f *fixture) eventsAt(d time.Duration) []event.Event {
+	f.t.Helper()
+	f.clock.Set(f.t0.Add(d))
+	res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()),
+		deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
+	require.NoError(f.t, err)
+	require.NoError(f.t, f.handler.Handle(context.Background(), res.Claims))
+	return f.sink.Take()
+}
+
+// TestChildMovedToAnotherParentIsNotSuppressedUnderItsFormer: a device belongs to the parent its last
+// signal named. c1 moves from hubA to hubB and goes silent while both hubs are silent too: hubA's
+// verdict leaves it waiting (its sibling c2, still under hubA, is suppressed), and hubB's suppresses it
+// under hubB.
+func TestChildMovedToAnotherParentIsNotSuppressedUnderItsFormer(t *testing.T) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
+		parentsFixture(t, f)
+		f.signal("hubA", "hub", 0)                       // down at 10 s
+		f.signalChild("c1", "leaf", "hubA", 0)           // moves to hubB at 1 s
+		f.signalChild("c2", "leaf", "hubA", 0)           // stays
+		f.signalChild("c1", "leaf", "hubB", time.Second) // silent from 1 s: its deadline is 4 s
+		f.signal("hubB", "hub", 1500*time.Millisecond)   // down at 11.5 s; silent since c1's last signal (1 s of slack)
+		require.Empty(t, f.at(4*time.Second+5*time.Millisecond), "both leaves wait for their hub's verdict")
+
+		require.Equal(t, []string{"c2 suppressed 0", "hubA interrupted 0"}, f.at(10*time.Second+5*time.Millisecond),
+			"hubA's verdict suppresses only the child it still has")
+		d, _, err := f.store.Device(context.Background(), "c1")
+		require.NoError(t, err)
+		require.Equal(t, "hubB", d.Parent)
+		require.Equal(t, deadline.HoldNone, d.Incident.Hold, "c1 still waits for hubB")
+
+		var got []string
+		for _, e := range f.eventsAt(11500*time.Millisecond + 5*time.Millisecond) {
+			got = append(got, fmt.Sprintf("%s %s parent=%s", e.DeviceID, e.Kind, e.Parent))
+		}
+		require.ElementsMatch(t, []string{"hubB interrupted parent=", "c1 suppressed parent=hubB"}, got)
+	})
 }

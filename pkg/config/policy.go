@@ -43,8 +43,9 @@ type Policies struct {
 	names          []string
 	longestTimeout time.Duration
 	longestCycle   time.Duration
-	anyExpected    bool // some type has a schedule: Expected looks the type up
-	anyWarned      bool // some type has warn_after: WarnAfter looks the type up
+	longestFlap    time.Duration // the longest flapping window of a type that detects flapping
+	anyExpected    bool          // some type has a schedule: Expected looks the type up
+	anyWarned      bool          // some type has warn_after: WarnAfter looks the type up
 	intervals      map[string]*schedule.Interval
 }
 
@@ -82,6 +83,9 @@ func (c *Config) Policies() *Policies {
 		p.anyWarned = p.anyWarned || pol.WarnAfter > 0
 		p.longestTimeout = max(p.longestTimeout, pol.Timeout)
 		p.longestCycle = max(p.longestCycle, pol.Timeout+pol.RepeatEvery)
+		if pol.Flapping.Count > 0 {
+			p.longestFlap = max(p.longestFlap, pol.Flapping.Window)
+		}
 	}
 	return p
 }
@@ -207,6 +211,10 @@ func (p *Policies) LongestTimeout() time.Duration { return p.longestTimeout }
 // LongestCycle is the largest timeout + repeat_every of any type: after it, every deadline and repeat
 // written under an old layout has come due (slot doubling retires the old layout then).
 func (p *Policies) LongestCycle() time.Duration { return p.longestCycle }
+
+// LongestFlapWindow is the largest flapping window of the types that detect flapping (0: none does): an
+// interruption older than it is counted by no type (the sweep deletes such histories).
+func (p *Policies) LongestFlapWindow() time.Duration { return p.longestFlap }
 
 // ReplicaIDOrDefault is cluster.replica_id, or hostname-pid when it is empty: unique per process on a
 // host and recognisable in /v1/stats.

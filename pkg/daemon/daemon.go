@@ -345,7 +345,8 @@ func (d *daemon) run(ctx context.Context) error {
 		Now: d.clock.Now, Logger: d.log}).Run)
 	lc.add("dormant sweep", deadline.NewSweeper(deadline.SweeperOptions{Store: d.store, Slots: d.ownership.Slots,
 		Every: d.cfg.Detection.SweepEvery, ForgetAfter: d.cfg.Retention.ForgetAfter,
-		Forgotten: func(n int) { d.metrics.Forgotten.Add(float64(n)) }, Logger: d.log}).Run)
+		FlapWindow: func() time.Duration { return d.policies.Load().LongestFlapWindow() },
+		Forgotten:  func(n int) { d.metrics.Forgotten.Add(float64(n)) }, Logger: d.log}).Run)
 	lc.add("ingest chain", d.chain.Run)
 	for _, src := range d.sources {
 		lc.add("ingest "+src.Name(), func(ctx context.Context) error { return src.Run(ctx, d.chain) })

@@ -299,7 +299,11 @@ func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
 }
 
 // deleteMany is Delete of each device, in one round trip whatever their number (one more in a fleet
-// with parents, and one when an own timeout goes). found[i] is false when devices[i] was not known.
+// with parents, three more when a parent is named no more, and one when an own timeout goes). found[i]
+// is false when devices[i] was not known.
+// Every key family that holds a device (docs/concepts.md, slot layout) loses it here, its parent's
+// children set included; a deleted device that was a parent stays named only while its children still
+// name it.
 func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool, err error) {
 	if len(devices) == 0 {
 		return nil, nil
@@ -309,12 +313,14 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 			err = fmt.Errorf("deadline: delete %q (of %d devices): %w", devices[0], len(devices), err)
 		}
 	}()
-	// Their parents' children sets lose them too, or retention's deletes would grow those sets for good.
-	parents, err := s.ParentsOf(ctx, devices)
+	// Their parents' children sets lose them too (unlink, below), or retention's deletes would grow those
+	// sets for good.
+	parentsUsed, err := s.parentsUsed(ctx)
 	if err != nil {
 		return nil, err
 	}
 	cmds := make([][]*redis.IntCmd, len(devices))
+	links := make([]linkWrite, len(devices))
 	overrides := make([]*redis.IntCmd, len(devices))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, device := range devices {
@@ -326,16 +332,14 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 					p.ZRem(ctx, s.keys.dead(slot), device))
 				p.HDel(ctx, s.keys.causes(slot), device)                        // not counted: only kept beside the above
 				p.ZRem(ctx, s.keys.seen(slot), device, incidentSeenMark+device) // not counted: only kept beside the above
+				p.HDel(ctx, s.keys.flaps(slot), device)                         // not counted: only kept beside the above
 			}
 			// Its registration, parent link and own timeout go with it; none of them counts as found.
 			p.HDel(ctx, s.keys.registry(device), device)
 			if s.registryLayout.legacy.Load() {
 				p.HDel(ctx, s.keys.legacyRegistry(device), device)
 			}
-			p.HDel(ctx, s.keys.parents(device), device)
-			if parents[i] != "" {
-				p.SRem(ctx, s.keys.children(parents[i]), device)
-			}
+			links[i] = linkWrite{child: device, replaced: s.queueLink(ctx, p, device, "")}
 			overrides[i] = p.HDel(ctx, s.keys.overrides(), device)
 		}
 		// Replicas remembering their types forget them: a device of the same name starts afresh.
@@ -347,6 +351,13 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 	}
 	s.typeMem.forget(devices)
 	if err != nil {
+		return nil, err
+	}
+	var asParents []string // a deleted parent without children is named no more
+	if parentsUsed {
+		asParents = devices
+	}
+	if err := s.unlink(ctx, displaced(links), asParents); err != nil {
 		return nil, err
 	}
 	if slices.ContainsFunc(overrides, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {

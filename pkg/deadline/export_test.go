@@ -51,11 +51,14 @@ var (
 
 const DormantAfter = dormantAfter
 
-func (k Keyspace) Alarms(slot int) string   { return k.alarms(slot) }
-func (k Keyspace) Causes(slot int) string   { return k.causes(slot) }
-func (k Keyspace) State(slot int) string    { return k.state(slot) }
-func (k Keyspace) Children(p string) string { return k.children(p) }
-func (k Keyspace) Replicas() string         { return k.replicas() }
+func (k Keyspace) Alarms(slot int) string       { return k.alarms(slot) }
+func (k Keyspace) Causes(slot int) string       { return k.causes(slot) }
+func (k Keyspace) State(slot int) string        { return k.state(slot) }
+func (k Keyspace) Children(p string) string     { return k.children(p) }
+func (k Keyspace) NamedParents(p string) string { return k.namedParents(p) }
+func (k Keyspace) Parents(child string) string  { return k.parents(child) }
+func (k Keyspace) Flaps(slot int) string        { return k.flaps(slot) }
+func (k Keyspace) Replicas() string             { return k.replicas() }
 
 func (s *Store) Layout() Layout                                  { return s.currentLayout() }
 func (s *Store) DoubleSlots(ctx context.Context) (Layout, error) { return s.doubleSlots(ctx) }

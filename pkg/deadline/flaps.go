@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // FlapHistory returns, for each claim where want[i] is true, the times (unix ms, oldest first) of its
@@ -67,4 +68,55 @@ func (s *Store) RecordFlaps(ctx context.Context, updates []FlapUpdate) error {
 		return fmt.Errorf("deadline: record flaps: %w", err)
 	}
 	return nil
+}
+
+// A device's interruption history lives as long as flapping detection can use it: its entry goes with the
+// device (deleteMany, retention) and, once its newest interruption is older than every type's flapping
+// window, with the sweep (pruneFlaps): a device that stopped flapping, changed to a type without
+// flapping, moved slot in a doubling or was deleted while its claim was being handled leaves nothing
+// behind for good.
+
+// pruneFlapsScript deletes the histories whose newest interruption is still before ARGV[1] (ms): one
+// written since the sweep read it is kept.
+//
+// KEYS[1] flaps  ARGV[1] before (ms), then the devices
+// Reply: how many it deleted.
+var pruneFlapsScript = newScript(`
+local before, n = tonumber(ARGV[1]), 0
+for i = 2, #ARGV do
+  local v = redis.call('HGET', KEYS[1], ARGV[i])
+  if v then
+    local newest = tonumber(string.match(v, '(%d+)$') or '0')
+    if newest < before then
+      n = n + redis.call('HDEL', KEYS[1], ARGV[i])
+    end
+  end
+end
+return n
+`)
+
+// pruneFlaps looks at one page of slot's flap histories (an HSCAN step from cursor of about count
+// fields) and deletes those whose newest interruption is before `before`: flapping detection, which only
+// counts interruptions within the window, would never read them again. It returns the next cursor (0 at
+// the end) and how many it deleted.
+func (s *Store) pruneFlaps(ctx context.Context, slot int, cursor uint64, count int, before time.Time) (uint64, int, error) {
+	fields, next, err := s.rdb.HScan(ctx, s.keys.flaps(slot), cursor, "", int64(count)).Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("deadline: prune flaps, slot %d: %w", slot, err)
+	}
+	limit := before.UnixMilli()
+	args := []any{limit}
+	for i := 0; i+1 < len(fields); i += 2 {
+		if t := parseFlaps(fields[i+1]); len(t) == 0 || t[len(t)-1] < limit {
+			args = append(args, fields[i])
+		}
+	}
+	if len(args) == 1 {
+		return next, 0, nil
+	}
+	n, err := pruneFlapsScript.Run(ctx, s.rdb, []string{s.keys.flaps(slot)}, args...).Int()
+	if err != nil {
+		return 0, 0, fmt.Errorf("deadline: prune flaps, slot %d: %w", slot, err)
+	}
+	return next, n, nil
 }

@@ -21,11 +21,21 @@ import (
 //
 //   - <prefix>:parents:{<bucket>}: HASH child → parent, the child's bucket = crc32(child) mod
 //     parentBuckets, so no one key holds a whole fleet's links on Redis Cluster;
-//   - <prefix>:children:{<parent>}: SET of the devices that named the parent; a device that moved to
-//     another parent stays listed until its parent is looked up again (the hash has the last word), a
-//     deleted one is taken out;
+//   - <prefix>:children:{<parent>}: SET of the devices whose link names the parent. A device belongs to
+//     one parent at a time: the link is swapped in one script (linkScript) that returns the parent it
+//     replaced, and the child then leaves that parent's set (unlink); a deleted device leaves its
+//     parent's set too. A set whose last child left is gone (Redis drops an empty set);
 //   - <prefix>:parents:any: exists once any link was written, so a fleet without parents never reads them;
-//   - the named-parents sets and the verdicts counter: parentview.go.
+//   - the named-parents sets and the verdicts counter: parentview.go. A parent is named while its
+//     children set is not empty: unlink drops the entry of a parent whose last child left or that was
+//     deleted without children.
+//
+// The children set is written before the link and the named parent after it, in one pipeline: whoever
+// replaces the link later takes the child out of a set it is already in, and a parent whose last child
+// leaves while another joins keeps its entry (unlink looks again after dropping one). Two replicas
+// writing one device's link to two parents at the same instant on Redis Cluster, where a pipeline's
+// commands to different nodes run side by side, may still leave the child in the set of the parent that
+// lost; a process that dies between a link's swap and its unlink leaves the same.
 
 // parentBuckets is how many hashes the child → parent links are spread over.
 const parentBuckets = 64
@@ -120,6 +130,7 @@ type parentLinks struct {
 	// (their links are written again only by their next signal); allNamed says so in Redis.
 	unnamed atomic.Bool
 	views   parentViews
+	owed    unlinkOwed // unlinks Redis failed, to do again
 }
 
 // forgetAll forgets the links written and whether the fleet has any: Redis lost them.
@@ -136,17 +147,67 @@ func (l *parentLinks) forgetAll() {
 // writes a link knows at once; the others learn within this long.
 const inUseTTL = 2 * time.Second
 
-// writeLinks queues the links of signals that name a parent not remembered as written. It returns the
-// links queued, to remember once the pipeline succeeded.
-func (s *Store) writeLinks(ctx context.Context, pipe redis.Pipeliner, signals []Signal) [][2]string {
-	var queued [][2]string
-	now := time.Now() // the cache's own clock: how long ago this process wrote a link
+// linkScript swaps child's link in its bucket's hash: it sets the parent (ARGV[2]; "" deletes the link)
+// and returns the parent it replaced ("" for none), so the caller takes the child out of that parent's
+// children set (unlink). One key: it runs on Redis Cluster too, and two writers of one child's link each
+// learn exactly the parent they replaced.
+//
+// KEYS[1] the child's parents hash  ARGV[1] child  ARGV[2] parent, "" to delete the link
+var linkScript = redis.NewScript(`
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if ARGV[2] == '' then
+  if old then redis.call('HDEL', KEYS[1], ARGV[1]) end
+elseif old ~= ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+return old or ''`)
+
+// linkWrite is one link queued in a pipeline: the child, its parent ("" deletes the link) and the
+// swap's reply, the parent it replaced.
+type linkWrite struct {
+	child, parent string
+	replaced      *redis.Cmd
+}
+
+// displaced returns the links the writes replaced, (child, former parent), once their pipeline ran: the
+// children to take out of their former parents' sets.
+func displaced(writes []linkWrite) [][2]string {
+	var out [][2]string
+	for _, w := range writes {
+		if old, err := w.replaced.Text(); err == nil && old != "" && old != w.parent {
+			out = append(out, [2]string{w.child, old})
+		}
+	}
+	return out
+}
+
+// writeLinks queues the links of signals that name a parent not remembered as written, one per device:
+// a device naming several parents in one batch gets the last one, as before its links were swapped. It
+// returns the links queued, to remember and settle (settleLinks) once the pipeline succeeded. A batch
+// whose links are all remembered allocates nothing.
+func (s *Store) writeLinks(ctx context.Context, pipe redis.Pipeliner, signals []Signal) []linkWrite {
+	var queued []linkWrite
+	var at map[string]int // device → its link in queued, once the batch queued one
+	now := time.Now()     // the cache's own clock: how long ago this process wrote a link
 	for _, sig := range signals {
-		if sig.Parent == "" || s.links.written.has(sig.Device, sig.Parent, now) {
+		if sig.Parent == "" {
 			continue
 		}
-		s.queueLink(ctx, pipe, sig.Device, sig.Parent)
-		queued = append(queued, [2]string{sig.Device, sig.Parent})
+		if i, ok := at[sig.Device]; ok {
+			queued[i].parent = sig.Parent
+			continue
+		}
+		if s.links.written.has(sig.Device, sig.Parent, now) {
+			continue
+		}
+		if at == nil {
+			at = map[string]int{}
+		}
+		at[sig.Device] = len(queued)
+		queued = append(queued, linkWrite{child: sig.Device, parent: sig.Parent})
+	}
+	for i := range queued {
+		queued[i].replaced = s.queueLink(ctx, pipe, queued[i].child, queued[i].parent)
 	}
 	if len(queued) > 0 {
 		s.queueInUse(ctx, pipe)
@@ -154,42 +215,192 @@ func (s *Store) writeLinks(ctx context.Context, pipe redis.Pipeliner, signals []
 	return queued
 }
 
-// queueLink queues the link child → parent: its field in the child's parents hash, its member in the
-// parent's children and the parent's in the named parents. The caller also marks the fleet as having
-// parents once per pipeline (queueInUse).
-func (s *Store) queueLink(ctx context.Context, pipe redis.Pipeliner, child, parent string) {
-	pipe.HSet(ctx, s.keys.parents(child), child, parent)
-	pipe.SAdd(ctx, s.keys.children(parent), child)
-	pipe.SAdd(ctx, s.keys.namedParents(parent), parent)
+// queueLink queues the link child → parent ("" deletes the child's link): its member in the parent's
+// children set, the swap of its field in the child's parents hash (linkScript, whose reply it returns)
+// and the parent's entry in the named parents, in that order (see the top of this file). The caller also
+// marks the fleet as having parents once per pipeline that writes a link (queueInUse), and settles the
+// writes once the pipeline ran (unlink of displaced).
+func (s *Store) queueLink(ctx context.Context, pipe redis.Pipeliner, child, parent string) *redis.Cmd {
+	if parent != "" {
+		pipe.SAdd(ctx, s.keys.children(parent), child)
+	}
+	// Eval, not EvalSha: a pipeline that also carries other scripts could not tell whose NOSCRIPT it got.
+	swap := linkScript.Eval(ctx, pipe, []string{s.keys.parents(child)}, child, parent)
+	if parent != "" {
+		pipe.SAdd(ctx, s.keys.namedParents(parent), parent)
+	}
+	return swap
 }
 
 // remember records links written, after their pipeline succeeded.
-func (s *Store) remember(links [][2]string) {
+func (s *Store) remember(links []linkWrite) {
 	if len(links) == 0 {
 		return
 	}
 	now := time.Now()
 	for _, l := range links {
-		s.links.written.put(l[0], l[1], now)
+		s.links.written.put(l.child, l.parent, now)
 	}
 	s.links.inUse.Store(true)
 }
 
-// SetParent records device's parent directly ("" removes the link), outside signals and registrations.
-// The keys are in different hash slots, so it is a plain pipeline, not a transaction.
+// settleLinks takes the children of the links a refresh wrote out of the sets of the parents they left.
+// It costs nothing unless a link changed. A failure is owed (unlink) and not the batch's: its deadlines
+// and links are stored.
+func (s *Store) settleLinks(ctx context.Context, links []linkWrite) {
+	if len(links) == 0 && !s.links.owing() {
+		return
+	}
+	_ = s.unlink(ctx, displaced(links), nil)
+}
+
+// SetParent records device's parent directly ("" removes the link), outside signals and registrations,
+// taking the device out of its former parent's children. The keys are in different hash slots, so it is
+// a plain pipeline, not a transaction.
 func (s *Store) SetParent(ctx context.Context, device, parent string) error {
 	pipe := s.rdb.Pipeline()
-	if parent == "" {
-		pipe.HDel(ctx, s.keys.parents(device), device)
-	} else {
-		s.queueLink(ctx, pipe, device, parent)
+	w := []linkWrite{{child: device, parent: parent, replaced: s.queueLink(ctx, pipe, device, parent)}}
+	if parent != "" {
 		s.queueInUse(ctx, pipe)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("deadline: set parent of %q: %w", device, err)
 	}
 	s.links.written.forget(device)
+	if err := s.unlink(ctx, displaced(w), nil); err != nil {
+		return fmt.Errorf("deadline: set parent of %q: %w", device, err)
+	}
 	return nil
+}
+
+// unlinkOwedMax bounds the unlinks a Store keeps owing after Redis failed them; past it the newest are
+// dropped (each would leave one child in a former parent's set).
+const unlinkOwedMax = 1 << 16
+
+// unlinkOwed is what unlink could not do yet: children to take out of former parents' sets, and parents
+// to drop from the named parents when their set is empty.
+type unlinkOwed struct {
+	mu      sync.Mutex
+	links   [][2]string
+	parents []string
+	any     atomic.Bool
+}
+
+// owing reports whether unlinks are owed.
+func (l *parentLinks) owing() bool { return l.owed.any.Load() }
+
+// takeOwed returns links and parents with the owed ones added, and owes nothing more.
+func (l *parentLinks) takeOwed(links [][2]string, parents []string) ([][2]string, []string) {
+	if !l.owing() {
+		return links, parents
+	}
+	o := &l.owed
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	links, parents = append(o.links, links...), append(o.parents, parents...)
+	o.links, o.parents = nil, nil
+	o.any.Store(false)
+	return links, parents
+}
+
+// owe keeps links and parents for the next unlink.
+func (l *parentLinks) owe(links [][2]string, parents []string) {
+	o := &l.owed
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.links = append(o.links, links[:min(len(links), max(unlinkOwedMax-len(o.links), 0))]...)
+	o.parents = append(o.parents, parents[:min(len(parents), max(unlinkOwedMax-len(o.parents), 0))]...)
+	o.any.Store(len(o.links)+len(o.parents) > 0)
+}
+
+// unlink takes each child of links (child, former parent) out of its former parent's children set, then
+// drops from the named parents each of those parents, and of parents, whose children set is empty: a
+// device named as a parent stays named only while some device's link names it. One round trip, one
+// more for the parents whose entry goes, and one to look at those again: a child that named one of them
+// meanwhile wrote its children set before its named entry, so an entry dropped under it is put back.
+// What fails is owed and tried again by the next call (a link change, a delete, a sweep pass).
+func (s *Store) unlink(ctx context.Context, links [][2]string, parents []string) error {
+	links, parents = s.links.takeOwed(links, parents)
+	if len(links) == 0 && len(parents) == 0 {
+		return nil
+	}
+	if err := s.unlinkNow(ctx, links, parents); err != nil {
+		s.links.owe(links, parents)
+		return fmt.Errorf("deadline: unlink %d children: %w", len(links), err)
+	}
+	return nil
+}
+
+func (s *Store) unlinkNow(ctx context.Context, links [][2]string, parents []string) error {
+	pipe := s.rdb.Pipeline()
+	seen := make(map[string]bool, len(links)+len(parents))
+	var candidates []string
+	for _, l := range links {
+		pipe.SRem(ctx, s.keys.children(l[1]), l[0])
+		if !seen[l[1]] {
+			seen[l[1]] = true
+			candidates = append(candidates, l[1])
+		}
+	}
+	for _, p := range parents {
+		if !seen[p] {
+			seen[p] = true
+			candidates = append(candidates, p)
+		}
+	}
+	// After the SREMs: each SCARD goes to the node of its set's SREMs, in order.
+	cards := make([]*redis.IntCmd, len(candidates))
+	named := make([]*redis.BoolCmd, len(candidates))
+	for i, p := range candidates {
+		cards[i] = pipe.SCard(ctx, s.keys.children(p))
+		named[i] = pipe.SIsMember(ctx, s.keys.namedParents(p), p)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	var empty []string
+	for i, p := range candidates {
+		if cards[i].Val() == 0 && named[i].Val() {
+			empty = append(empty, p)
+		}
+	}
+	if len(empty) == 0 {
+		return nil
+	}
+	pipe = s.rdb.Pipeline()
+	for _, p := range empty {
+		pipe.SRem(ctx, s.keys.namedParents(p), p)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	pipe = s.rdb.Pipeline()
+	again := make([]*redis.IntCmd, len(empty))
+	for i, p := range empty {
+		again[i] = pipe.SCard(ctx, s.keys.children(p))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	pipe = s.rdb.Pipeline()
+	for i, p := range empty {
+		if again[i].Val() > 0 { // a child named it meanwhile
+			pipe.SAdd(ctx, s.keys.namedParents(p), p)
+		}
+	}
+	if pipe.Len() == 0 {
+		return nil
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// payUnlinks does the unlinks owed since Redis failed them (unlink); the sweep calls it every pass.
+func (s *Store) payUnlinks(ctx context.Context) error {
+	if !s.links.owing() {
+		return nil
+	}
+	return s.unlink(ctx, nil, nil)
 }
 
 // parentsUsed reports whether any device of the fleet has a parent.

@@ -14,9 +14,10 @@ import (
 // parent that went down are woken in batches, and each batch judges them against the same few hundred
 // parents. Two keys keep that to one read per parent and a wake only where there are children:
 //
-//   - <prefix>:parents:named:{<bucket>}: SET of the devices some device named as its parent, the bucket
-//     = crc32(parent) mod parentBuckets; written with the link, so WakeChildren looks for the children
-//     of those devices only. <prefix>:parents:any holds parentsNamed once every link was written with
+//   - <prefix>:parents:named:{<bucket>}: SET of the devices some device's link names as its parent, the
+//     bucket = crc32(parent) mod parentBuckets; written with the link and dropped once the parent's
+//     children set is empty (unlink, parents.go), so WakeChildren looks for the children of those devices
+//     only. <prefix>:parents:any holds parentsNamed once every link was written with
 //     it; a fleet whose links an older version wrote, or whose Redis lost data (value 1), wakes every
 //     device's children, as before;
 //   - <prefix>:parents:verdicts: a counter WakeChildren bumps before it wakes anyone, so a replica's

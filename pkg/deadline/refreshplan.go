@@ -130,6 +130,7 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 		}
 	}
 	s.remember(links)
+	s.settleLinks(ctx, links)
 	checked()
 	return added, nil
 }

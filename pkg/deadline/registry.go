@@ -70,7 +70,8 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	table := s.perDevice.table.Load()
 	pipe := s.rdb.Pipeline()
 	bySlot := map[int][]any{}
-	changed, linked := false, false
+	changed := false
+	var links []linkWrite
 	legacy := s.registryLayout.legacy.Load()
 	for i, dev := range devices {
 		reg := regs[i]
@@ -83,9 +84,8 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 			pipe.HDel(ctx, s.keys.legacyRegistry(dev), dev)
 		}
 		if p := parents[i]; p != "" {
-			s.queueLink(ctx, pipe, dev, p)
+			links = append(links, linkWrite{child: dev, parent: p, replaced: s.queueLink(ctx, pipe, dev, p)})
 			s.links.written.forget(dev)
-			linked = true
 		}
 		name := reg.Type
 		timeout := s.timeout(name)
@@ -109,14 +109,18 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	if changed {
 		pipe.Incr(ctx, s.keys.overridesVersion())
 	}
-	if linked {
+	if len(links) > 0 {
 		s.queueInUse(ctx, pipe)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("deadline: register: %w", err)
 	}
-	if linked {
+	if len(links) > 0 {
 		s.links.inUse.Store(true)
+		// A registered parent replaces the one the device named before: it leaves that one's children.
+		if err := s.unlink(ctx, displaced(links), nil); err != nil {
+			return 0, fmt.Errorf("deadline: register: %w", err)
+		}
 	}
 	if changed {
 		if err := s.SyncOverrides(ctx); err != nil {

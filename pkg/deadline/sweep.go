@@ -117,6 +117,11 @@ type SweeperOptions struct {
 	ForgetAfter time.Duration
 	// Forgotten is told how many devices a pass forgot (a metric); nil = none.
 	Forgotten func(n int)
+	// FlapWindow returns the longest flapping window of the configured types (0: no type detects
+	// flapping). Each pass deletes, one page per owned slot, the interruption histories whose newest
+	// interruption is older than it (pruneFlaps): no type would count them again. nil = histories are
+	// left as they are (only deletes and retention remove them).
+	FlapWindow func() time.Duration
 	// Share is the share of Redis's time the replicas' passes may take together (default
 	// loop.DefaultWalkShare; this one's is scaled by the slots it owns, loop.Pacer.Of): a pass over a
 	// large slot is spread out rather than made faster, so it may outlast Every, and Every then bounds
@@ -133,6 +138,8 @@ type Sweeper struct {
 	opts       SweeperOptions
 	log        *zap.Logger
 	lastForget time.Time
+	// flapCursor is where each slot's walk over its flap histories goes on at the next pass.
+	flapCursor map[int]uint64
 }
 
 // NewSweeper returns a sweeper; Run starts it.
@@ -141,7 +148,7 @@ func NewSweeper(opts SweeperOptions) *Sweeper {
 	opts.Page = defaults.Positive(opts.Page, defaultSweepPage)
 	opts.Share = defaults.Positive(opts.Share, loop.DefaultWalkShare)
 	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
-	return &Sweeper{opts: opts, log: opts.Logger.With(zap.String("component", "sweeper"))}
+	return &Sweeper{opts: opts, log: opts.Logger.With(zap.String("component", "sweeper")), flapCursor: map[int]uint64{}}
 }
 
 // Run sweeps every owned slot every Every until ctx is done; it returns nil then. A failed pass is
@@ -156,9 +163,13 @@ func (w *Sweeper) Run(ctx context.Context) error {
 	return nil
 }
 
-// pass sweeps every owned slot once, and forgets long-silent devices when that is due.
+// pass sweeps every owned slot once, prunes a page of each one's flap histories, does the unlinks Redis
+// failed (parents.go), and forgets long-silent devices when that is due.
 func (w *Sweeper) pass(ctx context.Context) error {
 	if err := w.sweep(ctx); err != nil {
+		return err
+	}
+	if err := w.opts.Store.payUnlinks(ctx); err != nil {
 		return err
 	}
 	now := w.opts.Store.now()
@@ -228,6 +239,33 @@ func (w *Sweeper) sweep(ctx context.Context) error {
 		if err := w.wakeParked(ctx, slot, pace); err != nil {
 			return err
 		}
+		if err := w.pruneFlaps(ctx, slot, pace); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneFlaps deletes, in one page of slot's flap histories (Page fields, from where the last pass
+// stopped), those older than the longest flapping window: a pass costs at most a page per slot, and a
+// slot of n histories is looked over every n/Page passes.
+func (w *Sweeper) pruneFlaps(ctx context.Context, slot int, pace loop.Pacer) error {
+	if w.opts.FlapWindow == nil {
+		return nil
+	}
+	before := w.opts.Store.now().Add(-w.opts.FlapWindow())
+	var next uint64
+	var pruned int
+	err := pace.Step(ctx, func() (err error) {
+		next, pruned, err = w.opts.Store.pruneFlaps(ctx, slot, w.flapCursor[slot], w.opts.Page, before)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	w.flapCursor[slot] = next
+	if pruned > 0 {
+		w.log.Debug("interruption histories older than every flapping window deleted", zap.Int("slot", slot), zap.Int("histories", pruned))
 	}
 	return nil
 }

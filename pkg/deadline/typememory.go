@@ -238,14 +238,25 @@ local out = redis.call('LRANGE', KEYS[1], 0, since - 1)
 table.insert(out, 1, n)
 return out`)
 
-// queueRetyped logs devices whose type this store changed or that it deleted, in pipe.
+// queueRetyped logs devices whose type this store changed or that it deleted, in pipe, each once: a
+// device naming another type in each signal of a batch is one entry of the log, not one per signal.
 func (s *Store) queueRetyped(ctx context.Context, pipe redis.Pipeliner, devices []string) {
 	if len(devices) == 0 {
 		return
 	}
 	args := make([]any, 0, len(devices)+1)
 	args = append(args, retypedLogSize)
+	var logged map[string]bool // only for a batch with more than one
 	for _, d := range devices {
+		if len(devices) > 1 {
+			if logged[d] {
+				continue
+			}
+			if logged == nil {
+				logged = make(map[string]bool, len(devices))
+			}
+			logged[d] = true
+		}
 		args = append(args, d)
 	}
 	retypeScript.Eval(ctx, pipe, []string{s.keys.retyped(), s.keys.retypedCount()}, args...)

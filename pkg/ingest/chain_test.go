@@ -312,6 +312,30 @@ func TestChainCoalesces(t *testing.T) {
 	require.Equal(t, 4.0, counter(t, f.reg, "heartbeatd_signals_total", map[string]string{"result": "applied"}))
 }
 
+// TestChainWritesAParentChange: a signal naming another parent than the last write is written, however
+// soon after it: coalescing it would keep the device under its former parent (docs/concepts.md,
+// gateways) until its next write.
+func TestChainWritesAParentChange(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	ref := &fakeRefresher{}
+	f := startChain(t, ref, ingest.ChainOptions{Coalesce: time.Minute, Now: func() time.Time { return t0 }})
+	at := func(d time.Duration, parent string) ingest.Message {
+		return ingest.Message{Device: "d", Parent: parent, Received: t0.Add(d)}
+	}
+	f.submit(t, 0, at(0, "gw-a"))              // written
+	f.submit(t, 1, at(10*time.Second, "gw-a")) // same parent: coalesced
+	f.submit(t, 2, at(20*time.Second, ""))     // names none (the link stays): coalesced
+	f.submit(t, 3, at(30*time.Second, "gw-b")) // moves: written
+	f.submit(t, 4, at(40*time.Second, ""))     // coalesced
+	f.submit(t, 5, at(50*time.Second, "gw-b")) // coalesced
+	require.Eventually(t, func() bool { return f.acks.n() == 6 }, 5*time.Second, time.Millisecond)
+	var got []string
+	for _, s := range ref.signals() {
+		got = append(got, fmt.Sprintf("%s@%v/%s", s.Device, s.Seen.Sub(t0), s.Parent))
+	}
+	require.Equal(t, []string{"d@0s/gw-a", "d@30s/gw-b"}, got)
+}
+
 func TestChainUnknownTypesGetTheDefaultType(t *testing.T) {
 	ref := &fakeRefresher{}
 	f := startChain(t, ref, ingest.ChainOptions{KnownType: func(s string) bool { return s == "gateway" }})

@@ -6,9 +6,10 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
-// coalescer remembers, per device, the signal time and type of the last deadline write, so a write that
-// would move the deadline by less than the window can be skipped (ingest.coalesce). Only the batcher
-// goroutine uses it.
+// coalescer remembers, per device, the signal time, type and parent of the last deadline write, so a
+// write that would move the deadline by less than the window, and change neither, can be skipped
+// (ingest.coalesce). A parent change is always written: the device leaves its former parent's children
+// with it (docs/concepts.md, gateways). Only the batcher goroutine uses it.
 //
 // Two generations bound its memory without a sweep over every entry: rotate (every window) drops the
 // older generation, so only devices that wrote within the last two windows are kept. Forgetting a device
@@ -19,8 +20,9 @@ type coalescer struct {
 }
 
 type coalesceEntry struct {
-	seen int64 // ms of the last written signal
-	typ  string
+	seen   int64 // ms of the last written signal
+	typ    string
+	parent string // the last parent written ("" = none yet)
 }
 
 func newCoalescer(window time.Duration) *coalescer {
@@ -35,14 +37,18 @@ func (c *coalescer) skip(sig deadline.Signal) bool {
 	}
 	ms := sig.Seen.UnixMilli()
 	sameType := sig.Type == "" || sig.Type == e.typ
-	if ok && ms < e.seen+c.window && sameType {
+	sameParent := sig.Parent == "" || sig.Parent == e.parent
+	if ok && ms < e.seen+c.window && sameType && sameParent {
 		return true
 	}
-	next := coalesceEntry{seen: ms, typ: sig.Type}
+	next := coalesceEntry{seen: ms, typ: sig.Type, parent: sig.Parent}
 	if ok {
 		next.seen = max(ms, e.seen) // the store keeps the later deadline
 		if sig.Type == "" {
 			next.typ = e.typ
+		}
+		if sig.Parent == "" { // a signal naming none leaves the link as it is
+			next.parent = e.parent
 		}
 	}
 	c.cur[sig.Device] = next
