@@ -244,14 +244,16 @@ func (a *api) internal(w http.ResponseWriter, err error) {
 
 // readyz answers from the last background check (Health): probes are unauthenticated, so they must cost
 // the dependencies nothing, and their answer names what is not ready but shows the reason (addresses,
-// broker errors) only to a caller the API would admit.
+// broker errors) only to an unscoped token: they describe the installation, not a scope's devices
+// (docs/access.md#scopes).
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	rd, checked := a.Health.current()
 	if !checked {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
 		return
 	}
-	detail := a.authorized(r)
+	c, known := a.authenticate(r)
+	detail := known && c.Scope.Whole()
 	body := map[string]any{}
 	status := http.StatusOK
 	for name, err := range rd.Checks {

@@ -102,12 +102,6 @@ func (a *api) authenticate(r *http.Request) (caller, bool) {
 	return found, match == 1
 }
 
-// authorized reports whether r presents a known token (or none is needed).
-func (a *api) authorized(r *http.Request) bool {
-	_, ok := a.authenticate(r)
-	return ok
-}
-
 // guard admits a request to rt: 401 without a known token, 403 when the token's role is below the
 // route's or its scope cannot use the route, 404 for a device outside its scope. It bounds the body and
 // hands the caller to the handler.

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -180,4 +182,22 @@ func (s *scopedStream) next(t *testing.T) string {
 	}
 	t.Fatal("the stream ended")
 	return ""
+}
+
+// A scoped token sees /readyz as an anonymous probe does: which checks fail, not why. The reasons
+// (addresses, broker errors) describe the installation, which is the operator's, not a tenant's.
+func TestReadyzReasonsOnlyForUnscopedTokens(t *testing.T) {
+	f := newScopedFixture(t)
+	h := newHealth(func(context.Context) map[string]error {
+		return map[string]error{"redis": errors.New("dial tcp 10.0.0.7:6379: connection refused")}
+	}, HealthOptions{Interval: time.Hour})
+	t.Cleanup(h.Start(context.Background()))
+	f.handler.(*api).Health = h
+
+	code, out := f.call(t, "GET", "/readyz", "berlin-secret", "")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Equal(t, "not ready", out["redis"], "a scoped token")
+	code, out = f.call(t, "GET", "/readyz", "admin-secret", "")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, out["redis"], "10.0.0.7", "the operator's token")
 }
