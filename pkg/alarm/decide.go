@@ -198,11 +198,14 @@ func owedRecovered(in input, old deadline.State) event.Event {
 }
 
 // decideRecovery ends an incident whose device signalled past its deadline: `recovered` when it was
-// reported, nothing when it never was (a quiet deferral that ran out, a warning not yet due).
+// reported, nothing when it never was (a quiet deferral that ran out, a warning not yet due). A claim
+// handed out again from a record its replica never released may have been reported: its first event
+// goes out again with the recovery.
 func decideRecovery(in input, d *decision) {
 	c, st, pol := in.Claim, in.Claim.State, in.Policy
 	d.Ack.Op = deadline.Remove
-	if !st.Reported() {
+	handedOutAgain := c.Record != "" && !c.Fresh && c.WokenBy == ""
+	if !st.Reported() && !handedOutAgain {
 		d.Reason = reasonQuietEnd
 		return
 	}
@@ -216,7 +219,21 @@ func decideRecovery(in input, d *decision) {
 		}
 		backAt = in.Seen.Latest
 	}
-	d.Events = append(d.Events, recovered(c.Device, c.Type, ownDeadline(&in, &st), lastSeen, backAt, in.Now))
+	dl := ownDeadline(&in, &st)
+	if handedOutAgain {
+		// Committed under a record its replica never released: its interrupted (or suppressed) may have
+		// gone out before the replica died, so it is sent again, under the same id, with its recovery.
+		kind := event.Interrupted
+		if c.CommittedSuppression {
+			kind = event.Suppressed
+		}
+		e := event.New(kind, c.Device, c.Type, dl, lastSeen, in.Now, 0)
+		if kind == event.Suppressed && in.Parent != nil {
+			e.Parent = in.Parent.ID
+		}
+		d.Events = append(d.Events, e)
+	}
+	d.Events = append(d.Events, recovered(c.Device, c.Type, dl, lastSeen, backAt, in.Now))
 	d.Reason = reasonRecovered
 }
 

@@ -89,3 +89,30 @@ func TestReplacedIncidentRecoveredSurvivesACrash(t *testing.T) {
 		log.requireClean(t)
 	})
 }
+
+// A replica publishes a committed claim's interrupted and dies before releasing its record; the device
+// signals meanwhile and keeps signalling. The record's claim handed out again after its lease must still
+// report the recovery: consumers may have seen the interruption (the soak found it after a Redis restart).
+func TestCommittedClaimHandedOutAgainReportsRecovery(t *testing.T) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
+		log := newIncidentLog(f)
+		f.signal("d1", "gateway", 0)
+		f.clock.Set(f.t0.Add(5*time.Second + time.Millisecond))
+		res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()),
+			deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
+		require.NoError(t, err)
+		require.Len(t, res.Claims, 1)
+		c := res.Claims[0]
+		require.NotEmpty(t, c.Record, "committed")
+		// Its interrupted reached Kafka; then the replica died, its record never released.
+		log.take([]event.Event{event.New(event.Interrupted, "d1", "gateway", c.State.DeadlineTime(), f.t0, f.clock.Now(), 0)})
+		f.signal("d1", "", 6*time.Second) // back, and signalling since
+		f.signal("d1", "", 35*time.Second)
+
+		log.step(f, 5*time.Second+31*time.Second) // the record's lease ran out: handed out again
+		log.step(f, 5*time.Second+32*time.Second)
+		// The interruption again (a duplicate under the same id, if it had gone out), then the recovery.
+		require.Equal(t, []string{"interrupted 5s", "interrupted 5s", "recovered 5s"}, log.kinds)
+		log.requireClean(t)
+	})
+}
