@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Waking children (docs/concepts.md, gateways). A child whose parent is silent too waits for the parent's
+// Waking children (docs/concepts.md, "Gateways (parents)"). A child whose parent is silent too waits for the parent's
 // verdict; the verdict wakes it. A gateway storm is thousands of such children, and each one's
 // `suppressed` is as certain as a plain `interrupted` once its parent is down, so the wake itself commits
 // it the way a claim commits a plain `interrupted` (doc.go, "commit"): one script per slot stores
