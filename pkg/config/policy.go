@@ -174,7 +174,7 @@ func (p *Policies) IntervalNames() []string {
 	return names
 }
 
-// WithOwnTimeout is the policy of a device of this type registered with its own timeout (docs/concepts.md,
+// WithOwnTimeout is the policy of a device of this type registered with its own timeout (docs/http-api.md,
 // "Device registry"; 0: the type's own policy): the own timeout replaces the type's and its schedule,
 // and the type's warn_after stays only while it is shorter. pkg/deadline times the deadlines it writes
 // by this method too (owntimeout.go).

@@ -7,7 +7,7 @@ import (
 )
 
 // The reasons of heartbeatd_api_bad_input_total: requests refused for what they carry, as the signal
-// sources count theirs in heartbeatd_deadletters_total (docs/operations.md#limits).
+// sources count theirs in heartbeatd_deadletters_total (docs/operations.md#api-limits).
 const (
 	// badAct: an act's by or note over its bound or not text, or a request naming the acting token.
 	badAct = "act"

@@ -22,7 +22,7 @@ import (
 )
 
 // What a device or client can make Redis hold is bounded per device, and every key family has a lifetime
-// (docs/concepts.md, slot layout): these tests drive a whole daemon over HTTP and read what Redis holds.
+// (docs/concepts.md, "Slot layout"): these tests drive a whole daemon over HTTP and read what Redis holds.
 
 // growthDaemon is one heartbeatd on redis-server and Kafka (kfake), its HTTP API open to loopback (no
 // tokens: an admin), restartable.

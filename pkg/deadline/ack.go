@@ -301,7 +301,7 @@ func (s *Store) Delete(ctx context.Context, device string) (bool, error) {
 // deleteMany is Delete of each device, in one round trip whatever their number (one more in a fleet
 // with parents, three more when a parent is named no more, and one when an own timeout goes). found[i]
 // is false when devices[i] was not known.
-// Every key family that holds a device (docs/concepts.md, slot layout) loses it here, its parent's
+// Every key family that holds a device (docs/concepts.md, "Slot layout") loses it here, its parent's
 // children set included; a deleted device that was a parent stays named only while its children still
 // name it.
 func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool, err error) {

@@ -35,5 +35,6 @@
 //   - sweep: each slot's owner looking over the slot's dormant incidents now and then for a device back
 //     in the deadlines set, the safety net for a recovery probe that never ran (sweep.go).
 //
-// The measurements behind these choices are in docs/benchmarks.md ("Design choices the figures decided").
+// The current figures these choices give are in docs/benchmarks.md; the same-run A/B measurements that
+// decided them are in that page's history (git log -p docs/benchmarks.md).
 package deadline

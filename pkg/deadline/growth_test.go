@@ -13,7 +13,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
-// What a device can make Redis hold is bounded (docs/concepts.md, slot layout): these tests drive one
+// What a device can make Redis hold is bounded (docs/concepts.md, "Slot layout"): these tests drive one
 // key family each to where it used to grow for good.
 
 // links is what Redis holds of the parent links: each children set's members by parent, and the parents

@@ -8,7 +8,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 )
 
-// A device registered with its own timeout (docs/concepts.md, "Device registry") is recorded under a
+// A device registered with its own timeout (docs/http-api.md, "Device registry") is recorded under a
 // type name of its own, "<type>@<timeout>", so that its score's type index says which timeout its
 // deadline was set with. That name is this package's encoding and never leaves it: claims, devices and
 // incidents carry the configured type and the own timeout apart, and the policy callbacks (Options) are

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// What a gateway storm costs beyond its own verdicts (docs/concepts.md, gateways): the children of a
+// What a gateway storm costs beyond its own verdicts (docs/concepts.md, "Gateways (parents)"): the children of a
 // parent that went down are woken in batches, and each batch judges them against the same few hundred
 // parents. Two keys keep that to one read per parent and a wake only where there are children:
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The device registry (docs/concepts.md, PUT /v1/devices/{id}): devices an operator expects, with an optional
+// The device registry (docs/http-api.md, "Device registry"): devices an operator expects, with an optional
 // type, per-device timeout, parent and labels. Like the parent links it lives apart from the slots, and a
 // device that is not registered pays nothing on the signal path:
 //

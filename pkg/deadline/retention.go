@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Retention (docs/concepts.md, retention.forget_after): a device silent that long and not registered is forgotten
+// Retention (docs/configuration.md, "retention"): a device silent that long and not registered is forgotten
 // (its incident, alarm entry and links deleted), so a fleet's turnover does not grow Redis forever. A
 // registered device is expected: it is never forgotten, however long it stays silent.
 

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Waking children (docs/concepts.md, gateways). A child whose parent is silent too waits for the parent's
+// Waking children (docs/concepts.md, "Gateways (parents)"). A child whose parent is silent too waits for the parent's
 // verdict; the verdict wakes it. A gateway storm is thousands of such children, and each one's
 // `suppressed` is as certain as a plain `interrupted` once its parent is down, so the wake itself commits
 // it the way a claim commits a plain `interrupted` (doc.go, "commit"): one script per slot stores
@@ -48,7 +48,7 @@ type WakeCommit struct {
 // wakeChunk bounds the children one wake round trip takes, and so the claims it hands to
 // WakeCommit.Handle at once: smaller chunks start publishing sooner. Before the children went slot by
 // slot (slotOrder), 2048, 4096, 8192 and 16384 took a 100k-child storm 1.3–1.5×, 1.1–1.3×, 1.1–1.4×
-// and 1.3–1.5× the same devices without parents (docs/benchmarks.md).
+// and 1.3–1.5× the same devices without parents (one run of three storms each).
 const wakeChunk = 4096
 
 // WakeChildren wakes the children of the verdicts' devices (only those with an open incident: a child

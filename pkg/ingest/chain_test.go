@@ -314,7 +314,7 @@ func TestChainCoalesces(t *testing.T) {
 
 // TestChainWritesAParentChange: a signal naming another parent than the last write is written, however
 // soon after it: coalescing it would keep the device under its former parent (docs/concepts.md,
-// gateways) until its next write.
+// "Gateways (parents)") until its next write.
 func TestChainWritesAParentChange(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	ref := &fakeRefresher{}

@@ -9,7 +9,7 @@ import (
 // coalescer remembers, per device, the signal time, type and parent of the last deadline write, so a
 // write that would move the deadline by less than the window, and change neither, can be skipped
 // (ingest.coalesce). A parent change is always written: the device leaves its former parent's children
-// with it (docs/concepts.md, gateways). Only the batcher goroutine uses it.
+// with it (docs/concepts.md, "Gateways (parents)"). Only the batcher goroutine uses it.
 //
 // Two generations bound its memory without a sweep over every entry: rotate (every window) drops the
 // older generation, so only devices that wrote within the last two windows are kept. Forgetting a device

@@ -13,8 +13,9 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
-// Timeout advice (docs/concepts.md) is read from a fixed sample of the fleet, so that the signal path of a device
-// outside it costs one checksum of its id and memory stays bounded under any rate and any number of ids.
+// Timeout advice (docs/http-api.md, "Stats": ?advice=true) is read from a fixed sample of the fleet, so
+// that the signal path of a device outside it costs one checksum of its id and memory stays bounded under
+// any rate and any number of ids.
 const (
 	// adviceSampleEvery: a device is in the sample when crc32c(id) % adviceSampleEvery == 0, the same
 	// devices on every replica and after every restart.
