@@ -18,14 +18,16 @@ const (
 	badMatcher = "matcher"
 	// badImport: an import stopped at a line too long to be a row.
 	badImport = "import"
+	// badTypesFull: a registration's own timeout needing a type index when all 1024 are taken.
+	badTypesFull = "types_full"
 )
 
 // newBadInputCounter counts refused input by reason, every reason from 0.
 func newBadInputCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "api_bad_input_total",
-		Help: "API requests (or import rows) refused for what they carry: act (by or note too long, or naming the token), id (a device id, parent or type name with control or invisible characters, or too long), matcher (a silence matcher too costly), import (a line too long)."},
+		Help: "API requests (or import rows) refused for what they carry: act (by or note too long, or naming the token), id (a device id, parent or type name with control or invisible characters, or too long), matcher (a silence matcher too costly), import (a line too long), types_full (a per-device timeout with no type index left)."},
 		[]string{"reason"})
-	for _, r := range []string{badAct, badID, badMatcher, badImport} {
+	for _, r := range []string{badAct, badID, badMatcher, badImport, badTypesFull} {
 		c.WithLabelValues(r)
 	}
 	if reg != nil {

@@ -137,7 +137,7 @@ func (a *api) putDevice(w http.ResponseWriter, r *http.Request) {
 	}
 	added, err := a.Store.Register(r.Context(), []string{id}, []deadline.Registration{reg}, []string{body.Parent})
 	if err != nil {
-		a.internal(w, err)
+		a.registerFailed(w, err)
 		return
 	}
 	d, _, err := a.Store.Device(r.Context(), id)
@@ -251,12 +251,12 @@ func (a *api) importDevices(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if err := writes.add(row.DeviceID, reg, row.Parent); err != nil {
-			a.internal(w, err)
+			a.registerFailed(w, err)
 			return
 		}
 	}
 	if err := writes.finish(); err != nil {
-		a.internal(w, err)
+		a.registerFailed(w, err)
 		return
 	}
 	res.Imported = writes.written
@@ -264,11 +264,23 @@ func (a *api) importDevices(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// registerFailed answers a registration the store could not write: 507 when the type registry has no
+// index left for its own timeout (counted, the message says what to do), else an internal error.
+func (a *api) registerFailed(w http.ResponseWriter, err error) {
+	if errors.Is(err, deadline.ErrTypesFull) {
+		a.badInput.WithLabelValues(badTypesFull).Inc()
+		writeError(w, http.StatusInsufficientStorage, err.Error()+
+			"; register devices with timeouts already in use, or delete devices' own timeouts no longer needed")
+		return
+	}
+	a.internal(w, err)
+}
+
 // importStopped answers an import stopped by a line too long to be a row: 400 naming the line, with
 // what the rows before it did (they are written; nothing from the line on is read).
 func (a *api) importStopped(w http.ResponseWriter, long *lineTooLongError, res importResult, writes *importWriter) {
 	if err := writes.finish(); err != nil {
-		a.internal(w, err)
+		a.registerFailed(w, err)
 		return
 	}
 	res.Imported = writes.written

@@ -470,7 +470,7 @@ func (s *Store) Load(ctx context.Context, names ...string) error {
 		return err
 	}
 	for _, n := range names {
-		if _, err := s.types.register(ctx, n); err != nil {
+		if _, _, err := s.types.register(ctx, n); err != nil {
 			return err
 		}
 	}

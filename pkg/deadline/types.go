@@ -78,19 +78,33 @@ func (r *typeRegistry) configure(names []string) {
 	r.mu.Unlock()
 }
 
-// allow lets a per-device timeout name resolve to its own index, registering it in Redis.
+// ErrTypesFull refuses a per-device timeout that would need a type index when all MaxTypes are taken:
+// its device would otherwise be timed as the default type without a word.
+var ErrTypesFull = fmt.Errorf("deadline: the type registry is full (%d configured types and distinct per-device timeouts)", MaxTypes)
+
+// allow lets a per-device timeout name resolve to its own index, registering it in Redis; ErrTypesFull
+// when no index is left for it.
 func (r *typeRegistry) allow(ctx context.Context, name string) (int, error) {
+	r.mu.RLock()
+	i, ok := r.byName[name]
+	full := ok && i == 0 && name != DefaultType // a name register found no index for
+	r.mu.RUnlock()
+	if !ok {
+		var err error
+		if i, full, err = r.register(ctx, name); err != nil {
+			return 0, err
+		}
+	}
+	if full {
+		return 0, fmt.Errorf("%w: no index for %q", ErrTypesFull, name)
+	}
 	r.mu.Lock()
 	if r.perDevice == nil {
 		r.perDevice = map[string]bool{}
 	}
 	r.perDevice[name] = true
-	i, ok := r.byName[name]
 	r.mu.Unlock()
-	if ok {
-		return i, nil
-	}
-	return r.register(ctx, name)
+	return i, nil
 }
 
 // index returns name's index. A name that is not configured gets the default type's index and touches
@@ -109,27 +123,28 @@ func (r *typeRegistry) index(ctx context.Context, name string) (int, error) {
 	case ok:
 		return i, nil
 	}
-	return r.register(ctx, name)
+	i, _, err := r.register(ctx, name)
+	return i, err
 }
 
-// register gives name an index in Redis (or reads the one it has) and caches it. A full registry (names
-// an older version recorded from devices) maps the name to the default type's index, cached so its
-// signals do not ask again: its devices keep being watched, under the default policy, and Load tries
-// again.
-func (r *typeRegistry) register(ctx context.Context, name string) (int, error) {
+// register gives name an index in Redis (or reads the one it has) and caches it. A full registry maps
+// the name to the default type's index (full), cached so its signals do not ask again: a configured
+// type's devices keep being watched, under the default policy, and Load tries again; a per-device
+// timeout is refused (allow).
+func (r *typeRegistry) register(ctx context.Context, name string) (idx int, full bool, err error) {
 	n, err := registerTypeScript.Run(ctx, r.rdb, []string{r.key}, name).Int()
 	if err != nil {
-		return 0, fmt.Errorf("deadline: register type %q: %w", name, err)
+		return 0, false, fmt.Errorf("deadline: register type %q: %w", name, err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if n < 0 {
 		r.byName[name] = 0
-		return 0, nil
+		return 0, true, nil
 	}
 	r.byName[name] = n
 	r.byIdx[n] = name
-	return n, nil
+	return n, false, nil
 }
 
 // name returns the type name of idx, reloading the registry when another replica registered it.

@@ -294,3 +294,26 @@ func TestRememberedTypeIsReadAgainAfterItsTime(t *testing.T) {
 		require.Equal(t, seen.Add(10*time.Minute), d.Deadline)
 	})
 }
+
+// A per-device timeout that needs a type index when every one is taken is refused, naming the full
+// registry: its device would otherwise be timed as the default type without a word.
+func TestPerDeviceTimeoutRefusedWhenRegistryIsFull(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.StartRedis(t).Client(t)
+	store, err := deadline.New(rdb, deadline.Options{Slots: 8, Timeout: func(string) time.Duration { return time.Minute }})
+	require.NoError(t, err)
+	require.NoError(t, store.Load(ctx, "default"))
+	reg := func(dev string, timeout time.Duration) error {
+		_, err := store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "default", TimeoutMs: timeout.Milliseconds()}}, []string{""})
+		return err
+	}
+	for i := 1; i < deadline.MaxTypes; i++ {
+		require.NoError(t, reg(fmt.Sprint("d", i), time.Duration(i)*time.Second))
+	}
+	err = reg("one-too-many", 7*time.Hour)
+	require.ErrorIs(t, err, deadline.ErrTypesFull)
+	_, found, err := store.Device(ctx, "one-too-many")
+	require.NoError(t, err)
+	require.False(t, found, "nothing of the refused registration is stored")
+	require.NoError(t, reg("d1-again", time.Second), "a timeout that has its index still registers")
+}
