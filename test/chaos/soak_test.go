@@ -23,7 +23,7 @@ import (
 )
 
 // The soak: a mixed fleet over two replicas sharing the signals, random faults one after another and
-// random operator acts, for HB_SOAK_DURATION (default 40s; `make soak` runs 30m at 2,000 devices) from
+// random operator acts, for HB_SOAK_DURATION (default 30s; `make soak` runs 30m at 2,000 devices) from
 // the seed HB_SOAK_SEED (default: drawn and printed, so a failing run can be replayed). Its line carries
 // the incident checker's verdict over every acknowledged signal and every event (docs/concepts.md#the-incident).
 
@@ -94,7 +94,7 @@ func (d *soakDevice) payload(rng *rand.Rand) []byte {
 
 func soakSettings(t *testing.T) (time.Duration, uint64) {
 	t.Helper()
-	dur := 40 * time.Second
+	dur := 30 * time.Second
 	if v := os.Getenv("HB_SOAK_DURATION"); v != "" {
 		var err error
 		dur, err = time.ParseDuration(v)
