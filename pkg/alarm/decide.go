@@ -114,6 +114,9 @@ func decide(in input) decision {
 	if c := in.Claim.Cause; c != nil {
 		withCause(d.Events, in.Claim.Device, *c)
 	}
+	if d.Ack.DropDeadline != 0 {
+		d.Committed = false // what the claim committed does not drop the stale deadline: the ack must
+	}
 	return d
 }
 
@@ -139,8 +142,15 @@ func decideIgnoringCause(in input) decision {
 		d.Ack.State.Owed, d.Ack.State.OwedWarned = 0, false
 	}
 	if !in.Current.IsZero() && in.Current.After(st.DeadlineTime()) {
-		decideRecovery(in, &d)
-		return d
+		if !olderThanFailure(in) {
+			decideRecovery(in, &d)
+			return d
+		}
+		// The signal that set the newer deadline is no newer than the failure the incident began with
+		// (replayed from Kafka, or overtaken on its way): no recovery. Its deadline goes, and the incident
+		// goes on as if it had never come.
+		d.Ack.DropDeadline = in.Current.UnixMilli()
+		in.Current = time.Time{}
 	}
 
 	d.Ack.Op = deadline.Reschedule
@@ -183,6 +193,21 @@ func decideIgnoringCause(in input) decision {
 	}
 	report(in, st, n, eventDeadline, &d)
 	return d
+}
+
+// olderThanFailure reports whether the device's latest signal, which set its current deadline, is no
+// newer than the failure it reported and its incident began with: a stale signal, which proves nothing
+// about the device since it said it failed (docs/signals.md#reported-failures).
+func olderThanFailure(in input) bool {
+	c := in.Claim.Cause
+	if c == nil || c.Kind != deadline.CauseReported || c.Deadline != in.Claim.State.Deadline {
+		return false
+	}
+	latest := in.Current.Add(-lead(&in.Policy))
+	if in.Seen != nil && !in.Seen.Latest.IsZero() {
+		latest = in.Seen.Latest
+	}
+	return !latest.After(c.LastSeen)
 }
 
 // owedRecovered is the `recovered` of an earlier incident the device's new silence replaced: it

@@ -72,3 +72,44 @@ func TestReportedFailureOfAWarnedTypeInterruptsAtOnce(t *testing.T) {
 	require.Len(t, d.Events, 1)
 	require.Equal(t, event.Late, d.Events[0].Kind)
 }
+
+// A newer deadline set by a signal no newer than the reported failure is no recovery: decide drops that
+// deadline and goes on with the incident; a signal after the failure is the recovery. For a scheduled
+// type the signal's time is its recorded one, not its deadline − a timeout.
+func TestDecideSignalOlderThanFailure(t *testing.T) {
+	failedAt := time.Date(2026, 11, 22, 10, 0, 12, 0, time.UTC)
+	pol := config.Policy{Timeout: 30 * time.Second, RepeatEvery: time.Minute}
+	cause := &deadline.Cause{Kind: deadline.CauseReported, Reason: "valve stuck", Deadline: failedAt.UnixMilli(), LastSeen: failedAt}
+	st := deadline.State{Deadline: failedAt.UnixMilli(), Next: 1, InterruptedAt: failedAt.UnixMilli()}
+	claim := deadline.Claim{Device: "pump", Type: "default", State: st, Cause: cause}
+	now := failedAt.Add(5 * time.Second)
+
+	stale := failedAt.Add(-time.Second).Add(pol.Timeout) // a signal a second before the failure
+	d := decide(input{Claim: claim, Policy: pol, Current: stale, Now: now})
+	require.Empty(t, d.Events)
+	require.Equal(t, deadline.Reschedule, d.Ack.Op)
+	require.Equal(t, stale.UnixMilli(), d.Ack.DropDeadline)
+	require.True(t, failedAt.Add(time.Minute).Equal(d.Ack.Next), "the next repeat, as if the signal had not come: %v", d.Ack.Next)
+
+	fresh := failedAt.Add(time.Second).Add(pol.Timeout)
+	d = decide(input{Claim: claim, Policy: pol, Current: fresh, Now: now})
+	require.Len(t, d.Events, 1)
+	require.Equal(t, event.Recovered, d.Events[0].Kind)
+	require.Zero(t, d.Ack.DropDeadline)
+
+	// A scheduled type: the deadline is the next expected time, the signal time is recorded.
+	d = decide(input{Claim: claim, Policy: pol, Current: now.Add(time.Hour), Now: now,
+		Seen: &deadline.SeenTimes{Latest: failedAt.Add(-time.Second)}})
+	require.Empty(t, d.Events)
+	require.Equal(t, now.Add(time.Hour).UnixMilli(), d.Ack.DropDeadline)
+	d = decide(input{Claim: claim, Policy: pol, Current: now.Add(time.Hour), Now: now,
+		Seen: &deadline.SeenTimes{Latest: failedAt.Add(time.Second)}})
+	require.Equal(t, event.Recovered, d.Events[0].Kind)
+
+	// An incident that began with silence (or offline) recovers at any newer deadline.
+	offline := *cause
+	offline.Kind = deadline.CauseOffline
+	claim.Cause = &offline
+	d = decide(input{Claim: claim, Policy: pol, Current: stale, Now: now})
+	require.Equal(t, event.Recovered, d.Events[0].Kind)
+}

@@ -304,8 +304,8 @@ func (d *daemon) run(ctx context.Context) error {
 
 	wake := make(chan struct{}, 1)
 	scanner := deadline.NewScanner(deadline.ScannerOptions{Store: d.store, Slots: d.ownership.Slots, Handle: d.handler.Handle,
-		Watermark: d.holdBack.WatermarkFor, Now: d.clock.Now, MaxIdleWait: d.cfg.Detection.MaxIdleWait, Lease: d.cfg.Detection.Lease,
-		Batch: d.cfg.Detection.Batch, Concurrency: d.cfg.Detection.Scanners, Logger: d.log, Wake: wake})
+		Watermark: d.holdBack.WatermarkFor, HeardAfter: d.holdBack.HeardAfter, Now: d.clock.Now, MaxIdleWait: d.cfg.Detection.MaxIdleWait,
+		Lease: d.cfg.Detection.Lease, Batch: d.cfg.Detection.Batch, Concurrency: d.cfg.Detection.Scanners, Logger: d.log, Wake: wake})
 
 	lc := &lifecycle{log: d.log}
 	lc.onClose("redis and kafka clients", func() error { d.closeClients(); return nil })

@@ -128,3 +128,75 @@ func TestAPIViewShowsLabelMatcherSilences(t *testing.T) {
 	}
 	require.Equal(t, map[string]any{"ber-1": until, "par-1": nil, "gw-1": nil}, listed)
 }
+
+// keptEvents is an event sink that keeps what it is given.
+type keptEvents struct{ events []event.Event }
+
+func (r *keptEvents) Publish(_ context.Context, events []event.Event) []error {
+	r.events = append(r.events, events...)
+	return make([]error, len(events))
+}
+
+// A device of a @yearly type, registered or signalling, is expected at next New Year: it is not
+// reported in its first minutes, the API shows New Year + grace as its deadline and its real last
+// signal (the registration for one that never signalled), and it is reported once that deadline passes.
+func TestYearlyDeviceIsExpectedAtNewYear(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+types:
+  default: {timeout: 1m}
+  yearly: {schedule: "@yearly", grace: 5m}
+`), func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	pol := cfg.Policies()
+	start := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	clock := testenv.NewClock(start)
+	rdb := testenv.StartRedis(t).Client(t)
+	timeout := func(typ string) time.Duration { p, _ := pol.Lookup(typ); return p.Timeout }
+	store, err := deadline.New(rdb, deadline.Options{Slots: 4, Now: clock.Now, Timeout: timeout, Expected: pol.Expected})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, store.Load(ctx, pol.Names()...))
+	srv := httptest.NewServer(NewAPI(APIOptions{Store: store, Silences: silence.New(rdb, silence.Options{Now: clock.Now}),
+		HoldBack: func() holdback.Status { return holdback.Status{} }, OwnedSlots: func() []int { return nil },
+		Timeout: timeout, KnownType: func(typ string) bool { _, ok := pol.Lookup(typ); return ok }, Now: clock.Now}))
+	t.Cleanup(srv.Close)
+
+	code, reg := callJSON(t, srv.URL, "PUT", "/v1/devices/archive-reg", "", `{"device_type":"yearly"}`)
+	require.Equal(t, http.StatusOK, code, "%v", reg)
+	require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: "archive-sig", Type: "yearly", Seen: start}}))
+
+	sink := &keptEvents{}
+	h := alarm.NewHandler(alarm.HandlerOptions{Store: store, Sink: sink, Policies: func() *config.Policies { return pol }, Now: clock.Now})
+	claim := func() {
+		t.Helper()
+		res, err := store.Claim(ctx, testenv.AllSlots(4), deadline.ClaimOptions{Now: clock.Now(), Lease: 30 * time.Second, Batch: 10})
+		require.NoError(t, err)
+		require.NoError(t, h.Handle(ctx, res.Claims))
+	}
+	for range 10 { // its first ten minutes, a claim a minute
+		clock.Advance(time.Minute)
+		claim()
+	}
+	require.Empty(t, sink.events, "a @yearly device is reported within minutes")
+
+	newYear := "2027-01-01T00:05:00Z" // the next occurrence + grace
+	for dev, lastSeen := range map[string]string{"archive-reg": "2026-05-01T10:00:00Z", "archive-sig": "2026-05-01T10:00:00Z"} {
+		code, view := callJSON(t, srv.URL, "GET", "/v1/devices/"+dev, "", "")
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "online", view["state"], dev)
+		require.Equal(t, newYear, view["deadline"], dev)
+		require.Equal(t, lastSeen, view["last_seen"], dev)
+	}
+
+	clock.Set(time.Date(2027, 1, 1, 0, 4, 59, 0, time.UTC))
+	claim()
+	require.Empty(t, sink.events, "reported before its deadline")
+	clock.Set(time.Date(2027, 1, 1, 0, 5, 0, 0, time.UTC))
+	claim()
+	var interrupted []string
+	for _, e := range sink.events {
+		require.Equal(t, event.Interrupted, e.Kind)
+		interrupted = append(interrupted, e.DeviceID)
+	}
+	require.ElementsMatch(t, []string{"archive-reg", "archive-sig"}, interrupted)
+}

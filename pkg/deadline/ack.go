@@ -33,6 +33,10 @@ type Ack struct {
 	Next    time.Time // Reschedule: when to act again
 	Dormant bool      // Reschedule: no act until the device signals again
 	State   State     // Reschedule, Park: the incident's new state
+	// DropDeadline (ms), with Reschedule: the device's deadline set by a signal no newer than the
+	// reported failure its incident began with; it leaves the deadlines set if it is still that one (a
+	// signal since is kept, and its recovery reported). 0: none.
+	DropDeadline int64
 }
 
 // ackScript applies one slot's acknowledgements, each guarded by the claimed incident's deadline so an
@@ -40,8 +44,8 @@ type Ack struct {
 //
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] dead  KEYS[5] in-flight records
 // ARGV[1] now (ms)  ARGV[2] in-flight records to release after the acks, packSep-separated
-// then groups of five: op (R|X|P), device, claimed deadline (ms), next act (ms, or a dormant score: see
-// dormantAfter), state
+// then groups of six: op (R|X|P), device, claimed deadline (ms), next act (ms, or a dormant score: see
+// dormantAfter), state, a stale deadline (ms) to drop with R (Ack.DropDeadline; 0: none)
 // Reply: per op 1 when applied, 0 when the incident was gone or replaced.
 //
 // It reads every state and deadline with one HMGET and one ZMSCORE and writes with one command per kind:
@@ -52,16 +56,16 @@ var ackScript = newScript(`
 ${luaPieces}
 local now = tonumber(ARGV[1])
 local ms = {}
-for i = 4, #ARGV, 5 do ms[#ms+1] = ARGV[i] end
+for i = 4, #ARGV, 6 do ms[#ms+1] = ARGV[i] end
 local stored, scores = {}, {}
 if #ms > 0 then
   stored = redis.call('HMGET', KEYS[3], unpack(ms))
   scores = redis.call('ZMSCORE', KEYS[1], unpack(ms))
 end
-local out, hset, hdel, alarms, unalarm, dead, undead = {}, {}, {}, {}, {}, {}, {}
+local out, hset, hdel, alarms, unalarm, dead, undead, stale = {}, {}, {}, {}, {}, {}, {}, {}
 local find, byte, floor = string.find, string.byte, math.floor
 for j = 1, #ms do
-  local i = 3 + (j - 1) * 5
+  local i = 3 + (j - 1) * 6
   local m, dl, c = ms[j], ARGV[i+2], stored[j]
   -- The incident is the one claimed when its state starts with the claimed deadline and stateSep, or,
   -- as a claim committed it, is the bare deadline score (see decodeState).
@@ -89,9 +93,15 @@ for j = 1, #ms do
         dead[#dead+1] = now
         dead[#dead+1] = m
       else
-        local act, sc = ARGV[i+3], scores[j]
-        -- The device signalled since its claim: act now, so its recovery is reported.
-        if op == 'R' and sc and floor(tonumber(sc) / ${MaxTypes}) > tonumber(dl) then act = now end
+        local act, sc, drop = ARGV[i+3], scores[j], tonumber(ARGV[i+5])
+        local sdl = sc and floor(tonumber(sc) / ${MaxTypes})
+        if op == 'R' and sdl and drop > 0 and sdl == drop then
+          -- A signal older than the incident's reported failure: its deadline goes.
+          stale[#stale+1] = m
+        elseif op == 'R' and sdl and sdl > tonumber(dl) then
+          -- The device signalled since its claim: act now, so its recovery is reported.
+          act = now
+        end
         alarms[#alarms+1] = act
         alarms[#alarms+1] = m
       end
@@ -101,6 +111,7 @@ end
 if #hdel > 0 then redis.call('HDEL', KEYS[3], unpack(hdel)) end
 if #unalarm > 0 then redis.call('ZREM', KEYS[2], unpack(unalarm)) end
 if #undead > 0 then redis.call('ZREM', KEYS[4], unpack(undead)) end
+if #stale > 0 then redis.call('ZREM', KEYS[1], unpack(stale)) end
 if #hset > 0 then
   hset[#hset+1] = ${stateGuardField}
   hset[#hset+1] = ${stateGuardValue}
@@ -183,7 +194,7 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 		if a.Op != Remove {
 			state = a.State.encode()
 		}
-		g.args = append(g.args, string(a.Op), a.Device, a.Claimed, next, state)
+		g.args = append(g.args, string(a.Op), a.Device, a.Claimed, next, state, a.DropDeadline)
 		g.idx = append(g.idx, i)
 	}
 	released := map[int][]string{} // slot → its records

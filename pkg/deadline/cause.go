@@ -82,7 +82,7 @@ const (
 // markEarlierScript moves deadlines earlier, one slot per call: the write ordinary signals never make
 // (their ZADD GT only moves forward), guarded here against out-of-order messages.
 //
-// KEYS[1] deadlines  KEYS[2] state  KEYS[3] causes  KEYS[4] seen
+// KEYS[1] deadlines  KEYS[2] state  KEYS[3] causes  KEYS[4] seen  KEYS[5] reported
 // ARGV[1] lead (ms) per type index, listSep-separated (its timeout, or its warn_after: Store.lead);
 // negative for a type with expected times, whose last signal is in seen
 // then quintuples: device, message time (ms), new deadline (ms), type index for the device's own word
@@ -91,7 +91,7 @@ const (
 //
 // The device's last signal is its deadline minus its type's lead, the way alarm.Decide reads it; a
 // message older than it changes nothing. A device with an open incident (no deadline, a state) is left to
-// its policy.
+// its policy. A device's own failure that moved its deadline is also put in reported (Keyspace.reported).
 var markEarlierScript = newScript(`
 local floor = math.floor
 local timeouts = {}
@@ -109,6 +109,7 @@ for i = 2, #ARGV, 5 do
     else
       redis.call('ZADD', KEYS[1], 'NX', string.format('%.0f', dl * ${MaxTypes} + own), m)
       redis.call('HSET', KEYS[3], m, string.format('%.0f', dl) .. ${causeSep} .. string.format('%.0f', at) .. ${causeSep} .. cause)
+      redis.call('ZADD', KEYS[5], dl, m)
       r = ${MarkMoved}
     end
   else
@@ -126,6 +127,7 @@ for i = 2, #ARGV, 5 do
       if own >= 0 then last = at end
       redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', dl * ${MaxTypes} + t), m)
       redis.call('HSET', KEYS[3], m, string.format('%.0f', dl) .. ${causeSep} .. string.format('%.0f', last) .. ${causeSep} .. cause)
+      if own >= 0 then redis.call('ZADD', KEYS[5], dl, m) else redis.call('ZREM', KEYS[5], m) end
       r = ${MarkMoved}
     end
   end
@@ -157,8 +159,8 @@ func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, er
 		if !ok {
 			ci = len(calls)
 			callOf[slot] = ci
-			calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.state(slot), s.keys.causes(slot), s.keys.seen(slot)},
-				args: []any{timeouts}})
+			calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.state(slot), s.keys.causes(slot), s.keys.seen(slot),
+				s.keys.reported(slot)}, args: []any{timeouts}})
 			order = append(order, nil)
 		}
 		own := -1

@@ -141,3 +141,47 @@ func TestCauseDoesNotOutliveItsIncident(t *testing.T) {
 		require.Nil(t, d.Cause, "an incident begun by silence shows no cause")
 	})
 }
+
+// While hold-back holds a type's devices back for their grace after a blind window, a failure a device
+// reported after the window ended is claimed at once (ClaimOptions.HeardAfter): no signal lost in the
+// window can have overtaken it. One reported inside the window waits with the rest.
+func TestReportedFailureHeardAfterTheWindowIsNotHeldBack(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		from := f.clock.Now()
+		to := from.Add(time.Second) // the window; sensors (10 min) are held until to + 10 min
+		watermark := func(timeout time.Duration) time.Time {
+			if timeout > 0 && f.clock.Now().Before(to.Add(timeout)) {
+				return from
+			}
+			return f.clock.Now()
+		}
+		for _, dev := range []string{"inside", "after", "quiet"} {
+			f.refresh(t, deadline.Signal{Device: dev, Type: "sensor", Seen: from.Add(-time.Minute)})
+		}
+		f.clock.Set(to.Add(2 * time.Second))
+		res := f.mark(t,
+			deadline.Mark{Device: "inside", At: from.Add(500 * time.Millisecond), Deadline: from.Add(500 * time.Millisecond),
+				Cause: deadline.CauseReported, Own: true},
+			deadline.Mark{Device: "after", At: to.Add(time.Second), Deadline: to.Add(time.Second), Cause: deadline.CauseReported,
+				Reason: "probe broken", Own: true})
+		require.Equal(t, []deadline.MarkResult{deadline.MarkMoved, deadline.MarkMoved}, res)
+
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{WatermarkFor: watermark}).Claims, "without HeardAfter both wait")
+		claims := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: watermark, HeardAfter: to}).Claims
+		require.Len(t, claims, 1)
+		require.Equal(t, "after", claims[0].Device)
+		require.Equal(t, to.Add(time.Second).UnixMilli(), claims[0].State.Deadline)
+		require.NotNil(t, claims[0].Cause)
+		require.Equal(t, "probe broken", claims[0].Cause.Reason)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{WatermarkFor: watermark, HeardAfter: to}).Claims, "inside waits for its grace")
+
+		f.clock.Set(to.Add(10 * time.Minute))
+		claims = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: watermark, HeardAfter: to}).Claims
+		var got []string
+		for _, c := range claims {
+			got = append(got, c.Device)
+		}
+		// (after comes back too: its claim was never acknowledged, and its lease ran out.)
+		require.Subset(t, got, []string{"inside", "quiet"}, "after the grace: the failure inside the window and the silent one")
+	})
+}

@@ -63,6 +63,7 @@ type ClaimResult struct {
 // alarm entries, (3) the in-flight record, (4) the next due scores.
 //
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records  KEYS[5] causes
+// KEYS[6] reported  KEYS[7] seen
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
 // ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5] the record of this call's committed claims
 // ARGV[6] a committed claim's next act per type index (now + its repeat interval, or a dormant score),
@@ -70,6 +71,10 @@ type ClaimResult struct {
 // ARGV[7] the watermark (ms) per type index, listSep-separated, where types differ (hold-back after a
 // blind window: each device waits its own timeout); "" when ARGV[2] holds for every type. An index
 // past the list gets ARGV[2].
+// ARGV[8] "from,to" (ms): a reported failure whose deadline is within them is claimed past its type's
+// watermark (ClaimOptions.HeardAfter); "" when hold-back holds nobody back after a window.
+// ARGV[9] lead (ms) per type index, listSep-separated, as MarkEarlier takes it (negative: a type with
+// expected times, whose last signal is in seen).
 // Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due,
 // causes}, where committed and again are flat pairs packed into one packSep-separated string: the
 // committed fresh claims (device, deadlines-set score) and the claims of expired records handed out again
@@ -137,14 +142,70 @@ local function owing(prev, pdl)
   return string.match(prev, ${stateOwedPattern}) or '0', string.match(prev, ${stateOwedWarnedPattern}) or '0'
 end
 
--- (1) Fresh claims: up to batch members of the deadlines set due by the watermark, then by their type's.
--- Returns the committed claims (flat pairs), the replacing ones (flat triples) and how many members were
--- due.
+-- (0) Reported failures whose deadline passed (KEYS[6], cause.go), read before the deadlines are: a
+-- failure that a signal no newer than it moved on (a replay, or a heartbeat overtaken on its way) is put
+-- back, since the device said it failed after that signal; a newer signal ended it, and a claimed one is
+-- done with. Returns, as flat pairs (device, score), the pending failures heard after every blind window
+-- that still holds (ARGV[8]) whose type's watermark holds them (so no range below takes them): the
+-- device's own word, heard since, cannot have been overtaken by a signal lost in a window.
+local function reportedFailures()
+  local heard = {}
+  if redis.call('EXISTS', KEYS[6]) == 0 then return heard end
+  local from, to = string.match(ARGV[8], '^(%d+),(%d+)$')
+  from, to = tonumber(from), tonumber(to)
+  local leads
+  local done = {}
+  local entries = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, batch, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    local m, f = entries[i], tonumber(entries[i+1])
+    local cur = redis.call('ZSCORE', KEYS[1], m)
+    local pending = false
+    if cur then
+      local s = tonumber(cur)
+      local cdl = floor(s / ${MaxTypes})
+      local t = s - cdl * ${MaxTypes}
+      if cdl ~= f then
+        if not leads then
+          leads = {}
+          for v in string.gmatch(ARGV[9], ${listItem}) do leads[#leads+1] = tonumber(v) end
+        end
+        local lead = leads[t + 1] or leads[1] or 0
+        local last = cdl - lead
+        if lead < 0 then last = tonumber(redis.call('ZSCORE', KEYS[7], m)) or cdl end
+        if last <= f then
+          redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', f * ${MaxTypes} + t), m)
+          cdl = f
+        end
+      end
+      if cdl == f then
+        pending = true
+        if from and f >= from and f <= to and f > (wms[t + 1] or wm) then
+          heard[#heard+1] = m
+          heard[#heard+1] = string.format('%.0f', f * ${MaxTypes} + t)
+        end
+      end
+    end
+    if not pending then done[#done+1] = m end
+  end
+  pieces(done, 1, function(...) redis.call('ZREM', KEYS[6], ...) end)
+  return heard
+end
+
+-- (1) Fresh claims: up to batch members of the deadlines set due by the watermark, then by their type's,
+-- then reported failures heard since the blind windows (0). Returns the committed claims (flat pairs), the
+-- replacing ones (flat triples) and how many members were due.
 local function claimFresh()
   local committed, replacing = {}, {}
+  local heard = reportedFailures()
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', dueBy(wm), 'LIMIT', 0, batch, 'WITHSCORES')
   local byRank = #due / 2
   local byName = pastWatermark(due)
+  for i = 1, #heard, 2 do
+    if #due / 2 >= batch then break end
+    due[#due+1] = heard[i]
+    due[#due+1] = heard[i+1]
+    byName[#byName+1] = heard[i]
+  end
   local n = #due / 2
   if n == 0 then return committed, replacing, 0 end
   local acts = {}
@@ -377,8 +438,26 @@ type ClaimOptions struct {
 	// blind window, docs/concepts.md): a device whose type's timeout is t is claimed only when its deadline
 	// is no later than WatermarkFor(t).
 	WatermarkFor WatermarkFunc
-	Lease        time.Duration
-	Batch        int // most devices per slot
+	// HeardAfter is the end of the latest blind window that still holds some devices back (zero: none,
+	// or only open ones). A failure a device reported at or after it is claimed at its deadline, up to
+	// WatermarkFor(0), without waiting for its type's grace: the device's own word, heard after the
+	// window, cannot have been overtaken by a signal lost in it (docs/signals.md#reported-failures).
+	HeardAfter time.Time
+	Lease      time.Duration
+	Batch      int // most devices per slot
+}
+
+// heardWindow is the claim script's ARGV[8]: "from,to" (ms), the deadlines of the reported failures
+// claimed past their type's watermark, or "" when there are none.
+func (o ClaimOptions) heardWindow() string {
+	if o.HeardAfter.IsZero() || o.WatermarkFor == nil {
+		return ""
+	}
+	to := minTime(o.WatermarkFor(0), o.Now)
+	if to.Before(o.HeardAfter) {
+		return ""
+	}
+	return strconv.FormatInt(o.HeardAfter.UnixMilli(), 10) + "," + strconv.FormatInt(to.UnixMilli(), 10)
 }
 
 // watermark is the fleet's watermark of a claim: Watermark, never past Now (zero: Now).
@@ -429,11 +508,13 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		return strconv.FormatInt(now+every.Milliseconds(), 10)
 	})
 	record := s.newRecord()
-	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType}
+	leads, _ := s.untypedTable()
+	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType, opts.heardWindow(),
+		leads.render(millis)}
 	calls := make([]scriptCall, len(slots))
 	for i, slot := range slots {
 		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.inFlight(slot),
-			s.keys.causes(slot)}, args: args}
+			s.keys.causes(slot), s.keys.reported(slot), s.keys.seen(slot)}, args: args}
 	}
 	cmds, err := s.runAll(ctx, claimScript, calls)
 	if err != nil {

@@ -98,3 +98,10 @@ func (k Keyspace) flaps(slot int) string { return k.slotKey(slot, "flaps") }
 // reported failure, offline; cause.go): moved deadline, last seen, kind and reason. Written only by
 // MarkEarlier, so a fleet without such messages has no such key and its claims never read one.
 func (k Keyspace) causes(slot int) string { return k.slotKey(slot, "causes") }
+
+// reported is the ZSET device → the deadline (ms) a failure the device reported moved its deadline to,
+// until that deadline is claimed or a newer signal ends it (cause.go). The claim reads it to take a
+// failure heard after every blind window at once (hold-back need not wait for the device's grace) and to
+// put back a failure that a signal older than it moved on. Written only by MarkEarlier, so a fleet
+// without reported failures has no such key.
+func (k Keyspace) reported(slot int) string { return k.slotKey(slot, "reported") }

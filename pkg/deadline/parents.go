@@ -528,20 +528,31 @@ func (s *Store) readParents(ctx context.Context, ids []string) (map[string]Paren
 	type reads struct {
 		score *redis.FloatCmd
 		state *redis.StringCmd
+		seen  *redis.FloatCmd // a scheduled parent's recorded last signal (nil: no type has a schedule)
 	}
+	scheduled := s.typeExpected != nil
 	pipe := s.rdb.Pipeline()
 	rs := make([]reads, len(ids))
 	for i, id := range ids {
 		slot := Slot(id, l.Slots)
-		rs[i] = reads{pipe.ZScore(ctx, s.keys.Deadlines(slot), id), pipe.HGet(ctx, s.keys.state(slot), id)}
+		rs[i] = reads{score: pipe.ZScore(ctx, s.keys.Deadlines(slot), id), state: pipe.HGet(ctx, s.keys.state(slot), id)}
+		if scheduled {
+			rs[i].seen = pipe.ZScore(ctx, s.keys.seen(slot), id)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("deadline: parents: %w", err)
 	}
+	now := s.now()
 	for i, id := range ids {
 		d, found, err := s.deviceFrom(ctx, id, rs[i].score, rs[i].state)
 		if err != nil {
 			return nil, err
+		}
+		if v := rs[i].seen; v != nil && found {
+			if _, ok := s.expected(d.recordedType(), now); ok {
+				d.LastSignal = msTime(v.Val())
+			}
 		}
 		out[id] = s.parentOf(d, found)
 	}
@@ -561,6 +572,12 @@ func (s *Store) parentOf(d Device, found bool) Parent {
 			p.Deadline = incDeadline
 			p.Down = inc.Next > 0
 		}
+	}
+	if !d.LastSignal.IsZero() {
+		// A scheduled type's deadline is its next expected time, not its last signal + a timeout: its
+		// last signal is recorded.
+		p.LastSignal = d.LastSignal
+		return p
 	}
 	// A warned type's score is its warning (warn.go); the parent is judged by its own deadline.
 	p.LastSignal = p.Deadline.Add(-s.lead(d.recordedType()))

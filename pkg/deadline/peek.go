@@ -9,11 +9,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// peek reads the earliest deadline and alarm entry of each of slots in one pipeline, claiming nothing. It
-// reports whether a Claim with opts would find work in any of them (a deadline due by the claim's
-// watermark, or an alarm entry due by now: the claim script's every section starts from one of those
-// two), and the earliest scores, as Claim does. An idle wake-up then costs Redis two `ZRANGE … 0 0` per
-// slot instead of a claim script (docs/scaling.md).
+// peek reads the earliest deadline, alarm entry and reported failure of each of slots in one pipeline,
+// claiming nothing. It reports whether a Claim with opts would find work in any of them (a deadline due by
+// the claim's watermark, an alarm entry due by now, or a reported failure whose deadline passed, which a
+// signal older than it may have moved on: the claim script's every section starts from one of those),
+// and the earliest scores, as Claim does. An idle wake-up then costs Redis three `ZRANGE … 0 0` per slot
+// (the third on a key that only exists while a reported failure is pending) instead of a claim script
+// (docs/scaling.md).
 //
 // The test is conservative: a deadline held back by a per-type watermark only (hold-back after a blind
 // window) counts as due, and the claim that follows finds it held, as it would have without the peek.
@@ -30,6 +32,7 @@ func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 	pipe := s.rdb.Pipeline()
 	deadlines := make([]*redis.ZSliceCmd, len(slots))
 	alarms := make([]*redis.ZSliceCmd, len(slots))
+	reported := make([]*redis.ZSliceCmd, len(slots))
 	lastRank := int64(0) // of each slot's deadlines read
 	if held && byIndex != nil {
 		lastRank = nextScanBound - 1
@@ -37,11 +40,13 @@ func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 	for i, slot := range slots {
 		deadlines[i] = pipe.ZRangeWithScores(ctx, s.keys.Deadlines(slot), 0, lastRank)
 		alarms[i] = pipe.ZRangeWithScores(ctx, s.keys.alarms(slot), 0, 0)
+		reported[i] = pipe.ZRangeWithScores(ctx, s.keys.reported(slot), 0, 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, res, fmt.Errorf("deadline: peek: %w", err)
 	}
 	var nextDeadline, nextAlarm int64 = -1, -1
+	failed := false // a reported failure's deadline passed: the claim looks at it (claim.go, section 0)
 	res.SlotNext = make([]time.Time, len(slots))
 	for i := range slots {
 		slotDeadline, slotAlarm := int64(-1), int64(-1)
@@ -52,6 +57,9 @@ func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 		if z := alarms[i].Val(); len(z) > 0 && z[0].Score < dormantAfter {
 			slotAlarm = int64(z[0].Score)
 		}
+		if z := reported[i].Val(); len(z) > 0 && int64(z[0].Score) <= opts.Now.UnixMilli() {
+			failed = true
+		}
 		nextDeadline, nextAlarm = earliest(nextDeadline, slotDeadline), earliest(nextAlarm, slotAlarm)
 		if held {
 			slotDeadline = -1
@@ -61,7 +69,7 @@ func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 		}
 		res.SlotNext[i] = msTime(float64(earliest(slotDeadline, slotAlarm)))
 	}
-	due = (nextDeadline >= 0 && nextDeadline <= wm.UnixMilli()) || (nextAlarm >= 0 && nextAlarm <= opts.Now.UnixMilli())
+	due = (nextDeadline >= 0 && nextDeadline <= wm.UnixMilli()) || (nextAlarm >= 0 && nextAlarm <= opts.Now.UnixMilli()) || failed
 	if !held {
 		res.NextDeadline = msTime(float64(nextDeadline))
 	}

@@ -34,7 +34,8 @@ type Device struct {
 	// the open incident, if any); zero for the others, whose last signal is deadline − timeout.
 	LastSignal time.Time
 	// Cause is why the open incident began when it was not silence (a reported failure, offline); nil
-	// for silence and without an incident.
+	// for silence. Without an incident (Device only, not List): the cause of the moved deadline the device
+	// is due at, a failure or an offline message not claimed yet.
 	Cause *Cause
 }
 
@@ -87,6 +88,8 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	d.Parent = parent.Val()
 	if d.Incident != nil {
 		d.Cause = causeOfIncident(cause.Val(), d.Incident.Deadline)
+	} else if !d.Deadline.IsZero() {
+		d.Cause = causeOfIncident(cause.Val(), d.Deadline.UnixMilli())
 	}
 	if found {
 		one := []Device{d}

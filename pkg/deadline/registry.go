@@ -58,8 +58,9 @@ end
 return added`)
 
 // Register records devices' registrations in bulk, one round trip per call after the per-device types are
-// known: their registry entries, parent links and per-device timeouts, and a deadline at now + timeout for
-// each device Redis knew nothing of. parents[i] is device i's parent ("" leaves its link alone). It
+// known: their registry entries, parent links and per-device timeouts, and a deadline for each device
+// Redis knew nothing of: the one a signal now would set (now + timeout, or a scheduled type's next
+// expected time + grace). parents[i] is device i's parent ("" leaves its link alone). It
 // returns how many devices were new to Redis (expected from now on).
 func (s *Store) Register(ctx context.Context, devices []string, regs []Registration, parents []string) (int, error) {
 	if len(devices) == 0 {
@@ -103,8 +104,14 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 			return 0, err
 		}
 		slot := Slot(dev, l.Slots)
-		score := strconv.FormatInt(now.Add(s.lead(name)).UnixMilli()*MaxTypes+int64(idx), 10)
+		dl, scheduled := s.deadlineOf(name, now) // a scheduled type's next expected time + grace, not a timeout
+		score := strconv.FormatInt(dl*MaxTypes+int64(idx), 10)
 		bySlot[slot] = append(bySlot[slot], dev, score)
+		if scheduled {
+			// Its last_seen, as for any registered device that never signalled, is when it was registered
+			// (deadline − timeout would be a time the schedule made up); a signal recorded before stays.
+			pipe.ZAddNX(ctx, s.keys.seen(slot), redis.Z{Score: float64(now.UnixMilli()), Member: dev})
+		}
 	}
 	if changed {
 		pipe.Incr(ctx, s.keys.overridesVersion())

@@ -26,7 +26,10 @@ type ScannerOptions struct {
 	// Watermark returns what hold-back lets a claim at now take, per device timeout; nil = every passed
 	// deadline.
 	Watermark func(now time.Time) WatermarkFunc
-	Now       func() time.Time // nil = time.Now
+	// HeardAfter returns ClaimOptions.HeardAfter at now: the end of the latest blind window that still
+	// holds some devices back; nil = reported failures wait for their type's watermark like any deadline.
+	HeardAfter func(now time.Time) time.Time
+	Now        func() time.Time // nil = time.Now
 	// MaxIdleWait is the longest sleep when no earlier deadline is known (detection.max_idle_wait); it
 	// also bounds how late a deadline written by another replica after the last claim is noticed.
 	MaxIdleWait time.Duration
@@ -183,6 +186,9 @@ func (s *Scanner) wakeUp(ctx context.Context, owned []int, sched *slotSchedule) 
 		wm = s.opts.Watermark(now)
 	}
 	opts := ClaimOptions{Now: now, WatermarkFor: wm, Lease: s.opts.Lease, Batch: s.opts.Batch}
+	if s.opts.HeardAfter != nil {
+		opts.HeardAfter = s.opts.HeardAfter(now)
+	}
 	due, others := sched.split(owned, now)
 	stale := sched.stale(now, s.opts.MaxIdleWait)
 	if stale && len(others) > 0 {

@@ -49,6 +49,7 @@ func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
 	for _, h := range []*Tracker{r1, r2} {
 		wm := h.WatermarkFor(clk.Now())
 		require.Equal(t, []time.Time{from, from}, []time.Time{wm(3 * time.Second), wm(2 * time.Hour)}, "open: every device held")
+		require.True(t, h.HeardAfter(clk.Now()).IsZero(), "an open window holds a reported failure too")
 		require.Equal(t, TypeHold{Grace: 3 * time.Second, Since: from}, h.Status().ByType["gateway"])
 	}
 
@@ -65,6 +66,7 @@ func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
 	clk.Set(end.Add(3*time.Second - time.Millisecond))
 	for _, h := range []*Tracker{r1, r2} {
 		require.Equal(t, from, h.WatermarkFor(clk.Now())(3*time.Second), "a gateway has not had its timeout of visible time yet")
+		require.Equal(t, end, h.HeardAfter(clk.Now()), "a failure reported since the window's end needs no grace")
 	}
 	clk.Set(end.Add(3 * time.Second))
 	ticks(t, r1, r2)
@@ -78,6 +80,7 @@ func TestGraceIsEachDevicesOwnTimeout(t *testing.T) {
 	clk.Set(from.Add(5*time.Second + 10*time.Minute)) // max_hold_back after r1's tick opened the window
 	require.Equal(t, clk.Now(), r2.WatermarkFor(clk.Now())(2*time.Hour), "no hold past max_hold_back")
 	require.True(t, r2.degraded(), "the meters are claimed without their full grace")
+	require.True(t, r2.HeardAfter(clk.Now()).IsZero(), "no window holds past max_hold_back")
 	degraded := r2.DegradedFor(func(typ string) time.Duration { return mixedFleet[typ] })()
 	require.Equal(t, []bool{false, true}, []bool{degraded("gateway"), degraded("meter")}, "only the meters' events are marked")
 

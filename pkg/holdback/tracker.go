@@ -276,6 +276,22 @@ func (h *Tracker) WatermarkFor(now time.Time) deadline.WatermarkFunc {
 	}
 }
 
+// HeardAfter is the end of the latest blind window that holds some devices back at now, zero when none
+// does or only open ones do (deadline.ScannerOptions.HeardAfter). A window holds a device back for its
+// grace because a signal it sent inside may have been lost; a failure the device reported after the
+// window ended is its word since, which no lost signal can have overtaken, so it needs no grace. A window
+// still open holds such a failure anyway: its end is the watermark's business (WatermarkFor(0)).
+func (h *Tracker) HeardAfter(now time.Time) time.Time {
+	_, windows := h.floor(now)
+	var end time.Time
+	for _, w := range windows {
+		if w.To.After(end) {
+			end = w.To
+		}
+	}
+	return end
+}
+
 // floor is the latest deadline that may be claimed at now of any device, whatever the windows say, and
 // the windows that hold some devices at now.
 func (h *Tracker) floor(now time.Time) (time.Time, []Window) {

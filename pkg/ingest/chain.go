@@ -140,6 +140,9 @@ func (b *batch) add(it item, co *coalescer) {
 	case it.mark != nil:
 		b.items = append(b.items, ackItem{ack: it.ack, src: it.src, mark: true, sig: len(b.marks)})
 		b.marks = append(b.marks, *it.mark)
+		if co != nil {
+			co.forget(it.mark.Device) // the signal after it is the recovery: never coalesced away
+		}
 	case co != nil && co.skip(it.sig):
 		b.items = append(b.items, ackItem{ack: it.ack, src: it.src, coalesced: true})
 	default:

@@ -16,6 +16,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/ingest"
@@ -334,6 +336,61 @@ func TestChainWritesAParentChange(t *testing.T) {
 		got = append(got, fmt.Sprintf("%s@%v/%s", s.Device, s.Seen.Sub(t0), s.Parent))
 	}
 	require.Equal(t, []string{"d@0s/gw-a", "d@30s/gw-b"}, got)
+}
+
+// A reported failure or an offline message resets what the coalescer remembers of its device: the next
+// signal, however soon, is the recovery (or the reconnection) and is written, not skipped as a duplicate
+// of the signal before the failure.
+func TestChainMarkResetsCoalescer(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	ref := &fakeRefresher{}
+	f := startChain(t, ref, ingest.ChainOptions{Coalesce: time.Minute, Now: func() time.Time { return t0 }})
+	at := func(dev string, d time.Duration, payload string) ingest.Message {
+		return ingest.Message{Device: dev, Received: t0.Add(d), Payload: []byte(payload)}
+	}
+	f.submit(t, 0, at("pump", 0, ""))                                            // written
+	f.submit(t, 1, at("pump", 10*time.Second, `{"status":"fail","reason":"x"}`)) // the failure
+	f.submit(t, 2, at("pump", 20*time.Second, ""))                               // the recovery: written
+	f.submit(t, 3, at("pump", 30*time.Second, ""))                               // coalesced with the recovery
+	f.submit(t, 4, at("radio", 0, ""))                                           // written
+	off := at("radio", 10*time.Second, "offline")
+	off.Source, off.Presence = ingest.SourceMQTT, config.PresenceOffline
+	f.submit(t, 5, off)
+	f.submit(t, 6, at("radio", 15*time.Second, "")) // back online: written
+	require.Eventually(t, func() bool { return f.acks.n() == 7 }, 5*time.Second, time.Millisecond)
+	var got []string
+	for _, s := range ref.signals() {
+		got = append(got, fmt.Sprintf("%s@%v", s.Device, s.Seen.Sub(t0)))
+	}
+	require.ElementsMatch(t, []string{"pump@0s", "pump@20s", "radio@0s", "radio@15s"}, got)
+	require.Equal(t, 1.0, counter(t, f.reg, "heartbeatd_signals_total", map[string]string{"result": "coalesced"}))
+}
+
+// The same through a real store: the device that reported a failure and signalled again within the
+// coalescing window has its deadline timed from the recovery, and no failure left to claim.
+func TestCoalescedRecoveryAfterFailureIsWritten(t *testing.T) {
+	store := policyStore(t, testenv.StartRedis(t).Client(t))
+	p := startPipeline(t, store, ingest.ChainOptions{Coalesce: 30 * time.Second})
+	now := time.Now().Truncate(time.Millisecond)
+	submit := func(d time.Duration, payload string) {
+		t.Helper()
+		acked := make(chan struct{})
+		require.NoError(t, p.chain.Submit(t.Context(), ingest.Message{Source: ingest.SourceKafka, Key: []byte("pump"),
+			Payload: []byte(payload), Received: now.Add(d), Ack: func() { close(acked) }}))
+		select {
+		case <-acked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("not acknowledged")
+		}
+	}
+	submit(-3*time.Second, "")
+	submit(-2*time.Second, `{"status":"fail","reason":"probe broken"}`)
+	require.Equal(t, now.Add(-2*time.Second), p.device(t, "pump").Deadline, "the failure moved the deadline")
+	submit(-time.Second, "")
+	require.Equal(t, now.Add(-time.Second+timeoutOf("default")), p.device(t, "pump").Deadline, "the recovery was written")
+	res, err := store.Claim(t.Context(), testenv.AllSlots(store.Slots()), deadline.ClaimOptions{Now: time.Now(), Lease: time.Minute, Batch: 10})
+	require.NoError(t, err)
+	require.Empty(t, res.Claims, "the recovered device is claimed for its failure")
 }
 
 func TestChainUnknownTypesGetTheDefaultType(t *testing.T) {

@@ -59,3 +59,11 @@ func (c *coalescer) rotate() {
 	c.prev = c.cur
 	c.cur = make(map[string]coalesceEntry, len(c.prev))
 }
+
+// forget drops what the coalescer remembers of device: a reported failure or an offline message moved
+// its deadline earlier than the last write it remembers, so its next signal (the recovery, or the
+// reconnection) must be written, however soon it comes.
+func (c *coalescer) forget(device string) {
+	delete(c.cur, device)
+	delete(c.prev, device)
+}

@@ -58,6 +58,8 @@ type decoded struct {
 
 // decode reads a message. The device is the one the MQTT topic or the Kafka key names; a payload
 // device_id must then be the same (else id_mismatch), and names the device only where neither names one.
+// A topic whose template has a {device_id} level names one, even when the level is empty
+// (invalid_device_id).
 // The payload's type wins over the topic's. It returns the dead-letter reason for bad input, "" for a
 // valid signal.
 func decode(m *Message) (decoded, string) {
@@ -80,7 +82,9 @@ func decode(m *Message) (decoded, string) {
 		}
 	}
 	switch {
-	case m.Device != "":
+	case m.Device != "" || m.TopicDevice:
+		// The topic names the device, even an empty level of it: a payload device_id never stands in
+		// for an empty {device_id}, which would let any publisher on devices//heartbeat speak for any device.
 		if !validID(m.Device) {
 			return decoded{}, ReasonInvalidDeviceID
 		}

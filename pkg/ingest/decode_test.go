@@ -78,6 +78,11 @@ func TestDecode(t *testing.T) {
 		{name: "invalid key with a payload device", msg: Message{Key: []byte(strings.Repeat("k", MaxIDLen+1)), Payload: []byte(`{"device_id":"p1"}`)}, reason: ReasonInvalidDeviceID},
 		{name: "invalid topic device with the same payload device", msg: Message{Device: "a\x01", Payload: []byte(`{"device_id":"a\u0001"}`)}, reason: ReasonInvalidDeviceID},
 		{name: "invalid payload device beside a topic device", msg: Message{Device: "t1", Payload: []byte(`{"device_id":"a\u0000"}`)}, reason: ReasonInvalidDeviceID},
+		// devices//heartbeat: the topic's {device_id} level is empty. The payload must not name the device
+		// in its place (a publisher on that topic could speak for any device): bad input.
+		{name: "empty topic device level", msg: Message{TopicDevice: true}, reason: ReasonInvalidDeviceID},
+		{name: "empty topic device level with a payload device", msg: Message{TopicDevice: true, Payload: []byte(`{"device_id":"p1"}`)}, reason: ReasonInvalidDeviceID},
+		{name: "empty topic device level with a failure", msg: Message{TopicDevice: true, Payload: []byte(`{"device_id":"p1","status":"fail"}`)}, reason: ReasonInvalidDeviceID},
 		{name: "malformed JSON", msg: Message{Device: "d", Payload: []byte(`{"device_id":"d"`)}, reason: ReasonMalformedJSON},
 		{name: "trailing garbage", msg: Message{Device: "d", Payload: []byte(`{"device_id":"d"} x`)}, reason: ReasonMalformedJSON},
 		{name: "ts garbage string", msg: Message{Device: "d", Payload: []byte(`{"ts":"yesterday"}`)}, reason: ReasonBadTS},

@@ -26,8 +26,11 @@ type Message struct {
 	Key    []byte // Kafka message key: the device id unless the payload names one
 	// Device, Type and Parent are what the MQTT topic template named ("" when it names none).
 	Device string
-	Type   string
-	Parent string
+	// TopicDevice: the topic template has a {device_id} level, so Device is the device, even when that
+	// level is empty (invalid_device_id: the payload's device_id never stands in for it).
+	TopicDevice bool
+	Type        string
+	Parent      string
 	// Presence is the kind of a presence subscription's message (config.PresenceOffline: the broker says
 	// the device went offline; config.PresenceOnline: a signal); "" for a signal.
 	Presence string

@@ -86,7 +86,7 @@ type MQTTSource struct {
 
 	// acked and unacked hand messages from paho to the workers: QoS 1/2 and QoS 0. The handler never
 	// waits for the chain, so paho's reader keeps answering keep-alives while Redis is slow.
-	acked, unacked chan mqtt.Message
+	acked, unacked chan arrival
 	unackedBytes   atomic.Int64
 	lastShedLog    atomic.Int64 // Unix ns
 	warnedWindow   atomic.Bool
@@ -132,8 +132,8 @@ func NewMQTTSource(opts MQTTOptions) (*MQTTSource, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &MQTTSource{opts: opts, health: newHealthState(), acked: make(chan mqtt.Message, queuedAcked),
-		unacked: make(chan mqtt.Message, opts.MaxQueuedQoS0), takeovers: map[string]*takeover{}}
+	s := &MQTTSource{opts: opts, health: newHealthState(), acked: make(chan arrival, queuedAcked),
+		unacked: make(chan arrival, opts.MaxQueuedQoS0), takeovers: map[string]*takeover{}}
 	for _, sub := range opts.Subscriptions {
 		t, err := parseTemplate(sub)
 		if err != nil {
@@ -434,13 +434,14 @@ func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
 		chain.discard(SourceMQTT, resultRetained, m.Ack)
 		return
 	}
+	a := arrival{m, s.opts.Now()}
 	if m.Qos() == 0 {
-		s.queueUnacked(chain, m)
+		s.queueUnacked(chain, a)
 		return
 	}
 	s.health.begin(1)
 	select {
-	case s.acked <- m:
+	case s.acked <- a:
 		return
 	default:
 	}
@@ -454,20 +455,30 @@ func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
 	ctx := s.ctx
 	s.mu.Unlock()
 	select {
-	case s.acked <- m:
+	case s.acked <- a:
 	case <-ctx.Done():
 		s.health.done() // shutting down: unacknowledged, so the session delivers it again
 	}
 }
 
+// arrival is a message as paho handed it over, with when: the signal time of a message without ts. It
+// is read here, in the order the broker delivered (paho calls onMessage one message at a time), and not
+// by the workers, which run in parallel: a device's heartbeat and the failure it reports right after
+// must not swap times on their way to the chain, or the failure would look older than the heartbeat
+// and be dropped as late.
+type arrival struct {
+	m  mqtt.Message
+	at time.Time
+}
+
 // queueUnacked queues a QoS 0 message for the workers, or sheds it when MaxQueuedQoS0 messages or
 // maxQueuedQoS0Bytes are already waiting.
-func (s *MQTTSource) queueUnacked(chain *Chain, m mqtt.Message) {
-	size := int64(len(m.Payload()))
+func (s *MQTTSource) queueUnacked(chain *Chain, a arrival) {
+	size := int64(len(a.m.Payload()))
 	if s.unackedBytes.Add(size) <= maxQueuedQoS0Bytes {
 		s.health.begin(1)
 		select {
-		case s.unacked <- m:
+		case s.unacked <- a:
 			return
 		default:
 			s.health.done()
@@ -484,20 +495,21 @@ func (s *MQTTSource) queueUnacked(chain *Chain, m mqtt.Message) {
 // worker decodes and submits messages, those that wait for an acknowledgement first.
 func (s *MQTTSource) worker(ctx context.Context, chain *Chain) {
 	for {
-		var m mqtt.Message
+		var a arrival
 		select {
 		case <-ctx.Done():
 			return
-		case m = <-s.acked:
+		case a = <-s.acked:
 		default:
 			select {
 			case <-ctx.Done():
 				return
-			case m = <-s.acked:
-			case m = <-s.unacked:
-				s.unackedBytes.Add(-int64(len(m.Payload())))
+			case a = <-s.acked:
+			case a = <-s.unacked:
+				s.unackedBytes.Add(-int64(len(a.m.Payload())))
 			}
 		}
+		m := a.m
 		topic := m.Topic()
 		f, tpl, ignored := matchTopic(s.templates, topic, m.Payload())
 		if ignored {
@@ -512,13 +524,15 @@ func (s *MQTTSource) worker(ctx context.Context, chain *Chain) {
 			presence = tpl.presence
 		}
 		err := chain.Submit(ctx, Message{
-			Source:   SourceMQTT,
-			Topic:    topic,
-			Device:   f.device,
-			Type:     f.typ,
-			Parent:   f.parent,
-			Presence: presence,
-			Payload:  m.Payload(),
+			Source:      SourceMQTT,
+			Topic:       topic,
+			Device:      f.device,
+			TopicDevice: f.hasDevice,
+			Type:        f.typ,
+			Parent:      f.parent,
+			Presence:    presence,
+			Payload:     m.Payload(),
+			Received:    a.at,
 			Ack: func() {
 				m.Ack()
 				s.health.done()

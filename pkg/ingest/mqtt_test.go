@@ -62,6 +62,40 @@ func TestMQTTTypeFromTopic(t *testing.T) {
 	})
 }
 
+// An empty {device_id} level (devices//heartbeat) is bad input: dead-lettered as invalid_device_id with
+// its topic and counted, whatever the payload's device_id says. Falling back to the payload would let any
+// publisher allowed on that topic keep any device alive or report it failed.
+func TestMQTTEmptyDeviceLevelIsBadInput(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	broker := testenv.StartMosquitto(t)
+	p := startPipeline(t, policyStore(t, rdb), ingest.ChainOptions{})
+	p.run(t, newMQTTSource(t, broker.Addr, "heartbeatd", nil))
+	pub := mqttClient(t, broker.Addr, "publisher", nil)
+	for _, m := range []struct{ topic, payload string }{
+		{"devices//heartbeat", `{"device_id":"victim"}`},
+		{"devices/before/heartbeat", ""},
+		{"devices//heartbeat", `{"device_id":"victim","status":"fail","reason":"spoofed"}`},
+		{"devices//heartbeat", ""},
+		{"fleet/gateway//telemetry", `{"device_id":"victim"}`},
+		{"devices/after/heartbeat", ""},
+	} {
+		tok := pub.Publish(m.topic, 1, false, m.payload)
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+	}
+	p.waitApplied(t, "before", "after")
+	require.Eventually(t, func() bool { return len(p.dl.letters()) == 4 }, 10*time.Second, 5*time.Millisecond)
+	for _, d := range p.dl.letters() {
+		require.Equal(t, ingest.ReasonInvalidDeviceID, d.Reason, "%s %q", d.Topic, d.Payload)
+		require.Contains(t, []string{"devices//heartbeat", "fleet/gateway//telemetry"}, d.Topic)
+	}
+	require.Equal(t, 4.0, counter(t, p.reg, "heartbeatd_deadletters_total", map[string]string{"reason": ingest.ReasonInvalidDeviceID}))
+	require.Equal(t, 4.0, counter(t, p.reg, "heartbeatd_signals_total", map[string]string{"source": ingest.SourceMQTT, "result": "deadletter"}))
+	_, found, err := p.store.Device(t.Context(), "victim")
+	require.NoError(t, err)
+	require.False(t, found, "an empty topic level named the payload's device")
+}
+
 // TestMQTTInventedTypeNamesThenReload: a publisher inventing a type name per message on the default
 // fleet/{device_type}/... subscription records none of them; the configured types keep their policies,
 // and a name added by a reload takes effect from its device's next signal.

@@ -177,3 +177,38 @@ func TestOfflineFloodForUnknownDevices(t *testing.T) {
 	}, 60*time.Second, 10*time.Millisecond, "every offline message is counted")
 	require.Equal(t, before, keys(), "no key was created for the unknown devices")
 }
+
+// A heartbeat and the failure its device reports right after it, published back to back over MQTT, end
+// as the failure: the source's parallel workers must not let the failure look older than the heartbeat
+// (each message's time is its arrival, read in the broker's order), or it would be dropped as late.
+func TestMQTTFailureRightAfterAHeartbeat(t *testing.T) {
+	tr := newMQTTTransport(t)
+	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{})
+	p.run(t, tr.source(t, "order"))
+	ids := devices("pump", 400)
+	var stream []raw
+	for _, id := range ids {
+		stream = append(stream, msg(id, `{"type":"sensor"}`), msg(id, `{"status":"fail","reason":"probe broken"}`))
+	}
+	tr.send(t, stream...)
+	p.awaitMarked(t, deadline.CauseReported, "moved", float64(len(ids)))
+	require.Zero(t, counter(t, p.reg, "heartbeatd_signals_marked_total", map[string]string{"cause": deadline.CauseReported, "result": "late"}),
+		"failures taken for older than the heartbeat before them")
+	// Every one is due at its failure, with its cause. (A failure whose write overtook its heartbeat's,
+	// the two in different batches, is put back by the claim: the heartbeat is older than it.)
+	causes := map[string]string{}
+	require.Eventually(t, func() bool {
+		res, err := p.store.Claim(t.Context(), testenv.AllSlots(p.store.Slots()),
+			deadline.ClaimOptions{Now: time.Now(), Lease: time.Minute, Batch: 1000})
+		require.NoError(t, err)
+		for _, c := range res.Claims {
+			require.NotNil(t, c.Cause, c.Device)
+			require.Equal(t, c.State.Deadline, c.Cause.LastSeen.UnixMilli(), "%s: due at the failure", c.Device)
+			causes[c.Device] = c.Cause.Kind + ": " + c.Cause.Reason
+		}
+		return len(causes) == len(ids)
+	}, 10*time.Second, 10*time.Millisecond)
+	for _, id := range ids {
+		require.Equal(t, "reported: probe broken", causes[id], id)
+	}
+}

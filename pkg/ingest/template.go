@@ -28,6 +28,9 @@ type topicTemplate struct {
 // topicFields are what a topic names through its template's placeholders ("" where it has none).
 type topicFields struct {
 	device, typ, parent string
+	// hasDevice: the template has a {device_id} level, so device is what the topic holds there, even
+	// when that level is empty (devices//heartbeat): bad input, not a topic that names no device.
+	hasDevice bool
 }
 
 func parseTemplate(sub Subscription) (topicTemplate, error) {
@@ -88,7 +91,7 @@ func (t *topicTemplate) match(topic string) (f topicFields, ok bool) {
 		level, tail, more := strings.Cut(rest, "/")
 		switch {
 		case i == t.device:
-			f.device = level
+			f.device, f.hasDevice = level, true
 		case i == t.typ:
 			f.typ = level
 		case i == t.parent:

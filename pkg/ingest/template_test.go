@@ -43,7 +43,7 @@ func TestTopicTemplates(t *testing.T) {
 	require.NoError(t, err)
 	f, ok := gw.match("gw/gw-7/s-1/hb")
 	require.True(t, ok)
-	require.Equal(t, topicFields{device: "s-1", parent: "gw-7"}, f)
+	require.Equal(t, topicFields{device: "s-1", parent: "gw-7", hasDevice: true}, f)
 	for _, bad := range []Subscription{
 		{Topic: ""},
 		{Topic: "a/x{device_id}/b"},

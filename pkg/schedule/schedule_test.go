@@ -200,3 +200,95 @@ func TestExpectedRangesStepsNames(t *testing.T) {
 		}
 	}
 }
+
+// Schedules mean what cron means, however rare: the next occurrence of @yearly is next New Year, and
+// the longest gap (the type's stand-in timeout) is the real one, a year and not a minute.
+func TestExpectedYearly(t *testing.T) {
+	for _, spec := range []string{"@yearly", "@annually", "0 0 1 1 *"} {
+		e, err := schedule.NewExpected(spec, time.UTC, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := 366 * 24 * time.Hour; e.LongestGap != want {
+			t.Errorf("%s: longest gap %v, want %v (a leap year)", spec, e.LongestGap, want)
+		}
+		clock := testenv.NewClock(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
+		if got, want := e.Deadline(clock.Now()), time.Date(2027, 1, 1, 1, 0, 0, 0, time.UTC); !got.Equal(want) {
+			t.Errorf("%s: deadline of a signal on 2026-05-01 %v, want next New Year + grace %v", spec, got, want)
+		}
+		clock.Set(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
+		if got, want := e.Next(clock.Now()), time.Date(2028, 1, 1, 0, 0, 0, 0, time.UTC); !got.Equal(want) {
+			t.Errorf("%s: after New Year 2027: next %v, want %v", spec, got, want)
+		}
+	}
+}
+
+// 29 February is up to eight years apart (2100 is no leap year): further than robfig/cron looks ahead.
+func TestExpectedLeapDay(t *testing.T) {
+	e, err := schedule.NewExpected("0 0 29 2 *", time.UTC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(2104, 2, 29, 0, 0, 0, 0, time.UTC).Sub(time.Date(2096, 2, 29, 0, 0, 0, 0, time.UTC)); e.LongestGap != want {
+		t.Errorf("longest gap %v, want %v (2096 → 2104)", e.LongestGap, want)
+	}
+	for from, want := range map[time.Time]time.Time{
+		time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC):  time.Date(2028, 2, 29, 0, 0, 0, 0, time.UTC),
+		time.Date(2096, 2, 29, 0, 0, 0, 0, time.UTC): time.Date(2104, 2, 29, 0, 0, 0, 0, time.UTC),
+		time.Date(2099, 7, 1, 0, 0, 0, 0, time.UTC):  time.Date(2104, 2, 29, 0, 0, 0, 0, time.UTC),
+	} {
+		if got := e.Next(from); !got.Equal(want) {
+			t.Errorf("after %v: next %v, want %v", from, got, want)
+		}
+	}
+}
+
+func TestExpectedMonthly(t *testing.T) {
+	loc := berlin(t)
+	for l, want := range map[*time.Location]time.Duration{
+		time.UTC: 31 * 24 * time.Hour,
+		loc:      31*24*time.Hour + time.Hour, // 1 October → 1 November spans the autumn change
+	} {
+		e, err := schedule.NewExpected("@monthly", l, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.LongestGap != want {
+			t.Errorf("%v: longest gap %v, want %v", l, e.LongestGap, want)
+		}
+		if got, want := e.Next(time.Date(2026, 2, 15, 12, 0, 0, 0, l)), time.Date(2026, 3, 1, 0, 0, 0, 0, l); !got.Equal(want) {
+			t.Errorf("%v: next %v, want %v", l, got, want)
+		}
+	}
+}
+
+func TestExpectedEveryMinute(t *testing.T) {
+	e, err := schedule.NewExpected("* * * * *", time.UTC, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.LongestGap != time.Minute {
+		t.Errorf("longest gap %v, want 1m", e.LongestGap)
+	}
+	clock := testenv.NewClock(time.Date(2026, 6, 10, 12, 0, 20, 0, time.UTC))
+	if got, want := e.Deadline(clock.Now()), time.Date(2026, 6, 10, 12, 1, 30, 0, time.UTC); !got.Equal(want) {
+		t.Errorf("deadline %v, want %v", got, want)
+	}
+	// On the wall clock of a zone with daylight saving time, the repeated hour fires once: from 01:59
+	// summer time to 02:00 winter time is 61 minutes, the longest silence the schedule expects.
+	loc := berlin(t)
+	e, err = schedule.NewExpected("* * * * *", loc, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 61 * time.Minute; e.LongestGap != want {
+		t.Errorf("Berlin: longest gap %v, want %v", e.LongestGap, want)
+	}
+	hourly, err := schedule.NewExpected("0 * * * *", loc, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * time.Hour; hourly.LongestGap != want {
+		t.Errorf("Berlin hourly: longest gap %v, want %v", hourly.LongestGap, want)
+	}
+}
