@@ -267,3 +267,56 @@ func (s *Store) fillCauses(ctx context.Context, devices []Device, slotOf func(i 
 	}
 	return nil
 }
+
+// reportedFailuresLua is section (0) of the claim script (claim.go): the reported failures of a slot,
+// their put-back and the ones heard after every blind window, defined here beside the rest of causes.
+// It reads the claim script's locals (now, batch, wm, wms, floor, pieces) and its KEYS and ARGV.
+const reportedFailuresLua = `-- (0) Reported failures whose deadline passed (KEYS[6], cause.go), read before the deadlines are: a
+-- failure that a signal no newer than it moved on (a replay, or a heartbeat overtaken on its way) is put
+-- back, since the device said it failed after that signal; a newer signal ended it, and a claimed one is
+-- done with. Returns, as flat pairs (device, score), the pending failures heard after every blind window
+-- that still holds (ARGV[8]) whose type's watermark holds them (so no range below takes them): the
+-- device's own word, heard since, cannot have been overtaken by a signal lost in a window.
+local function reportedFailures()
+  local heard = {}
+  if redis.call('EXISTS', KEYS[6]) == 0 then return heard end
+  local from, to = string.match(ARGV[8], '^(%d+),(%d+)$')
+  from, to = tonumber(from), tonumber(to)
+  local leads
+  local done = {}
+  local entries = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, batch, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    local m, f = entries[i], tonumber(entries[i+1])
+    local cur = redis.call('ZSCORE', KEYS[1], m)
+    local pending = false
+    if cur then
+      local s = tonumber(cur)
+      local cdl = floor(s / ${MaxTypes})
+      local t = s - cdl * ${MaxTypes}
+      if cdl ~= f then
+        if not leads then
+          leads = {}
+          for v in string.gmatch(ARGV[9], ${listItem}) do leads[#leads+1] = tonumber(v) end
+        end
+        local lead = leads[t + 1] or leads[1] or 0
+        local last = cdl - lead
+        if lead < 0 then last = tonumber(redis.call('ZSCORE', KEYS[7], m)) or cdl end
+        if last <= f then
+          redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', f * ${MaxTypes} + t), m)
+          cdl = f
+        end
+      end
+      if cdl == f then
+        pending = true
+        if from and f >= from and f <= to and f > (wms[t + 1] or wm) then
+          heard[#heard+1] = m
+          heard[#heard+1] = string.format('%.0f', f * ${MaxTypes} + t)
+        end
+      end
+    end
+    if not pending then done[#done+1] = m end
+  end
+  pieces(done, 1, function(...) redis.call('ZREM', KEYS[6], ...) end)
+  return heard
+end
+`

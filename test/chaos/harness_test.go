@@ -355,7 +355,9 @@ func (s *scenario) settle(barrier string, within time.Duration) []string {
 }
 
 // poll calls cond until it is true or within passes; it reports the last answer.
-func poll(within time.Duration, cond func() bool) bool { return pollEvery(within, 20*time.Millisecond, cond) }
+func poll(within time.Duration, cond func() bool) bool {
+	return pollEvery(within, 20*time.Millisecond, cond)
+}
 
 // pollEvery is poll asking every so often: for a costly cond.
 func pollEvery(within, every time.Duration, cond func() bool) bool {
