@@ -47,10 +47,11 @@ type Checker struct {
 	broken  []Violation
 }
 
-// sent is one acknowledged signal: when its sender sent it, and the timeout it gives the device.
+// sent is one acknowledged signal: when its sender began sending it, when its broker had acknowledged
+// it, and the timeout it gives the device.
 type sent struct {
-	at      time.Time
-	timeout time.Duration
+	at, acked time.Time
+	timeout   time.Duration
 }
 
 // recorded is an event with its position in its partition: a device's events are all in one partition,
@@ -68,12 +69,13 @@ func New(o Options) *Checker {
 	return &Checker{inFlight: o.InFlight, signals: map[string][]sent{}, events: map[string][]recorded{}, byID: map[string]event.Event{}}
 }
 
-// Signal records that device sent a signal at (the sender's clock, taken before sending) that its
-// broker acknowledged, which gives the device timeout of silence before it may be reported. Record only
-// valid signals: bad input proves nothing.
-func (c *Checker) Signal(device string, at time.Time, timeout time.Duration) {
+// Signal records that device sent a signal, begun at at (the sender's clock, taken before sending) and
+// acknowledged by its broker by acked, which gives the device timeout of silence before it may be
+// reported. The two bound when heartbeatd can have heard it: not before at, and by acked + InFlight
+// (a sender with a backlog acknowledges late). Record only valid signals: bad input proves nothing.
+func (c *Checker) Signal(device string, at, acked time.Time, timeout time.Duration) {
 	c.mu.Lock()
-	c.signals[device] = append(c.signals[device], sent{at, timeout})
+	c.signals[device] = append(c.signals[device], sent{at, acked, timeout})
 	c.mu.Unlock()
 }
 
@@ -152,9 +154,19 @@ func (r Report) Summary() string {
 	return fmt.Sprintf("incidents=%d open=%d violations=%d", r.Incidents, r.Open, len(r.Violations))
 }
 
-// Details lists up to n violations, one a line.
+// Details lists how many violations each rule has, then up to n of them, one a line.
 func (r Report) Details(n int) string {
 	var b strings.Builder
+	byRule := map[string]int{}
+	for _, v := range r.Violations {
+		byRule[v.Rule]++
+	}
+	for _, rule := range sortedKeys(byRule) {
+		fmt.Fprintf(&b, "%s: %d  ", rule, byRule[rule])
+	}
+	if len(byRule) > 0 {
+		b.WriteByte('\n')
+	}
 	for _, v := range r.Violations[:min(n, len(r.Violations))] {
 		b.WriteString(v.String())
 		b.WriteByte('\n')
@@ -220,9 +232,9 @@ func walk(device string, evs []recorded) (opened int, open *event.Event, broken 
 }
 
 // falseReports finds the interrupted and suppressed events raised while the device was heard within its
-// timeout: a signal sent at least InFlight before the event whose timeout had not run out InFlight after
-// it. Events that say they may be false (degraded) or that report a failure the device sent are not
-// judged.
+// timeout: a signal acknowledged at least InFlight before the event, whose timeout counted from when it
+// was begun had not run out InFlight after it. Events that say they may be false (degraded) or that
+// report a failure the device sent are not judged.
 func (c *Checker) falseReports(device string, evs []recorded, signals []sent) []Violation {
 	var out []Violation
 	for _, e := range evs {
@@ -232,7 +244,7 @@ func (c *Checker) falseReports(device string, evs []recorded, signals []sent) []
 		latest := e.At.Add(-c.inFlight)
 		for i := len(signals) - 1; i >= 0; i-- {
 			s := signals[i]
-			if s.at.After(latest) {
+			if s.acked.After(latest) {
 				continue
 			}
 			if e.At.Add(c.inFlight).Before(s.at.Add(s.timeout)) {

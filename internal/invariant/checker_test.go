@@ -20,7 +20,10 @@ type run struct {
 
 func newRun() *run { return &run{c: New(Options{})} }
 
-func (r *run) signal(at time.Duration) { r.c.Signal("d", t0.Add(at), timeout) }
+// signal records a signal begun at at and acknowledged 10 ms later.
+func (r *run) signal(at time.Duration) {
+	r.c.Signal("d", t0.Add(at), t0.Add(at+10*time.Millisecond), timeout)
+}
 
 // emit records an event of kind for the incident whose deadline is deadline, raised at at.
 func (r *run) emit(kind event.Kind, deadline, at time.Duration, repeat int) event.Event {
@@ -166,6 +169,19 @@ func TestOrderIsThePartitionsNotTheReads(t *testing.T) {
 	c.Event(rec, 2)
 	c.Event(intr, 1)
 	if rep := c.Check(); len(rep.Violations) != 0 {
+		t.Fatalf("violations:\n%s", rep.Details(10))
+	}
+}
+
+// A signal its sender was slow to get acknowledged (a backlog of its own) may reach heartbeatd after the
+// interruption: it is not judged heard before its acknowledgement.
+func TestSignalAcknowledgedLateIsNotJudgedHeard(t *testing.T) {
+	r := newRun()
+	r.signal(0)
+	r.c.Signal("d", t0.Add(5*time.Second), t0.Add(timeout+200*time.Millisecond), timeout) // acked after the event
+	r.emit(event.Interrupted, timeout, timeout+time.Millisecond, 0)
+	r.emit(event.Recovered, timeout, timeout+300*time.Millisecond, 0)
+	if rep := r.c.Check(); len(rep.Violations) != 0 {
 		t.Fatalf("violations:\n%s", rep.Details(10))
 	}
 }

@@ -65,7 +65,7 @@ func (p *publisher) signal(ids []string, payload func(id string) []byte) error {
 				return fmt.Errorf("chaos: publish: %w", err)
 			}
 		}
-		p.sent.record(ids[start:end], payload, at)
+		p.sent.record(ids[start:end], payload, at, time.Now())
 	}
 	return nil
 }
@@ -97,7 +97,7 @@ func (k *kafkaSignaller) signal(ids []string, payload func(id string) []byte) er
 	if err := k.c.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("chaos: produce: %w", err)
 	}
-	k.sent.record(ids, payload, at)
+	k.sent.record(ids, payload, at, time.Now())
 	return nil
 }
 
@@ -126,9 +126,10 @@ func (l *signalLog) types(byName map[string]time.Duration) {
 	}
 }
 
-// record hands the checker one acknowledged signal of each device of ids, sent at at. Payloads that are
-// not a plain signal (bad input, a reported failure) prove nothing and are left out.
-func (l *signalLog) record(ids []string, payload func(id string) []byte, at time.Time) {
+// record hands the checker one acknowledged signal of each device of ids, begun at at and acknowledged
+// by acked. Payloads that are not a plain signal (bad input, a reported failure) prove nothing and are
+// left out.
+func (l *signalLog) record(ids []string, payload func(id string) []byte, at, acked time.Time) {
 	if l == nil || l.checker == nil {
 		return
 	}
@@ -138,7 +139,7 @@ func (l *signalLog) record(ids []string, payload func(id string) []byte, at time
 			b = payload(id)
 		}
 		if d, ok := l.timeoutOf(b); ok {
-			l.checker.Signal(id, at, d)
+			l.checker.Signal(id, at, acked, d)
 		}
 	}
 }

@@ -206,13 +206,14 @@ func (f *fleet) send(ctx context.Context, devices map[string]signal, at time.Tim
 	if err := f.client.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return err
 	}
+	acked := time.Now()
 	for d, s := range devices {
 		typ := s.typ
 		if typ == "" {
 			typ = "default"
 		}
 		if timeout, ok := f.timeouts[typ]; ok {
-			f.incidents.Signal(d, at, timeout)
+			f.incidents.Signal(d, at, acked, timeout)
 		}
 	}
 	return nil
