@@ -18,12 +18,18 @@ import (
 // step is fixture.at returning the events themselves.
 func (f *fixture) step(d time.Duration) []event.Event {
 	f.t.Helper()
+	require.NoError(f.t, f.handler.Handle(context.Background(), f.claimOnly(d)))
+	return f.sink.Take()
+}
+
+// claimOnly moves the clock to t0+d and claims every due device, as a replica does just before it dies.
+func (f *fixture) claimOnly(d time.Duration) []deadline.Claim {
+	f.t.Helper()
 	f.clock.Set(f.t0.Add(d))
 	res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()),
 		deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
 	require.NoError(f.t, err)
-	require.NoError(f.t, f.handler.Handle(context.Background(), res.Claims))
-	return f.sink.Take()
+	return res.Claims
 }
 
 func correlatorFixture(t *testing.T, f *fixture, replica string) *correlate.Correlator {

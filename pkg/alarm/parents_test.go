@@ -223,17 +223,6 @@ types:
 	require.Equal(t, map[event.Kind]int{event.Interrupted: 1, event.Suppressed: 6}, kinds)
 }
 
-// eventsAt is at, returning the events themselves.
-func (f *fixture) eventsAt(d time.Duration) []event.Event {
-	f.t.Helper()
-	f.clock.Set(f.t0.Add(d))
-	res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()),
-		deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
-	require.NoError(f.t, err)
-	require.NoError(f.t, f.handler.Handle(context.Background(), res.Claims))
-	return f.sink.Take()
-}
-
 // TestChildMovedToAnotherParentIsNotSuppressedUnderItsFormer: a device belongs to the parent its last
 // signal named. c1 moves from hubA to hubB and goes silent while both hubs are silent too: hubA's
 // verdict leaves it waiting (its sibling c2, still under hubA, is suppressed), and hubB's suppresses it
@@ -256,7 +245,7 @@ func TestChildMovedToAnotherParentIsNotSuppressedUnderItsFormer(t *testing.T) {
 		require.Equal(t, deadline.HoldNone, d.Incident.Hold, "c1 still waits for hubB")
 
 		var got []string
-		for _, e := range f.eventsAt(11500*time.Millisecond + 5*time.Millisecond) {
+		for _, e := range f.step(11500*time.Millisecond + 5*time.Millisecond) {
 			got = append(got, fmt.Sprintf("%s %s parent=%s", e.DeviceID, e.Kind, e.Parent))
 		}
 		require.ElementsMatch(t, []string{"hubB interrupted parent=", "c1 suppressed parent=hubB"}, got)

@@ -1,7 +1,6 @@
 package alarm
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,8 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/invariant"
-	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -78,12 +75,8 @@ func TestReplacedIncidentRecoveredSurvivesACrash(t *testing.T) {
 		f.signal("d1", "gateway", 0)
 		log.step(f, 5*time.Second+time.Millisecond)
 		f.signal("d1", "", 6*time.Second)
-		f.clock.Set(f.t0.Add(11*time.Second + time.Millisecond))
 		// Claimed, then the replica dies before publishing anything.
-		res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()),
-			deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
-		require.NoError(t, err)
-		require.Len(t, res.Claims, 1)
+		require.Len(t, f.claimOnly(11*time.Second+time.Millisecond), 1)
 		log.step(f, 11*time.Second+30*time.Second+2*time.Millisecond) // the lease ran out
 		require.Equal(t, []string{"interrupted 5s", "recovered 5s", "interrupted 11s"}, log.kinds)
 		log.requireClean(t)
@@ -97,12 +90,9 @@ func TestCommittedClaimHandedOutAgainReportsRecovery(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		log := newIncidentLog(f)
 		f.signal("d1", "gateway", 0)
-		f.clock.Set(f.t0.Add(5*time.Second + time.Millisecond))
-		res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()),
-			deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
-		require.NoError(t, err)
-		require.Len(t, res.Claims, 1)
-		c := res.Claims[0]
+		claims := f.claimOnly(5*time.Second + time.Millisecond)
+		require.Len(t, claims, 1)
+		c := claims[0]
 		require.NotEmpty(t, c.Record, "committed")
 		// Its interrupted reached Kafka; then the replica died, its record never released.
 		log.take([]event.Event{event.New(event.Interrupted, "d1", "gateway", c.State.DeadlineTime(), f.t0, f.clock.Now(), 0)})
