@@ -69,5 +69,5 @@ chaos: deps ## fault-injection tests (servers killed and restarted under load)
 # make soak runs the randomized soak (test/chaos TestChaosSoak) for 30 minutes at 2000 devices; `make test`
 # runs it for 30 s at 200. HB_SOAK_SEED replays a run; its line prints the seed.
 soak: deps ## random faults and operator acts over a mixed fleet, checked by the incident checker
-	HB_CHAOS_DEVICES=$${HB_CHAOS_DEVICES:-2000} HB_SOAK_DURATION=$${HB_SOAK_DURATION:-30m} \
+	HB_SOAK_DEVICES=$${HB_SOAK_DEVICES:-2000} HB_SOAK_DURATION=$${HB_SOAK_DURATION:-30m} \
 		$(GO) test -race -v -timeout 90m -run TestChaosSoak ./test/chaos/...
