@@ -77,7 +77,7 @@ func decode(m *Message) (decoded, string) {
 			return decoded{}, reason
 		}
 		d = decoded{device: f.device, typ: f.typ, parent: f.parent, ts: f.ts, fail: f.fail, reason: f.reason}
-		if d.device != "" && !validID(d.device) {
+		if d.device != "" && !ident.Valid(d.device) {
 			return decoded{}, ReasonInvalidDeviceID // the field itself is wrong, whatever the transport names
 		}
 	}
@@ -85,7 +85,7 @@ func decode(m *Message) (decoded, string) {
 	case m.Device != "" || m.TopicDevice:
 		// The topic names the device, even an empty level of it: a payload device_id never stands in
 		// for an empty {device_id}, which would let any publisher on devices//heartbeat speak for any device.
-		if !validID(m.Device) {
+		if !ident.Valid(m.Device) {
 			return decoded{}, ReasonInvalidDeviceID
 		}
 		if d.device != "" && d.device != m.Device {
@@ -93,7 +93,7 @@ func decode(m *Message) (decoded, string) {
 		}
 		d.device = m.Device
 	case len(m.Key) > 0:
-		if !validID(m.Key) {
+		if !ident.Valid(m.Key) {
 			return decoded{}, ReasonInvalidDeviceID
 		}
 		if d.device != "" && d.device != string(m.Key) {
@@ -108,13 +108,13 @@ func decode(m *Message) (decoded, string) {
 	if d.typ == "" {
 		d.typ = m.Type
 	}
-	if d.typ != "" && !validID(d.typ) {
+	if d.typ != "" && !ident.Valid(d.typ) {
 		return decoded{}, ReasonInvalidType
 	}
 	if d.parent == "" {
 		d.parent = m.Parent
 	}
-	if d.parent != "" && (!validID(d.parent) || d.parent == d.device) {
+	if d.parent != "" && (!ident.Valid(d.parent) || d.parent == d.device) {
 		return decoded{}, ReasonInvalidDeviceID // a parent is a device id; a device is not its own parent
 	}
 	return d, ""
@@ -142,10 +142,3 @@ func isJSONObject(p []byte) bool {
 	}
 	return false
 }
-
-// ValidID is validID for other packages: the API registers devices under the same rule.
-func ValidID(s string) bool { return validID(s) }
-
-// validID reports whether s is a valid device id or type name: internal/ident's rule, the one every way
-// in applies (docs/signals.md#the-payload). A Kafka key is checked as bytes, before it is copied into a string.
-func validID[T string | []byte](s T) bool { return ident.Valid(s) }

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/ident"
 )
 
 func TestDecode(t *testing.T) {
@@ -103,23 +105,6 @@ func TestDecode(t *testing.T) {
 			require.Equal(t, tc.want.typ, got.typ)
 			require.True(t, tc.want.ts.Equal(got.ts), "ts: want %v, got %v", tc.want.ts, got.ts)
 		})
-	}
-}
-
-func TestValidID(t *testing.T) {
-	for s, want := range map[string]bool{
-		"":                   false,
-		"a":                  true,
-		"dev-42/α β":         true,
-		"x\x00":              false,
-		"\u200b":             false, // a zero-width space: invisible (Unicode category Cf)
-		"meter-1\u202e":      false, // a right-to-left override
-		"zähler-7":           true,
-		"a\u009fb":           false,
-		string([]byte{0xc3}): false, // truncated UTF-8
-	} {
-		require.Equal(t, want, validID(s), "%q", s)
-		require.Equal(t, want, validID([]byte(s)), "%q bytes", s)
 	}
 }
 
@@ -229,14 +214,14 @@ func FuzzDecodePayload(f *testing.F) {
 			}
 			return
 		}
-		if !validID(d.device) || !utf8.ValidString(d.device) {
+		if !ident.Valid(d.device) || !utf8.ValidString(d.device) {
 			t.Fatalf("accepted invalid device id %q", d.device)
 		}
 		// Identity is bound by the transport: where the topic or key names a device, that is the device.
 		if named != "" && d.device != named {
 			t.Fatalf("accepted device %q where the transport names %q", d.device, named)
 		}
-		if d.typ != "" && !validID(d.typ) {
+		if d.typ != "" && !ident.Valid(d.typ) {
 			t.Fatalf("accepted invalid type %q", d.typ)
 		}
 		if !d.ts.IsZero() && (d.ts.Before(time.Unix(0, 0)) || d.ts.UnixMilli() >= maxTSMillis) {
