@@ -20,7 +20,6 @@ type collector struct {
 	// seen are the records taken in, by topic, partition and offset: a second read of the topics adds
 	// only what the first one missed.
 	seen        map[recordAt]bool
-	copies      map[string]int                          // event id → copies received
 	devices     map[event.Kind]map[string]*deviceEvents // kind → device → its events of that kind
 	deadletters map[string][]string                     // dead-letter topic field → reasons (all copies)
 	bad         []string                                // values that did not decode
@@ -48,7 +47,7 @@ type deviceEvents struct {
 
 func newCollector(t *testing.T, k *testenv.Kafka) *collector {
 	t.Helper()
-	c := &collector{kafka: k, seen: map[recordAt]bool{}, copies: map[string]int{}, devices: map[event.Kind]map[string]*deviceEvents{},
+	c := &collector{kafka: k, seen: map[recordAt]bool{}, devices: map[event.Kind]map[string]*deviceEvents{},
 		deadletters: map[string][]string{}, outages: map[string]bool{}, incidents: invariant.New(invariant.Options{})}
 	k.Consume(t, c.add, eventsTopic, deadletterTopic)
 	return c
@@ -80,7 +79,6 @@ func (c *collector) take(r testenv.Record) bool {
 		c.bad = append(c.bad, string(r.Value))
 		return true
 	}
-	c.copies[e.ID]++
 	c.incidents.Event(e, r.Offset)
 	if e.Kind == event.OutageStarted {
 		c.outages[e.OutageID] = true
@@ -243,9 +241,7 @@ func (c *collector) tally(kind event.Kind, scenario string, devices int, expecte
 			}
 		}
 	}
-	for _, n := range c.copies {
-		r.dup += n - 1
-	}
+	r.dup = incidents.Duplicates
 	r.lost = r.expected - r.got
 	if len(c.bad) > 0 {
 		r.detail = append(r.detail, fmt.Sprintf("%d undecodable records, first %q", len(c.bad), c.bad[0]))

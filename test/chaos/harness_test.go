@@ -47,15 +47,18 @@ const (
 
 // fleetSize is HB_CHAOS_DEVICES, default 200: the whole package runs in about three minutes on two cores
 // (and a minute more to build the skewed heartbeatd of TestChaosClockSkew without a build cache).
-func fleetSize(t *testing.T) int {
+func fleetSize(t *testing.T) int { return sizeFrom(t, "HB_CHAOS_DEVICES", 200) }
+
+// sizeFrom is the positive number the environment variable name holds, or def when it is unset.
+func sizeFrom(t *testing.T, name string, def int) int {
 	t.Helper()
-	v := os.Getenv("HB_CHAOS_DEVICES")
+	v := os.Getenv(name)
 	if v == "" {
-		return 200
+		return def
 	}
 	n, err := strconv.Atoi(v)
-	require.NoError(t, err, "HB_CHAOS_DEVICES")
-	require.Positive(t, n, "HB_CHAOS_DEVICES")
+	require.NoError(t, err, name)
+	require.Positive(t, n, name)
 	return n
 }
 

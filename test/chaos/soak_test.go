@@ -94,17 +94,7 @@ func (d *soakDevice) payload(rng *rand.Rand) []byte {
 
 // soakSize is HB_SOAK_DEVICES, default 200: its own, so `make chaos` at 10,000 devices runs the soak at
 // the size it is made for (one test publisher sends every device's signal twice a second).
-func soakSize(t *testing.T) int {
-	t.Helper()
-	v := os.Getenv("HB_SOAK_DEVICES")
-	if v == "" {
-		return 200
-	}
-	n, err := strconv.Atoi(v)
-	require.NoError(t, err, "HB_SOAK_DEVICES")
-	require.Positive(t, n, "HB_SOAK_DEVICES")
-	return n
-}
+func soakSize(t *testing.T) int { return sizeFrom(t, "HB_SOAK_DEVICES", 200) }
 
 func soakSettings(t *testing.T) (time.Duration, uint64) {
 	t.Helper()
