@@ -229,8 +229,7 @@ func owedRecovered(in input, old deadline.State) event.Event {
 func decideRecovery(in input, d *decision) {
 	c, st, pol := in.Claim, in.Claim.State, in.Policy
 	d.Ack.Op = deadline.Remove
-	handedOutAgain := c.Record != "" && !c.Fresh && c.WokenBy == ""
-	if !st.Reported() && !handedOutAgain {
+	if !st.Reported() && !c.HandedOutAgain() {
 		d.Reason = reasonQuietEnd
 		return
 	}
@@ -245,7 +244,7 @@ func decideRecovery(in input, d *decision) {
 		backAt = in.Seen.Latest
 	}
 	dl := ownDeadline(&in, &st)
-	if handedOutAgain {
+	if c.HandedOutAgain() {
 		// Committed under a record its replica never released: its interrupted (or suppressed) may have
 		// gone out before the replica died, so it is sent again, under the same id, with its recovery.
 		kind := event.Interrupted

@@ -43,6 +43,11 @@ type Claim struct {
 	Cause *Cause
 }
 
+// HandedOutAgain reports whether c comes from an in-flight record whose lease ran out (its replica died,
+// or lost Redis, before releasing it): what it committed may have been published, or not. A wake's own
+// suppression claims name their parent (WokenBy); a claim's own commits are fresh.
+func (c Claim) HandedOutAgain() bool { return c.Record != "" && !c.Fresh && c.WokenBy == "" }
+
 // ClaimResult is what one wake-up found.
 type ClaimResult struct {
 	Claims []Claim
