@@ -142,7 +142,6 @@ func (v Violation) String() string {
 
 // Report is the checker's verdict over what it recorded so far.
 type Report struct {
-	Devices    int // devices with events
 	Incidents  int // incidents opened
 	Open       int // incidents still open
 	Duplicates int // copies beyond the first of every id
@@ -183,7 +182,7 @@ func (r Report) Details(n int) string {
 func (c *Checker) Check() Report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := Report{Devices: len(c.events), Duplicates: c.copies, Violations: slices.Clone(c.broken)}
+	r := Report{Duplicates: c.copies, Violations: slices.Clone(c.broken)}
 	for _, device := range sortedKeys(c.events) {
 		evs := c.events[device]
 		slices.SortStableFunc(evs, func(a, b recorded) int { return cmp.Compare(a.order, b.order) })
