@@ -55,11 +55,17 @@ shutdown_timeout: %s
 	startDaemon(t, path)
 	d := &actsDaemon{t: t, base: "http://" + httpAddr, kafka: kafka, token: token,
 		device: broker.Connect(t, mqtt.NewClientOptions().SetClientID("acts-devices"))}
+	awaitReadyz(t, d.base)
+	return d
+}
+
+// awaitReadyz waits until the daemon at base answers /readyz with 200.
+func awaitReadyz(t *testing.T, base string) {
+	t.Helper()
 	require.Eventually(t, func() bool {
-		code, _ := callJSON(t, d.base, "GET", "/readyz", "", "")
+		code, _ := callJSON(t, base, "GET", "/readyz", "", "")
 		return code == http.StatusOK
 	}, 20*time.Second, 20*time.Millisecond)
-	return d
 }
 
 // signal sends one heartbeat of device (typ "" = untyped).

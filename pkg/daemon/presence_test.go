@@ -44,10 +44,7 @@ shutdown_timeout: %s
 	startDaemon(t, path)
 	d := &actsDaemon{t: t, base: "http://" + httpAddr, kafka: kafka,
 		device: broker.Connect(t, mqtt.NewClientOptions().SetClientID("presence-devices"))}
-	require.Eventually(t, func() bool {
-		code, _ := callJSON(t, d.base, "GET", "/readyz", "", "")
-		return code == http.StatusOK
-	}, 20*time.Second, 20*time.Millisecond)
+	awaitReadyz(t, d.base)
 	return d, broker
 }
 

@@ -41,10 +41,7 @@ shutdown_timeout: %s
 	startDaemon(t, path)
 	d := &actsDaemon{t: t, base: "http://" + httpAddr, kafka: kafka,
 		device: broker.Connect(t, mqtt.NewClientOptions().SetClientID("reported-devices"))}
-	require.Eventually(t, func() bool {
-		code, _ := callJSON(t, d.base, "GET", "/readyz", "", "")
-		return code == http.StatusOK
-	}, 20*time.Second, 20*time.Millisecond)
+	awaitReadyz(t, d.base)
 	_, stats := callJSON(t, d.base, "GET", "/v1/stats", "", "")
 	require.Equal(t, true, stats["hold_back"].(map[string]any)["active"], "the test is about a failure while hold-back is active")
 

@@ -50,10 +50,7 @@ shutdown_timeout: %s
 `, httpAddr, digest("meters-secret"), digest("viewer-secret"), shutdownTimeout))), 0o600))
 	startDaemon(t, path)
 	d := &signalDaemon{base: "http://" + httpAddr, kafka: kafka}
-	require.Eventually(t, func() bool {
-		code, _ := callJSON(t, d.base, "GET", "/readyz", "", "")
-		return code == http.StatusOK
-	}, 20*time.Second, 20*time.Millisecond)
+	awaitReadyz(t, d.base)
 	return d
 }
 
