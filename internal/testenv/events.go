@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"slices"
 	"sync"
 
@@ -65,6 +66,19 @@ func (l *EventLog) Append(events ...event.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.got = append(l.got, events...)
+}
+
+// Publish keeps events and reports each taken: an event.Sink that never fails.
+func (l *EventLog) Publish(_ context.Context, events []event.Event) []error {
+	l.Append(events...)
+	return make([]error, len(events))
+}
+
+// All returns the events kept, without taking them.
+func (l *EventLog) All() []event.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.got)
 }
 
 // Take returns the events kept since the last Take.

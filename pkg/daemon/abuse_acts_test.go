@@ -34,7 +34,7 @@ func badInputCount(t *testing.T, f *apiFixture, reason string) int {
 // actEvents are the published events of kind for device.
 func actEvents(f *apiFixture, kind event.Kind, device string) []event.Event {
 	var out []event.Event
-	for _, e := range f.events.all() {
+	for _, e := range f.events.All() {
 		if e.Kind == kind && e.DeviceID == device {
 			out = append(out, e)
 		}
@@ -138,7 +138,7 @@ func TestActBounds(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, code, "%s %.80s: %v", c.method, c.path, out)
 		assert.Contains(t, out["error"], c.says, "%s %.80s", c.method, c.path)
 	}
-	assert.Empty(t, f.events.all()[1:], "no refused act published an event (the first is the silence's)")
+	assert.Empty(t, f.events.All()[1:], "no refused act published an event (the first is the silence's)")
 	assert.Equal(t, len(refused), badInputCount(t, f, "act"))
 
 	// At the bounds, every act is taken.

@@ -8,9 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +21,6 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/alarm"
 	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/deadline"
-	"github.com/heartbeatd/heartbeatd/pkg/event"
 	"github.com/heartbeatd/heartbeatd/pkg/holdback"
 	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
@@ -42,28 +39,8 @@ type apiFixture struct {
 	reloads  int
 	redisErr error
 	holdBack atomic.Pointer[holdback.Status] // what the API's HoldBack hook answers
-	events   *eventLog                       // the act events the API and the silences published
+	events   *testenv.EventLog               // the act events the API and the silences published
 	reg      *prometheus.Registry
-}
-
-// eventLog is an event.Sink that keeps what it is given.
-type eventLog struct {
-	mu     sync.Mutex
-	events []event.Event
-}
-
-func (l *eventLog) Publish(_ context.Context, events []event.Event) []error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.events = append(l.events, events...)
-	return make([]error, len(events))
-}
-
-// all is what was published so far.
-func (l *eventLog) all() []event.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.events)
 }
 
 // newAPIFixture serves the API with token (an admin; "" = none) and any further named tokens.
@@ -76,7 +53,7 @@ func newAPIFixture(t testing.TB, token string, tokens ...config.AccessToken) *ap
 func newAPIFixtureWith(t testing.TB, edit func(*APIOptions), token string, tokens ...config.AccessToken) *apiFixture {
 	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
-	f := &apiFixture{rdb: rdb, now: time.Now().Truncate(time.Millisecond), events: &eventLog{}}
+	f := &apiFixture{rdb: rdb, now: time.Now().Truncate(time.Millisecond), events: &testenv.EventLog{}}
 	f.holdBack.Store(&holdback.Status{Active: true, Since: f.now.Add(-time.Minute), Reason: "mqtt: disconnected"})
 	timeout := func(typ string) time.Duration {
 		if typ == "gateway" {
