@@ -52,23 +52,8 @@ shutdown_timeout: %s
 // start runs the daemon until stop or the end of the test, and returns once it is ready.
 func (g *growthDaemon) start(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan string, 1)
-	done := runDaemon(t, ctx, g.path, func(addr string) { started <- addr })
-	var once sync.Once
-	g.stop = func() { once.Do(func() { cancel(); awaitReturn(t, done) }) }
-	t.Cleanup(g.stop)
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run ended before it started: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not start within 20s")
-	}
-	require.Eventually(t, func() bool {
-		code, _ := callJSON(t, g.base, "GET", "/readyz", "", "")
-		return code == http.StatusOK
-	}, 20*time.Second, 20*time.Millisecond)
+	g.stop = startDaemon(t, g.path)
+	awaitReadyz(t, g.base)
 }
 
 // post sends NDJSON lines to POST /v1/signals and requires every one accepted.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,13 +50,15 @@ func runDaemon(t *testing.T, ctx context.Context, path string, started func(stri
 }
 
 // startDaemon runs the daemon on the config at path until the test ends (then asserts it returns nil),
-// and returns once it started.
-func startDaemon(t *testing.T, path string) {
+// and returns once it started, with stop, which ends it earlier (at most once).
+func startDaemon(t *testing.T, path string) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan string, 1)
 	done := runDaemon(t, ctx, path, func(addr string) { started <- addr })
-	t.Cleanup(func() { cancel(); awaitReturn(t, done) })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); awaitReturn(t, done) }) }
+	t.Cleanup(stop)
 	select {
 	case <-started:
 	case err := <-done:
@@ -63,6 +66,7 @@ func startDaemon(t *testing.T, path string) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run did not start within 20s")
 	}
+	return stop
 }
 
 // awaitReturn asserts Run returns nil within the shutdown timeout (plus slack for a loaded machine).
