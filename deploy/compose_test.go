@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
-	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/internal/config"
 )
 
 // composeFile is the part of docker-compose.yml the test reads.
@@ -66,7 +66,7 @@ func TestComposeFile(t *testing.T) {
 	require.Contains(t, c.Services["redis"].Image, "redis")
 	require.Contains(t, strings.Join(c.Services["prometheus"].Volumes, " "), "./deploy/prometheus:/etc/prometheus")
 	require.Equal(t, "/run/secrets/api-token", c.Services["heartbeatd"].Environment["HEARTBEATD_HTTP_TOKEN_FILE"])
-	// The wall screen's read-only token comes from a secret heartbeatd mounts (pkg/daemon's
+	// The wall screen's read-only token comes from a secret heartbeatd mounts (internal/daemon's
 	// TestComposeDeployment runs it).
 	require.Contains(t, c.Services["heartbeatd"].Secrets, "api-token-wall")
 	require.Contains(t, c.Services["heartbeatd"].Environment["HEARTBEATD_HTTP_TOKENS"], "token_file: /run/secrets/api-token-wall")

@@ -115,10 +115,10 @@ var (
 	wildcard = regexp.MustCompile(`\{[a-z_]+(\.\.\.)?\}`)
 )
 
-// routeTable reads the route table of pkg/daemon/api.go.
+// routeTable reads the route table of internal/daemon/api.go.
 func routeTable(t *testing.T) []route {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "pkg", "daemon", "api.go"))
+	b, err := os.ReadFile(filepath.Join(repoRoot, "internal", "daemon", "api.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func routeTable(t *testing.T) []route {
 		routes = append(routes, route{m[1], strings.TrimSuffix(m[2], "{$}")})
 	}
 	if len(routes) < 20 {
-		t.Fatalf("found only %d routes in pkg/daemon/api.go: the pattern no longer matches the route table", len(routes))
+		t.Fatalf("found only %d routes in internal/daemon/api.go: the pattern no longer matches the route table", len(routes))
 	}
 	return routes
 }

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/internal/benchrig"
+	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 // rssScenario runs the real heartbeatd binary as a subprocess against hbbench's redis-server and a kfake

@@ -10,7 +10,7 @@ import (
 )
 
 // The detection scenarios (lateness, expiry, storm, recovered) run internal/benchrig on hbbench's redis-server,
-// with a kfake broker of their own: the rig of pkg/alarm's Go benchmarks (BenchmarkDetectionLateness,
+// with a kfake broker of their own: the rig of internal/alarm's Go benchmarks (BenchmarkDetectionLateness,
 // BenchmarkSimultaneousExpiry, BenchmarkRecoveredLatency).
 
 // withRig runs f on a fresh rig whose recorder has room for expected events.

@@ -14,9 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/heartbeatd/heartbeatd/pkg/config"
-	"github.com/heartbeatd/heartbeatd/pkg/daemon"
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/daemon"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 )
 
 // The http scenario measures signals posted to the API (POST /v1/signals, NDJSON batches of 1000, each

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/internal/benchrig"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 // idleReplicas is how many replicas of the binary the idle scenario runs, as a deployment does.

@@ -15,14 +15,14 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/heartbeatd/heartbeatd/internal/benchrig"
+	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/ingest"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
-	"github.com/heartbeatd/heartbeatd/pkg/ingest"
 )
 
-// The ingest scenario follows pkg/ingest/bench_test.go (BenchmarkIngestKafka, BenchmarkIngestMQTT): a
+// The ingest scenario follows internal/ingest/bench_test.go (BenchmarkIngestKafka, BenchmarkIngestMQTT): a
 // backlog of -signals messages on the broker, drained through the real source and chain into Redis, read
 // beside the plain refresh rate on the same Redis and devices.
 
@@ -77,7 +77,7 @@ func ingestDevices(n int) []string {
 }
 
 // plainRefreshRate is deadline.Store.Refresh alone on the same Redis and devices: batches of 256 signals,
-// one at a time, as BenchmarkRefresh in pkg/deadline does. The ingest rates are read against it.
+// one at a time, as BenchmarkRefresh in internal/deadline does. The ingest rates are read against it.
 func plainRefreshRate(ctx context.Context, store *deadline.Store, ids []string) (float64, error) {
 	start := time.Now()
 	err := benchrig.RefreshBatches(ctx, store, 256, len(ids), func(i int) deadline.Signal {

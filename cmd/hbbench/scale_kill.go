@@ -15,10 +15,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 // killFigures is what a SIGKILL of one replica cost, each timed from the kill.

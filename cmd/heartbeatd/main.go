@@ -1,7 +1,7 @@
 // Command heartbeatd watches an IoT fleet for silence: see README.md.
 //
 // main is thin on purpose: it parses flags, wires OS signals to a context and a reload channel, and
-// hands over to pkg/daemon (pkg/devstack for dev and simulate).
+// hands over to internal/daemon (internal/devstack for dev and simulate).
 package main
 
 import (
@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/internal/ctl"
-	"github.com/heartbeatd/heartbeatd/pkg/daemon"
-	"github.com/heartbeatd/heartbeatd/pkg/devstack"
+	"github.com/heartbeatd/heartbeatd/internal/daemon"
+	"github.com/heartbeatd/heartbeatd/internal/devstack"
 )
 
 // configEnv names the config file when -config is not given, as containers and units like to.

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 )
 
 // Load describes a refresh load: batches of 256 signals for devices Prefix0..Fleet-1, as ingest sends

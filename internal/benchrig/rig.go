@@ -1,5 +1,5 @@
-// Package benchrig is the rig of heartbeatd's detection benchmarks, shared by pkg/alarm's Go benchmarks
-// and cmd/hbbench: the detection path wired as pkg/daemon wires it (a deadline store, a scanner over every
+// Package benchrig is the rig of heartbeatd's detection benchmarks, shared by internal/alarm's Go benchmarks
+// and cmd/hbbench: the detection path wired as internal/daemon wires it (a deadline store, a scanner over every
 // slot handing claims to the alarm handler, which publishes to Kafka and then acknowledges in Redis), on
 // the caller's Redis and an in-process kfake broker of its own, timed by the wall clock through a Recorder
 // in front of the publisher. It also holds the refresh load both use, and how the Go benchmarks of any
@@ -15,12 +15,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/internal/alarm"
+	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/correlate"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/alarm"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
-	"github.com/heartbeatd/heartbeatd/pkg/correlate"
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
-	eventkafka "github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
 
 // EventsTopic is the topic the rig publishes to.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/heartbeatd/heartbeatd/internal/silence"
 	"github.com/heartbeatd/heartbeatd/pkg/client"
-	"github.com/heartbeatd/heartbeatd/pkg/silence"
 )
 
 func devicesLs(inv *invocation, args []string) error {

@@ -1,6 +1,6 @@
 // Package ident is the one rule for the names a device is known by: device ids, parents and type
-// names (docs/signals.md#the-payload). Every way in applies it: the MQTT, Kafka and HTTP signals (pkg/ingest),
-// the registry and its import (pkg/daemon), silences, and the configured type names (pkg/config).
+// names (docs/signals.md#the-payload). Every way in applies it: the MQTT, Kafka and HTTP signals (internal/ingest),
+// the registry and its import (internal/daemon), silences, and the configured type names (internal/config).
 package ident
 
 import (

@@ -1,7 +1,7 @@
 // Package kafkaclient is what heartbeatd's Kafka clients share: SASLMechanism turns a config sasl block
-// into the kafka-go mechanism that both the event publisher (pkg/event/kafka) and the ingest Kafka source
-// (pkg/ingest) log in with; pkg/daemon builds one for each. It stands apart from both so that ingest does
-// not depend on the publisher to authenticate, and pkg/config keeps SASL settings as plain strings that
+// into the kafka-go mechanism that both the event publisher (internal/eventkafka) and the ingest Kafka source
+// (internal/ingest) log in with; internal/daemon builds one for each. It stands apart from both so that ingest does
+// not depend on the publisher to authenticate, and internal/config keeps SASL settings as plain strings that
 // name no client library. It is internal: the SCRAM client is heartbeatd's own, not an API it offers.
 package kafkaclient
 

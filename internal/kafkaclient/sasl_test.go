@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heartbeatd/heartbeatd/pkg/config"
+	"github.com/heartbeatd/heartbeatd/internal/config"
 )
 
 // startSCRAM starts a SCRAM exchange of mechanism as user "user" with password "pencil" (RFC 7677's
@@ -83,7 +83,7 @@ func TestSASLMechanismNames(t *testing.T) {
 	require.ErrorContains(t, err, "kafkaclient: unknown SASL mechanism")
 }
 
-// Every mechanism pkg/config accepts builds.
+// Every mechanism internal/config accepts builds.
 func TestSASLMechanismOfEveryConfigName(t *testing.T) {
 	for _, name := range []string{config.SASLNone, config.SASLPlain, config.SASLScramSHA256, config.SASLScramSHA512} {
 		_, err := SASLMechanism(name, "u", "p")

@@ -90,7 +90,7 @@ func TestTinyTTLTakes(t *testing.T) {
 	require.True(t, held)
 }
 
-// Many leases in one pipeline, as slot ownership renews them (pkg/deadline/ownership.go): each key's
+// Many leases in one pipeline, as slot ownership renews them (internal/deadline/ownership.go): each key's
 // reply stands on its own.
 func TestScriptInPipeline(t *testing.T) {
 	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {

@@ -1,5 +1,5 @@
 // Package redisutil holds the Redis operations that are not about any one key family: each package that
-// owns keys (pkg/deadline, pkg/silence, …) calls them on its own keys.
+// owns keys (internal/deadline, internal/silence, …) calls them on its own keys.
 package redisutil
 
 import (
@@ -26,7 +26,7 @@ const setMissingPairs = 1024
 
 // SetMissing writes back into hash key each field of pairs (field, value, field, value, …) that it
 // lacks, leaving what it holds (written since a loss) as it is: how every store writes back what Redis
-// lost (pkg/deadline/datalost.go). It returns how many fields it wrote.
+// lost (internal/deadline/datalost.go). It returns how many fields it wrote.
 func SetMissing(ctx context.Context, rdb redis.Scripter, key string, pairs []any) (int64, error) {
 	var written int64
 	for len(pairs) > 0 {

@@ -67,7 +67,7 @@ func RedisBackends(tb testing.TB) []RedisBackend {
 // EachBackend runs test once per Redis deployment (RedisBackends) as a subtest of that name, each time on
 // an empty Redis: what heartbeatd stores must behave the same on a standalone server and on a cluster,
 // where a batch splits into one script call per slot. tb is a *testing.T or a *testing.B. A suite with a
-// fixture of its own wraps it in one line (pkg/alarm/alarm_test.go eachFixture).
+// fixture of its own wraps it in one line (internal/alarm/alarm_test.go eachFixture).
 func EachBackend[TB interface {
 	testing.TB
 	Run(name string, f func(TB)) bool

@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/config"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
-	"github.com/heartbeatd/heartbeatd/pkg/event/kafka"
 )
 
 // errorsTB stands in for a test to observe Errorf; everything else goes to the real test.
@@ -49,7 +49,7 @@ func TestKafkaReadersCheckTheContract(t *testing.T) {
 	k := testenv.StartKafka(t, testenv.KafkaOptions{
 		Topics: []string{testenv.EventsTopic, testenv.DeadLetterTopic, "other"}, Partitions: 1,
 	})
-	p, err := kafka.NewPublisher(kafka.PublisherOptions{Brokers: k.Addrs, Topic: testenv.EventsTopic,
+	p, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: k.Addrs, Topic: testenv.EventsTopic,
 		DeadLetterTopic: testenv.DeadLetterTopic})
 	require.NoError(t, err)
 	defer p.Close()

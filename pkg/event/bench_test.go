@@ -7,7 +7,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// BenchmarkEncode is the JSON share of a publish (BenchmarkPublish in pkg/event/kafka).
+// BenchmarkEncode is the JSON share of a publish (BenchmarkPublish in internal/eventkafka).
 func BenchmarkEncode(b *testing.B) {
 	e := event.New(event.Alarm, "dev-123456", "gateway", time.Now(), time.Now().Add(-time.Minute), time.Now(), 3)
 	b.ReportAllocs()

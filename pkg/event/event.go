@@ -1,6 +1,6 @@
 // Package event holds what heartbeatd publishes: the alarm events of docs/events.md and the dead letters of bad
 // input. Consumers written in Go import this package to decode the events; it links no Kafka client (the
-// publisher is pkg/event/kafka). heartbeatd's alarm and ingest packages depend only on the Sink interfaces
+// publisher is internal/eventkafka). heartbeatd's alarm and ingest packages depend only on the Sink interfaces
 // so their tests can use fakes.
 package event
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heartbeatd/heartbeatd/pkg/alarm"
+	"github.com/heartbeatd/heartbeatd/internal/alarm"
 )
 
 // kafkaOutage is how long the broker stays down: 10s at 10000 devices and more, shorter for small

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -98,7 +98,7 @@ func TestChaosRedisDataLost(t *testing.T) {
 		cluster := testenv.StartRedisCluster(t)
 		s := startScenario(t, daemonOptions{redisCluster: cluster, keyPrefix: "test"})
 		redisDataLost(s, "redis_cluster_master_lost", func() {
-			// "test:silences" is pkg/silence's hash under the prefix "test" (docs/concepts.md).
+			// "test:silences" is internal/silence's hash under the prefix "test" (docs/concepts.md).
 			testenv.LoseDataOf(t, cluster.Client(t), "test:silences", deadline.NewKeyspace("test").Layout())
 		})
 	})

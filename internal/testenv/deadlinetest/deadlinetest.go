@@ -1,6 +1,6 @@
 // Package deadlinetest opens deadline stores for tests. It is apart from internal/testenv because
-// pkg/config's own tests import testenv, and pkg/deadline imports pkg/config: testenv must not import
-// pkg/deadline.
+// internal/config's own tests import testenv, and internal/deadline imports internal/config: testenv must not import
+// internal/deadline.
 package deadlinetest
 
 import (
@@ -9,12 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/heartbeatd/heartbeatd/pkg/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 )
 
 // NewStore is a deadline store on rdb with types registered, as the daemon has it once its policies are
 // loaded; it fails tb on any error. The options carry what a suite varies: slots, clock, timeouts.
-// pkg/deadline's own tests use it from package deadline_test only (an in-package test would import cycle).
+// internal/deadline's own tests use it from package deadline_test only (an in-package test would import cycle).
 func NewStore(tb testing.TB, rdb redis.UniversalClient, opts deadline.Options, types ...string) *deadline.Store {
 	tb.Helper()
 	store, err := deadline.New(rdb, opts)

@@ -1,0 +1,103 @@
+package daemon
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heartbeatd/heartbeatd/internal/holdback"
+	"github.com/heartbeatd/heartbeatd/internal/ingest"
+)
+
+// buildHoldBack builds the hold-back of replica from the sources built already: each is a probe, and
+// its shares of the signals are advertised to the other replicas.
+func (d *daemon) buildHoldBack(replica string, reg prometheus.Registerer) *holdback.Tracker {
+	var probes []holdback.Probe
+	var shares []holdback.Share
+	var clientIDs []string // a second replica with one of them is refused at start (holdback.ErrReplicaInUse)
+	if d.cfg.Ingest.MQTT.Enabled {
+		clientIDs = append(clientIDs, d.cfg.MQTTClientID())
+	}
+	for _, src := range d.sources {
+		probe := holdback.Probe{Name: src.Name(), Trouble: func(now time.Time) holdback.ProbeTrouble { return d.probeTrouble(src, now) }}
+		if r, ok := src.(interface{ ReadUpTo() time.Time }); ok {
+			probe.Floor = func(time.Time) time.Time {
+				if t := r.ReadUpTo(); !t.IsZero() {
+					return t.Add(d.cfg.Ingest.MaxLag)
+				}
+				return time.Time{}
+			}
+		}
+		probes = append(probes, probe)
+		if sh, ok := src.(ingest.Sharing); ok {
+			for _, s := range sh.Shares() {
+				s.TakenOver = sh.TakenOver
+				shares = append(shares, s)
+			}
+		}
+	}
+	return holdback.New(holdback.Options{Client: d.rdb, KeyPrefix: d.cfg.Redis.KeyPrefix, ReplicaID: replica, Probes: probes,
+		Shares: shares, Incarnation: d.incarnation, ClientIDs: clientIDs,
+		Grace:    d.graceAfterOutage,
+		Timeouts: func() map[string]time.Duration { return d.policies.Load().Timeouts() },
+		WriteFailure: func() time.Time {
+			if f := d.chain.WriteFailure(); f != nil {
+				return d.shared(f.Since)
+			}
+			return time.Time{}
+		},
+		WriteTrouble: func() (time.Time, time.Time) {
+			if t := d.chain.LastWriteTrouble(); !t.To.IsZero() {
+				return d.shared(t.From), d.shared(t.To)
+			}
+			return time.Time{}, time.Time{}
+		},
+		MaxHoldBack: d.cfg.Detection.MaxHoldBack, Stall: d.cfg.Detection.Stall, ClockCheck: d.clock.Check, Now: d.clock.Now,
+		Logger: d.log, Registerer: reg,
+		OnChange: func(active bool) { d.metrics.HoldBack.Set(b2f(active)) }})
+}
+
+// trouble says what keeps a source from delivering signals in time at now: since when (deadlines after
+// it may have missed signals) and why; why is "" while the source is healthy. The hold-back and /readyz
+// both read it, so they never disagree about a source.
+func (d *daemon) trouble(src ingest.Source, now time.Time) (since time.Time, why string) {
+	t := d.probeTrouble(src, now)
+	return t.Since, t.Why
+}
+
+// probeTrouble is src's health as a blind window sees it. A lag or a rebalance of a source whose broker
+// keeps what it did not deliver (Kafka) loses nothing: it needs no grace once over.
+func (d *daemon) probeTrouble(src ingest.Source, now time.Time) holdback.ProbeTrouble {
+	h := src.Health()
+	if !h.Connected {
+		// Even a broker that keeps every record may have refused the devices' own writes meanwhile.
+		return holdback.ProbeTrouble{Since: d.shared(h.Since), Why: "disconnected"}
+	}
+	t := holdback.ProbeTrouble{Kept: h.Kept}
+	if h.Lag > d.cfg.Ingest.MaxLag {
+		t.Since, t.Why = now.Add(-h.Lag), fmt.Sprintf("lagging %s behind", h.Lag.Round(time.Millisecond))
+	}
+	if !h.Blind.IsZero() && (t.Why == "" || h.Blind.Before(t.Since)) {
+		t.Since, t.Why = h.Blind, h.BlindWhy // on the shared clock already
+	}
+	return t
+}
+
+// graceAfterOutage caps the grace after a blind window (holdback.Options.Grace):
+// detection.grace_after_outage, or when that is 0 the longest timeout of any type, per-device timeouts
+// included, so that every device waits its own.
+func (d *daemon) graceAfterOutage() time.Duration {
+	if g := d.coord.Current().Detection.GraceAfterOutage; g > 0 {
+		return g
+	}
+	return max(d.policies.Load().LongestTimeout(), d.store.LongestTimeout())
+}
+
+// shared reads a source's local-clock time on the clock the blind windows use.
+func (d *daemon) shared(local time.Time) time.Time {
+	if d.clock == nil {
+		return local
+	}
+	return d.clock.Shared(local)
+}

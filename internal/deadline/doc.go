@@ -1,0 +1,40 @@
+// Package deadline is the Redis side of heartbeatd: it stores every device's deadline in per-slot sorted
+// sets, claims the devices whose deadline passed, and stores what the alarm loop did with them. It knows
+// nothing of MQTT, Kafka or policies: it stores and claims; policy lives in internal/alarm and internal/config.
+//
+// Read this first: the other files use these words in this sense only.
+//
+//   - slot: one of 2^n shards of the fleet, Slot(device) = crc32(device) mod slots. The keys of a slot
+//     share one hash tag, so a script over them runs on Redis Cluster too (keys.go; doubling: layout.go).
+//   - deadline: when a device's silence becomes an incident: its last signal plus its type's timeout.
+//     The slot's deadlines set scores each device deadline_ms × MaxTypes + type index, so a refresh is
+//     one ZADD GT and a claim learns the type for free (store.go, types.go).
+//   - incident: one interruption of one device, from the deadline that passed until its recovery is
+//     reported; its deadline identifies it. Its State is kept in the slot's state hash (state.go).
+//   - act: what the alarm loop does with an incident next: publish `interrupted`, a repeat or
+//     `recovered`, or wait. The slot's alarms set scores each incident with when to act next.
+//   - dormant: an incident with no act until the device signals again (acknowledged, exhausted, no
+//     repeats); its alarm entry is scored from dormantAfter up, so it never comes due.
+//   - claim: handing due work to the alarm loop, one atomic script call per slot (claim.go): devices
+//     whose deadline passed (fresh claims) and alarm entries whose act came due. A Claim is one device.
+//   - lease: a claim's alarm entry is scored now + lease. If the process dies before acknowledging it,
+//     the incident comes due again and its events go out again with the same ids (at-least-once).
+//   - commit: a plain fresh claim (no open incident) is stored by the claim itself as the alarm loop
+//     almost always leaves it: `interrupted` sent, the next act one repeat interval away, or dormant.
+//     That is alarm.Decide's usual outcome stored ahead of time; Decide alone says whether it stands
+//     (alarm.Decision.Committed), and the alarm loop acknowledges the claims where it does not. A
+//     waiting child is committed the same way, as `suppressed`, by its down parent's wake (wake.go).
+//   - record: the in-flight record of one claim (or wake) call's committed claims in one slot: their
+//     list in the slot's in-flight hash, leased by a member of its alarms set. When its lease runs out,
+//     the claims still as committed are handed out again; releasing it is their whole acknowledgement.
+//   - settle: finish a wake-up (ack.go): apply the acks of the claims not left as committed, then
+//     release the records. Every ack is guarded by the claimed incident's deadline, so it never clobbers
+//     a newer incident, an operator's ack, or a signal that arrived meanwhile.
+//   - parked: a claim whose events Kafka refused for their content too often (Park), kept in the slot's
+//     dead set with its incident's state and no act, until Requeue makes it due again (dead.go).
+//   - sweep: each slot's owner looking over the slot's dormant incidents now and then for a device back
+//     in the deadlines set, the safety net for a recovery probe that never ran (sweep.go).
+//
+// The current figures these choices give are in docs/benchmarks.md; the same-run A/B measurements that
+// decided them are in that page's history (git log -p docs/benchmarks.md).
+package deadline

@@ -1,0 +1,215 @@
+package deadline_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+)
+
+// What a device can make Redis hold is bounded (docs/concepts.md, "Slot layout"): these tests drive one
+// key family each to where it used to grow for good.
+
+// links is what Redis holds of the parent links: each children set's members by parent, and the parents
+// in the named-parents sets.
+func links(t *testing.T, f fixture) (children map[string][]string, named []string) {
+	t.Helper()
+	ctx := context.Background()
+	children = map[string][]string{}
+	prefix := strings.TrimSuffix(f.store.Keys().Children(""), "{}")
+	namedPrefix := strings.TrimSuffix(f.store.Keys().NamedParents(""), "{0}")
+	for key, k := range testenv.Keyspace(t, f.rdb) {
+		switch {
+		case strings.HasPrefix(key, prefix):
+			members, err := f.rdb.SMembers(ctx, key).Result()
+			require.NoError(t, err)
+			children[strings.TrimSuffix(strings.TrimPrefix(key, prefix+"{"), "}")] = members
+		case strings.HasPrefix(key, namedPrefix):
+			require.Equal(t, "set", k.Type, key)
+			members, err := f.rdb.SMembers(ctx, key).Result()
+			require.NoError(t, err)
+			named = append(named, members...)
+		}
+	}
+	return children, named
+}
+
+// TestALinkChangeLeavesTheFormerParent: a device belongs to one parent at a time, whichever way its link
+// changes (a signal, another replica's signal, SetParent, a registration), and a parent nobody names any
+// more is not named; a deleted device leaves its parent.
+func TestALinkChangeLeavesTheFormerParent(t *testing.T) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		other := fixtureStore(t, f.rdb, 4, f.clock.Now, nil) // another replica
+		sig := func(s *deadline.Store, parent string) {
+			t.Helper()
+			require.NoError(t, s.Refresh(ctx, []deadline.Signal{{Device: "c", Type: "sensor", Parent: parent, Seen: f.clock.Now()}}))
+		}
+		expect := func(parent string, why string) {
+			t.Helper()
+			children, named := links(t, f)
+			if parent == "" {
+				require.Empty(t, children, why)
+				require.Empty(t, named, why)
+				return
+			}
+			require.Equal(t, map[string][]string{parent: {"c"}}, children, why)
+			require.Equal(t, []string{parent}, named, why)
+			got, err := f.store.ParentsOf(ctx, []string{"c"})
+			require.NoError(t, err)
+			require.Equal(t, []string{parent}, got, why)
+		}
+		sig(f.store, "A")
+		expect("A", "linked")
+		sig(f.store, "B")
+		expect("B", "a signal naming another parent")
+		sig(other, "C")
+		expect("C", "another replica's signal: the link swap tells it the parent it replaced")
+		sig(f.store, "G")
+		expect("G", "this replica remembered writing B, yet the swap takes c out of C, the parent it replaced")
+		require.NoError(t, f.store.SetParent(ctx, "c", "D"))
+		expect("D", "SetParent")
+		_, err := f.store.Register(ctx, []string{"c"}, []deadline.Registration{{Type: "sensor"}}, []string{"E"})
+		require.NoError(t, err)
+		expect("E", "a registered parent")
+		require.NoError(t, f.store.SetParent(ctx, "c", ""))
+		expect("", "SetParent to none")
+		sig(f.store, "F")
+		expect("F", "linked again")
+		found, err := f.store.Delete(ctx, "c")
+		require.NoError(t, err)
+		require.True(t, found)
+		expect("", "deleted")
+	})
+}
+
+// TestOneDeviceNamingManyParentsHoldsOneLink: a device naming a new parent in every message, one message
+// per batch or many in one, holds one link, one children set and one named parent, and none once
+// deleted (it used to leave a set and a named entry per parent: 400 parents, 471 keys).
+func TestOneDeviceNamingManyParentsHoldsOneLink(t *testing.T) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		before := testenv.Keyspace(t, f.rdb)
+		for i := range 400 {
+			f.refresh(t, deadline.Signal{Device: "roamer", Type: "sensor", Parent: fmt.Sprint("gw-", i), Seen: f.clock.Now()})
+		}
+		var batch []deadline.Signal
+		for i := range 100 {
+			batch = append(batch, deadline.Signal{Device: "roamer", Type: "sensor", Parent: fmt.Sprint("cell-", i), Seen: f.clock.Now()})
+		}
+		f.refresh(t, batch...)
+		children, named := links(t, f)
+		require.Equal(t, map[string][]string{"cell-99": {"roamer"}}, children, "the batch's last parent")
+		require.Equal(t, []string{"cell-99"}, named)
+		after := testenv.Keyspace(t, f.rdb)
+		require.LessOrEqual(t, len(after)-len(before), 8, "new keys: %v", newKeys(before, after))
+
+		found, err := f.store.Delete(ctx, "roamer")
+		require.NoError(t, err)
+		require.True(t, found)
+		children, named = links(t, f)
+		require.Empty(t, children)
+		require.Empty(t, named)
+	})
+}
+
+// newKeys lists the keys of after that before lacks.
+func newKeys(before, after map[string]testenv.Key) []string {
+	var out []string
+	for k := range after {
+		if _, ok := before[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestADeletedParentStaysNamedWhileItsChildrenNameIt: deleting a gateway leaves its children's links (they
+// still name it, and it may come back); once its last child goes, nothing of it is left.
+func TestADeletedParentStaysNamedWhileItsChildrenNameIt(t *testing.T) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: f.clock.Now()},
+			deadline.Signal{Device: "s1", Type: "sensor", Parent: "gw", Seen: f.clock.Now()},
+			deadline.Signal{Device: "s2", Type: "sensor", Parent: "gw", Seen: f.clock.Now()})
+		_, err := f.store.DeleteMany(ctx, []string{"gw", "s1"})
+		require.NoError(t, err)
+		children, named := links(t, f)
+		require.Equal(t, map[string][]string{"gw": {"s2"}}, children)
+		require.Equal(t, []string{"gw"}, named)
+		_, err = f.store.Delete(ctx, "s2")
+		require.NoError(t, err)
+		children, named = links(t, f)
+		require.Empty(t, children)
+		require.Empty(t, named)
+	})
+}
+
+// TestDeleteDropsTheFlapHistory: a deleted device's interruption history goes with it.
+func TestDeleteDropsTheFlapHistory(t *testing.T) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		c := claimOne(t, f, "flappy")
+		require.NoError(t, f.store.RecordFlaps(ctx, []deadline.FlapUpdate{{Device: "flappy", Slot: c.Slot,
+			Times: []int64{f.clock.Now().Add(-time.Minute).UnixMilli(), f.clock.Now().UnixMilli()}}}))
+		require.True(t, f.rdb.HExists(ctx, f.store.Keys().Flaps(c.Slot), "flappy").Val())
+		found, err := f.store.Delete(ctx, "flappy")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.False(t, f.rdb.HExists(ctx, f.store.Keys().Flaps(c.Slot), "flappy").Val(), "its history went with it")
+	})
+}
+
+// TestSweepPrunesFlapHistoriesPastTheWindow: the sweep deletes the histories whose newest interruption is
+// older than the longest flapping window, a page per slot and pass, and keeps the others (one whose
+// older interruptions are past the window is judged by its newest).
+func TestSweepPrunesFlapHistoriesPastTheWindow(t *testing.T) {
+	eachFixture(t, 4, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		now := f.clock.Now()
+		const stale = 3000 // more per slot than a listpack holds (512), so an HSCAN step reads about a page
+		var updates []deadline.FlapUpdate
+		for i := range stale {
+			dev := fmt.Sprint("gone-", i)
+			updates = append(updates, deadline.FlapUpdate{Device: dev, Slot: deadline.Slot(dev, 4),
+				Times: []int64{now.Add(-3 * time.Hour).UnixMilli(), now.Add(-2 * time.Hour).UnixMilli()}})
+		}
+		kept := map[string][]int64{
+			"recent":         {now.Add(-10 * time.Minute).UnixMilli()},
+			"newest-counts":  {now.Add(-5 * time.Hour).UnixMilli(), now.Add(-30 * time.Minute).UnixMilli()},
+			"just-in-window": {now.Add(-time.Hour + time.Second).UnixMilli()},
+		}
+		for dev, times := range kept {
+			updates = append(updates, deadline.FlapUpdate{Device: dev, Slot: deadline.Slot(dev, 4), Times: times})
+		}
+		require.NoError(t, f.store.RecordFlaps(ctx, updates))
+		histories := func() int64 {
+			var n int64
+			for slot := range 4 {
+				n += f.rdb.HLen(ctx, f.store.Keys().Flaps(slot)).Val()
+			}
+			return n
+		}
+		require.EqualValues(t, stale+len(kept), histories())
+
+		w := deadline.NewSweeper(deadline.SweeperOptions{Store: f.store, Slots: func() []int { return testenv.AllSlots(4) },
+			Page: 20, Share: 1, FlapWindow: func() time.Duration { return time.Hour }})
+		require.NoError(t, w.Pass(ctx))
+		left := histories()
+		require.Less(t, left, int64(stale+len(kept)), "the first pass pruned some")
+		require.Greater(t, left, int64(stale/2), "a pass prunes about a page per slot, not every history")
+		for pass := 0; histories() > int64(len(kept)); pass++ {
+			require.Less(t, pass, 200, "the passes go on where the last one stopped")
+			require.NoError(t, w.Pass(ctx))
+		}
+		for dev := range kept {
+			require.True(t, f.rdb.HExists(ctx, f.store.Keys().Flaps(deadline.Slot(dev, 4)), dev).Val(), dev)
+		}
+	})
+}

@@ -1,0 +1,67 @@
+package deadline_test
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
+)
+
+// TestScanOpenIncidents: a scan in small pages returns every reported, unacknowledged incident of the
+// slot once, with its type (a device with its own timeout as its type's) and that timeout; it skips
+// acknowledged incidents, unreported ones and the state hash's guard field.
+func TestScanOpenIncidents(t *testing.T) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		t0 := f.clock.Now()
+		_, err := f.store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
+		require.NoError(t, err)
+		f.refresh(t, fleet(10, "g-", t0, gateways)...)
+		f.refresh(t, deadline.Signal{Device: "own", Type: "gateway", Seen: t0},
+			deadline.Signal{Device: "acked", Type: "gateway", Seen: t0}, deadline.Signal{Device: "fresh", Type: "gateway", Seen: t0})
+		f.clock.Advance(31 * time.Second)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		var acks []deadline.Ack
+		for _, c := range res.Claims {
+			st := sentOnce(c)
+			if c.Device == "fresh" {
+				st.Next = 0 // its interruption is not reported yet
+			}
+			acks = append(acks, reschedule(c, st, f.clock.Now().Add(time.Hour)))
+		}
+		_, err = f.store.Settle(ctx, acks, deadline.RecordsOf(res.Claims))
+		require.NoError(t, err)
+		ok, err := f.store.SetAcked(ctx, "acked")
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		var got []string
+		byDevice := map[string]deadline.OpenIncident{}
+		for cursor, pages := uint64(0), 0; ; pages++ {
+			require.Less(t, pages, 100, "the scan ends")
+			page, next, err := f.store.ScanOpenIncidents(ctx, 0, cursor, 2)
+			require.NoError(t, err)
+			for _, inc := range page {
+				if _, seen := byDevice[inc.Device]; !seen {
+					got = append(got, inc.Device)
+				}
+				byDevice[inc.Device] = inc
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+		sort.Strings(got)
+		require.Equal(t, []string{"g-0", "g-1", "g-2", "g-3", "g-4", "g-5", "g-6", "g-7", "g-8", "g-9", "own"}, got)
+		own := byDevice["own"]
+		require.Equal(t, "gateway", own.Type)
+		require.Equal(t, 6*time.Second, own.Timeout)
+		require.Equal(t, own.State.DeadlineTime().Add(-6*time.Second), own.LastSeen())
+		require.Equal(t, 30*time.Second, byDevice["g-0"].Timeout)
+		require.Equal(t, t0.UnixMilli(), byDevice["g-0"].LastSeen().UnixMilli())
+	})
+}

@@ -1,0 +1,151 @@
+package deadline_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
+)
+
+func TestAssignBalancesAndMovesLittle(t *testing.T) {
+	const slots = 1024
+	replicas := []string{"r1", "r2", "r3", "r4"}
+	owner := map[int]string{}
+	counts := map[string]int{}
+	for _, r := range replicas {
+		for _, s := range deadline.Assign(r, replicas, slots) {
+			require.Empty(t, owner[s], "slot %d assigned twice", s)
+			owner[s] = r
+			counts[r]++
+		}
+	}
+	require.Len(t, owner, slots, "every slot has an owner")
+	for r, n := range counts {
+		require.InDelta(t, slots/len(replicas), n, float64(slots/len(replicas)/4), "replica %s holds %d slots", r, n)
+	}
+
+	joined := append(slices.Clone(replicas), "r5")
+	moved := 0
+	for s := range slots {
+		if now := deadline.Owner(s, joined); now != owner[s] {
+			require.Equal(t, "r5", now, "a join only moves slots to the newcomer")
+			moved++
+		}
+	}
+	require.InDelta(t, slots/5, moved, float64(slots/5/3))
+
+	left := []string{"r1", "r2", "r4"}
+	for s := range slots {
+		if owner[s] != "r3" {
+			require.Equal(t, owner[s], deadline.Owner(s, left), "a leave only moves the leaver's slots")
+		}
+	}
+}
+
+func TestOwnershipSharesTakesOverAndReleases(t *testing.T) {
+	eachFixture(t, 64, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		opts := func(id string) deadline.OwnershipOptions {
+			return deadline.OwnershipOptions{ReplicaID: id, Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond}
+		}
+		type replica struct {
+			own    *deadline.Ownership
+			cancel context.CancelFunc
+			done   chan struct{}
+		}
+		start := func(id string) replica {
+			rctx, cancel := context.WithCancel(ctx)
+			r := replica{own: deadline.NewOwnership(f.store, opts(id)), cancel: cancel, done: make(chan struct{})}
+			go func() { defer close(r.done); _ = r.own.Run(rctx) }()
+			return r
+		}
+		rs := []replica{start("a"), start("b"), start("c")}
+		defer func() {
+			for _, r := range rs {
+				r.cancel()
+				<-r.done
+			}
+		}()
+		disjointCover := func(want []replica) bool {
+			seen := map[int]int{}
+			for _, r := range want {
+				for _, s := range r.own.Slots() {
+					seen[s]++
+				}
+			}
+			if len(seen) != 64 {
+				return false
+			}
+			for _, n := range seen {
+				if n != 1 {
+					return false
+				}
+			}
+			return true
+		}
+		allHold := func() bool {
+			for _, r := range rs {
+				if len(r.own.Slots()) == 0 {
+					return false
+				}
+			}
+			return disjointCover(rs)
+		}
+		require.Eventually(t, allHold, 10*time.Second, 20*time.Millisecond, "three replicas share 64 slots")
+
+		// Graceful stop: b's slots move to a and c.
+		rs[1].cancel()
+		<-rs[1].done
+		require.Empty(t, rs[1].own.Slots())
+		require.Eventually(t, func() bool { return disjointCover([]replica{rs[0], rs[2]}) }, 10*time.Second, 20*time.Millisecond)
+
+		// A lease held by a dead replica blocks the slot until it lapses.
+		for s := range 64 {
+			require.NoError(t, f.rdb.Set(ctx, f.store.Keys().Owner(s), "ghost", 0).Err())
+		}
+		require.Eventually(t, func() bool { return len(rs[0].own.Slots())+len(rs[2].own.Slots()) == 0 }, 10*time.Second, 20*time.Millisecond,
+			"a slot leased to another replica is not scanned")
+		for s := range 64 {
+			require.NoError(t, f.rdb.PExpire(ctx, f.store.Keys().Owner(s), 100*time.Millisecond).Err())
+		}
+		require.Eventually(t, func() bool { return disjointCover([]replica{rs[0], rs[2]}) }, 10*time.Second, 20*time.Millisecond, fmt.Sprint("taken over after the lease lapsed"))
+	})
+}
+
+// TestOwnershipStepsAsideWhenNotEligible: a replica that may not scan (its clock cannot be trusted)
+// releases its slots and leaves the replica set, so the others scan them; it takes its share back once
+// it may again.
+func TestOwnershipStepsAsideWhenNotEligible(t *testing.T) {
+	eachFixture(t, 16, func(t *testing.T, f fixture) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var eligible atomic.Bool
+		eligible.Store(true)
+		a := deadline.NewOwnership(f.store, deadline.OwnershipOptions{ReplicaID: "a", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond})
+		b := deadline.NewOwnership(f.store, deadline.OwnershipOptions{ReplicaID: "b", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond,
+			Eligible: eligible.Load})
+		var wg sync.WaitGroup
+		for _, o := range []*deadline.Ownership{a, b} {
+			wg.Go(func() { _ = o.Run(ctx) })
+		}
+		defer func() { cancel(); wg.Wait() }()
+		shared := func() bool { return len(a.Slots()) > 0 && len(b.Slots()) > 0 && len(a.Slots())+len(b.Slots()) == 16 }
+		require.Eventually(t, shared, 10*time.Second, 20*time.Millisecond)
+
+		eligible.Store(false)
+		require.Eventually(t, func() bool { return len(b.Slots()) == 0 && len(a.Slots()) == 16 }, 10*time.Second, 20*time.Millisecond,
+			"the ineligible replica's slots go to the other")
+		live, err := f.rdb.ZRange(ctx, f.store.Keys().Replicas(), 0, -1).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{"a"}, live)
+
+		eligible.Store(true)
+		require.Eventually(t, shared, 10*time.Second, 20*time.Millisecond, "eligible again: the slots are shared again")
+	})
+}

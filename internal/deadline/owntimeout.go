@@ -1,0 +1,93 @@
+package deadline
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/heartbeatd/heartbeatd/internal/config"
+)
+
+// A device registered with its own timeout (docs/http-api.md, "Device registry") is recorded under a
+// type name of its own, "<type>@<timeout>", so that its score's type index says which timeout its
+// deadline was set with. That name is this package's encoding and never leaves it: claims, devices and
+// incidents carry the configured type and the own timeout apart, and the policy callbacks (Options) are
+// asked about configured types only. Configured type names cannot hold "@" (config validation).
+const ownTypeSep = "@"
+
+// ownTypeName is the name a device with its own timeout is recorded under.
+func ownTypeName(typ string, timeout time.Duration) string {
+	if typ == "" {
+		typ = DefaultType
+	}
+	return typ + ownTypeSep + timeout.String()
+}
+
+// splitOwnType splits a recorded type name into the configured type and the own timeout (0 for a
+// configured type's name).
+func splitOwnType(name string) (typ string, own time.Duration) {
+	i := strings.LastIndex(name, ownTypeSep)
+	if i < 0 {
+		return name, 0
+	}
+	d, err := time.ParseDuration(name[i+1:])
+	if err != nil || d <= 0 {
+		return name, 0
+	}
+	return name[:i], d
+}
+
+// The policy of a recorded type name: its configured type's, under config.Policy.WithOwnTimeout's rule
+// for a device's own timeout (the one statement of it, which internal/alarm decides with too).
+
+// A configured type's name (every signal's but a registered device's) skips building a policy: it
+// asks the callback alone.
+
+func (s *Store) timeout(name string) time.Duration {
+	typ, own := splitOwnType(name)
+	if own <= 0 {
+		return s.typeTimeout(typ)
+	}
+	return config.Policy{Timeout: s.typeTimeout(typ)}.WithOwnTimeout(own).Timeout
+}
+
+func (s *Store) warnAfter(name string) time.Duration {
+	typ, own := splitOwnType(name)
+	if own <= 0 {
+		return s.typeWarnAfter(typ)
+	}
+	return config.Policy{WarnAfter: s.typeWarnAfter(typ)}.WithOwnTimeout(own).WarnAfter
+}
+
+func (s *Store) repeatEvery(name string) time.Duration {
+	typ, _ := splitOwnType(name)
+	return s.typeRepeatEvery(typ)
+}
+
+// expected is Options.Expected for a recorded type name: false for a device's own timeout, which
+// replaces its type's schedule (config.Policy.WithOwnTimeout).
+func (s *Store) expected(name string, seen time.Time) (time.Time, bool) {
+	typ, own := splitOwnType(name)
+	if s.typeExpected == nil || own > 0 {
+		return time.Time{}, false
+	}
+	return s.typeExpected(typ, seen)
+}
+
+// typeOf is the configured type and own timeout a type index stands for.
+func (s *Store) typeOf(ctx context.Context, idx int) (typ string, own time.Duration) {
+	return splitOwnType(s.types.name(ctx, idx))
+}
+
+// recordedType is the name the claim's device is recorded under.
+func (c Claim) recordedType() string { return recordedName(c.Type, c.OwnTimeout) }
+
+// recordedType is the name the device is recorded under.
+func (d Device) recordedType() string { return recordedName(d.Type, d.OwnTimeout) }
+
+func recordedName(typ string, own time.Duration) string {
+	if own > 0 {
+		return ownTypeName(typ, own)
+	}
+	return typ
+}

@@ -1,0 +1,106 @@
+package deadline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+)
+
+// BenchmarkRegistryMemory reports Redis memory per expected device (INFO memory used_memory, minus the
+// empty server's) for benchDevices registered in batches of 4000 as POST /v1/devices:import writes them,
+// over 64 slots, with the default hash-max-listpack-* settings:
+//   - expected: registered with a type and nothing else, never signalled (the deadline and the registry);
+//   - signalled: the same fleet signalled without registering (the deadline alone), for the registry's share;
+//   - labelled: registered with two labels.
+//
+// rows/s is Store.Register's rate (the import's store side).
+func BenchmarkRegistryMemory(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	n := benchDevices()
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		signal bool
+	}{{"expected", nil, false}, {"signalled", nil, true}, {"labelled", map[string]string{"site": "berlin-7", "floor": "3"}, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				require.NoError(b, rdb.FlushAll(ctx).Err())
+				store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})
+				require.NoError(b, err)
+				_, err = store.SyncLayout(ctx, 64)
+				require.NoError(b, err)
+				before := usedMemory(b, srv)
+				began := time.Now()
+				b.StartTimer()
+				if c.signal {
+					preload(b, store, n, began, 0)
+				} else {
+					register(b, store, n, c.labels)
+				}
+				b.StopTimer()
+				took := time.Since(began)
+				b.ReportMetric(float64(usedMemory(b, srv)-before)/float64(n), "bytes/device")
+				b.ReportMetric(float64(n)/took.Seconds(), "rows/s")
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// register registers n devices of type default in batches of 4000.
+func register(b *testing.B, store *deadline.Store, n int, labels map[string]string) {
+	b.Helper()
+	const batch = 4000
+	ids := make([]string, 0, batch)
+	regs := make([]deadline.Registration, 0, batch)
+	parents := make([]string, 0, batch)
+	for i := range n {
+		ids, regs, parents = append(ids, benchDevice(i)), append(regs, deadline.Registration{Type: "default", Labels: labels}), append(parents, "")
+		if len(ids) == batch || i == n-1 {
+			_, err := store.Register(context.Background(), ids, regs, parents)
+			require.NoError(b, err)
+			ids, regs, parents = ids[:0], regs[:0], parents[:0]
+		}
+	}
+}
+
+// BenchmarkRegistryMigration times MigrateRegistry moving benchDevices registrations of the previous
+// layout (64 hashes of JSON, as that version wrote them) into the current one: what it adds to the
+// first start of a replica of this version. moved/s is its rate.
+func BenchmarkRegistryMigration(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	n := benchDevices()
+	for b.Loop() {
+		b.StopTimer()
+		require.NoError(b, rdb.FlushAll(ctx).Err())
+		pipe := rdb.Pipeline()
+		for i := range n {
+			dev := benchDevice(i)
+			pipe.HSet(ctx, legacyRegistryKey(dev), dev, `{"device_type":"default","registered_ms":1763800000000}`)
+			if pipe.Len() == 10_000 || i == n-1 {
+				_, err := pipe.Exec(ctx)
+				require.NoError(b, err)
+			}
+		}
+		store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})
+		require.NoError(b, err)
+		began := time.Now()
+		b.StartTimer()
+		moved, err := store.MigrateRegistry(ctx)
+		b.StopTimer()
+		require.NoError(b, err)
+		require.Equal(b, n, moved)
+		b.ReportMetric(float64(n)/time.Since(began).Seconds(), "moved/s")
+		b.StartTimer()
+	}
+}

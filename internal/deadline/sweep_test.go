@@ -1,0 +1,170 @@
+package deadline_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+)
+
+// dormantIncident makes dev silent, claims it and acknowledges it as exhausted: dormant until recovery.
+func dormantIncident(t *testing.T, f fixture, dev string) deadline.Claim {
+	t.Helper()
+	c := claimOne(t, f, dev)
+	st := c.State
+	st.Next, st.Exhausted = 3, true
+	a := reschedule(c, st, time.Time{})
+	a.Dormant = true
+	require.Equal(t, []bool{true}, f.ack(t, a))
+	return c
+}
+
+// backWithoutProbe writes what the first round trip of a gateway signal of dev writes, its deadline, as
+// if the process died before the recovery probe.
+func backWithoutProbe(t *testing.T, f fixture, dev string) {
+	t.Helper()
+	ctx := context.Background()
+	idx, err := f.store.TypeIndex(ctx, "gateway")
+	require.NoError(t, err)
+	score := (f.clock.Now().Add(30*time.Second).UnixMilli())*deadline.MaxTypes + int64(idx)
+	slot := deadline.Slot(dev, f.store.Slots())
+	require.NoError(t, f.rdb.ZAddArgs(ctx, f.store.Keys().Deadlines(slot), redis.ZAddArgs{GT: true,
+		Members: []redis.Z{{Score: float64(score), Member: dev}}}).Err())
+}
+
+// The gap the sweep closes: after a lost probe a plain refresh of the same signal adds no member, so it
+// probes nothing, and a dormant incident would wait for ever. A retry (RefreshRetry) probes every slot.
+func TestRefreshRetryProbesWhatALostRoundTripWrote(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		dormantIncident(t, f, "d")
+		f.clock.Advance(time.Hour)
+		backWithoutProbe(t, f, "d")
+		sig := []deadline.Signal{{Device: "d", Type: "gateway", Seen: f.clock.Now()}}
+		f.refresh(t, sig...)
+		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "a plain refresh finds the device there and probes nothing")
+
+		require.NoError(t, f.store.RefreshRetry(ctx, sig))
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 1, "the retry probed")
+		require.True(t, res.Claims[0].State.Exhausted)
+	})
+}
+
+func TestSweepMakesDormantIncidentsOfReturnedDevicesDue(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		dormantIncident(t, f, "back")
+		dormantIncident(t, f, "still-silent")
+		dormantIncident(t, f, "leased")
+		f.clock.Advance(time.Hour)
+		// leased signals, its probe makes it due, and a claim leases it: being handled, never woken.
+		f.refresh(t, deadline.Signal{Device: "leased", Type: "gateway", Seen: f.clock.Now()})
+		require.Equal(t, []string{"leased"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims))
+		leaseEnd := f.clock.Now().Add(30 * time.Second)
+		backWithoutProbe(t, f, "back")
+		f.clock.Advance(time.Second)
+
+		woken := 0
+		for slot := range f.store.Slots() {
+			for cursor := uint64(0); ; {
+				next, n, err := f.store.SweepDormant(ctx, slot, cursor, 2)
+				require.NoError(t, err)
+				woken += n
+				if cursor = next; cursor == 0 {
+					break
+				}
+			}
+		}
+		require.Equal(t, 1, woken, "only the dormant incident whose device is back")
+		d, _ := f.device(t, "back")
+		require.Equal(t, f.clock.Now(), d.NextAct, "due now")
+		d, _ = f.device(t, "still-silent")
+		require.True(t, d.NextAct.IsZero(), "still dormant")
+		d, _ = f.device(t, "leased")
+		require.Equal(t, leaseEnd, d.NextAct, "a lease is left as it is")
+
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Equal(t, []string{"back"}, devices(res.Claims))
+		current, err := f.store.CurrentDeadlines(ctx, res.Claims)
+		require.NoError(t, err)
+		require.True(t, current[0].After(res.Claims[0].State.DeadlineTime()), "the re-check sees it back")
+	})
+}
+
+// The sweeper sweeps the slots it is given, every Every, until stopped.
+func TestSweeperRunsOverOwnedSlots(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		dormantIncident(t, f, "d")
+		f.clock.Advance(time.Hour)
+		backWithoutProbe(t, f, "d")
+		owned := deadline.Slot("d", f.store.Slots())
+		w := deadline.NewSweeper(deadline.SweeperOptions{Store: f.store, Slots: func() []int { return []int{owned} },
+			Every: 10 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.Run(ctx) }()
+		defer func() { cancel(); wg.Wait() }()
+		require.Eventually(t, func() bool {
+			d, _ := f.device(t, "d")
+			return !d.NextAct.IsZero()
+		}, 10*time.Second, 5*time.Millisecond)
+	})
+}
+
+// BenchmarkSweepDormant runs full passes of the dormant sweep over 64 slots holding 100k dormant
+// incidents (at most the fleet size) beside as many online devices, none of them back: the steady-state
+// cost of the sweep. redis-µs/sweep is the time Redis spent in the sweep's commands per pass (INFO
+// commandstats), what one pass takes from claims and refreshes.
+func BenchmarkSweepDormant(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	rdb := srv.Client(b)
+	const slots = 64
+	store, err := deadline.New(rdb, deadline.Options{Slots: slots, Timeout: timeoutOf})
+	require.NoError(b, err)
+	ctx := context.Background()
+	n := min(100_000, benchDevices())
+	preload(b, store, n, time.Now(), 0)
+	dormant := float64(deadline.DormantAfter + time.Now().UnixMilli())
+	pipe := rdb.Pipeline()
+	for i := range n {
+		dev := fmt.Sprintf("dormant-%08d", i)
+		pipe.ZAdd(ctx, store.Keys().Alarms(deadline.Slot(dev, slots)), redis.Z{Score: dormant, Member: dev})
+		if pipe.Len() == 4096 || i == n-1 {
+			_, err := pipe.Exec(ctx)
+			require.NoError(b, err)
+		}
+	}
+	// Unpaced (Share 1): the pass's own cost, not the pace that spreads it over Redis's idle time.
+	w := deadline.NewSweeper(deadline.SweeperOptions{Store: store, Slots: func() []int { return testenv.AllSlots(slots) }, Share: 1})
+	require.NoError(b, rdb.ConfigResetStat(ctx).Err())
+	for b.Loop() {
+		require.NoError(b, w.Pass(ctx))
+	}
+	b.ReportMetric(float64(redisUsec(b, rdb))/float64(b.N), "redis-µs/sweep")
+	b.ReportMetric(float64(n), "dormant")
+}
+
+// redisUsec is the time Redis spent running commands since its stats were reset (INFO commandstats).
+func redisUsec(b *testing.B, rdb redis.UniversalClient) int64 {
+	b.Helper()
+	var total int64
+	for name, s := range testenv.CommandStats(b, rdb) {
+		// Not the sweep's: the benchmark's own INFO and CONFIG, and connection set-up (subcommands such as
+		// client|setinfo).
+		if name == "info" || name == "config" || strings.Contains(name, "|") {
+			continue
+		}
+		total += s.Usec
+	}
+	return total
+}
