@@ -197,8 +197,8 @@ func (d *daemon) ready(ctx context.Context) map[string]error {
 	}
 	for _, src := range d.sources {
 		out[src.Name()] = nil
-		if since, why := d.trouble(src, d.clock.Now()); why != "" {
-			out[src.Name()] = fmt.Errorf("%s since %s", why, since.UTC().Format(time.RFC3339))
+		if why := d.unready(src, d.clock.Now()); why != "" {
+			out[src.Name()] = errors.New(why)
 		}
 	}
 	return out
@@ -207,6 +207,14 @@ func (d *daemon) ready(ctx context.Context) map[string]error {
 // notes are the /readyz notes: conditions that do not make heartbeatd unready but need an operator.
 func (d *daemon) notes() map[string]string {
 	notes := d.eviction.notes()
+	for _, src := range d.sources {
+		if note := d.groupNote(src, d.clock.Now()); note != "" {
+			if notes == nil {
+				notes = map[string]string{}
+			}
+			notes[src.Name()+"_group"] = note
+		}
+	}
 	if n, at := d.store.DataLost(); n > 0 && d.clock.Now().Before(at.Add(dataLostNoted)) {
 		if notes == nil {
 			notes = map[string]string{}

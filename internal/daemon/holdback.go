@@ -58,12 +58,29 @@ func (d *daemon) buildHoldBack(replica string, reg prometheus.Registerer) *holdb
 		OnChange: func(active bool) { d.metrics.HoldBack.Set(b2f(active)) }})
 }
 
-// trouble says what keeps a source from delivering signals in time at now: since when (deadlines after
-// it may have missed signals) and why; why is "" while the source is healthy. The hold-back and /readyz
-// both read it, so they never disagree about a source.
-func (d *daemon) trouble(src ingest.Source, now time.Time) (since time.Time, why string) {
-	t := d.probeTrouble(src, now)
-	return t.Since, t.Why
+// unready says why src keeps this replica from being ready at now ("" when it does not): its own share
+// of the signals is not read in time. A shared source's trouble with the other members' shares (a
+// group's lag or rebalance) holds detection back (probeTrouble) but is only a note here: a survivor is
+// ready as soon as it reads what it was assigned.
+func (d *daemon) unready(src ingest.Source, now time.Time) string {
+	h := src.Health()
+	switch {
+	case !h.Connected:
+		return fmt.Sprintf("disconnected since %s", d.shared(h.Since).UTC().Format(time.RFC3339))
+	case h.OwnLag > d.cfg.Ingest.MaxLag:
+		return fmt.Sprintf("lagging %s behind", h.OwnLag.Round(time.Millisecond))
+	case !h.Blind.IsZero() && !h.BlindShared:
+		return fmt.Sprintf("%s since %s", h.BlindWhy, h.Blind.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// groupNote says what the hold-back waits for in src beyond this replica's own share ("" when nothing).
+func (d *daemon) groupNote(src ingest.Source, now time.Time) string {
+	if t := d.probeTrouble(src, now); t.Why != "" && d.unready(src, now) == "" {
+		return fmt.Sprintf("%s since %s: detection of the devices it may affect waits for it", t.Why, t.Since.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 // probeTrouble is src's health as a blind window sees it. A lag or a rebalance of a source whose broker

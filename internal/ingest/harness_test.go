@@ -52,6 +52,7 @@ func policyStore(tb testing.TB, rdb redis.UniversalClient) *deadline.Store {
 type recorder struct {
 	next    ingest.Refresher
 	failing atomic.Bool
+	slow    atomic.Int64 // ns each refresh waits before it is written: a Redis that answers slowly
 	calls   atomic.Int64
 
 	mu      sync.Mutex
@@ -66,6 +67,13 @@ func (r *recorder) Refresh(ctx context.Context, sigs []deadline.Signal) error {
 	r.calls.Add(1)
 	if r.failing.Load() {
 		return fmt.Errorf("recorder: redis made to fail")
+	}
+	if d := time.Duration(r.slow.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	if err := r.next.Refresh(ctx, sigs); err != nil {
 		return err

@@ -78,6 +78,10 @@ type KafkaSource struct {
 	generation          atomic.Pointer[kafka.Generation]
 	generations         atomic.Int64
 	observedGenerations atomic.Int64
+	// own is this replica's assignment while a generation runs: it is ready once it reads these in
+	// time. unassignedSince (Unix ns on Now's clock) is when it last had none; 0 while it has one.
+	own             atomic.Pointer[[]topicPartition]
+	unassignedSince atomic.Int64
 }
 
 var (
@@ -126,7 +130,8 @@ func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
 		align: newAligner(alignMaxWait, alignStall),
 	}
 	s.client = &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Timeout: opts.DialTimeout, Transport: s.transport}
-	s.offsets.onAck = s.health.settled
+	s.offsets.onAck = s.health.done
+	s.unassignedSince.Store(opts.Now().UnixNano()) // no partition is read before the group assigns some
 	return s, nil
 }
 
@@ -142,8 +147,31 @@ func (s *KafkaSource) Health() Health {
 	lag := s.offsets.lag(now)
 	glag, blind, why := s.watch.status(now, s.staleAfter())
 	h := s.health.health(max(lag, glag))
-	h.Blind, h.BlindWhy, h.Kept = blind, why, true
+	h.Blind, h.BlindWhy, h.Kept, h.BlindShared = blind, why, true, true
+	h.OwnLag = lag
+	if since := s.unassignedSince.Load(); since != 0 {
+		h.OwnLag = max(h.OwnLag, now.Sub(time.Unix(0, since)))
+	} else if own := s.own.Load(); own != nil {
+		h.OwnLag = max(h.OwnLag, s.watch.lagOf(*own, now))
+	}
 	return h
+}
+
+// assigned records gen's assignment as this replica's own share until gen ends.
+func (s *KafkaSource) assigned(gen *kafka.Generation) {
+	var own []topicPartition
+	for topic, parts := range gen.Assignments {
+		for _, p := range parts {
+			own = append(own, topicPartition{topic, p.ID})
+		}
+	}
+	s.own.Store(&own)
+	s.unassignedSince.Store(0)
+	gen.Start(func(genCtx context.Context) {
+		<-genCtx.Done()
+		s.own.Store(nil)
+		s.unassignedSince.Store(s.opts.Now().UnixNano())
+	})
 }
 
 // staleAfter is how long the group may go unobserved before the source stops vouching for it: a few

@@ -54,6 +54,7 @@ func (s *KafkaSource) consume(ctx context.Context, group *kafka.ConsumerGroup, c
 		failures = 0
 		s.generation.Store(gen)
 		s.generations.Add(1)
+		s.assigned(gen)
 		// Every partition is waited for from the start, so the first reader to connect does not run ahead.
 		for topic, parts := range gen.Assignments {
 			for _, p := range parts {

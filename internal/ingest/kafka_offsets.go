@@ -366,6 +366,22 @@ func (g *groupWatch) status(now time.Time, stale time.Duration) (lag time.Durati
 	return lag, blind, why
 }
 
+// lagOf is how long the oldest unread record of parts may have waited at now (the group's committed
+// offsets, as status reads them for every partition).
+func (g *groupWatch) lagOf(parts []topicPartition, now time.Time) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var lag time.Duration
+	for _, tp := range parts {
+		if p := g.parts[tp]; p != nil {
+			if since := p.unreadSinceLocked(); !since.IsZero() {
+				lag = max(lag, now.Sub(since))
+			}
+		}
+	}
+	return lag
+}
+
 // readUpTo is the time up to which the group has read everything: the last observation, or the earliest
 // time since which a partition's oldest unread record may have waited; zero before any observation.
 func (g *groupWatch) readUpTo() time.Time {

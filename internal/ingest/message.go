@@ -74,6 +74,12 @@ type Health struct {
 	// Kept: the broker keeps what the source has not read yet (Kafka), so a lag or a Blind span loses
 	// nothing: once read past, every signal sent meanwhile is in.
 	Kept bool
+	// OwnLag is Lag over this replica's own share of the signals: for Kafka its assigned partitions
+	// (or, between assignments, how long it has had none). A shared source's Lag and Blind also count
+	// the other members' shares (BlindShared), which the hold-back waits for and readiness does not:
+	// a replica is ready once it reads its own share in time.
+	OwnLag      time.Duration
+	BlindShared bool
 }
 
 // Sharing is a source that may read shares of the signals: Shares lists them (none when it reads all
@@ -98,16 +104,14 @@ type Source interface {
 	Health() Health
 }
 
-// healthState is the connection state and the flow progress a source reports as Health.
+// healthState is the connection state of a source and how many of its messages wait for their write.
 type healthState struct {
 	mu        sync.Mutex
 	connected bool
 	since     time.Time
 
-	// outstanding counts messages submitted and not yet acknowledged; progress is when the last one was
-	// acknowledged (or when outstanding rose from zero), so a stalled flow shows as a growing lag.
+	// outstanding counts messages submitted and not yet acknowledged: a shutdown waits for them.
 	outstanding atomic.Int64
-	progress    atomic.Int64 // Unix ns
 }
 
 func newHealthState() *healthState { return &healthState{since: time.Now()} }
@@ -124,31 +128,13 @@ func (h *healthState) set(connected bool) bool {
 }
 
 // begin counts n messages handed to the chain.
-func (h *healthState) begin(n int) {
-	if h.outstanding.Add(int64(n)) == int64(n) {
-		h.progress.Store(time.Now().UnixNano())
-	}
-}
+func (h *healthState) begin(n int) { h.outstanding.Add(int64(n)) }
 
-func (h *healthState) done() {
-	h.progress.Store(time.Now().UnixNano())
-	h.outstanding.Add(-1)
-}
-
-// settled is done for a source that reads its lag elsewhere (Kafka: from the offsets), so progress goes
-// unread: it spares a clock read per message.
-func (h *healthState) settled() { h.outstanding.Add(-1) }
+// done counts one message acknowledged.
+func (h *healthState) done() { h.outstanding.Add(-1) }
 
 // dropped uncounts n messages the chain did not take: they are never acknowledged.
 func (h *healthState) dropped(n int) { h.outstanding.Add(-int64(n)) }
-
-// stall is how long the flow has been waiting for an acknowledgement; 0 when nothing is outstanding.
-func (h *healthState) stall(now time.Time) time.Duration {
-	if h.outstanding.Load() <= 0 {
-		return 0
-	}
-	return max(0, now.Sub(time.Unix(0, h.progress.Load())))
-}
 
 func (h *healthState) health(lag time.Duration) Health {
 	h.mu.Lock()

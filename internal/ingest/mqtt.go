@@ -77,7 +77,8 @@ type MQTTSource struct {
 	templates []topicTemplate
 	log       *zap.Logger
 	health    *healthState
-	probe     *mqttProbe // nil without ProbeTopic
+	pending   pendingArrivals // the messages handed on and not yet acknowledged: Health's Lag
+	probe     *mqttProbe      // nil without ProbeTopic
 
 	mu     sync.Mutex
 	client mqtt.Client
@@ -168,9 +169,10 @@ func NewMQTTSource(opts MQTTOptions) (*MQTTSource, error) {
 func (s *MQTTSource) Name() string { return SourceMQTT }
 
 // Health implements Source. Lag is how long the oldest unacknowledged message has waited for the chain:
-// MQTT has no offsets, so a stalled chain (Redis down) is what shows.
+// MQTT has no offsets, so a stalled chain (Redis down) or a draining backlog is what shows.
 func (s *MQTTSource) Health() Health {
-	h := s.health.health(s.health.stall(time.Now()))
+	h := s.health.health(s.pending.lag(s.opts.Now()))
+	h.OwnLag = h.Lag
 	if since := s.probe.blind(s.opts.Now()); !since.IsZero() {
 		h.Blind, h.BlindWhy = since, fmt.Sprintf("no probe came back from the broker within %s", s.probe.late)
 	}
@@ -434,12 +436,12 @@ func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
 		chain.discard(SourceMQTT, resultRetained, m.Ack)
 		return
 	}
-	a := arrival{m, s.opts.Now()}
+	a := arrival{m: m, at: s.opts.Now()}
 	if m.Qos() == 0 {
 		s.queueUnacked(chain, a)
 		return
 	}
-	s.health.begin(1)
+	s.begin(&a)
 	select {
 	case s.acked <- a:
 		return
@@ -457,8 +459,20 @@ func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
 	select {
 	case s.acked <- a:
 	case <-ctx.Done():
-		s.health.done() // shutting down: unacknowledged, so the session delivers it again
+		s.finish(a) // shutting down: unacknowledged, so the session delivers it again
 	}
+}
+
+// begin counts a as handed on: it waits for its write from now.
+func (s *MQTTSource) begin(a *arrival) {
+	a.seq = s.pending.add(a.at)
+	s.health.begin(1)
+}
+
+// finish counts a as written, or as given up (it is not acknowledged then, so the broker sends it again).
+func (s *MQTTSource) finish(a arrival) {
+	s.pending.done(a.seq)
+	s.health.done()
 }
 
 // arrival is a message as paho handed it over, with when: the signal time of a message without ts. It
@@ -467,8 +481,9 @@ func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
 // must not swap times on their way to the chain, or the failure would look older than the heartbeat
 // and be dropped as late.
 type arrival struct {
-	m  mqtt.Message
-	at time.Time
+	m   mqtt.Message
+	at  time.Time
+	seq uint64 // in MQTTSource.pending
 }
 
 // queueUnacked queues a QoS 0 message for the workers, or sheds it when MaxQueuedQoS0 messages or
@@ -476,12 +491,12 @@ type arrival struct {
 func (s *MQTTSource) queueUnacked(chain *Chain, a arrival) {
 	size := int64(len(a.m.Payload()))
 	if s.unackedBytes.Add(size) <= maxQueuedQoS0Bytes {
-		s.health.begin(1)
+		s.begin(&a)
 		select {
 		case s.unacked <- a:
 			return
 		default:
-			s.health.done()
+			s.finish(a)
 		}
 	}
 	s.unackedBytes.Add(-size)
@@ -515,7 +530,7 @@ func (s *MQTTSource) worker(ctx context.Context, chain *Chain) {
 		if ignored {
 			chain.discard(SourceMQTT, resultIgnored, func() {
 				m.Ack()
-				s.health.done()
+				s.finish(a)
 			})
 			continue
 		}
@@ -535,11 +550,11 @@ func (s *MQTTSource) worker(ctx context.Context, chain *Chain) {
 			Received:    a.at,
 			Ack: func() {
 				m.Ack()
-				s.health.done()
+				s.finish(a)
 			},
 		})
 		if err != nil {
-			s.health.done() // shutting down: unacknowledged, so the session delivers it again
+			s.finish(a) // shutting down: unacknowledged, so the session delivers it again
 		}
 	}
 }

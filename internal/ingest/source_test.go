@@ -191,6 +191,31 @@ func TestSourcesSurviveRedisOutage(t *testing.T) {
 	})
 }
 
+// TestLagIsTheOldestWaitingSignal: a backlog that drains steadily but slowly (Redis answering slowly,
+// as after an outage) shows as the age of its oldest signal not yet written, which the hold-back
+// compares with ingest.max_lag. The time since the last write stays short meanwhile, and judged by it
+// a deadline could be claimed while the device's newer signal still waited in the backlog.
+func TestLagIsTheOldestWaitingSignal(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr *transport) {
+		srv := testenv.StartRedis(t, testenv.RedisOptions{})
+		p := startPipeline(t, policyStore(t, srv.Client(t)), ingest.ChainOptions{Batch: 4, MaxInFlight: 1})
+		src := tr.source(t, "a")
+		p.run(t, src)
+
+		p.rec.slow.Store(int64(100 * time.Millisecond)) // 4 signals written every 100 ms: 200 take 5 s
+		ids := devices("drain", 200)
+		tr.send(t, rawFor(ids, "")...)
+		require.Eventually(t, func() bool { return src.Health().Lag >= 1500*time.Millisecond }, 20*time.Second, 10*time.Millisecond,
+			"the backlog's oldest signal ages while the backlog drains")
+		require.Less(t, p.rec.count(), len(ids), "shown while the backlog drains, not after")
+		require.Greater(t, p.rec.count(), 0, "the backlog drains meanwhile: a write every 100 ms")
+
+		p.rec.slow.Store(0)
+		p.waitApplied(t, ids...)
+		require.Eventually(t, func() bool { return src.Health().Lag == 0 }, 10*time.Second, 5*time.Millisecond)
+	})
+}
+
 // TestSourcesReconnectAfterBrokerRestart restarts the broker under a running source.
 func TestSourcesReconnectAfterBrokerRestart(t *testing.T) {
 	forEachBackendAndTransport(t, func(t *testing.T, rdb redis.UniversalClient, tr *transport) {

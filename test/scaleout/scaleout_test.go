@@ -2,10 +2,13 @@ package scaleout
 
 import (
 	"context"
-	"github.com/stretchr/testify/assert"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -100,6 +103,18 @@ func (c *cluster) takeover(r *replica, slots int, disrupt func()) time.Duration 
 	return took
 }
 
+// readyWhileGroupShort polls r's /readyz until it answers 200 with the note that the consumer group
+// is short of a member's partitions (the hold-back waits for them), or within has passed.
+func readyWhileGroupShort(r *replica, within time.Duration) bool {
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		code, body, err := r.hb.Get("/readyz")
+		if err == nil && code == http.StatusOK && strings.Contains(body, `"kafka_group"`) {
+			return true
+		}
+	}
+	return false
+}
+
 // TestReplicasTakeOverAndDoubleSlots: three heartbeatd on one Redis and one Kafka, a fleet signalling over
 // Kafka. (1) SIGKILL one replica while a fifth of the fleet expires: every one of them is reported, and
 // the takeover time is measured, then more SIGKILL and SIGTERM rounds measure takeovers. (2) The slot count
@@ -158,7 +173,11 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 	f.silence(killVictims, time.Now().Add(time.Second))
 	require.Eventually(t, func() bool { return len(ev.missing(killVictims)) <= len(killVictims)*3/4 }, 30*time.Second, 5*time.Millisecond)
 	killedAt := time.Now()
+	survivorReady := make(chan bool, 1)
+	go func() { survivorReady <- readyWhileGroupShort(c.replicas[1], 30*time.Second) }()
 	kills = append(kills, c.takeover(c.replicas[0], 16, func() { c.replicas[0].hb.Kill(t) }))
+	require.True(t, <-survivorReady, "a survivor answers /readyz 200 while the group still misses the dead member's "+
+		"partitions: it reads its own, and the hold-back's wait for the rest is a note")
 	require.Eventually(t, func() bool { return len(ev.missing(killVictims)) == 0 }, lease+timeout+spread+30*time.Second, 20*time.Millisecond,
 		"every device that expired around the kill is reported")
 	var afterKill []string
