@@ -23,15 +23,22 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// DefaultInFlight is Options.InFlight when unset.
-const DefaultInFlight = 500 * time.Millisecond
+// DefaultInFlight is Options.InFlight when unset: the default ingest.max_lag (2s) and a clock margin.
+const DefaultInFlight = 2*time.Second + clockMargin
+
+// clockMargin covers how far the test's clock and heartbeatd's may differ, and a broker's own delay.
+const clockMargin = 500 * time.Millisecond
+
+// InFlightFor is Options.InFlight for a run whose heartbeatd has ingest.max_lag maxLag.
+func InFlightFor(maxLag time.Duration) time.Duration { return maxLag + clockMargin }
 
 // Options tune the checker to a run.
 type Options struct {
-	// InFlight bounds how long an acknowledged signal takes to reach heartbeatd, plus how far the test's
-	// clock and heartbeatd's may differ. A signal is taken as heard by an event raised InFlight after
-	// it, and as unheard by one raised less than InFlight after it: only what falls outside that margin
-	// is judged.
+	// InFlight bounds how long an acknowledged signal may take to be applied by heartbeatd before
+	// missing it is heartbeatd's fault: its ingest.max_lag (a signal waiting longer opens a blind window
+	// and holds detection back; one waiting less is taken as on time), plus a clock margin (InFlightFor).
+	// A signal is taken as heard by an event raised InFlight after it, and as unheard by one raised less
+	// than InFlight after it: only what falls outside that margin is judged.
 	InFlight time.Duration
 }
 

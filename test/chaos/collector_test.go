@@ -48,7 +48,7 @@ type deviceEvents struct {
 func newCollector(t *testing.T, k *testenv.Kafka) *collector {
 	t.Helper()
 	c := &collector{kafka: k, seen: map[recordAt]bool{}, devices: map[event.Kind]map[string]*deviceEvents{},
-		deadletters: map[string][]string{}, outages: map[string]bool{}, incidents: invariant.New(invariant.Options{})}
+		deadletters: map[string][]string{}, outages: map[string]bool{}, incidents: invariant.New(invariant.Options{InFlight: invariant.InFlightFor(maxLag)})}
 	k.Consume(t, c.add, eventsTopic, deadletterTopic)
 	return c
 }

@@ -101,6 +101,11 @@ func startFleet(t *testing.T) *fleet {
 	return f
 }
 
+// maxLag is every daemon's ingest.max_lag: below the types' timeouts, so signals waiting in ingest (Redis
+// down or full) count as an outage before a keeper's deadline can pass because of it. The incident
+// checker takes a signal that heartbeatd may apply this late as in flight, not as missed.
+const maxLag = time.Second
+
 // daemonOptions vary the config between scenarios.
 type daemonOptions struct {
 	replica string        // replica id and MQTT client id; default "chaos"
@@ -218,14 +223,13 @@ func (f *fleet) config(o daemonOptions) string {
 	if o.sweepEvery > 0 {
 		detection += fmt.Sprintf(", sweep_every: %s", o.sweepEvery)
 	}
-	// lease 2s: a killed daemon's claims are delivered again quickly. max_lag below the timeout: signals
-	// waiting in ingest (Redis down or full) count as an outage before a keeper's deadline can pass
-	// because of it. repeat_every 0: no repeats; the suite counts interruptions and recoveries.
+	// lease 2s: a killed daemon's claims are delivered again quickly. repeat_every 0: no repeats; the
+	// suite counts interruptions and recoveries.
 	return fmt.Sprintf(`
 redis: %s}
 types:
 %singest:
-  max_lag: 1s
+  max_lag: %s
   mqtt:
     brokers: [%q]
     client_id: %q
@@ -236,7 +240,7 @@ detection: %s}
 cluster: {replica_id: %q, replica_heartbeat: 250ms, slot_lease: 1s}
 log: {level: info, format: console}
 shutdown_timeout: 5s
-%s`, redis, types, f.broker.Addr, o.replica, sub, kafkaIngest, strings.Join(f.kafka.Addrs, ","), eventsTopic, deadletterTopic,
+%s`, redis, types, maxLag, f.broker.Addr, o.replica, sub, kafkaIngest, strings.Join(f.kafka.Addrs, ","), eventsTopic, deadletterTopic,
 		detection, o.replica, correlation(o.correlation))
 }
 

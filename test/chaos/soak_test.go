@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -122,6 +123,7 @@ func TestChaosSoak(t *testing.T) {
 	// ownGrace: after a blind window each device waits its own timeout, so no false alarm is ever allowed.
 	o := daemonOptions{sharedGroup: "soak", timeout: 3 * time.Second, typeSpecs: soakTypes, sweepEvery: 5 * time.Second, ownGrace: true}
 	replicas := make([]*testenv.Heartbeatd, 2)
+	keepLogs(t, replicas)
 	for i := range replicas {
 		o.replica = "soak-" + string(rune('a'+i))
 		replicas[i] = f.startDaemon(o)
@@ -217,6 +219,28 @@ func TestChaosSoak(t *testing.T) {
 	r.falses, r.detail = f.events.earlyInterruptions(), slices.DeleteFunc(r.detail, func(l string) bool { return strings.HasPrefix(l, "false ") })
 	r.figures = append(r.figures, fmt.Sprintf("seed=%d faults=%d acts=%d", seed, faults, acts))
 	report(t, r, func() string { return mentions(r.incidents.Violations, replicas) }, replicas[0].LogTail, replicas[1].LogTail)
+}
+
+// keepLogs copies the replicas' whole logs into $HB_SOAK_LOGS when the soak fails, for the replay of a
+// long run: the test's own directory goes with it.
+func keepLogs(t *testing.T, replicas []*testenv.Heartbeatd) {
+	dir := os.Getenv("HB_SOAK_LOGS")
+	if dir == "" {
+		return
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i, hb := range replicas {
+			if hb != nil {
+				name := filepath.Join(dir, fmt.Sprintf("replica-%d.log", i))
+				if err := os.WriteFile(name, []byte(hb.Log()), 0o644); err != nil {
+					t.Logf("keep the logs: %v", err)
+				}
+			}
+		}
+	})
 }
 
 // mentions is what the replicas' logs say of the devices that broke a promise.
