@@ -3,3 +3,10 @@ package ingest
 // Queued is how many submitted signals the batcher has not taken yet: a test that needs them in the
 // batch being built waits for 0.
 func (c *Chain) Queued() int { return len(c.in) }
+
+// MQTTArrived counts the signals s has taken from its broker (probes not included).
+func MQTTArrived(s *MQTTSource) uint64 {
+	s.pending.mu.Lock()
+	defer s.pending.mu.Unlock()
+	return s.pending.first + uint64(len(s.pending.entries))
+}

@@ -402,9 +402,10 @@ func (s *MQTTSource) subscribe(c mqtt.Client) error {
 	return nil
 }
 
-// subscribeProbe subscribes to the probe's topic with QoS 0: a probe is worth nothing later.
+// subscribeProbe subscribes to the probe's topic with QoS 1, so that each probe is delivered in line
+// with the signals (mqttprobe.go).
 func (s *MQTTSource) subscribeProbe(c mqtt.Client) error {
-	tok := c.Subscribe(s.probe.topic, 0, nil)
+	tok := c.Subscribe(s.probe.topic, 1, nil)
 	if !tok.WaitTimeout(s.opts.ConnectTimeout) {
 		return fmt.Errorf("ingest: mqtt probe subscribe timed out after %s", s.opts.ConnectTimeout)
 	}

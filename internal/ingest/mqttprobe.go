@@ -92,8 +92,10 @@ func (p *mqttProbe) run(ctx context.Context, client mqtt.Client, log *zap.Logger
 				"or a broker that stops delivering with its connection open goes unnoticed", zap.String("topic", p.topic))
 		}
 		if client.IsConnectionOpen() {
-			// QoS 0: nothing is queued for later, and nothing waits for the broker's answer.
-			client.Publish(p.topic, 0, false, strconv.FormatInt(p.now().UnixNano(), 10))
+			// QoS 1, as the signals: a broker forwards QoS 0 at once, past the QoS 1 messages its
+			// in-flight window holds back, and such a probe would vouch for signals still queued there.
+			// Nothing waits for the broker's answer.
+			client.Publish(p.topic, 1, false, strconv.FormatInt(p.now().UnixNano(), 10))
 		}
 		return nil
 	})

@@ -45,6 +45,32 @@ func TestMQTTProbeNoticesAFrozenBroker(t *testing.T) {
 	require.Empty(t, p.dl.letters())
 }
 
+// TestMQTTProbeWaitsBehindQueuedSignals: a probe vouches for what the broker delivered before it, so it
+// queues behind the signals the broker holds back while its in-flight window to heartbeatd is full
+// (Redis slow or down). A QoS 0 probe is not held by that window: it overtook them, and vouched for
+// signals still at the broker.
+func TestMQTTProbeWaitsBehindQueuedSignals(t *testing.T) {
+	broker := testenv.StartMosquitto(t, testenv.MosquittoOptions{MaxInflight: 10})
+	p := startPipeline(t, policyStore(t, testenv.StartRedis(t).Client(t)), ingest.ChainOptions{Batch: 4, MaxInFlight: 1})
+	src := newMQTTSource(t, broker.Addr, "heartbeatd", func(o *ingest.MQTTOptions) {
+		o.ProbeTopic, o.ProbeEvery, o.ProbeLate = "heartbeatd/probe/heartbeatd", 100*time.Millisecond, 300*time.Millisecond
+	})
+	p.run(t, src)
+	require.Eventually(t, func() bool { return time.Since(src.ReadUpTo()) < 300*time.Millisecond }, 10*time.Second, 5*time.Millisecond,
+		"the probe comes back")
+
+	p.rec.slow.Store(int64(100 * time.Millisecond)) // 4 signals written every 100 ms: the window stays full
+	ids := devices("queued", 200)
+	newMQTTTransportOn(t, broker.Addr)(t, rawFor(ids, "")...)
+	sent := time.Now()
+	require.Eventually(t, func() bool { return src.ReadUpTo().After(sent) }, 30*time.Second, 5*time.Millisecond,
+		"a probe sent after the signals comes back")
+	require.EqualValues(t, len(ids), ingest.MQTTArrived(src), "the probe came back only after every signal sent before it")
+
+	p.rec.slow.Store(0)
+	p.waitApplied(t, ids...)
+}
+
 // TestMQTTProbeRefusedByTheBrokerCostsNothing: a broker whose ACL refuses the probe topic (its SUBSCRIBE
 // fails, its PUBLISH is dropped) leaves the source connected, neither blind nor bounded: signals flow as
 // without a probe.

@@ -31,6 +31,9 @@ type MosquittoOptions struct {
 	// MaxQueued is max_queued_messages, the QoS 1 messages queued per client before mosquitto drops
 	// them; 0 means 1000000.
 	MaxQueued int
+	// MaxInflight is max_inflight_messages, the QoS 1 messages sent to a client and not yet acknowledged;
+	// the rest wait at the broker (default 1000).
+	MaxInflight int
 	// ACL, when set, is the acl_file's content: what every (anonymous) client may read and write, as
 	// "topic readwrite devices/#" lines. Anything else is refused: a SUBSCRIBE gets a failure code, a
 	// PUBLISH is dropped without a word.
@@ -110,7 +113,7 @@ func (m *Mosquitto) config() string {
 	// that are offline on purpose.
 	w("max_queued_messages %d", cmp.Or(m.opts.MaxQueued, 1_000_000))
 	w("max_queued_bytes 0")
-	w("max_inflight_messages 1000")
+	w("max_inflight_messages %d", cmp.Or(m.opts.MaxInflight, 1000))
 	w("max_inflight_bytes 0")
 	if m.opts.Persistence {
 		w("persistence true")
