@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -62,6 +63,7 @@ type KafkaReplicaConfig struct {
 	Slots   int      // redis.slots
 	Kafka   []string // the brokers of ingest.kafka and events.kafka
 	Replica string   // cluster.replica_id
+	Group   string   // ingest.kafka.group_id; default "hb-<Replica>", a group of its own
 }
 
 // YAML is the config file: the servers' sections, then sections (further top-level YAML such as types,
@@ -69,16 +71,17 @@ type KafkaReplicaConfig struct {
 // (session_timeout) before it reads; 6s keeps that short.
 func (c KafkaReplicaConfig) YAML(sections string) string {
 	brokers := QuoteAll(c.Kafka)
+	group := cmp.Or(c.Group, "hb-"+c.Replica)
 	return fmt.Sprintf(`
 redis: {addrs: [%q], slots: %d}
 ingest:
   mqtt: {enabled: false}
-  kafka: {enabled: true, brokers: [%s], topics: [%q], group_id: "hb-%s", session_timeout: 6s}
+  kafka: {enabled: true, brokers: [%s], topics: [%q], group_id: %q, session_timeout: 6s}
 events:
   kafka: {brokers: [%s], topic: %q, deadletter_topic: %q}
 cluster: {replica_id: %q}
 log: {level: info, format: json}
-`, c.Redis, c.Slots, brokers, SignalsTopic, c.Replica, brokers, EventsTopic, DeadLetterTopic, c.Replica) + sections
+`, c.Redis, c.Slots, brokers, SignalsTopic, group, brokers, EventsTopic, DeadLetterTopic, c.Replica) + sections
 }
 
 // QuoteAll is ss as the items of a YAML flow sequence, for config files written by tests.
