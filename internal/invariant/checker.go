@@ -255,7 +255,7 @@ func (c *Checker) falseReports(device string, evs []recorded, signals []sent) []
 			}
 			if e.At.Add(c.inFlight).Before(s.at.Add(s.timeout)) {
 				out = append(out, Violation{Device: device, Rule: RuleFalse, Detail: fmt.Sprintf("%s at %s, but it signalled at %s with a timeout of %s",
-					e.ID, stamp(e.At), stamp(s.at), s.timeout)})
+					e.ID, stamp(e.At), stamp(s.at), s.timeout), History: sentBetween(signals, e.Deadline.Add(-2*s.timeout), e.At)})
 			}
 			break // the latest signal heard sets the deadline (a retyped device's included)
 		}
@@ -281,6 +281,17 @@ func history(evs []recorded, signals []sent) string {
 		fmt.Fprintf(&b, " [%d signals to %s]", len(signals)-j, stamp(signals[len(signals)-1].at))
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// sentBetween lists the signals begun from from to to: when each was begun and acknowledged.
+func sentBetween(signals []sent, from, to time.Time) string {
+	var b strings.Builder
+	for _, s := range signals {
+		if !s.at.Before(from) && !s.at.After(to) {
+			fmt.Fprintf(&b, " sent %s acked %s;", stamp(s.at), stamp(s.acked))
+		}
+	}
+	return "signals" + strings.TrimSuffix(b.String(), ";")
 }
 
 // signalledAfter is the first signal sent at or after t.

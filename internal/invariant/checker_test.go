@@ -18,7 +18,7 @@ type run struct {
 	order int64
 }
 
-func newRun() *run { return &run{c: New(Options{})} }
+func newRun() *run { return &run{c: New(Options{InFlight: InFlightFor(0)})} }
 
 // signal records a signal begun at at and acknowledged 10 ms later.
 func (r *run) signal(at time.Duration) {
