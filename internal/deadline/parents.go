@@ -42,11 +42,16 @@ const parentBuckets = 64
 
 func (k Keyspace) parents(child string) string { return k.prefix + ":parents:" + bucket(child) }
 
+// parentsBucket is the links hash of bucket b (parents(child) is one of them).
+func (k Keyspace) parentsBucket(b int) string { return k.prefix + ":parents:" + bucketTag(b) }
+
 // bucket is the hash tag "{crc32(device) mod parentBuckets}" of the per-device hashes kept apart from
 // the slots (parent links).
 func bucket(device string) string {
-	return "{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(device))%parentBuckets)) + "}"
+	return bucketTag(int(crc32.ChecksumIEEE([]byte(device)) % parentBuckets))
 }
+
+func bucketTag(b int) string { return "{" + strconv.Itoa(b) + "}" }
 
 // children is the set of the devices that named parent as theirs.
 func (k Keyspace) children(parent string) string { return k.prefix + ":children:{" + parent + "}" }

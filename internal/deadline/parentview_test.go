@@ -92,6 +92,41 @@ func TestChildrenWakeAfterRedisLostData(t *testing.T) {
 	})
 }
 
+// TestNamedParentsRepairedAfterRedisLostData: after a data loss the fleet's mark says the named-parents
+// sets may be incomplete, so every storm wakes every device's children. A sweeper pass names every
+// linked parent again and marks the sets complete: the fleet no longer pays that for good, and the
+// parent whose entry was lost still wakes its children.
+func TestNamedParentsRepairedAfterRedisLostData(t *testing.T) {
+	eachFixture(t, 64, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		downGateway(t, f, "gw-4", "child-4")
+		require.NoError(t, f.store.AsLinkedByOlderVersion(ctx, "gw-4"))
+		require.NoError(t, f.store.SetNamed(ctx)) // the mark survived, the set did not
+		f.store.LoseData()
+		_, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-4", Down: true}}, f.clock.Now(), nil) // sets the mark back
+		require.NoError(t, err)
+		require.Equal(t, "1", f.store.ParentsMark(ctx))
+
+		repaired, err := f.store.RepairNamedParents(ctx)
+		require.NoError(t, err)
+		require.True(t, repaired)
+		require.Equal(t, "named", f.store.ParentsMark(ctx), "the sets are complete again")
+		named, err := f.rdb.SIsMember(ctx, f.store.Keys().NamedParents("gw-4"), "gw-4").Result()
+		require.NoError(t, err)
+		require.True(t, named, "the linked parent is named again")
+
+		f.clock.Advance(3 * time.Second)
+		other := f.replicas(t, 64, 2)[1]
+		n, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-4", Down: true}}, f.clock.Now(), nil)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "its children are woken through the named parents")
+
+		repaired, err = f.store.RepairNamedParents(ctx)
+		require.NoError(t, err)
+		require.False(t, repaired, "nothing to do once the mark says named")
+	})
+}
+
 // TestDownParentReadOncePerVerdict: the view of a down parent is read from Redis once, not by every batch
 // of its children, and read again as soon as any replica reports a parent's verdict, or after
 // parentViewTTL (2 s).

@@ -164,13 +164,19 @@ func (w *Sweeper) Run(ctx context.Context) error {
 }
 
 // pass sweeps every owned slot once, prunes a page of each one's flap histories, does the unlinks Redis
-// failed (parents.go), and forgets long-silent devices when that is due.
+// failed (parents.go), names the linked parents again after a data loss (parentrepair.go), and forgets
+// long-silent devices when that is due.
 func (w *Sweeper) pass(ctx context.Context) error {
 	if err := w.sweep(ctx); err != nil {
 		return err
 	}
 	if err := w.opts.Store.payUnlinks(ctx); err != nil {
 		return err
+	}
+	if repaired, err := w.opts.Store.repairNamedParents(ctx); err != nil {
+		return err
+	} else if repaired {
+		w.log.Info("named every linked parent again after Redis lost data: gateway storms wake only the children of named parents again")
 	}
 	now := w.opts.Store.now()
 	if w.opts.ForgetAfter <= 0 || now.Sub(w.lastForget) < forgetEvery {
