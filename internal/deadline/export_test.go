@@ -84,7 +84,9 @@ func (w *Sweeper) Pass(ctx context.Context) error { return w.pass(ctx) }
 func (l Layout) Moving() bool                     { return l.moving() }
 
 // RepairNamedParents is what each sweeper pass runs after the dormant sweep (parentrepair.go).
-func (s *Store) RepairNamedParents(ctx context.Context) (bool, error) { return s.repairNamedParents(ctx) }
+func (s *Store) RepairNamedParents(ctx context.Context) (bool, error) {
+	return s.repairNamedParents(ctx)
+}
 
 // ParentsMark is the fleet's parents mark: "named", "1" or "" when absent.
 func (s *Store) ParentsMark(ctx context.Context) string {
