@@ -1,6 +1,7 @@
 package holdback
 
 import (
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -68,3 +69,29 @@ func (h *Tracker) recordRedisLocked(now, since, to time.Time, reason string) {
 }
 
 // checkClockLocked follows ClockCheck: since when it fails, and why.
+
+// lostWritesLocked notices a Redis that came back without writes it had acknowledged: a restart from an
+// append-only file synced once a second, or from an older snapshot. Every tick writes this replica's
+// entry (stamped with the tick's time) and reads it first; an entry older than the last one Redis
+// acknowledged means everything written since may be gone, deadlines moved by the signals of that span
+// among it. The span becomes a window from the surviving entry's stamp, so no deadline it may have
+// rolled back is claimed before its device had its own timeout of visible time after it. An entry gone
+// altogether proves nothing: another replica removes a long-silent one, and a loss of everything is
+// the store's data-loss check, with no deadline left to be claimed falsely.
+func (h *Tracker) lostWritesLocked(now time.Time, before []any) {
+	if len(before) != 1 {
+		return
+	}
+	v, _ := before[0].(string)
+	prev, ok := decodeEntry(h.opts.ReplicaID, v)
+	if !ok || h.lastShared.IsZero() || prev.at.UnixMilli() >= h.lastShared.UnixMilli() {
+		return
+	}
+	h.log.Warn("Redis came back without writes it had acknowledged: holding detection back over the span they may have moved",
+		zap.Time("from", prev.at), zap.Time("last_acknowledged", h.lastShared))
+	h.recordLocked(now, Window{ID: windowRedisLost, Cause: causeRedis, Scope: ScopeAll, From: prev.at, To: now,
+		Reason: fmt.Sprintf("redis lost the writes acknowledged since %s", prev.at.UTC().Format(time.RFC3339Nano))})
+}
+
+// windowRedisLost is the id of the window lostWritesLocked records.
+const windowRedisLost = "redis-lost"

@@ -374,6 +374,8 @@ func (h *Tracker) tick(ctx context.Context) error {
 	h.mu.Unlock()
 
 	pipe := h.opts.Client.Pipeline()
+	// This replica's last entry, for lostWritesLocked; HMGET answers a missing one without an error.
+	before := pipe.HMGet(ctx, h.keys.windows(), h.opts.ReplicaID)
 	pipe.HSet(ctx, h.keys.windows(), h.opts.ReplicaID, encodeEntry(now, h.opts.Incarnation, h.opts.ClientIDs, h.opts.Shares, local))
 	pipe.HSet(ctx, h.keys.health(), h.opts.ReplicaID, legacyOutage(now, local, h.opts.MaxHoldBack))
 	pipe.Set(ctx, h.keys.alive(), now.UnixMilli(), 0)
@@ -399,6 +401,7 @@ func (h *Tracker) tick(ctx context.Context) error {
 		// writes stuck behind the same Redis) reaches this replica at its next tick, within the grace.
 		h.recordRedisLocked(after, now, after, redisUnreachable)
 	}
+	h.lostWritesLocked(after, before.Val())
 	h.lastShared = now
 	if !h.writesRefusedLocked(after) {
 		h.closeLocked(windowRedis, after)

@@ -99,6 +99,37 @@ func TestHoldBackRedisOutage(t *testing.T) {
 	require.Equal(t, []bool{true, false}, changes)
 }
 
+// TestHoldBackRedisThatLostAcknowledgedWrites: a Redis that comes back from an older copy of its data (a
+// snapshot, or an append-only file synced once a second) has lost writes it acknowledged, the deadlines
+// the signals of that span moved among them: a device's deadline may be rolled back to before the span.
+// The tick notices its own entry older than the last one Redis took, and holds back from the copy's time
+// a grace past now, with no outage between two ticks to tell.
+func TestHoldBackRedisThatLostAcknowledgedWrites(t *testing.T) {
+	rdb, clk := holdBackRedis(t)
+	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
+	hb := newReplicaTracker(rdb, "r1", clk.Now, nil)
+	ctx := context.Background()
+	require.NoError(t, hb.Start(ctx))
+	require.NoError(t, rdb.Save(ctx).Err(), "the copy Redis will come back from")
+	for _, d := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second} {
+		at(d)
+		require.NoError(t, hb.tick(ctx))
+	}
+	require.False(t, hb.Status().Active)
+
+	require.NoError(t, rdb.Do(ctx, "DEBUG", "RELOAD", "NOSAVE").Err(), "Redis loads the copy: 3 s of writes gone")
+	at(4 * time.Second)
+	require.NoError(t, hb.tick(ctx))
+	st := hb.Status()
+	require.True(t, st.Active, "writes Redis acknowledged are gone")
+	require.Equal(t, holdBackT0, st.Since, "held from the copy's time")
+	require.Contains(t, st.Reason, "redis lost the writes")
+	require.Equal(t, holdBackT0, hb.Watermark(at(13*time.Second)), "a grace after it was noticed")
+	after := at(14*time.Second + time.Millisecond)
+	require.NoError(t, hb.tick(ctx))
+	require.Equal(t, after, hb.Watermark(after), "the hold ends a grace after it was noticed")
+}
+
 // TestHoldBackRefusedWritesHoldAtOnce: a Redis outage between two ticks is seen only by the writes it
 // refused. The scanners may reach Redis again before the next tick and before the refused signals are
 // written: the refused writes hold detection back at once, from their start, and keep holding until a
