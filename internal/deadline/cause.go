@@ -268,20 +268,15 @@ func (s *Store) fillCauses(ctx context.Context, devices []Device, slotOf func(i 
 	return nil
 }
 
-// reportedFailuresLua is section (0) of the claim script (claim.go): the reported failures of a slot,
-// their put-back and the ones heard after every blind window, defined here beside the rest of causes.
-// It reads the claim script's locals (now, batch, wm, wms, floor, pieces) and its KEYS and ARGV.
-const reportedFailuresLua = `-- (0) Reported failures whose deadline passed (KEYS[6], cause.go), read before the deadlines are: a
--- failure that a signal no newer than it moved on (a replay, or a heartbeat overtaken on its way) is put
--- back, since the device said it failed after that signal; a newer signal ended it, and a claimed one is
--- done with. Returns, as flat pairs (device, score), the pending failures heard after every blind window
--- that still holds (ARGV[8]) whose type's watermark holds them (so no range below takes them): the
--- device's own word, heard since, cannot have been overtaken by a signal lost in a window.
+// reportedFailuresLua is the first step of a claim (claimsteps.go): the reported failures of a slot and
+// their put-back, defined here beside the rest of causes. It reads the claim steps' locals (now, batch,
+// floor, pieces) and their KEYS and ARGV.
+const reportedFailuresLua = `-- (0) Reported failures whose deadline passed (KEYS[6], cause.go), looked at before the deadlines are
+-- claimed: a failure that a signal no newer than it moved on (a replay, or a heartbeat overtaken on its
+-- way) is put back, since the device said it failed after that signal; a newer signal ended it, and a
+-- claimed one is done with. The pending ones stay (the held step claims those heard after a window).
 local function reportedFailures()
-  local heard = {}
-  if redis.call('EXISTS', KEYS[6]) == 0 then return heard end
-  local from, to = string.match(ARGV[8], '^(%d+),(%d+)$')
-  from, to = tonumber(from), tonumber(to)
+  if redis.call('EXISTS', KEYS[6]) == 0 then return end
   local leads
   local done = {}
   local entries = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, batch, 'WITHSCORES')
@@ -306,17 +301,10 @@ local function reportedFailures()
           cdl = f
         end
       end
-      if cdl == f then
-        pending = true
-        if from and f >= from and f <= to and f > (wms[t + 1] or wm) then
-          heard[#heard+1] = m
-          heard[#heard+1] = string.format('%.0f', f * ${MaxTypes} + t)
-        end
-      end
+      pending = cdl == f
     end
     if not pending then done[#done+1] = m end
   end
   pieces(done, 1, function(...) redis.call('ZREM', KEYS[6], ...) end)
-  return heard
 end
 `

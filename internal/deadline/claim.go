@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Claim is one device handed to the alarm loop (doc.go: claim, lease, commit).
@@ -64,329 +66,6 @@ type ClaimResult struct {
 	SlotNext []time.Time
 }
 
-// claimScript claims up to batch due devices of one slot, in four sections: (1) fresh claims, (2) due
-// alarm entries, (3) the in-flight record, (4) the next due scores.
-//
-// KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records  KEYS[5] causes
-// KEYS[6] reported  KEYS[7] seen
-// ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
-// ARGV[3] lease (ms)  ARGV[4] batch  ARGV[5] the record of this call's committed claims
-// ARGV[6] a committed claim's next act per type index (now + its repeat interval, or a dormant score),
-// listSep-separated, or one value for every type
-// ARGV[7] the watermark (ms) per type index, listSep-separated, where types differ (hold-back after a
-// blind window: each device waits its own timeout); "" when ARGV[2] holds for every type. An index
-// past the list gets ARGV[2].
-// ARGV[8] "from,to" (ms): a reported failure whose deadline is within them is claimed past its type's
-// watermark (ClaimOptions.HeardAfter); "" when hold-back holds nobody back after a window.
-// ARGV[9] lead (ms) per type index, listSep-separated, as MarkEarlier takes it (negative: a type with
-// expected times, whose last signal is in seen).
-// Reply: {next deadline ms or -1, next alarm ms or -1, more 0/1, committed, again, replacing, due,
-// causes}, where committed and again are flat pairs packed into one packSep-separated string: the
-// committed fresh claims (device, deadlines-set score) and the claims of expired records handed out again
-// (device, score or a suppression's committed state, wake.go);
-// replacing is flat triples (device, deadlines-set score, replaced state); due is flat pairs (device,
-// state); causes flat pairs (device, stored cause) of the claimed devices that have one.
-//
-// A plain fresh claim is committed (doc.go). A fresh claim whose device has an open incident replaces it
-// when its deadline is newer: it gets a full state with nothing sent and a leased alarm entry, and the
-// alarm loop acknowledges it per device; an older deadline is a replayed old signal and is dropped. Every
-// reply element costs Redis more than the Lua around it, so committed claims go back packed into one
-// string, and claimed members leave the deadlines set by rank, not by name.
-var claimScript = newScript(`
-${luaPieces}
-local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local record, actsByType, wmByType = ARGV[5], ARGV[6], ARGV[7]
-local floor, byte = math.floor, string.byte
--- Formatted once: Redis turns a Lua number into text with %.17g for every element.
-local leased = string.format('%.0f', now + lease)
-
--- The highest score due by watermark w (ms) for every type.
-local function dueBy(w) return string.format('%.0f', w * ${MaxTypes} + ${MaxTypes} - 1) end
-
--- The watermarks per type index (index + 1; ARGV[7]) and the latest of them or of the common one.
-local wms, high = {}, wm
-for v in string.gmatch(wmByType, ${listItem}) do
-  local x = tonumber(v)
-  wms[#wms+1] = x
-  if x > high then high = x end
-end
-
--- Past the common watermark, the members of types whose own watermark is later (ARGV[7]) are due too:
--- appended to due (flat pairs) up to batch in all. Members of types still held are stepped over, at most
--- batch × ${heldScanFactor} of them a call. Returns the members appended, to be removed by name.
-local function pastWatermark(due)
-  local byName = {}
-  if #due / 2 >= batch or high <= wm then return byName end
-  -- Read only what can fill the batch, then past the held members read, up to the scan bound: most
-  -- often nothing between the watermarks is held, and one read of what is needed fills it.
-  local offset, bound = 0, batch * ${heldScanFactor}
-  while #due / 2 < batch and offset < bound do
-    local want = math.min(batch - #due / 2, bound - offset)
-    local past = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. dueBy(wm), dueBy(high), 'LIMIT', offset, want, 'WITHSCORES')
-    for i = 1, #past, 2 do
-      local s = tonumber(past[i+1])
-      if floor(s / ${MaxTypes}) <= (wms[s % ${MaxTypes} + 1] or wm) then
-        due[#due+1] = past[i]
-        due[#due+1] = past[i+1]
-        byName[#byName+1] = past[i]
-      end
-    end
-    if #past / 2 < want then break end
-    offset = offset + want
-  end
-  return byName
-end
-
--- What a fresh incident replacing prev (deadline pdl) owes: prev's recovery when prev was reported, else
--- what prev owed (State.owing). Returns the owed deadline and the warned flag, as text.
-local function owing(prev, pdl)
-  if not string.find(prev, ${stateSep}, 1, true) then return string.format('%.0f', pdl), '0' end
-  local next, hold = string.match(prev, ${stateNextPattern}), string.match(prev, ${stateHoldPattern})
-  if next ~= '0' then return string.format('%.0f', pdl), '0' end
-  if hold == ${holdFieldLate} then return string.format('%.0f', pdl), '1' end
-  return string.match(prev, ${stateOwedPattern}) or '0', string.match(prev, ${stateOwedWarnedPattern}) or '0'
-end
-
-` + reportedFailuresLua + `
--- (1) Fresh claims: up to batch members of the deadlines set due by the watermark, then by their type's,
--- then reported failures heard since the blind windows (0). Returns the committed claims (flat pairs), the
--- replacing ones (flat triples) and how many members were due.
-local function claimFresh()
-  local committed, replacing = {}, {}
-  local heard = reportedFailures()
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', dueBy(wm), 'LIMIT', 0, batch, 'WITHSCORES')
-  local byRank = #due / 2
-  local byName = pastWatermark(due)
-  for i = 1, #heard, 2 do
-    if #due / 2 >= batch then break end
-    due[#due+1] = heard[i]
-    due[#due+1] = heard[i+1]
-    byName[#byName+1] = heard[i]
-  end
-  local n = #due / 2
-  if n == 0 then return committed, replacing, 0 end
-  local acts = {}
-  for v in string.gmatch(actsByType, ${listItem}) do acts[#acts+1] = v end
-  local uniform = #acts == 1 and acts[1]
-  local members, hset, zadd = {}, {}, {}
-  for i = 1, #due, 2 do members[#members+1] = due[i] end
-  local open = gather(members, function(...) return redis.call('HMGET', KEYS[3], ...) end)
-  for i = 1, #due, 2 do
-    local m, sc = due[i], due[i+1]
-    local prev = open[(i + 1) / 2]
-    if not prev then
-      -- Commit: the state is the bare score, the alarm entry the next act.
-      committed[#committed+1] = m
-      committed[#committed+1] = sc
-      hset[#hset+1] = m
-      hset[#hset+1] = sc
-      zadd[#zadd+1] = uniform or acts[floor(tonumber(sc) % ${MaxTypes}) + 1] or acts[1]
-      zadd[#zadd+1] = m
-    else
-      -- An open incident: a full state starts with its deadline, a committed one is its bare score.
-      local pdl = tonumber(string.match(prev, ${stateDeadlinePattern})) or floor(tonumber(prev) / ${MaxTypes})
-      local s = tonumber(sc)
-      local dl = floor(s / ${MaxTypes})
-      if pdl < dl then
-        replacing[#replacing+1] = m
-        replacing[#replacing+1] = sc
-        replacing[#replacing+1] = prev
-        hset[#hset+1] = m
-        hset[#hset+1] = string.format(${stateReplacingFormat}, dl, s - dl * ${MaxTypes}, owing(prev, pdl))
-        zadd[#zadd+1] = leased
-        zadd[#zadd+1] = m
-      end
-    end
-  end
-  if byRank > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, byRank - 1) end
-  pieces(byName, 1, function(...) redis.call('ZREM', KEYS[1], ...) end)
-  if #hset > 0 then
-    hset[#hset+1] = ${stateGuardField}
-    hset[#hset+1] = ${stateGuardValue}
-    pieces(hset, 2, function(...) redis.call('HSET', KEYS[3], ...) end)
-    pieces(zadd, 2, function(...) redis.call('ZADD', KEYS[2], ...) end)
-  end
-  return committed, replacing, n
-end
-
--- An expired in-flight record: its claims whose state is still as committed go to again (flat pairs).
-local function handOutAgain(expired, again)
-  local data = redis.call('HGET', KEYS[4], expired)
-  redis.call('HDEL', KEYS[4], expired)
-  if not data then return end
-  local devs, scores = {}, {}
-  for d, s in string.gmatch(data, ${packedPair}) do
-    devs[#devs+1] = d
-    scores[#scores+1] = s
-  end
-  if #devs == 0 then return end
-  local cur = gather(devs, function(...) return redis.call('HMGET', KEYS[3], ...) end)
-  for k = 1, #devs do
-    if cur[k] == scores[k] then
-      again[#again+1] = devs[k]
-      again[#again+1] = scores[k]
-    end
-  end
-end
-
--- The slot's in-flight records (name, packed list), read before any is handed out again in this call,
--- when a due entry may need them (readRecords).
-local records = {}
--- committedForm: st may be a state committed under a record: a bare score, or a suppression (wake.go).
-local function committedForm(st)
-  return not string.find(st, ${stateSep}, 1, true) or string.find(st, ${stateSuppressedPattern})
-end
-local function readRecords(states)
-  if redis.call('EXISTS', KEYS[4]) == 0 then return end
-  for _, st in pairs(states) do
-    if st and committedForm(st) then
-      records = redis.call('HGETALL', KEYS[4])
-      return
-    end
-  end
-end
-
--- inFlightUntil: a due entry whose state is still as a claim committed it may belong to a record still
--- in flight (its process slow or dead before publishing); then it returns when to look again: when that
--- record's lease ends (now + 1 ms when the record is handed out again in this very call), or sooner,
--- ${inFlightRecheck} ms on, as a live process releases its record within milliseconds; else nil.
-local function inFlightUntil(m, st)
-  if #records == 0 or not committedForm(st) then return nil end
-  local pair = ${packSep} .. m .. ${packSep} .. st .. ${packSep}
-  for i = 1, #records, 2 do
-    if string.find(${packSep} .. records[i+1] .. ${packSep}, pair, 1, true) then
-      local ends = tonumber(redis.call('ZSCORE', KEYS[2], records[i]))
-      return math.min(math.max(ends or now, now), now + ${inFlightRecheck}) + 1
-    end
-  end
-  return nil
-end
-
--- (2) Due alarm entries, up to left: leased again and returned with their state. An entry without a state
--- is removed: an orphan, or an expired record. Returns the entries (flat pairs), the claims handed out
--- again (flat pairs) and whether left entries were due.
-local function claimDue(left)
-  local entries, again = {}, {}
-  if left <= 0 then return entries, again, false end
-  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, left)
-  if #due == 0 then return entries, again, false end
-  -- One read and one write per kind, as for fresh claims: a recovery wave makes many entries due at once.
-  local states = gather(due, function(...) return redis.call('HMGET', KEYS[3], ...) end)
-  readRecords(states)
-  local lease, orphans = {}, {}
-  for j, m in ipairs(due) do
-    local st = states[j]
-    local waitsTo = st and inFlightUntil(m, st)
-    if waitsTo then
-      -- Committed by a claim whose record is still in flight: whether its interrupted went out is known
-      -- only when the record is released or handed out again, so it waits for that.
-      lease[#lease+1] = string.format('%.0f', waitsTo)
-      lease[#lease+1] = m
-    elseif st then
-      lease[#lease+1] = leased
-      lease[#lease+1] = m
-      entries[#entries+1] = m
-      entries[#entries+1] = st
-    else
-      orphans[#orphans+1] = m
-      if byte(m, 1) == ${recordMarkByte} then handOutAgain(m, again) end
-    end
-  end
-  pieces(lease, 2, function(...) redis.call('ZADD', KEYS[2], ...) end)
-  pieces(orphans, 1, function(...) redis.call('ZREM', KEYS[2], ...) end)
-  return entries, again, #due == left
-end
-
--- (3) The in-flight record leasing this call's committed claims and those handed out again (their device
--- and what each claim committed). Returns the two lists packed.
-local function leaseRecord(committed, again)
-  if #committed + #again == 0 then return '', '' end
-  local c, a = table.concat(committed, ${packSep}), table.concat(again, ${packSep})
-  local all = c
-  if c == '' then all = a elseif a ~= '' then all = c .. ${packSep} .. a end
-  redis.call('HSET', KEYS[4], record, all)
-  redis.call('ZADD', KEYS[2], leased, record)
-  return c, a
-end
-
--- (4) The earliest deadline a claim may take once it is due, and the earliest act, left in the slot (-1:
--- none), so the scanner sleeps until then. While hold-back holds some types, that deadline is the first
--- after now of a type it does not hold, among the next ${nextScanBound} members; while it holds every type, or
--- those members are all held, there is none and the scanner polls (detection.max_idle_wait).
-local function nextDeadline()
-  if high < now then return -1 end
-  if #wms == 0 then
-    local d = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    if d[2] then return floor(tonumber(d[2]) / ${MaxTypes}) end
-    return -1
-  end
-  -- Members at or before now are held, or left to the next claim (more): the next one due is after now.
-  -- Most often it is of a type not held, so one member is read before the rest.
-  local offset, want = 0, 1
-  while offset < ${nextScanBound} do
-    local after = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. dueBy(now), '+inf', 'LIMIT', offset, want, 'WITHSCORES')
-    for i = 2, #after, 2 do
-      local s = tonumber(after[i])
-      if (wms[s % ${MaxTypes} + 1] or wm) >= now then return floor(s / ${MaxTypes}) end
-    end
-    if #after / 2 < want then return -1 end
-    offset, want = offset + want, ${nextScanBound} - offset - want
-  end
-  return -1
-end
-local function nextDue()
-  local na = -1
-  local a = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  if a[2] then
-    local v = tonumber(a[2])
-    if v and v < ${DormantAfter} then na = v end -- a dormant entry is never due
-  end
-  return nextDeadline(), na
-end
-
--- (5) The causes of the claimed incidents that did not begin with silence (cause.go), read only in a slot
--- that has any, so a fleet without them pays nothing more: flat pairs device, cause. A fresh claim's
--- cause of an earlier incident is dropped.
-local function causesOf(committed, replacing, again, due)
-  if #committed + #replacing + #again + #due == 0 or redis.call('EXISTS', KEYS[5]) == 0 then return {} end
-  local devs, fresh = {}, {}
-  for i = 1, #committed, 2 do
-    devs[#devs+1] = committed[i]
-    fresh[#devs] = committed[i+1]
-  end
-  for i = 1, #replacing, 3 do
-    devs[#devs+1] = replacing[i]
-    fresh[#devs] = replacing[i+1]
-  end
-  for i = 1, #again, 2 do devs[#devs+1] = again[i] end
-  for i = 1, #due, 2 do devs[#devs+1] = due[i] end
-  local vals = gather(devs, function(...) return redis.call('HMGET', KEYS[5], ...) end)
-  local out, stale = {}, {}
-  for k, d in ipairs(devs) do
-    local v = vals[k]
-    if v then
-      local sc = fresh[k]
-      if sc and tonumber(string.match(v, '^%d+')) ~= floor(tonumber(sc) / ${MaxTypes}) then
-        stale[#stale+1] = d
-      else
-        out[#out+1] = d
-        out[#out+1] = v
-      end
-    end
-  end
-  pieces(stale, 1, function(...) redis.call('HDEL', KEYS[5], ...) end)
-  return out
-end
-
-local committed, replacing, n = claimFresh()
-local due, again, dueFull = claimDue(batch - n)
-local packed, packedAgain = leaseRecord(committed, again)
-local nd, na = nextDue()
-local more = 0
-if n == batch or dueFull then more = 1 end
-return {nd, na, more, packed, packedAgain, replacing, due, causesOf(committed, replacing, again, due)}
-`)
-
 // ClaimOptions bounds one claim.
 type ClaimOptions struct {
 	Now       time.Time
@@ -401,10 +80,10 @@ type ClaimOptions struct {
 	// window, cannot have been overtaken by a signal lost in it (docs/signals.md#reported-failures).
 	HeardAfter time.Time
 	Lease      time.Duration
-	Batch      int // most devices per slot
+	Batch      int // most fresh claims per slot, and most due alarm entries per slot
 }
 
-// heardWindow is the claim script's ARGV[8]: "from,to" (ms), the deadlines of the reported failures
+// heardWindow is the claim steps' ARGV[8]: "from,to" (ms), the deadlines of the reported failures
 // claimed past their type's watermark, or "" when there are none.
 func (o ClaimOptions) heardWindow() string {
 	if o.HeardAfter.IsZero() || o.WatermarkFor == nil {
@@ -466,23 +145,34 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	})
 	record := s.newRecord()
 	leads, _ := s.untypedTable()
-	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType, opts.heardWindow(),
-		leads.render(millis)}
-	calls := make([]scriptCall, len(slots))
-	for i, slot := range slots {
-		calls[i] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.inFlight(slot),
-			s.keys.causes(slot), s.keys.reported(slot), s.keys.seen(slot)}, args: args}
+	heard := opts.heardWindow()
+	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType, heard, leads.render(millis)}
+	// The held step only while hold-back holds some types: it has nothing to claim otherwise.
+	held := wmByType != "" || heard != ""
+	steps := []*redis.Script{claimSteps.reported, claimSteps.fresh, claimSteps.due, claimSteps.next}
+	if held {
+		steps = []*redis.Script{claimSteps.reported, claimSteps.held, claimSteps.fresh, claimSteps.due, claimSteps.next}
 	}
-	cmds, err := s.runAll(ctx, claimScript, calls)
+	scripts := make([]*redis.Script, 0, len(slots)*len(steps))
+	calls := make([]scriptCall, 0, len(slots)*len(steps))
+	for _, slot := range slots {
+		call := scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.inFlight(slot),
+			s.keys.causes(slot), s.keys.reported(slot), s.keys.seen(slot)}, args: args}
+		for _, step := range steps {
+			scripts = append(scripts, step)
+			calls = append(calls, call)
+		}
+	}
+	cmds, err := s.runScripts(ctx, scripts, calls, claimSteps.all)
 	if err != nil {
 		return res, fmt.Errorf("deadline: claim: %w", err)
 	}
 	var nextDeadline, nextAlarm int64 = -1, -1
 	// Decoded first, so the claims are allocated once: a wake-up may hand over thousands.
-	replies := make([]claimReply, len(cmds))
+	replies := make([]claimReply, len(slots))
 	claims := 0
-	for i, cmd := range cmds {
-		r, err := decodeClaimReply(cmd.Val())
+	for i := range slots {
+		r, err := decodeClaimReply(stepReplies(cmds[i*len(steps):(i+1)*len(steps)], held), opts.Batch)
 		if err != nil {
 			return res, fmt.Errorf("%w (slot %d)", err, slots[i])
 		}
@@ -550,7 +240,7 @@ func (s *Store) watermarks(wm time.Time, watermarkFor WatermarkFunc) (time.Time,
 	return low, byIndex
 }
 
-// watermarkByIndex is watermarks with each index's watermark (ms) as the claim script takes it,
+// watermarkByIndex is watermarks with each index's watermark (ms) as the claim steps take it,
 // listSep-separated ("" where they do not differ).
 func (s *Store) watermarkByIndex(wm time.Time, watermarkFor WatermarkFunc) (time.Time, string) {
 	low, byIndex := s.watermarks(wm, watermarkFor)

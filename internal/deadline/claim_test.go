@@ -527,6 +527,21 @@ func TestNextDue(t *testing.T) {
 	})
 }
 
+// A claim that finds any of its steps missing in Redis loads them all, the held step too though it did not
+// run: Redis must never run a later step of a claim while it refuses an earlier one (claimsteps.go).
+func TestClaimLoadsAllItsStepsWhenRedisLostThem(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
+		require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
+		f.clock.Advance(time.Hour)
+		require.Len(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, 1, "no hold-back: the held step does not run")
+		loaded, err := f.rdb.ScriptExists(ctx, deadline.ClaimStepHashes()...).Result()
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, true, true, true, true}, loaded)
+	})
+}
+
 func TestBatchLimitReportsMore(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		f.refresh(t, fleet(10, "d", f.clock.Now(), gateways)...)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The Go side of a claim's reply (claim.go): decoding it and turning each slot's lists into claims.
@@ -107,7 +109,7 @@ func earliest(a, b int64) int64 {
 	return a
 }
 
-// claimReply is one slot's claimScript reply, every field checked by decodeClaimReply: the flat lists
+// claimReply is one slot's claim, decoded from its steps' replies by decodeClaimReply: the flat lists
 // hold whole pairs and triples, so they can be indexed without further checks.
 type claimReply struct {
 	nextDeadline, nextAlarm int64 // ms; -1 when none
@@ -118,22 +120,67 @@ type claimReply struct {
 	causes                  []string // pairs: device, stored cause
 }
 
-// decodeClaimReply reads v, a claimScript reply as go-redis returns it.
-func decodeClaimReply(v any) (claimReply, error) {
-	r := replyReader{script: "claim"}
-	f := r.fields(v, 8)
+// claimStepReplies are the replies of one slot's claim steps (claimsteps.go) as go-redis returns them;
+// held is nil when that step did not run.
+type claimStepReplies struct{ held, fresh, due, next any }
+
+// stepReplies picks one slot's step replies out of its commands, run in claimSteps order.
+func stepReplies(cmds []*redis.Cmd, held bool) claimStepReplies {
+	var r claimStepReplies
+	if held {
+		r.held, cmds = cmds[1].Val(), cmds[1:]
+	}
+	r.fresh, r.due, r.next = cmds[1].Val(), cmds[2].Val(), cmds[3].Val()
+	return r
+}
+
+// decodeClaimReply reads one slot's step replies. The fresh claims are the fresh step's, then the held
+// one's; the slot has more when the two took batch members, or batch alarm entries were due.
+func decodeClaimReply(steps claimStepReplies, batch int) (claimReply, error) {
+	var out claimReply
+	taken, err := decodeFreshReply(&out, "claim fresh", steps.fresh)
+	if err != nil {
+		return claimReply{}, err
+	}
+	if steps.held != nil {
+		n, err := decodeFreshReply(&out, "claim held", steps.held)
+		if err != nil {
+			return claimReply{}, err
+		}
+		taken += n
+	}
+	r := replyReader{script: "claim due"}
+	f := r.fields(steps.due, 4)
 	if r.err != nil {
 		return claimReply{}, r.err
 	}
-	out := claimReply{
-		nextDeadline: r.int(f[0], "next deadline"),
-		nextAlarm:    r.int(f[1], "next alarm"),
-		more:         r.int(f[2], "more") == 1,
-		committed:    r.packed(f[3], "committed", 2),
-		again:        r.packed(f[4], "again", 2),
-		replacing:    r.strings(f[5], "replacing", 3),
-		due:          r.strings(f[6], "due", 2),
-		causes:       r.strings(f[7], "causes", 2),
+	full := r.int(f[0], "full") == 1
+	out.again = r.packed(f[1], "again", 2)
+	out.due = r.strings(f[2], "due", 2)
+	out.causes = append(out.causes, r.strings(f[3], "causes", 2)...)
+	if r.err != nil {
+		return claimReply{}, r.err
 	}
+	r = replyReader{script: "claim next"}
+	f = r.fields(steps.next, 2)
+	if r.err != nil {
+		return claimReply{}, r.err
+	}
+	out.nextDeadline, out.nextAlarm = r.int(f[0], "next deadline"), r.int(f[1], "next alarm")
+	out.more = full || taken >= int64(batch)
 	return out, r.err
+}
+
+// decodeFreshReply appends a fresh or held step's reply v to out and returns how many members it took.
+func decodeFreshReply(out *claimReply, script string, v any) (int64, error) {
+	r := replyReader{script: script}
+	f := r.fields(v, 4)
+	if r.err != nil {
+		return 0, r.err
+	}
+	taken := r.int(f[0], "taken")
+	out.committed = append(out.committed, r.packed(f[1], "committed", 2)...)
+	out.replacing = append(out.replacing, r.strings(f[2], "replacing", 3)...)
+	out.causes = append(out.causes, r.strings(f[3], "causes", 2)...)
+	return taken, r.err
 }

@@ -15,8 +15,9 @@
 //     `recovered`, or wait. The slot's alarms set scores each incident with when to act next.
 //   - dormant: an incident with no act until the device signals again (acknowledged, exhausted, no
 //     repeats); its alarm entry is scored from dormantAfter up, so it never comes due.
-//   - claim: handing due work to the alarm loop, one atomic script call per slot (claim.go): devices
-//     whose deadline passed (fresh claims) and alarm entries whose act came due. A Claim is one device.
+//   - claim: handing due work to the alarm loop, per slot a few atomic script steps sent together
+//     (claimsteps.go): devices whose deadline passed (fresh claims) and alarm entries whose act came
+//     due. A Claim is one device.
 //   - lease: a claim's alarm entry is scored now + lease. If the process dies before acknowledging it,
 //     the incident comes due again and its events go out again with the same ids (at-least-once).
 //   - commit: a plain fresh claim (no open incident) is stored by the claim itself as the alarm loop

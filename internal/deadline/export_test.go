@@ -92,3 +92,12 @@ func (s *Store) RepairNamedParents(ctx context.Context) (bool, error) {
 func (s *Store) ParentsMark(ctx context.Context) string {
 	return s.rdb.Get(ctx, s.keys.parentsInUse()).Val()
 }
+
+// ClaimStepHashes are the hashes of a claim's scripts, in their order (claimsteps.go).
+func ClaimStepHashes() []string {
+	var out []string
+	for _, s := range claimSteps.all {
+		out = append(out, s.Hash())
+	}
+	return out
+}

@@ -12,9 +12,9 @@ import (
 // peek reads the earliest deadline, alarm entry and reported failure of each of slots in one pipeline,
 // claiming nothing. It reports whether a Claim with opts would find work in any of them (a deadline due by
 // the claim's watermark, an alarm entry due by now, or a reported failure whose deadline passed, which a
-// signal older than it may have moved on: the claim script's every section starts from one of those),
+// signal older than it may have moved on: every claim step starts from one of those),
 // and the earliest scores, as Claim does. An idle wake-up then costs Redis three `ZRANGE … 0 0` per slot
-// (the third on a key that only exists while a reported failure is pending) instead of a claim script
+// (the third on a key that only exists while a reported failure is pending) instead of a claim's scripts
 // (docs/scaling.md).
 //
 // The test is conservative: a deadline held back by a per-type watermark only (hold-back after a blind

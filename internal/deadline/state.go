@@ -95,7 +95,7 @@ var holdFieldLate = string(State{Hold: HoldLate}.quietField())
 func (s State) Reported() bool { return s.Next > 0 || s.Hold == HoldLate }
 
 // owing is s, a fresh incident replacing prev, owing prev's recovery when prev was reported, else
-// whatever prev owed. The claim script does the same in Lua (claim.go).
+// whatever prev owed. The claim does the same in Lua (claimsteps.go).
 func (s State) owing(prev State) State {
 	if prev.Reported() {
 		s.Owed, s.OwedWarned = prev.Deadline, prev.Hold == HoldLate && prev.Next == 0

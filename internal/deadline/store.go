@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -417,6 +418,17 @@ type scriptCall struct {
 // NOSCRIPT. Only those: on Redis Cluster the nodes that still had the script have run their calls, and
 // a claim run twice would hand its first run's devices to nobody until their lease ran out.
 func (s *Store) runAll(ctx context.Context, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
+	scripts := make([]*redis.Script, len(calls))
+	for i := range scripts {
+		scripts[i] = script
+	}
+	return s.runScripts(ctx, scripts, calls, nil)
+}
+
+// runScripts is runAll with call i running scripts[i]. When Redis refused some, every script of family is
+// loaded, in its order, before those calls are sent again (nil family: the scripts refused), so that a
+// family's later script is never there while an earlier one is missing (the claim steps, claimsteps.go).
+func (s *Store) runScripts(ctx context.Context, scripts []*redis.Script, calls []scriptCall, family []*redis.Script) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(calls))
 	pending := make([]int, len(calls))
 	for i := range pending {
@@ -425,7 +437,7 @@ func (s *Store) runAll(ctx context.Context, script *redis.Script, calls []script
 	for attempt := 0; ; attempt++ {
 		pipe := s.rdb.Pipeline()
 		for _, i := range pending {
-			cmds[i] = script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+			cmds[i] = scripts[i].EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 		}
 		_, err := pipe.Exec(ctx)
 		if err == nil || errors.Is(err, redis.Nil) {
@@ -440,8 +452,18 @@ func (s *Store) runAll(ctx context.Context, script *redis.Script, calls []script
 		if attempt > 0 || len(refused) == 0 {
 			break
 		}
-		if err := script.Load(ctx, s.rdb).Err(); err != nil {
-			return nil, err
+		load := family
+		if load == nil {
+			for _, i := range refused {
+				if !slices.Contains(load, scripts[i]) {
+					load = append(load, scripts[i])
+				}
+			}
+		}
+		for _, script := range load {
+			if err := script.Load(ctx, s.rdb).Err(); err != nil {
+				return nil, err
+			}
 		}
 		pending = refused
 	}
