@@ -268,13 +268,13 @@ func (s *Store) fillCauses(ctx context.Context, devices []Device, slotOf func(i 
 	return nil
 }
 
-// reportedFailuresLua is the first step of a claim (claimsteps.go): the reported failures of a slot and
-// their put-back, defined here beside the rest of causes. It reads the claim steps' locals (now, batch,
-// floor, pieces) and their KEYS and ARGV.
+// reportedFailuresLua is where a claim's fresh step begins (claimsteps.go): the reported failures of a
+// slot and their put-back, defined here beside the rest of causes. It reads the claim steps' locals (now,
+// batch, floor, pieces) and their KEYS and ARGV.
 const reportedFailuresLua = `-- (0) Reported failures whose deadline passed (KEYS[6], cause.go), looked at before the deadlines are
 -- claimed: a failure that a signal no newer than it moved on (a replay, or a heartbeat overtaken on its
 -- way) is put back, since the device said it failed after that signal; a newer signal ended it, and a
--- claimed one is done with. The pending ones stay (the held step claims those heard after a window).
+-- claimed one is done with. The pending ones stay: those heard after a window are the held step's.
 local function reportedFailures()
   if redis.call('EXISTS', KEYS[6]) == 0 then return end
   local leads

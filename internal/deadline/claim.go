@@ -149,18 +149,18 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	args := []any{now, wm.UnixMilli(), opts.Lease.Milliseconds(), opts.Batch, record, acts, wmByType, heard, leads.render(millis)}
 	// The held step only while hold-back holds some types: it has nothing to claim otherwise.
 	held := wmByType != "" || heard != ""
-	steps := []*redis.Script{claimSteps.reported, claimSteps.fresh, claimSteps.due, claimSteps.next}
+	steps := claimSteps.all[1:]
 	if held {
-		steps = []*redis.Script{claimSteps.reported, claimSteps.held, claimSteps.fresh, claimSteps.due, claimSteps.next}
+		steps = claimSteps.all
 	}
 	scripts := make([]*redis.Script, 0, len(slots)*len(steps))
 	calls := make([]scriptCall, 0, len(slots)*len(steps))
 	for _, slot := range slots {
-		call := scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.inFlight(slot),
-			s.keys.causes(slot), s.keys.reported(slot), s.keys.seen(slot)}, args: args}
+		keys := []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.inFlight(slot),
+			s.keys.causes(slot), s.keys.reported(slot), s.keys.seen(slot)}
 		for _, step := range steps {
 			scripts = append(scripts, step)
-			calls = append(calls, call)
+			calls = append(calls, scriptCall{keys: keys[:claimStepKeys[step]], args: args[:claimStepArgs[step]]})
 		}
 	}
 	cmds, err := s.runScripts(ctx, scripts, calls, claimSteps.all)

@@ -128,9 +128,9 @@ type claimStepReplies struct{ held, fresh, due, next any }
 func stepReplies(cmds []*redis.Cmd, held bool) claimStepReplies {
 	var r claimStepReplies
 	if held {
-		r.held, cmds = cmds[1].Val(), cmds[1:]
+		r.held, cmds = cmds[0].Val(), cmds[1:]
 	}
-	r.fresh, r.due, r.next = cmds[1].Val(), cmds[2].Val(), cmds[3].Val()
+	r.fresh, r.due, r.next = cmds[0].Val(), cmds[1].Val(), cmds[2].Val()
 	return r
 }
 
@@ -157,7 +157,7 @@ func decodeClaimReply(steps claimStepReplies, batch int) (claimReply, error) {
 	full := r.int(f[0], "full") == 1
 	out.again = r.packed(f[1], "again", 2)
 	out.due = r.strings(f[2], "due", 2)
-	out.causes = append(out.causes, r.strings(f[3], "causes", 2)...)
+	out.causes = joined(out.causes, r.strings(f[3], "causes", 2))
 	if r.err != nil {
 		return claimReply{}, r.err
 	}
@@ -179,8 +179,16 @@ func decodeFreshReply(out *claimReply, script string, v any) (int64, error) {
 		return 0, r.err
 	}
 	taken := r.int(f[0], "taken")
-	out.committed = append(out.committed, r.packed(f[1], "committed", 2)...)
-	out.replacing = append(out.replacing, r.strings(f[2], "replacing", 3)...)
-	out.causes = append(out.causes, r.strings(f[3], "causes", 2)...)
+	out.committed = joined(out.committed, r.packed(f[1], "committed", 2))
+	out.replacing = joined(out.replacing, r.strings(f[2], "replacing", 3))
+	out.causes = joined(out.causes, r.strings(f[3], "causes", 2))
 	return taken, r.err
+}
+
+// joined is a then b, without copying either when the other is empty (most often, one step has claims).
+func joined(a, b []string) []string {
+	if len(a) == 0 {
+		return b
+	}
+	return append(a, b...)
 }

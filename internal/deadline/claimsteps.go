@@ -6,28 +6,29 @@ import "github.com/redis/go-redis/v9"
 // round trip, whatever the number of slots): each step is atomic on its own, and no guarantee needs two of
 // them to be atomic together.
 //
-//  1. claimReportedScript: reported failures put back (cause.go), before any deadline is read.
-//  2. claimHeldScript, only while hold-back holds some types after a blind window: the devices due by
+//  1. claimHeldScript, only while hold-back holds some types after a blind window: the devices due by
 //     their own type's watermark past the fleet's, and the reported failures heard after the window.
-//  3. claimFreshScript: the devices due by the fleet's watermark, in deadline order.
-//  4. claimDueScript: the alarm entries that came due, and the claims of in-flight records whose lease ran
+//  2. claimFreshScript: reported failures put back (cause.go), then the devices due by the fleet's
+//     watermark, in deadline order.
+//  3. claimDueScript: the alarm entries that came due, and the claims of in-flight records whose lease ran
 //     out, handed out again.
-//  5. claimNextScript: the slot's next due scores, for the scanner's sleep (read only).
+//  4. claimNextScript: the slot's next due scores, for the scanner's sleep (read only).
 //
-// Steps 2 and 3 commit their plain claims (doc.go) and list them in the call's in-flight record in the
-// same script; step 4 adds the claims it hands out again to that record. A device is claimed by one step
+// Steps 1 and 2 commit their plain claims (doc.go) and list them in the call's in-flight record in the
+// same script; step 3 adds the claims it hands out again to that record. A device is claimed by one step
 // at most: fresh claims leave the deadlines set and replace any open incident's alarm entry with their
-// own, leased or later, before step 4 reads the due entries; steps 2 and 3 take members of disjoint score
-// ranges. The order matters (step 4 after 2 and 3), so Redis must never run a later step of a claim and
-// refuse an earlier one: a claim that finds any step missing loads all five, in this order (runScripts),
-// and Redis only ever drops them all (a restart, a failover, SCRIPT FLUSH).
+// own, leased or later, before step 3 reads the due entries; steps 1 and 2 take members of disjoint score
+// ranges. The order matters (step 3 after 1 and 2), so Redis must never run a later step of a claim and
+// refuse an earlier one: a claim that finds any step missing loads all four, in this order (runScripts),
+// and Redis only ever drops them all (a restart, a failover, SCRIPT FLUSH). A reported failure that step
+// 2 puts back while hold-back holds its type is claimed by the next claim's step 1.
 //
-// Every step takes the same KEYS and ARGV:
+// Each step takes the first of these KEYS and ARGV, as many as it reads (claimStepKeys, claimStepArgs):
 //
 // KEYS[1] deadlines  KEYS[2] alarms  KEYS[3] state  KEYS[4] in-flight records  KEYS[5] causes
 // KEYS[6] reported  KEYS[7] seen
 // ARGV[1] now (ms)  ARGV[2] watermark (ms): only deadlines ≤ it are claimed (hold-back)
-// ARGV[3] lease (ms)  ARGV[4] batch: most fresh claims (steps 2 and 3 together), and most due entries
+// ARGV[3] lease (ms)  ARGV[4] batch: most fresh claims (steps 1 and 2 together), and most due entries
 // ARGV[5] the record of this call's committed claims
 // ARGV[6] a committed claim's next act per type index (now + its repeat interval, or a dormant score),
 // listSep-separated, or one value for every type
@@ -42,12 +43,18 @@ import "github.com/redis/go-redis/v9"
 // Every reply element costs Redis more than the Lua around it, so committed claims go back packed into
 // one string, and claimed members leave the deadlines set by rank where they can, not by name.
 var claimSteps = struct {
-	reported, held, fresh, due, next *redis.Script
-	all                              []*redis.Script // in their order
+	held, fresh, due, next *redis.Script
+	all                    []*redis.Script // in their order
 }{
-	claimReportedScript, claimHeldScript, claimFreshScript, claimDueScript, claimNextScript,
-	[]*redis.Script{claimReportedScript, claimHeldScript, claimFreshScript, claimDueScript, claimNextScript},
+	claimHeldScript, claimFreshScript, claimDueScript, claimNextScript,
+	[]*redis.Script{claimHeldScript, claimFreshScript, claimDueScript, claimNextScript},
 }
+
+// claimStepKeys and claimStepArgs are how many of the KEYS and ARGV above each step reads.
+var (
+	claimStepKeys = map[*redis.Script]int{claimHeldScript: 7, claimFreshScript: 7, claimDueScript: 5, claimNextScript: 2}
+	claimStepArgs = map[*redis.Script]int{claimHeldScript: 9, claimFreshScript: 9, claimDueScript: 5, claimNextScript: 7}
+)
 
 // claimArgsLua reads the arguments every claim step takes: leased is the lease's end formatted once, as
 // Redis turns a Lua number into text with %.17g for every element.
@@ -160,23 +167,19 @@ local function commitFresh(due)
 end
 `
 
-// claimReportedScript is step 1: reported failures put back. Reply: 0.
-var claimReportedScript = newScript(`
-${luaPieces}` + claimArgsLua + reportedFailuresLua + `reportedFailures()
-return 0
-`)
-
-// claimFreshScript is step 3: up to batch members of the deadlines set due by the watermark (ARGV[2]),
-// fewer when step 2 took some. Reply: {members taken, committed (flat pairs device, deadlines-set score,
-// packed), replacing (flat triples device, score, replaced state), causes (flat pairs device, cause)}.
+// claimFreshScript is step 2: reported failures put back, then up to batch members of the deadlines set
+// due by the watermark (ARGV[2]), fewer when step 1 took some. Reply: {members taken, committed (flat pairs
+// device, deadlines-set score, packed), replacing (flat triples device, score, replaced state), causes
+// (flat pairs device, cause)}.
 var claimFreshScript = newScript(`
-${luaPieces}` + claimArgsLua + claimWatermarksLua + claimCommitLua + `local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', dueBy(wm), 'LIMIT', 0, batch, 'WITHSCORES')
+${luaPieces}` + claimArgsLua + claimWatermarksLua + claimCommitLua + reportedFailuresLua + `reportedFailures()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', dueBy(wm), 'LIMIT', 0, batch, 'WITHSCORES')
 if #due > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1) end
 return commitFresh(due)
 `)
 
-// claimHeldScript is step 2, run only while hold-back holds some types (ARGV[7] or ARGV[8] not empty):
-// it claims, past the fleet's watermark, what step 3 leaves of the batch. Reply: as claimFreshScript's.
+// claimHeldScript is step 1, run only while hold-back holds some types (ARGV[7] or ARGV[8] not empty):
+// it claims, past the fleet's watermark, what step 2 leaves of the batch. Reply: as claimFreshScript's.
 //
 // pastWatermark takes the members of the types whose own watermark is later (ARGV[7]). Members of types
 // still held are stepped over, at most batch × heldScanFactor of them a call; it reads only what can fill
@@ -217,7 +220,7 @@ local function heardFailures(due, left)
     end
   end
 end
--- Step 3 takes the members due by the watermark first, up to batch: this step takes what it leaves.
+-- Step 2 takes the members due by the watermark first, up to batch: this step takes what it leaves.
 local left = batch - math.min(batch, redis.call('ZCOUNT', KEYS[1], '-inf', dueBy(wm)))
 local due = {}
 pastWatermark(due, left)
@@ -228,7 +231,7 @@ pieces(members, 1, function(...) redis.call('ZREM', KEYS[1], ...) end)
 return commitFresh(due)
 `)
 
-// claimDueScript is step 4: up to batch due alarm entries, leased again and returned with their state.
+// claimDueScript is step 3: up to batch due alarm entries, leased again and returned with their state.
 // Reply: {1 when batch entries were due, else 0; again (flat pairs device, score or a suppression's
 // committed state (wake.go), packed); due (flat pairs device, state); causes (flat pairs device, cause)}.
 var claimDueScript = newScript(`
@@ -319,7 +322,7 @@ if #due == batch then full = 1 end
 return {full, addToRecord(again), entries, causesOf(devs, {})}
 `)
 
-// claimNextScript is step 5, read only: the earliest deadline a claim may take once it is due, and the
+// claimNextScript is step 4, read only: the earliest deadline a claim may take once it is due, and the
 // earliest act, left in the slot, so the scanner sleeps until then. While hold-back holds some types, that
 // deadline is the first after now of a type it does not hold, among the next nextScanBound members; while
 // it holds every type, or those members are all held, there is none and the scanner polls
