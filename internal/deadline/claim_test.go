@@ -557,6 +557,45 @@ func TestBatchLimitReportsMore(t *testing.T) {
 	})
 }
 
+// Fresh claims and due alarm entries have a batch each (detection.batch): a slot with more of both hands
+// over a batch of each in one claim, and says there is more.
+func TestBatchBoundsFreshClaimsAndDueEntriesEach(t *testing.T) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		f.refresh(t, fleet(6, "a", f.clock.Now(), gateways)...)
+		f.clock.Advance(time.Minute)
+		first := f.claimAll(t, deadline.ClaimOptions{Batch: 6})
+		require.Len(t, first.Claims, 6)
+		acks := make([]deadline.Ack, len(first.Claims))
+		for i, c := range first.Claims {
+			acks[i] = reschedule(c, sentOnce(c), f.clock.Now().Add(time.Second))
+		}
+		_, err := f.store.Settle(ctx, acks, deadline.RecordsOf(first.Claims))
+		require.NoError(t, err)
+		f.refresh(t, fleet(6, "b", f.clock.Now(), gateways)...)
+		f.clock.Advance(time.Minute) // six repeats due, six more devices silent
+
+		kinds := func(res deadline.ClaimResult) (fresh, due int) {
+			for _, c := range res.Claims {
+				if c.Fresh {
+					fresh++
+				} else {
+					due++
+				}
+			}
+			return fresh, due
+		}
+		res := f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		fresh, due := kinds(res)
+		require.Equal(t, []int{4, 4}, []int{fresh, due}, "a batch of fresh claims and one of due entries")
+		require.True(t, res.More)
+		res = f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		fresh, due = kinds(res)
+		require.Equal(t, []int{2, 2}, []int{fresh, due}, "the rest of each")
+		require.False(t, res.More)
+	})
+}
+
 // TestCommittedClaimOfADeadProcessIsNotTakenForSent: a claim committed ahead of its publication whose
 // process dies before publishing must be handed out again when its record's lease ends, even when the
 // type's repeat comes due before that: the repeat must not take the unpublished interrupted for sent.
