@@ -13,6 +13,15 @@ func SetRearmBatch(tb testing.TB, n int) {
 	tb.Cleanup(func() { rearmBatch = old })
 }
 
+// ClaimStepHashes are the hashes of a claim's scripts, in their order (claimsteps.go).
+func ClaimStepHashes() []string {
+	var out []string
+	for _, s := range claimSteps.all {
+		out = append(out, s.Hash())
+	}
+	return out
+}
+
 // DeadlineOf exposes deadlineOf to the benchmarks.
 func (s *Store) DeadlineOf(name string, seen time.Time) (int64, bool) {
 	return s.deadlineOf(name, seen)
@@ -91,13 +100,4 @@ func (s *Store) RepairNamedParents(ctx context.Context) (bool, error) {
 // ParentsMark is the fleet's parents mark: "named", "1" or "" when absent.
 func (s *Store) ParentsMark(ctx context.Context) string {
 	return s.rdb.Get(ctx, s.keys.parentsInUse()).Val()
-}
-
-// ClaimStepHashes are the hashes of a claim's scripts, in their order (claimsteps.go).
-func ClaimStepHashes() []string {
-	var out []string
-	for _, s := range claimSteps.all {
-		out = append(out, s.Hash())
-	}
-	return out
 }
