@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/matcher"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -113,7 +114,7 @@ func TestLabelMatcherSilenceDefersOnlyTheSelected(t *testing.T) {
 		_, err := f.store.Register(ctx, []string{"ber-1", "muc-1"}, []deadline.Registration{
 			{Labels: map[string]string{"site": "berlin"}}, {Labels: map[string]string{"site": "munich"}}}, []string{"", ""})
 		require.NoError(t, err)
-		_, err = sil.Create(ctx, silence.Silence{Ends: f.t0.Add(time.Hour), Matchers: []silence.Matcher{{Label: "site", Op: "=~", Value: "ber.*"}}})
+		_, err = sil.Create(ctx, silence.Silence{Ends: f.t0.Add(time.Hour), Matchers: []matcher.Matcher{{Label: "site", Op: "=~", Value: "ber.*"}}})
 		require.NoError(t, err)
 		f.sink.Take() // silenced
 		f.signal("ber-1", "", 0)
