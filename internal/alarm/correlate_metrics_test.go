@@ -34,6 +34,7 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 func TestOutageMetrics(t *testing.T) {
 	off := prometheus.NewRegistry()
 	NewMetrics(off)
+	correlate.NewMetrics(off)
 	require.Nil(t, correlate.New(correlate.Options{}), "correlation off")
 	require.Contains(t, scrape(t, off), "heartbeatd_outages_open 0\n")
 
@@ -42,7 +43,7 @@ func TestOutageMetrics(t *testing.T) {
 		m := NewMetrics(reg)
 		corr := correlate.New(correlate.Options{Client: f.rdb, Store: f.store, Sink: f.sink, ReplicaID: "r1", Now: f.clock.Now,
 			Correlation: config.Correlation{By: []string{config.CorrelateByType}, MinDevices: 5, Window: 10 * time.Second},
-			Events:      m.Events, OutagesOpen: m.OutagesOpen})
+			Events:      m.Events, Metrics: correlate.NewMetrics(reg)})
 		f.handler = NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Correlator: corr, Now: f.clock.Now,
 			Metrics: m})
 		ctx := context.Background()
