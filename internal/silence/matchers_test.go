@@ -34,7 +34,7 @@ func nightly(t *testing.T) func(string) *schedule.Interval {
 func TestMatcherSilencesSelectByLabelsAndParent(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
-		s := New(f.rdb, Options{Now: f.clock.Now})
+		s := New(f.RDB, Options{Now: f.Clock.Now})
 		_, err := s.Create(ctx, Silence{DeviceType: "gateway", Ends: endsIn(f, time.Hour),
 			Matchers: []matcher.Matcher{{Label: "site", Op: "=~", Value: "ber.*"}, {Label: "parent", Op: "!=", Value: "core-1"}}})
 		require.NoError(t, err)
@@ -42,7 +42,7 @@ func TestMatcherSilencesSelectByLabelsAndParent(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, s.NeedsFacts(), "a label matcher needs the devices' labels")
 
-		now := f.clock.Now()
+		now := f.Clock.Now()
 		cases := []struct {
 			f    Facts
 			want time.Duration
@@ -67,14 +67,14 @@ func TestMatcherSilencesSelectByLabelsAndParent(t *testing.T) {
 }
 
 // endsIn is the Ends of a silence lasting d from the fixture's now.
-func endsIn(f *fixture, d time.Duration) (ends time.Time) { return f.clock.Now().Add(d) }
+func endsIn(f *fixture, d time.Duration) (ends time.Time) { return f.Clock.Now().Add(d) }
 
 // A recurring silence covers its devices only inside its intervals, each time until the interval's end,
 // and lasts until deleted; a name the configuration does not define is refused.
 func TestRecurringSilenceFollowsItsIntervals(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
-		s := New(f.rdb, Options{Now: f.clock.Now, Intervals: nightly(t)})
+		s := New(f.RDB, Options{Now: f.Clock.Now, Intervals: nightly(t)})
 		sil, err := s.Create(ctx, Silence{DeviceType: "gateway", TimeIntervals: []string{"night"}})
 		require.NoError(t, err)
 		require.Equal(t, client.RecurringEnds, sil.Ends, "lasts until deleted")
@@ -116,7 +116,7 @@ func TestRecurringSilenceFollowsAReloadedInterval(t *testing.T) {
 		ctx := context.Background()
 		var current atomic.Pointer[schedule.Interval]
 		current.Store(nightly(t)("night"))
-		s := New(f.rdb, Options{Now: f.clock.Now, Intervals: func(name string) *schedule.Interval {
+		s := New(f.RDB, Options{Now: f.Clock.Now, Intervals: func(name string) *schedule.Interval {
 			if name == "night" {
 				return current.Load()
 			}
