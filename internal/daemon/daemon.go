@@ -1,6 +1,8 @@
 // Package daemon builds heartbeatd's components from its configuration, runs them as one group and
-// stops them in order; it also serves the HTTP API and metrics. It wires internal/ingest, internal/deadline,
-// internal/alarm and pkg/event together and re-implements none of them.
+// stops them in order; it also serves the HTTP API and metrics. It wires the signal path (internal/ingest),
+// the store and its loops (internal/deadline), the hold-back (internal/holdback), the alarm loop
+// (internal/alarm) with the silences and the correlator, the event publisher and the outputs together, and
+// re-implements none of them.
 package daemon
 
 import (

@@ -1,6 +1,7 @@
 // Package ident is the one rule for the names a device is known by: device ids, parents and type
-// names (docs/signals.md#the-payload). Every way in applies it: the MQTT, Kafka and HTTP signals (internal/ingest),
-// the registry and its import (internal/daemon), silences, and the configured type names (internal/config).
+// names (docs/signals.md#the-payload). Every way a device's name comes in applies it: the MQTT, Kafka and HTTP
+// signals (internal/ingest), the registry and its import (internal/daemon), and the configured type names
+// (internal/config, TypeProblem).
 package ident
 
 import (

@@ -1,6 +1,6 @@
-// Package deadlinetest opens deadline stores for tests, and is the fixture the suites on Redis share. It is apart from internal/testenv because
-// internal/config's own tests import testenv, and internal/deadline imports internal/config: testenv must not import
-// internal/deadline.
+// Package deadlinetest opens deadline stores for tests and holds the fixture the suites on Redis share
+// (Fixture). It is apart from internal/testenv because internal/config's own tests import testenv, and
+// internal/deadline imports internal/config: testenv must not import internal/deadline.
 package deadlinetest
 
 import (
