@@ -40,6 +40,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 	d.replica = cfg.Cluster.ReplicaIDOrDefault()
 	d.metrics = alarm.NewMetrics(reg)
+	d.forgotten = deadline.NewForgottenCounter(reg)
 	d.slotsOwned = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "slots_owned", Help: "Slots this replica scans."})
 	reg.MustRegister(d.slotsOwned)
 	pol := d.policies.Load()
@@ -122,7 +123,7 @@ func (d *daemon) buildAlarms(reg *prometheus.Registry) *alarm.Acts {
 		Intervals: d.interval})
 	d.correlator = correlate.New(correlate.Options{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
 		Sink: sink, ReplicaID: d.replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,
-		Events: d.metrics.Events, OutagesOpen: d.metrics.OutagesOpen})
+		Events: d.metrics.Events, Metrics: correlate.NewMetrics(reg)})
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load, Correlator: d.correlator,
 		Sink:     sink,
 		Silences: d.silences, ParentWait: cfg.Detection.ParentWait, Lease: cfg.Detection.Lease, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: eventkafka.Refused, Now: d.clock.Now,

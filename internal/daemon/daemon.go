@@ -1,6 +1,8 @@
 // Package daemon builds heartbeatd's components from its configuration, runs them as one group and
-// stops them in order; it also serves the HTTP API and metrics. It wires internal/ingest, internal/deadline,
-// internal/alarm and pkg/event together and re-implements none of them.
+// stops them in order; it also serves the HTTP API and metrics. It wires the signal path (internal/ingest),
+// the store and its loops (internal/deadline), the hold-back (internal/holdback), the alarm loop
+// (internal/alarm) with the silences and the correlator, the event publisher and the outputs together, and
+// re-implements none of them.
 package daemon
 
 import (
@@ -118,6 +120,7 @@ type daemon struct {
 	publisher *eventkafka.Publisher
 	silences  *silence.Silences
 	metrics   *alarm.Metrics
+	forgotten prometheus.Counter // heartbeatd_devices_forgotten_total, which retention feeds
 	ownership *deadline.Ownership
 	holdBack  *holdback.Tracker
 	// correlator groups interruptions into outages; nil while correlation is off.
@@ -354,7 +357,7 @@ func (d *daemon) run(ctx context.Context) error {
 	lc.add("dormant sweep", deadline.NewSweeper(deadline.SweeperOptions{Store: d.store, Slots: d.ownership.Slots,
 		Every: d.cfg.Detection.SweepEvery, ForgetAfter: d.cfg.Retention.ForgetAfter,
 		FlapWindow: func() time.Duration { return d.policies.Load().LongestFlapWindow() },
-		Forgotten:  func(n int) { d.metrics.Forgotten.Add(float64(n)) }, Logger: d.log}).Run)
+		Forgotten:  func(n int) { d.forgotten.Add(float64(n)) }, Logger: d.log}).Run)
 	lc.add("ingest chain", d.chain.Run)
 	for _, src := range d.sources {
 		lc.add("ingest "+src.Name(), func(ctx context.Context) error { return src.Run(ctx, d.chain) })

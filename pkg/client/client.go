@@ -104,6 +104,10 @@ type Silence struct {
 	TimeIntervals []string `json:"time_intervals,omitempty"`
 }
 
+// RecurringEnds is the Ends the server gives a recurring silence created without one (TimeIntervals and
+// no Until or For): it lasts until deleted.
+var RecurringEnds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+
 // Matcher selects devices as Alertmanager's matchers select alerts: Label is a registered label's name
 // or one of device_id, device_type, parent; Op is =, !=, =~ or !~; a regular expression matches the whole
 // value (it is anchored, as in Alertmanager). A device without the label has the empty value
