@@ -100,28 +100,28 @@ func TestNamedParentsRepairedAfterRedisLostData(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-4", "child-4")
-		require.NoError(t, f.store.AsLinkedByOlderVersion(ctx, "gw-4"))
-		require.NoError(t, f.store.SetNamed(ctx)) // the mark survived, the set did not
-		f.store.LoseData()
-		_, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-4", Down: true}}, f.clock.Now(), nil) // sets the mark back
+		require.NoError(t, f.Store.AsLinkedByOlderVersion(ctx, "gw-4"))
+		require.NoError(t, f.Store.SetNamed(ctx)) // the mark survived, the set did not
+		f.Store.LoseData()
+		_, err := f.Store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-4", Down: true}}, f.Clock.Now(), nil) // sets the mark back
 		require.NoError(t, err)
-		require.Equal(t, "1", f.store.ParentsMark(ctx))
+		require.Equal(t, "1", f.Store.ParentsMark(ctx))
 
-		repaired, err := f.store.RepairNamedParents(ctx)
+		repaired, err := f.Store.RepairNamedParents(ctx)
 		require.NoError(t, err)
 		require.True(t, repaired)
-		require.Equal(t, "named", f.store.ParentsMark(ctx), "the sets are complete again")
-		named, err := f.rdb.SIsMember(ctx, f.store.Keys().NamedParents("gw-4"), "gw-4").Result()
+		require.Equal(t, "named", f.Store.ParentsMark(ctx), "the sets are complete again")
+		named, err := f.RDB.SIsMember(ctx, f.Store.Keys().NamedParents("gw-4"), "gw-4").Result()
 		require.NoError(t, err)
 		require.True(t, named, "the linked parent is named again")
 
-		f.clock.Advance(3 * time.Second)
+		f.Clock.Advance(3 * time.Second)
 		other := f.replicas(t, 64, 2)[1]
-		n, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-4", Down: true}}, f.clock.Now(), nil)
+		n, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-4", Down: true}}, f.Clock.Now(), nil)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "its children are woken through the named parents")
 
-		repaired, err = f.store.RepairNamedParents(ctx)
+		repaired, err = f.Store.RepairNamedParents(ctx)
 		require.NoError(t, err)
 		require.False(t, repaired, "nothing to do once the mark says named")
 	})
