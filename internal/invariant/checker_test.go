@@ -130,6 +130,18 @@ func TestLateReportOfARealSilenceIsNotFalse(t *testing.T) {
 	}
 }
 
+// Signals a broker dropped while no replica was subscribed never reach heartbeatd: its deadline is older
+// than the truth, but a device quiet for its timeout when the report was raised was really silent.
+func TestReportOfADeviceSilentWhenRaisedIsNotFalse(t *testing.T) {
+	r := newRun()
+	r.signal(0)
+	r.signal(timeout - 2*time.Second) // dropped by the broker: heartbeatd's deadline stays at timeout
+	r.emit(event.Interrupted, timeout, 2*timeout, 0)
+	if rep := r.c.Check(); len(rep.Violations) != 0 {
+		t.Fatalf("violations:\n%s", rep.Details(10))
+	}
+}
+
 func TestDegradedAndReportedFailuresAreNotFalse(t *testing.T) {
 	r := newRun()
 	r.signal(0)
