@@ -240,6 +240,7 @@ func TestChaosSoak(t *testing.T) {
 	}), "the barrier's signals were never stored")
 	f.events.awaitReported(t, barrier, scaled(n, 60*time.Second))
 	// Every other device may have had incidents: the checker judges them, not the tally's false count.
+	f.events.rereadAll(t)
 	r := f.events.tally(event.Interrupted, "soak", n, barrier)
 	r.falses, r.detail = f.events.earlyInterruptions(), slices.DeleteFunc(r.detail, func(l string) bool { return strings.HasPrefix(l, "false ") })
 	r.figures = append(r.figures, fmt.Sprintf("seed=%d faults=%d acts=%d", seed, faults, acts))
