@@ -318,3 +318,34 @@ func ParseMatcher(s string) (Matcher, error) {
 	}
 	return m, nil
 }
+
+// Selector is matchers as an operator writes them, checked and compiled, for whoever selects devices in
+// the silences' syntax (the notifier's routes).
+type Selector struct{ matchers []matcher }
+
+// NewSelector parses each text with ParseMatcher; all of them must match. No texts select everything.
+func NewSelector(texts []string) (Selector, error) {
+	if len(texts) > maxMatchers {
+		return Selector{}, fmt.Errorf("%w: %d matchers, at most %d", ErrCostly, len(texts), maxMatchers)
+	}
+	s := Selector{matchers: make([]matcher, len(texts))}
+	for i, text := range texts {
+		m, err := ParseMatcher(text)
+		if err != nil {
+			return Selector{}, err
+		}
+		s.matchers[i] = matcher{Matcher: m}
+		_ = s.matchers[i].compile() // ParseMatcher compiled it already
+	}
+	return s, nil
+}
+
+// Matches reports whether every matcher matches the value value gives for its label.
+func (s Selector) Matches(value func(label string) string) bool {
+	for i := range s.matchers {
+		if !s.matchers[i].matchesValue(value(s.matchers[i].Label)) {
+			return false
+		}
+	}
+	return true
+}
