@@ -47,4 +47,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) count(receiver, result string) { m.notifications.WithLabelValues(receiver, result).Inc() }
+func (m *metrics) count(receiver, result string) {
+	m.notifications.WithLabelValues(receiver, result).Inc()
+}

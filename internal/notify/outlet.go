@@ -115,7 +115,7 @@ func (o *outlet) incident(ctx context.Context, d *Data) (record func() error, re
 		if err != nil {
 			return nil, "", err
 		}
-		seen := strconv.FormatInt(d.LastSeen.UnixMilli(), 10)
+		seen := strconv.FormatInt(since(&d.Event).UnixMilli(), 10)
 		if id, s, kinds, ok := parseMark(v); ok && s == seen {
 			if slices.Contains(kinds, string(k)) {
 				return nil, resultDuplicate, nil
@@ -123,7 +123,7 @@ func (o *outlet) incident(ctx context.Context, d *Data) (record func() error, re
 			d.Incident = id
 		}
 		return func() error {
-			_, _, err := st.Opened(ctx, o.name, dev, d.Incident, d.LastSeen, string(k))
+			_, _, err := st.Opened(ctx, o.name, dev, d.Incident, since(&d.Event), string(k))
 			return err
 		}, "", nil
 	case closes(k):
@@ -141,6 +141,15 @@ func (o *outlet) incident(ctx context.Context, d *Data) (record func() error, re
 		d.Incident = id
 	}
 	return nil, "", nil
+}
+
+// since tells one incident of a device from the next: every event of an incident carries the last
+// signal before it; an outage, which has none, its start.
+func since(e *event.Event) time.Time {
+	if e.LastSeen.IsZero() {
+		return e.Deadline
+	}
+	return e.LastSeen
 }
 
 // parseMark reads an open HASH value "<id>|<last seen ms>|<kind>,<kind>".

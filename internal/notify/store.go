@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -225,8 +224,8 @@ return {ARGV[2], 1}`)
 
 // Opened records that a receiver is told of an incident's opening kind. It returns the incident's id
 // (the id of the first opening event it got) and whether this kind is news.
-func (s *store) Opened(ctx context.Context, receiver, device, eventID string, lastSeen time.Time, kind string) (string, bool, error) {
-	res, err := openScript.Run(ctx, s.rdb, []string{s.keys.open(receiver)}, device, eventID, lastSeen.UnixMilli(), kind).Slice()
+func (s *store) Opened(ctx context.Context, receiver, device, eventID string, since time.Time, kind string) (string, bool, error) {
+	res, err := openScript.Run(ctx, s.rdb, []string{s.keys.open(receiver)}, device, eventID, since.UnixMilli(), kind).Slice()
 	if err != nil {
 		return "", false, err
 	}
@@ -256,12 +255,10 @@ func (s *store) Incident(ctx context.Context, receiver, device string) (string, 
 	return markIncident(v), err
 }
 
-// markIncident is the incident id of an open HASH value, "<id>|<last seen ms>|<kinds>" (the id may hold "|").
+// markIncident is the incident id of an open HASH value (parseMark).
 func markIncident(v string) string {
-	if j := strings.LastIndex(v, "|"); j >= 0 {
-		if i := strings.LastIndex(v[:j], "|"); i >= 0 {
-			return v[:i]
-		}
+	if id, _, _, ok := parseMark(v); ok {
+		return id
 	}
 	return v
 }
