@@ -132,6 +132,17 @@ func (n *Notifier) Run(ctx context.Context) error {
 }
 
 func (n *Notifier) consume(ctx context.Context) error {
+	if n.opts.StartOffset == kafka.LastOffset {
+		err := loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second},
+			OnError: func(err error, failures int, retryIn time.Duration) {
+				if failures == 1 || failures%10 == 0 {
+					n.log.Warn("setting the group's start offsets failed; retrying", zap.Error(err), zap.Duration("retry_in", retryIn))
+				}
+			}}, n.startAtEnd)
+		if err != nil {
+			return nil // ctx ended
+		}
+	}
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: n.opts.Brokers, GroupID: n.opts.Notify.GroupID, Topic: n.opts.Topic,
 		Dialer: n.opts.Dialer, StartOffset: n.opts.StartOffset, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 250 * time.Millisecond,
 		HeartbeatInterval: time.Second, SessionTimeout: 10 * time.Second, JoinGroupBackoff: time.Second,

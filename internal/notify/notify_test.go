@@ -205,3 +205,35 @@ func TestDataSurvivesItsJSONForm(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, *d, back)
 }
+
+func TestANewGroupPagesAboutWhatHappensFromItsFirstStartNotAboutTheTopicsHistory(t *testing.T) {
+	f := newFixture(t)
+	old, _ := f.incident("old-1", "meter", 1)
+	f.publish(old)
+	n := f.notifyConfig(`
+notify:
+  receivers:
+    - {name: tickets, webhook: {url: "{{url}}/hook"}, rate: 100/s, burst: 100}
+  routes:
+    - {receiver: tickets}
+`, nil)
+	nt, err := New(Options{Notify: n, Brokers: f.kafka.Addrs, Topic: testenv.EventsTopic, Redis: f.rdb, KeyPrefix: "hb"})
+	require.NoError(t, err)
+	// Its start offsets are set before it reads: an event published from now on is never skipped.
+	require.NoError(t, nt.startAtEnd(t.Context()))
+	fresh, _ := f.incident("new-1", "meter", 2)
+	f.publish(fresh)
+	f.run(nt)
+	// old-1 sits at the start of its partition: every partition's later events coming through means it
+	// was passed over, not delayed.
+	var later []event.Event
+	for _, d := range devices("later", 12) {
+		e, _ := f.incident(d, "meter", 3)
+		later = append(later, e)
+	}
+	f.publish(later...)
+	require.Eventually(t, func() bool { return len(f.srv.hookRequests()) == 13 }, waitFor, 20*time.Millisecond)
+	for _, h := range f.srv.hookRequests() {
+		assert.NotContains(t, h.Body, `"device_id":"old-1"`)
+	}
+}
