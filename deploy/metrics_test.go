@@ -251,7 +251,7 @@ detection: {watchdog_every: 200ms, grace_after_outage: 100ms}
 log: {level: debug, format: console}
 notify:
   enabled: true
-  receivers: [{name: tickets, webhook: {url: "`+hook.URL+`"}}]
+  receivers: [{name: tickets, webhook: {url: "` + hook.URL + `"}}]
   routes: [{receiver: tickets}]
 `), Env: []string{"HEARTBEATD_INGEST_KAFKA_ENABLED=true", "HEARTBEATD_INGEST_KAFKA_BROKERS=" + strings.Join(kafka.Addrs, ","),
 		"HEARTBEATD_CLUSTER_REPLICA_ID=deploy-test"}})
