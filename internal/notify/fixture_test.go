@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
@@ -31,7 +32,8 @@ const waitFor = 30 * time.Second
 // fixture is a real Redis, an in-process Kafka holding the events topic, a producer of events, and the
 // recording receiver server.
 type fixture struct {
-	t        *testing.T
+	t        testing.TB
+	log      *zap.Logger
 	rdb      redis.UniversalClient
 	kafka    *testenv.Kafka
 	producer *kgo.Client
@@ -42,10 +44,14 @@ type fixture struct {
 	labels map[string]map[string]string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{testenv.EventsTopic}})
-	f := &fixture{t: t, rdb: testenv.StartRedis(t).Client(t), kafka: k, srv: newReceiverServer(t),
+	log := zap.NewNop() // a benchmark's log would be its output
+	if _, ok := t.(*testing.T); ok {
+		log = zaptest.NewLogger(t)
+	}
+	f := &fixture{t: t, log: log, rdb: testenv.StartRedis(t).Client(t), kafka: k, srv: newReceiverServer(t),
 		t0: time.Now().Add(-time.Hour).Truncate(time.Second), labels: map[string]map[string]string{}}
 	f.producer = k.Client(t, kgo.DefaultProduceTopic(testenv.EventsTopic))
 	return f
@@ -64,7 +70,7 @@ func (f *fixture) notifyConfig(block string, env map[string]string) config.Notif
 func (f *fixture) newNotifier(n config.Notify, reg prometheus.Registerer) *Notifier {
 	f.t.Helper()
 	nt, err := New(Options{Notify: n, Brokers: f.kafka.Addrs, Topic: testenv.EventsTopic, StartOffset: kafka.FirstOffset,
-		Redis: f.rdb, KeyPrefix: "hb", Labels: f.lookupLabels, Logger: zaptest.NewLogger(f.t), Registerer: reg})
+		Redis: f.rdb, KeyPrefix: "hb", Labels: f.lookupLabels, Logger: f.log, Registerer: reg})
 	require.NoError(f.t, err)
 	return nt
 }

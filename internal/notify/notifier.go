@@ -22,6 +22,9 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
+// commitEvery is how often the handled offsets are committed.
+const commitEvery = 250 * time.Millisecond
+
 // Options build a Notifier.
 type Options struct {
 	Notify config.Notify
@@ -146,6 +149,9 @@ func (n *Notifier) consume(ctx context.Context) error {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: n.opts.Brokers, GroupID: n.opts.Notify.GroupID, Topic: n.opts.Topic,
 		Dialer: n.opts.Dialer, StartOffset: n.opts.StartOffset, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 250 * time.Millisecond,
 		HeartbeatInterval: time.Second, SessionTimeout: 10 * time.Second, JoinGroupBackoff: time.Second,
+		// CommitMessages marks a handled offset; the reader commits the marks this often (and at Close),
+		// not one round trip per event: a crash sends again at most this much, and loses nothing.
+		CommitInterval: commitEvery,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
 			n.log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
 		})})
