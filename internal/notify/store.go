@@ -22,6 +22,10 @@ const (
 	deadTTL = 30 * 24 * time.Hour
 	// sampleSize is how many devices a summary names.
 	sampleSize = 20
+	// openTTL: the incidents a receiver was told of are forgotten this long after the last one opened,
+	// so a receiver removed from the configuration leaves nothing for good. A receiver in use opens
+	// incidents far more often.
+	openTTL = 90 * 24 * time.Hour
 )
 
 // store keeps what the notifier must not lose between a Kafka commit and a delivery: queued retries,
@@ -55,6 +59,7 @@ if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[5]) then return 0 end
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[2], 'NX', ARGV[3], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return 1`)
 
 // errQueueFull is Enqueue's answer for a device whose queue holds maxQueue notifications.
@@ -204,7 +209,7 @@ func (s *store) DeadLetters(ctx context.Context, receiver string, n int) ([]Dead
 }
 
 // openScript records an opening kind of an incident at a receiver.
-// KEYS: open. ARGV: device, incident id, last seen ms, kind.
+// KEYS: open. ARGV: device, incident id, last seen ms, kind, ttl ms.
 // Reply: {incident id, 1} for a new incident (a different last seen replaces an older one), {id, 2} for a
 // further opening kind of the same incident, {id, 0} for a kind already sent.
 var openScript = redis.NewScript(`
@@ -220,12 +225,14 @@ if v then
   end
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return {ARGV[2], 1}`)
 
 // Opened records that a receiver is told of an incident's opening kind. It returns the incident's id
 // (the id of the first opening event it got) and whether this kind is news.
 func (s *store) Opened(ctx context.Context, receiver, device, eventID string, since time.Time, kind string) (string, bool, error) {
-	res, err := openScript.Run(ctx, s.rdb, []string{s.keys.open(receiver)}, device, eventID, since.UnixMilli(), kind).Slice()
+	res, err := openScript.Run(ctx, s.rdb, []string{s.keys.open(receiver)}, device, eventID, since.UnixMilli(), kind,
+		openTTL.Milliseconds()).Slice()
 	if err != nil {
 		return "", false, err
 	}
