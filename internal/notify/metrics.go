@@ -35,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Notifications by receiver and result: sent, failed (kept for a retry), queued, folded (into a summary), dead, " +
 				"in_outage, under_parent, duplicate."}, []string{"receiver", "result"}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "notify_lag_seconds",
-			Help: "How long ago the event the notifier handled last was written to the events topic."}),
+			Help: "How long after its write to the events topic the notifier handled the last event."}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "notify_pending",
 			Help: "Devices whose notifications wait in Redis for a retry, by receiver."}, []string{"receiver"}),
 		badEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "notify_bad_events_total",
