@@ -89,14 +89,17 @@ func (o *outlet) send(ctx context.Context, d *Data) error {
 // returns an error only when what must be kept could not be (Redis): the event is then handled again.
 func (o *outlet) offer(ctx context.Context, e *event.Event, labels map[string]string) error {
 	d := &Data{Event: *e, Labels: labels, Receiver: o.name, Incident: e.ID}
-	record, result, err := o.incident(ctx, d)
-	if err != nil || result != "" {
-		if result != "" {
-			o.n.metrics.count(o.name, result)
-		}
+	// One round trip for what the receiver was told of the device and whether its notifications wait.
+	mark, queued, err := o.n.store.State(ctx, o.name, d.DeviceID)
+	if err != nil {
 		return err
 	}
-	if err := o.deliver(ctx, d); err != nil {
+	record, result := o.incident(ctx, d, mark)
+	if result != "" {
+		o.n.metrics.count(o.name, result)
+		return nil
+	}
+	if err := o.deliver(ctx, d, queued); err != nil {
 		return err
 	}
 	if record != nil {
@@ -105,42 +108,37 @@ func (o *outlet) offer(ctx context.Context, e *event.Event, labels map[string]st
 	return nil
 }
 
-// incident sets d.Incident from what the receiver was told of the device's incident, and says whether
-// the event is news to it (result "" ) or not; record, run once the event is delivered or kept, notes it.
-func (o *outlet) incident(ctx context.Context, d *Data) (record func() error, result string, err error) {
+// incident sets d.Incident from mark, what the receiver was told of the device's incident, and says
+// whether the event is news to it (result "") or not; record, run once the event is delivered or kept,
+// notes it.
+func (o *outlet) incident(ctx context.Context, d *Data, mark string) (record func() error, result string) {
 	st, dev := o.n.store, d.DeviceID
+	id, seen, kinds, marked := parseMark(mark)
 	switch k := d.Kind; {
 	case opens(k):
-		v, err := st.Mark(ctx, o.name, dev)
-		if err != nil {
-			return nil, "", err
-		}
-		seen := strconv.FormatInt(since(&d.Event).UnixMilli(), 10)
-		if id, s, kinds, ok := parseMark(v); ok && s == seen {
+		if marked && seen == strconv.FormatInt(since(&d.Event).UnixMilli(), 10) {
 			if slices.Contains(kinds, string(k)) {
-				return nil, resultDuplicate, nil
+				return nil, resultDuplicate
 			}
 			d.Incident = id
 		}
 		return func() error {
 			_, _, err := st.Opened(ctx, o.name, dev, d.Incident, since(&d.Event), string(k))
 			return err
-		}, "", nil
+		}, ""
 	case closes(k):
-		id, err := st.Incident(ctx, o.name, dev)
-		if err != nil || id == "" {
-			return nil, resultNoIncident, err
+		if !marked {
+			return nil, resultNoIncident
 		}
 		d.Incident = id
-		return func() error { _, err := st.Closed(ctx, o.name, dev); return err }, "", nil
+		return func() error { _, err := st.Closed(ctx, o.name, dev); return err }, ""
 	case k == event.Alarm, k == event.Exhausted, k == event.Acked:
-		id, err := st.Incident(ctx, o.name, dev)
-		if err != nil || id == "" {
-			return nil, resultNoIncident, err
+		if !marked {
+			return nil, resultNoIncident
 		}
 		d.Incident = id
 	}
-	return nil, "", nil
+	return nil, ""
 }
 
 // since tells one incident of a device from the next: every event of an incident carries the last
@@ -166,12 +164,8 @@ func parseMark(v string) (id, seen string, kinds []string, ok bool) {
 }
 
 // deliver sends d now, or keeps it: behind the device's queue, folded, or queued for a retry.
-func (o *outlet) deliver(ctx context.Context, d *Data) error {
+func (o *outlet) deliver(ctx context.Context, d *Data, queued bool) error {
 	st, now := o.n.store, o.n.now()
-	queued, err := st.Queued(ctx, o.name, d.DeviceID)
-	if err != nil {
-		return err
-	}
 	if queued {
 		return o.keep(ctx, pending{Data: d, First: now.UnixMilli()}, now, resultQueued)
 	}
@@ -185,7 +179,7 @@ func (o *outlet) deliver(ctx context.Context, d *Data) error {
 		o.n.metrics.count(o.name, resultFolded)
 		return nil
 	}
-	err = o.send(ctx, d)
+	err := o.send(ctx, d)
 	switch {
 	case err == nil:
 		o.up()

@@ -46,12 +46,6 @@ type pending struct {
 	First int64 `json:"first"`
 }
 
-// Queued reports whether a device has notifications waiting at a receiver: a new one goes behind them.
-func (s *store) Queued(ctx context.Context, receiver, device string) (bool, error) {
-	n, err := s.rdb.Exists(ctx, s.keys.queue(receiver, device)).Result()
-	return n > 0, err
-}
-
 // enqueueScript appends a notification to a device's queue and schedules the queue.
 // KEYS: queue, due. ARGV: entry, device, due ms, ttl ms, max length. Reply: 1, or 0 when the queue is full.
 var enqueueScript = redis.NewScript(`
@@ -244,22 +238,20 @@ func (s *store) Opened(ctx context.Context, receiver, device, eventID string, si
 	return id, news != 0, nil
 }
 
-// Mark is what a receiver was told of a device's open incident, "<id>|<last seen ms>|<kinds>"; "" when nothing.
-func (s *store) Mark(ctx context.Context, receiver, device string) (string, error) {
-	v, err := s.rdb.HGet(ctx, s.keys.open(receiver), device).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
+// State is, in one round trip, what a receiver was told of a device's open incident
+// ("<id>|<since ms>|<kinds>", "" when nothing) and whether the device has notifications waiting there.
+func (s *store) State(ctx context.Context, receiver, device string) (mark string, queued bool, err error) {
+	var hget *redis.StringCmd
+	var exists *redis.IntCmd
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		hget = p.HGet(ctx, s.keys.open(receiver), device)
+		exists = p.Exists(ctx, s.keys.queue(receiver, device))
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", false, err
 	}
-	return v, err
-}
-
-// Incident is the open incident a receiver was told of for a device, "" when none.
-func (s *store) Incident(ctx context.Context, receiver, device string) (string, error) {
-	v, err := s.Mark(ctx, receiver, device)
-	if v == "" {
-		return "", err
-	}
-	return markIncident(v), err
+	return hget.Val(), exists.Val() > 0, nil
 }
 
 // markIncident is the incident id of an open HASH value (parseMark).

@@ -26,7 +26,7 @@ func TestStoreKeepsEachDevicesOrderAndLeavesNothingBehind(t *testing.T) {
 		require.NoError(t, st.Enqueue(ctx, "noc", note("a", event.Interrupted), now))
 		require.NoError(t, st.Enqueue(ctx, "noc", note("a", event.Recovered), now))
 		require.NoError(t, st.Enqueue(ctx, "noc", note("b", event.Interrupted), now.Add(time.Minute)))
-		queued, err := st.Queued(ctx, "noc", "a")
+		_, queued, err := st.State(ctx, "noc", "a")
 		require.NoError(t, err)
 		assert.True(t, queued)
 

@@ -155,6 +155,22 @@ func (s *SMTP) greets() error {
 	return nil
 }
 
+// MailCount is how many messages were accepted so far (cheaper than Mails, for polling).
+func (s *SMTP) MailCount(tb testing.TB) int {
+	tb.Helper()
+	entries, err := os.ReadDir(s.mailDir())
+	if err != nil {
+		tb.Fatalf("testenv: smtp mails: %v", err)
+	}
+	n := 0
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".json") {
+			n++
+		}
+	}
+	return n
+}
+
 // Mails is every message accepted so far, in the order they came.
 func (s *SMTP) Mails(tb testing.TB) []Mail {
 	tb.Helper()
