@@ -52,13 +52,18 @@ func newOutlet(n *Notifier, recv Receiver, every time.Duration, burst int, timeo
 		every: max(every, minSummaryEvery), timeout: timeout}
 }
 
-// down records a failed attempt; up a delivery.
-func (o *outlet) down(now time.Time) time.Time {
+// down records a failed attempt, logging the first and every tenth in a row; up a delivery.
+func (o *outlet) down(now time.Time, err error) time.Time {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	o.downUntil = now.Add(loop.Delay(o.failures, retryMin, retryMax))
 	o.failures++
-	return o.downUntil
+	failures, until := o.failures, o.downUntil
+	o.mu.Unlock()
+	if failures == 1 || failures%10 == 0 {
+		o.n.log.Warn("notification failed; kept for a retry", zap.String("receiver", o.name), zap.Int("failures_in_a_row", failures),
+			zap.Time("next_try", until), zap.Error(err))
+	}
+	return until
 }
 
 func (o *outlet) up() {
@@ -188,8 +193,7 @@ func (o *outlet) deliver(ctx context.Context, d *Data, queued bool) error {
 	case permanent(err):
 		return o.dead(ctx, d, 1, "refused", err)
 	}
-	o.n.log.Warn("notification failed; kept for a retry", zap.String("receiver", o.name), zap.String("event", d.ID), zap.Error(err))
-	return o.keep(ctx, pending{Data: d, Attempts: 1, First: now.UnixMilli()}, o.down(now), resultFailed)
+	return o.keep(ctx, pending{Data: d, Attempts: 1, First: now.UnixMilli()}, o.down(now, err), resultFailed)
 }
 
 // keep queues p for a retry at due; a full queue dead-letters it.
@@ -208,6 +212,9 @@ func (o *outlet) keep(ctx context.Context, p pending, due time.Time, result stri
 func (o *outlet) dead(ctx context.Context, d *Data, attempts int, reason string, cause error) error {
 	dl := DeadLetter{Receiver: o.name, EventID: d.ID, DeviceID: d.DeviceID, Kind: string(d.Kind), Reason: reason,
 		Attempts: attempts, At: o.n.now().UTC(), Answer: clip(cause.Error(), maxAnswer)}
+	if d.Summary != nil {
+		dl.Folded = d.Summary.Count
+	}
 	var de *DeliveryError
 	if errors.As(cause, &de) {
 		dl.Status, dl.Answer = de.Status, de.Answer
@@ -246,7 +253,10 @@ func (o *outlet) retries(ctx context.Context) {
 // receiver's next try, so a receiver that hangs costs one timeout per step, not one per device.
 func (o *outlet) retryPass(ctx context.Context) (int, error) {
 	st := o.n.store
-	due, err := st.Claim(ctx, o.name, o.n.now(), o.timeout+5*time.Second, retryBatch)
+	// As many as the rate limit lets go now (at least one), each leased for its turn at the limit and
+	// its attempt: a claim must not outlive its lease while it waits, or another process sends it too.
+	n := max(1, min(retryBatch, int(o.limiter.Tokens())))
+	due, err := st.Claim(ctx, o.name, o.n.now(), time.Duration(n)*(o.timeout+o.every)+5*time.Second, n)
 	if err != nil {
 		return 0, err
 	}
@@ -290,7 +300,7 @@ func (o *outlet) retryOne(ctx context.Context, c claimed) error {
 		return st.Settle(ctx, o.name, c.device, c.raw, now)
 	}
 	o.n.metrics.count(o.name, resultFailed)
-	next := o.down(now)
+	next := o.down(now, err)
 	if own := now.Add(loop.Delay(c.p.Attempts-1, retryMin, retryMax)); own.After(next) {
 		next = own
 	}
@@ -321,10 +331,9 @@ func (o *outlet) summaries(ctx context.Context) {
 				continue
 			}
 		default:
-			o.down(o.n.now())
+			o.down(o.n.now(), err)
 			o.n.metrics.count(o.name, resultFailed)
-			o.n.log.Warn("notify summary failed; sent again after its lease", zap.String("receiver", o.name), zap.Error(err))
-			continue // the fold stays; its lease runs out before the next try
+			continue // the fold stays; sent again once its lease runs out
 		}
 		if err := o.n.store.SettleFold(ctx, o.name, sum); err != nil {
 			o.n.log.Warn("notify summary: settling the fold failed; it may be sent again", zap.String("receiver", o.name), zap.Error(err))

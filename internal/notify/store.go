@@ -159,15 +159,17 @@ func (s *store) Waiting(ctx context.Context, receiver string) (int64, error) {
 
 // DeadLetter is a notification a receiver refused for good, with its answer.
 type DeadLetter struct {
-	Receiver string    `json:"receiver"`
-	EventID  string    `json:"event_id,omitempty"`
-	DeviceID string    `json:"device_id,omitempty"`
-	Kind     string    `json:"kind"`
-	Reason   string    `json:"reason"`
-	Status   int       `json:"status,omitempty"`
-	Answer   string    `json:"answer,omitempty"`
-	Attempts int       `json:"attempts"`
-	At       time.Time `json:"at"`
+	Receiver string `json:"receiver"`
+	EventID  string `json:"event_id,omitempty"`
+	DeviceID string `json:"device_id,omitempty"`
+	Kind     string `json:"kind"`
+	Reason   string `json:"reason"`
+	Status   int    `json:"status,omitempty"`
+	Answer   string `json:"answer,omitempty"`
+	Attempts int    `json:"attempts"`
+	// Folded is, for a summary, how many notifications it stood for.
+	Folded int       `json:"folded,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // Dead keeps a dead letter in the receiver's capped list.
