@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,7 @@ type Notifier struct {
 	order     []string // receiver names as configured
 	store     *store
 	metrics   *metrics
+	bad       atomic.Int64 // records skipped as no event
 }
 
 // build compiles the receivers and routes: every template and matcher, each error naming its key.
@@ -195,7 +197,10 @@ func (n *Notifier) handleUntilKept(ctx context.Context, value []byte) bool {
 	e, err := event.Decode(value)
 	if err != nil {
 		n.metrics.badEvents.Inc()
-		n.log.Warn("skipping a record of the events topic that is no event", zap.Error(err))
+		// The first and every thousandth: a topic full of foreign records must not flood the log.
+		if bad := n.bad.Add(1); bad == 1 || bad%1000 == 0 {
+			n.log.Warn("skipping records of the events topic that are no event", zap.Int64("so_far", bad), zap.Error(err))
+		}
 		return true
 	}
 	var backoff loop.Backoff

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -236,4 +238,23 @@ notify:
 	for _, h := range f.srv.hookRequests() {
 		assert.NotContains(t, h.Body, `"device_id":"old-1"`)
 	}
+}
+
+func TestARecordThatIsNoEventIsCountedAndSkipped(t *testing.T) {
+	f := newFixture(t)
+	n := f.notifyConfig(`
+notify:
+  receivers:
+    - {name: tickets, webhook: {url: "{{url}}/hook"}}
+  routes:
+    - {receiver: tickets}
+`, nil)
+	nt := f.newNotifier(n, nil)
+	f.run(nt)
+	require.NoError(t, f.producer.ProduceSync(t.Context(), &kgo.Record{Key: []byte("x"), Value: []byte("not json")}).FirstErr())
+	good, _ := f.incident("dev-1", "meter", 1)
+	good.DeviceID, good.ID = "x", event.ID("x", good.Deadline, good.Kind, 0) // the same partition as the bad record
+	f.publish(good)
+	require.Eventually(t, func() bool { return len(f.srv.hookRequests()) == 1 }, waitFor, 20*time.Millisecond)
+	assert.Equal(t, 1.0, testenv.MetricValue(t, nt.metrics.badEvents))
 }
