@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
