@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
 func TestEmailGoesThroughSTARTTLSAndAuthAndARefusalIsPermanent(t *testing.T) {
@@ -63,4 +64,58 @@ notify:
 	require.Error(t, err)
 	assert.False(t, permanent(err), "451 is for a retry: %v", err)
 	assert.Len(t, smtp.Mails(t), 3, "no refused message was accepted")
+}
+
+func TestMailWaitsForTheSMTPServerToComeBack(t *testing.T) {
+	smtp, files := testenv.StartSMTP(t)
+	f := newFixture(t)
+	n := f.notifyConfig(`
+notify:
+  receivers:
+    - name: mail
+      email: {smarthost: "`+smtp.Addr+`", from: heartbeatd@example.com, to: [noc@example.com],
+              username: heartbeatd, password: "${SMTP_PASSWORD}", tls: {enabled: true, ca_file: `+files.CAFile+`}}
+  routes:
+    - {receiver: mail}
+`, map[string]string{"SMTP_PASSWORD": "smtp-secret"})
+	nt := f.newNotifier(n, nil)
+	f.run(nt)
+	smtp.Stop(t)
+	open, closed := f.incident("pump-9", "pump", 1)
+	f.publish(open, closed)
+	require.Eventually(t, func() bool {
+		waiting, err := nt.store.Waiting(t.Context(), "mail")
+		return err == nil && waiting == 1
+	}, waitFor, 20*time.Millisecond, "kept in Redis while the server is down")
+	smtp.Start(t)
+	require.Eventually(t, func() bool { return smtp.MailCount(t) == 2 }, waitFor, 50*time.Millisecond)
+	mails := smtp.Mails(t)
+	assert.Contains(t, mails[0].Data, "pump-9 (pump) interrupted")
+	assert.Contains(t, mails[1].Data, "pump-9 (pump) recovered")
+}
+
+func TestEveryReceiverKindSendsASummaryItsServerTakes(t *testing.T) {
+	f := newFixture(t)
+	n := f.notifyConfig(`
+notify:
+  receivers:
+    - {name: pd, pagerduty: {routing_key: "${K}", url: "{{url}}/v2/enqueue"}}
+    - {name: sl, slack: {webhook_url: "${SLACK}"}}
+    - {name: wh, webhook: {url: "{{url}}/hook"}}
+  routes:
+    - {receiver: pd}
+`, map[string]string{"K": "key", "SLACK": f.srv.URL + "/services/T0/B0/x"})
+	nt := f.newNotifier(n, nil)
+	sum := &Summary{Count: 37, Kinds: map[string]int{"interrupted": 30, "recovered": 7}, Devices: []string{"m-1", "m-2"},
+		Since: time.Now().UTC()}
+	for _, name := range []string{"pd", "sl", "wh"} {
+		d := &Data{Event: event.Event{Kind: KindSummary, At: time.Now().UTC()}, Receiver: name, Summary: sum}
+		require.NoError(t, nt.receivers[name].send(t.Context(), d), name)
+	}
+	pd := f.srv.pagerDuty()
+	require.Len(t, pd, 1)
+	assert.Equal(t, "warning", pd[0].Payload.Severity)
+	assert.Contains(t, pd[0].Payload.Summary, "37 notifications folded by the rate limit (30 interrupted, 7 recovered), among them m-1, m-2")
+	assert.Contains(t, f.srv.slackTexts()[0], "37 notifications folded")
+	assert.Contains(t, f.srv.hookRequests()[0].Body, `"summary":{"count":37`)
 }

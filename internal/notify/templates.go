@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -35,6 +37,16 @@ type Summary struct {
 	Kinds   map[string]int `json:"kinds"`
 	Devices []string       `json:"devices"`
 	Since   time.Time      `json:"since"`
+}
+
+// KindList is the counts by kind as text, kinds in order: "30 interrupted, 7 recovered".
+func (s *Summary) KindList() string {
+	kinds := slices.Sorted(maps.Keys(s.Kinds))
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%d %s", s.Kinds[k], k)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // dataJSON is Data as JSON (pending retries in Redis, the webhook's default body): the event under
@@ -108,8 +120,8 @@ func humanize(d time.Duration) string {
 }
 
 // defaultText is the built-in one-line text of a notification (Slack, PagerDuty's summary, e-mail's subject).
-const defaultText = `{{ if .Summary }}heartbeatd: {{ .Summary.Count }} notifications folded by the rate limit (` +
-	`{{ range $kind, $n := .Summary.Kinds }}{{ $n }} {{ $kind }} {{ end }}), among them {{ join .Summary.Devices ", " }}` +
+const defaultText = `{{ if .Summary }}heartbeatd: {{ .Summary.Count }} notifications folded by the rate limit ` +
+	`({{ .Summary.KindList }}), among them {{ join .Summary.Devices ", " }}` +
 	`{{ else if .Group }}heartbeatd: {{ .Kind }} of {{ .Count }} devices with {{ .Group.By }}={{ .Group.Value }}: {{ join .Sample ", " }}` +
 	`{{ else }}heartbeatd: {{ .DeviceID }}{{ with .DeviceType }} ({{ . }}){{ end }} {{ .Kind }}` +
 	`{{ if eq .Kind "recovered" }} after {{ humanizeDuration .SilentForMs }}` +
