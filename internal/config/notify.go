@@ -295,7 +295,10 @@ func (c *Config) validateNotify(v *validator) {
 	if len(n.Receivers) == 0 && len(n.Routes) == 0 && !n.Enabled {
 		return
 	}
-	v.required("notify.group_id", n.GroupID)
+	if v.required("notify.group_id", n.GroupID) && n.GroupID == c.Ingest.Kafka.GroupID {
+		// One group reading two topics for two purposes would hand each member's partitions to the other.
+		v.add("notify.group_id", "%q is ingest.kafka.group_id too: the notifier needs a group of its own", n.GroupID)
+	}
 	v.nonNegative("notify.give_up_after", n.GiveUpAfter)
 	if n.Enabled && len(n.Routes) == 0 {
 		v.add("notify.routes", "notify.enabled needs at least one route")

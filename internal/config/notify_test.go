@@ -88,4 +88,6 @@ notify:
 		`notify.routes[0].kinds[1]: "watchdog"`)
 
 	parseFails(t, minimal+"notify: {enabled: true}\n", noEnv, "notify.routes: notify.enabled needs at least one route")
+	parseFails(t, minimal+"ingest: {kafka: {group_id: hb}}\nnotify: {group_id: hb, receivers: [{name: a, webhook: {url: 'http://a'}}]}\n",
+		noEnv, `notify.group_id: "hb" is ingest.kafka.group_id too`)
 }
