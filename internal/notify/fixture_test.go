@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -22,8 +23,9 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// TestMain stops the servers the package's tests share.
-func TestMain(m *testing.M) { testenv.Main(m) }
+// TestMain stops the servers the package's tests share, and fails when a goroutine outlives them: every
+// loop of the notifier ends with its Run.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.Shared(m)) }
 
 // waitFor bounds every wait on a notification: generous for a small shared machine; polled, so a fast
 // run is not slowed.
