@@ -121,14 +121,14 @@ func (o *outlet) incident(ctx context.Context, d *Data, mark string) (record fun
 	id, seen, kinds, marked := parseMark(mark)
 	switch k := d.Kind; {
 	case opens(k):
-		if marked && seen == strconv.FormatInt(since(&d.Event).UnixMilli(), 10) {
+		if marked && seen == strconv.FormatInt(incidentStart(&d.Event).UnixMilli(), 10) {
 			if slices.Contains(kinds, string(k)) {
 				return nil, resultDuplicate
 			}
 			d.Incident = id
 		}
 		return func() error {
-			_, _, err := st.Opened(ctx, o.name, dev, d.Incident, since(&d.Event), string(k))
+			_, _, err := st.Opened(ctx, o.name, dev, d.Incident, incidentStart(&d.Event), string(k))
 			return err
 		}, ""
 	case closes(k):
@@ -146,9 +146,9 @@ func (o *outlet) incident(ctx context.Context, d *Data, mark string) (record fun
 	return nil, ""
 }
 
-// since tells one incident of a device from the next: every event of an incident carries the last
+// incidentStart tells one incident of a device from the next: every event of an incident carries the last
 // signal before it; an outage, which has none, its start.
-func since(e *event.Event) time.Time {
+func incidentStart(e *event.Event) time.Time {
 	if e.LastSeen.IsZero() {
 		return e.Deadline
 	}
