@@ -118,18 +118,16 @@ func (o *outlet) offer(ctx context.Context, e *event.Event, labels map[string]st
 // notes it.
 func (o *outlet) incident(ctx context.Context, d *Data, mark string) (record func() error, result string) {
 	st, dev := o.n.store, d.DeviceID
-	id, seen, kinds, marked := parseMark(mark)
+	id, _, _, marked := parseMark(mark)
 	switch k := d.Kind; {
 	case opens(k):
-		if marked && seen == strconv.FormatInt(incidentStart(&d.Event).UnixMilli(), 10) {
-			if slices.Contains(kinds, string(k)) {
-				return nil, resultDuplicate
-			}
-			d.Incident = id
+		incident, same, dup := opening(mark, &d.Event)
+		if dup {
+			return nil, resultDuplicate
 		}
+		d.Incident = incident
 		return func() error {
-			_, _, err := st.Opened(ctx, o.name, dev, d.Incident, incidentStart(&d.Event), string(k))
-			return err
+			return st.Opened(ctx, o.name, dev, incident, incidentStart(&d.Event), string(k), same)
 		}, ""
 	case closes(k):
 		if !marked {
@@ -144,6 +142,27 @@ func (o *outlet) incident(ctx context.Context, d *Data, mark string) (record fun
 		d.Incident = id
 	}
 	return nil, ""
+}
+
+// opening decides what an opening event is to a receiver that has mark for its device: a kind of the
+// incident it was told of (same, that incident's id), nothing new (dup: that kind was sent), or a new
+// incident (its own id). The same incident is the same start (incidentStart), or the escalation the
+// incident machine allows without a close between (late or suppressed, then interrupted,
+// docs/concepts.md#the-incident): a child's own timeout after its parent recovered starts anew.
+func opening(mark string, e *event.Event) (incident string, same, dup bool) {
+	id, seen, kinds, ok := parseMark(mark)
+	if !ok {
+		return e.ID, false, false
+	}
+	sent := slices.Contains(kinds, string(e.Kind))
+	sameStart := seen == strconv.FormatInt(incidentStart(e).UnixMilli(), 10)
+	switch {
+	case sameStart && sent:
+		return id, true, true
+	case sameStart, e.Kind == event.Interrupted && !sent:
+		return id, true, false
+	}
+	return e.ID, false, false
 }
 
 // incidentStart tells one incident of a device from the next: every event of an incident carries the last

@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -76,5 +77,41 @@ func TestHumanizeDurationTakesDurationsAndMilliseconds(t *testing.T) {
 		}
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, got)
+	}
+}
+
+func TestAnOpeningIsNewsOnceAndAnEscalationStaysInItsIncident(t *testing.T) {
+	at := time.UnixMilli(1_795_340_000_000)
+	last := at.Add(-time.Minute)
+	open := func(kind event.Kind, lastSeen time.Time) *event.Event {
+		e := event.New(kind, "dev-1", "meter", at, lastSeen, at, 0)
+		return &e
+	}
+	mark := func(id string, since time.Time, kinds string) string {
+		return id + "|" + strconv.FormatInt(since.UnixMilli(), 10) + "|" + kinds
+	}
+	for _, tc := range []struct {
+		name      string
+		mark      string
+		e         *event.Event
+		incident  string
+		same, dup bool
+	}{
+		{"nothing told yet: a new incident of its own id", "", open(event.Interrupted, last), open(event.Interrupted, last).ID, false, false},
+		{"the same opening again", mark("dev-1/1/interrupted/0", last, "interrupted"), open(event.Interrupted, last), "dev-1/1/interrupted/0", true, true},
+		{"late, then interrupted", mark("dev-1/1/late/0", last, "late"), open(event.Interrupted, last), "dev-1/1/late/0", true, false},
+		{"suppressed, then its own timeout after the parent's recovery", mark("dev-1/1/suppressed/0", last, "suppressed"),
+			open(event.Interrupted, last.Add(time.Hour)), "dev-1/1/suppressed/0", true, false},
+		{"a later incident whose predecessor's close went elsewhere", mark("dev-1/1/interrupted/0", last, "interrupted"),
+			open(event.Interrupted, last.Add(time.Hour)), open(event.Interrupted, last.Add(time.Hour)).ID, false, false},
+		{"a late of a later incident", mark("dev-1/1/interrupted/0", last, "interrupted"), open(event.Late, last.Add(time.Hour)),
+			open(event.Late, last.Add(time.Hour)).ID, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			incident, same, dup := opening(tc.mark, tc.e)
+			assert.Equal(t, tc.incident, incident)
+			assert.Equal(t, tc.same, same)
+			assert.Equal(t, tc.dup, dup)
+		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -204,40 +203,28 @@ func (s *store) DeadLetters(ctx context.Context, receiver string, n int) ([]Dead
 	return out, nil
 }
 
-// openScript records an opening kind of an incident at a receiver.
-// KEYS: open. ARGV: device, incident id, last seen ms, kind, ttl ms.
-// Reply: {incident id, 1} for a new incident (a different last seen replaces an older one), {id, 2} for a
-// further opening kind of the same incident, {id, 0} for a kind already sent.
+// openScript records an opening kind of an incident at a receiver: appended to the incident it has
+// for the device (same 1), or replacing it (same 0: a new incident).
+// KEYS: open. ARGV: device, incident id, since ms, kind, ttl ms, same.
 var openScript = redis.NewScript(`
 local v = redis.call('HGET', KEYS[1], ARGV[1])
-if v then
-  local id, seen, kinds = string.match(v, '^(.*)|([^|]*)|([^|]*)$')
-  if id and seen == ARGV[3] then
-    for k in string.gmatch(kinds, '[^,]+') do
-      if k == ARGV[4] then return {id, 0} end
-    end
-    redis.call('HSET', KEYS[1], ARGV[1], v .. ',' .. ARGV[4])
-    return {id, 2}
-  end
+if v and ARGV[6] == '1' then
+  redis.call('HSET', KEYS[1], ARGV[1], v .. ',' .. ARGV[4])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4])
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return {ARGV[2], 1}`)
+return 1`)
 
-// Opened records that a receiver is told of an incident's opening kind. It returns the incident's id
-// (the id of the first opening event it got) and whether this kind is news.
-func (s *store) Opened(ctx context.Context, receiver, device, eventID string, since time.Time, kind string) (string, bool, error) {
-	res, err := openScript.Run(ctx, s.rdb, []string{s.keys.open(receiver)}, device, eventID, since.UnixMilli(), kind,
-		openTTL.Milliseconds()).Slice()
-	if err != nil {
-		return "", false, err
+// Opened records that a receiver was told of an incident's opening kind: one more kind of the incident
+// it has for the device (same), or a new incident of that id, since, replacing it.
+func (s *store) Opened(ctx context.Context, receiver, device, incident string, since time.Time, kind string, same bool) error {
+	flag := 0
+	if same {
+		flag = 1
 	}
-	if len(res) != 2 {
-		return "", false, fmt.Errorf("notify: open: unexpected reply %v", res)
-	}
-	id, _ := res[0].(string)
-	news, _ := res[1].(int64)
-	return id, news != 0, nil
+	return openScript.Run(ctx, s.rdb, []string{s.keys.open(receiver)}, device, incident, since.UnixMilli(), kind,
+		openTTL.Milliseconds(), flag).Err()
 }
 
 // State is, in one round trip, what a receiver was told of a device's open incident

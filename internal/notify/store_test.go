@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,17 +65,18 @@ func TestStoreKeepsEachDevicesOrderAndLeavesNothingBehind(t *testing.T) {
 			assert.Zero(t, n, key)
 		}
 
-		// Incidents: an opening once, a close only of what was opened, a new incident replacing an old.
-		id, news, err := st.Opened(ctx, "noc", "a", "a/1/interrupted/0", now, "interrupted")
+		// Incidents: an opening recorded, a kind added, a close only of what was opened.
+		require.NoError(t, st.Opened(ctx, "noc", "a", "a/1/late/0", now, "late", false))
+		require.NoError(t, st.Opened(ctx, "noc", "a", "a/2/interrupted/0", now, "interrupted", true))
+		mark, _, err := st.State(ctx, "noc", "a")
 		require.NoError(t, err)
-		assert.True(t, news)
-		assert.Equal(t, "a/1/interrupted/0", id)
-		_, news, err = st.Opened(ctx, "noc", "a", "a/1/interrupted/0", now, "interrupted")
+		assert.Equal(t, "a/1/late/0|"+strconv.FormatInt(now.UnixMilli(), 10)+"|late,interrupted", mark)
+		ttl, err := rdb.PTTL(ctx, st.keys.open("noc")).Result()
 		require.NoError(t, err)
-		assert.False(t, news)
+		assert.Positive(t, ttl, "the incidents a receiver was told of expire once unused")
 		closed, err := st.Closed(ctx, "noc", "a")
 		require.NoError(t, err)
-		assert.Equal(t, "a/1/interrupted/0", closed)
+		assert.Equal(t, "a/1/late/0", closed)
 		closed, err = st.Closed(ctx, "noc", "a")
 		require.NoError(t, err)
 		assert.Empty(t, closed)
