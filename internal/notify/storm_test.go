@@ -163,3 +163,41 @@ notify:
 	t.Logf("%d sent before the stop, %d notifications in all, %d events: resends are allowed, losses not",
 		atStop, len(f.srv.hookRequests()), len(want))
 }
+
+func TestTwoNotifiersOfOneGroupShareTheTopicAndLoseNothing(t *testing.T) {
+	f := newFixture(t)
+	n := f.notifyConfig(`
+notify:
+  receivers:
+    - {name: tickets, webhook: {url: "{{url}}/hook"}, rate: 10000/s, burst: 10000}
+  routes:
+    - {receiver: tickets}
+`, nil)
+	f.run(f.newNotifier(n, nil))
+	f.run(f.newNotifier(n, nil))
+	var events []event.Event
+	want := map[string]bool{}
+	for _, d := range devices("dev", 100) {
+		open, closed := f.incident(d, "meter", 1)
+		events = append(events, open, closed)
+		want[open.ID], want[closed.ID] = true, true
+	}
+	f.publish(events...)
+	require.Eventually(t, func() bool {
+		got := map[string]bool{}
+		for _, h := range f.srv.hookRequests() {
+			var d struct {
+				Event event.Event `json:"event"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(h.Body), &d))
+			got[d.Event.ID] = true
+		}
+		for id := range want {
+			if !got[id] {
+				return false
+			}
+		}
+		return true
+	}, waitFor, 50*time.Millisecond)
+	t.Logf("%d notifications for %d events", len(f.srv.hookRequests()), len(want))
+}
