@@ -49,6 +49,8 @@ type Config struct {
 	Outputs Outputs `yaml:"outputs"`
 	// Correlation groups interruptions into outages (correlation.go).
 	Correlation Correlation `yaml:"correlation"`
+	// Notify pages people from the events topic (notify.go, docs/notifications.md).
+	Notify Notify `yaml:"notify"`
 	// Retention forgets long-silent devices nobody registered.
 	Retention Retention `yaml:"retention"`
 	// TimeIntervals are named time intervals in Alertmanager's syntax, for the types' quiet and active
@@ -427,6 +429,7 @@ func Default() *Config {
 		Log:             Log{Level: "info", Format: "json"},
 		Correlation:     Correlation{By: []string{}, MinDevices: DefaultCorrelationMinDevices, Window: DefaultCorrelationWindow},
 		Retention:       Retention{ForgetAfter: DefaultForgetAfter},
+		Notify:          Notify{GroupID: DefaultNotifyGroupID},
 		ShutdownTimeout: DefaultShutdownTimeout,
 	}
 }

@@ -62,6 +62,7 @@ func (c *Config) Validate() error {
 	c.validateHTTP(v)
 	c.validateOutputs(v)
 	c.validateCorrelation(v)
+	c.validateNotify(v)
 	v.nonNegative("retention.forget_after", c.Retention.ForgetAfter)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -65,6 +65,11 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		return fail(err)
 	}
 	acts := d.buildAlarms(reg)
+	if cfg.Notify.Enabled {
+		if d.notifier, err = newNotifier(cfg, d.rdb, d.store, d.clock.Now, log, reg); err != nil {
+			return fail(err)
+		}
+	}
 	coord.Subscribe(d.applyTypes)
 	if err := d.buildServer(reg, acts); err != nil {
 		return fail(err)
@@ -75,14 +80,10 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 // buildStore connects to Redis and opens the deadline store on the clock the replicas share.
 func (d *daemon) buildStore(reg *prometheus.Registry) error {
 	cfg := d.cfg
-	redisTLS, err := cfg.Redis.TLS.Build()
-	if err != nil {
-		return fmt.Errorf("redis.tls: %w", err)
+	var err error
+	if d.rdb, err = newRedis(cfg); err != nil {
+		return err
 	}
-	d.rdb = newRedisClient(&redis.UniversalOptions{
-		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
-		TLSConfig: redisTLS, PoolSize: cfg.Redis.PoolSize,
-	})
 	// Every time below is on the clock the replicas share: local time corrected by its offset from Redis.
 	d.clock = holdback.NewClock(holdback.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: d.log, Registerer: reg})
 	// A late first word is kept as long as detection may be held back for the blind window it waited in.
@@ -90,6 +91,18 @@ func (d *daemon) buildStore(reg *prometheus.Registry) error {
 		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack, Expected: d.expected,
 		WarnAfter: d.warnAfter})
 	return err
+}
+
+// newRedis is the Redis client of redis.*.
+func newRedis(cfg *config.Config) (redis.UniversalClient, error) {
+	redisTLS, err := cfg.Redis.TLS.Build()
+	if err != nil {
+		return nil, fmt.Errorf("redis.tls: %w", err)
+	}
+	return newRedisClient(&redis.UniversalOptions{
+		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
+		TLSConfig: redisTLS, PoolSize: cfg.Redis.PoolSize,
+	}), nil
 }
 
 // buildPublisher makes the Kafka publisher of the events and dead letters.

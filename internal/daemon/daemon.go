@@ -28,6 +28,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/holdback"
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/internal/notify"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -58,7 +59,12 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable() + cfg.PresenceTable() + scheduleTable(cfg) + "\n" + cfg.AccessTable()
+	notifyTable, err := checkNotify(cfg)
+	if err != nil {
+		return "", err
+	}
+	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable() + cfg.PresenceTable() + scheduleTable(cfg) + "\n" + cfg.AccessTable() +
+		"\n" + notifyTable
 	for i, w := range cfg.Warnings() {
 		if i == 0 {
 			out += "\n"
@@ -73,6 +79,9 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 func Run(ctx context.Context, opts Options) error {
 	cfg, err := config.LoadEnv(opts.ConfigPath, opts.Env)
 	if err != nil {
+		return err
+	}
+	if err := notify.Check(cfg.Notify); err != nil { // also when another process runs the notifier
 		return err
 	}
 	log := opts.Logger
@@ -138,6 +147,8 @@ type daemon struct {
 	observers []event.Observer
 	outputs   []output
 	stream    *EventStream // one of observers: the status page's live events
+	// notifier pages people from the events topic; nil unless notify.enabled.
+	notifier *notify.Notifier
 
 	slotsOwned prometheus.Gauge
 	// incarnation tells this process from the replica's earlier ones (holdback.Options).
@@ -337,6 +348,9 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	for _, o := range d.outputs { // before the scanner, so they stop after it and see its last events
 		lc.add(o.name, o.run)
+	}
+	if d.notifier != nil { // reads the events topic: what it has not committed at the stop is read again
+		lc.add("notifier", d.notifier.Run)
 	}
 	lc.add("device counts", func(ctx context.Context) error {
 		return d.metrics.RunCounts(ctx, alarm.CountsOptions{Store: d.store, Slots: d.ownership.Slots,
