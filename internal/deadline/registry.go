@@ -154,9 +154,9 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 // typeIndexFor is the type index a registration records; a per-device timeout name is registered first.
 func (s *Store) typeIndexFor(ctx context.Context, name string, perDevice bool) (int, error) {
 	if perDevice {
-		return s.types.allow(ctx, name)
+		return s.types.allow(ctx, name, AsStored(s.lead(name)))
 	}
-	return s.types.index(ctx, name)
+	return s.typeIndex(ctx, name)
 }
 
 // registryEntries returns each device's registry entry (nil when it is not registered), one round trip,
@@ -266,7 +266,7 @@ func (s *Store) SyncOverrides(ctx context.Context) error {
 	for _, name := range all {
 		if !seen[name] {
 			seen[name] = true
-			if _, err := s.types.allow(ctx, name); err != nil {
+			if _, err := s.types.allow(ctx, name, AsStored(s.lead(name))); err != nil {
 				return err
 			}
 		}

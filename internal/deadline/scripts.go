@@ -56,6 +56,7 @@ var scriptConstants = strings.NewReplacer(
 	"${causeSep}", luaString(causeSep),
 	// Lua helpers (defined, not a value).
 	"${luaPieces}", strings.ReplaceAll(luaPieces, "${maxUnpack}", strconv.Itoa(maxUnpack)),
+	"${luaRetime}", strings.NewReplacer("${MaxTypes}", strconv.Itoa(MaxTypes), "${listItem}", luaString("[^"+listSep+"]+")).Replace(luaRetime),
 )
 
 // maxUnpack is the most values a script hands one command at once. Redis 7.0's Lua refuses to unpack

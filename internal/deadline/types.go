@@ -45,28 +45,30 @@ return n
 `)
 
 // typeRegistry maps type names to the small indexes stored in scores, shared by every replica through
-// one Redis hash and cached here: a name never changes index once registered. Only configured names (the
-// last Load) are registered: device type names are not trusted to grow Redis or this cache, so any other
-// name resolves to the default type's index without a round trip.
+// one Redis hash and cached here. A registry name is a recorded name and the lead its scores are written
+// with (typeidentity.go); it never changes index while registered. Only configured names (the last Load)
+// and the per-device timeout names are registered: device type names are not trusted to grow Redis or
+// this cache, so any other name resolves to the default type's.
 type typeRegistry struct {
 	rdb redis.UniversalClient
 	key string
 
 	mu         sync.RWMutex
-	byName     map[string]int  // every name the registry holds (at most MaxTypes)
-	byIdx      map[int]string  // the same, by index
-	configured map[string]bool // the names of the last Load; nil before it (then every name is unknown)
+	byName     map[string]int          // every registry name the registry holds (at most MaxTypes)
+	byIdx      map[int]string          // the same, by index
+	currentOf  map[string]currentIndex // recorded name → the index it is written with now
+	configured map[string]bool         // the names of the last Load; nil before it (then every name is unknown)
 	// perDevice are the per-device timeout names ("<type>@<timeout>", registry.go) the operator
 	// registered; they survive a Load.
 	perDevice map[string]bool
 }
 
 func newTypeRegistry(rdb redis.UniversalClient, key string) *typeRegistry {
-	return &typeRegistry{rdb: rdb, key: key, byName: map[string]int{DefaultType: 0}, byIdx: map[int]string{0: DefaultType}}
+	return &typeRegistry{rdb: rdb, key: key, byName: map[string]int{DefaultType: 0}, byIdx: map[int]string{0: DefaultType},
+		currentOf: map[string]currentIndex{}}
 }
 
-// configure sets the configured names: from now on only they resolve to their own index. Load calls it
-// once every name is registered.
+// configure sets the configured names: from now on only they resolve to their own index (Load).
 func (r *typeRegistry) configure(names []string) {
 	set := make(map[string]bool, len(names)+1)
 	set[DefaultType] = true
@@ -82,18 +84,12 @@ func (r *typeRegistry) configure(names []string) {
 // its device would otherwise be timed as the default type without a word.
 var ErrTypesFull = fmt.Errorf("deadline: the type registry is full (%d configured types and distinct per-device timeouts)", MaxTypes)
 
-// allow lets a per-device timeout name resolve to its own index, registering it in Redis; ErrTypesFull
-// when no index is left for it.
-func (r *typeRegistry) allow(ctx context.Context, name string) (int, error) {
-	r.mu.RLock()
-	i, ok := r.byName[name]
-	full := ok && i == 0 && name != DefaultType // a name register found no index for
-	r.mu.RUnlock()
-	if !ok {
-		var err error
-		if i, full, err = r.register(ctx, name); err != nil {
-			return 0, err
-		}
+// allow lets a per-device timeout name resolve to its own index under lead, registering it in Redis;
+// ErrTypesFull when no index is left for it.
+func (r *typeRegistry) allow(ctx context.Context, name string, lead time.Duration) (int, error) {
+	i, full, err := r.current(ctx, name, lead)
+	if err != nil {
+		return 0, err
 	}
 	if full {
 		return 0, fmt.Errorf("%w: no index for %q", ErrTypesFull, name)
@@ -107,48 +103,73 @@ func (r *typeRegistry) allow(ctx context.Context, name string) (int, error) {
 	return i, nil
 }
 
-// index returns name's index. A name that is not configured gets the default type's index and touches
-// neither Redis nor the cache; a configured one is normally cached since Load registered it.
-func (r *typeRegistry) index(ctx context.Context, name string) (int, error) {
-	if name == "" {
-		return 0, nil
-	}
+// known reports whether name resolves to an index of its own: a configured name or an allowed
+// per-device one.
+func (r *typeRegistry) known(name string) bool {
 	r.mu.RLock()
-	i, ok := r.byName[name]
-	known := r.configured[name] || r.perDevice[name]
-	r.mu.RUnlock()
-	switch {
-	case !known:
-		return 0, nil
-	case ok:
-		return i, nil
-	}
-	i, _, err := r.register(ctx, name)
-	return i, err
+	defer r.mu.RUnlock()
+	return name != "" && (r.configured[name] || r.perDevice[name])
 }
 
-// register gives name an index in Redis (or reads the one it has) and caches it. A full registry maps
-// the name to the default type's index (full), cached so its signals do not ask again: a configured
-// type's devices keep being watched, under the default policy, and Load tries again; a per-device
-// timeout is refused (allow).
+// current returns the index recorded name is written with under lead, registering its registry name
+// when the lead is new. A full registry gives the default type's index (full): a configured type's
+// devices keep being watched, under the default policy; a per-device timeout is refused (allow).
+func (r *typeRegistry) current(ctx context.Context, name string, lead time.Duration) (idx int, full bool, err error) {
+	r.mu.RLock()
+	c, ok := r.currentOf[name]
+	r.mu.RUnlock()
+	if ok && c.lead == lead {
+		return c.idx, c.full, nil
+	}
+	if idx, full, err = r.register(ctx, timedName(name, lead)); err != nil {
+		return 0, false, err
+	}
+	if full && name != DefaultType {
+		r.mu.RLock()
+		d, ok := r.currentOf[DefaultType]
+		r.mu.RUnlock()
+		if ok {
+			idx = d.idx
+		}
+	}
+	r.mu.Lock()
+	r.currentOf[name] = currentIndex{lead: lead, idx: idx, full: full}
+	r.mu.Unlock()
+	return idx, full, nil
+}
+
+// register gives registry name full an index in Redis (or reads the one it has) and caches it; full is
+// true (index 0) when none is left.
 func (r *typeRegistry) register(ctx context.Context, name string) (idx int, full bool, err error) {
+	r.mu.RLock()
+	i, ok := r.byName[name]
+	r.mu.RUnlock()
+	if ok {
+		return i, false, nil
+	}
 	n, err := registerTypeScript.Run(ctx, r.rdb, []string{r.key}, name).Int()
 	if err != nil {
 		return 0, false, fmt.Errorf("deadline: register type %q: %w", name, err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if n < 0 {
-		r.byName[name] = 0
 		return 0, true, nil
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.byName[name] = n
 	r.byIdx[n] = name
 	return n, false, nil
 }
 
-// name returns the type name of idx, reloading the registry when another replica registered it.
+// name returns the recorded name of idx (its registry name without the lead), reloading the registry
+// when another replica registered it.
 func (r *typeRegistry) name(ctx context.Context, idx int) string {
+	n, _, _ := splitTimed(r.fullName(ctx, idx))
+	return n
+}
+
+// fullName is idx's registry name; the default type's for an index nobody registered.
+func (r *typeRegistry) fullName(ctx context.Context, idx int) string {
 	r.mu.RLock()
 	n, ok := r.byIdx[idx]
 	r.mu.RUnlock()
@@ -221,16 +242,25 @@ func (r *typeRegistry) byIndex(fn func(string) time.Duration) typeTable {
 func (r *typeRegistry) mayHold(name string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	for n := range r.byName {
-		if n == name || strings.HasPrefix(n, name+"@") {
+	for full := range r.byName {
+		if n, _, _ := splitTimed(full); n == name || strings.HasPrefix(n, name+ownTypeSep) {
 			return true
 		}
 	}
 	return false
 }
 
-// names returns every known type name at its index, "" at an index this replica does not know.
+// names returns every known recorded name at its index, "" at an index this replica does not know.
 func (r *typeRegistry) names() []string {
+	out := r.fullNames()
+	for i, full := range out {
+		out[i], _, _ = splitTimed(full)
+	}
+	return out
+}
+
+// fullNames returns every known registry name at its index, "" at an index this replica does not know.
+func (r *typeRegistry) fullNames() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	maxIdx := 0
@@ -342,14 +372,11 @@ func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time
 		switch {
 		case age < shortest && (sig.Type == "" || age < shortestTyped):
 		case sig.Type != "":
-			t, err := s.types.index(ctx, sig.Type)
+			r, err := s.resolve(ctx, sig.Type)
 			if err != nil {
 				return nil, err
 			}
-			name := sig.Type
-			if t == 0 {
-				name = DefaultType
-			}
+			name := r.name
 			timeout := AsStored(s.timeout(name))
 			if dl, scheduled := s.deadlineOf(name, sig.Seen); scheduled {
 				timeout = time.Duration(dl-sig.Seen.UnixMilli()) * time.Millisecond

@@ -1,0 +1,173 @@
+package deadline_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
+)
+
+// reloadable is a policy table a test changes as a reload does: the store asks it on every signal.
+type reloadable struct {
+	mu       sync.Mutex
+	timeouts map[string]time.Duration
+}
+
+func (r *reloadable) timeout(name string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d, ok := r.timeouts[name]; ok {
+		return d
+	}
+	return r.timeouts["default"]
+}
+
+func (r *reloadable) set(name string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timeouts[name] = d
+}
+
+// retimeFixture is f with a store timed by a reloadable table: default 60 s, gateway and fast 600 s.
+func retimeFixture(t *testing.T, f fixture) (fixture, *reloadable) {
+	t.Helper()
+	policies := &reloadable{timeouts: map[string]time.Duration{"default": time.Minute, "gateway": 600 * time.Second,
+		"fast": 3 * time.Second}}
+	f.store = deadlinetest.NewStore(t, f.rdb, deadline.Options{Slots: f.store.Slots(), Now: f.clock.Now, Timeout: policies.timeout},
+		"default", "gateway", "fast")
+	return f, policies
+}
+
+// silentAfter advances the clock by d and returns the devices claimed then, their claims settled.
+func silentAfter(t *testing.T, f fixture, d time.Duration) []string {
+	t.Helper()
+	f.clock.Advance(d)
+	claims := f.claimAll(t, deadline.ClaimOptions{}).Claims
+	f.settle(t, claims...)
+	return devices(claims)
+}
+
+// A reload that cuts a type's timeout from 600 s to 3 s applies from each device's next signal, typed or
+// not: a device that signals after the reload and falls silent is reported 3 s later, not 600 s. One
+// that has not signalled since keeps the deadline its last signal set, and its last signal is still the
+// one it sent, not a time in the future.
+func TestShorterTimeoutAppliesFromTheNextSignal(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		f, policies := retimeFixture(t, f)
+		first := f.clock.Now()
+		f.refresh(t, fleet(3, "gw-", first, gateways)...)
+		f.refresh(t, deadline.Signal{Device: "gw-1", Seen: first}) // untyped: the recorded type
+
+		policies.set("gateway", 3*time.Second)
+		require.NoError(t, f.store.Load(ctx, "default", "gateway", "fast"))
+		f.clock.Advance(time.Second)
+		after := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "gw-0", Type: "gateway", Seen: after}, deadline.Signal{Device: "gw-1", Seen: after})
+
+		for _, id := range []string{"gw-0", "gw-1"} {
+			d, found := f.device(t, id)
+			require.True(t, found, id)
+			require.Equal(t, "gateway", d.Type, id)
+			require.Equal(t, after.Add(3*time.Second).UnixMilli(), d.Deadline.UnixMilli(), "%s: timed by the reloaded timeout", id)
+		}
+		stale, _ := f.device(t, "gw-2")
+		require.Equal(t, first.Add(600*time.Second).UnixMilli(), stale.Deadline.UnixMilli(), "no signal since: its deadline stands")
+		require.Equal(t, first.UnixMilli(), stale.LastSignal.UnixMilli(), "its last signal is the one it sent, not deadline − the new timeout")
+
+		require.Empty(t, silentAfter(t, f, 2*time.Second), "not silent for 3 s yet")
+		require.Equal(t, []string{"gw-0", "gw-1"}, silentAfter(t, f, 1100*time.Millisecond))
+
+		// Claimed, their incidents carry the last signal they sent.
+		f.clock.Advance(600 * time.Second)
+		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.Equal(t, []string{"gw-2"}, devices(res.Claims))
+		require.Equal(t, first.UnixMilli(), res.Claims[0].LastSignal.UnixMilli(), "the claim's last signal is the one it sent")
+	})
+}
+
+// A signal older than the one Redis holds never pulls a deadline back, across a timeout change too: the
+// later signal under the old, longer timeout stands against an earlier one under the new.
+func TestRetimedSignalsKeepOutOfOrderSafety(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		f, policies := retimeFixture(t, f)
+		t0 := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0.Add(2 * time.Second)})
+		policies.set("gateway", 3*time.Second)
+		require.NoError(t, f.store.Load(ctx, "default", "gateway", "fast"))
+		f.clock.Advance(2500 * time.Millisecond)
+		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0}) // arrives late: sent before the one stored
+		d, _ := f.device(t, "gw")
+		require.Equal(t, t0.Add(602*time.Second).UnixMilli(), d.Deadline.UnixMilli(), "an older signal does not pull the deadline back")
+
+		// Same type and timeout: an older signal loses to the newer as ever.
+		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0.Add(3 * time.Second)})
+		f.refresh(t, deadline.Signal{Device: "gw", Seen: t0.Add(time.Second)})
+		d, _ = f.device(t, "gw")
+		require.Equal(t, t0.Add(6*time.Second).UnixMilli(), d.Deadline.UnixMilli())
+	})
+}
+
+// A signal that names a faster type than the device's recorded one times it by that type at once.
+func TestSignalRetypingToAFasterTypeApplies(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		f, _ = retimeFixture(t, f)
+		f.refresh(t, deadline.Signal{Device: "dev", Type: "gateway", Seen: f.clock.Now()})
+		f.clock.Advance(time.Second)
+		now := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "dev", Type: "fast", Seen: now})
+		d, _ := f.device(t, "dev")
+		require.Equal(t, "fast", d.Type)
+		require.Equal(t, now.Add(3*time.Second).UnixMilli(), d.Deadline.UnixMilli())
+		require.Equal(t, []string{"dev"}, silentAfter(t, f, 3*time.Second))
+	})
+}
+
+// A device registered again with a shorter own timeout is timed by it from its next signal.
+func TestShorterOwnTimeoutAppliesFromTheNextSignal(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		f, _ = retimeFixture(t, f)
+		reg := func(timeout time.Duration) {
+			t.Helper()
+			_, err := f.store.Register(ctx, []string{"meter"}, []deadline.Registration{{Type: "gateway", TimeoutMs: timeout.Milliseconds()}}, []string{""})
+			require.NoError(t, err)
+			require.NoError(t, f.store.SyncOverrides(ctx))
+		}
+		reg(time.Hour)
+		f.refresh(t, deadline.Signal{Device: "meter", Seen: f.clock.Now()})
+		reg(5 * time.Second)
+		f.clock.Advance(time.Second)
+		now := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "meter", Seen: now})
+		d, _ := f.device(t, "meter")
+		require.Equal(t, 5*time.Second, d.OwnTimeout)
+		require.Equal(t, now.Add(5*time.Second).UnixMilli(), d.Deadline.UnixMilli())
+		require.Equal(t, []string{"meter"}, silentAfter(t, f, 5*time.Second))
+	})
+}
+
+// Retiming costs nothing to a device that keeps its type and timeout: a store that remembers it writes
+// its untyped signals without a script, as before.
+func TestRetimeLeavesTheOrdinarySignalAlone(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.StartRedis(t).Client(t)
+	f, _ := retimeFixture(t, setup(t, rdb, 8))
+	f.refresh(t, fleet(100, "d", f.clock.Now(), gateways)...)
+	before := scriptCalls(t, rdb)
+	for range 3 {
+		f.clock.Advance(time.Second)
+		f.refresh(t, fleet(100, "d", f.clock.Now(), func(int) string { return "" })...)
+	}
+	require.Equal(t, before, scriptCalls(t, rdb), "no script call for a remembered device")
+	d, _, err := f.store.Device(ctx, "d7")
+	require.NoError(t, err)
+	require.Equal(t, f.clock.Now().Add(600*time.Second).UnixMilli(), d.Deadline.UnixMilli())
+}
