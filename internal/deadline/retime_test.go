@@ -2,6 +2,7 @@ package deadline_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -170,4 +171,49 @@ func TestRetimeLeavesTheOrdinarySignalAlone(t *testing.T) {
 	d, _, err := f.store.Device(ctx, "d7")
 	require.NoError(t, err)
 	require.Equal(t, f.clock.Now().Add(600*time.Second).UnixMilli(), d.Deadline.UnixMilli())
+}
+
+// Type indexes no device uses any more are freed: 1,100 distinct own timeouts, more than the registry
+// holds, each registered, signalled, then deleted or replaced, leave room for a new one, and its device
+// is timed by it, not by its type. An index a device still holds is kept, though nothing writes it any
+// more: a gateway silent since its type's timeout changed.
+func TestUnusedTypeIndexesAreFreed(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		f, policies := retimeFixture(t, f)
+		first := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "old-gw", Type: "gateway", Seen: first})
+		policies.set("gateway", 2*time.Hour)
+		require.NoError(t, f.store.Load(ctx, "default", "gateway", "fast"))
+		reg := func(dev string, timeout time.Duration) error {
+			_, err := f.store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "gateway", TimeoutMs: timeout.Milliseconds()}}, []string{""})
+			return err
+		}
+		const owned = 1100
+		for i := range owned {
+			dev := fmt.Sprint("meter-", i)
+			require.NoError(t, reg(dev, time.Duration(i+100)*time.Second), "own timeout %d of %d", i+1, owned)
+			f.refresh(t, deadline.Signal{Device: dev, Seen: f.clock.Now()})
+			if i%2 == 0 {
+				_, err := f.store.Delete(ctx, dev)
+				require.NoError(t, err)
+			} else { // registered again with the one timeout all the others share: its next signal moves it there
+				require.NoError(t, reg(dev, time.Hour))
+				f.refresh(t, deadline.Signal{Device: dev, Seen: f.clock.Now()})
+			}
+			f.clock.Advance(time.Second)
+		}
+		require.NoError(t, reg("new", 7*time.Second))
+		now := f.clock.Now()
+		f.refresh(t, deadline.Signal{Device: "new", Seen: now})
+		d, _ := f.device(t, "new")
+		require.Equal(t, 7*time.Second, d.OwnTimeout)
+		require.Equal(t, now.Add(7*time.Second).UnixMilli(), d.Deadline.UnixMilli())
+		old, _ := f.device(t, "old-gw")
+		require.Equal(t, "gateway", old.Type)
+		require.Equal(t, first.UnixMilli(), old.LastSignal.UnixMilli(), "its index still says the timeout it was written with")
+		require.Equal(t, []string{"new", "old-gw"}, silentAfter(t, f, 7*time.Second))
+		kept, _ := f.device(t, "meter-1")
+		require.Equal(t, time.Hour, kept.OwnTimeout, "a device still of a timeout keeps it")
+	})
 }

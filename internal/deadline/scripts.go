@@ -19,6 +19,11 @@ var scriptConstants = strings.NewReplacer(
 	"${inFlightRecheck}", strconv.FormatInt(inFlightRecheck.Milliseconds(), 10),
 	"${DormantAfter}", strconv.Itoa(dormantAfter),
 	"${DefaultType}", luaString(DefaultType),
+	// The type registry's fields that are not names (typereclaim.go).
+	"${typeFieldMarkByte}", strconv.Itoa(int(typeFieldMark[0])),
+	"${typeRetiredField}", luaString(typeRetiredField),
+	"${typeVersionField}", luaString(typeVersionField),
+	"${typeReclaimField}", luaString(typeReclaimField),
 	// State hashes and encoded states (state.go).
 	"${stateGuardField}", luaString(stateGuardField),
 	"${stateGuardValue}", luaString(stateGuardValue),

@@ -58,10 +58,15 @@ type resolved struct {
 
 // resolve is resolved for name ("" and names not configured: the default type).
 func (s *Store) resolve(ctx context.Context, name string) (resolved, error) {
-	if !s.types.known(name) {
+	c, known, cached := s.types.cached(name)
+	if !known {
 		name = DefaultType
+		c, _, cached = s.types.cached(name)
 	}
 	lead := AsStored(s.lead(name))
+	if cached && c.lead == lead { // every signal but the first of a name under a new lead
+		return resolved{idx: c.idx, name: name, lead: lead}, nil
+	}
 	idx, _, err := s.types.current(ctx, name, lead)
 	return resolved{idx: idx, name: name, lead: lead}, err
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,7 +24,8 @@ const MaxTypes = 1024
 const DefaultType = "default"
 
 // registerTypeScript gives name the index after the highest one taken, or returns the one it has. Not
-// the count of names: a registry restored after a loss (typeRegistry.restore) may have gaps.
+// the count of names: a registry restored after a loss (typeRegistry.restore) may have gaps. Past the
+// last index it takes the lowest one no name holds, one a reclaim freed (typereclaim.go).
 //
 // KEYS[1] type registry hash
 // ARGV[1] type name
@@ -35,11 +37,21 @@ if redis.call('HEXISTS', KEYS[1], ${DefaultType}) == 0 then
   redis.call('HSET', KEYS[1], ${DefaultType}, 0)
   if ARGV[1] == ${DefaultType} then return 0 end
 end
-local n = 0
-for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
-  n = math.max(n, tonumber(v) + 1)
+local all = redis.call('HGETALL', KEYS[1])
+local taken, n = {}, 0
+for j = 1, #all, 2 do
+  if string.byte(all[j]) ~= ${typeFieldMarkByte} then
+    local v = tonumber(all[j+1])
+    taken[v], n = true, math.max(n, v + 1)
+  end
 end
-if n >= ${MaxTypes} then return -1 end
+if n >= ${MaxTypes} then
+  n = nil
+  for v = 1, ${MaxTypes} - 1 do
+    if not taken[v] then n = v break end
+  end
+  if not n then return -1 end
+end
 redis.call('HSET', KEYS[1], ARGV[1], n)
 return n
 `)
@@ -61,6 +73,8 @@ type typeRegistry struct {
 	// perDevice are the per-device timeout names ("<type>@<timeout>", registry.go) the operator
 	// registered; they survive a Load.
 	perDevice map[string]bool
+	// version is the registry's version (typeVersionField) the cache was rebuilt at.
+	version atomic.Int64
 }
 
 func newTypeRegistry(rdb redis.UniversalClient, key string) *typeRegistry {
@@ -103,12 +117,13 @@ func (r *typeRegistry) allow(ctx context.Context, name string, lead time.Duratio
 	return i, nil
 }
 
-// known reports whether name resolves to an index of its own: a configured name or an allowed
-// per-device one.
-func (r *typeRegistry) known(name string) bool {
+// cached is name's current index as last resolved (cached), and whether name is known: one lock for
+// both, on the signal path.
+func (r *typeRegistry) cached(name string) (c currentIndex, known, cached bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return name != "" && (r.configured[name] || r.perDevice[name])
+	c, cached = r.currentOf[name]
+	return c, name != "" && (r.configured[name] || r.perDevice[name]), cached
 }
 
 // current returns the index recorded name is written with under lead, registering its registry name
@@ -202,6 +217,7 @@ func (r *typeRegistry) restore(ctx context.Context) error {
 	return nil
 }
 
+// reload adds the names other replicas registered to the cache.
 func (r *typeRegistry) reload(ctx context.Context) error {
 	all, err := r.rdb.HGetAll(ctx, r.key).Result()
 	if err != nil {
@@ -209,15 +225,52 @@ func (r *typeRegistry) reload(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.addLocked(all)
+	return nil
+}
+
+// rebuild replaces the cache with the registry as it is at version: freed names go, and every name's
+// current index is looked up again.
+func (r *typeRegistry) rebuild(ctx context.Context, version int64) error {
+	all, err := r.rdb.HGetAll(ctx, r.key).Result()
+	if err != nil {
+		return fmt.Errorf("deadline: load type registry: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byName, r.byIdx, r.currentOf = map[string]int{DefaultType: 0}, map[int]string{0: DefaultType}, map[string]currentIndex{}
+	r.addLocked(all)
+	r.version.Store(version)
+	return nil
+}
+
+func (r *typeRegistry) addLocked(all map[string]string) {
 	for name, v := range all {
 		i, err := strconv.Atoi(v)
-		if err != nil {
+		if err != nil || strings.HasPrefix(name, typeFieldMark) || i < 0 || i >= MaxTypes {
 			continue
 		}
 		r.byName[name] = i
 		r.byIdx[i] = name
 	}
-	return nil
+}
+
+// count is how many names the registry holds, as far as this replica knows.
+func (r *typeRegistry) count() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.byName)
+}
+
+// configuredNames are the names of the last Load.
+func (r *typeRegistry) configuredNames() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.configured))
+	for name := range r.configured {
+		out = append(out, name)
+	}
+	return out
 }
 
 // AsStored is a duration as the scripts hold it: whole milliseconds, never negative.
