@@ -56,11 +56,13 @@ func (s *Store) planSignal(ctx context.Context, p *refreshPlan, layout *Layout, 
 			return err
 		}
 	} else {
-		name := sig.Type
-		if name == "" {
-			name = s.types.name(ctx, rec) // its recorded type, under the lead that type has now
+		var r resolved
+		var err error
+		if sig.Type == "" {
+			r, err = s.resolveRecorded(ctx, rec) // its recorded type, under the lead that type has now
+		} else {
+			r, err = s.resolve(ctx, sig.Type) // an unconfigured name is recorded, and timed, as the default type
 		}
-		r, err := s.resolve(ctx, name) // an unconfigured name is recorded, and timed, as the default type
 		if err != nil {
 			return err
 		}
@@ -143,7 +145,9 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 			return nil, fmt.Errorf("deadline: refresh: %w", err)
 		}
 	}
-	s.typeMem.forget(p.forget)
+	if len(p.forget) > 0 {
+		s.typeMem.forget(p.forget)
+	}
 	s.remember(links)
 	s.settleLinks(ctx, links)
 	checked()

@@ -71,6 +71,19 @@ func (s *Store) resolve(ctx context.Context, name string) (resolved, error) {
 	return resolved{idx: idx, name: name, lead: lead}, err
 }
 
+// resolveRecorded is resolve for the type recorded at index idx (an untyped signal's device): one
+// lookup while the name's lead stays what it was.
+func (s *Store) resolveRecorded(ctx context.Context, idx int) (resolved, error) {
+	if r, ok := s.types.resolvedAt(idx); ok && AsStored(s.lead(r.name)) == r.lead {
+		return r, nil
+	}
+	r, err := s.resolve(ctx, s.types.name(ctx, idx))
+	if err == nil {
+		s.types.setResolvedAt(idx, r)
+	}
+	return r, err
+}
+
 // deadlineAt is the deadline a signal at seen sets for recorded name of lead: its next expected time
 // for a type with expected times (docs/schedules.md), else seen + lead.
 func (s *Store) deadlineAt(name string, lead time.Duration, seen time.Time) (ms int64, expected bool) {

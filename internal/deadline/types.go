@@ -75,6 +75,33 @@ type typeRegistry struct {
 	perDevice map[string]bool
 	// version is the registry's version (typeVersionField) the cache was rebuilt at.
 	version atomic.Int64
+	// byRecorded is, by type index, what a signal of the type recorded there resolves to (its recorded
+	// name's current index), so an untyped signal costs one lookup; nil or zero entries: not yet asked.
+	// Cleared whenever the names that resolve change (a Load, a per-device name, a rebuild).
+	byRecorded []resolved
+}
+
+// resolvedAt is what the type recorded at idx resolved to when last asked (ok false: not yet).
+func (r *typeRegistry) resolvedAt(idx int) (res resolved, ok bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if idx < 0 || idx >= len(r.byRecorded) {
+		return resolved{}, false
+	}
+	res = r.byRecorded[idx]
+	return res, res.name != ""
+}
+
+func (r *typeRegistry) setResolvedAt(idx int, res resolved) {
+	if idx < 0 || idx >= MaxTypes {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byRecorded == nil {
+		r.byRecorded = make([]resolved, MaxTypes)
+	}
+	r.byRecorded[idx] = res
 }
 
 func newTypeRegistry(rdb redis.UniversalClient, key string) *typeRegistry {
@@ -91,6 +118,7 @@ func (r *typeRegistry) configure(names []string) {
 	}
 	r.mu.Lock()
 	r.configured = set
+	r.byRecorded = nil
 	r.mu.Unlock()
 }
 
@@ -112,7 +140,10 @@ func (r *typeRegistry) allow(ctx context.Context, name string, lead time.Duratio
 	if r.perDevice == nil {
 		r.perDevice = map[string]bool{}
 	}
-	r.perDevice[name] = true
+	if !r.perDevice[name] {
+		r.perDevice[name] = true
+		r.byRecorded = nil
+	}
 	r.mu.Unlock()
 	return i, nil
 }
@@ -179,8 +210,11 @@ func (r *typeRegistry) register(ctx context.Context, name string) (idx int, full
 // name returns the recorded name of idx (its registry name without the lead), reloading the registry
 // when another replica registered it.
 func (r *typeRegistry) name(ctx context.Context, idx int) string {
-	n, _, _ := splitTimed(r.fullName(ctx, idx))
-	return n
+	full := r.fullName(ctx, idx)
+	if i := strings.LastIndexByte(full, timedSep[0]); i >= 0 { // what splitTimed cuts, without parsing the lead
+		return full[:i]
+	}
+	return full
 }
 
 // fullName is idx's registry name; the default type's for an index nobody registered.
@@ -239,6 +273,7 @@ func (r *typeRegistry) rebuild(ctx context.Context, version int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.byName, r.byIdx, r.currentOf = map[string]int{DefaultType: 0}, map[int]string{0: DefaultType}, map[string]currentIndex{}
+	r.byRecorded = nil
 	r.addLocked(all)
 	r.version.Store(version)
 	return nil
