@@ -82,3 +82,6 @@ func (s *Store) SweepDormant(ctx context.Context, slot int, cursor uint64, count
 }
 func (w *Sweeper) Pass(ctx context.Context) error { return w.pass(ctx) }
 func (l Layout) Moving() bool                     { return l.moving() }
+
+// ReclaimTypes runs one reclaim of the type indexes now, whoever's turn it is (typereclaim.go).
+func (s *Store) ReclaimTypes(ctx context.Context) (int, error) { return s.reclaimTypes(ctx) }

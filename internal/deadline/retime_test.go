@@ -217,3 +217,67 @@ func TestUnusedTypeIndexesAreFreed(t *testing.T) {
 		require.Equal(t, time.Hour, kept.OwnTimeout, "a device still of a timeout keeps it")
 	})
 }
+
+// An unused type index goes in steps a minute apart: retired, it still resolves, for a replica that has
+// not heard of the change; freed, its name is gone from every replica's registry within a sync, but no
+// name takes it yet; released, it is free. One used again before it is freed keeps its name.
+func TestTypeIndexIsFreedInSteps(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		f, _ = retimeFixture(t, f)
+		other := fixtureStore(t, f.rdb, 8, f.clock.Now, nil)
+		own := func(dev string, timeout time.Duration) int {
+			t.Helper()
+			_, err := f.store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "gateway", TimeoutMs: timeout.Milliseconds()}}, []string{""})
+			require.NoError(t, err)
+			f.refresh(t, deadline.Signal{Device: dev, Seen: f.clock.Now()})
+			d, _ := f.device(t, dev)
+			require.Equal(t, timeout, d.OwnTimeout)
+			idx, err := f.store.TypeIndex(ctx, "gateway@"+timeout.String())
+			require.NoError(t, err)
+			return idx
+		}
+		gone, back := own("a", 5*time.Second), own("b", 6*time.Second)
+		require.NoError(t, other.SyncOverrides(ctx))
+		for _, dev := range []string{"a", "b"} {
+			_, err := f.store.Delete(ctx, dev)
+			require.NoError(t, err)
+		}
+		mark := func(idx int) bool {
+			t.Helper()
+			ok, err := f.rdb.HExists(ctx, f.store.Keys().Types(), fmt.Sprint("\x00retired\x1f", idx)).Result()
+			require.NoError(t, err)
+			return ok
+		}
+		step := func() {
+			t.Helper()
+			require.NoError(t, f.store.SyncOverrides(ctx)) // as the daemon does every 2 s
+			_, err := f.store.ReclaimTypes(ctx)
+			require.NoError(t, err)
+			require.NoError(t, other.SyncOverrides(ctx))
+		}
+		resolves := func(s *deadline.Store, idx int) time.Duration {
+			_, own := s.TypeOf(ctx, idx)
+			return own
+		}
+
+		step()
+		require.True(t, mark(gone) && mark(back), "retired")
+		require.Equal(t, 5*time.Second, resolves(other, gone), "a retired index still resolves")
+		own("b2", 6*time.Second) // its timeout is in use again
+
+		f.clock.Advance(30 * time.Second)
+		step()
+		require.Equal(t, 5*time.Second, resolves(other, gone), "not a minute yet")
+		f.clock.Advance(31 * time.Second)
+		step()
+		require.True(t, mark(gone), "freed, the index is still held")
+		require.Zero(t, resolves(other, gone), "freed, its name is gone from the other replica too")
+		require.False(t, mark(back), "used again: no longer retired")
+		require.Equal(t, 6*time.Second, resolves(other, back))
+
+		f.clock.Advance(61 * time.Second)
+		step()
+		require.False(t, mark(gone), "released")
+	})
+}

@@ -15,8 +15,9 @@ import (
 // the stored one being its deadline less its index's lead, and is written even when its deadline is
 // earlier (retime.go). The lead also gives a device's last signal after the change (lastSignalOf).
 //
-// A name registered by a version before this one has no lead: its scores are taken as written under
-// the lead its name has now, as that version took them.
+// A name registered by a version before this one has no lead: a per-device timeout's ("<type>@<timeout>")
+// is its own timeout (legacyLead), and the name stands for that lead still; a configured type's scores
+// are taken as written under the lead its type has now, as that version took them.
 
 // timedSep separates a recorded name from its lead in the registry: a control character, which no type
 // name holds (docs/signals.md), so a timed name never collides with a configured one.
@@ -39,6 +40,26 @@ func splitTimed(full string) (name string, lead time.Duration, timed bool) {
 		return full, 0, false
 	}
 	return full[:i], time.Duration(ms) * time.Millisecond, true
+}
+
+// legacyLead is the lead of a per-device timeout's name as an older version registered it, without a
+// lead: its own timeout, what it wrote its scores with unless its type warned earlier.
+func legacyLead(name string) (time.Duration, bool) {
+	if strings.Contains(name, timedSep) {
+		return 0, false
+	}
+	_, own := splitOwnType(name)
+	return own, own > 0
+}
+
+// identityLead is the lead a registry name's scores were written with; known is false for a configured
+// type's name an older version registered.
+func identityLead(full string) (name string, lead time.Duration, known bool) {
+	if name, lead, timed := splitTimed(full); timed {
+		return name, lead, true
+	}
+	lead, known = legacyLead(full)
+	return full, lead, known
 }
 
 // currentIndex is the index a recorded name is written with under the lead it had when last asked.
@@ -95,23 +116,14 @@ func (s *Store) deadlineAt(name string, lead time.Duration, seen time.Time) (ms 
 	return seen.UnixMilli() + lead.Milliseconds(), false
 }
 
-// leadOf is the lead the scores of index idx were written with: its registry name's, else (a name an
-// older version registered) the one its name has now.
-func (s *Store) leadOf(ctx context.Context, idx int) time.Duration {
-	name, lead, timed := splitTimed(s.types.fullName(ctx, idx))
-	if timed {
-		return lead
-	}
-	return AsStored(s.lead(name))
-}
-
-// identityLeads is leadOf for every known type index, for the scripts that compare signal times.
+// identityLeads is the lead every known type index was written with (identityLead; else the lead its
+// name has now), for the scripts that compare signal times.
 func (s *Store) identityLeads(ctx context.Context) typeTable {
 	names := s.types.fullNames()
 	t := make(typeTable, len(names))
 	for i, full := range names {
-		name, lead, timed := splitTimed(full)
-		if !timed {
+		name, lead, known := identityLead(full)
+		if !known {
 			lead = AsStored(s.lead(cmpDefault(name)))
 		}
 		t[i] = lead
@@ -155,8 +167,8 @@ func (s *Store) deviceLastSignal(ctx context.Context, d Device, idx int) time.Ti
 // lastSignalOf is the last signal behind deadline dl (ms) of type index idx when idx was written under
 // another lead than its name has now; zero when the two agree, and the policy's lead gives it.
 func (s *Store) lastSignalOf(ctx context.Context, idx int, dl int64) time.Time {
-	name, lead, timed := splitTimed(s.types.fullName(ctx, idx))
-	if !timed || dl <= 0 || lead == AsStored(s.lead(name)) {
+	name, lead, known := identityLead(s.types.fullName(ctx, idx))
+	if !known || dl <= 0 || lead == AsStored(s.lead(name)) {
 		return time.Time{}
 	}
 	if s.typeExpected != nil {

@@ -17,20 +17,23 @@ import (
 // were deleted or registered again with another, a type whose timeout changed and whose devices all
 // signalled since, a type no longer configured. No script counts devices per index (the signal path
 // writes typed scores without one); instead a reclaim scans every slot's deadlines set and state hash
-// for the indexes in use, then frees in two steps, each guarded in one script over the registry hash:
+// for the indexes in use, then takes one step per index, guarded in one script over the registry hash,
+// each step at least typeQuarantine after the one before:
 //
-//   - an index no scan found, whose name this replica does not write with (the configured types under
-//     their current timeout, the per-device timeouts of the overrides table, index 0), is marked retired
-//     at the reclaim's time: its name still resolves, so a writer that did not hear of a change yet (a
-//     replica not reloaded, an overrides table a sync old) still has its scores read right;
-//   - a later reclaim, started typeQuarantine or more after the mark, that again finds it unused, deletes
-//     the name and the mark, and counts the registry's version up; each replica rebuilds its cache when it
-//     sees the version move (SyncOverrides, every few seconds) and forgets the types it remembered. One
-//     found in use again loses its mark.
+//   - retire: an index no scan found, whose name this replica does not write with (the configured types
+//     under their current timeout, the per-device timeouts of the overrides table, index 0), is marked
+//     retired: its name still resolves, so a writer that did not hear of a change yet (a replica not
+//     reloaded, an overrides table a sync old) still has its scores read right. One found in use again
+//     loses its mark;
+//   - free: still unused, its name goes and the registry's version counts up; each replica rebuilds its
+//     cache when it sees the version move (SyncOverrides, every few seconds) and forgets the types it
+//     remembered. The mark stays, so no name takes the index yet;
+//   - release: still unused, the mark goes, and the index is free to take: by then every replica has
+//     stopped resolving the old name to it.
 //
 // A reclaim costs one ZSCAN and one HSCAN of every slot, so it runs only while the registry is at least
-// half full, at most every typeReclaimEvery across the replicas (the registry's reclaim field), or when
-// the registry is full.
+// half full (from SyncOverrides) or a registration found it full, and at most every typeReclaimEvery
+// across the replicas (the registry's reclaim field).
 
 // typeQuarantine is how long a retired index keeps its name before a reclaim may free it.
 const typeQuarantine = time.Minute
@@ -57,33 +60,39 @@ if at > tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], ${typeReclaimField}, ARGV[2])
 return 1`)
 
-// retireTypesScript applies a reclaim's decisions, each only while the name still holds its index.
-// KEYS[1] registry  ARGV[1] now (ms)  ARGV[2] retired at or before this (ms) may be freed
-// then triples: op ("mark", "unmark", "free"), name, index. Reply: how many indexes it freed.
+// retireTypesScript applies a reclaim's steps: retire, unmark and free only while the name still holds
+// its index, free and release only a mark set at or before ARGV[2].
+// KEYS[1] registry  ARGV[1] now (ms)  ARGV[2] the latest mark time a step may follow (ms)
+// then triples: op ("retire", "unmark", "free", "release"), name ("" to release), index.
+// Reply: {indexes freed, indexes released}.
 var retireTypesScript = newScript(`
-local freed = 0
+local freed, released = 0, 0
 for i = 3, #ARGV, 3 do
   local op, name, idx = ARGV[i], ARGV[i+1], ARGV[i+2]
   local mark = ${typeRetiredField} .. idx
-  if redis.call('HGET', KEYS[1], name) == idx then
-    if op == 'mark' then
+  local since = tonumber(redis.call('HGET', KEYS[1], mark) or 'inf')
+  if op == 'release' then
+    if since <= tonumber(ARGV[2]) then
+      redis.call('HDEL', KEYS[1], mark)
+      released = released + 1
+    end
+  elseif redis.call('HGET', KEYS[1], name) == idx then
+    if op == 'retire' then
       redis.call('HSETNX', KEYS[1], mark, ARGV[1])
     elseif op == 'unmark' then
       redis.call('HDEL', KEYS[1], mark)
-    else
-      local at = tonumber(redis.call('HGET', KEYS[1], mark) or 'inf')
-      if at <= tonumber(ARGV[2]) then
-        redis.call('HDEL', KEYS[1], name, mark)
-        freed = freed + 1
-      end
+    elseif since <= tonumber(ARGV[2]) then
+      redis.call('HDEL', KEYS[1], name)
+      redis.call('HSET', KEYS[1], mark, ARGV[1])
+      freed = freed + 1
     end
   end
 end
 if freed > 0 then redis.call('HINCRBY', KEYS[1], ${typeVersionField}, 1) end
-return freed`)
+return {freed, released}`)
 
 // maybeReclaimTypes reclaims when the registry is at least typeReclaimAt full (always when full) and no
-// replica did for typeReclaimEvery. It returns how many indexes it freed.
+// replica did for typeReclaimEvery. It returns how many indexes it released (free to take now).
 func (s *Store) maybeReclaimTypes(ctx context.Context, full bool) (int, error) {
 	if !full && s.types.count() < typeReclaimAt {
 		return 0, nil
@@ -99,7 +108,8 @@ func (s *Store) maybeReclaimTypes(ctx context.Context, full bool) (int, error) {
 	return s.reclaimTypes(ctx)
 }
 
-// reclaimTypes scans the slots for the type indexes in use, then marks, unmarks and frees as above.
+// reclaimTypes scans the slots for the type indexes in use, then takes each index's next step (above).
+// It returns how many indexes it released.
 func (s *Store) reclaimTypes(ctx context.Context) (int, error) {
 	began := s.now()
 	used, err := s.typesInUse(ctx)
@@ -115,11 +125,13 @@ func (s *Store) reclaimTypes(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	args := []any{began.UnixMilli(), began.Add(-typeQuarantine).UnixMilli()}
+	named := map[string]bool{} // indexes a name holds
 	for name, v := range all {
 		idx, err := strconv.Atoi(v)
 		if err != nil || strings.HasPrefix(name, typeFieldMark) || idx == 0 {
 			continue
 		}
+		named[v] = true
 		_, marked := all[typeRetiredField+v]
 		switch {
 		case used[idx] || written[idx]:
@@ -129,20 +141,26 @@ func (s *Store) reclaimTypes(ctx context.Context) (int, error) {
 		case marked:
 			args = append(args, "free", name, v)
 		default:
-			args = append(args, "mark", name, v)
+			args = append(args, "retire", name, v)
+		}
+	}
+	for field := range all {
+		v, isMark := strings.CutPrefix(field, typeRetiredField)
+		if idx, err := strconv.Atoi(v); isMark && err == nil && !named[v] && idx > 0 && idx < MaxTypes && !used[idx] {
+			args = append(args, "release", "", v)
 		}
 	}
 	if len(args) == 2 {
 		return 0, nil
 	}
-	freed, err := retireTypesScript.Run(ctx, s.rdb, []string{s.keys.Types()}, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("deadline: reclaim type indexes: %w", err)
+	res, err := retireTypesScript.Run(ctx, s.rdb, []string{s.keys.Types()}, args...).Int64Slice()
+	if err != nil || len(res) != 2 {
+		return 0, fmt.Errorf("deadline: reclaim type indexes: %w (reply %v)", err, res)
 	}
-	if freed > 0 {
+	if res[0] > 0 {
 		err = s.syncTypes(ctx, true)
 	}
-	return freed, err
+	return int(res[1]), err
 }
 
 // typesInUse scans every slot's deadlines set, then its state hash, for the type indexes their scores

@@ -25,17 +25,23 @@ const DefaultType = "default"
 
 // registerTypeScript gives name the index after the highest one taken, or returns the one it has. Not
 // the count of names: a registry restored after a loss (typeRegistry.restore) may have gaps. Past the
-// last index it takes the lowest one no name holds, one a reclaim freed (typereclaim.go).
+// last index it takes the lowest one neither a name nor a retired mark holds: one a reclaim released
+// (typereclaim.go).
 //
 // KEYS[1] type registry hash
-// ARGV[1] type name
-// Reply: the index, or -1 when the registry is full.
+// ARGV[1] type name  ARGV[2] the name an older version registered it under ("" when none may stand for
+// it): its index, when it has one (typeidentity.go, legacyLead)
+// Reply: {the index, or -1 when the registry is full; 1 when it is ARGV[2]'s}.
 var registerTypeScript = newScript(`
 local i = redis.call('HGET', KEYS[1], ARGV[1])
-if i then return tonumber(i) end
+if i then return {tonumber(i), 0} end
+if ARGV[2] ~= '' then
+  i = redis.call('HGET', KEYS[1], ARGV[2])
+  if i then return {tonumber(i), 1} end
+end
 if redis.call('HEXISTS', KEYS[1], ${DefaultType}) == 0 then
   redis.call('HSET', KEYS[1], ${DefaultType}, 0)
-  if ARGV[1] == ${DefaultType} then return 0 end
+  if ARGV[1] == ${DefaultType} then return {0, 0} end
 end
 local all = redis.call('HGETALL', KEYS[1])
 local taken, n = {}, 0
@@ -43,6 +49,8 @@ for j = 1, #all, 2 do
   if string.byte(all[j]) ~= ${typeFieldMarkByte} then
     local v = tonumber(all[j+1])
     taken[v], n = true, math.max(n, v + 1)
+  elseif string.sub(all[j], 1, #${typeRetiredField}) == ${typeRetiredField} then
+    taken[tonumber(string.sub(all[j], #${typeRetiredField} + 1))] = true
   end
 end
 if n >= ${MaxTypes} then
@@ -50,10 +58,10 @@ if n >= ${MaxTypes} then
   for v = 1, ${MaxTypes} - 1 do
     if not taken[v] then n = v break end
   end
-  if not n then return -1 end
+  if not n then return {-1, 0} end
 end
 redis.call('HSET', KEYS[1], ARGV[1], n)
-return n
+return {n, 0}
 `)
 
 // typeRegistry maps type names to the small indexes stored in scores, shared by every replica through
@@ -167,7 +175,11 @@ func (r *typeRegistry) current(ctx context.Context, name string, lead time.Durat
 	if ok && c.lead == lead {
 		return c.idx, c.full, nil
 	}
-	if idx, full, err = r.register(ctx, timedName(name, lead)); err != nil {
+	alias := ""
+	if own, ok := legacyLead(name); ok && own == lead {
+		alias = name // registered by an older version, under the same lead
+	}
+	if idx, full, err = r.register(ctx, timedName(name, lead), alias); err != nil {
 		return 0, false, err
 	}
 	if full && name != DefaultType {
@@ -184,21 +196,29 @@ func (r *typeRegistry) current(ctx context.Context, name string, lead time.Durat
 	return idx, full, nil
 }
 
-// register gives registry name full an index in Redis (or reads the one it has) and caches it; full is
-// true (index 0) when none is left.
-func (r *typeRegistry) register(ctx context.Context, name string) (idx int, full bool, err error) {
+// register gives registry name an index in Redis (or reads the one it has, or alias's: the name an
+// older version registered it under, "" for none) and caches it; full is true (index 0) when none is
+// left.
+func (r *typeRegistry) register(ctx context.Context, name, alias string) (idx int, full bool, err error) {
 	r.mu.RLock()
 	i, ok := r.byName[name]
+	if !ok && alias != "" {
+		i, ok = r.byName[alias]
+	}
 	r.mu.RUnlock()
 	if ok {
 		return i, false, nil
 	}
-	n, err := registerTypeScript.Run(ctx, r.rdb, []string{r.key}, name).Int()
-	if err != nil {
-		return 0, false, fmt.Errorf("deadline: register type %q: %w", name, err)
+	res, err := registerTypeScript.Run(ctx, r.rdb, []string{r.key}, name, alias).Int64Slice()
+	if err != nil || len(res) != 2 {
+		return 0, false, fmt.Errorf("deadline: register type %q: %w (reply %v)", name, err, res)
 	}
+	n := int(res[0])
 	if n < 0 {
 		return 0, true, nil
+	}
+	if res[1] == 1 {
+		name = alias
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
