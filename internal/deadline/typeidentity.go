@@ -92,6 +92,29 @@ func (s *Store) resolve(ctx context.Context, name string) (resolved, error) {
 	return resolved{idx: idx, name: name, lead: lead}, err
 }
 
+// resolvedAt is what the type recorded at idx resolved to when last asked (ok false: not yet).
+func (r *typeRegistry) resolvedAt(idx int) (res resolved, ok bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if idx < 0 || idx >= len(r.byRecorded) {
+		return resolved{}, false
+	}
+	res = r.byRecorded[idx]
+	return res, res.name != ""
+}
+
+func (r *typeRegistry) setResolvedAt(idx int, res resolved) {
+	if idx < 0 || idx >= MaxTypes {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byRecorded == nil {
+		r.byRecorded = make([]resolved, MaxTypes)
+	}
+	r.byRecorded[idx] = res
+}
+
 // resolveRecorded is resolve for the type recorded at index idx (an untyped signal's device): one
 // lookup while the name's lead stays what it was.
 func (s *Store) resolveRecorded(ctx context.Context, idx int) (resolved, error) {

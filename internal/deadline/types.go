@@ -89,29 +89,6 @@ type typeRegistry struct {
 	byRecorded []resolved
 }
 
-// resolvedAt is what the type recorded at idx resolved to when last asked (ok false: not yet).
-func (r *typeRegistry) resolvedAt(idx int) (res resolved, ok bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if idx < 0 || idx >= len(r.byRecorded) {
-		return resolved{}, false
-	}
-	res = r.byRecorded[idx]
-	return res, res.name != ""
-}
-
-func (r *typeRegistry) setResolvedAt(idx int, res resolved) {
-	if idx < 0 || idx >= MaxTypes {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.byRecorded == nil {
-		r.byRecorded = make([]resolved, MaxTypes)
-	}
-	r.byRecorded[idx] = res
-}
-
 func newTypeRegistry(rdb redis.UniversalClient, key string) *typeRegistry {
 	return &typeRegistry{rdb: rdb, key: key, byName: map[string]int{DefaultType: 0}, byIdx: map[int]string{0: DefaultType},
 		currentOf: map[string]currentIndex{}}
