@@ -237,8 +237,11 @@ func decideRecovery(in input, d *decision) {
 		return
 	}
 	lastSeen, backAt := st.DeadlineTime().Add(-lead(&pol)), in.Current.Add(-lead(&pol))
-	if c.Cause != nil {
+	switch {
+	case c.Cause != nil:
 		lastSeen = c.Cause.LastSeen
+	case !c.LastSignal.IsZero():
+		lastSeen = c.LastSignal // its deadline was set under another timeout than its type's now
 	}
 	if in.Seen != nil {
 		if !c.Fresh && !in.Seen.Pinned.IsZero() {
@@ -512,6 +515,9 @@ func lastSignal(in input) time.Time {
 		if !s.Latest.IsZero() {
 			return s.Latest
 		}
+	}
+	if !in.Claim.LastSignal.IsZero() {
+		return in.Claim.LastSignal // its deadline was set under another timeout than its type's now
 	}
 	return in.Claim.State.DeadlineTime().Add(-lead(&in.Policy))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -206,7 +205,9 @@ func TestStoresNoticeRedisLostTheirData(t *testing.T) {
 		}
 		require.Equal(t, types, registry())
 		require.NoError(t, other.Load(ctx, "default", "gateway", "sensor", "meter"))
-		require.Equal(t, strconv.Itoa(len(types)), registry()["meter"])
+		meter, err := other.TypeIndex(ctx, "meter")
+		require.NoError(t, err)
+		require.Equal(t, len(types), meter)
 
 		child.Seen = f.Clock.Now().Add(1)
 		f.Refresh(t, child)

@@ -73,7 +73,10 @@ func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
 	require.Equal(t, before, scriptCalls(t, rdb), "a new name costs no script call")
 	registry, err := rdb.HGetAll(ctx, store.Keys().Types()).Result()
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"default": "0", "gateway": "1"}, registry, "only configured names are recorded")
+	// Index 0 is the default type as older versions recorded it; a configured name is recorded with the
+	// timeout its scores are written with (typeidentity.go).
+	require.Equal(t, map[string]string{"default": "0", "default\x1f60000": "1", "gateway\x1f30000": "2"}, registry,
+		"only configured names are recorded")
 	mem, err := rdb.MemoryUsage(ctx, store.Keys().Types()).Result()
 	require.NoError(t, err)
 	t.Logf("type registry after %d device-chosen names: %d fields, %d bytes", names, len(registry), mem)
@@ -105,7 +108,7 @@ func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
 	require.Equal(t, "default", device("dev-8").Type)
 	registry, err = rdb.HGetAll(ctx, store.Keys().Types()).Result()
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"default": "0", "gateway": "1", "random-7": "2"}, registry)
+	require.Equal(t, map[string]string{"default": "0", "default\x1f60000": "1", "gateway\x1f30000": "2", "random-7\x1f3600000": "3"}, registry)
 
 	// Untyped signals keep the recorded type, the added one included.
 	now = now.Add(time.Second)
@@ -285,7 +288,9 @@ func TestRememberedTypeIsReadAgainAfterItsTime(t *testing.T) {
 		f.Refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.Clock.Now()})
 		later := func(d time.Duration) time.Time { f.Clock.Advance(d); return f.Clock.Now() }
 		// Another writer records the sensor type without telling the log.
-		score := float64(f.Clock.Now().Add(10*time.Minute).UnixMilli()*deadline.MaxTypes + 2)
+		sensor, err := f.Store.TypeIndex(context.Background(), "sensor")
+		require.NoError(t, err)
+		score := float64(f.Clock.Now().Add(10*time.Minute).UnixMilli()*deadline.MaxTypes + int64(sensor))
 		require.NoError(t, f.RDB.ZAdd(context.Background(), f.Store.Keys().Deadlines(deadline.Slot("d", 8)), redis.Z{Score: score, Member: "d"}).Err())
 		seen := later(11 * time.Minute)
 		f.Refresh(t, deadline.Signal{Device: "d", Seen: seen})
@@ -307,7 +312,8 @@ func TestPerDeviceTimeoutRefusedWhenRegistryIsFull(t *testing.T) {
 		_, err := store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "default", TimeoutMs: timeout.Milliseconds()}}, []string{""})
 		return err
 	}
-	for i := 1; i < deadline.MaxTypes; i++ {
+	// Index 0 and the default type's own index are taken.
+	for i := 1; i < deadline.MaxTypes-1; i++ {
 		require.NoError(t, reg(fmt.Sprint("d", i), time.Duration(i)*time.Second))
 	}
 	err = reg("one-too-many", 7*time.Hour)
