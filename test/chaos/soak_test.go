@@ -184,6 +184,7 @@ func TestChaosSoak(t *testing.T) {
 	})
 	defer signalling()
 
+	faultKinds := soakFaultKinds(t)
 	faults, acts := 0, 0
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -203,7 +204,7 @@ func TestChaosSoak(t *testing.T) {
 	}()
 	for ctx.Err() == nil { // faults, one after another
 		mu.Lock()
-		kind, length, i := rng.IntN(len(soakFaults)), time.Duration(1000+rng.IntN(3000))*time.Millisecond, rng.IntN(len(replicas))
+		kind, length, i := faultKinds[rng.IntN(len(faultKinds))], time.Duration(1000+rng.IntN(3000))*time.Millisecond, rng.IntN(len(replicas))
 		pause := time.Duration(2000+rng.IntN(4000)) * time.Millisecond
 		mu.Unlock()
 		t.Logf("chaos: soak fault %s of replica %d for %s at %s", soakFaults[kind], i, length, time.Now().UTC().Format("15:04:05.000"))
@@ -223,7 +224,7 @@ func TestChaosSoak(t *testing.T) {
 	}
 	mu.Unlock()
 	require.True(t, pollEvery(scaled(n, 60*time.Second), time.Second, func() bool { return f.events.incidents.Check().Open == 0 }),
-		"incidents still open while every device signals: %s", f.events.incidents.Check().Summary())
+		"incidents still open while every device signals: %s", f.events.incidents.Check().Details(20))
 	signalling()
 
 	// Detection has scanned past everything once a barrier's devices are reported. They signal until
@@ -331,6 +332,27 @@ func soakAct(hb *testenv.Heartbeatd, kind int, device, typ string) bool {
 
 // soakFaults names the faults soakFault injects, by kind.
 var soakFaults = []string{"kill", "freeze", "kafka-down", "mqtt-down", "redis-down", "reload", "double-slots"}
+
+// soakFaultKinds is the faults the soak draws from: HB_SOAK_FAULTS (names from soakFaults, comma-separated)
+// narrows them to replay one kind; all by default.
+func soakFaultKinds(t *testing.T) []int {
+	t.Helper()
+	var kinds []int
+	for _, name := range strings.Split(os.Getenv("HB_SOAK_FAULTS"), ",") {
+		if name == "" {
+			continue
+		}
+		i := slices.Index(soakFaults, strings.TrimSpace(name))
+		require.GreaterOrEqual(t, i, 0, "HB_SOAK_FAULTS: %q is none of %v", name, soakFaults)
+		kinds = append(kinds, i)
+	}
+	if len(kinds) == 0 {
+		for i := range soakFaults {
+			kinds = append(kinds, i)
+		}
+	}
+	return kinds
+}
 
 // soakMaxSlots bounds the soak's slot doublings: 16 → 32 → 64.
 const soakMaxSlots = 64
