@@ -51,6 +51,8 @@ type Config struct {
 	Correlation Correlation `yaml:"correlation"`
 	// Retention forgets long-silent devices nobody registered.
 	Retention Retention `yaml:"retention"`
+	// History keeps past incidents for the incident list and availability (history.go).
+	History History `yaml:"history"`
 	// TimeIntervals are named time intervals in Alertmanager's syntax, for the types' quiet and active
 	// hours and for recurring silences (schedules.go, docs/schedules.md). A reload applies them like types.
 	TimeIntervals []TimeInterval `yaml:"time_intervals"`
@@ -427,6 +429,7 @@ func Default() *Config {
 		Log:             Log{Level: "info", Format: "json"},
 		Correlation:     Correlation{By: []string{}, MinDevices: DefaultCorrelationMinDevices, Window: DefaultCorrelationWindow},
 		Retention:       Retention{ForgetAfter: DefaultForgetAfter},
+		History:         History{MaxIncidents: DefaultHistoryMaxIncidents, Retention: DefaultHistoryRetention, GroupLabels: []string{}},
 		ShutdownTimeout: DefaultShutdownTimeout,
 	}
 }

@@ -63,6 +63,7 @@ func (c *Config) Validate() error {
 	c.validateOutputs(v)
 	c.validateCorrelation(v)
 	v.nonNegative("retention.forget_after", c.Retention.ForgetAfter)
+	c.validateHistory(v)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

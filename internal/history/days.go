@@ -1,0 +1,82 @@
+package history
+
+import (
+	"strconv"
+	"strings"
+)
+
+// The per-day figures: for each UTC day, grouping and device with incidents, the device's downtime
+// that day, the incidents it opened that day and, for a device still down, since when. They are whole
+// values computed from the device's incidents, never increments, so writing them again (an event
+// recorded twice, a replica retrying) changes nothing. GET /v1/availability adds them up (groups.go).
+
+const dayMs = int64(24 * 60 * 60 * 1000)
+
+func dayOf(ms int64) int64 { return ms / dayMs }
+
+// dayFigure is one device's figures of one day.
+type dayFigure struct {
+	Down      int64 // ms of downtime of closed incidents within the day
+	Incidents int64 // incidents opened that day
+	OpenSince int64 // a still-open incident's downtime start (ms), counted up to the reader's now; 0: none
+}
+
+func (f dayFigure) String() string {
+	return strconv.FormatInt(f.Down, 10) + " " + strconv.FormatInt(f.Incidents, 10) + " " + strconv.FormatInt(f.OpenSince, 10)
+}
+
+func parseDayFigure(s string) (dayFigure, bool) {
+	parts := strings.Fields(s)
+	if len(parts) != 3 {
+		return dayFigure{}, false
+	}
+	var v [3]int64
+	for i, p := range parts {
+		n, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || n < 0 {
+			return dayFigure{}, false
+		}
+		v[i] = n
+	}
+	return dayFigure{Down: v[0], Incidents: v[1], OpenSince: v[2]}, true
+}
+
+// dayFigures are h's figures for the days from the day of from on. An open incident's downtime is
+// marked on the day it began (or from's day, when it began before), not spread: it still grows.
+func dayFigures(h *deviceHistory, from int64) map[int64]dayFigure {
+	out := map[int64]dayFigure{}
+	first := dayOf(from)
+	for i := range h.Incidents {
+		in := &h.Incidents[i]
+		if d := dayOf(in.Opened); d >= first {
+			f := out[d]
+			f.Incidents++
+			out[d] = f
+		}
+		if in.DownFrom == 0 {
+			continue
+		}
+		if in.Open() {
+			d := max(dayOf(in.DownFrom), first)
+			f := out[d]
+			f.OpenSince = in.DownFrom
+			out[d] = f
+			continue
+		}
+		for d := max(dayOf(in.DownFrom), first); d <= dayOf(in.Closed); d++ {
+			if down := overlap(in, d*dayMs, (d+1)*dayMs); down > 0 {
+				f := out[d]
+				f.Down += down
+				out[d] = f
+			}
+		}
+	}
+	return out
+}
+
+// groupField is a day hash's field of device under group value.
+func groupField(value, device string) string { return value + "\x00" + device }
+
+func splitGroupField(field string) (value, device string, ok bool) {
+	return strings.Cut(field, "\x00")
+}

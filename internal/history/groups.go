@@ -1,0 +1,144 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/pkg/client"
+)
+
+// leastAvailable is how many of a group's least available devices GET /v1/availability names.
+const leastAvailable = 10
+
+// GroupQuery asks for the availability of groups over a window.
+type GroupQuery struct {
+	Window time.Duration
+	// GroupBy is "device_type", "label.<name>" (a name in history.group_labels) or "" for the whole fleet.
+	GroupBy string
+	// Only, when set, keeps the group of that value alone (a scoped token's).
+	Only string
+	// OnlyDim is the grouping Only is a value of, when it differs from GroupBy ("" = GroupBy's).
+	OnlyDim string
+}
+
+// CheckGroupBy says whether groupBy is a grouping the history keeps figures for.
+func (s *Store) CheckGroupBy(groupBy string) error {
+	if groupBy == "" || groupBy == dimType {
+		return nil
+	}
+	name, ok := strings.CutPrefix(groupBy, "label.")
+	if ok && slices.Contains(s.opts.History.GroupLabels, name) {
+		return nil
+	}
+	if ok {
+		return fmt.Errorf("%w: group_by %s: no figures are kept by label %q (history.group_labels: %v)", ErrBadRequest, groupBy, name,
+			s.opts.History.GroupLabels)
+	}
+	return fmt.Errorf("%w: group_by must be device_type or label.<name>, got %q", ErrBadRequest, groupBy)
+}
+
+// Retention is history.retention: the longest window the figures cover.
+func (s *Store) Retention() time.Duration { return s.opts.History.Retention }
+
+// Groups answers GET /v1/availability from the day figures of the window's days: one hash per day read,
+// holding only the devices that had an incident, never a walk of the fleet. Figures are per UTC day: the
+// window's first day counts in proportion to the part of it inside the window.
+func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]client.AvailabilityGroup, error) {
+	if err := s.CheckGroupBy(q.GroupBy); err != nil {
+		return nil, err
+	}
+	if q.Window <= 0 || q.Window > s.opts.History.Retention {
+		return nil, fmt.Errorf("%w: window must be more than 0 and at most history.retention (%s)", ErrBadRequest, s.opts.History.Retention)
+	}
+	dim := q.GroupBy
+	if dim == "" {
+		dim = dimType // the fleet: every device with figures has a type
+	}
+	if q.OnlyDim != "" && q.OnlyDim != dim {
+		return nil, fmt.Errorf("%w: group_by %s", ErrBadRequest, q.GroupBy)
+	}
+	now := s.opts.Now().UnixMilli()
+	from := now - q.Window.Milliseconds()
+	pipe := s.opts.Client.Pipeline()
+	var cmds []*redis.MapStringStringCmd
+	var days []int64
+	for d := dayOf(from); d <= dayOf(now); d++ {
+		cmds = append(cmds, pipe.HGetAll(ctx, s.keys.day(d, dim)))
+		days = append(days, d)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("history: read day figures: %w", err)
+	}
+	type key struct{ group, device string }
+	figures := map[key]*client.DeviceAvailability{}
+	for i, c := range cmds {
+		for field, raw := range c.Val() {
+			value, device, ok := splitGroupField(field)
+			f, good := parseDayFigure(raw)
+			if !ok || !good || (q.Only != "" && value != q.Only) {
+				continue
+			}
+			if q.GroupBy == "" {
+				value = ""
+			}
+			k := key{value, device}
+			da := figures[k]
+			if da == nil {
+				da = &client.DeviceAvailability{DeviceID: device}
+				figures[k] = da
+			}
+			start, end := days[i]*dayMs, (days[i]+1)*dayMs
+			if in := min(end, now) - max(start, from); in > 0 {
+				da.DownMs += f.Down * in / dayMs
+			}
+			if f.OpenSince != 0 && f.OpenSince < now {
+				da.DownMs += now - max(f.OpenSince, from)
+			}
+			da.Incidents += f.Incidents
+		}
+	}
+	span := now - from
+	groups := map[string]*client.AvailabilityGroup{}
+	members := map[string][]client.DeviceAvailability{}
+	for k, da := range figures {
+		if da.DownMs == 0 && da.Incidents == 0 {
+			continue
+		}
+		da.DownMs = min(da.DownMs, span)
+		da.Availability = 1 - float64(da.DownMs)/float64(span)
+		g := groups[k.group]
+		if g == nil {
+			g = &client.AvailabilityGroup{Value: k.group}
+			groups[k.group] = g
+		}
+		g.Devices++
+		g.DownMs += da.DownMs
+		g.Incidents += da.Incidents
+		g.Availability += da.Availability
+		members[k.group] = append(members[k.group], *da)
+	}
+	out := make([]client.AvailabilityGroup, 0, len(groups))
+	for value, g := range groups {
+		g.Availability /= float64(g.Devices)
+		m := members[value]
+		slices.SortFunc(m, func(a, b client.DeviceAvailability) int {
+			if a.Availability != b.Availability {
+				if a.Availability < b.Availability {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(a.DeviceID, b.DeviceID)
+		})
+		g.LeastAvailable = m[:min(len(m), leastAvailable)]
+		out = append(out, *g)
+	}
+	slices.SortFunc(out, func(a, b client.AvailabilityGroup) int { return strings.Compare(a.Value, b.Value) })
+	return out, nil
+}

@@ -1,0 +1,101 @@
+package history
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/pkg/client"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// publishTyped publishes one incident of device of type typ: interrupted at dl, back after down
+// (down 0: still open).
+func (f *fixture) publishTyped(device, typ string, dl time.Time, down time.Duration) {
+	f.t.Helper()
+	f.clock.Set(dl)
+	e := f.ev(event.Interrupted, device, dl, 0)
+	e.DeviceType = typ
+	f.publish(e)
+	if down > 0 {
+		f.clock.Set(dl.Add(down))
+		r := f.recovered(device, dl, dl.Add(down))
+		r.DeviceType = typ
+		f.publish(r)
+	}
+}
+
+func TestGroupAvailabilityAddsUpTheDays(t *testing.T) {
+	eachFixture(t, config.History{GroupLabels: []string{"site"}}, func(t *testing.T, f *fixture) {
+		f.labels["g-1"] = map[string]string{"site": "north"}
+		f.labels["g-2"] = map[string]string{"site": "north"}
+		f.labels["m-1"] = map[string]string{"site": "south"}
+		day := 24 * time.Hour
+		// The window is the 7 days before now = t0 + 10d. Days 3 to 10 after t0:
+		f.publishTyped("g-1", "gateway", f.at(1*day), time.Hour)                // before the window: not counted
+		f.publishTyped("g-1", "gateway", f.at(4*day+23*time.Hour), 2*time.Hour) // across midnight: 2h
+		f.publishTyped("g-2", "gateway", f.at(5*day), 30*time.Minute)           // 30m
+		f.publishTyped("m-1", "meter", f.at(9*day), 0)                          // open since: 1 day by now
+		f.publishTyped("g-2", "gateway", f.at(6*day), 90*time.Minute)           // 90m more
+		now := f.at(10 * day)
+		f.clock.Set(now)
+		week := 7 * day
+
+		byType, err := f.store.Groups(context.Background(), GroupQuery{Window: week, GroupBy: "device_type"})
+		require.NoError(t, err)
+		avail := func(down time.Duration) float64 { return 1 - float64(down)/float64(week) }
+		want := []client.AvailabilityGroup{
+			{Value: "gateway", Devices: 2, Incidents: 3, DownMs: (4 * time.Hour).Milliseconds(),
+				Availability: (avail(2*time.Hour) + avail(2*time.Hour)) / 2,
+				LeastAvailable: []client.DeviceAvailability{
+					{DeviceID: "g-1", Availability: avail(2 * time.Hour), DownMs: (2 * time.Hour).Milliseconds(), Incidents: 1},
+					{DeviceID: "g-2", Availability: avail(2 * time.Hour), DownMs: (2 * time.Hour).Milliseconds(), Incidents: 2}}},
+			{Value: "meter", Devices: 1, Incidents: 1, DownMs: day.Milliseconds(), Availability: avail(day),
+				LeastAvailable: []client.DeviceAvailability{{DeviceID: "m-1", Availability: avail(day), DownMs: day.Milliseconds(), Incidents: 1}}},
+		}
+		assert.Equal(t, want, byType)
+
+		bySite, err := f.store.Groups(context.Background(), GroupQuery{Window: week, GroupBy: "label.site"})
+		require.NoError(t, err)
+		require.Len(t, bySite, 2)
+		assert.Equal(t, "north", bySite[0].Value)
+		assert.Equal(t, want[0].DownMs, bySite[0].DownMs)
+		assert.Equal(t, "south", bySite[1].Value)
+
+		fleet, err := f.store.Groups(context.Background(), GroupQuery{Window: week})
+		require.NoError(t, err)
+		require.Len(t, fleet, 1)
+		assert.Equal(t, 3, fleet[0].Devices)
+		assert.Equal(t, int64(4), fleet[0].Incidents)
+		assert.Equal(t, "m-1", fleet[0].LeastAvailable[0].DeviceID, "least available first")
+
+		only, err := f.store.Groups(context.Background(), GroupQuery{Window: week, GroupBy: "device_type", Only: "meter"})
+		require.NoError(t, err)
+		assert.Equal(t, want[1:], only)
+
+		// A device that changes type moves its figures; one deleted takes them away.
+		f.clock.Set(now)
+		moved := f.ev(event.Interrupted, "g-2", now, 0)
+		moved.DeviceType = "meter"
+		f.publish(moved)
+		del := event.New(event.Deleted, "m-1", "meter", f.at(9*day), time.Time{}, now, 0)
+		f.publish(del)
+		byType, err = f.store.Groups(context.Background(), GroupQuery{Window: week, GroupBy: "device_type"})
+		require.NoError(t, err)
+		require.Len(t, byType, 2)
+		assert.Equal(t, 1, byType[0].Devices, "gateway: g-1 alone")
+		assert.Equal(t, "meter", byType[1].Value)
+		assert.Equal(t, []string{"g-2"}, []string{byType[1].LeastAvailable[0].DeviceID})
+		assert.Equal(t, int64(3), byType[1].Incidents, "g-2's incidents came with it")
+
+		for _, bad := range []GroupQuery{{Window: week, GroupBy: "label.room"}, {Window: week, GroupBy: "parent"},
+			{Window: 31 * day}, {Window: 0}} {
+			_, err := f.store.Groups(context.Background(), bad)
+			assert.ErrorIs(t, err, ErrBadRequest, "%+v", bad)
+		}
+	})
+}

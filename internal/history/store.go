@@ -1,0 +1,345 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
+)
+
+// Options configures a Store.
+type Options struct {
+	Client    redis.UniversalClient
+	KeyPrefix string
+	// History is history.* of the configuration: max_incidents, retention, group_labels.
+	History config.History
+	// Labels reads the registry labels of devices (deadline.Store.Labels), for the label groupings of
+	// History.GroupLabels; nil: none.
+	Labels func(ctx context.Context, devices []string) ([]map[string]string, error)
+	// Now is the clock the replicas share (holdback.Clock.Now).
+	Now        func() time.Time
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer
+}
+
+// Store keeps the incidents of every device and the per-day figures of availability.
+type Store struct {
+	opts Options
+	keys keyspace
+	log  *zap.Logger
+	// anomalies counts events the incident machine refused (refused, repaired) and stored values that
+	// could not be read (corrupt).
+	anomalies *prometheus.CounterVec
+}
+
+// New returns the store.
+func New(opts Options) *Store {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.History.MaxIncidents <= 0 {
+		opts.History.MaxIncidents = config.DefaultHistoryMaxIncidents
+	}
+	if opts.History.Retention <= 0 {
+		opts.History.Retention = config.DefaultHistoryRetention
+	}
+	s := &Store{opts: opts, keys: newKeyspace(opts.KeyPrefix), log: opts.Logger.With(zap.String("component", "history")),
+		anomalies: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "history_anomalies_total",
+			Help: "Events the incident history could not fold as the incident machine says (refused: kept nothing; repaired: " +
+				"closed an incident whose close it never saw) and stored histories it could not read (corrupt)."}, []string{"kind"})}
+	for _, k := range []string{"refused", "repaired", "corrupt"} {
+		s.anomalies.WithLabelValues(k)
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(s.anomalies)
+	}
+	return s
+}
+
+// maxRecordAttempts bounds the retries of a device whose history another writer changed meanwhile (an
+// operator's ack racing the alarm loop): each retry reads it afresh.
+const maxRecordAttempts = 5
+
+// Record folds published events into their devices' incidents. Events about no device (outages,
+// watchdog) are skipped. It is idempotent: recording an event again changes nothing. An error leaves
+// some devices unrecorded; recording the same events again completes them.
+func (s *Store) Record(ctx context.Context, events []event.Event) error {
+	byDevice := map[string][]*event.Event{}
+	var devices []string
+	for i := range events {
+		e := &events[i]
+		if !event.DeviceKind(e.Kind) || e.DeviceID == "" {
+			continue
+		}
+		if _, ok := byDevice[e.DeviceID]; !ok {
+			devices = append(devices, e.DeviceID)
+		}
+		byDevice[e.DeviceID] = append(byDevice[e.DeviceID], e)
+	}
+	for attempt := 1; len(devices) > 0; attempt++ {
+		if attempt > maxRecordAttempts {
+			return fmt.Errorf("history: %d devices' histories kept changing while being recorded", len(devices))
+		}
+		var err error
+		if devices, err = s.record(ctx, devices, byDevice); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// change is one device's history before and after its events.
+type change struct {
+	device   string
+	old, new *deviceHistory
+	oldRaw   string
+	erased   bool
+}
+
+// record reads, folds and writes devices once; it returns those another writer changed meanwhile.
+func (s *Store) record(ctx context.Context, devices []string, byDevice map[string][]*event.Event) ([]string, error) {
+	raws, err := s.read(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	labels, err := s.labels(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	now := s.opts.Now().UnixMilli()
+	var changes []change
+	for i, dev := range devices {
+		old, err := decode([]byte(raws[i]))
+		if err != nil {
+			s.anomalies.WithLabelValues("corrupt").Inc()
+			s.log.Error("a device's stored incidents cannot be read; starting them afresh", zap.String("device_id", dev), zap.Error(err))
+			old = &deviceHistory{}
+		}
+		c := change{device: dev, old: old, new: clone(old), oldRaw: raws[i]}
+		dirty := false
+		for _, e := range byDevice[dev] {
+			switch fold(c.new, e) {
+			case changed:
+				dirty = true
+			case erased:
+				c.erased, dirty = true, true
+				c.new = &deviceHistory{}
+			case refused:
+				s.anomalies.WithLabelValues("refused").Inc()
+			case repaired:
+				s.anomalies.WithLabelValues("repaired").Inc()
+				dirty = true
+			}
+			if !c.erased && e.DeviceType != "" {
+				c.new.setGroups(e.DeviceType, s.opts.History.GroupLabels, labels[i])
+			}
+		}
+		if !dirty {
+			continue
+		}
+		s.trim(c.new, now)
+		changes = append(changes, c)
+	}
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	// The day figures first, then the history: a crash between the two leaves the history as it was, so
+	// the same events are folded again and write the same figures (whole values, never increments).
+	if err := s.writeDays(ctx, changes, now); err != nil {
+		return nil, err
+	}
+	return s.writeHistories(ctx, changes, now)
+}
+
+func (s *Store) read(ctx context.Context, devices []string) ([]string, error) {
+	pipe := s.opts.Client.Pipeline()
+	cmds := make([]*redis.StringCmd, len(devices))
+	for i, dev := range devices {
+		cmds[i] = pipe.Get(ctx, s.keys.device(dev))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("history: read: %w", err)
+	}
+	out := make([]string, len(devices))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+// labels reads the registry labels of devices when a label grouping is kept; nil otherwise.
+func (s *Store) labels(ctx context.Context, devices []string) ([]map[string]string, error) {
+	if len(s.opts.History.GroupLabels) == 0 || s.opts.Labels == nil {
+		return make([]map[string]string, len(devices)), nil
+	}
+	l, err := s.opts.Labels(ctx, devices)
+	if err != nil {
+		return nil, fmt.Errorf("history: read labels: %w", err)
+	}
+	return l, nil
+}
+
+// setGroups sets the groupings h's figures are kept under: its type, and each kept label it has.
+func (h *deviceHistory) setGroups(typ string, groupLabels []string, labels map[string]string) {
+	h.Groups = map[string]string{dimType: typ}
+	for _, name := range groupLabels {
+		if v, ok := labels[name]; ok && v != "" {
+			h.Groups[labelDim(name)] = v
+		}
+	}
+}
+
+// The groupings: by device type, or by a registry label (label.<name>).
+const dimType = "device_type"
+
+func labelDim(name string) string { return "label." + name }
+
+// trim drops the incidents closed longer than retention ago, then the oldest beyond max_incidents.
+func (s *Store) trim(h *deviceHistory, now int64) {
+	cutoff := now - s.opts.History.Retention.Milliseconds()
+	kept := h.Incidents[:0]
+	for _, in := range h.Incidents {
+		if in.Open() || in.Closed >= cutoff {
+			kept = append(kept, in)
+		}
+	}
+	if over := len(kept) - s.opts.History.MaxIncidents; over > 0 {
+		kept = kept[over:]
+	}
+	h.Incidents = kept
+}
+
+func clone(h *deviceHistory) *deviceHistory {
+	c := *h
+	c.Incidents = append([]Incident(nil), h.Incidents...)
+	return &c
+}
+
+// casHistory replaces a device's history only if it is still the one read.
+//
+//	KEYS[1] the device's history
+//	ARGV[1] the value read ("" = none), ARGV[2] the new one ("" = delete), ARGV[3] when it expires (ms; 0 = never)
+//	reply   1 written, 0 changed meanwhile
+var casHistory = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1]) or ''
+if cur ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+elseif ARGV[3] == '0' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
+end
+return 1
+`)
+
+// writeHistories writes each change unless its device's history changed meanwhile; it returns those.
+func (s *Store) writeHistories(ctx context.Context, changes []change, now int64) ([]string, error) {
+	pipe := s.opts.Client.Pipeline()
+	cmds := make([]*redis.Cmd, len(changes))
+	for i, c := range changes {
+		var raw string
+		var expireAt int64
+		if len(c.new.Incidents) > 0 {
+			raw = string(encode(c.new))
+			expireAt = s.expireAt(c.new)
+		}
+		cmds[i] = casHistory.EvalSha(ctx, pipe, []string{s.keys.device(c.device)}, c.oldRaw, raw, expireAt)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err := casHistory.Load(ctx, s.opts.Client).Err(); err != nil {
+			return nil, fmt.Errorf("history: load script: %w", err)
+		}
+		return s.writeHistories(ctx, changes, now)
+	}
+	var retry []string
+	for i, c := range changes {
+		n, err := cmds[i].Int()
+		if err != nil {
+			return nil, fmt.Errorf("history: write: %w", err)
+		}
+		if n == 0 {
+			retry = append(retry, c.device)
+		}
+	}
+	return retry, nil
+}
+
+// expireAt is when a device's history key goes: retention after its last incident closed; never while
+// one is open (its close rewrites it).
+func (s *Store) expireAt(h *deviceHistory) int64 {
+	var last int64
+	for _, in := range h.Incidents {
+		if in.Open() {
+			return 0
+		}
+		last = max(last, in.Closed)
+	}
+	return last + s.opts.History.Retention.Milliseconds()
+}
+
+// writeDays writes the day figures that changed: a device's field under its group, on each day whose
+// figures differ, and away from a group it left.
+func (s *Store) writeDays(ctx context.Context, changes []change, now int64) error {
+	from := now - s.opts.History.Retention.Milliseconds()
+	pipe := s.opts.Client.Pipeline()
+	touched := map[string]int64{}
+	for _, c := range changes {
+		before, after := dayFigures(c.old, from), dayFigures(c.new, from)
+		for dim, oldValue := range c.old.Groups {
+			if c.new.Groups[dim] == oldValue {
+				continue
+			}
+			for day := range before { // left the group (or the device was deleted): its figures go
+				key := s.keys.day(day, dim)
+				pipe.HDel(ctx, key, groupField(oldValue, c.device))
+			}
+		}
+		for dim, value := range c.new.Groups {
+			moved := c.old.Groups[dim] != value
+			for day, f := range after {
+				if moved || before[day] != f {
+					key := s.keys.day(day, dim)
+					pipe.HSet(ctx, key, groupField(value, c.device), f.String())
+					touched[key] = day
+				}
+			}
+			for day := range before {
+				if _, ok := after[day]; !ok && !moved {
+					pipe.HDel(ctx, s.keys.day(day, dim), groupField(value, c.device))
+				}
+			}
+		}
+	}
+	for key, day := range touched {
+		pipe.PExpireAt(ctx, key, time.UnixMilli((day+1)*dayMs+s.opts.History.Retention.Milliseconds()))
+	}
+	if pipe.Len() == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("history: write day figures: %w", err)
+	}
+	return nil
+}
+
+// Forget removes the history and day figures of devices forgotten by retention.forget_after, which
+// publishes no deleted event: as for a deleted device, nothing of them is left.
+func (s *Store) Forget(ctx context.Context, devices []string) error {
+	at := s.opts.Now()
+	events := make([]event.Event, len(devices))
+	for i, dev := range devices {
+		events[i] = event.Event{Kind: event.Deleted, DeviceID: dev, At: at}
+	}
+	return s.Record(ctx, events)
+}
