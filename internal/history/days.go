@@ -41,37 +41,60 @@ func parseDayFigure(s string) (dayFigure, bool) {
 	return dayFigure{Down: v[0], Incidents: v[1], OpenSince: v[2]}, true
 }
 
-// dayFigures are h's figures for the days from the day of from on. An open incident's downtime is
-// marked on the day it began (or from's day, when it began before), not spread: it still grows.
-func dayFigures(h *deviceHistory, from int64) map[int64]dayFigure {
-	out := map[int64]dayFigure{}
+// dayFigures are h's figures for the days from the day of from on, by day. An open incident's
+// downtime is marked on the day it began (or from's day, when it began before), not spread: it still
+// grows. A device has figures on a few days, so a slice searched in order is cheaper than a map.
+func dayFigures(h *deviceHistory, from int64) dayList {
+	var out dayList
 	first := dayOf(from)
 	for i := range h.Incidents {
 		in := &h.Incidents[i]
 		if d := dayOf(in.Opened); d >= first {
-			f := out[d]
-			f.Incidents++
-			out[d] = f
+			out.at(d).Incidents++
 		}
 		if in.DownFrom == 0 {
 			continue
 		}
 		if in.Open() {
-			d := max(dayOf(in.DownFrom), first)
-			f := out[d]
-			f.OpenSince = in.DownFrom
-			out[d] = f
+			out.at(max(dayOf(in.DownFrom), first)).OpenSince = in.DownFrom
 			continue
 		}
 		for d := max(dayOf(in.DownFrom), first); d <= dayOf(in.Closed); d++ {
 			if down := overlap(in, d*dayMs, (d+1)*dayMs); down > 0 {
-				f := out[d]
-				f.Down += down
-				out[d] = f
+				out.at(d).Down += down
 			}
 		}
 	}
 	return out
+}
+
+// dayList is a device's figures by day.
+type dayList []dayEntry
+
+type dayEntry struct {
+	day int64
+	dayFigure
+}
+
+// at is the figure of day d, added when missing.
+func (l *dayList) at(d int64) *dayFigure {
+	for i := range *l {
+		if (*l)[i].day == d {
+			return &(*l)[i].dayFigure
+		}
+	}
+	*l = append(*l, dayEntry{day: d})
+	return &(*l)[len(*l)-1].dayFigure
+}
+
+// get is the figure of day d, and whether there is one.
+func (l dayList) get(d int64) (dayFigure, bool) {
+	for _, e := range l {
+		if e.day == d {
+			return e.dayFigure, true
+		}
+	}
+	return dayFigure{}, false
 }
 
 // groupField is a day hash's field of device under group value.

@@ -94,8 +94,10 @@ func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]client.Availability
 				figures[k] = da
 			}
 			start, end := days[i]*dayMs, (days[i]+1)*dayMs
-			if in := min(end, now) - max(start, from); in > 0 {
-				da.DownMs += f.Down * in / dayMs
+			if start >= from {
+				da.DownMs += f.Down
+			} else if after := end - from; after > 0 { // the window's first day: the part inside it
+				da.DownMs += f.Down * after / dayMs
 			}
 			if f.OpenSince != 0 && f.OpenSince < now {
 				da.DownMs += now - max(f.OpenSince, from)

@@ -260,3 +260,33 @@ func TestARecordThatFailsIsReportedSoTheEventIsPublishedAgain(t *testing.T) {
 		assert.Len(t, f.list("r-1"), 1)
 	})
 }
+
+// Two replicas record one device's events, each remembering what it last wrote: the one whose memory is
+// stale finds out by its write's compare, reads Redis and folds again, so nothing is lost or counted twice.
+func TestReplicasRecordingOneDeviceAgree(t *testing.T) {
+	eachFixture(t, config.History{}, func(t *testing.T, f *fixture) {
+		other := New(Options{Client: f.rdb, Now: f.clock.Now, Logger: zaptest.NewLogger(t)})
+		ctx := context.Background()
+		dl := f.at(time.Hour)
+		f.clock.Set(dl)
+		require.NoError(t, f.store.Record(ctx, []event.Event{f.ev(event.Interrupted, "shared", dl, 0)}))
+		f.clock.Set(dl.Add(time.Minute))
+		ack := f.ev(event.Acked, "shared", dl, 0)
+		ack.By = "bob"
+		require.NoError(t, other.Record(ctx, []event.Event{ack}))
+		f.clock.Set(dl.Add(2 * time.Minute))
+		require.NoError(t, f.store.Record(ctx, []event.Event{f.recovered("shared", dl, dl.Add(2*time.Minute))}))
+		require.NoError(t, other.Record(ctx, []event.Event{f.ev(event.Alarm, "shared", dl, 1)})) // late, after the close
+
+		got := f.list("shared")
+		require.Len(t, got, 1)
+		assert.Equal(t, "bob", got[0].Acked.By)
+		assert.NotNil(t, got[0].Closed)
+		assert.Equal(t, 0, got[0].Repeats, "a repeat after the close is no part of it")
+		groups, err := other.Groups(ctx, GroupQuery{Window: 24 * time.Hour})
+		require.NoError(t, err)
+		require.Len(t, groups, 1)
+		assert.Equal(t, (2 * time.Minute).Milliseconds(), groups[0].DownMs)
+		assert.Equal(t, int64(1), groups[0].Incidents)
+	})
+}

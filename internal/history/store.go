@@ -37,6 +37,7 @@ type Store struct {
 	// anomalies counts events the incident machine refused (refused, repaired) and stored values that
 	// could not be read (corrupt).
 	anomalies *prometheus.CounterVec
+	cache     *blobCache
 }
 
 // New returns the store.
@@ -54,6 +55,7 @@ func New(opts Options) *Store {
 		opts.History.Retention = config.DefaultHistoryRetention
 	}
 	s := &Store{opts: opts, keys: newKeyspace(opts.KeyPrefix), log: opts.Logger.With(zap.String("component", "history")),
+		cache: newBlobCache(blobCacheSize),
 		anomalies: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "history_anomalies_total",
 			Help: "Events the incident history could not fold as the incident machine says (refused: kept nothing; repaired: " +
 				"closed an incident whose close it never saw) and stored histories it could not read (corrupt)."}, []string{"kind"})}
@@ -71,14 +73,15 @@ func New(opts Options) *Store {
 const maxRecordAttempts = 5
 
 // Record folds published events into their devices' incidents. Events about no device (outages,
-// watchdog) are skipped. It is idempotent: recording an event again changes nothing. An error leaves
-// some devices unrecorded; recording the same events again completes them.
+// watchdog) and those that change no incident (silenced, unsilenced, flapping) are skipped. It is
+// idempotent: recording an event again changes nothing. An error leaves some devices unrecorded;
+// recording the same events again completes them.
 func (s *Store) Record(ctx context.Context, events []event.Event) error {
 	byDevice := map[string][]*event.Event{}
 	var devices []string
 	for i := range events {
 		e := &events[i]
-		if !event.DeviceKind(e.Kind) || e.DeviceID == "" {
+		if !event.DeviceKind(e.Kind) || e.DeviceID == "" || e.Kind == event.Silenced || e.Kind == event.Unsilenced || e.Kind == event.Flapping {
 			continue
 		}
 		if _, ok := byDevice[e.DeviceID]; !ok {
@@ -86,12 +89,14 @@ func (s *Store) Record(ctx context.Context, events []event.Event) error {
 		}
 		byDevice[e.DeviceID] = append(byDevice[e.DeviceID], e)
 	}
+	// What a failed attempt wrote of a device's day figures, so its retry takes them back.
+	tried := map[string]*deviceHistory{}
 	for attempt := 1; len(devices) > 0; attempt++ {
 		if attempt > maxRecordAttempts {
 			return fmt.Errorf("history: %d devices' histories kept changing while being recorded", len(devices))
 		}
 		var err error
-		if devices, err = s.record(ctx, devices, byDevice); err != nil {
+		if devices, err = s.record(ctx, devices, byDevice, tried); err != nil {
 			return err
 		}
 	}
@@ -103,21 +108,32 @@ type change struct {
 	device   string
 	old, new *deviceHistory
 	oldRaw   string
-	erased   bool
+	newRaw   string // set by encodeNew
+	// full: write every day figure of new, and take back those of old and of an earlier attempt that new
+	// has not, rather than only those that differ: the value read may not be Redis's (a guess from the
+	// cache, a duplicate whose figures a crash may have left unwritten).
+	full bool
 }
 
-// record reads, folds and writes devices once; it returns those another writer changed meanwhile.
-func (s *Store) record(ctx context.Context, devices []string, byDevice map[string][]*event.Event) ([]string, error) {
-	raws, err := s.read(ctx, devices)
-	if err != nil {
-		return nil, err
+// record folds and writes devices once, in one round trip; it returns those another writer changed
+// meanwhile. A first attempt takes each device's history from what this replica last wrote or read
+// (blobCache; none: no history), which the write's compare checks; a retry (tried not empty) reads Redis.
+func (s *Store) record(ctx context.Context, devices []string, byDevice map[string][]*event.Event, tried map[string]*deviceHistory) ([]string, error) {
+	var raws []string
+	if len(tried) == 0 {
+		raws = s.cache.get(devices)
+	} else {
+		var err error
+		if raws, err = s.read(ctx, devices); err != nil {
+			return nil, err
+		}
 	}
 	labels, err := s.labels(ctx, devices)
 	if err != nil {
 		return nil, err
 	}
 	now := s.opts.Now().UnixMilli()
-	var changes []change
+	changes := make([]change, 0, len(devices))
 	for i, dev := range devices {
 		old, err := decode([]byte(raws[i]))
 		if err != nil {
@@ -125,40 +141,75 @@ func (s *Store) record(ctx context.Context, devices []string, byDevice map[strin
 			s.log.Error("a device's stored incidents cannot be read; starting them afresh", zap.String("device_id", dev), zap.Error(err))
 			old = &deviceHistory{}
 		}
-		c := change{device: dev, old: old, new: clone(old), oldRaw: raws[i]}
-		dirty := false
+		c := change{device: dev, old: old, new: clone(old), oldRaw: raws[i], full: true}
 		for _, e := range byDevice[dev] {
 			switch fold(c.new, e) {
 			case changed:
-				dirty = true
+				c.full = false
 			case erased:
-				c.erased, dirty = true, true
-				c.new = &deviceHistory{}
+				c.new, c.full = &deviceHistory{}, false
 			case refused:
 				s.anomalies.WithLabelValues("refused").Inc()
 			case repaired:
 				s.anomalies.WithLabelValues("repaired").Inc()
-				dirty = true
+				c.full = false
 			}
-			if !c.erased && e.DeviceType != "" {
+			if len(c.new.Incidents) > 0 && e.DeviceType != "" {
 				c.new.setGroups(e.DeviceType, s.opts.History.GroupLabels, labels[i])
 			}
 		}
-		if !dirty {
-			continue
+		if prev, ok := tried[dev]; ok {
+			c.full = true
+			c.old = merged(c.old, prev)
 		}
 		s.trim(c.new, now)
 		changes = append(changes, c)
 	}
-	if len(changes) == 0 {
-		return nil, nil
+	// The day figures and the histories go in one pipeline. Figures are whole values, so writing them
+	// again is harmless: a device whose events changed nothing (a duplicate after a crash that may have
+	// cut the earlier write short) gets all of its figures written again, and one whose compare failed
+	// has them rewritten in full from what Redis holds by its retry.
+	pipe := s.opts.Client.Pipeline()
+	s.writeDays(ctx, pipe, changes, now)
+	cas := s.writeHistories(ctx, pipe, changes)
+	if _, err := pipe.Exec(ctx); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		s.cache.drop(devices)
+		return nil, fmt.Errorf("history: write: %w", err)
 	}
-	// The day figures first, then the history: a crash between the two leaves the history as it was, so
-	// the same events are folded again and write the same figures (whole values, never increments).
-	if err := s.writeDays(ctx, changes, now); err != nil {
-		return nil, err
+	var retry []string
+	for i, c := range changes {
+		n, err := cas[i].Int()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if err := casHistory.Load(ctx, s.opts.Client).Err(); err != nil {
+				return nil, fmt.Errorf("history: load script: %w", err)
+			}
+			n = 0 // written again by the retry, now that the script is loaded
+		} else if err != nil {
+			return nil, fmt.Errorf("history: write: %w", err)
+		}
+		if n == 0 {
+			retry = append(retry, c.device)
+			tried[c.device] = c.new
+			s.cache.drop([]string{c.device})
+			continue
+		}
+		s.cache.put(c.device, c.newRaw)
 	}
-	return s.writeHistories(ctx, changes, now)
+	return retry, nil
+}
+
+// merged is h with the incidents of other that h lacks: the union of their day figures.
+func merged(h, other *deviceHistory) *deviceHistory {
+	m := clone(h)
+	for _, in := range other.Incidents {
+		if !m.seen(in.Opened) {
+			m.Incidents = append(m.Incidents, in)
+		}
+	}
+	if m.Groups == nil {
+		m.Groups = other.Groups
+	}
+	return m
 }
 
 func (s *Store) read(ctx context.Context, devices []string) ([]string, error) {
@@ -191,9 +242,21 @@ func (s *Store) labels(ctx context.Context, devices []string) ([]map[string]stri
 
 // setGroups sets the groupings h's figures are kept under: its type, and each kept label it has.
 func (h *deviceHistory) setGroups(typ string, groupLabels []string, labels map[string]string) {
+	same := h.Groups[dimType] == typ
+	kept := 1
+	for _, name := range groupLabels {
+		v := labels[name]
+		if v != "" {
+			kept++
+		}
+		same = same && h.Groups[labelDim(name)] == v
+	}
+	if same && len(h.Groups) == kept {
+		return // the common case: nothing moved, nothing to allocate
+	}
 	h.Groups = map[string]string{dimType: typ}
 	for _, name := range groupLabels {
-		if v, ok := labels[name]; ok && v != "" {
+		if v := labels[name]; v != "" {
 			h.Groups[labelDim(name)] = v
 		}
 	}
@@ -243,36 +306,28 @@ end
 return 1
 `)
 
-// writeHistories writes each change unless its device's history changed meanwhile; it returns those.
-func (s *Store) writeHistories(ctx context.Context, changes []change, now int64) ([]string, error) {
-	pipe := s.opts.Client.Pipeline()
+// encodeNew sets newRaw, the value the change writes: "" deletes the device's history.
+func (c *change) encodeNew() {
+	c.newRaw = ""
+	if len(c.new.Incidents) > 0 {
+		c.newRaw = string(encode(c.new))
+	}
+}
+
+// writeHistories queues each change's write on pipe, done only if the device's history is still the
+// one its fold started from.
+func (s *Store) writeHistories(ctx context.Context, pipe redis.Pipeliner, changes []change) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(changes))
-	for i, c := range changes {
-		var raw string
+	for i := range changes {
+		c := &changes[i]
 		var expireAt int64
 		if len(c.new.Incidents) > 0 {
-			raw = string(encode(c.new))
 			expireAt = s.expireAt(c.new)
 		}
-		cmds[i] = casHistory.EvalSha(ctx, pipe, []string{s.keys.device(c.device)}, c.oldRaw, raw, expireAt)
+		c.encodeNew()
+		cmds[i] = casHistory.EvalSha(ctx, pipe, []string{s.keys.device(c.device)}, c.oldRaw, c.newRaw, expireAt)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		if err := casHistory.Load(ctx, s.opts.Client).Err(); err != nil {
-			return nil, fmt.Errorf("history: load script: %w", err)
-		}
-		return s.writeHistories(ctx, changes, now)
-	}
-	var retry []string
-	for i, c := range changes {
-		n, err := cmds[i].Int()
-		if err != nil {
-			return nil, fmt.Errorf("history: write: %w", err)
-		}
-		if n == 0 {
-			retry = append(retry, c.device)
-		}
-	}
-	return retry, nil
+	return cmds
 }
 
 // expireAt is when a device's history key goes: retention after its last incident closed; never while
@@ -288,11 +343,10 @@ func (s *Store) expireAt(h *deviceHistory) int64 {
 	return last + s.opts.History.Retention.Milliseconds()
 }
 
-// writeDays writes the day figures that changed: a device's field under its group, on each day whose
-// figures differ, and away from a group it left.
-func (s *Store) writeDays(ctx context.Context, changes []change, now int64) error {
+// writeDays queues the day figures' writes on pipe: a device's field under its group, on each day whose
+// figures differ (every day, for a full change), and away from a group it left.
+func (s *Store) writeDays(ctx context.Context, pipe redis.Pipeliner, changes []change, now int64) {
 	from := now - s.opts.History.Retention.Milliseconds()
-	pipe := s.opts.Client.Pipeline()
 	touched := map[string]int64{}
 	for _, c := range changes {
 		before, after := dayFigures(c.old, from), dayFigures(c.new, from)
@@ -300,23 +354,22 @@ func (s *Store) writeDays(ctx context.Context, changes []change, now int64) erro
 			if c.new.Groups[dim] == oldValue {
 				continue
 			}
-			for day := range before { // left the group (or the device was deleted): its figures go
-				key := s.keys.day(day, dim)
-				pipe.HDel(ctx, key, groupField(oldValue, c.device))
+			for _, e := range before { // left the group (or the device was deleted): its figures go
+				pipe.HDel(ctx, s.keys.day(e.day, dim), groupField(oldValue, c.device))
 			}
 		}
 		for dim, value := range c.new.Groups {
 			moved := c.old.Groups[dim] != value
-			for day, f := range after {
-				if moved || before[day] != f {
-					key := s.keys.day(day, dim)
-					pipe.HSet(ctx, key, groupField(value, c.device), f.String())
-					touched[key] = day
+			for _, e := range after {
+				if was, ok := before.get(e.day); c.full || moved || !ok || was != e.dayFigure {
+					key := s.keys.day(e.day, dim)
+					pipe.HSet(ctx, key, groupField(value, c.device), e.dayFigure.String())
+					touched[key] = e.day
 				}
 			}
-			for day := range before {
-				if _, ok := after[day]; !ok && !moved {
-					pipe.HDel(ctx, s.keys.day(day, dim), groupField(value, c.device))
+			for _, e := range before {
+				if _, ok := after.get(e.day); !ok && !moved {
+					pipe.HDel(ctx, s.keys.day(e.day, dim), groupField(value, c.device))
 				}
 			}
 		}
@@ -324,13 +377,6 @@ func (s *Store) writeDays(ctx context.Context, changes []change, now int64) erro
 	for key, day := range touched {
 		pipe.PExpireAt(ctx, key, time.UnixMilli((day+1)*dayMs+s.opts.History.Retention.Milliseconds()))
 	}
-	if pipe.Len() == 0 {
-		return nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("history: write day figures: %w", err)
-	}
-	return nil
 }
 
 // Forget removes the history and day figures of devices forgotten by retention.forget_after, which
