@@ -180,4 +180,12 @@ func (r *reader) string() string {
 	return s
 }
 
-func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+// sortedKeys lists m's keys in order, so equal histories encode to equal bytes (the write compares them).
+func sortedKeys(m map[string]string) []string {
+	if len(m) == 1 { // the common case: a type, no kept label
+		for k := range m {
+			return []string{k}
+		}
+	}
+	return slices.Sorted(maps.Keys(m))
+}

@@ -69,8 +69,10 @@ func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]client.Availability
 	var cmds []*redis.MapStringStringCmd
 	var days []int64
 	for d := dayOf(from); d <= dayOf(now); d++ {
-		cmds = append(cmds, pipe.HGetAll(ctx, s.keys.day(d, dim)))
-		days = append(days, d)
+		for b := range buckets {
+			cmds = append(cmds, pipe.HGetAll(ctx, s.keys.day(b, d, dim)))
+			days = append(days, d)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("history: read day figures: %w", err)

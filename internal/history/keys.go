@@ -1,6 +1,7 @@
 package history
 
 import (
+	"hash/crc32"
 	"strconv"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
@@ -17,12 +18,21 @@ func newKeyspace(prefix string) keyspace {
 	return keyspace{prefix: prefix}
 }
 
-// device is the STRING of one device's incidents (codec.go); it exists only while the device has one.
-// Each call touches one such key, so no hash tag is needed on Redis Cluster.
-func (k keyspace) device(id string) string { return k.prefix + ":history:" + id }
+// buckets is how many hash tags the keys are spread over: a device's bucket is crc32(device) mod 64, the
+// deadline slot's rule at the default 64 slots, so the events of one claim (one slot) are one bucket's,
+// written by one script call (write.go), on Redis Cluster too.
+const buckets = 64
 
-// day is the HASH of one UTC day's figures under one grouping (dim: "device_type" or "label.<name>"):
-// field "<group value>\x00<device>" → "<down ms> <incidents opened> <open since ms>" (days.go).
-func (k keyspace) day(day int64, dim string) string {
-	return k.prefix + ":avail:" + strconv.FormatInt(day, 10) + ":{" + dim + "}"
+func bucketOf(device string) int { return int(crc32.ChecksumIEEE([]byte(device)) % buckets) }
+
+// device is the STRING of one device's incidents (codec.go); it exists only while the device has one.
+func (k keyspace) device(id string) string {
+	return k.prefix + ":history:{" + strconv.Itoa(bucketOf(id)) + "}:" + id
+}
+
+// day is the HASH of one bucket's figures of one UTC day under one grouping (dim: "device_type" or
+// "label.<name>"): field "<group value>\x00<device>" → "<down ms> <incidents opened> <open since ms>"
+// (days.go).
+func (k keyspace) day(bucket int, day int64, dim string) string {
+	return k.prefix + ":avail:{" + strconv.Itoa(bucket) + "}:" + strconv.FormatInt(day, 10) + ":" + dim
 }

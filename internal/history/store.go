@@ -89,14 +89,13 @@ func (s *Store) Record(ctx context.Context, events []event.Event) error {
 		}
 		byDevice[e.DeviceID] = append(byDevice[e.DeviceID], e)
 	}
-	// What a failed attempt wrote of a device's day figures, so its retry takes them back.
-	tried := map[string]*deviceHistory{}
 	for attempt := 1; len(devices) > 0; attempt++ {
 		if attempt > maxRecordAttempts {
 			return fmt.Errorf("history: %d devices' histories kept changing while being recorded", len(devices))
 		}
 		var err error
-		if devices, err = s.record(ctx, devices, byDevice, tried); err != nil {
+		// The first attempt folds from what the replica remembers; a retry reads Redis.
+		if devices, err = s.record(ctx, devices, byDevice, attempt > 1); err != nil {
 			return err
 		}
 	}
@@ -109,24 +108,21 @@ type change struct {
 	old, new *deviceHistory
 	oldRaw   string
 	newRaw   string // set by encodeNew
-	// full: write every day figure of new, and take back those of old and of an earlier attempt that new
-	// has not, rather than only those that differ: the value read may not be Redis's (a guess from the
-	// cache, a duplicate whose figures a crash may have left unwritten).
-	full bool
 }
 
-// record folds and writes devices once, in one round trip; it returns those another writer changed
-// meanwhile. A first attempt takes each device's history from what this replica last wrote or read
-// (blobCache; none: no history), which the write's compare checks; a retry (tried not empty) reads Redis.
-func (s *Store) record(ctx context.Context, devices []string, byDevice map[string][]*event.Event, tried map[string]*deviceHistory) ([]string, error) {
+// record folds and writes devices once, in one script call per bucket (write.go); it returns those
+// another writer changed meanwhile. Unless fresh, each device's history is taken from what this replica
+// last wrote or read (blobCache; none: no history), which the write compares with Redis's; fresh reads
+// Redis.
+func (s *Store) record(ctx context.Context, devices []string, byDevice map[string][]*event.Event, fresh bool) ([]string, error) {
 	var raws []string
-	if len(tried) == 0 {
-		raws = s.cache.get(devices)
-	} else {
+	if fresh {
 		var err error
 		if raws, err = s.read(ctx, devices); err != nil {
 			return nil, err
 		}
+	} else {
+		raws = s.cache.get(devices)
 	}
 	labels, err := s.labels(ctx, devices)
 	if err != nil {
@@ -141,75 +137,26 @@ func (s *Store) record(ctx context.Context, devices []string, byDevice map[strin
 			s.log.Error("a device's stored incidents cannot be read; starting them afresh", zap.String("device_id", dev), zap.Error(err))
 			old = &deviceHistory{}
 		}
-		c := change{device: dev, old: old, new: clone(old), oldRaw: raws[i], full: true}
+		c := change{device: dev, old: old, new: clone(old), oldRaw: raws[i]}
 		for _, e := range byDevice[dev] {
 			switch fold(c.new, e) {
-			case changed:
-				c.full = false
 			case erased:
-				c.new, c.full = &deviceHistory{}, false
+				c.new = &deviceHistory{}
 			case refused:
 				s.anomalies.WithLabelValues("refused").Inc()
 			case repaired:
 				s.anomalies.WithLabelValues("repaired").Inc()
-				c.full = false
 			}
 			if len(c.new.Incidents) > 0 && e.DeviceType != "" {
 				c.new.setGroups(e.DeviceType, s.opts.History.GroupLabels, labels[i])
 			}
 		}
-		if prev, ok := tried[dev]; ok {
-			c.full = true
-			c.old = merged(c.old, prev)
-		}
 		s.trim(c.new, now)
+		// Written even when its events changed nothing: the write's compare then checks the remembered
+		// value, on which they may have changed nothing where Redis's would change.
 		changes = append(changes, c)
 	}
-	// The day figures and the histories go in one pipeline. Figures are whole values, so writing them
-	// again is harmless: a device whose events changed nothing (a duplicate after a crash that may have
-	// cut the earlier write short) gets all of its figures written again, and one whose compare failed
-	// has them rewritten in full from what Redis holds by its retry.
-	pipe := s.opts.Client.Pipeline()
-	s.writeDays(ctx, pipe, changes, now)
-	cas := s.writeHistories(ctx, pipe, changes)
-	if _, err := pipe.Exec(ctx); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
-		s.cache.drop(devices)
-		return nil, fmt.Errorf("history: write: %w", err)
-	}
-	var retry []string
-	for i, c := range changes {
-		n, err := cas[i].Int()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if err := casHistory.Load(ctx, s.opts.Client).Err(); err != nil {
-				return nil, fmt.Errorf("history: load script: %w", err)
-			}
-			n = 0 // written again by the retry, now that the script is loaded
-		} else if err != nil {
-			return nil, fmt.Errorf("history: write: %w", err)
-		}
-		if n == 0 {
-			retry = append(retry, c.device)
-			tried[c.device] = c.new
-			s.cache.drop([]string{c.device})
-			continue
-		}
-		s.cache.put(c.device, c.newRaw)
-	}
-	return retry, nil
-}
-
-// merged is h with the incidents of other that h lacks: the union of their day figures.
-func merged(h, other *deviceHistory) *deviceHistory {
-	m := clone(h)
-	for _, in := range other.Incidents {
-		if !m.seen(in.Opened) {
-			m.Incidents = append(m.Incidents, in)
-		}
-	}
-	if m.Groups == nil {
-		m.Groups = other.Groups
-	}
-	return m
+	return s.write(ctx, changes, now)
 }
 
 func (s *Store) read(ctx context.Context, devices []string) ([]string, error) {
@@ -288,48 +235,6 @@ func clone(h *deviceHistory) *deviceHistory {
 	return &c
 }
 
-// casHistory replaces a device's history only if it is still the one read.
-//
-//	KEYS[1] the device's history
-//	ARGV[1] the value read ("" = none), ARGV[2] the new one ("" = delete), ARGV[3] when it expires (ms; 0 = never)
-//	reply   1 written, 0 changed meanwhile
-var casHistory = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1]) or ''
-if cur ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then
-  redis.call('DEL', KEYS[1])
-elseif ARGV[3] == '0' then
-  redis.call('SET', KEYS[1], ARGV[2])
-else
-  redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
-end
-return 1
-`)
-
-// encodeNew sets newRaw, the value the change writes: "" deletes the device's history.
-func (c *change) encodeNew() {
-	c.newRaw = ""
-	if len(c.new.Incidents) > 0 {
-		c.newRaw = string(encode(c.new))
-	}
-}
-
-// writeHistories queues each change's write on pipe, done only if the device's history is still the
-// one its fold started from.
-func (s *Store) writeHistories(ctx context.Context, pipe redis.Pipeliner, changes []change) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(changes))
-	for i := range changes {
-		c := &changes[i]
-		var expireAt int64
-		if len(c.new.Incidents) > 0 {
-			expireAt = s.expireAt(c.new)
-		}
-		c.encodeNew()
-		cmds[i] = casHistory.EvalSha(ctx, pipe, []string{s.keys.device(c.device)}, c.oldRaw, c.newRaw, expireAt)
-	}
-	return cmds
-}
-
 // expireAt is when a device's history key goes: retention after its last incident closed; never while
 // one is open (its close rewrites it).
 func (s *Store) expireAt(h *deviceHistory) int64 {
@@ -341,42 +246,6 @@ func (s *Store) expireAt(h *deviceHistory) int64 {
 		last = max(last, in.Closed)
 	}
 	return last + s.opts.History.Retention.Milliseconds()
-}
-
-// writeDays queues the day figures' writes on pipe: a device's field under its group, on each day whose
-// figures differ (every day, for a full change), and away from a group it left.
-func (s *Store) writeDays(ctx context.Context, pipe redis.Pipeliner, changes []change, now int64) {
-	from := now - s.opts.History.Retention.Milliseconds()
-	touched := map[string]int64{}
-	for _, c := range changes {
-		before, after := dayFigures(c.old, from), dayFigures(c.new, from)
-		for dim, oldValue := range c.old.Groups {
-			if c.new.Groups[dim] == oldValue {
-				continue
-			}
-			for _, e := range before { // left the group (or the device was deleted): its figures go
-				pipe.HDel(ctx, s.keys.day(e.day, dim), groupField(oldValue, c.device))
-			}
-		}
-		for dim, value := range c.new.Groups {
-			moved := c.old.Groups[dim] != value
-			for _, e := range after {
-				if was, ok := before.get(e.day); c.full || moved || !ok || was != e.dayFigure {
-					key := s.keys.day(e.day, dim)
-					pipe.HSet(ctx, key, groupField(value, c.device), e.dayFigure.String())
-					touched[key] = e.day
-				}
-			}
-			for _, e := range before {
-				if _, ok := after.get(e.day); !ok && !moved {
-					pipe.HDel(ctx, s.keys.day(e.day, dim), groupField(value, c.device))
-				}
-			}
-		}
-	}
-	for key, day := range touched {
-		pipe.PExpireAt(ctx, key, time.UnixMilli((day+1)*dayMs+s.opts.History.Retention.Milliseconds()))
-	}
 }
 
 // Forget removes the history and day figures of devices forgotten by retention.forget_after, which

@@ -1,0 +1,190 @@
+package history
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// writeBucket writes the changes of one bucket's devices, each only if its history is still the one its
+// fold started from, and with it that device's day figures: both or neither, so the figures always match
+// the history they were computed from, whatever a crash or a racing replica does.
+//
+//	KEYS    the devices' history keys (n), then the day figure keys the ops name
+//	ARGV[1] n; then per device: the value read ("" = none), the new one ("" = delete), when it
+//	        expires (ms; 0 = never), how many ops follow, and per op: the index of its day key in KEYS,
+//	        the field, the value ("" = delete the field), when the day key expires (ms)
+//	reply   the indexes (1-based) of the devices whose history had changed: not written
+var writeBucket = redis.NewScript(`
+local n = tonumber(ARGV[1])
+local a = 2
+local changed = {}
+for i = 1, n do
+  local old, new, expire, ops = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
+  a = a + 4
+  local current = redis.call('GET', KEYS[i]) or ''
+  if current ~= old then
+    changed[#changed + 1] = i
+    a = a + 4 * ops
+  else
+    for _ = 1, ops do
+      local key = KEYS[tonumber(ARGV[a])]
+      if ARGV[a + 2] == '' then
+        redis.call('HDEL', key, ARGV[a + 1])
+      else
+        redis.call('HSET', key, ARGV[a + 1], ARGV[a + 2])
+        redis.call('PEXPIREAT', key, ARGV[a + 3])
+      end
+      a = a + 4
+    end
+    if old ~= new then
+      if new == '' then
+        redis.call('DEL', KEYS[i])
+      elseif expire == '0' then
+        redis.call('SET', KEYS[i], new)
+      else
+        redis.call('SET', KEYS[i], new, 'PXAT', expire)
+      end
+    end
+  end
+end
+return changed
+`)
+
+// bucketWrite is the arguments of one writeBucket call.
+type bucketWrite struct {
+	devices []*change
+	keys    []string
+	dayKeys map[string]int // day key → its index in keys (1-based, as Lua counts)
+	args    []any
+	ops     []any // the current device's ops
+}
+
+// write writes the changes, one writeBucket call per bucket in one pipeline, and remembers what it
+// wrote; it returns the devices whose history another writer changed meanwhile.
+func (s *Store) write(ctx context.Context, changes []change, now int64) ([]string, error) {
+	byBucket := map[int]*bucketWrite{}
+	var order []int
+	for i := range changes {
+		c := &changes[i]
+		b := bucketOf(c.device)
+		w := byBucket[b]
+		if w == nil {
+			w = &bucketWrite{dayKeys: map[string]int{}}
+			byBucket[b] = w
+			order = append(order, b)
+		}
+		w.devices = append(w.devices, c)
+	}
+	pipe := s.opts.Client.Pipeline()
+	cmds := make([]*redis.Cmd, len(order))
+	for k, b := range order {
+		w := byBucket[b]
+		for _, c := range w.devices {
+			w.keys = append(w.keys, s.keys.device(c.device))
+		}
+		w.args = append(w.args, len(w.devices))
+		for _, c := range w.devices {
+			c.encodeNew()
+			w.ops = w.ops[:0]
+			s.dayOps(w, b, c, now)
+			var expireAt int64
+			if c.newRaw != "" {
+				expireAt = s.expireAt(c.new)
+			}
+			w.args = append(w.args, c.oldRaw, c.newRaw, expireAt, len(w.ops)/4)
+			w.args = append(w.args, w.ops...)
+		}
+		cmds[k] = writeBucket.EvalSha(ctx, pipe, w.keys, w.args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		s.cache.drop(devicesOf(changes))
+		return nil, fmt.Errorf("history: write: %w", err)
+	}
+	var retry []string
+	for k, b := range order {
+		w := byBucket[b]
+		failed, err := cmds[k].Int64Slice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if err := writeBucket.Load(ctx, s.opts.Client).Err(); err != nil {
+				return nil, fmt.Errorf("history: load script: %w", err)
+			}
+			failed = make([]int64, len(w.devices)) // nothing was written: all go again
+			for i := range failed {
+				failed[i] = int64(i + 1)
+			}
+		} else if err != nil {
+			return nil, fmt.Errorf("history: write: %w", err)
+		}
+		skip := map[int64]bool{}
+		for _, i := range failed {
+			skip[i] = true
+			retry = append(retry, w.devices[i-1].device)
+		}
+		for i, c := range w.devices {
+			if skip[int64(i+1)] {
+				s.cache.drop([]string{c.device})
+			} else {
+				s.cache.put(c.device, c.newRaw)
+			}
+		}
+	}
+	return retry, nil
+}
+
+// dayOps appends to w.ops the day figure writes of one change: its field under its group on each day
+// whose figures differ, and away from a group it left (or all of them, when deleted).
+func (s *Store) dayOps(w *bucketWrite, bucket int, c *change, now int64) {
+	retention := s.opts.History.Retention.Milliseconds()
+	from := now - retention
+	before, after := dayFigures(c.old, from), dayFigures(c.new, from)
+	op := func(day int64, dim, field, value string) {
+		key := s.keys.day(bucket, day, dim)
+		idx, ok := w.dayKeys[key]
+		if !ok {
+			w.keys = append(w.keys, key)
+			idx = len(w.keys)
+			w.dayKeys[key] = idx
+		}
+		w.ops = append(w.ops, idx, field, value, (day+1)*dayMs+retention)
+	}
+	for dim, oldValue := range c.old.Groups {
+		if c.new.Groups[dim] != oldValue {
+			for _, e := range before {
+				op(e.day, dim, groupField(oldValue, c.device), "")
+			}
+		}
+	}
+	for dim, value := range c.new.Groups {
+		moved := c.old.Groups[dim] != value
+		for _, e := range after {
+			if was, ok := before.get(e.day); moved || !ok || was != e.dayFigure {
+				op(e.day, dim, groupField(value, c.device), e.dayFigure.String())
+			}
+		}
+		if !moved {
+			for _, e := range before {
+				if _, ok := after.get(e.day); !ok {
+					op(e.day, dim, groupField(value, c.device), "")
+				}
+			}
+		}
+	}
+}
+
+// encodeNew sets newRaw, the value the change writes: "" deletes the device's history.
+func (c *change) encodeNew() {
+	c.newRaw = ""
+	if len(c.new.Incidents) > 0 {
+		c.newRaw = string(encode(c.new))
+	}
+}
+
+func devicesOf(changes []change) []string {
+	out := make([]string, len(changes))
+	for i := range changes {
+		out[i] = changes[i].device
+	}
+	return out
+}
