@@ -20,6 +20,7 @@ var writeBucket = redis.NewScript(`
 local n = tonumber(ARGV[1])
 local a = 2
 local changed = {}
+local expiring = {}
 for i = 1, n do
   local old, new, expire, ops = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   a = a + 4
@@ -34,7 +35,10 @@ for i = 1, n do
         redis.call('HDEL', key, ARGV[a + 1])
       else
         redis.call('HSET', key, ARGV[a + 1], ARGV[a + 2])
-        redis.call('PEXPIREAT', key, ARGV[a + 3])
+        if not expiring[key] then
+          redis.call('PEXPIREAT', key, ARGV[a + 3])
+          expiring[key] = true
+        end
       end
       a = a + 4
     end
