@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/history"
 	"github.com/heartbeatd/heartbeatd/pkg/client"
 )
@@ -71,24 +72,59 @@ func (a *api) availability(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	query := history.GroupQuery{Window: window, GroupBy: q.Get("group_by")}
-	if scope := callerOf(r).Scope; !scope.Whole() {
+	if own, only := scopeGroup(callerOf(r).Scope); own != "" {
 		// A scope sees its own group alone: any other grouping's groups would hold devices outside it.
-		own := "device_type"
-		query.Only = scope.Type
-		if scope.Label != "" {
-			own, query.Only = "label."+scope.Label, scope.Value
-		}
 		if query.GroupBy != "" && query.GroupBy != own {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("a token scoped to %s may group only by %s", scope, own))
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("a token scoped to %s may group only by %s", callerOf(r).Scope, own))
 			return
 		}
-		query.GroupBy = own
+		query.GroupBy, query.Only = own, only
 	}
 	groups, err := a.History.Groups(r.Context(), query)
 	if a.historyFailed(w, err) {
 		return
 	}
 	writeJSON(w, http.StatusOK, client.Availability{Window: name, GroupBy: query.GroupBy, Groups: groups})
+}
+
+// withGroups adds to a /v1/stats body, with group_by, the devices with an open incident per group value
+// (by_group), from the counts the history keeps as incidents open and close: no walk of the fleet. A
+// scoped token may group only by its scope's grouping and gets its own group's count. On an error it has
+// answered and returns false.
+func (a *api) withGroups(w http.ResponseWriter, r *http.Request, body map[string]any, scope config.Scope) bool {
+	groupBy := r.URL.Query().Get("group_by")
+	if groupBy == "" {
+		return true
+	}
+	if a.History == nil {
+		writeError(w, http.StatusServiceUnavailable, "the incident history is not kept by this server")
+		return false
+	}
+	own, only := scopeGroup(scope)
+	if own != "" && groupBy != own {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("a token scoped to %s may group only by %s", scope, own))
+		return false
+	}
+	counts, err := a.History.OpenByGroup(r.Context(), groupBy)
+	if a.historyFailed(w, err) {
+		return false
+	}
+	if own != "" {
+		counts = map[string]int64{only: counts[only]}
+	}
+	body["by_group"] = map[string]any{"group_by": groupBy, "interrupted": counts}
+	return true
+}
+
+// scopeGroup is the grouping a scoped token's devices form and its value; "" for the whole fleet.
+func scopeGroup(scope config.Scope) (groupBy, value string) {
+	switch {
+	case scope.Type != "":
+		return "device_type", scope.Type
+	case scope.Label != "":
+		return "label." + scope.Label, scope.Value
+	}
+	return "", ""
 }
 
 // historyFailed answers a history error: 400 for the request's fault, 503 for Redis's.

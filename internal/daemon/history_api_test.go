@@ -27,6 +27,11 @@ func TestIncidentHistoryThroughTheDaemon(t *testing.T) {
 	d.signal("h-2", "")
 	all := d.await("both interrupt", is(event.Interrupted, "h-1"), is(event.Interrupted, "h-2"))
 	opening := only(t, all, event.Interrupted, "h-1")
+	require.Eventually(t, func() bool { // counted once recorded, from what the incidents say: no walk
+		stats := d.call("GET", "/v1/stats?group_by=device_type", "", http.StatusOK)
+		byGroup, _ := stats["by_group"].(map[string]any)
+		return assert.ObjectsAreEqual(map[string]any{"meter": 1.0, "default": 1.0}, byGroup["interrupted"])
+	}, 10*time.Second, 20*time.Millisecond)
 
 	d.call("POST", "/v1/devices/h-1/ack", `{"by":"alice"}`, http.StatusOK)
 	d.await("the ack", is(event.Acked, "h-1"))
@@ -61,6 +66,9 @@ func TestIncidentHistoryThroughTheDaemon(t *testing.T) {
 	assert.Equal(t, []string{"default", "meter"}, values)
 
 	d.token = "meters-secret"
+	own := d.call("GET", "/v1/stats?group_by=device_type", "", http.StatusOK)["by_group"].(map[string]any)
+	assert.Equal(t, map[string]any{"meter": 0.0}, own["interrupted"], "its own group alone; h-1 recovered")
+	d.call("GET", "/v1/stats?group_by=label.site", "", http.StatusBadRequest)
 	scoped := d.call("GET", "/v1/availability", "", http.StatusOK)
 	require.Len(t, scoped["groups"], 1)
 	assert.Equal(t, "meter", scoped["groups"].([]any)[0].(map[string]any)["value"])

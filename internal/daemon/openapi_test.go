@@ -382,6 +382,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("GET /v1/devices/{id}/incidents", "/v1/devices/dev-1/incidents?cursor=x", token, "", http.StatusBadRequest)
 	do("GET /v1/devices/{id}/incidents", "/v1/devices/dev-1/incidents", scopedViewer, "", http.StatusNotFound)
 	do("GET /v1/availability", "/v1/availability?window=24h&group_by=device_type", token, "", http.StatusOK)
+	require.Contains(t, string(do("GET /v1/stats", "/v1/stats?group_by=device_type", token, "", http.StatusOK)), `"by_group":{"group_by":"device_type","interrupted":{"default":1}}`)
+	do("GET /v1/stats", "/v1/stats?group_by=label.site", scopedViewer, "", http.StatusOK)
 	do("GET /v1/availability", "/v1/availability", scopedViewer, "", http.StatusOK)
 	do("GET /v1/availability", "/v1/availability?group_by=label.room", token, "", http.StatusBadRequest)
 	outage := correlate.Outage{ID: "outage:device_type:gateway/1795340000000", Group: event.Group{By: "device_type", Value: "gateway"},

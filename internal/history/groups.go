@@ -1,10 +1,12 @@
 package history
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -144,5 +146,31 @@ func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]client.Availability
 		out = append(out, *g)
 	}
 	slices.SortFunc(out, func(a, b client.AvailabilityGroup) int { return strings.Compare(a.Value, b.Value) })
+	return out, nil
+}
+
+// OpenByGroup counts, per value of the grouping groupBy ("device_type" or a kept "label.<name>"), the
+// devices with an open incident (late, suppressed or interrupted): counts kept with the incidents, one
+// hash read per bucket, never a walk of the fleet.
+func (s *Store) OpenByGroup(ctx context.Context, groupBy string) (map[string]int64, error) {
+	if err := s.CheckGroupBy(groupBy); err != nil || groupBy == "" {
+		return nil, cmp.Or(err, fmt.Errorf("%w: group_by is needed", ErrBadRequest))
+	}
+	pipe := s.opts.Client.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, buckets)
+	for b := range buckets {
+		cmds[b] = pipe.HGetAll(ctx, s.keys.open(b, groupBy))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("history: read open counts: %w", err)
+	}
+	out := map[string]int64{}
+	for _, c := range cmds {
+		for value, raw := range c.Val() {
+			if n, err := strconv.ParseInt(raw, 10, 64); err == nil && n > 0 {
+				out[value] += n
+			}
+		}
+	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -97,5 +98,40 @@ func TestGroupAvailabilityAddsUpTheDays(t *testing.T) {
 			_, err := f.store.Groups(context.Background(), bad)
 			assert.ErrorIs(t, err, ErrBadRequest, "%+v", bad)
 		}
+	})
+}
+
+func TestOpenIncidentsCountedByGroup(t *testing.T) {
+	eachFixture(t, config.History{GroupLabels: []string{"site"}}, func(t *testing.T, f *fixture) {
+		for i, site := range []string{"north", "north", "south"} {
+			f.labels["o-"+strconv.Itoa(i)] = map[string]string{"site": site}
+		}
+		dl := f.at(time.Hour)
+		f.publishTyped("o-0", "meter", dl, 0)
+		f.publishTyped("o-1", "meter", dl, 0)
+		f.publishTyped("o-2", "gateway", dl, 0)
+		f.publishTyped("o-3", "meter", dl, time.Minute) // recovered: no longer counted
+		ctx := context.Background()
+		count := func(by string) map[string]int64 {
+			got, err := f.store.OpenByGroup(ctx, by)
+			require.NoError(t, err)
+			return got
+		}
+		assert.Equal(t, map[string]int64{"meter": 2, "gateway": 1}, count("device_type"))
+		assert.Equal(t, map[string]int64{"north": 2, "south": 1}, count("label.site"))
+
+		// A recovery, a move to another site, a deletion, and everything published again.
+		f.clock.Set(dl.Add(2 * time.Minute))
+		f.publish(f.recovered("o-0", dl, dl.Add(2*time.Minute)))
+		f.labels["o-1"] = map[string]string{"site": "south"}
+		ack := f.ev(event.Acked, "o-1", dl, 0)
+		f.publish(ack)
+		f.publish(event.New(event.Deleted, "o-2", "gateway", dl, time.Time{}, f.clock.Now(), 0))
+		f.publish(f.kafka.All()...)
+		assert.Equal(t, map[string]int64{"meter": 1}, count("device_type"))
+		assert.Equal(t, map[string]int64{"south": 1}, count("label.site"))
+
+		_, err := f.store.OpenByGroup(ctx, "label.room")
+		require.ErrorIs(t, err, ErrBadRequest)
 	})
 }

@@ -36,3 +36,10 @@ func (k keyspace) device(id string) string {
 func (k keyspace) day(bucket int, day int64, dim string) string {
 	return k.prefix + ":avail:{" + strconv.Itoa(bucket) + "}:" + strconv.FormatInt(day, 10) + ":" + dim
 }
+
+// open is the HASH of one bucket's devices with an open incident by group value under one grouping:
+// value → count (a field goes at 0, the key with its last field). GET /v1/stats?group_by= adds up the
+// 64 buckets (OpenByGroup).
+func (k keyspace) open(bucket int, dim string) string {
+	return k.prefix + ":open:{" + strconv.Itoa(bucket) + "}:" + dim
+}

@@ -8,13 +8,14 @@ import (
 )
 
 // writeBucket writes the changes of one bucket's devices, each only if its history is still the one its
-// fold started from, and with it that device's day figures: both or neither, so the figures always match
-// the history they were computed from, whatever a crash or a racing replica does.
+// fold started from, and with it that device's day figures and open-incident counts: all or nothing, so
+// they always match the history they were computed from, whatever a crash or a racing replica does.
 //
-//	KEYS    the devices' history keys (n), then the day figure keys the ops name
+//	KEYS    the devices' history keys (n), then the keys the ops name (day figures, open counts)
 //	ARGV[1] n; then per device: the value read ("" = none), the new one ("" = delete), when it
-//	        expires (ms; 0 = never), how many ops follow, and per op: the index of its day key in KEYS,
-//	        the field, the value ("" = delete the field), when the day key expires (ms)
+//	        expires (ms; 0 = never), how many ops follow, and per op: its kind (s: set the field, d:
+//	        delete it, i: add to it, deleting it at 0), the index of its key in KEYS, the field, the
+//	        value (s) or amount (i), when the key expires (ms; s only)
 //	reply   the indexes (1-based) of the devices whose history had changed: not written
 var writeBucket = redis.NewScript(`
 local n = tonumber(ARGV[1])
@@ -27,20 +28,24 @@ for i = 1, n do
   local current = redis.call('GET', KEYS[i]) or ''
   if current ~= old then
     changed[#changed + 1] = i
-    a = a + 4 * ops
+    a = a + 5 * ops
   else
     for _ = 1, ops do
-      local key = KEYS[tonumber(ARGV[a])]
-      if ARGV[a + 2] == '' then
-        redis.call('HDEL', key, ARGV[a + 1])
+      local kind, key, field = ARGV[a], KEYS[tonumber(ARGV[a + 1])], ARGV[a + 2]
+      if kind == 'd' then
+        redis.call('HDEL', key, field)
+      elseif kind == 'i' then
+        if redis.call('HINCRBY', key, field, ARGV[a + 3]) <= 0 then
+          redis.call('HDEL', key, field)
+        end
       else
-        redis.call('HSET', key, ARGV[a + 1], ARGV[a + 2])
+        redis.call('HSET', key, field, ARGV[a + 3])
         if not expiring[key] then
-          redis.call('PEXPIREAT', key, ARGV[a + 3])
+          redis.call('PEXPIREAT', key, ARGV[a + 4])
           expiring[key] = true
         end
       end
-      a = a + 4
+      a = a + 5
     end
     if old ~= new then
       if new == '' then
@@ -97,7 +102,7 @@ func (s *Store) write(ctx context.Context, changes []change, now int64) ([]strin
 			if c.newRaw != "" {
 				expireAt = s.expireAt(c.new)
 			}
-			w.args = append(w.args, c.oldRaw, c.newRaw, expireAt, len(w.ops)/4)
+			w.args = append(w.args, c.oldRaw, c.newRaw, expireAt, len(w.ops)/5)
 			w.args = append(w.args, w.ops...)
 		}
 		cmds[k] = writeBucket.EvalSha(ctx, pipe, w.keys, w.args...)
@@ -137,26 +142,30 @@ func (s *Store) write(ctx context.Context, changes []change, now int64) ([]strin
 	return retry, nil
 }
 
-// dayOps appends to w.ops the day figure writes of one change: its field under its group on each day
-// whose figures differ, and away from a group it left (or all of them, when deleted).
+// dayOps appends to w.ops the writes of one change besides its history: its day figures under its
+// group on each day whose figures differ, away from a group it left (or all of them, when deleted), and
+// its open incident's count moved when it opened, closed or changed group.
 func (s *Store) dayOps(w *bucketWrite, bucket int, c *change, now int64) {
 	retention := s.opts.History.Retention.Milliseconds()
 	from := now - retention
 	before, after := dayFigures(c.old, from), dayFigures(c.new, from)
-	op := func(day int64, dim, field, value string) {
-		key := s.keys.day(bucket, day, dim)
+	op := func(kind, key, field string, value any, expire int64) {
 		idx, ok := w.dayKeys[key]
 		if !ok {
 			w.keys = append(w.keys, key)
 			idx = len(w.keys)
 			w.dayKeys[key] = idx
 		}
-		w.ops = append(w.ops, idx, field, value, (day+1)*dayMs+retention)
+		w.ops = append(w.ops, kind, idx, field, value, expire)
 	}
+	set := func(day int64, dim, field, value string) {
+		op("s", s.keys.day(bucket, day, dim), field, value, (day+1)*dayMs+retention)
+	}
+	del := func(day int64, dim, field string) { op("d", s.keys.day(bucket, day, dim), field, "", 0) }
 	for dim, oldValue := range c.old.Groups {
 		if c.new.Groups[dim] != oldValue {
 			for _, e := range before {
-				op(e.day, dim, groupField(oldValue, c.device), "")
+				del(e.day, dim, groupField(oldValue, c.device))
 			}
 		}
 	}
@@ -164,17 +173,47 @@ func (s *Store) dayOps(w *bucketWrite, bucket int, c *change, now int64) {
 		moved := c.old.Groups[dim] != value
 		for _, e := range after {
 			if was, ok := before.get(e.day); moved || !ok || was != e.dayFigure {
-				op(e.day, dim, groupField(value, c.device), e.dayFigure.String())
+				set(e.day, dim, groupField(value, c.device), e.dayFigure.String())
 			}
 		}
 		if !moved {
 			for _, e := range before {
 				if _, ok := after.get(e.day); !ok {
-					op(e.day, dim, groupField(value, c.device), "")
+					del(e.day, dim, groupField(value, c.device))
 				}
 			}
 		}
 	}
+	wasOpen, isOpen := c.old.openGroups(), c.new.openGroups()
+	for dim := range mergedKeys(wasOpen, isOpen) {
+		if was, is := wasOpen[dim], isOpen[dim]; was != is {
+			if was != "" {
+				op("i", s.keys.open(bucket, dim), was, -1, 0)
+			}
+			if is != "" {
+				op("i", s.keys.open(bucket, dim), is, 1, 0)
+			}
+		}
+	}
+}
+
+// openGroups are h's groups while its latest incident is open, else none.
+func (h *deviceHistory) openGroups() map[string]string {
+	if in := h.latest(); in == nil || !in.Open() {
+		return nil
+	}
+	return h.Groups
+}
+
+func mergedKeys(a, b map[string]string) map[string]bool {
+	out := make(map[string]bool, len(a)+len(b))
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
 }
 
 // encodeNew sets newRaw, the value the change writes: "" deletes the device's history.
