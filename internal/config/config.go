@@ -53,6 +53,8 @@ type Config struct {
 	Retention Retention `yaml:"retention"`
 	// History keeps past incidents for the incident list and availability (history.go).
 	History History `yaml:"history"`
+	// Metrics shapes optional metrics (groupmetrics.go).
+	Metrics Metrics `yaml:"metrics"`
 	// TimeIntervals are named time intervals in Alertmanager's syntax, for the types' quiet and active
 	// hours and for recurring silences (schedules.go, docs/schedules.md). A reload applies them like types.
 	TimeIntervals []TimeInterval `yaml:"time_intervals"`
@@ -430,6 +432,7 @@ func Default() *Config {
 		Correlation:     Correlation{By: []string{}, MinDevices: DefaultCorrelationMinDevices, Window: DefaultCorrelationWindow},
 		Retention:       Retention{ForgetAfter: DefaultForgetAfter},
 		History:         History{MaxIncidents: DefaultHistoryMaxIncidents, Retention: DefaultHistoryRetention, GroupLabels: []string{}},
+		Metrics:         Metrics{MaxGroups: DefaultMetricsMaxGroups},
 		ShutdownTimeout: DefaultShutdownTimeout,
 	}
 }

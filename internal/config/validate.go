@@ -64,6 +64,7 @@ func (c *Config) Validate() error {
 	c.validateCorrelation(v)
 	v.nonNegative("retention.forget_after", c.Retention.ForgetAfter)
 	c.validateHistory(v)
+	c.validateMetrics(v)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

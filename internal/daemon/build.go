@@ -120,6 +120,9 @@ func (d *daemon) buildAlarms(reg *prometheus.Registry) *alarm.Acts {
 	// The history records what Kafka took before the outputs that follow it see it (docs/concepts.md#incident-history).
 	d.history = history.New(history.Options{Client: d.rdb, KeyPrefix: cfg.Redis.KeyPrefix, History: cfg.History,
 		Labels: d.store.Labels, Now: d.clock.Now, Logger: log, Registerer: reg})
+	if label := cfg.Metrics.GroupLabel; label != "" {
+		reg.MustRegister(history.NewGroupCollector(d.history, label, cfg.Metrics.MaxGroups))
+	}
 	sink := holdback.DegradedSink(event.Observed(history.Recording(d.publisher, d.history), d.observers...),
 		d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})

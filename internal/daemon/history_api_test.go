@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +84,22 @@ func TestIncidentHistoryThroughTheDaemon(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	d.call("GET", "/v1/devices/h-1/incidents?limit=0", "", http.StatusBadRequest)
 	d.call("GET", "/v1/availability?window=yesterday", "", http.StatusBadRequest)
+}
+
+// With metrics.group_label, /metrics counts the devices with an open incident per site, and
+// /v1/availability groups by the kept label.
+func TestIncidentsBySiteInMetricsAndAvailability(t *testing.T) {
+	d := startActsDaemonSections(t, "", "", "history: {group_labels: [site]}\nmetrics: {group_label: site, max_groups: 1}")
+	for dev, site := range map[string]string{"n-1": "north", "n-2": "north", "s-1": "south"} {
+		d.call("PUT", "/v1/devices/"+dev, fmt.Sprintf(`{"labels":{"site":%q}}`, site), http.StatusOK)
+	}
+	d.await("the registered devices never signal", is(event.Interrupted, "n-1"), is(event.Interrupted, "n-2"), is(event.Interrupted, "s-1"))
+	require.Eventually(t, func() bool {
+		_, body := request(t, d.base, "GET", "/metrics", "", "")
+		return strings.Contains(string(body), `heartbeatd_devices_by_group{group="north",state="interrupted"} 2`) &&
+			strings.Contains(string(body), `heartbeatd_devices_by_group{group="other",state="interrupted"} 1`)
+	}, 10*time.Second, 20*time.Millisecond, "max_groups 1: north, and south under other")
+	bySite := d.call("GET", "/v1/availability?window=24h&group_by=label.site", "", http.StatusOK)
+	require.Len(t, bySite["groups"], 2)
+	assert.Equal(t, "north", bySite["groups"].([]any)[0].(map[string]any)["value"])
 }

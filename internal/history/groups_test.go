@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -133,5 +134,36 @@ func TestOpenIncidentsCountedByGroup(t *testing.T) {
 
 		_, err := f.store.OpenByGroup(ctx, "label.room")
 		require.ErrorIs(t, err, ErrBadRequest)
+	})
+}
+
+func TestGroupMetricIsBounded(t *testing.T) {
+	eachFixture(t, config.History{GroupLabels: []string{"site"}}, func(t *testing.T, f *fixture) {
+		// 5 sites, site-0 with 5 devices down … site-4 with 1: the 3 largest, the rest under other.
+		n := 0
+		for site := range 5 {
+			for range 5 - site {
+				dev := "m-" + strconv.Itoa(n)
+				n++
+				f.labels[dev] = map[string]string{"site": "site-" + strconv.Itoa(site)}
+				f.publishTyped(dev, "meter", f.at(time.Hour), 0)
+			}
+		}
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(NewGroupCollector(f.store, "site", 3))
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		require.Len(t, families, 1)
+		require.Equal(t, "heartbeatd_devices_by_group", families[0].GetName())
+		got := map[string]float64{}
+		for _, m := range families[0].GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			require.Equal(t, "interrupted", labels["state"])
+			got[labels["group"]] = m.GetGauge().GetValue()
+		}
+		assert.Equal(t, map[string]float64{"site-0": 5, "site-1": 4, "site-2": 3, "other": 3}, got)
 	})
 }
