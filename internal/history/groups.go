@@ -25,8 +25,6 @@ type GroupQuery struct {
 	GroupBy string
 	// Only, when set, keeps the group of that value alone (a scoped token's).
 	Only string
-	// OnlyDim is the grouping Only is a value of, when it differs from GroupBy ("" = GroupBy's).
-	OnlyDim string
 }
 
 // CheckGroupBy says whether groupBy is a grouping the history keeps figures for.
@@ -45,11 +43,8 @@ func (s *Store) CheckGroupBy(groupBy string) error {
 	return fmt.Errorf("%w: group_by must be device_type or label.<name>, got %q", ErrBadRequest, groupBy)
 }
 
-// Retention is history.retention: the longest window the figures cover.
-func (s *Store) Retention() time.Duration { return s.opts.History.Retention }
-
-// Groups answers GET /v1/availability from the day figures of the window's days: one hash per day read,
-// holding only the devices that had an incident, never a walk of the fleet. Figures are per UTC day: the
+// Groups answers GET /v1/availability from the day figures of the window's days: one hash per day and
+// bucket, holding only the devices that had an incident, never a walk of the fleet. Figures are per UTC day: the
 // window's first day counts in proportion to the part of it inside the window.
 func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]client.AvailabilityGroup, error) {
 	if err := s.CheckGroupBy(q.GroupBy); err != nil {
@@ -61,9 +56,6 @@ func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]client.Availability
 	dim := q.GroupBy
 	if dim == "" {
 		dim = dimType // the fleet: every device with figures has a type
-	}
-	if q.OnlyDim != "" && q.OnlyDim != dim {
-		return nil, fmt.Errorf("%w: group_by %s", ErrBadRequest, q.GroupBy)
 	}
 	now := s.opts.Now().UnixMilli()
 	from := now - q.Window.Milliseconds()
