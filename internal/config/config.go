@@ -53,6 +53,10 @@ type Config struct {
 	Notify Notify `yaml:"notify"`
 	// Retention forgets long-silent devices nobody registered.
 	Retention Retention `yaml:"retention"`
+	// History keeps past incidents for the incident list and availability (history.go).
+	History History `yaml:"history"`
+	// Metrics shapes optional metrics (groupmetrics.go).
+	Metrics Metrics `yaml:"metrics"`
 	// TimeIntervals are named time intervals in Alertmanager's syntax, for the types' quiet and active
 	// hours and for recurring silences (schedules.go, docs/schedules.md). A reload applies them like types.
 	TimeIntervals []TimeInterval `yaml:"time_intervals"`
@@ -430,6 +434,8 @@ func Default() *Config {
 		Correlation:     Correlation{By: []string{}, MinDevices: DefaultCorrelationMinDevices, Window: DefaultCorrelationWindow},
 		Retention:       Retention{ForgetAfter: DefaultForgetAfter},
 		Notify:          Notify{GroupID: DefaultNotifyGroupID},
+		History:         History{MaxIncidents: DefaultHistoryMaxIncidents, Retention: DefaultHistoryRetention, GroupLabels: []string{}},
+		Metrics:         Metrics{MaxGroups: DefaultMetricsMaxGroups},
 		ShutdownTimeout: DefaultShutdownTimeout,
 	}
 }

@@ -64,6 +64,8 @@ func (c *Config) Validate() error {
 	c.validateCorrelation(v)
 	c.validateNotify(v)
 	v.nonNegative("retention.forget_after", c.Retention.ForgetAfter)
+	c.validateHistory(v)
+	c.validateMetrics(v)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

@@ -16,6 +16,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/correlate"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
+	"github.com/heartbeatd/heartbeatd/internal/history"
 	"github.com/heartbeatd/heartbeatd/internal/holdback"
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
 	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
@@ -130,7 +131,14 @@ func (d *daemon) buildAlarms(reg *prometheus.Registry) *alarm.Acts {
 	cfg, log := d.cfg, d.log
 	// One sink for every event: the alarm loop's, the operator acts' and the silences' alike, so the
 	// degraded mark and the outputs that follow Kafka treat them the same.
-	sink := holdback.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
+	// The history records what Kafka took before the outputs that follow it see it (docs/concepts.md#incident-history).
+	d.history = history.New(history.Options{Client: d.rdb, KeyPrefix: cfg.Redis.KeyPrefix, History: cfg.History,
+		Labels: d.store.Labels, Now: d.clock.Now, Logger: log, Registerer: reg})
+	if label := cfg.Metrics.GroupLabel; label != "" {
+		reg.MustRegister(history.NewGroupCollector(d.history, label, cfg.Metrics.MaxGroups))
+	}
+	sink := holdback.DegradedSink(event.Observed(history.Recording(d.publisher, d.history), d.observers...),
+		d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log,
 		Intervals: d.interval})
@@ -161,7 +169,7 @@ func (d *daemon) buildServer(reg *prometheus.Registry, acts *alarm.Acts) error {
 			QuietUntil: d.quietUntil, QuietNow: d.quietNow,
 			Advice:   func() ingest.TimeoutAdvice { return d.chain.Intervals().Advise(d.replica, d.policies.Load()) },
 			Gatherer: reg, Registerer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
-			Outages: d.correlator, KnownType: d.knownType, Signals: d.chain}),
+			Outages: d.correlator, KnownType: d.knownType, Signals: d.chain, History: d.history}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      60 * time.Second, // by_type stats scan every device

@@ -25,6 +25,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/correlate"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
+	"github.com/heartbeatd/heartbeatd/internal/history"
 	"github.com/heartbeatd/heartbeatd/internal/holdback"
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
@@ -135,6 +136,7 @@ type daemon struct {
 	// correlator groups interruptions into outages; nil while correlation is off.
 	correlator *correlate.Correlator
 	handler    *alarm.Handler
+	history    *history.Store // the incidents recorded from the published events
 	chain      *ingest.Chain
 	sources    []ingest.Source
 	listener   net.Listener
@@ -182,6 +184,14 @@ func (d *daemon) syncOverrides(ctx context.Context) error {
 			}
 		}}, d.store.SyncOverrides)
 	return nil
+}
+
+// forget counts the devices retention forgot and removes their incident history, as a deletion does.
+func (d *daemon) forget(ctx context.Context, devices []string) {
+	d.forgotten.Add(float64(len(devices)))
+	if err := d.history.Forget(ctx, devices); err != nil {
+		d.log.Error("forgotten devices keep their incident history until it expires", zap.Int("devices", len(devices)), zap.Error(err))
+	}
 }
 
 // repeatEvery is a type's repeat interval under the current policies, for the claims to commit with.
@@ -371,7 +381,7 @@ func (d *daemon) run(ctx context.Context) error {
 	lc.add("dormant sweep", deadline.NewSweeper(deadline.SweeperOptions{Store: d.store, Slots: d.ownership.Slots,
 		Every: d.cfg.Detection.SweepEvery, ForgetAfter: d.cfg.Retention.ForgetAfter,
 		FlapWindow: func() time.Duration { return d.policies.Load().LongestFlapWindow() },
-		Forgotten:  func(n int) { d.forgotten.Add(float64(n)) }, Logger: d.log}).Run)
+		Forgotten:  d.forget, Logger: d.log}).Run)
 	lc.add("ingest chain", d.chain.Run)
 	for _, src := range d.sources {
 		lc.add("ingest "+src.Name(), func(ctx context.Context) error { return src.Run(ctx, d.chain) })

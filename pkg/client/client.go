@@ -70,6 +70,11 @@ type Device struct {
 	// failure, Reason its words) or `offline` (its broker said so); as on the incident's events.
 	Cause  string `json:"cause,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Availability is the share of each window ("24h", "7d", "30d") the device was not down, counted
+	// from when it was first known; Incidents30d its incidents opened in the last 30 days
+	// (docs/http-api.md#incidents-and-availability). Only on GET /v1/devices/{id}.
+	Availability map[string]float64 `json:"availability,omitempty"`
+	Incidents30d *int               `json:"incidents_30d,omitempty"`
 }
 
 // DeviceList is one page of GET /v1/devices.
