@@ -18,7 +18,7 @@ dev: ## run heartbeatd with in-process Redis, MQTT and Kafka and a simulated fle
 # command → Debian package, for every server and tool the tests start.
 TEST_TOOLS := redis-server:redis-server mosquitto:mosquitto mosquitto_sub:mosquitto-clients \
 	promtool:prometheus prometheus-alertmanager:prometheus-alertmanager chromium:chromium \
-	faketime:faketime systemd-analyze:systemd
+	faketime:faketime systemd-analyze:systemd aiosmtpd:python3-aiosmtpd
 
 deps: ## install the servers and tools the tests start (apt-get) when they are missing
 	@missing=""; \

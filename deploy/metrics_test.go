@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
@@ -238,12 +240,19 @@ func TestKitUsesExposedMetrics(t *testing.T) {
 	rdb, broker := testenv.StartRedis(t), testenv.StartMosquitto(t)
 	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"device-signals", "heartbeat.events", "heartbeat.deadletter"}})
 	servers := testenv.HeartbeatdConfig{Redis: rdb.Addr, Slots: 8, MQTT: broker.Addr, ClientID: "deploy-test", Kafka: kafka.Addrs}
+	// The notifier runs in the daemon, paging a webhook, so its families exist too.
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	t.Cleanup(hook.Close)
 	hb := testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Config: servers.YAML(`
 types:
   default: {timeout: 1s, repeat_every: 0s}
   gateway: {timeout: 1s}
 detection: {watchdog_every: 200ms, grace_after_outage: 100ms}
 log: {level: debug, format: console}
+notify:
+  enabled: true
+  receivers: [{name: tickets, webhook: {url: "` + hook.URL + `"}}]
+  routes: [{receiver: tickets}]
 `), Env: []string{"HEARTBEATD_INGEST_KAFKA_ENABLED=true", "HEARTBEATD_INGEST_KAFKA_BROKERS=" + strings.Join(kafka.Addrs, ","),
 		"HEARTBEATD_CLUSTER_REPLICA_ID=deploy-test"}})
 	ctx := context.Background()

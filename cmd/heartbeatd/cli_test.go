@@ -47,7 +47,20 @@ const (
 	httpToken     = "http-token-77c2"
 	mqttPassword  = "mqtt-pw-3b9e"
 	amKey         = "am-key-5e0a" // in an Alertmanager URL's query or userinfo
+	pdKey         = "pd-key-c41d" // a PagerDuty routing key
 )
+
+// withNotify is goodConfig with a notify block whose PagerDuty key comes from $PD_KEY; slackText is its
+// Slack receiver's template.
+func withNotify(slackText string) string {
+	return goodConfig + `notify:
+  receivers:
+    - {name: oncall, pagerduty: {routing_key: "${PD_KEY}"}}
+    - {name: noc, slack: {webhook_url: "${PD_KEY}", text: '` + slackText + `'}}
+  routes:
+    - {match: ['site=~"ber.*"'], receiver: oncall}
+`
+}
 
 // withAlertmanager is goodConfig with an Alertmanager URL.
 func withAlertmanager(url string) string {
@@ -122,6 +135,13 @@ detection: {batch: 0}
 		{name: "schedules", code: 0, config: schedulesConfig,
 			want: []string{"SCHEDULES", "solar:", "quiet: night", "Z  quiet", "Z  watched again",
 				`schedule: "0 2 * * *" in Europe/Berlin, grace 30m`, "Z  expected"}},
+		{name: "notify", code: 0, config: withNotify("{{ .DeviceID }}"), env: []string{"PD_KEY=https://hooks.example/" + pdKey},
+			want: []string{"notifications (group heartbeatd-notify", `site=~"ber.*"`, "oncall", "pagerduty"}},
+		{name: "notify template that does not parse", code: 1, config: withNotify("{{ .DeviceID "),
+			env: []string{"PD_KEY=https://hooks.example/" + pdKey}, want: []string{"notify.receivers[1].slack.text"}},
+		{name: "notify secret written inline", code: 1,
+			config: strings.Replace(withNotify("x"), `"${PD_KEY}"}}`, pdKey+"}}", 1), env: []string{"PD_KEY=https://hooks.example/x"},
+			want: []string{"notify.receivers[0].pagerduty.routing_key: a secret is not written inline"}},
 		{name: "unknown interval", code: 1, config: strings.Replace(schedulesConfig, "quiet: [night]", "quiet: [nite]", 1),
 			want: []string{`types.solar.quiet: "nite" is not in time_intervals (defined: night)`}},
 		{name: "bad cron", code: 1, config: strings.Replace(schedulesConfig, `"0 2 * * *"`, `"0 2 * *"`, 1),
@@ -142,7 +162,7 @@ detection: {batch: 0}
 			for _, w := range tc.want {
 				require.Contains(t, shown, w)
 			}
-			for _, secret := range []string{redisPassword, httpToken, mqttPassword, amKey} {
+			for _, secret := range []string{redisPassword, httpToken, mqttPassword, amKey, pdKey} {
 				require.NotContains(t, stdout+stderr, secret, "check-config printed a secret")
 			}
 		})

@@ -23,6 +23,10 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/devstack"
 )
 
+// notifyHTTP is where `heartbeatd notify` serves its metrics unless -http says otherwise: beside a daemon
+// on its default 127.0.0.1:8080.
+const notifyHTTP = "127.0.0.1:8081"
+
 // configEnv names the config file when -config is not given, as containers and units like to.
 const configEnv = "HEARTBEATD_CONFIG"
 
@@ -43,6 +47,9 @@ Usage:
   heartbeatd help (or -h, --help)                    this text
   heartbeatd probe URL                               exit 0 when URL answers 200 (container health checks)
   heartbeatd simulate -broker tcp://H:P [-devices N] run only the fleet simulator against an MQTT broker
+  heartbeatd notify -config FILE [-http ADDR]        run only the notifier (docs/notifications.md); metrics on
+                                                     -http (default 127.0.0.1:8081)
+  heartbeatd notify test --receiver NAME -config FILE  send a sample event to one receiver
 
 HEARTBEATD_CONFIG names the config file when -config is not given (default configs/heartbeatd.yaml).
 Every config key can be set by environment variable HEARTBEATD_<PATH>, e.g. HEARTBEATD_REDIS_ADDRS.
@@ -64,6 +71,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if cmd == "ctl" { // a client with flags of its own
 		return ctl.Run(args, os.LookupEnv, stdout, stderr)
 	}
+	if cmd == "notify" && len(args) > 0 && args[0] == "test" {
+		cmd, args = "notify test", args[1:]
+	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {} // printed below: to stdout when asked for, to stderr after a mistake
@@ -73,9 +83,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	configPath := fs.String("config", defaultConfig, "config file (default $"+configEnv+", else configs/heartbeatd.yaml)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	httpListen := fs.String("http", "127.0.0.1:8080", "dev: HTTP listen address")
+	httpListen := fs.String("http", "127.0.0.1:8080", "dev: HTTP listen address; notify: its metrics' (default "+notifyHTTP+")")
 	broker := fs.String("broker", "tcp://127.0.0.1:1883", "simulate: MQTT broker")
 	devices := fs.Int("devices", 300, "simulate: fleet size")
+	receiver := fs.String("receiver", "", "notify test: the receiver to send a sample event to")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -102,6 +113,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "probe":
 		return probe(fs.Arg(0), stderr)
+	case "notify test":
+		if *receiver == "" {
+			fmt.Fprintln(stderr, "heartbeatd notify test: --receiver NAME required")
+			return 2
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := daemon.NotifyTest(ctx, *configPath, os.LookupEnv, *receiver); err != nil {
+			fmt.Fprintf(stderr, "heartbeatd notify test: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "sent a sample event to %s\n", *receiver)
+		return 0
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -132,6 +156,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = devstack.Dev(ctx, devstack.DevOptions{HTTPListen: *httpListen, Build: info, Stdout: stdout, Reload: reloads})
 	case "simulate":
 		err = devstack.Simulate(ctx, *broker, *devices)
+	case "notify":
+		listen := notifyHTTP
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "http" {
+				listen = *httpListen
+			}
+		})
+		err = daemon.RunNotify(ctx, daemon.NotifyOptions{ConfigPath: *configPath, Env: os.LookupEnv, Build: info, HTTPListen: listen})
 	default:
 		fmt.Fprintf(stderr, "heartbeatd: unknown command %q\n\n%s", cmd, usage)
 		return 2

@@ -25,33 +25,6 @@ import (
 
 const eventsTopic = "heartbeat.events"
 
-// recorder is the sink in front of the real Kafka publisher: it keeps what Kafka acknowledged, and can be
-// told to fail like an unreachable broker.
-type recorder struct {
-	testenv.EventLog
-	next event.Sink
-	down atomic.Bool
-}
-
-func (r *recorder) Publish(ctx context.Context, events []event.Event) []error {
-	if r.down.Load() {
-		errs := make([]error, len(events))
-		for i := range errs {
-			errs[i] = errors.New("kafka: broker unreachable")
-		}
-		return errs
-	}
-	errs := r.next.Publish(ctx, events)
-	var acked []event.Event
-	for i, e := range events {
-		if errs[i] == nil {
-			acked = append(acked, e)
-		}
-	}
-	r.Append(acked...) // at once, so a take never sees half a batch
-	return errs
-}
-
 const policyYAML = `
 types:
   default: {timeout: 10s, repeat_every: 1m, max_repeats: 2}
@@ -59,17 +32,16 @@ types:
   sensor:  {timeout: 20s, repeat_every: 0s}
 `
 
+// fixture is the shared one (deadlinetest.Fixture), whose clock the store, the handler and the test share,
+// with a Kafka the handler publishes to through sink, which keeps what Kafka acknowledged.
 type fixture struct {
+	*deadlinetest.Fixture
 	t        *testing.T
-	rdb      redis.UniversalClient
 	kafka    *testenv.Kafka
-	store    *deadline.Store
-	clock    *testenv.Clock // shared by the store, the handler and the test
-	sink     *recorder
+	sink     *testenv.EventLog
 	handler  *Handler
 	silences *silence.Silences
 	policies atomic.Pointer[config.Policies]
-	t0       time.Time
 }
 
 func parsePolicies(t testing.TB, yml string) *config.Policies {
@@ -91,33 +63,31 @@ func eachFixture(t *testing.T, test func(t *testing.T, f *fixture)) {
 
 func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	t.Helper()
-	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic}})
-	f := &fixture{t: t, rdb: rdb, kafka: kafka, t0: time.UnixMilli(1_795_340_000_000)}
-	f.clock = testenv.NewClock(f.t0)
+	f := &fixture{t: t, kafka: testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{eventsTopic}})}
 	f.policies.Store(parsePolicies(t, policyYAML))
 	timeout := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.Timeout }
 	repeat := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.RepeatEvery }
 	expected := func(typ string, seen time.Time) (time.Time, bool) { return f.policies.Load().Expected(typ, seen) }
-	opts := deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeout, RepeatEvery: repeat, Expected: expected}
-	f.store = deadlinetest.NewStore(t, f.rdb, opts, f.policies.Load().Names()...)
-	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: kafka.Addrs, Topic: eventsTopic, Logger: zaptest.NewLogger(t)})
+	f.Fixture = deadlinetest.Open(t, rdb, deadline.Options{Slots: 8, Timeout: timeout, RepeatEvery: repeat, Expected: expected},
+		f.policies.Load().Names()...)
+	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: f.kafka.Addrs, Topic: eventsTopic, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	f.sink = &recorder{next: pub}
-	f.silences = silence.New(f.rdb, silence.Options{Now: f.clock.Now})
+	f.sink = &testenv.EventLog{Next: pub}
+	f.silences = silence.New(f.RDB, silence.Options{Now: f.Clock.Now})
 	f.handler = f.newHandler()
 	return f
 }
 
 func (f *fixture) newHandler() *Handler {
-	return NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Silences: f.silences,
-		MaxPublishAttempts: 3, Refused: eventkafka.Refused, Now: f.clock.Now, Logger: zaptest.NewLogger(f.t)})
+	return NewHandler(HandlerOptions{Store: f.Store, Sink: f.sink, Policies: f.policies.Load, Silences: f.silences,
+		MaxPublishAttempts: 3, Refused: eventkafka.Refused, Now: f.Clock.Now, Logger: zaptest.NewLogger(f.t)})
 }
 
-// signal records a signal of device at the given offset from t0.
+// signal records a signal of device at the given offset from T0.
 func (f *fixture) signal(device, typ string, at time.Duration) {
 	f.t.Helper()
-	require.NoError(f.t, f.store.Refresh(context.Background(), []deadline.Signal{{Device: device, Type: typ, Seen: f.t0.Add(at)}}))
+	f.Signal(f.t, device, typ, at)
 }
 
 // at moves the clock to t0+d, claims every due device (as often as batches are full) and hands the claims
@@ -129,17 +99,30 @@ func (f *fixture) at(d time.Duration, watermark ...time.Time) []string {
 
 func (f *fixture) stepWith(h *Handler, d time.Duration, watermark ...time.Time) []string {
 	f.t.Helper()
-	f.clock.Set(f.t0.Add(d))
-	opts := deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256}
+	f.Clock.Set(f.T0.Add(d))
+	var opts deadline.ClaimOptions
 	if len(watermark) > 0 {
 		opts.Watermark = watermark[0]
 	}
-	res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()), opts)
-	require.NoError(f.t, err)
+	res := f.ClaimAll(f.t, opts)
 	if err := h.Handle(context.Background(), res.Claims); err != nil && !errors.Is(err, errCrashed) {
 		require.NoError(f.t, err)
 	}
 	return ids(f.sink.Take())
+}
+
+// step is fixture.at returning the events themselves.
+func (f *fixture) step(d time.Duration) []event.Event {
+	f.t.Helper()
+	require.NoError(f.t, f.handler.Handle(context.Background(), f.claimOnly(d)))
+	return f.sink.Take()
+}
+
+// claimOnly moves the clock to T0+d and claims every due device, as a replica does just before it dies.
+func (f *fixture) claimOnly(d time.Duration) []deadline.Claim {
+	f.t.Helper()
+	f.Clock.Set(f.T0.Add(d))
+	return f.ClaimAll(f.t, deadline.ClaimOptions{}).Claims
 }
 
 func ids(events []event.Event) []string {
@@ -169,8 +152,8 @@ func TestLifecycleInterruptedRepeatsExhausted(t *testing.T) {
 			require.Equal(t, "d1", string(r.Key))
 			e, err := event.Decode(r.Value)
 			require.NoError(t, err)
-			require.Equal(t, f.t0.Add(10*time.Second).UTC(), e.Deadline)
-			require.Equal(t, f.t0.UTC(), e.LastSeen)
+			require.Equal(t, f.T0.Add(10*time.Second).UTC(), e.Deadline)
+			require.Equal(t, f.T0.UTC(), e.LastSeen)
 			kinds = append(kinds, e.Kind)
 		}
 		require.Equal(t, []event.Kind{event.Interrupted, event.Alarm, event.Alarm, event.Exhausted}, kinds)
@@ -190,11 +173,11 @@ func TestRecoveryBetweenRepeatsStopsThem(t *testing.T) {
 		require.Equal(t, []string{"d1 recovered 0"}, f.at(50*time.Second+time.Millisecond))
 		f.signal("d1", "", 62*time.Second)
 		require.Empty(t, f.at(65*time.Second+5*time.Millisecond), "no repeat 2 after recovery")
-		d, found, err := f.store.Device(context.Background(), "d1")
+		d, found, err := f.Store.Device(context.Background(), "d1")
 		require.NoError(t, err)
 		require.True(t, found)
 		require.True(t, d.Online())
-		require.Equal(t, f.t0.Add(67*time.Second), d.Deadline)
+		require.Equal(t, f.T0.Add(67*time.Second), d.Deadline)
 		// Silent again: a new incident with its own ids.
 		require.Equal(t, []string{"d1 interrupted 0"}, f.at(67*time.Second+3*time.Millisecond))
 	})
@@ -206,8 +189,8 @@ func TestRecoveredCarriesOutageLength(t *testing.T) {
 		f.at(5*time.Second + time.Millisecond)
 		f.sink.Take()
 		f.signal("d1", "", 47*time.Second)
-		f.clock.Set(f.t0.Add(47*time.Second + time.Millisecond))
-		res, err := f.store.Claim(context.Background(), testenv.AllSlots(8), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Minute, Batch: 10})
+		f.Clock.Set(f.T0.Add(47*time.Second + time.Millisecond))
+		res, err := f.Store.Claim(context.Background(), testenv.AllSlots(8), deadline.ClaimOptions{Now: f.Clock.Now(), Lease: time.Minute, Batch: 10})
 		require.NoError(t, err)
 		require.NoError(t, f.handler.Handle(context.Background(), res.Claims))
 		evs := f.sink.Take()
@@ -221,7 +204,7 @@ func TestAckStopsRepeatsButRecoveryIsReported(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("d1", "gateway", 0)
 		require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+time.Millisecond))
-		ok, err := f.store.SetAcked(context.Background(), "d1")
+		ok, err := f.Store.SetAcked(context.Background(), "d1")
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Empty(t, f.at(35*time.Second+time.Millisecond), "acked: the repeat is not sent")
@@ -234,9 +217,9 @@ func TestAckStopsRepeatsButRecoveryIsReported(t *testing.T) {
 func TestSilenceByDeviceAndByTypeAlarmsWhenItEnds(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
-		_, err := f.silences.Create(ctx, silence.Silence{DeviceID: "d1", Ends: f.t0.Add(time.Minute)})
+		_, err := f.silences.Create(ctx, silence.Silence{DeviceID: "d1", Ends: f.T0.Add(time.Minute)})
 		require.NoError(t, err)
-		_, err = f.silences.Create(ctx, silence.Silence{DeviceType: "gateway", Ends: f.t0.Add(2 * time.Minute), Comment: "firmware rollout"})
+		_, err = f.silences.Create(ctx, silence.Silence{DeviceType: "gateway", Ends: f.T0.Add(2 * time.Minute), Comment: "firmware rollout"})
 		require.NoError(t, err)
 		f.signal("d1", "", 0)        // default, silenced by device for 1m
 		f.signal("g1", "gateway", 0) // silenced by type for 2m
@@ -290,11 +273,11 @@ func TestMixedBatchReleasesItsRecordWithTheAcks(t *testing.T) {
 		ctx := context.Background()
 		quiet, loud := "q0", ""
 		for i := 1; loud == ""; i++ {
-			if d := fmt.Sprintf("l%d", i); deadline.Slot(d, f.store.Slots()) == deadline.Slot(quiet, f.store.Slots()) {
+			if d := fmt.Sprintf("l%d", i); deadline.Slot(d, f.Store.Slots()) == deadline.Slot(quiet, f.Store.Slots()) {
 				loud = d
 			}
 		}
-		_, err := f.silences.Create(ctx, silence.Silence{DeviceID: quiet, Ends: f.t0.Add(5 * time.Minute)})
+		_, err := f.silences.Create(ctx, silence.Silence{DeviceID: quiet, Ends: f.T0.Add(5 * time.Minute)})
 		require.NoError(t, err)
 		f.signal(quiet, "", 0) // default: timeout 10s, repeat 1m
 		f.signal(loud, "", 0)
@@ -310,8 +293,8 @@ func TestReloadBetweenClaimAndPublishAcknowledgesTheNewInterval(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		f.signal("g", "gateway", 0)
-		f.clock.Set(f.t0.Add(5 * time.Second))
-		res, err := f.store.Claim(ctx, testenv.AllSlots(f.store.Slots()), deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
+		f.Clock.Set(f.T0.Add(5 * time.Second))
+		res, err := f.Store.Claim(ctx, testenv.AllSlots(f.Store.Slots()), deadline.ClaimOptions{Now: f.Clock.Now(), Lease: 30 * time.Second, Batch: 256})
 		require.NoError(t, err)
 		require.Len(t, res.Claims, 1)
 		require.Equal(t, 30*time.Second, res.Claims[0].CommittedRepeat)
@@ -322,9 +305,9 @@ types:
 `))
 		require.NoError(t, f.handler.Handle(ctx, res.Claims))
 		require.Equal(t, []string{"g interrupted 0"}, ids(f.sink.Take()))
-		d, _, err := f.store.Device(ctx, "g")
+		d, _, err := f.Store.Device(ctx, "g")
 		require.NoError(t, err)
-		require.Equal(t, f.t0.Add(2*time.Minute+5*time.Second).UnixMilli(), d.NextAct.UnixMilli(), "acknowledged with the reloaded interval")
+		require.Equal(t, f.T0.Add(2*time.Minute+5*time.Second).UnixMilli(), d.NextAct.UnixMilli(), "acknowledged with the reloaded interval")
 		require.Empty(t, f.at(35*time.Second), "nothing at the interval the claim committed")
 		require.Equal(t, []string{"g alarm 1"}, f.at(2*time.Minute+5*time.Second))
 	})
@@ -356,32 +339,32 @@ func TestKafkaDownNothingAcknowledgedThenFlowsNeverParks(t *testing.T) {
 		ctx := context.Background()
 		f.signal("d1", "", 0)
 		f.signal("d2", "", 0)
-		f.sink.down.Store(true)
+		f.sink.SetDown(true)
 		require.Empty(t, f.at(10*time.Second+time.Millisecond))
-		d, _, err := f.store.Device(ctx, "d1")
+		d, _, err := f.Store.Device(ctx, "d1")
 		require.NoError(t, err)
 		require.Equal(t, 0, d.Incident.Next, "nothing recorded as sent")
 		require.Equal(t, 1, d.Incident.Failures)
-		require.WithinRange(t, d.NextAct, f.t0.Add(10*time.Second+501*time.Millisecond), f.t0.Add(11*time.Second+time.Millisecond),
+		require.WithinRange(t, d.NextAct, f.T0.Add(10*time.Second+501*time.Millisecond), f.T0.Add(11*time.Second+time.Millisecond),
 			"retried after the backoff, jittered")
 		require.Empty(t, f.at(11*time.Second+time.Millisecond))
 
-		f.sink.down.Store(false)
+		f.sink.SetDown(false)
 		require.Equal(t, []string{"d1 interrupted 0", "d2 interrupted 0"}, f.at(13*time.Second+time.Millisecond), "flows once the broker is back")
 
 		// Down for longer than MaxPublishAttempts (3) tries: an outage parks nothing.
-		f.sink.down.Store(true)
+		f.sink.SetDown(true)
 		for at := 74 * time.Second; at < 74*time.Second+6*PublishBackoffMax; at += PublishBackoffMax {
 			require.Empty(t, f.at(at))
 		}
-		c, err := f.store.Count(ctx)
+		c, err := f.Store.Count(ctx)
 		require.NoError(t, err)
 		require.Zero(t, c.Parked)
-		d, _, err = f.store.Device(ctx, "d1")
+		d, _, err = f.Store.Device(ctx, "d1")
 		require.NoError(t, err)
 		require.Equal(t, 6, d.Incident.Failures)
 		require.Equal(t, "kafka: broker unreachable", d.Incident.Reason)
-		f.sink.down.Store(false)
+		f.sink.SetDown(false)
 		require.Equal(t, []string{"d1 alarm 1", "d2 alarm 1"}, f.at(74*time.Second+6*PublishBackoffMax))
 	})
 }
@@ -392,7 +375,7 @@ func TestReplacedIncidentReportsRecoveryThenInterruption(t *testing.T) {
 		require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+time.Millisecond))
 		// It signals and falls silent again before the loop sees the recovery.
 		f.signal("d1", "", 6*time.Second)
-		f.clock.Set(f.t0.Add(11*time.Second + time.Millisecond))
+		f.Clock.Set(f.T0.Add(11*time.Second + time.Millisecond))
 		// The recovery probe made the old incident due; claim only the deadlines first, as a wake-up may.
 		require.Equal(t, []string{"d1 interrupted 0", "d1 recovered 0"}, f.at(11*time.Second+time.Millisecond))
 	})
@@ -406,23 +389,23 @@ func TestHoldBackIngestOutage(t *testing.T) {
 		ctx := context.Background()
 		var troubleSince atomic.Pointer[time.Time]
 		troubleSince.Store(&time.Time{})
-		hb := holdback.New(holdback.Options{Client: f.rdb, ReplicaID: "r1", Now: f.clock.Now,
+		hb := holdback.New(holdback.Options{Client: f.RDB, ReplicaID: "r1", Now: f.Clock.Now,
 			Grace: func() time.Duration { return 10 * time.Second },
 			Probes: []holdback.Probe{{Name: "mqtt", Trouble: func(time.Time) holdback.ProbeTrouble {
 				return holdback.ProbeTrouble{Since: *troubleSince.Load(), Why: "disconnected"}
 			}}}})
 		require.NoError(t, hb.Start(ctx))
 		step := func(d time.Duration) []string {
-			f.clock.Set(f.t0.Add(d))
+			f.Clock.Set(f.T0.Add(d))
 			require.NoError(t, hb.Tick(ctx))
-			return f.at(d, hb.Watermark(f.clock.Now()))
+			return f.at(d, hb.Watermark(f.Clock.Now()))
 		}
 		f.signal("early", "", -5*time.Second) // silent before the outage: deadline t0+5s
 		f.signal("busy", "", 5*time.Second)   // signals until the outage; its signals during it are lost
 		f.signal("quiet", "", 6*time.Second)  // really falls silent at t0+6s
 		require.Empty(t, step(4*time.Second))
 
-		start := f.t0.Add(8 * time.Second)
+		start := f.T0.Add(8 * time.Second)
 		troubleSince.Store(&start)
 		require.Equal(t, []string{"early interrupted 0"}, step(12*time.Second), "already silent before the outage")
 		st := hb.Status()
@@ -434,7 +417,7 @@ func TestHoldBackIngestOutage(t *testing.T) {
 
 		troubleSince.Store(&time.Time{}) // back after 20s = 2× the timeout
 		require.Empty(t, step(28*time.Second))
-		require.Equal(t, f.t0.Add(38*time.Second), hb.Status().Until)
+		require.Equal(t, f.T0.Add(38*time.Second), hb.Status().Until)
 		f.signal("busy", "", 29*time.Second) // the backlog and fresh signals land
 		require.Empty(t, step(37*time.Second), "grace")
 		require.Equal(t, []string{"quiet interrupted 0"}, step(38*time.Second+time.Millisecond), "still silent after the grace")
@@ -449,7 +432,7 @@ func TestHoldBackServiceWasDown(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		grace := func() time.Duration { return 10 * time.Second }
-		first := holdback.New(holdback.Options{Client: f.rdb, ReplicaID: "r1", Now: f.clock.Now, Grace: grace})
+		first := holdback.New(holdback.Options{Client: f.RDB, ReplicaID: "r1", Now: f.Clock.Now, Grace: grace})
 		require.NoError(t, first.Start(ctx))
 		require.False(t, first.Status().Active, "a first start ever is not an outage")
 
@@ -457,29 +440,29 @@ func TestHoldBackServiceWasDown(t *testing.T) {
 		f.signal("a", "", -5*time.Second)     // deadline t0+5s: its signals during the stop would have been lost
 		f.signal("b", "", 2*time.Second)      // deadline t0+12s: really falls silent
 		// Down from t0 to t0+20s.
-		f.clock.Set(f.t0.Add(20 * time.Second))
-		hb := holdback.New(holdback.Options{Client: f.rdb, ReplicaID: "r1", Now: f.clock.Now, Grace: grace})
+		f.Clock.Set(f.T0.Add(20 * time.Second))
+		hb := holdback.New(holdback.Options{Client: f.RDB, ReplicaID: "r1", Now: f.Clock.Now, Grace: grace})
 		require.NoError(t, hb.Start(ctx))
 		st := hb.Status()
 		require.True(t, st.Active)
-		require.Equal(t, f.t0, st.Since)
-		require.Equal(t, f.t0.Add(30*time.Second), st.Until)
+		require.Equal(t, f.T0, st.Since)
+		require.Equal(t, f.T0.Add(30*time.Second), st.Until)
 		require.Contains(t, st.Reason, "not running")
 
 		step := func(d time.Duration) []string {
-			f.clock.Set(f.t0.Add(d))
+			f.Clock.Set(f.T0.Add(d))
 			require.NoError(t, hb.Tick(ctx))
-			return f.at(d, hb.Watermark(f.clock.Now()))
+			return f.at(d, hb.Watermark(f.Clock.Now()))
 		}
 		require.Equal(t, []string{"gone interrupted 0"}, step(20*time.Second), "no storm: only the device silent before the stop")
 		f.signal("a", "", 21*time.Second) // its backlog arrives
 
 		// Another replica started meanwhile sees the same hold through Redis.
-		other := holdback.New(holdback.Options{Client: f.rdb, ReplicaID: "r2", Now: f.clock.Now, Grace: grace})
+		other := holdback.New(holdback.Options{Client: f.RDB, ReplicaID: "r2", Now: f.Clock.Now, Grace: grace})
 		require.Empty(t, step(25*time.Second))
 		require.NoError(t, other.Start(ctx))
 		require.True(t, other.Status().Active, "r1's outage holds r2 back too")
-		require.Equal(t, f.t0, other.Watermark(f.clock.Now()))
+		require.Equal(t, f.T0, other.Watermark(f.Clock.Now()))
 
 		require.Empty(t, step(29*time.Second))
 		require.Equal(t, []string{"b interrupted 0"}, step(30*time.Second+time.Millisecond))

@@ -1,11 +1,14 @@
 // Package alarm is the state machine after a deadline passes: it turns the scanner's claims into
-// interrupted → alarm repeats → recovered / exhausted events, honours operator acks and silences, holds
-// detection back while heartbeatd's own view of the fleet is incomplete, and acknowledges each claim in
-// Redis only after its events were published.
+// interrupted → alarm repeats → recovered / exhausted events (and late, suppressed, flapping), honours
+// operator acks, silences and quiet intervals, lets a deferred incident's interruption wait while the
+// hold-back (internal/holdback) says heartbeatd may not have heard the device, and acknowledges each claim
+// in Redis only after its events were published.
 //
 // decide is the whole policy as a pure function; Handler is the loop around it (re-check, publish,
-// acknowledge); HoldBack is the tracker the HTTP API and scanners read. Silences are internal/silence's: the
-// Handler asks a SilenceChecker.
+// acknowledge). Silences are internal/silence's and outages internal/correlate's: the Handler asks a
+// SilenceChecker and a *correlate.Correlator. Beside it: Acts publishes the events of operator acts,
+// Watchdog vouches for the detection path with a periodic event, and Metrics are the alarm loop's series,
+// RunCounts keeping the device counts current.
 package alarm
 
 import (
@@ -234,8 +237,11 @@ func decideRecovery(in input, d *decision) {
 		return
 	}
 	lastSeen, backAt := st.DeadlineTime().Add(-lead(&pol)), in.Current.Add(-lead(&pol))
-	if c.Cause != nil {
+	switch {
+	case c.Cause != nil:
 		lastSeen = c.Cause.LastSeen
+	case !c.LastSignal.IsZero():
+		lastSeen = c.LastSignal // its deadline was set under another timeout than its type's now
 	}
 	if in.Seen != nil {
 		if !c.Fresh && !in.Seen.Pinned.IsZero() {
@@ -509,6 +515,9 @@ func lastSignal(in input) time.Time {
 		if !s.Latest.IsZero() {
 			return s.Latest
 		}
+	}
+	if !in.Claim.LastSignal.IsZero() {
+		return in.Claim.LastSignal // its deadline was set under another timeout than its type's now
 	}
 	return in.Claim.State.DeadlineTime().Add(-lead(&in.Policy))
 }

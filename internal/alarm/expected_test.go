@@ -38,27 +38,27 @@ func TestExpectedTimesSetTheDeadline(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		f.policies.Store(parsePolicies(t, expectedYAML))
-		require.NoError(t, f.store.Load(ctx, f.policies.Load().Names()...))
+		require.NoError(t, f.Store.Load(ctx, f.policies.Load().Names()...))
 		f.signal("m1", "meter", 0) // 09:33:20 → expected 09:40, due 09:41 = t0+460s
 		f.signal("d1", "", 0)      // the default type keeps its timeout
-		dev, _, err := f.store.Device(ctx, "m1")
+		dev, _, err := f.Store.Device(ctx, "m1")
 		require.NoError(t, err)
-		require.Equal(t, f.t0.Add(460*time.Second), dev.Deadline)
+		require.Equal(t, f.T0.Add(460*time.Second), dev.Deadline)
 		require.Equal(t, []string{"d1 interrupted 0"}, f.at(459*time.Second))
 		require.Equal(t, []string{"m1 interrupted 0"}, f.at(460*time.Second))
 
 		// Back untyped through another replica, which does not remember m1's type: the script reads it from
 		// the incident and times the deadline by the schedule: 09:42:10 → 09:50 + 1m = t0+1060s.
-		other, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: func(string) time.Duration { return 10 * time.Second },
+		other, err := deadline.New(f.RDB, deadline.Options{Slots: 8, Now: f.Clock.Now, Timeout: func(string) time.Duration { return 10 * time.Second },
 			Expected: func(typ string, seen time.Time) (time.Time, bool) { return f.policies.Load().Expected(typ, seen) }})
 		require.NoError(t, err)
 		require.NoError(t, other.Load(ctx, f.policies.Load().Names()...))
-		f.clock.Set(f.t0.Add(530 * time.Second))
-		require.NoError(t, other.Refresh(ctx, []deadline.Signal{{Device: "m1", Seen: f.t0.Add(530 * time.Second)}}))
+		f.Clock.Set(f.T0.Add(530 * time.Second))
+		require.NoError(t, other.Refresh(ctx, []deadline.Signal{{Device: "m1", Seen: f.T0.Add(530 * time.Second)}}))
 		require.Equal(t, []string{"m1 recovered 0"}, f.at(531*time.Second))
-		dev, _, err = f.store.Device(ctx, "m1")
+		dev, _, err = f.Store.Device(ctx, "m1")
 		require.NoError(t, err)
-		require.Equal(t, f.t0.Add(1060*time.Second), dev.Deadline, "untyped through the script")
+		require.Equal(t, f.T0.Add(1060*time.Second), dev.Deadline, "untyped through the script")
 
 		// Untyped again through this replica, which remembers the type: 09:50:30 → 10:00 + 1m = t0+1660s.
 		f.signal("m1", "", 1030*time.Second)
@@ -67,13 +67,13 @@ func TestExpectedTimesSetTheDeadline(t *testing.T) {
 
 		evs := eventsOf(t, f, "m1", 4)
 		require.Len(t, evs, 3)
-		require.Equal(t, f.t0.UTC(), evs[0].LastSeen, "last_seen is the signal, not deadline − a timeout")
+		require.Equal(t, f.T0.UTC(), evs[0].LastSeen, "last_seen is the signal, not deadline − a timeout")
 		require.Equal(t, int64(460_000), evs[0].SilentForMs)
 		require.Equal(t, event.Recovered, evs[1].Kind)
-		require.Equal(t, f.t0.UTC(), evs[1].LastSeen)
+		require.Equal(t, f.T0.UTC(), evs[1].LastSeen)
 		require.Equal(t, int64(530_000), evs[1].SilentForMs, "the outage: from the last signal before it to the one that ended it")
-		require.Equal(t, f.t0.Add(1030*time.Second).UTC(), evs[2].LastSeen)
-		require.Equal(t, f.t0.Add(1660*time.Second).UTC(), evs[2].Deadline)
+		require.Equal(t, f.T0.Add(1030*time.Second).UTC(), evs[2].LastSeen)
+		require.Equal(t, f.T0.Add(1660*time.Second).UTC(), evs[2].Deadline)
 	})
 }
 
@@ -83,12 +83,12 @@ func TestLateSignalOfAScheduledType(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		f.policies.Store(parsePolicies(t, expectedYAML))
-		require.NoError(t, f.store.Load(ctx, f.policies.Load().Names()...))
-		received := []time.Time{f.t0.Add(403 * time.Second)} // 09:40:03
-		late, err := f.store.Late(ctx, []deadline.Signal{{Device: "t1", Type: "tight", Seen: f.t0.Add(395 * time.Second)}}, received)
+		require.NoError(t, f.Store.Load(ctx, f.policies.Load().Names()...))
+		received := []time.Time{f.T0.Add(403 * time.Second)} // 09:40:03
+		late, err := f.Store.Late(ctx, []deadline.Signal{{Device: "t1", Type: "tight", Seen: f.T0.Add(395 * time.Second)}}, received)
 		require.NoError(t, err)
 		require.Equal(t, []bool{true}, late, "seen 09:39:55, expected at 09:40:00 without grace, received 09:40:03")
-		late, err = f.store.Late(ctx, []deadline.Signal{{Device: "t1", Type: "meter", Seen: f.t0.Add(395 * time.Second)}}, received)
+		late, err = f.Store.Late(ctx, []deadline.Signal{{Device: "t1", Type: "meter", Seen: f.T0.Add(395 * time.Second)}}, received)
 		require.NoError(t, err)
 		require.Nil(t, late, "with a minute's grace it is due at 09:41")
 	})

@@ -26,7 +26,7 @@ import (
 // can fail many publications against a stopped broker without waiting long for each.
 func (f *fixture) shortWrites(timeout time.Duration) {
 	f.t.Helper()
-	f.sink = &recorder{next: shortWritePublisher(f.t, f.kafka, timeout)}
+	f.sink = &testenv.EventLog{Next: shortWritePublisher(f.t, f.kafka, timeout)}
 	f.handler = f.newHandler()
 }
 
@@ -56,10 +56,10 @@ func TestKafkaDownForLongParksNothing(t *testing.T) {
 			require.Empty(t, f.at(at))
 			at += PublishBackoffMax
 		}
-		c, err := f.store.Count(ctx)
+		c, err := f.Store.Count(ctx)
 		require.NoError(t, err)
 		require.Zero(t, c.Parked)
-		d, _, err := f.store.Device(ctx, "d1")
+		d, _, err := f.Store.Device(ctx, "d1")
 		require.NoError(t, err)
 		require.Equal(t, attempts, d.Incident.Failures)
 		require.Zero(t, d.Incident.Next, "nothing recorded as sent")
@@ -72,7 +72,7 @@ func TestKafkaDownForLongParksNothing(t *testing.T) {
 			at += PublishBackoffMax
 			return slices.Contains(got, "d1 interrupted 0") && slices.Contains(got, "d2 interrupted 0")
 		}, 20*time.Second, 50*time.Millisecond, "the events once Kafka is back")
-		c, err = f.store.Count(ctx)
+		c, err = f.Store.Count(ctx)
 		require.NoError(t, err)
 		require.Zero(t, c.Parked)
 	})
@@ -108,15 +108,15 @@ func TestRefusedEventParkedThenRequeued(t *testing.T) {
 		f.signal("d1", "", 0)
 		require.Equal(t, []string{"d1 interrupted 0"}, f.at(10*time.Second+time.Millisecond), "the neighbour goes out")
 		require.Empty(t, f.at(40*time.Second))
-		c, err := f.store.Count(ctx)
+		c, err := f.Store.Count(ctx)
 		require.NoError(t, err)
 		require.Zero(t, c.Parked, "two refusals")
 		f.at(70*time.Second + 2*time.Millisecond) // the third: parked (and d1's repeat 1)
 
-		c, err = f.store.Count(ctx)
+		c, err = f.Store.Count(ctx)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, c.Parked)
-		parked, err := f.store.ParkedClaims(ctx, 10)
+		parked, err := f.Store.ParkedClaims(ctx, 10)
 		require.NoError(t, err)
 		require.Len(t, parked, 1)
 		require.Equal(t, poison, parked[0].Device)
@@ -125,7 +125,7 @@ func TestRefusedEventParkedThenRequeued(t *testing.T) {
 		require.NotContains(t, f.at(10*time.Minute), poison+" interrupted 0", "parked: not tried again")
 
 		setMaxMessageBytes(t, f.kafka, 1<<20)
-		n, err := f.store.Requeue(ctx)
+		n, err := f.Store.Requeue(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		got := f.at(10*time.Minute + time.Millisecond)
@@ -172,12 +172,12 @@ func acknowledgedIncident(t *testing.T, f *fixture, dev string) *probeFailure {
 	t.Helper()
 	f.signal(dev, "", 0)
 	require.Equal(t, []string{dev + " interrupted 0"}, f.at(10*time.Second+time.Millisecond))
-	ok, err := f.store.SetAcked(context.Background(), dev)
+	ok, err := f.Store.SetAcked(context.Background(), dev)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Empty(t, f.at(70*time.Second+2*time.Millisecond), "acknowledged: no repeat")
 	hook := &probeFailure{}
-	f.rdb.AddHook(hook)
+	f.RDB.AddHook(hook)
 	return hook
 }
 
@@ -186,7 +186,7 @@ func acknowledgedIncident(t *testing.T, f *fixture, dev string) *probeFailure {
 func TestRecoveryProbeRoundTripFailsRecoveredStillComes(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		hook := acknowledgedIncident(t, f, "d1")
-		chain, err := ingest.NewChain(f.store, nil, ingest.ChainOptions{Now: f.clock.Now, Logger: zaptest.NewLogger(t)})
+		chain, err := ingest.NewChain(f.Store, nil, ingest.ChainOptions{Now: f.Clock.Now, Logger: zaptest.NewLogger(t)})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
@@ -194,7 +194,7 @@ func TestRecoveryProbeRoundTripFailsRecoveredStillComes(t *testing.T) {
 		go func() { defer wg.Done(); _ = chain.Run(ctx) }()
 		defer func() { cancel(); wg.Wait() }()
 
-		f.clock.Set(f.t0.Add(80 * time.Second))
+		f.Clock.Set(f.T0.Add(80 * time.Second))
 		hook.armed.Store(true)
 		acked := make(chan struct{})
 		// A typed signal: its write is a plain ZADD, its probe a second round trip (deadline.Store.Refresh).
@@ -218,20 +218,20 @@ func TestCrashBeforeRecoveryProbeRecoveredWithinSweep(t *testing.T) {
 		ctx := context.Background()
 		hook := acknowledgedIncident(t, f, "d1")
 		hook.armed.Store(true)
-		sig := []deadline.Signal{{Device: "d1", Type: "default", Seen: f.t0.Add(80 * time.Second)}}
-		require.Error(t, f.store.Refresh(ctx, sig), "the crash: the deadline is written, its probe is not")
-		require.NoError(t, f.store.Refresh(ctx, sig), "the redelivery")
+		sig := []deadline.Signal{{Device: "d1", Type: "default", Seen: f.T0.Add(80 * time.Second)}}
+		require.Error(t, f.Store.Refresh(ctx, sig), "the crash: the deadline is written, its probe is not")
+		require.NoError(t, f.Store.Refresh(ctx, sig), "the redelivery")
 		require.Empty(t, f.at(80*time.Second+time.Millisecond), "nothing due: the gap the sweep closes")
 
-		sweeper := deadline.NewSweeper(deadline.SweeperOptions{Store: f.store, Every: 20 * time.Millisecond,
-			Slots: func() []int { return testenv.AllSlots(f.store.Slots()) }})
+		sweeper := deadline.NewSweeper(deadline.SweeperOptions{Store: f.Store, Every: 20 * time.Millisecond,
+			Slots: func() []int { return testenv.AllSlots(f.Store.Slots()) }})
 		sctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = sweeper.Run(sctx) }()
 		defer func() { cancel(); wg.Wait() }()
 		require.Eventually(t, func() bool {
-			d, _, err := f.store.Device(ctx, "d1")
+			d, _, err := f.Store.Device(ctx, "d1")
 			return err == nil && !d.NextAct.IsZero()
 		}, 10*time.Second, 5*time.Millisecond, "the sweep makes the incident due")
 		require.Equal(t, []string{"d1 recovered 0"}, f.at(81*time.Second))

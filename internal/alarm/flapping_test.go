@@ -18,7 +18,7 @@ types:
   default: {timeout: 10s, repeat_every: 1m}
   flappy:  {timeout: 2s, repeat_every: 3s, flapping: {count: 3, window: 1m}}
 `))
-		require.NoError(t, f.store.Load(context.Background(), f.policies.Load().Names()...))
+		require.NoError(t, f.Store.Load(context.Background(), f.policies.Load().Names()...))
 		f.signal("d", "flappy", 0)
 		require.Equal(t, []string{"d interrupted 0"}, f.at(2*time.Second+5*time.Millisecond))
 		f.signal("d", "flappy", 3*time.Second)

@@ -14,22 +14,17 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// Metrics are the alarm loop's Prometheus series (docs/metrics.md).
+// Metrics are the alarm loop's Prometheus series (docs/metrics.md); the hold-back, the correlator and
+// retention register their own (internal/holdback, internal/correlate, internal/deadline).
 type Metrics struct {
 	Events          *prometheus.CounterVec // kind
 	Lateness        prometheus.Histogram   // interrupted: event time − deadline
 	ClaimsPending   prometheus.Gauge       // claims this replica holds, published but not yet acknowledged
 	DeadClaims      prometheus.Gauge       // parked claims over all slots
 	Devices         *prometheus.GaugeVec   // state (online, interrupted), type: in this replica's slots
-	HoldBack        prometheus.Gauge       // 1 while detection is held back
 	PublishFailures prometheus.Counter
 	// WatchdogPublished is when Kafka last acknowledged this replica's watchdog event (Unix seconds).
 	WatchdogPublished prometheus.Gauge
-	// Forgotten counts devices forgotten by retention.forget_after.
-	Forgotten prometheus.Counter
-	// OutagesOpen is set by the correlator; it stays 0 while correlation is off, so alerts and
-	// dashboards on it need no "absent" case.
-	OutagesOpen prometheus.Gauge
 }
 
 // NewMetrics creates the series and registers them with reg (nil = not registered, for tests).
@@ -47,24 +42,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "devices",
 			Help: "Monitored devices by state and type in the slots this replica owns (sum over replicas for the fleet), counted by a periodic scan."},
 			[]string{"state", "type"}),
-		HoldBack: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "hold_back",
-			Help: "1 while detection is held back because heartbeatd itself could not hear the fleet."}),
 		PublishFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "publish_failures_total",
 			Help: "Claims whose events could not be published (retried with backoff, parked after the limit)."}),
 		WatchdogPublished: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "watchdog_last_published_timestamp_seconds",
 			Help: "When Kafka last acknowledged this replica's watchdog event (Unix time); 0 before the first."}),
-		Forgotten: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "devices_forgotten_total",
-			Help: "Devices forgotten after retention.forget_after of silence, not being registered."}),
-		OutagesOpen: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "outages_open",
-			Help: "Correlated outages open now; 0 while correlation is off (docs/concepts.md)."}),
 	}
 	for _, k := range []event.Kind{event.Interrupted, event.Late, event.Alarm, event.Recovered, event.Exhausted, event.Watchdog,
 		event.Suppressed, event.Flapping, event.OutageStarted, event.OutageEnded} {
 		m.Events.WithLabelValues(string(k))
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Lateness, m.ClaimsPending, m.DeadClaims, m.Devices, m.HoldBack, m.PublishFailures,
-			m.WatchdogPublished, m.Forgotten, m.OutagesOpen)
+		reg.MustRegister(m.Events, m.Lateness, m.ClaimsPending, m.DeadClaims, m.Devices, m.PublishFailures, m.WatchdogPublished)
 	}
 	return m
 }

@@ -7,19 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heartbeatd/heartbeatd/internal/config"
-	"github.com/heartbeatd/heartbeatd/internal/correlate"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
-
-// withCorrelation gives f a handler correlating by type, min_devices 5 within 10s, and groupWait.
-func withCorrelation(t *testing.T, f *fixture, groupWait time.Duration) {
-	t.Helper()
-	corr := correlate.New(correlate.Options{Client: f.rdb, Store: f.store, Sink: f.sink, ReplicaID: "r1", Now: f.clock.Now,
-		Correlation: config.Correlation{By: []string{config.CorrelateByType}, MinDevices: 5, Window: 10 * time.Second,
-			GroupWait: groupWait}})
-	f.handler = NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Correlator: corr, Now: f.clock.Now})
-}
 
 // signalAll signals devices prefix0…prefix(n-1) of typ at d.
 func (f *fixture) signalAll(prefix string, n int, typ string, d time.Duration) {
@@ -44,7 +33,7 @@ func untagged(events []event.Event) int {
 // publishes outage_started before its members, and every member from then on carries the outage's id.
 func TestOutageThresholdJudgedInline(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
-		withCorrelation(t, f, 0)
+		withCorrelation(t, f, 0, nil)
 		f.signalAll("a", 4, "gateway", 0)
 		f.signalAll("b", 3, "gateway", time.Second)
 		f.signalAll("c", 2, "gateway", 2*time.Second)
@@ -72,13 +61,13 @@ func TestOutageThresholdJudgedInline(t *testing.T) {
 // wait is over. The wait is kept in Redis: a fresh handler (another replica) carries it on.
 func TestGroupWaitHoldsUntilTheOutageForms(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
-		withCorrelation(t, f, 3*time.Second)
+		withCorrelation(t, f, 3*time.Second, nil)
 		f.signalAll("a", 4, "gateway", 0)
 		f.signalAll("b", 1, "gateway", time.Second)
 		f.signal("lone", "sensor", -14*time.Second) // timeout 20s: deadline t0+6s, alone in its group
 
 		require.Empty(t, f.step(5*time.Second+5*time.Millisecond), "4 gateways wait for their group")
-		withCorrelation(t, f, 3*time.Second) // another replica's handler from here on
+		withCorrelation(t, f, 3*time.Second, nil) // another replica's handler from here on
 		formed := f.step(6*time.Second + 5*time.Millisecond)
 		require.Len(t, formed, 2, "outage_started and the member that made it; the lone sensor waits")
 		require.Equal(t, event.OutageStarted, formed[0].Kind)
@@ -91,7 +80,7 @@ func TestGroupWaitHoldsUntilTheOutageForms(t *testing.T) {
 		lone := f.step(9*time.Second + 10*time.Millisecond)
 		require.Len(t, lone, 1)
 		require.Equal(t, []any{"lone", event.Interrupted, ""}, []any{lone[0].DeviceID, lone[0].Kind, lone[0].OutageID})
-		require.Equal(t, f.t0.Add(6*time.Second).UnixMilli(), lone[0].Deadline.UnixMilli())
+		require.Equal(t, f.T0.Add(6*time.Second).UnixMilli(), lone[0].Deadline.UnixMilli())
 		require.Equal(t, 3*time.Second, lone[0].At.Sub(lone[0].Deadline).Truncate(time.Second), "at most group_wait late")
 	})
 }

@@ -27,15 +27,15 @@ types:
 func parentsFixture(t *testing.T, f *fixture) {
 	t.Helper()
 	f.policies.Store(parsePolicies(t, parentsYAML))
-	require.NoError(t, f.store.Load(context.Background(), f.policies.Load().Names()...))
-	f.handler = NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, Silences: f.silences,
-		ParentWait: 5 * time.Second, Now: f.clock.Now})
+	require.NoError(t, f.Store.Load(context.Background(), f.policies.Load().Names()...))
+	f.handler = NewHandler(HandlerOptions{Store: f.Store, Sink: f.sink, Policies: f.policies.Load, Silences: f.silences,
+		ParentWait: 5 * time.Second, Now: f.Clock.Now})
 }
 
 func (f *fixture) signalChild(device, typ, parent string, at time.Duration) {
 	f.t.Helper()
-	require.NoError(f.t, f.store.Refresh(context.Background(),
-		[]deadline.Signal{{Device: device, Type: typ, Parent: parent, Seen: f.t0.Add(at)}}))
+	require.NoError(f.t, f.Store.Refresh(context.Background(),
+		[]deadline.Signal{{Device: device, Type: typ, Parent: parent, Seen: f.T0.Add(at)}}))
 }
 
 // TestChildrenOfADownParentAreSuppressed: leaves that expire before their hub wait for its verdict, get
@@ -54,7 +54,7 @@ func TestChildrenOfADownParentAreSuppressed(t *testing.T) {
 		require.Equal(t, []string{"c1 suppressed 0", "c2 suppressed 0", "c3 suppressed 0", "hub interrupted 0"},
 			f.at(10*time.Second+5*time.Millisecond), "the hub's verdict settles its waiting children in the same step")
 		require.Empty(t, f.at(10*time.Second+6*time.Millisecond))
-		d, _, err := f.store.Device(context.Background(), "c1")
+		d, _, err := f.Store.Device(context.Background(), "c1")
 		require.NoError(t, err)
 		require.Equal(t, deadline.HoldParent, d.Incident.Hold)
 
@@ -93,9 +93,9 @@ func TestChildWaitsNoLongerThanParentWait(t *testing.T) {
 		require.Empty(t, f.at(3*time.Second+5*time.Millisecond))
 		// Claim only the leaf's slot from now on: the hub's deadline passes unclaimed.
 		leafOnly := func(d time.Duration) []string {
-			f.clock.Set(f.t0.Add(d))
-			res, err := f.store.Claim(context.Background(), []int{deadline.Slot("c1", f.store.Slots())},
-				deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
+			f.Clock.Set(f.T0.Add(d))
+			res, err := f.Store.Claim(context.Background(), []int{deadline.Slot("c1", f.Store.Slots())},
+				deadline.ClaimOptions{Now: f.Clock.Now(), Lease: 30 * time.Second, Batch: 256})
 			require.NoError(t, err)
 			var out []string
 			for _, c := range res.Claims {
@@ -129,13 +129,13 @@ func (f *fixture) leavesWaiting(leaves ...string) {
 func TestSuppressionsCommittedByTheirParentsWakeSurviveACrash(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.leavesWaiting("c1", "c2")
-		crashing := NewHandler(HandlerOptions{Store: f.store, Sink: f.sink, Policies: f.policies.Load, ParentWait: 5 * time.Second,
-			Now: f.clock.Now})
+		crashing := NewHandler(HandlerOptions{Store: f.Store, Sink: f.sink, Policies: f.policies.Load, ParentWait: 5 * time.Second,
+			Now: f.Clock.Now})
 		batches := 0
 		crashing.beforeAck = func() bool { batches++; return batches == 1 } // dies before releasing the leaves
 		require.ElementsMatch(t, []string{"hub interrupted 0", "c1 suppressed 0", "c2 suppressed 0"},
 			f.stepWith(crashing, 10*time.Second+5*time.Millisecond), "the hub's verdict and its leaves' in one step")
-		d, _, err := f.store.Device(context.Background(), "c1")
+		d, _, err := f.Store.Device(context.Background(), "c1")
 		require.NoError(t, err)
 		require.Equal(t, deadline.HoldParent, d.Incident.Hold, "the wake stored the suppression")
 
@@ -170,7 +170,7 @@ func TestChildSignallingBeforeItsParentsVerdictIsNotSuppressed(t *testing.T) {
 		f.signalChild("c1", "leaf", "hub", 10*time.Second)
 		require.ElementsMatch(t, []string{"hub interrupted 0", "c2 suppressed 0"}, f.at(10*time.Second+5*time.Millisecond))
 		require.Empty(t, f.at(10*time.Second+6*time.Millisecond), "c1's recovery publishes nothing")
-		d, _, err := f.store.Device(context.Background(), "c1")
+		d, _, err := f.Store.Device(context.Background(), "c1")
 		require.NoError(t, err)
 		require.Nil(t, d.Incident, "c1 is online again")
 	})
@@ -239,7 +239,7 @@ func TestChildMovedToAnotherParentIsNotSuppressedUnderItsFormer(t *testing.T) {
 
 		require.Equal(t, []string{"c2 suppressed 0", "hubA interrupted 0"}, f.at(10*time.Second+5*time.Millisecond),
 			"hubA's verdict suppresses only the child it still has")
-		d, _, err := f.store.Device(context.Background(), "c1")
+		d, _, err := f.Store.Device(context.Background(), "c1")
 		require.NoError(t, err)
 		require.Equal(t, "hubB", d.Parent)
 		require.Equal(t, deadline.HoldNone, d.Incident.Hold, "c1 still waits for hubB")

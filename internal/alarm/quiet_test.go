@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/matcher"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -31,17 +32,17 @@ types:
 func TestQuietDeadlineIsMovedToTheEndPlusTimeout(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.policies.Store(parsePolicies(t, quietYAML))
-		require.NoError(t, f.store.Load(context.Background(), f.policies.Load().Names()...))
+		require.NoError(t, f.Store.Load(context.Background(), f.policies.Load().Names()...))
 		f.signal("sleeps", "", 95*time.Second) // deadline t0+105s, inside the break
 		f.signal("wakes", "", 95*time.Second)
 		f.signal("watched", "plain", 95*time.Second) // the same deadline, a type without intervals
 		require.Equal(t, []string{"watched interrupted 0"}, f.at(106*time.Second), "quiet deadlines start no incident")
 
-		dev, _, err := f.store.Device(context.Background(), "sleeps")
+		dev, _, err := f.Store.Device(context.Background(), "sleeps")
 		require.NoError(t, err)
 		require.NotNil(t, dev.Incident)
 		require.Equal(t, deadline.HoldQuiet, dev.Incident.Hold)
-		require.Equal(t, f.t0.Add(1610*time.Second), dev.NextAct, "looked at again at the end (t0+1600s) + timeout")
+		require.Equal(t, f.T0.Add(1610*time.Second), dev.NextAct, "looked at again at the end (t0+1600s) + timeout")
 
 		f.signal("wakes", "", 1602*time.Second) // back two seconds after the interval
 		require.Empty(t, f.at(1609*time.Second))
@@ -57,8 +58,8 @@ func TestQuietDeadlineIsMovedToTheEndPlusTimeout(t *testing.T) {
 			}
 		}
 		require.Equal(t, event.Interrupted, interrupted.Kind)
-		require.Equal(t, f.t0.Add(95*time.Second).UTC(), interrupted.LastSeen, "last_seen stays the real last signal")
-		require.Equal(t, f.t0.Add(1610*time.Second).UTC(), interrupted.Deadline, "deadline is the moved one")
+		require.Equal(t, f.T0.Add(95*time.Second).UTC(), interrupted.LastSeen, "last_seen stays the real last signal")
+		require.Equal(t, f.T0.Add(1610*time.Second).UTC(), interrupted.Deadline, "deadline is the moved one")
 		require.Equal(t, (1610-95)*int64(time.Second/time.Millisecond), interrupted.SilentForMs)
 	})
 }
@@ -68,7 +69,7 @@ func TestQuietDeadlineIsMovedToTheEndPlusTimeout(t *testing.T) {
 func TestRepeatsPauseInsideQuietAndResumeOnSchedule(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.policies.Store(parsePolicies(t, quietYAML))
-		require.NoError(t, f.store.Load(context.Background(), f.policies.Load().Names()...))
+		require.NoError(t, f.Store.Load(context.Background(), f.policies.Load().Names()...))
 		f.signal("open", "", 0)
 		f.signal("back", "", 0)
 		require.Equal(t, []string{"back interrupted 0", "open interrupted 0"}, f.at(10*time.Second))
@@ -90,7 +91,7 @@ func TestRepeatsPauseInsideQuietAndResumeOnSchedule(t *testing.T) {
 func TestActiveIntervalsWatchOnlyInside(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.policies.Store(parsePolicies(t, quietYAML))
-		require.NoError(t, f.store.Load(context.Background(), f.policies.Load().Names()...))
+		require.NoError(t, f.Store.Load(context.Background(), f.policies.Load().Names()...))
 		f.signal("early", "shop", 0)             // deadline 09:33:30, inside opening
 		f.signal("late", "shop", 45*time.Second) // deadline 09:34:15, after it
 		require.Equal(t, []string{"early interrupted 0"}, f.at(time.Minute))
@@ -110,10 +111,10 @@ func TestLabelMatcherSilenceDefersOnlyTheSelected(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		sil := f.withActs()
-		_, err := f.store.Register(ctx, []string{"ber-1", "muc-1"}, []deadline.Registration{
+		_, err := f.Store.Register(ctx, []string{"ber-1", "muc-1"}, []deadline.Registration{
 			{Labels: map[string]string{"site": "berlin"}}, {Labels: map[string]string{"site": "munich"}}}, []string{"", ""})
 		require.NoError(t, err)
-		_, err = sil.Create(ctx, silence.Silence{Ends: f.t0.Add(time.Hour), Matchers: []silence.Matcher{{Label: "site", Op: "=~", Value: "ber.*"}}})
+		_, err = sil.Create(ctx, silence.Silence{Ends: f.T0.Add(time.Hour), Matchers: []matcher.Matcher{{Label: "site", Op: "=~", Value: "ber.*"}}})
 		require.NoError(t, err)
 		f.sink.Take() // silenced
 		f.signal("ber-1", "", 0)

@@ -20,7 +20,7 @@ type incidentLog struct {
 }
 
 func newIncidentLog(f *fixture) *incidentLog {
-	return &incidentLog{t0: f.t0, checker: invariant.New(invariant.Options{})}
+	return &incidentLog{t0: f.T0, checker: invariant.New(invariant.Options{})}
 }
 
 func (l *incidentLog) take(events []event.Event) {
@@ -52,13 +52,13 @@ func TestReplacedIncidentRecoveredSurvivesPublishFailures(t *testing.T) {
 		log.step(f, 5*time.Second+time.Millisecond)
 		require.Equal(t, []string{"interrupted 5s"}, log.kinds)
 
-		f.sink.down.Store(true)
+		f.sink.SetDown(true)
 		f.signal("d1", "", 6*time.Second) // its recovered cannot be published …
 		log.step(f, 6*time.Second+time.Millisecond)
 		log.step(f, 11*time.Second+time.Millisecond) // … and it is silent again past its timeout
 		require.Len(t, log.kinds, 1, "Kafka is down")
 
-		f.sink.down.Store(false)
+		f.sink.SetDown(false)
 		for at := 12 * time.Second; len(log.kinds) < 3 && at <= 12*time.Second+2*PublishBackoffMax; at += time.Second {
 			log.step(f, at)
 		}
@@ -95,7 +95,7 @@ func TestCommittedClaimHandedOutAgainReportsRecovery(t *testing.T) {
 		c := claims[0]
 		require.NotEmpty(t, c.Record, "committed")
 		// Its interrupted reached Kafka; then the replica died, its record never released.
-		log.take([]event.Event{event.New(event.Interrupted, "d1", "gateway", c.State.DeadlineTime(), f.t0, f.clock.Now(), 0)})
+		log.take([]event.Event{event.New(event.Interrupted, "d1", "gateway", c.State.DeadlineTime(), f.T0, f.Clock.Now(), 0)})
 		f.signal("d1", "", 6*time.Second) // back, and signalling since
 		f.signal("d1", "", 35*time.Second)
 

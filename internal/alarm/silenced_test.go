@@ -18,7 +18,7 @@ import (
 func (f *fixture) withActs() *silence.Silences {
 	f.t.Helper()
 	acts := NewActs(ActsOptions{Sink: f.sink, Logger: zaptest.NewLogger(f.t)})
-	f.silences = silence.New(f.rdb, silence.Options{Store: f.store, Events: acts, Now: f.clock.Now, Logger: zaptest.NewLogger(f.t)})
+	f.silences = silence.New(f.RDB, silence.Options{Store: f.Store, Events: acts, Now: f.Clock.Now, Logger: zaptest.NewLogger(f.t)})
 	f.handler = f.newHandler()
 	return f.silences
 }
@@ -31,12 +31,12 @@ func TestEndingASilenceEarlyRearmsWhatItDeferred(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		sil := f.withActs()
-		ends := f.t0.Add(time.Hour)
+		ends := f.T0.Add(time.Hour)
 		gateways, err := sil.Create(ctx, silence.Silence{DeviceType: "gateway", Ends: ends})
 		require.NoError(t, err)
 		_, err = sil.Create(ctx, silence.Silence{DeviceID: "d1", Ends: ends}) // the same end, another type
 		require.NoError(t, err)
-		d2, err := sil.Create(ctx, silence.Silence{DeviceID: "d2", Ends: f.t0.Add(2 * time.Hour)})
+		d2, err := sil.Create(ctx, silence.Silence{DeviceID: "d2", Ends: f.T0.Add(2 * time.Hour)})
 		require.NoError(t, err)
 		var want []string
 		for i := range 10 {
@@ -49,7 +49,7 @@ func TestEndingASilenceEarlyRearmsWhatItDeferred(t *testing.T) {
 		f.sink.Take() // the silenced events
 		require.Empty(t, f.at(11*time.Second), "every device is silenced")
 
-		f.clock.Set(f.t0.Add(20 * time.Second))
+		f.Clock.Set(f.T0.Add(20 * time.Second))
 		ok, err := sil.End(ctx, gateways.ID, event.Act{By: "alice"})
 		require.NoError(t, err)
 		require.True(t, ok)

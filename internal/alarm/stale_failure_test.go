@@ -14,7 +14,7 @@ import (
 // fail records a failure device reports at the given offset from t0, as the ingest chain writes it.
 func (f *fixture) fail(device string, at time.Duration, reason string) {
 	f.t.Helper()
-	res, err := f.store.MarkEarlier(context.Background(), []deadline.Mark{{Device: device, At: f.t0.Add(at), Deadline: f.t0.Add(at),
+	res, err := f.Store.MarkEarlier(context.Background(), []deadline.Mark{{Device: device, At: f.T0.Add(at), Deadline: f.T0.Add(at),
 		Cause: deadline.CauseReported, Reason: reason, Own: true}})
 	require.NoError(f.t, err)
 	require.Equal(f.t, []deadline.MarkResult{deadline.MarkMoved}, res)
@@ -36,7 +36,7 @@ func TestSignalOlderThanAFailureIsNoRecovery(t *testing.T) {
 
 		// Before its claim: valve's failure is overtaken by a heartbeat sent before it (1s), gate's by one
 		// sent after it (3s), the recovery.
-		f.clock.Set(f.t0.Add(1500 * time.Millisecond))
+		f.Clock.Set(f.T0.Add(1500 * time.Millisecond))
 		f.signal("valve", "", time.Second)
 		f.signal("gate", "", 3*time.Second)
 		require.Equal(t, []string{"pump interrupted 0", "valve interrupted 0"}, f.at(3*time.Second),
@@ -45,15 +45,15 @@ func TestSignalOlderThanAFailureIsNoRecovery(t *testing.T) {
 		require.Len(t, evs, 1)
 		require.Equal(t, event.CauseReported, evs[0].Cause)
 		require.Equal(t, "stuck", evs[0].Reason)
-		require.Equal(t, f.t0.Add(2*time.Second).UTC(), evs[0].Deadline)
+		require.Equal(t, f.T0.Add(2*time.Second).UTC(), evs[0].Deadline)
 
 		// After its claim, and a claim since (which finds the failure claimed and is done with it):
 		// pump's incident is open; a heartbeat from before the failure comes.
 		require.Empty(t, f.at(3500*time.Millisecond))
-		f.clock.Set(f.t0.Add(4 * time.Second))
+		f.Clock.Set(f.T0.Add(4 * time.Second))
 		f.signal("pump", "", time.Second)
 		require.Empty(t, f.at(4*time.Second), "a signal older than the failure reports no recovery")
-		dev, _, err := f.store.Device(ctx, "pump")
+		dev, _, err := f.Store.Device(ctx, "pump")
 		require.NoError(t, err)
 		require.NotNil(t, dev.Incident, "pump's incident is still open")
 		require.True(t, dev.Deadline.IsZero(), "the stale signal's deadline is gone: %v", dev.Deadline)

@@ -20,6 +20,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/correlate"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
+	"github.com/heartbeatd/heartbeatd/internal/history"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
@@ -89,6 +90,15 @@ func build(rdb redis.UniversalClient, expected int, policy string) (*Rig, error)
 	}
 	r.Events = newRecorder(r.pub, expected)
 	return r, nil
+}
+
+// RecordHistory makes the rig's events pass the incident history (internal/history) after Kafka, as
+// the daemon's do, when h is not nil; nil publishes straight to Kafka again. Between runs only.
+func (r *Rig) RecordHistory(h *history.Store) {
+	r.Events.next = r.pub
+	if h != nil {
+		r.Events.next = history.Recording(r.pub, h)
+	}
 }
 
 // Close stops the publisher and the broker.

@@ -49,8 +49,14 @@ type Config struct {
 	Outputs Outputs `yaml:"outputs"`
 	// Correlation groups interruptions into outages (correlation.go).
 	Correlation Correlation `yaml:"correlation"`
+	// Notify pages people from the events topic (notify.go, docs/notifications.md).
+	Notify Notify `yaml:"notify"`
 	// Retention forgets long-silent devices nobody registered.
 	Retention Retention `yaml:"retention"`
+	// History keeps past incidents for the incident list and availability (history.go).
+	History History `yaml:"history"`
+	// Metrics shapes optional metrics (groupmetrics.go).
+	Metrics Metrics `yaml:"metrics"`
 	// TimeIntervals are named time intervals in Alertmanager's syntax, for the types' quiet and active
 	// hours and for recurring silences (schedules.go, docs/schedules.md). A reload applies them like types.
 	TimeIntervals []TimeInterval `yaml:"time_intervals"`
@@ -427,6 +433,9 @@ func Default() *Config {
 		Log:             Log{Level: "info", Format: "json"},
 		Correlation:     Correlation{By: []string{}, MinDevices: DefaultCorrelationMinDevices, Window: DefaultCorrelationWindow},
 		Retention:       Retention{ForgetAfter: DefaultForgetAfter},
+		Notify:          Notify{GroupID: DefaultNotifyGroupID},
+		History:         History{MaxIncidents: DefaultHistoryMaxIncidents, Retention: DefaultHistoryRetention, GroupLabels: []string{}},
+		Metrics:         Metrics{MaxGroups: DefaultMetricsMaxGroups},
 		ShutdownTimeout: DefaultShutdownTimeout,
 	}
 }

@@ -42,6 +42,9 @@ func Parse(data []byte, env func(string) (string, bool)) (*Config, error) {
 		errs = append(errs, applyEnv(cfg, env))
 	}
 	applyDeprecated(cfg)
+	if err := resolveNotifySecrets(cfg, env); err != nil {
+		return nil, err // a secret written inline must not reach the messages below
+	}
 	errs = append(errs, readSecretFiles(cfg), readTokenFiles(cfg), cfg.Validate())
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -73,8 +73,8 @@ func (tp TypePolicy) expected() (*schedule.Expected, error) {
 	loc := time.UTC
 	if tp.ScheduleTZ != nil {
 		var err error
-		if loc, err = time.LoadLocation(*tp.ScheduleTZ); err != nil || *tp.ScheduleTZ == "" || *tp.ScheduleTZ == "Local" {
-			return nil, fmt.Errorf("schedule_tz: %q is not an IANA time zone name (like Europe/Berlin)", *tp.ScheduleTZ)
+		if loc, err = schedule.LoadLocation(*tp.ScheduleTZ); err != nil {
+			return nil, err
 		}
 	}
 	var grace time.Duration
@@ -135,12 +135,14 @@ func (c *Config) validateSchedule(v *validator, key string, tp TypePolicy) {
 	if tp.Grace != nil && *tp.Grace < 0 {
 		v.add(key+".grace", "%s must not be negative", FormatDuration(*tp.Grace))
 	}
-	if _, err := tp.expected(); err != nil {
-		k := key + ".schedule"
-		if strings.HasPrefix(err.Error(), "schedule_tz") {
-			k, err = key+".schedule_tz", fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "schedule_tz: "))
+	if tp.ScheduleTZ != nil {
+		if _, err := schedule.LoadLocation(*tp.ScheduleTZ); err != nil {
+			v.add(key+".schedule_tz", "%v", err)
+			return
 		}
-		v.add(k, "%v", err)
+	}
+	if _, err := tp.expected(); err != nil {
+		v.add(key+".schedule", "%v", err)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 const Redaction = "<redacted>"
 
 // secretKeys are the keys holding a secret; each may instead be read from <key>_file.
-var secretKeys = map[string]bool{"password": true, "token": true}
+var secretKeys = map[string]bool{"password": true, "token": true, "routing_key": true, "webhook_url": true}
 
 // readSecretFiles fills every password/token from its *_file sibling. It walks the struct, so a new
 // block with a password gets its password_file for free.
@@ -31,20 +31,28 @@ func readSecretFiles(cfg *Config) error {
 			errs = append(errs, fmt.Errorf("config: %s and %s_file: set only one", path, path))
 			return
 		}
-		b, err := os.ReadFile(file)
+		s, err := readSecret(file)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("config: %s_file: %w", path, err))
-			return
-		}
-		// Editors and `echo` end files with a newline that is never part of the secret.
-		s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-		if s == "" {
-			errs = append(errs, fmt.Errorf("config: %s_file: %s is empty", path, file))
 			return
 		}
 		v.SetString(s)
 	})
 	return errors.Join(errs...)
+}
+
+// readSecret is a secret file's content. Editors and `echo` end files with a newline that is never part
+// of the secret.
+func readSecret(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", file)
+	}
+	return s, nil
 }
 
 // secretWalk calls fn for every secret string field under v, with its dotted path and its *_file
@@ -75,6 +83,10 @@ func secretWalk(v reflect.Value, path string, fn func(secret reflect.Value, path
 		for i := range v.Len() {
 			secretWalk(v.Index(i), fmt.Sprintf("%s[%d]", path, i), fn)
 		}
+	case reflect.Pointer: // a receiver's kind (notify.receivers[].email)
+		if !v.IsNil() {
+			secretWalk(v.Elem(), path, fn)
+		}
 	}
 }
 
@@ -93,6 +105,7 @@ func (c *Config) Redacted() *Config {
 	for i, u := range r.Outputs.Alertmanager.URLs {
 		r.Outputs.Alertmanager.URLs[i] = RedactURL(u)
 	}
+	redactNotify(&r.Notify)
 	return r
 }
 

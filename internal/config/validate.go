@@ -62,7 +62,10 @@ func (c *Config) Validate() error {
 	c.validateHTTP(v)
 	c.validateOutputs(v)
 	c.validateCorrelation(v)
+	c.validateNotify(v)
 	v.nonNegative("retention.forget_after", c.Retention.ForgetAfter)
+	c.validateHistory(v)
+	c.validateMetrics(v)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -172,8 +175,8 @@ func (c *Config) validateTypes(v *validator) {
 	policies := c.Policies()
 	for _, name := range names {
 		key := "types." + name
-		if msg := checkName(name); msg != "" {
-			v.add(fmt.Sprintf("types[%q]", name), "%s", msg)
+		if p := ident.TypeProblem(name); p != "" {
+			v.add(fmt.Sprintf("types[%q]", name), "a type name %s", p)
 			continue
 		}
 		tp := c.Types[name]
@@ -218,18 +221,6 @@ func (v *validator) warnAfter(key string, tp TypePolicy, pol Policy) {
 		}
 		v.add(key+".warn_after", "%s%s must be shorter than the type's timeout (%s)", FormatDuration(w), from, FormatDuration(pol.Timeout))
 	}
-}
-
-// checkName applies the device-id rule (internal/ident, docs/signals.md) to a type name, which arrives the
-// same way (payload or topic level) and is stored beside it.
-func checkName(name string) string {
-	if p := ident.Problem(name); p != "" {
-		return "a type name " + p
-	}
-	if strings.Contains(name, "@") {
-		return `a type name must not contain "@" (it marks a device's own timeout)`
-	}
-	return ""
 }
 
 func (c *Config) validateIngest(v *validator) {

@@ -45,10 +45,29 @@ type Options struct {
 	Logger *zap.Logger
 	// KeyPrefix is redis.key_prefix ("" = its default); the correlator's keys are its own (keys.go).
 	KeyPrefix string
-	// Events counts the outage events by kind (heartbeatd_events_total, shared with the alarm loop's
-	// events) and OutagesOpen shows the open outages; nil: series of their own, not registered.
-	Events      *prometheus.CounterVec
+	// Events counts the outage events by kind (heartbeatd_events_total, the alarm loop's series, which
+	// counts every event); nil: a series of its own, not registered.
+	Events *prometheus.CounterVec
+	// Metrics are the correlator's series (NewMetrics); nil: series of its own, not registered.
+	Metrics *Metrics
+}
+
+// Metrics are the correlator's Prometheus series (docs/metrics.md).
+type Metrics struct {
+	// OutagesOpen shows the open outages.
 	OutagesOpen prometheus.Gauge
+}
+
+// NewMetrics creates the correlator's series and registers them with reg (nil = not registered). The
+// daemon registers them while correlation is off too, at 0, so alerts and dashboards on them need no
+// "absent" case.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{OutagesOpen: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "outages_open",
+		Help: "Correlated outages open now; 0 while correlation is off (docs/concepts.md)."})}
+	if reg != nil {
+		reg.MustRegister(m.OutagesOpen)
+	}
+	return m
 }
 
 // Correlator groups interruptions into outages; nil-safe: a nil *Correlator correlates nothing.
@@ -92,8 +111,8 @@ func New(opts Options) *Correlator {
 	if opts.Events == nil {
 		opts.Events = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_total"}, []string{"kind"})
 	}
-	if opts.OutagesOpen == nil {
-		opts.OutagesOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "outages_open"})
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
 	}
 	return &Correlator{opts: opts, keys: newKeyspace(opts.KeyPrefix), log: opts.Logger.With(zap.String("component", "correlator")),
 		lastCheck: map[string]time.Time{}}
@@ -286,7 +305,7 @@ func (c *Correlator) tick(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("correlate: outages open: %w", err)
 	}
-	c.opts.OutagesOpen.Set(float64(n))
+	c.opts.Metrics.OutagesOpen.Set(float64(n))
 	return nil
 }
 

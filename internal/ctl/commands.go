@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/heartbeatd/heartbeatd/internal/silence"
+	"github.com/heartbeatd/heartbeatd/internal/matcher"
 	"github.com/heartbeatd/heartbeatd/pkg/client"
 )
 
@@ -133,7 +133,7 @@ func silenceAdd(inv *invocation, args []string) error {
 		return fmt.Errorf("%w: silence add: give --device, --type or --matcher (not both --device and --type), and --for, --until or --interval", errUsage)
 	}
 	for _, text := range matchers {
-		m, err := silence.ParseMatcher(text)
+		m, err := matcher.Parse(text)
 		if err != nil {
 			return fmt.Errorf("%w: silence add: --matcher: %v", errUsage, err)
 		}
@@ -162,8 +162,8 @@ func silenceWhat(s client.Silence) string {
 	case s.DeviceType != "":
 		parts = append(parts, "type "+s.DeviceType)
 	}
-	for _, m := range s.Matchers {
-		parts = append(parts, fmt.Sprintf("%s%s%q", m.Label, m.Op, m.Value))
+	if len(s.Matchers) > 0 {
+		parts = append(parts, matcher.Describe(s.Matchers))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -174,7 +174,7 @@ func silenceWhen(s client.Silence) string {
 	if len(s.TimeIntervals) == 0 {
 		return until
 	}
-	if s.Ends.Equal(silence.RecurringEnds) { // no end was given
+	if s.Ends.Equal(client.RecurringEnds) { // no end was given
 		until = "until deleted"
 	}
 	return "during " + strings.Join(s.TimeIntervals, ", ") + ", " + until

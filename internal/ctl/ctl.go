@@ -40,6 +40,8 @@ Usage:
   heartbeatd ctl [flags] import FILE          (.csv as CSV, anything else as NDJSON; - reads stdin)
   heartbeatd ctl [flags] advice
   heartbeatd ctl [flags] stats
+  heartbeatd ctl [flags] incidents ID [--limit N] [--cursor C]   (its incidents, newest first)
+  heartbeatd ctl [flags] availability [--window 7d] [--group-by device_type|label.NAME]
 
 Flags (before or after the command):
   --server URL       the API (default $HEARTBEATD_URL, else http://127.0.0.1:8080)
@@ -119,15 +121,17 @@ var commands map[string]command
 
 func init() { // a table, so the usage and the dispatch name the same commands
 	commands = map[string]command{
-		"devices": subcommands(map[string]command{"ls": devicesLs, "get": devicesGet}),
-		"silence": subcommands(map[string]command{"add": silenceAdd, "ls": silenceLs, "end": silenceEnd}),
-		"outages": subcommands(map[string]command{"ls": outagesLs}),
-		"ack":     ack,
-		"signal":  signalDevice,
-		"import":  importFile,
-		"advice":  advice,
-		"stats":   stats,
-		"help":    func(*invocation, []string) error { return flag.ErrHelp },
+		"devices":      subcommands(map[string]command{"ls": devicesLs, "get": devicesGet}),
+		"silence":      subcommands(map[string]command{"add": silenceAdd, "ls": silenceLs, "end": silenceEnd}),
+		"outages":      subcommands(map[string]command{"ls": outagesLs}),
+		"ack":          ack,
+		"signal":       signalDevice,
+		"import":       importFile,
+		"advice":       advice,
+		"stats":        stats,
+		"incidents":    incidents,
+		"availability": availability,
+		"help":         func(*invocation, []string) error { return flag.ErrHelp },
 	}
 }
 

@@ -37,6 +37,12 @@ func startActsDaemon(t *testing.T) *actsDaemon {
 // the token its calls present.
 func startActsDaemonWith(t *testing.T, httpKeys, token string) *actsDaemon {
 	t.Helper()
+	return startActsDaemonSections(t, httpKeys, token, "")
+}
+
+// startActsDaemonSections is startActsDaemonWith with more top-level sections of the config (YAML).
+func startActsDaemonSections(t *testing.T, httpKeys, token, sections string) *actsDaemon {
+	t.Helper()
 	rdb := testenv.StartRedis(t)
 	broker := testenv.StartMosquitto(t)
 	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{testenv.EventsTopic, testenv.DeadLetterTopic}})
@@ -50,7 +56,8 @@ types:
 detection: {grace_after_outage: 100ms}
 http: {listen: %q%s}
 shutdown_timeout: %s
-`, httpAddr, httpKeys, shutdownTimeout))), 0o600))
+%s
+`, httpAddr, httpKeys, shutdownTimeout, sections))), 0o600))
 
 	startDaemon(t, path)
 	d := &actsDaemon{t: t, base: "http://" + httpAddr, kafka: kafka, token: token,

@@ -20,6 +20,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/correlate"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/history"
 	"github.com/heartbeatd/heartbeatd/internal/holdback"
 	"github.com/heartbeatd/heartbeatd/internal/ident"
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
@@ -84,6 +85,8 @@ type APIOptions struct {
 	Stream *EventStream
 	// Advice is this replica's timeout advice (/v1/stats?advice=true); nil = none is offered.
 	Advice func() ingest.TimeoutAdvice
+	// History answers the incident list and availability (history_api.go); nil: none is kept.
+	History *history.Store
 	// Signals takes the signals posted over HTTP (signals.go); nil: the signal routes answer 503.
 	Signals *ingest.Chain
 	// SignalWait bounds a signal request's wait for Redis; default defaultSignalWait.
@@ -196,6 +199,8 @@ func (a *api) routes() []route {
 		{"DELETE /v1/silences/{id}", operate, filtered, a.deleteSilence},
 		{"GET /v1/events/stream", read, filtered, a.eventStream},
 		{"GET /v1/devices/{id}/events", read, pathDevice, a.deviceEvents},
+		{"GET /v1/devices/{id}/incidents", read, pathDevice, a.incidents},
+		{"GET /v1/availability", read, filtered, a.availability},
 		{"POST /v1/signals", signal, filtered, a.postSignals}, // signalsPath
 		{"POST /v1/devices/{id}/signal", signal, pathDevice, a.postDeviceSignal},
 	}
@@ -359,6 +364,10 @@ func (a *api) device(w http.ResponseWriter, r *http.Request) {
 	}
 	views := []DeviceView{a.view(d)}
 	if err := a.silencedByFacts(r.Context(), views, []deadline.Device{d}); err != nil {
+		a.internal(w, err)
+		return
+	}
+	if err := a.withAvailability(r, &views[0]); err != nil {
 		a.internal(w, err)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/matcher"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -41,7 +42,7 @@ func (a *api) createSilence(w http.ResponseWriter, r *http.Request) {
 	}
 	s.By, s.Token = act.By, act.Token
 	created, err := a.Silences.Create(r.Context(), s)
-	if errors.Is(err, silence.ErrCostly) {
+	if errors.Is(err, matcher.ErrCostly) {
 		a.refuse(w, badMatcher, err.Error())
 		return
 	}

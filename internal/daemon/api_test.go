@@ -20,6 +20,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/alarm"
 	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/history"
 	"github.com/heartbeatd/heartbeatd/internal/holdback"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
@@ -65,7 +66,8 @@ func newAPIFixtureWith(t testing.TB, edit func(*APIOptions), token string, token
 	require.NoError(t, err)
 	require.NoError(t, store.Load(context.Background(), "default", "gateway"))
 	f.store = store
-	acts := alarm.NewActs(alarm.ActsOptions{Sink: f.events})
+	hist := history.New(history.Options{Client: rdb, Now: func() time.Time { return f.now }})
+	acts := alarm.NewActs(alarm.ActsOptions{Sink: history.Recording(f.events, hist)})
 	f.silences = silence.New(rdb, silence.Options{Now: func() time.Time { return f.now }, Events: acts})
 	reg := prometheus.NewRegistry()
 	f.reg = reg
@@ -90,7 +92,7 @@ func newAPIFixtureWith(t testing.TB, edit func(*APIOptions), token string, token
 		},
 		OwnedSlots: func() []int { return []int{0, 1, 2, 3} },
 		Timeout:    timeout, Token: token, Tokens: tokens, Gatherer: reg, Registerer: reg, MaxBodySize: 1024,
-		Now: func() time.Time { return f.now }, Signals: runChain(t, store, nil), Events: acts,
+		Now: func() time.Time { return f.now }, Signals: runChain(t, store, nil), Events: acts, History: hist,
 	}
 	if edit != nil {
 		edit(&opts)

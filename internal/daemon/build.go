@@ -16,6 +16,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/correlate"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
+	"github.com/heartbeatd/heartbeatd/internal/history"
 	"github.com/heartbeatd/heartbeatd/internal/holdback"
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
 	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
@@ -40,6 +41,7 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 	d.replica = cfg.Cluster.ReplicaIDOrDefault()
 	d.metrics = alarm.NewMetrics(reg)
+	d.forgotten = deadline.NewForgottenCounter(reg)
 	d.slotsOwned = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "slots_owned", Help: "Slots this replica scans."})
 	reg.MustRegister(d.slotsOwned)
 	pol := d.policies.Load()
@@ -64,6 +66,11 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 		return fail(err)
 	}
 	acts := d.buildAlarms(reg)
+	if cfg.Notify.Enabled {
+		if d.notifier, err = newNotifier(cfg, d.rdb, d.store, d.clock.Now, log, reg); err != nil {
+			return fail(err)
+		}
+	}
 	coord.Subscribe(d.applyTypes)
 	if err := d.buildServer(reg, acts); err != nil {
 		return fail(err)
@@ -74,14 +81,10 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 // buildStore connects to Redis and opens the deadline store on the clock the replicas share.
 func (d *daemon) buildStore(reg *prometheus.Registry) error {
 	cfg := d.cfg
-	redisTLS, err := cfg.Redis.TLS.Build()
-	if err != nil {
-		return fmt.Errorf("redis.tls: %w", err)
+	var err error
+	if d.rdb, err = newRedis(cfg); err != nil {
+		return err
 	}
-	d.rdb = newRedisClient(&redis.UniversalOptions{
-		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
-		TLSConfig: redisTLS, PoolSize: cfg.Redis.PoolSize,
-	})
 	// Every time below is on the clock the replicas share: local time corrected by its offset from Redis.
 	d.clock = holdback.NewClock(holdback.ClockOptions{Client: d.rdb, MaxOffset: cfg.Detection.MaxClockOffset, Logger: d.log, Registerer: reg})
 	// A late first word is kept as long as detection may be held back for the blind window it waited in.
@@ -89,6 +92,18 @@ func (d *daemon) buildStore(reg *prometheus.Registry) error {
 		RepeatEvery: d.repeatEvery, Now: d.clock.Now, LateFirstWord: cfg.Detection.MaxHoldBack, Expected: d.expected,
 		WarnAfter: d.warnAfter})
 	return err
+}
+
+// newRedis is the Redis client of redis.*.
+func newRedis(cfg *config.Config) (redis.UniversalClient, error) {
+	redisTLS, err := cfg.Redis.TLS.Build()
+	if err != nil {
+		return nil, fmt.Errorf("redis.tls: %w", err)
+	}
+	return newRedisClient(&redis.UniversalOptions{
+		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
+		TLSConfig: redisTLS, PoolSize: cfg.Redis.PoolSize,
+	}), nil
 }
 
 // buildPublisher makes the Kafka publisher of the events and dead letters.
@@ -116,13 +131,20 @@ func (d *daemon) buildAlarms(reg *prometheus.Registry) *alarm.Acts {
 	cfg, log := d.cfg, d.log
 	// One sink for every event: the alarm loop's, the operator acts' and the silences' alike, so the
 	// degraded mark and the outputs that follow Kafka treat them the same.
-	sink := holdback.DegradedSink(event.Observed(d.publisher, d.observers...), d.holdBack.DegradedFor(d.timeout))
+	// The history records what Kafka took before the outputs that follow it see it (docs/concepts.md#incident-history).
+	d.history = history.New(history.Options{Client: d.rdb, KeyPrefix: cfg.Redis.KeyPrefix, History: cfg.History,
+		Labels: d.store.Labels, Now: d.clock.Now, Logger: log, Registerer: reg})
+	if label := cfg.Metrics.GroupLabel; label != "" {
+		reg.MustRegister(history.NewGroupCollector(d.history, label, cfg.Metrics.MaxGroups))
+	}
+	sink := holdback.DegradedSink(event.Observed(history.Recording(d.publisher, d.history), d.observers...),
+		d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log,
 		Intervals: d.interval})
 	d.correlator = correlate.New(correlate.Options{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
 		Sink: sink, ReplicaID: d.replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,
-		Events: d.metrics.Events, OutagesOpen: d.metrics.OutagesOpen})
+		Events: d.metrics.Events, Metrics: correlate.NewMetrics(reg)})
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load, Correlator: d.correlator,
 		Sink:     sink,
 		Silences: d.silences, ParentWait: cfg.Detection.ParentWait, Lease: cfg.Detection.Lease, MaxPublishAttempts: cfg.Detection.MaxPublishAttempts, Refused: eventkafka.Refused, Now: d.clock.Now,
@@ -147,7 +169,7 @@ func (d *daemon) buildServer(reg *prometheus.Registry, acts *alarm.Acts) error {
 			QuietUntil: d.quietUntil, QuietNow: d.quietNow,
 			Advice:   func() ingest.TimeoutAdvice { return d.chain.Intervals().Advise(d.replica, d.policies.Load()) },
 			Gatherer: reg, Registerer: reg, MaxBodySize: cfg.HTTP.MaxBodyBytes, Now: d.clock.Now, Logger: log, Stream: d.stream, Events: acts,
-			Outages: d.correlator, KnownType: d.knownType, Signals: d.chain}),
+			Outages: d.correlator, KnownType: d.knownType, Signals: d.chain, History: d.history}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      60 * time.Second, // by_type stats scan every device

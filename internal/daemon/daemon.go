@@ -1,6 +1,8 @@
 // Package daemon builds heartbeatd's components from its configuration, runs them as one group and
-// stops them in order; it also serves the HTTP API and metrics. It wires internal/ingest, internal/deadline,
-// internal/alarm and pkg/event together and re-implements none of them.
+// stops them in order; it also serves the HTTP API and metrics. It wires the signal path (internal/ingest),
+// the store and its loops (internal/deadline), the hold-back (internal/holdback), the alarm loop
+// (internal/alarm) with the silences and the correlator, the event publisher and the outputs together, and
+// re-implements none of them.
 package daemon
 
 import (
@@ -23,9 +25,11 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/correlate"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
+	"github.com/heartbeatd/heartbeatd/internal/history"
 	"github.com/heartbeatd/heartbeatd/internal/holdback"
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/internal/notify"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -56,7 +60,12 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable() + cfg.PresenceTable() + scheduleTable(cfg) + "\n" + cfg.AccessTable()
+	notifyTable, err := checkNotify(cfg)
+	if err != nil {
+		return "", err
+	}
+	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable() + cfg.PresenceTable() + scheduleTable(cfg) + "\n" + cfg.AccessTable() +
+		"\n" + notifyTable
 	for i, w := range cfg.Warnings() {
 		if i == 0 {
 			out += "\n"
@@ -71,6 +80,9 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 func Run(ctx context.Context, opts Options) error {
 	cfg, err := config.LoadEnv(opts.ConfigPath, opts.Env)
 	if err != nil {
+		return err
+	}
+	if err := notify.Check(cfg.Notify); err != nil { // also when another process runs the notifier
 		return err
 	}
 	log := opts.Logger
@@ -118,11 +130,13 @@ type daemon struct {
 	publisher *eventkafka.Publisher
 	silences  *silence.Silences
 	metrics   *alarm.Metrics
+	forgotten prometheus.Counter // heartbeatd_devices_forgotten_total, which retention feeds
 	ownership *deadline.Ownership
 	holdBack  *holdback.Tracker
 	// correlator groups interruptions into outages; nil while correlation is off.
 	correlator *correlate.Correlator
 	handler    *alarm.Handler
+	history    *history.Store // the incidents recorded from the published events
 	chain      *ingest.Chain
 	sources    []ingest.Source
 	listener   net.Listener
@@ -135,6 +149,8 @@ type daemon struct {
 	observers []event.Observer
 	outputs   []output
 	stream    *EventStream // one of observers: the status page's live events
+	// notifier pages people from the events topic; nil unless notify.enabled.
+	notifier *notify.Notifier
 
 	slotsOwned prometheus.Gauge
 	// incarnation tells this process from the replica's earlier ones (holdback.Options).
@@ -168,6 +184,14 @@ func (d *daemon) syncOverrides(ctx context.Context) error {
 			}
 		}}, d.store.SyncOverrides)
 	return nil
+}
+
+// forget counts the devices retention forgot and removes their incident history, as a deletion does.
+func (d *daemon) forget(ctx context.Context, devices []string) {
+	d.forgotten.Add(float64(len(devices)))
+	if err := d.history.Forget(ctx, devices); err != nil {
+		d.log.Error("forgotten devices keep their incident history until it expires", zap.Int("devices", len(devices)), zap.Error(err))
+	}
 }
 
 // repeatEvery is a type's repeat interval under the current policies, for the claims to commit with.
@@ -335,6 +359,9 @@ func (d *daemon) run(ctx context.Context) error {
 	for _, o := range d.outputs { // before the scanner, so they stop after it and see its last events
 		lc.add(o.name, o.run)
 	}
+	if d.notifier != nil { // reads the events topic: what it has not committed at the stop is read again
+		lc.add("notifier", d.notifier.Run)
+	}
 	lc.add("device counts", func(ctx context.Context) error {
 		return d.metrics.RunCounts(ctx, alarm.CountsOptions{Store: d.store, Slots: d.ownership.Slots,
 			Types: func() []string { return d.policies.Load().Names() }, Logger: d.log})
@@ -354,7 +381,7 @@ func (d *daemon) run(ctx context.Context) error {
 	lc.add("dormant sweep", deadline.NewSweeper(deadline.SweeperOptions{Store: d.store, Slots: d.ownership.Slots,
 		Every: d.cfg.Detection.SweepEvery, ForgetAfter: d.cfg.Retention.ForgetAfter,
 		FlapWindow: func() time.Duration { return d.policies.Load().LongestFlapWindow() },
-		Forgotten:  func(n int) { d.metrics.Forgotten.Add(float64(n)) }, Logger: d.log}).Run)
+		Forgotten:  d.forget, Logger: d.log}).Run)
 	lc.add("ingest chain", d.chain.Run)
 	for _, src := range d.sources {
 		lc.add("ingest "+src.Name(), func(ctx context.Context) error { return src.Run(ctx, d.chain) })

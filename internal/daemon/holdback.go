@@ -54,8 +54,7 @@ func (d *daemon) buildHoldBack(replica string, reg prometheus.Registerer) *holdb
 			return time.Time{}, time.Time{}
 		},
 		MaxHoldBack: d.cfg.Detection.MaxHoldBack, Stall: d.cfg.Detection.Stall, ClockCheck: d.clock.Check, Now: d.clock.Now,
-		Logger: d.log, Registerer: reg,
-		OnChange: func(active bool) { d.metrics.HoldBack.Set(b2f(active)) }})
+		Logger: d.log, Registerer: reg})
 }
 
 // unready says why src keeps this replica from being ready at now ("" when it does not): its own share

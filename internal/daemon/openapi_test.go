@@ -23,12 +23,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	contract "github.com/heartbeatd/heartbeatd/api"
+	"github.com/heartbeatd/heartbeatd/internal/alarm"
 	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/correlate"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/history"
 	"github.com/heartbeatd/heartbeatd/internal/holdback"
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
+	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -286,6 +289,10 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	holdBack := holdback.Status{Active: true, Since: f.now.Add(-time.Minute), Reason: "mqtt: disconnected",
 		Degraded: true, Windows: []holdback.Window{{ID: "ingest/mqtt", Replica: "r1", Cause: holdback.CauseIngest,
 			Scope: holdback.ScopeAll, From: f.now.Add(-time.Hour), Opened: f.now.Add(-time.Hour), Reason: "mqtt: disconnected"}}}
+	// The incident history, with dev-1's interruption recorded: the API's ack adds to it.
+	hist := history.New(history.Options{Client: f.rdb, Now: func() time.Time { return f.now }, History: config.History{GroupLabels: []string{"site"}}})
+	require.NoError(t, hist.Record(ctx, []event.Event{event.New(event.Interrupted, "dev-1", "default", f.now.Add(-time.Minute),
+		f.now.Add(-2*time.Minute), f.now.Add(-time.Minute), 0)}))
 	opts := APIOptions{
 		Store: f.store, Silences: silences, HoldBack: func() holdback.Status { return holdBack }, Health: health,
 		Notes: func() map[string]string { return map[string]string{"redis_eviction": "maxmemory-policy allkeys-lru"} },
@@ -305,6 +312,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		Signals: runChain(t, f.store, nil), SignalWait: 300 * time.Millisecond,
 		Outages: correlate.New(correlate.Options{Client: f.rdb, Store: f.store,
 			Correlation: config.Correlation{By: []string{"device_type"}, MinDevices: 2, Window: time.Second}}),
+		History: hist, Events: alarm.NewActs(alarm.ActsOptions{Sink: history.Recording(&testenv.EventLog{}, hist)}),
 	}
 	opts.Advice = func() ingest.TimeoutAdvice {
 		return ingest.TimeoutAdvice{Replica: "r1", Types: map[string]ingest.TypeAdvice{"default": {Timeout: ingest.Duration(time.Minute)},
@@ -369,6 +377,15 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, `{"by":"alice","note":"site visit booked"}`, http.StatusOK)
 	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, `{"colour":"red"}`, http.StatusBadRequest)
 	do("POST /v1/devices/{id}/ack", "/v1/devices/dev-1/ack", token, `{"note":"`+strings.Repeat("x", 2000)+`"}`, http.StatusRequestEntityTooLarge)
+	incidents := do("GET /v1/devices/{id}/incidents", "/v1/devices/dev-1/incidents?limit=1", token, "", http.StatusOK)
+	require.Contains(t, string(incidents), `"acked":{"by":"http.token"`, "the API's first ack is in the incident")
+	do("GET /v1/devices/{id}/incidents", "/v1/devices/dev-1/incidents?cursor=x", token, "", http.StatusBadRequest)
+	do("GET /v1/devices/{id}/incidents", "/v1/devices/dev-1/incidents", scopedViewer, "", http.StatusNotFound)
+	do("GET /v1/availability", "/v1/availability?window=24h&group_by=device_type", token, "", http.StatusOK)
+	require.Contains(t, string(do("GET /v1/stats", "/v1/stats?group_by=device_type", token, "", http.StatusOK)), `"by_group":{"group_by":"device_type","interrupted":{"default":1}}`)
+	do("GET /v1/stats", "/v1/stats?group_by=label.site", scopedViewer, "", http.StatusOK)
+	do("GET /v1/availability", "/v1/availability", scopedViewer, "", http.StatusOK)
+	do("GET /v1/availability", "/v1/availability?group_by=label.room", token, "", http.StatusBadRequest)
 	outage := correlate.Outage{ID: "outage:device_type:gateway/1795340000000", Group: event.Group{By: "device_type", Value: "gateway"},
 		State: "open", StartedAt: f.now.UTC(), Count: 60, Silent: 58, Sample: []string{"gw-7", "gw-9"}}
 	view, err := json.Marshal(outage)
@@ -519,6 +536,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("DELETE /v1/devices/{id}", "/v1/devices/dev-1", token, "", http.StatusServiceUnavailable)
 	do("GET /v1/stats", "/v1/stats", token, "", http.StatusServiceUnavailable)
 	do("GET /v1/outages", "/v1/outages", token, "", http.StatusServiceUnavailable)
+	do("GET /v1/devices/{id}/incidents", "/v1/devices/dev-1/incidents", token, "", http.StatusServiceUnavailable)
+	do("GET /v1/availability", "/v1/availability", token, "", http.StatusServiceUnavailable)
 	do("PUT /v1/devices/{id}", "/v1/devices/dev-1", token, `{}`, http.StatusServiceUnavailable)
 	importAs("text/csv", "device_id\nm-4\n", http.StatusServiceUnavailable)
 	do("GET /v1/outages/{id}", "/v1/outages/x", token, "", http.StatusServiceUnavailable)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/alarm"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/matcher"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
 )
 
@@ -27,7 +28,7 @@ type silenceRequest struct {
 	Token json.RawMessage `json:"token"`
 	// Matchers select devices by labels, device_type, device_id or parent; TimeIntervals make the
 	// silence recurring, inside the named configured intervals, until deleted.
-	Matchers      []silence.Matcher `json:"matchers"`
+	Matchers      []matcher.Matcher `json:"matchers"`
 	TimeIntervals []string          `json:"time_intervals"`
 }
 

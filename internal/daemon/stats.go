@@ -53,6 +53,9 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("advice") == "true" && a.Advice != nil {
 		body["advice"] = a.Advice()
 	}
+	if !a.withGroups(w, r, body, config.Scope{}) {
+		return
+	}
 	writeJSON(w, http.StatusOK, body)
 }
 
@@ -72,6 +75,9 @@ type parkedView struct {
 // advice are left out: they count or name devices anywhere, and a label's counts would need a fleet walk.
 func (a *api) scopedStats(w http.ResponseWriter, r *http.Request, scope config.Scope) {
 	body := map[string]any{"scope": scope.String(), "hold_back": a.HoldBack(), "owned_slots": a.OwnedSlots(), "slots": a.Store.Slots()}
+	if !a.withGroups(w, r, body, scope) {
+		return
+	}
 	if scope.Type == "" {
 		writeJSON(w, http.StatusOK, body)
 		return

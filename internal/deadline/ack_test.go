@@ -15,16 +15,16 @@ func TestAcknowledgeRescheduleRemovePark(t *testing.T) {
 		ctx := context.Background()
 		c := claimOne(t, f, "d")
 		st := sentOnce(c)
-		st.InterruptedAt = f.clock.Now().UnixMilli()
-		require.Equal(t, []bool{true}, f.ack(t, reschedule(c, st, f.clock.Now().Add(time.Minute))))
+		st.InterruptedAt = f.Clock.Now().UnixMilli()
+		require.Equal(t, []bool{true}, f.ack(t, reschedule(c, st, f.Clock.Now().Add(time.Minute))))
 		d, _ := f.device(t, "d")
-		require.Equal(t, f.clock.Now().Add(time.Minute).UnixMilli(), d.NextAct.UnixMilli())
+		require.Equal(t, f.Clock.Now().Add(time.Minute).UnixMilli(), d.NextAct.UnixMilli())
 		require.Equal(t, 1, d.Incident.Next)
 
-		f.clock.Advance(59 * time.Second)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims)
-		f.clock.Advance(time.Second)
-		rep := f.claimAll(t, deadline.ClaimOptions{})
+		f.Clock.Advance(59 * time.Second)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims)
+		f.Clock.Advance(time.Second)
+		rep := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Len(t, rep.Claims, 1)
 		require.Equal(t, 1, rep.Claims[0].State.Next)
 
@@ -38,7 +38,7 @@ func TestAcknowledgeRescheduleRemovePark(t *testing.T) {
 		d, _ = f.device(t, "d")
 		require.True(t, d.Parked)
 		require.Equal(t, "kafka: broker unreachable", d.Incident.Reason)
-		counts, err := f.store.Count(ctx)
+		counts, err := f.Store.Count(ctx)
 		require.NoError(t, err)
 		require.Equal(t, deadline.Counts{Interrupted: 1, Parked: 1}, counts)
 
@@ -53,7 +53,7 @@ func TestAcknowledgeRescheduleRemovePark(t *testing.T) {
 func TestAcksOfOneDeviceInOneCallApplyInOrder(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		c := claimOne(t, f, "d")
-		resched := reschedule(c, sentOnce(c), f.clock.Now().Add(time.Hour))
+		resched := reschedule(c, sentOnce(c), f.Clock.Now().Add(time.Hour))
 		acks := []deadline.Ack{resched, remove(c), resched}
 		for range 1500 { // past one call's limit: the rest must still apply, and in order
 			acks = append(acks, remove(c))
@@ -70,11 +70,11 @@ func TestAckDoesNotClobberSignalArrivedMeanwhile(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		c := claimOne(t, f, "d")
 		// The device signals while the claim is being published.
-		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
-		f.ack(t, reschedule(c, sentOnce(c), f.clock.Now().Add(time.Hour)))
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: f.Clock.Now()})
+		f.ack(t, reschedule(c, sentOnce(c), f.Clock.Now().Add(time.Hour)))
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Len(t, res.Claims, 1, "the recovery is due now, not in an hour")
-		cur, err := f.store.CurrentDeadlines(context.Background(), res.Claims)
+		cur, err := f.Store.CurrentDeadlines(context.Background(), res.Claims)
 		require.NoError(t, err)
 		require.Greater(t, cur[0].UnixMilli(), c.State.Deadline)
 	})
@@ -84,14 +84,14 @@ func TestOperatorAckSurvivesInFlightReschedule(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		c := claimOne(t, f, "d")
-		ok, err := f.store.SetAcked(ctx, "d")
+		ok, err := f.Store.SetAcked(ctx, "d")
 		require.NoError(t, err)
 		require.True(t, ok)
-		f.ack(t, reschedule(c, sentOnce(c), f.clock.Now().Add(time.Minute)))
+		f.ack(t, reschedule(c, sentOnce(c), f.Clock.Now().Add(time.Minute)))
 		d, _ := f.device(t, "d")
 		require.True(t, d.Incident.Acked)
 		require.Equal(t, 1, d.Incident.Next)
-		ok, err = f.store.SetAcked(ctx, "never-seen")
+		ok, err = f.Store.SetAcked(ctx, "never-seen")
 		require.NoError(t, err)
 		require.False(t, ok)
 	})

@@ -196,10 +196,8 @@ func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, er
 func (s *Store) ownTypeIndex(ctx context.Context, mk Mark) (int, error) {
 	sig := []Signal{{Device: mk.Device, Type: mk.Type}}
 	s.applyOverrides(sig)
-	if sig[0].Type == "" {
-		return 0, nil
-	}
-	return s.types.index(ctx, sig[0].Type)
+	r, err := s.resolve(ctx, sig[0].Type)
+	return r.idx, err
 }
 
 // attachCauses gives each claim of one slot the cause stored for its incident, from the claim script's

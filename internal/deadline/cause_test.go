@@ -14,7 +14,7 @@ import (
 
 func (f fixture) mark(t *testing.T, marks ...deadline.Mark) []deadline.MarkResult {
 	t.Helper()
-	res, err := f.store.MarkEarlier(context.Background(), marks)
+	res, err := f.Store.MarkEarlier(context.Background(), marks)
 	require.NoError(t, err)
 	return res
 }
@@ -23,16 +23,16 @@ func (f fixture) mark(t *testing.T, marks ...deadline.Mark) []deadline.MarkResul
 // device's real last signal (not the moved deadline − timeout).
 func TestOfflineMovesDeadlineEarlierWithCause(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "d1", Type: "sensor", Seen: t0}) // 10 min timeout
-		f.clock.Advance(time.Second)
-		moved := f.clock.Now().Add(10 * time.Second)
-		res := f.mark(t, deadline.Mark{Device: "d1", At: f.clock.Now(), Deadline: moved, Cause: deadline.CauseOffline})
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "d1", Type: "sensor", Seen: t0}) // 10 min timeout
+		f.Clock.Advance(time.Second)
+		moved := f.Clock.Now().Add(10 * time.Second)
+		res := f.mark(t, deadline.Mark{Device: "d1", At: f.Clock.Now(), Deadline: moved, Cause: deadline.CauseOffline})
 		require.Equal(t, []deadline.MarkResult{deadline.MarkMoved}, res)
-		f.clock.Advance(9 * time.Second)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "not before the grace ends")
-		f.clock.Advance(time.Second)
-		claims := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		f.Clock.Advance(9 * time.Second)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, "not before the grace ends")
+		f.Clock.Advance(time.Second)
+		claims := f.ClaimAll(t, deadline.ClaimOptions{}).Claims
 		require.Len(t, claims, 1)
 		c := claims[0]
 		require.Equal(t, moved.UnixMilli(), c.State.Deadline)
@@ -47,22 +47,22 @@ func TestOfflineMovesDeadlineEarlierWithCause(t *testing.T) {
 // deadline later, nor one about a device already interrupted; presence never creates a device.
 func TestMarkGuards(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "fresh", Type: "gateway", Seen: t0})
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "fresh", Type: "gateway", Seen: t0})
 		res := f.mark(t,
 			deadline.Mark{Device: "fresh", At: t0.Add(-time.Second), Deadline: t0, Cause: deadline.CauseReported, Own: true},
 			deadline.Mark{Device: "fresh", At: t0, Deadline: t0.Add(time.Hour), Cause: deadline.CauseOffline},
 			deadline.Mark{Device: "nobody", At: t0, Deadline: t0, Cause: deadline.CauseOffline})
 		require.Equal(t, []deadline.MarkResult{deadline.MarkLate, deadline.MarkNotEarlier, deadline.MarkUnknown}, res)
-		f.clock.Advance(29 * time.Second)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "the deadline did not move")
-		f.clock.Advance(time.Second)
-		claims := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		f.Clock.Advance(29 * time.Second)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, "the deadline did not move")
+		f.Clock.Advance(time.Second)
+		claims := f.ClaimAll(t, deadline.ClaimOptions{}).Claims
 		require.Len(t, claims, 1)
 		require.Nil(t, claims[0].Cause, "silence")
-		res = f.mark(t, deadline.Mark{Device: "fresh", At: f.clock.Now(), Deadline: f.clock.Now(), Cause: deadline.CauseReported, Own: true})
+		res = f.mark(t, deadline.Mark{Device: "fresh", At: f.Clock.Now(), Deadline: f.Clock.Now(), Cause: deadline.CauseReported, Own: true})
 		require.Equal(t, []deadline.MarkResult{deadline.MarkOpen}, res)
-		score := f.rdb.ZScore(context.Background(), f.store.Keys().Deadlines(deadline.Slot("nobody", 8)), "nobody")
+		score := f.RDB.ZScore(context.Background(), f.Store.Keys().Deadlines(deadline.Slot("nobody", 8)), "nobody")
 		require.ErrorIs(t, score.Err(), redis.Nil, "no entry for the unknown device")
 	})
 }
@@ -71,15 +71,15 @@ func TestMarkGuards(t *testing.T) {
 // Redis does not know is added by its own failure.
 func TestReportedFailureIsDueAtOnce(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "pump", Type: "sensor", Seen: t0})
-		f.clock.Advance(time.Second)
-		at := f.clock.Now()
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "pump", Type: "sensor", Seen: t0})
+		f.Clock.Advance(time.Second)
+		at := f.Clock.Now()
 		res := f.mark(t,
 			deadline.Mark{Device: "pump", At: at, Deadline: at, Cause: deadline.CauseReported, Reason: "stuck: valve", Own: true},
 			deadline.Mark{Device: "newcomer", Type: "gateway", At: at, Deadline: at, Cause: deadline.CauseReported, Own: true})
 		require.Equal(t, []deadline.MarkResult{deadline.MarkMoved, deadline.MarkMoved}, res)
-		claims := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		claims := f.ClaimAll(t, deadline.ClaimOptions{}).Claims
 		require.ElementsMatch(t, []string{"pump", "newcomer"}, devices(claims))
 		for _, c := range claims {
 			require.NotNil(t, c.Cause, c.Device)
@@ -94,14 +94,14 @@ func TestReportedFailureIsDueAtOnce(t *testing.T) {
 		}
 		// The device's view and the listing of incidents say why, as the incident's events do.
 		ctx := context.Background()
-		d, found, err := f.store.Device(ctx, "pump")
+		d, found, err := f.Store.Device(ctx, "pump")
 		require.NoError(t, err)
 		require.True(t, found)
 		require.NotNil(t, d.Incident)
 		require.NotNil(t, d.Cause)
 		require.Equal(t, deadline.CauseReported, d.Cause.Kind)
 		require.Equal(t, "stuck: valve", d.Cause.Reason)
-		page, _, err := f.store.List(ctx, deadline.ListOptions{Interrupted: true})
+		page, _, err := f.Store.List(ctx, deadline.ListOptions{Interrupted: true})
 		require.NoError(t, err)
 		require.Len(t, page, 2)
 		for _, d := range page {
@@ -109,7 +109,7 @@ func TestReportedFailureIsDueAtOnce(t *testing.T) {
 			require.Equal(t, deadline.CauseReported, d.Cause.Kind, d.ID)
 		}
 		// So does the re-read of open incidents (the Alertmanager re-sync), with the real last signal.
-		incs, _, err := f.store.ScanOpenIncidents(ctx, deadline.Slot("pump", 8), 0, 100)
+		incs, _, err := f.Store.ScanOpenIncidents(ctx, deadline.Slot("pump", 8), 0, 100)
 		require.NoError(t, err)
 		i := slices.IndexFunc(incs, func(i deadline.OpenIncident) bool { return i.Device == "pump" })
 		require.GreaterOrEqual(t, i, 0)
@@ -122,20 +122,20 @@ func TestReportedFailureIsDueAtOnce(t *testing.T) {
 // A cause belongs to one incident: the device's next incident, begun by silence, carries none.
 func TestCauseDoesNotOutliveItsIncident(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: t0})
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: t0})
 		f.mark(t, deadline.Mark{Device: "d", At: t0, Deadline: t0.Add(time.Second), Cause: deadline.CauseOffline})
 		// The device signals again before the grace ends: no incident; its later silence has no cause.
-		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: t0.Add(500 * time.Millisecond)})
-		f.clock.Advance(31 * time.Second)
-		claims := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		f.Refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: t0.Add(500 * time.Millisecond)})
+		f.Clock.Advance(31 * time.Second)
+		claims := f.ClaimAll(t, deadline.ClaimOptions{}).Claims
 		require.Len(t, claims, 1)
 		require.Equal(t, t0.Add(30500*time.Millisecond).UnixMilli(), claims[0].State.Deadline)
 		require.Nil(t, claims[0].Cause)
-		n, err := f.rdb.HLen(context.Background(), f.store.Keys().Causes(deadline.Slot("d", 8))).Result()
+		n, err := f.RDB.HLen(context.Background(), f.Store.Keys().Causes(deadline.Slot("d", 8))).Result()
 		require.NoError(t, err)
 		require.Zero(t, n, "the stale cause was dropped by the claim")
-		d, _, err := f.store.Device(context.Background(), "d")
+		d, _, err := f.Store.Device(context.Background(), "d")
 		require.NoError(t, err)
 		require.NotNil(t, d.Incident)
 		require.Nil(t, d.Cause, "an incident begun by silence shows no cause")
@@ -147,18 +147,18 @@ func TestCauseDoesNotOutliveItsIncident(t *testing.T) {
 // window can have overtaken it. One reported inside the window waits with the rest.
 func TestReportedFailureHeardAfterTheWindowIsNotHeldBack(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		from := f.clock.Now()
+		from := f.Clock.Now()
 		to := from.Add(time.Second) // the window; sensors (10 min) are held until to + 10 min
 		watermark := func(timeout time.Duration) time.Time {
-			if timeout > 0 && f.clock.Now().Before(to.Add(timeout)) {
+			if timeout > 0 && f.Clock.Now().Before(to.Add(timeout)) {
 				return from
 			}
-			return f.clock.Now()
+			return f.Clock.Now()
 		}
 		for _, dev := range []string{"inside", "after", "quiet"} {
-			f.refresh(t, deadline.Signal{Device: dev, Type: "sensor", Seen: from.Add(-time.Minute)})
+			f.Refresh(t, deadline.Signal{Device: dev, Type: "sensor", Seen: from.Add(-time.Minute)})
 		}
-		f.clock.Set(to.Add(2 * time.Second))
+		f.Clock.Set(to.Add(2 * time.Second))
 		res := f.mark(t,
 			deadline.Mark{Device: "inside", At: from.Add(500 * time.Millisecond), Deadline: from.Add(500 * time.Millisecond),
 				Cause: deadline.CauseReported, Own: true},
@@ -166,17 +166,17 @@ func TestReportedFailureHeardAfterTheWindowIsNotHeldBack(t *testing.T) {
 				Reason: "probe broken", Own: true})
 		require.Equal(t, []deadline.MarkResult{deadline.MarkMoved, deadline.MarkMoved}, res)
 
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{WatermarkFor: watermark}).Claims, "without HeardAfter both wait")
-		claims := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: watermark, HeardAfter: to}).Claims
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: watermark}).Claims, "without HeardAfter both wait")
+		claims := f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: watermark, HeardAfter: to}).Claims
 		require.Len(t, claims, 1)
 		require.Equal(t, "after", claims[0].Device)
 		require.Equal(t, to.Add(time.Second).UnixMilli(), claims[0].State.Deadline)
 		require.NotNil(t, claims[0].Cause)
 		require.Equal(t, "probe broken", claims[0].Cause.Reason)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{WatermarkFor: watermark, HeardAfter: to}).Claims, "inside waits for its grace")
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: watermark, HeardAfter: to}).Claims, "inside waits for its grace")
 
-		f.clock.Set(to.Add(10 * time.Minute))
-		claims = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: watermark, HeardAfter: to}).Claims
+		f.Clock.Set(to.Add(10 * time.Minute))
+		claims = f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: watermark, HeardAfter: to}).Claims
 		var got []string
 		for _, c := range claims {
 			got = append(got, c.Device)

@@ -43,6 +43,10 @@ type Claim struct {
 	HeldBack bool
 	// Cause is why the incident began when it was not silence (a reported failure, offline); nil: silence.
 	Cause *Cause
+	// LastSignal is the device's last signal before the incident when its deadline was written under
+	// another timeout than its type's now (a reload, a new own timeout; typeidentity.go); zero otherwise,
+	// when it is the deadline less the policy's lead.
+	LastSignal time.Time
 }
 
 // HandedOutAgain reports whether c comes from an in-flight record whose lease ran out (its replica died,

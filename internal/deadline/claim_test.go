@@ -20,9 +20,9 @@ import (
 func TestRefreshedDeviceIsNeverClaimed(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		for range 5 {
-			f.refresh(t, deadline.Signal{Device: "alive", Type: "gateway", Seen: f.clock.Now()})
-			f.clock.Advance(29 * time.Second)
-			res := f.claimAll(t, deadline.ClaimOptions{})
+			f.Refresh(t, deadline.Signal{Device: "alive", Type: "gateway", Seen: f.Clock.Now()})
+			f.Clock.Advance(29 * time.Second)
+			res := f.ClaimAll(t, deadline.ClaimOptions{})
 			require.Empty(t, res.Claims)
 		}
 	})
@@ -30,10 +30,10 @@ func TestRefreshedDeviceIsNeverClaimed(t *testing.T) {
 
 func TestSilentDeviceClaimedOnceWithDeadlineAndType(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "s1", Type: "gateway", Seen: t0})
-		f.clock.Advance(30 * time.Second)
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "s1", Type: "gateway", Seen: t0})
+		f.Clock.Advance(30 * time.Second)
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Len(t, res.Claims, 1)
 		c := res.Claims[0]
 		require.Equal(t, "s1", c.Device)
@@ -41,20 +41,20 @@ func TestSilentDeviceClaimedOnceWithDeadlineAndType(t *testing.T) {
 		require.True(t, c.Fresh)
 		require.Equal(t, t0.Add(30*time.Second).UnixMilli(), c.State.Deadline)
 		require.Equal(t, deadline.Slot("s1", 8), c.Slot)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "claimed once")
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, "claimed once")
 	})
 }
 
 func TestWatermarkHoldsBackLaterDeadlines(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
-		f.refresh(t,
+		t0 := f.Clock.Now()
+		f.Refresh(t,
 			deadline.Signal{Device: "early", Type: "gateway", Seen: t0},
 			deadline.Signal{Device: "late", Type: "gateway", Seen: t0.Add(10 * time.Second)})
-		f.clock.Advance(time.Minute)
-		res := f.claimAll(t, deadline.ClaimOptions{Watermark: t0.Add(35 * time.Second)})
+		f.Clock.Advance(time.Minute)
+		res := f.ClaimAll(t, deadline.ClaimOptions{Watermark: t0.Add(35 * time.Second)})
 		require.Equal(t, []string{"early"}, devices(res.Claims))
-		require.Equal(t, []string{"late"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims))
+		require.Equal(t, []string{"late"}, devices(f.ClaimAll(t, deadline.ClaimOptions{}).Claims))
 	})
 }
 
@@ -63,29 +63,29 @@ func TestWatermarkHoldsBackLaterDeadlines(t *testing.T) {
 // sensors are claimed once their own watermark passes their deadlines.
 func TestWatermarkPerTimeout(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
+		t0 := f.Clock.Now()
 		blindFrom := t0.Add(-time.Minute)
 		// Sensors whose deadlines (t0 + 5 s) fell after the window's start, ahead of the gateway's (t0 + 40 s).
 		var sensors []deadline.Signal
 		for i := range 20 {
 			sensors = append(sensors, deadline.Signal{Device: fmt.Sprintf("sensor-%d", i), Type: "sensor", Seen: t0.Add(-10*time.Minute + 5*time.Second)})
 		}
-		f.refresh(t, sensors...)
-		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0.Add(10 * time.Second)},
+		f.Refresh(t, sensors...)
+		f.Refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0.Add(10 * time.Second)},
 			deadline.Signal{Device: "old", Type: "gateway", Seen: blindFrom.Add(-time.Minute)})
-		f.clock.Advance(time.Minute)
+		f.Clock.Advance(time.Minute)
 		held := func(timeout time.Duration) time.Time {
 			if timeout > 30*time.Second {
 				return blindFrom // still in its grace: nothing after the window's start
 			}
-			return f.clock.Now()
+			return f.Clock.Now()
 		}
-		res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 8})
+		res := f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 8})
 		require.Equal(t, []string{"gw", "old"}, devices(res.Claims), "the gateways, past held sensors; the old one by the common watermark")
 		require.Zero(t, res.NextDeadline, "the held sensors are no deadline to wake for")
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held}).Claims, "the sensors stay held")
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: held}).Claims, "the sensors stay held")
 
-		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.clock.Now() }})
+		res = f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.Clock.Now() }})
 		require.Len(t, res.Claims, len(sensors), "released")
 	})
 }
@@ -95,7 +95,7 @@ func TestWatermarkPerTimeout(t *testing.T) {
 // that releases them.
 func TestClaimPastHeldMembersLeavesThemInPlace(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
+		t0 := f.Clock.Now()
 		blindFrom := t0.Add(-time.Minute)
 		at := func(prefix, typ string, n int, deadline time.Time) []deadline.Signal {
 			return fleet(n, prefix, deadline.Add(-timeoutOf(typ)), func(int) string { return typ })
@@ -104,7 +104,7 @@ func TestClaimPastHeldMembersLeavesThemInPlace(t *testing.T) {
 		before := at("before-", "gateway", 5, t0.Add(5*time.Second))   // due by their own, before the held
 		sensors := at("sensor-", "sensor", 10, t0.Add(10*time.Second)) // held
 		after := at("after-", "gateway", 5, t0.Add(20*time.Second))    // due by their own, after the held
-		f.refresh(t, slices.Concat(old, before, sensors, after)...)
+		f.Refresh(t, slices.Concat(old, before, sensors, after)...)
 		names := func(sigs ...deadline.Signal) []string {
 			var out []string
 			for _, s := range sigs {
@@ -113,21 +113,21 @@ func TestClaimPastHeldMembersLeavesThemInPlace(t *testing.T) {
 			slices.Sort(out)
 			return out
 		}
-		f.clock.Advance(time.Minute)
+		f.Clock.Advance(time.Minute)
 		held := func(timeout time.Duration) time.Time {
 			if timeout > 30*time.Second {
 				return blindFrom
 			}
-			return f.clock.Now()
+			return f.Clock.Now()
 		}
 
-		res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 64})
+		res := f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 64})
 		require.Equal(t, names(slices.Concat(old, before, after)...), devices(res.Claims))
-		left, err := f.rdb.ZRange(context.Background(), f.store.Keys().Deadlines(0), 0, -1).Result()
+		left, err := f.RDB.ZRange(context.Background(), f.Store.Keys().Deadlines(0), 0, -1).Result()
 		require.NoError(t, err)
 		require.Equal(t, names(sensors...), left, "only the held sensors are left")
 
-		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.clock.Now() }})
+		res = f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.Clock.Now() }})
 		require.Len(t, res.Claims, len(sensors), "released")
 		for _, c := range res.Claims {
 			require.Equal(t, t0.Add(10*time.Second), c.State.DeadlineTime(), c.Device)
@@ -139,23 +139,23 @@ func TestClaimPastHeldMembersLeavesThemInPlace(t *testing.T) {
 // over claims nothing past them, and says it is held back, rather than reading the whole slot.
 func TestWatermarkPerTimeoutBoundsTheStepOver(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
+		t0 := f.Clock.Now()
 		var sensors []deadline.Signal
 		for i := range 100 {
 			sensors = append(sensors, deadline.Signal{Device: fmt.Sprintf("sensor-%03d", i), Type: "sensor", Seen: t0.Add(-10*time.Minute + 5*time.Second)})
 		}
-		f.refresh(t, sensors...)
-		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
-		f.clock.Advance(time.Minute)
+		f.Refresh(t, sensors...)
+		f.Refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
+		f.Clock.Advance(time.Minute)
 		held := func(timeout time.Duration) time.Time {
 			if timeout > 30*time.Second {
 				return t0.Add(-5 * time.Minute)
 			}
-			return f.clock.Now()
+			return f.Clock.Now()
 		}
-		res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 4})
+		res := f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 4})
 		require.Empty(t, res.Claims, "100 held members are more than 4 × 4 stepped over")
-		res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 64})
+		res = f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: held, Batch: 64})
 		require.Equal(t, []string{"gw"}, devices(res.Claims))
 	})
 }
@@ -166,27 +166,27 @@ func TestWatermarkPerTimeoutBoundsTheStepOver(t *testing.T) {
 // they report none.
 func TestNextDeadlineSkipsHeldTypes(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
+		t0 := f.Clock.Now()
 		heldSince := t0.Add(-time.Minute)
 		sensorsDueFrom := func(first, n int) {
 			var sensors []deadline.Signal
 			for i := first; i < first+n; i++ { // due t0 + 2 s, 3 s, …: after now, before the gateway
 				sensors = append(sensors, deadline.Signal{Device: fmt.Sprintf("sensor-%02d", i), Type: "sensor", Seen: t0.Add(-10*time.Minute + time.Duration(2+i)*time.Second)})
 			}
-			f.refresh(t, sensors...)
+			f.Refresh(t, sensors...)
 		}
 		sensorsDueFrom(0, 2)
-		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
+		f.Refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
 		sensorsHeld := func(timeout time.Duration) time.Time {
 			if timeout > 30*time.Second {
 				return heldSince
 			}
-			return f.clock.Now()
+			return f.Clock.Now()
 		}
 		next := func(wm deadline.WatermarkFunc) (claimed, peeked time.Time) {
-			res := f.claimAll(t, deadline.ClaimOptions{WatermarkFor: wm})
+			res := f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: wm})
 			require.Empty(t, res.Claims)
-			_, p, err := f.store.Peek(context.Background(), testenv.AllSlots(1), deadline.ClaimOptions{Now: f.clock.Now(), WatermarkFor: wm})
+			_, p, err := f.Store.Peek(context.Background(), testenv.AllSlots(1), deadline.ClaimOptions{Now: f.Clock.Now(), WatermarkFor: wm})
 			require.NoError(t, err)
 			return res.NextDeadline, p.SlotNext[0]
 		}
@@ -214,17 +214,17 @@ func TestConcurrentClaimersClaimEachDeviceOnce(t *testing.T) {
 	const n = 100_000
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		for batch := range slices.Chunk(fleet(n, "dev-", f.clock.Now(), gateways), 1000) {
-			f.refresh(t, batch...)
+		for batch := range slices.Chunk(fleet(n, "dev-", f.Clock.Now(), gateways), 1000) {
+			f.Refresh(t, batch...)
 		}
-		f.clock.Advance(time.Minute)
+		f.Clock.Advance(time.Minute)
 		var mu sync.Mutex
 		seen := make(map[string]int, n)
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(func() {
 				for {
-					res, err := f.store.Claim(ctx, testenv.AllSlots(64), deadline.ClaimOptions{Now: f.clock.Now(), Lease: time.Hour, Batch: 128})
+					res, err := f.Store.Claim(ctx, testenv.AllSlots(64), deadline.ClaimOptions{Now: f.Clock.Now(), Lease: time.Hour, Batch: 128})
 					if err != nil {
 						t.Error(err)
 						return
@@ -260,14 +260,14 @@ func requireSameState(t *testing.T, first, again deadline.State) {
 
 func TestUnacknowledgedClaimIsRedeliveredAfterLease(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.clock.Now()})
-		f.clock.Advance(31 * time.Second)
-		first := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		f.Refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.Clock.Now()})
+		f.Clock.Advance(31 * time.Second)
+		first := f.ClaimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
 		require.Len(t, first.Claims, 1)
-		f.clock.Advance(4 * time.Second)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "still leased")
-		f.clock.Advance(time.Second)
-		again := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		f.Clock.Advance(4 * time.Second)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "still leased")
+		f.Clock.Advance(time.Second)
+		again := f.ClaimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
 		require.Len(t, again.Claims, 1)
 		require.False(t, again.Claims[0].Fresh)
 		requireSameState(t, first.Claims[0].State, again.Claims[0].State)
@@ -280,17 +280,17 @@ func TestCommittedClaimIsSettledByReleasingItsRecord(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		f = withRepeats(t, f)
 		ctx := context.Background()
-		f.refresh(t, deadline.Signal{Device: "g", Type: "gateway", Seen: f.clock.Now()}, deadline.Signal{Device: "d", Type: "default", Seen: f.clock.Now()})
-		f.clock.Advance(61 * time.Second)
-		claimedAt := f.clock.Now()
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		f.Refresh(t, deadline.Signal{Device: "g", Type: "gateway", Seen: f.Clock.Now()}, deadline.Signal{Device: "d", Type: "default", Seen: f.Clock.Now()})
+		f.Clock.Advance(61 * time.Second)
+		claimedAt := f.Clock.Now()
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Len(t, res.Claims, 2)
 		for _, c := range res.Claims {
 			require.True(t, c.Fresh)
 			require.NotEmpty(t, c.Record, "%s: committed", c.Device)
 			require.Zero(t, c.State.Next, "%s: handed out as nothing sent yet", c.Device)
 		}
-		inFlight, err := f.store.Count(ctx)
+		inFlight, err := f.Store.Count(ctx)
 		require.NoError(t, err)
 		require.Equal(t, deadline.Counts{Interrupted: 2, Pending: 2}, inFlight, "the in-flight records are not counted as devices")
 		f.settle(t, res.Claims...)
@@ -300,14 +300,14 @@ func TestCommittedClaimIsSettledByReleasingItsRecord(t *testing.T) {
 		require.Equal(t, claimedAt.Add(time.Minute).UnixMilli(), g.NextAct.UnixMilli(), "the first repeat one interval away")
 		d, _ := f.device(t, "d")
 		require.True(t, d.NextAct.IsZero(), "no repeats: dormant until it recovers")
-		c, err := f.store.Count(ctx)
+		c, err := f.Store.Count(ctx)
 		require.NoError(t, err)
 		require.Equal(t, deadline.Counts{Interrupted: 2, Pending: 2}, c)
 
-		f.clock.Advance(59 * time.Second)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "released: nothing redelivered after the lease")
-		f.clock.Advance(time.Second)
-		again := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		f.Clock.Advance(59 * time.Second)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, "released: nothing redelivered after the lease")
+		f.Clock.Advance(time.Second)
+		again := f.ClaimAll(t, deadline.ClaimOptions{}).Claims
 		require.Equal(t, []string{"g"}, devices(again), "the repeat comes due")
 		require.False(t, again[0].Fresh)
 		require.Equal(t, 1, again[0].State.Next)
@@ -323,35 +323,35 @@ func TestExpiredRecordRedeliversTheClaimsStillCommitted(t *testing.T) {
 		f = withRepeats(t, f)
 		var sigs []deadline.Signal
 		for _, dev := range []string{"a", "b", "c"} {
-			sigs = append(sigs, deadline.Signal{Device: dev, Type: "gateway", Seen: f.clock.Now()})
+			sigs = append(sigs, deadline.Signal{Device: dev, Type: "gateway", Seen: f.Clock.Now()})
 		}
-		f.refresh(t, sigs...)
-		f.clock.Advance(31 * time.Second)
-		first := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		f.Refresh(t, sigs...)
+		f.Clock.Advance(31 * time.Second)
+		first := f.ClaimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
 		require.Equal(t, []string{"a", "b", "c"}, devices(first.Claims))
 		byDevice := map[string]deadline.Claim{}
 		for _, c := range first.Claims {
 			byDevice[c.Device] = c
 		}
-		deleted, err := f.store.Delete(context.Background(), "b")
+		deleted, err := f.Store.Delete(context.Background(), "b")
 		require.NoError(t, err)
 		require.True(t, deleted)
 		c := byDevice["c"]
 		st := c.State
 		st.Failures, st.Reason = 1, "kafka down"
-		require.Equal(t, []bool{true}, f.ack(t, reschedule(c, st, f.clock.Now().Add(time.Hour))))
+		require.Equal(t, []bool{true}, f.ack(t, reschedule(c, st, f.Clock.Now().Add(time.Hour))))
 
-		f.clock.Advance(4 * time.Second)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "still leased")
-		f.clock.Advance(time.Second)
-		again := f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
+		f.Clock.Advance(4 * time.Second)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "still leased")
+		f.Clock.Advance(time.Second)
+		again := f.ClaimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second})
 		require.Equal(t, []string{"a"}, devices(again.Claims))
 		require.False(t, again.Claims[0].Fresh, "a redelivery, re-checked like any due entry")
 		require.NotEmpty(t, again.Claims[0].Record, "leased by a new record")
 		requireSameState(t, byDevice["a"].State, again.Claims[0].State)
 		f.settle(t, again.Claims...)
-		f.clock.Advance(10 * time.Second)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "settled")
+		f.Clock.Advance(10 * time.Second)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{Lease: 5 * time.Second}).Claims, "settled")
 	})
 }
 
@@ -361,19 +361,19 @@ func TestDormantEntriesAreNeverDue(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		f.settle(t, claimOne(t, f, "new"))
-		act, err := f.rdb.ZScore(ctx, f.store.Keys().Alarms(0), "new").Result()
+		act, err := f.RDB.ZScore(ctx, f.Store.Keys().Alarms(0), "new").Result()
 		require.NoError(t, err)
-		require.Equal(t, float64(deadline.DormantAfter+f.clock.Now().UnixMilli()), act)
+		require.Equal(t, float64(deadline.DormantAfter+f.Clock.Now().UnixMilli()), act)
 
 		f.settle(t, claimOne(t, f, "old"))
-		require.NoError(t, f.rdb.ZAdd(ctx, f.store.Keys().Alarms(0), redis.Z{Score: math.Inf(1), Member: "old"}).Err())
+		require.NoError(t, f.RDB.ZAdd(ctx, f.Store.Keys().Alarms(0), redis.Z{Score: math.Inf(1), Member: "old"}).Err())
 
 		for _, dev := range []string{"new", "old"} {
 			d, _ := f.device(t, dev)
 			require.True(t, d.NextAct.IsZero(), "%s: dormant", dev)
 		}
-		f.clock.Advance(100 * 365 * 24 * time.Hour)
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		f.Clock.Advance(100 * 365 * 24 * time.Hour)
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Empty(t, res.Claims, "dormant entries are never due")
 		require.True(t, res.NextAlarm.IsZero(), "and never the next alarm")
 	})
@@ -386,30 +386,30 @@ func TestDueAlarmEntriesClaimedAndOrphansDropped(t *testing.T) {
 		ctx := context.Background()
 		for _, dev := range []string{"a", "b"} {
 			c := claimOne(t, f, dev)
-			require.Equal(t, []bool{true}, f.ack(t, reschedule(c, sentOnce(c), f.clock.Now().Add(time.Minute))))
+			require.Equal(t, []bool{true}, f.ack(t, reschedule(c, sentOnce(c), f.Clock.Now().Add(time.Minute))))
 		}
-		alarms := f.store.Keys().Alarms(0)
-		require.NoError(t, f.rdb.ZAdd(ctx, alarms, redis.Z{Score: float64(f.clock.Now().UnixMilli()), Member: "orphan"}).Err())
-		f.clock.Advance(2 * time.Minute)
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		alarms := f.Store.Keys().Alarms(0)
+		require.NoError(t, f.RDB.ZAdd(ctx, alarms, redis.Z{Score: float64(f.Clock.Now().UnixMilli()), Member: "orphan"}).Err())
+		f.Clock.Advance(2 * time.Minute)
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.ElementsMatch(t, []string{"a", "b"}, devices(res.Claims))
 		for _, c := range res.Claims {
 			require.False(t, c.Fresh)
 			require.Equal(t, 1, c.State.Next, "%s: the state the ack wrote", c.Device)
 		}
-		n, err := f.rdb.ZScore(ctx, alarms, "orphan").Result()
+		n, err := f.RDB.ZScore(ctx, alarms, "orphan").Result()
 		require.ErrorIs(t, err, redis.Nil, "orphan still in the alarms set with score %v", n)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "the returned entries are leased")
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, "the returned entries are leased")
 	})
 }
 
 func TestReplayedOldSignalDoesNotOpenIncident(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
+		t0 := f.Clock.Now()
 		c := claimOne(t, f, "d")
 		// A replay of a signal older than the open incident puts the device back with a passed deadline.
-		f.refresh(t, deadline.Signal{Device: "d", Seen: t0.Add(-time.Minute)})
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: t0.Add(-time.Minute)})
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		for _, cl := range res.Claims {
 			require.False(t, cl.Fresh, "no new incident from a replay")
 			require.Equal(t, c.State.Deadline, cl.State.Deadline)
@@ -420,11 +420,11 @@ func TestReplayedOldSignalDoesNotOpenIncident(t *testing.T) {
 func TestNewIncidentReportsReplacedOne(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		c := claimOne(t, f, "d")
-		f.ack(t, reschedule(c, sentOnce(c), f.clock.Now().Add(time.Hour)))
+		f.ack(t, reschedule(c, sentOnce(c), f.Clock.Now().Add(time.Hour)))
 		// Signals, then falls silent again before the recovery was handled.
-		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
-		f.clock.Advance(31 * time.Second)
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: f.Clock.Now()})
+		f.Clock.Advance(31 * time.Second)
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Len(t, res.Claims, 1)
 		require.True(t, res.Claims[0].Fresh)
 		require.NotNil(t, res.Claims[0].Replaced)
@@ -468,13 +468,13 @@ func TestReplacingIncidentOwesRecoveryAcrossHandOuts(t *testing.T) {
 			eachFixture(t, 8, func(t *testing.T, f fixture) {
 				c := claimOne(t, f, "d")
 				if st, ok := tc.old(c); ok {
-					f.ack(t, reschedule(c, st, f.clock.Now().Add(time.Hour)))
+					f.ack(t, reschedule(c, st, f.Clock.Now().Add(time.Hour)))
 				}
 				f.settle(t, c)
 				// Signals, then falls silent again before anything settled the old incident.
-				f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
-				f.clock.Advance(31 * time.Second)
-				res := f.claimAll(t, deadline.ClaimOptions{})
+				f.Refresh(t, deadline.Signal{Device: "d", Seen: f.Clock.Now()})
+				f.Clock.Advance(31 * time.Second)
+				res := f.ClaimAll(t, deadline.ClaimOptions{})
 				require.Len(t, res.Claims, 1)
 				fresh := res.Claims[0]
 				require.True(t, fresh.Fresh)
@@ -482,8 +482,8 @@ func TestReplacingIncidentOwesRecoveryAcrossHandOuts(t *testing.T) {
 				require.Equal(t, tc.owedWarned, fresh.State.OwedWarned && fresh.State.Owed != 0, "the fresh claim")
 
 				// Nothing acknowledged: after the lease, the script's stored state is handed out again.
-				f.clock.Advance(31 * time.Second)
-				res = f.claimAll(t, deadline.ClaimOptions{})
+				f.Clock.Advance(31 * time.Second)
+				res = f.ClaimAll(t, deadline.ClaimOptions{})
 				require.Len(t, res.Claims, 1)
 				again := res.Claims[0]
 				require.False(t, again.Fresh)
@@ -497,28 +497,28 @@ func TestReplacingIncidentOwesRecoveryAcrossHandOuts(t *testing.T) {
 
 func TestNextDue(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
-		f.refresh(t,
+		t0 := f.Clock.Now()
+		f.Refresh(t,
 			deadline.Signal{Device: "a", Type: "gateway", Seen: t0},
 			deadline.Signal{Device: "b", Type: "gateway", Seen: t0.Add(5 * time.Second)},
 			deadline.Signal{Device: "c", Type: "default", Seen: t0})
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Equal(t, t0.Add(30*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
 		require.True(t, res.NextAlarm.IsZero())
-		f.clock.Advance(30 * time.Second)
-		res = f.claimAll(t, deadline.ClaimOptions{Lease: 7 * time.Second})
+		f.Clock.Advance(30 * time.Second)
+		res = f.ClaimAll(t, deadline.ClaimOptions{Lease: 7 * time.Second})
 		require.Equal(t, []string{"a"}, devices(res.Claims))
 		require.Equal(t, t0.Add(35*time.Second).UnixMilli(), res.NextDeadline.UnixMilli())
 		require.Equal(t, t0.Add(37*time.Second).UnixMilli(), res.NextAlarm.UnixMilli(), "the lease end is the next alarm")
 
 		// Per slot: the earliest of a's lease end, b's and c's deadlines among the devices it holds.
 		next := map[string]time.Time{"a": t0.Add(37 * time.Second), "b": t0.Add(35 * time.Second), "c": t0.Add(60 * time.Second)}
-		slots := testenv.AllSlots(f.store.Slots())
+		slots := testenv.AllSlots(f.Store.Slots())
 		require.Len(t, res.SlotNext, len(slots))
 		for i, slot := range slots {
 			var want time.Time
 			for dev, at := range next {
-				if deadline.Slot(dev, f.store.Slots()) == slot && (want.IsZero() || at.Before(want)) {
+				if deadline.Slot(dev, f.Store.Slots()) == slot && (want.IsZero() || at.Before(want)) {
 					want = at
 				}
 			}
@@ -532,11 +532,11 @@ func TestNextDue(t *testing.T) {
 func TestClaimLoadsAllItsStepsWhenRedisLostThem(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
-		require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
-		f.clock.Advance(time.Hour)
-		require.Len(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, 1, "no hold-back: the held step does not run")
-		loaded, err := f.rdb.ScriptExists(ctx, deadline.ClaimStepHashes()...).Result()
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: f.Clock.Now()})
+		require.NoError(t, f.RDB.ScriptFlush(ctx).Err())
+		f.Clock.Advance(time.Hour)
+		require.Len(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, 1, "no hold-back: the held step does not run")
+		loaded, err := f.RDB.ScriptExists(ctx, deadline.ClaimStepHashes()...).Result()
 		require.NoError(t, err)
 		require.Equal(t, []bool{true, true, true, true}, loaded)
 	})
@@ -544,14 +544,14 @@ func TestClaimLoadsAllItsStepsWhenRedisLostThem(t *testing.T) {
 
 func TestBatchLimitReportsMore(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
-		f.refresh(t, fleet(10, "d", f.clock.Now(), gateways)...)
-		f.clock.Advance(time.Minute)
-		res := f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		f.Refresh(t, fleet(10, "d", f.Clock.Now(), gateways)...)
+		f.Clock.Advance(time.Minute)
+		res := f.ClaimAll(t, deadline.ClaimOptions{Batch: 4})
 		require.Len(t, res.Claims, 4)
 		require.True(t, res.More)
-		res = f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		res = f.ClaimAll(t, deadline.ClaimOptions{Batch: 4})
 		require.Len(t, res.Claims, 4)
-		res = f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		res = f.ClaimAll(t, deadline.ClaimOptions{Batch: 4})
 		require.Len(t, res.Claims, 2)
 		require.False(t, res.More)
 	})
@@ -562,18 +562,18 @@ func TestBatchLimitReportsMore(t *testing.T) {
 func TestBatchBoundsFreshClaimsAndDueEntriesEach(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		f.refresh(t, fleet(6, "a", f.clock.Now(), gateways)...)
-		f.clock.Advance(time.Minute)
-		first := f.claimAll(t, deadline.ClaimOptions{Batch: 6})
+		f.Refresh(t, fleet(6, "a", f.Clock.Now(), gateways)...)
+		f.Clock.Advance(time.Minute)
+		first := f.ClaimAll(t, deadline.ClaimOptions{Batch: 6})
 		require.Len(t, first.Claims, 6)
 		acks := make([]deadline.Ack, len(first.Claims))
 		for i, c := range first.Claims {
-			acks[i] = reschedule(c, sentOnce(c), f.clock.Now().Add(time.Second))
+			acks[i] = reschedule(c, sentOnce(c), f.Clock.Now().Add(time.Second))
 		}
-		_, err := f.store.Settle(ctx, acks, deadline.RecordsOf(first.Claims))
+		_, err := f.Store.Settle(ctx, acks, deadline.RecordsOf(first.Claims))
 		require.NoError(t, err)
-		f.refresh(t, fleet(6, "b", f.clock.Now(), gateways)...)
-		f.clock.Advance(time.Minute) // six repeats due, six more devices silent
+		f.Refresh(t, fleet(6, "b", f.Clock.Now(), gateways)...)
+		f.Clock.Advance(time.Minute) // six repeats due, six more devices silent
 
 		kinds := func(res deadline.ClaimResult) (fresh, due int) {
 			for _, c := range res.Claims {
@@ -585,11 +585,11 @@ func TestBatchBoundsFreshClaimsAndDueEntriesEach(t *testing.T) {
 			}
 			return fresh, due
 		}
-		res := f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		res := f.ClaimAll(t, deadline.ClaimOptions{Batch: 4})
 		fresh, due := kinds(res)
 		require.Equal(t, []int{4, 4}, []int{fresh, due}, "a batch of fresh claims and one of due entries")
 		require.True(t, res.More)
-		res = f.claimAll(t, deadline.ClaimOptions{Batch: 4})
+		res = f.ClaimAll(t, deadline.ClaimOptions{Batch: 4})
 		fresh, due = kinds(res)
 		require.Equal(t, []int{2, 2}, []int{fresh, due}, "the rest of each")
 		require.False(t, res.More)
@@ -603,17 +603,17 @@ func TestCommittedClaimOfADeadProcessIsNotTakenForSent(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		f = withRepeats(t, f) // gateways repeat every minute
 		lease := 2 * time.Minute
-		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: f.clock.Now()})
-		f.clock.Advance(31 * time.Second)
-		res := f.claimAll(t, deadline.ClaimOptions{Lease: lease})
+		f.Refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: f.Clock.Now()})
+		f.Clock.Advance(31 * time.Second)
+		res := f.ClaimAll(t, deadline.ClaimOptions{Lease: lease})
 		require.Len(t, res.Claims, 1)
 		require.NotEmpty(t, res.Claims[0].Record, "committed")
 		// The process dies here: nothing published, the record never released.
 
-		f.clock.Advance(time.Minute + time.Second)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{Lease: lease}).Claims, "its repeat waits for the record")
-		f.clock.Advance(lease)
-		res = f.claimAll(t, deadline.ClaimOptions{Lease: lease})
+		f.Clock.Advance(time.Minute + time.Second)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{Lease: lease}).Claims, "its repeat waits for the record")
+		f.Clock.Advance(lease)
+		res = f.ClaimAll(t, deadline.ClaimOptions{Lease: lease})
 		require.Len(t, res.Claims, 1, "handed out again once the record's lease ran out")
 		c := res.Claims[0]
 		require.Equal(t, []any{"gw", false, 0}, []any{c.Device, c.Fresh, c.State.Next}, "nothing sent yet: its interrupted goes out")
@@ -626,12 +626,12 @@ func TestSignalDuringCommittedClaimRecoversSoonAfterRelease(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		c := claimOne(t, f, "d") // committed, its record in flight
 		require.NotEmpty(t, c.Record)
-		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()}) // back: its probe makes the incident due
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "whether interrupted went out is unknown yet")
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: f.Clock.Now()}) // back: its probe makes the incident due
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, "whether interrupted went out is unknown yet")
 
 		f.settle(t, c) // published: the record is released
-		f.clock.Advance(time.Second)
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		f.Clock.Advance(time.Second)
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Len(t, res.Claims, 1, "the recovery is claimed within a second of the release, not a lease (30 s) later")
 		require.Equal(t, "d", res.Claims[0].Device)
 		require.False(t, res.Claims[0].Fresh)

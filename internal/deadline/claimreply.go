@@ -49,6 +49,9 @@ func (s *Store) appendClaims(ctx context.Context, claims []Claim, slot int, r cl
 		claims = append(claims, c)
 	}
 	attachCauses(claims[start:], r.causes)
+	for i := start; i < len(claims); i++ {
+		claims[i].LastSignal = s.lastSignalOf(ctx, claims[i].State.TypeIndex, claims[i].State.Deadline)
+	}
 	return claims, nil
 }
 

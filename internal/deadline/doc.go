@@ -1,6 +1,15 @@
-// Package deadline is the Redis side of heartbeatd: it stores every device's deadline in per-slot sorted
+// Package deadline is the Redis side of detection: it stores every device's deadline in per-slot sorted
 // sets, claims the devices whose deadline passed, and stores what the alarm loop did with them. It knows
-// nothing of MQTT, Kafka or policies: it stores and claims; policy lives in internal/alarm and internal/config.
+// nothing of MQTT or Kafka. Policy is decided elsewhere (internal/config resolves it, internal/alarm
+// decides), but this package applies it: a type's timeout, repeat interval, expected times and warning
+// come in through Options' callbacks, a device's own timeout is resolved here (owntimeout.go), and a
+// fresh claim is committed as the alarm loop's usual decision (commit, below).
+//
+// Besides the keys of the slots (keys.go), the scripts and the state codec, it holds the background loops
+// that use them (the scanner, scanner.go; slot ownership, ownership.go; the dormant sweep and retention,
+// sweep.go), the parent links of gateways and what their children wait for (parents.go, wake.go), the
+// registry (registry.go), flapping histories (flaps.go) and reported causes (cause.go). The other packages'
+// keys are their own (internal/holdback, internal/correlate, internal/silence).
 //
 // Read this first: the other files use these words in this sense only.
 //

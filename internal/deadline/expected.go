@@ -15,12 +15,7 @@ import (
 // deadlineOf is the deadline (ms) a signal at seen sets for a device of type name: the type's expected
 // time + grace when it has a schedule (expected), else seen + its lead (warn_after, else timeout).
 func (s *Store) deadlineOf(name string, seen time.Time) (ms int64, expected bool) {
-	if s.typeExpected != nil {
-		if dl, ok := s.expected(name, seen); ok {
-			return dl.UnixMilli(), true
-		}
-	}
-	return seen.UnixMilli() + s.lead(name).Milliseconds(), false
+	return s.deadlineAt(name, s.lead(name), seen)
 }
 
 // anyScheduled reports whether some known type has expected times.

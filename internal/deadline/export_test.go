@@ -101,3 +101,6 @@ func (s *Store) RepairNamedParents(ctx context.Context) (bool, error) {
 func (s *Store) ParentsMark(ctx context.Context) string {
 	return s.rdb.Get(ctx, s.keys.parentsInUse()).Val()
 }
+
+// ReclaimTypes runs one reclaim of the type indexes now, whoever's turn it is (typereclaim.go).
+func (s *Store) ReclaimTypes(ctx context.Context) (int, error) { return s.reclaimTypes(ctx) }

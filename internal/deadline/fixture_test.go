@@ -20,26 +20,28 @@ var byType = testenv.TypeTimeouts(map[string]time.Duration{"default": 60 * time.
 // timeoutOf times the fixture's types (the store applies a device's own timeout itself).
 func timeoutOf(name string) time.Duration { return byType(name) }
 
-type fixture struct {
-	store *deadline.Store
-	rdb   redis.UniversalClient
-	clock *testenv.Clock // shared by the store and the test
-}
+// fixture is the shared one (deadlinetest.Fixture): a store of the test types on an empty Redis, timed
+// by timeoutOf, and the clock it shares with the test.
+type fixture struct{ *deadlinetest.Fixture }
+
+// testTypes are the types the fixture's stores register.
+var testTypes = []string{"default", "gateway", "sensor"}
 
 // TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// eachFixture runs test once per Redis backend (testenv.EachBackend), each time on an empty Redis with
+// eachFixture runs test once per Redis backend (deadlinetest.Each), each time on an empty Redis with
 // a store of slots slots.
 func eachFixture(t *testing.T, slots int, test func(t *testing.T, f fixture)) {
 	t.Helper()
-	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) { test(t, setup(t, rdb, slots)) })
+	deadlinetest.Each(t, deadline.Options{Slots: slots, Timeout: timeoutOf}, testTypes,
+		func(t *testing.T, base *deadlinetest.Fixture) { test(t, fixture{base}) })
 }
 
+// setup is a fixture on rdb with a store of slots slots.
 func setup(tb testing.TB, rdb redis.UniversalClient, slots int) fixture {
 	tb.Helper()
-	c := testenv.NewClock(time.UnixMilli(1_763_800_000_000))
-	return fixture{store: fixtureStore(tb, rdb, slots, c.Now, nil), rdb: rdb, clock: c}
+	return fixture{deadlinetest.Open(tb, rdb, deadline.Options{Slots: slots, Timeout: timeoutOf}, testTypes...)}
 }
 
 // fixtureStore returns a store on rdb timed by timeoutOf, with the test types registered; repeatEvery nil
@@ -47,14 +49,14 @@ func setup(tb testing.TB, rdb redis.UniversalClient, slots int) fixture {
 func fixtureStore(tb testing.TB, rdb redis.UniversalClient, slots int, now func() time.Time, repeatEvery func(string) time.Duration) *deadline.Store {
 	tb.Helper()
 	opts := deadline.Options{Slots: slots, Now: now, Timeout: timeoutOf, RepeatEvery: repeatEvery}
-	return deadlinetest.NewStore(tb, rdb, opts, "default", "gateway", "sensor")
+	return deadlinetest.NewStore(tb, rdb, opts, testTypes...)
 }
 
 // withRepeats is f with a store that commits gateway incidents with a one-minute repeat interval and
 // every other type without repeats, as the daemon's policies would.
 func withRepeats(t *testing.T, f fixture) fixture {
 	t.Helper()
-	f.store = fixtureStore(t, f.rdb, f.store.Slots(), f.clock.Now, func(typ string) time.Duration {
+	f.Store = fixtureStore(t, f.RDB, f.Store.Slots(), f.Clock.Now, func(typ string) time.Duration {
 		if typ == "gateway" {
 			return time.Minute
 		}
@@ -63,36 +65,14 @@ func withRepeats(t *testing.T, f fixture) fixture {
 	return f
 }
 
-func (f fixture) claimAll(t *testing.T, opts deadline.ClaimOptions) deadline.ClaimResult {
-	t.Helper()
-	if opts.Now.IsZero() {
-		opts.Now = f.clock.Now()
-	}
-	if opts.Lease == 0 {
-		opts.Lease = 30 * time.Second
-	}
-	if opts.Batch == 0 {
-		opts.Batch = 256
-	}
-	res, err := f.store.Claim(context.Background(), testenv.AllSlots(f.store.Slots()), opts)
-	require.NoError(t, err)
-	return res
-}
-
 // claimOne makes dev silent and claims it.
 func claimOne(t *testing.T, f fixture, dev string) deadline.Claim {
 	t.Helper()
-	f.refresh(t, deadline.Signal{Device: dev, Type: "gateway", Seen: f.clock.Now()})
-	f.clock.Advance(31 * time.Second)
-	res := f.claimAll(t, deadline.ClaimOptions{})
+	f.Refresh(t, deadline.Signal{Device: dev, Type: "gateway", Seen: f.Clock.Now()})
+	f.Clock.Advance(31 * time.Second)
+	res := f.ClaimAll(t, deadline.ClaimOptions{})
 	require.Len(t, res.Claims, 1)
 	return res.Claims[0]
-}
-
-// refresh stores signals.
-func (f fixture) refresh(t *testing.T, signals ...deadline.Signal) {
-	t.Helper()
-	require.NoError(t, f.store.Refresh(context.Background(), signals))
 }
 
 // fleet is n signals of devices prefix0, prefix1, … seen at seen, device i of type typeOf(i).
@@ -107,13 +87,13 @@ func fleet(n int, prefix string, seen time.Time, typeOf func(i int) string) []de
 // gateways is a fleet type function: every device a gateway.
 func gateways(int) string { return "gateway" }
 
-// replicas returns f.store and n-1 more stores on its Redis and clock, each having read the layout of
+// replicas returns f.Store and n-1 more stores on its Redis and clock, each having read the layout of
 // slots, as the replicas of one deployment have.
 func (f fixture) replicas(t *testing.T, slots, n int) []*deadline.Store {
 	t.Helper()
-	stores := []*deadline.Store{f.store}
+	stores := []*deadline.Store{f.Store}
 	for range n - 1 {
-		stores = append(stores, fixtureStore(t, f.rdb, slots, f.clock.Now, nil))
+		stores = append(stores, fixtureStore(t, f.RDB, slots, f.Clock.Now, nil))
 	}
 	for _, s := range stores {
 		_, err := s.SyncLayout(t.Context(), slots)
@@ -125,7 +105,7 @@ func (f fixture) replicas(t *testing.T, slots, n int) []*deadline.Store {
 // device returns what Redis knows of id and whether it knows anything.
 func (f fixture) device(t *testing.T, id string) (deadline.Device, bool) {
 	t.Helper()
-	d, found, err := f.store.Device(context.Background(), id)
+	d, found, err := f.Store.Device(context.Background(), id)
 	require.NoError(t, err)
 	return d, found
 }
@@ -133,7 +113,7 @@ func (f fixture) device(t *testing.T, id string) (deadline.Device, bool) {
 // ack applies acks and returns which of them took effect.
 func (f fixture) ack(t *testing.T, acks ...deadline.Ack) []bool {
 	t.Helper()
-	applied, err := f.store.Acknowledge(context.Background(), acks)
+	applied, err := f.Store.Acknowledge(context.Background(), acks)
 	require.NoError(t, err)
 	return applied
 }
@@ -158,7 +138,7 @@ func sentOnce(c deadline.Claim) deadline.State {
 // settle releases the in-flight records of claims, their whole acknowledgement when committed.
 func (f fixture) settle(t *testing.T, claims ...deadline.Claim) {
 	t.Helper()
-	_, err := f.store.Settle(context.Background(), nil, deadline.RecordsOf(claims))
+	_, err := f.Store.Settle(context.Background(), nil, deadline.RecordsOf(claims))
 	require.NoError(t, err)
 }
 

@@ -22,17 +22,17 @@ func links(t *testing.T, f fixture) (children map[string][]string, named []strin
 	t.Helper()
 	ctx := context.Background()
 	children = map[string][]string{}
-	prefix := strings.TrimSuffix(f.store.Keys().Children(""), "{}")
-	namedPrefix := strings.TrimSuffix(f.store.Keys().NamedParents(""), "{0}")
-	for key, k := range testenv.Keyspace(t, f.rdb) {
+	prefix := strings.TrimSuffix(f.Store.Keys().Children(""), "{}")
+	namedPrefix := strings.TrimSuffix(f.Store.Keys().NamedParents(""), "{0}")
+	for key, k := range testenv.Keyspace(t, f.RDB) {
 		switch {
 		case strings.HasPrefix(key, prefix):
-			members, err := f.rdb.SMembers(ctx, key).Result()
+			members, err := f.RDB.SMembers(ctx, key).Result()
 			require.NoError(t, err)
 			children[strings.TrimSuffix(strings.TrimPrefix(key, prefix+"{"), "}")] = members
 		case strings.HasPrefix(key, namedPrefix):
 			require.Equal(t, "set", k.Type, key)
-			members, err := f.rdb.SMembers(ctx, key).Result()
+			members, err := f.RDB.SMembers(ctx, key).Result()
 			require.NoError(t, err)
 			named = append(named, members...)
 		}
@@ -46,10 +46,10 @@ func links(t *testing.T, f fixture) (children map[string][]string, named []strin
 func TestALinkChangeLeavesTheFormerParent(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		other := fixtureStore(t, f.rdb, 4, f.clock.Now, nil) // another replica
+		other := fixtureStore(t, f.RDB, 4, f.Clock.Now, nil) // another replica
 		sig := func(s *deadline.Store, parent string) {
 			t.Helper()
-			require.NoError(t, s.Refresh(ctx, []deadline.Signal{{Device: "c", Type: "sensor", Parent: parent, Seen: f.clock.Now()}}))
+			require.NoError(t, s.Refresh(ctx, []deadline.Signal{{Device: "c", Type: "sensor", Parent: parent, Seen: f.Clock.Now()}}))
 		}
 		expect := func(parent string, why string) {
 			t.Helper()
@@ -61,28 +61,28 @@ func TestALinkChangeLeavesTheFormerParent(t *testing.T) {
 			}
 			require.Equal(t, map[string][]string{parent: {"c"}}, children, why)
 			require.Equal(t, []string{parent}, named, why)
-			got, err := f.store.ParentsOf(ctx, []string{"c"})
+			got, err := f.Store.ParentsOf(ctx, []string{"c"})
 			require.NoError(t, err)
 			require.Equal(t, []string{parent}, got, why)
 		}
-		sig(f.store, "A")
+		sig(f.Store, "A")
 		expect("A", "linked")
-		sig(f.store, "B")
+		sig(f.Store, "B")
 		expect("B", "a signal naming another parent")
 		sig(other, "C")
 		expect("C", "another replica's signal: the link swap tells it the parent it replaced")
-		sig(f.store, "G")
+		sig(f.Store, "G")
 		expect("G", "this replica remembered writing B, yet the swap takes c out of C, the parent it replaced")
-		require.NoError(t, f.store.SetParent(ctx, "c", "D"))
+		require.NoError(t, f.Store.SetParent(ctx, "c", "D"))
 		expect("D", "SetParent")
-		_, err := f.store.Register(ctx, []string{"c"}, []deadline.Registration{{Type: "sensor"}}, []string{"E"})
+		_, err := f.Store.Register(ctx, []string{"c"}, []deadline.Registration{{Type: "sensor"}}, []string{"E"})
 		require.NoError(t, err)
 		expect("E", "a registered parent")
-		require.NoError(t, f.store.SetParent(ctx, "c", ""))
+		require.NoError(t, f.Store.SetParent(ctx, "c", ""))
 		expect("", "SetParent to none")
-		sig(f.store, "F")
+		sig(f.Store, "F")
 		expect("F", "linked again")
-		found, err := f.store.Delete(ctx, "c")
+		found, err := f.Store.Delete(ctx, "c")
 		require.NoError(t, err)
 		require.True(t, found)
 		expect("", "deleted")
@@ -95,22 +95,22 @@ func TestALinkChangeLeavesTheFormerParent(t *testing.T) {
 func TestOneDeviceNamingManyParentsHoldsOneLink(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		before := testenv.Keyspace(t, f.rdb)
+		before := testenv.Keyspace(t, f.RDB)
 		for i := range 400 {
-			f.refresh(t, deadline.Signal{Device: "roamer", Type: "sensor", Parent: fmt.Sprint("gw-", i), Seen: f.clock.Now()})
+			f.Refresh(t, deadline.Signal{Device: "roamer", Type: "sensor", Parent: fmt.Sprint("gw-", i), Seen: f.Clock.Now()})
 		}
 		var batch []deadline.Signal
 		for i := range 100 {
-			batch = append(batch, deadline.Signal{Device: "roamer", Type: "sensor", Parent: fmt.Sprint("cell-", i), Seen: f.clock.Now()})
+			batch = append(batch, deadline.Signal{Device: "roamer", Type: "sensor", Parent: fmt.Sprint("cell-", i), Seen: f.Clock.Now()})
 		}
-		f.refresh(t, batch...)
+		f.Refresh(t, batch...)
 		children, named := links(t, f)
 		require.Equal(t, map[string][]string{"cell-99": {"roamer"}}, children, "the batch's last parent")
 		require.Equal(t, []string{"cell-99"}, named)
-		after := testenv.Keyspace(t, f.rdb)
+		after := testenv.Keyspace(t, f.RDB)
 		require.LessOrEqual(t, len(after)-len(before), 8, "new keys: %v", newKeys(before, after))
 
-		found, err := f.store.Delete(ctx, "roamer")
+		found, err := f.Store.Delete(ctx, "roamer")
 		require.NoError(t, err)
 		require.True(t, found)
 		children, named = links(t, f)
@@ -135,15 +135,15 @@ func newKeys(before, after map[string]testenv.Key) []string {
 func TestADeletedParentStaysNamedWhileItsChildrenNameIt(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: f.clock.Now()},
-			deadline.Signal{Device: "s1", Type: "sensor", Parent: "gw", Seen: f.clock.Now()},
-			deadline.Signal{Device: "s2", Type: "sensor", Parent: "gw", Seen: f.clock.Now()})
-		_, err := f.store.DeleteMany(ctx, []string{"gw", "s1"})
+		f.Refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: f.Clock.Now()},
+			deadline.Signal{Device: "s1", Type: "sensor", Parent: "gw", Seen: f.Clock.Now()},
+			deadline.Signal{Device: "s2", Type: "sensor", Parent: "gw", Seen: f.Clock.Now()})
+		_, err := f.Store.DeleteMany(ctx, []string{"gw", "s1"})
 		require.NoError(t, err)
 		children, named := links(t, f)
 		require.Equal(t, map[string][]string{"gw": {"s2"}}, children)
 		require.Equal(t, []string{"gw"}, named)
-		_, err = f.store.Delete(ctx, "s2")
+		_, err = f.Store.Delete(ctx, "s2")
 		require.NoError(t, err)
 		children, named = links(t, f)
 		require.Empty(t, children)
@@ -156,13 +156,13 @@ func TestDeleteDropsTheFlapHistory(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		c := claimOne(t, f, "flappy")
-		require.NoError(t, f.store.RecordFlaps(ctx, []deadline.FlapUpdate{{Device: "flappy", Slot: c.Slot,
-			Times: []int64{f.clock.Now().Add(-time.Minute).UnixMilli(), f.clock.Now().UnixMilli()}}}))
-		require.True(t, f.rdb.HExists(ctx, f.store.Keys().Flaps(c.Slot), "flappy").Val())
-		found, err := f.store.Delete(ctx, "flappy")
+		require.NoError(t, f.Store.RecordFlaps(ctx, []deadline.FlapUpdate{{Device: "flappy", Slot: c.Slot,
+			Times: []int64{f.Clock.Now().Add(-time.Minute).UnixMilli(), f.Clock.Now().UnixMilli()}}}))
+		require.True(t, f.RDB.HExists(ctx, f.Store.Keys().Flaps(c.Slot), "flappy").Val())
+		found, err := f.Store.Delete(ctx, "flappy")
 		require.NoError(t, err)
 		require.True(t, found)
-		require.False(t, f.rdb.HExists(ctx, f.store.Keys().Flaps(c.Slot), "flappy").Val(), "its history went with it")
+		require.False(t, f.RDB.HExists(ctx, f.Store.Keys().Flaps(c.Slot), "flappy").Val(), "its history went with it")
 	})
 }
 
@@ -172,7 +172,7 @@ func TestDeleteDropsTheFlapHistory(t *testing.T) {
 func TestSweepPrunesFlapHistoriesPastTheWindow(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		now := f.clock.Now()
+		now := f.Clock.Now()
 		const stale = 3000 // more per slot than a listpack holds (512), so an HSCAN step reads about a page
 		var updates []deadline.FlapUpdate
 		for i := range stale {
@@ -188,17 +188,17 @@ func TestSweepPrunesFlapHistoriesPastTheWindow(t *testing.T) {
 		for dev, times := range kept {
 			updates = append(updates, deadline.FlapUpdate{Device: dev, Slot: deadline.Slot(dev, 4), Times: times})
 		}
-		require.NoError(t, f.store.RecordFlaps(ctx, updates))
+		require.NoError(t, f.Store.RecordFlaps(ctx, updates))
 		histories := func() int64 {
 			var n int64
 			for slot := range 4 {
-				n += f.rdb.HLen(ctx, f.store.Keys().Flaps(slot)).Val()
+				n += f.RDB.HLen(ctx, f.Store.Keys().Flaps(slot)).Val()
 			}
 			return n
 		}
 		require.EqualValues(t, stale+len(kept), histories())
 
-		w := deadline.NewSweeper(deadline.SweeperOptions{Store: f.store, Slots: func() []int { return testenv.AllSlots(4) },
+		w := deadline.NewSweeper(deadline.SweeperOptions{Store: f.Store, Slots: func() []int { return testenv.AllSlots(4) },
 			Page: 20, Share: 1, FlapWindow: func() time.Duration { return time.Hour }})
 		require.NoError(t, w.Pass(ctx))
 		left := histories()
@@ -209,7 +209,7 @@ func TestSweepPrunesFlapHistoriesPastTheWindow(t *testing.T) {
 			require.NoError(t, w.Pass(ctx))
 		}
 		for dev := range kept {
-			require.True(t, f.rdb.HExists(ctx, f.store.Keys().Flaps(deadline.Slot(dev, 4)), dev).Val(), dev)
+			require.True(t, f.RDB.HExists(ctx, f.Store.Keys().Flaps(deadline.Slot(dev, 4)), dev).Val(), dev)
 		}
 	})
 }

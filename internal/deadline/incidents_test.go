@@ -17,25 +17,25 @@ import (
 func TestScanOpenIncidents(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		t0 := f.clock.Now()
-		_, err := f.store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
+		t0 := f.Clock.Now()
+		_, err := f.Store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
 		require.NoError(t, err)
-		f.refresh(t, fleet(10, "g-", t0, gateways)...)
-		f.refresh(t, deadline.Signal{Device: "own", Type: "gateway", Seen: t0},
+		f.Refresh(t, fleet(10, "g-", t0, gateways)...)
+		f.Refresh(t, deadline.Signal{Device: "own", Type: "gateway", Seen: t0},
 			deadline.Signal{Device: "acked", Type: "gateway", Seen: t0}, deadline.Signal{Device: "fresh", Type: "gateway", Seen: t0})
-		f.clock.Advance(31 * time.Second)
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		f.Clock.Advance(31 * time.Second)
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		var acks []deadline.Ack
 		for _, c := range res.Claims {
 			st := sentOnce(c)
 			if c.Device == "fresh" {
 				st.Next = 0 // its interruption is not reported yet
 			}
-			acks = append(acks, reschedule(c, st, f.clock.Now().Add(time.Hour)))
+			acks = append(acks, reschedule(c, st, f.Clock.Now().Add(time.Hour)))
 		}
-		_, err = f.store.Settle(ctx, acks, deadline.RecordsOf(res.Claims))
+		_, err = f.Store.Settle(ctx, acks, deadline.RecordsOf(res.Claims))
 		require.NoError(t, err)
-		ok, err := f.store.SetAcked(ctx, "acked")
+		ok, err := f.Store.SetAcked(ctx, "acked")
 		require.NoError(t, err)
 		require.True(t, ok)
 
@@ -43,7 +43,7 @@ func TestScanOpenIncidents(t *testing.T) {
 		byDevice := map[string]deadline.OpenIncident{}
 		for cursor, pages := uint64(0), 0; ; pages++ {
 			require.Less(t, pages, 100, "the scan ends")
-			page, next, err := f.store.ScanOpenIncidents(ctx, 0, cursor, 2)
+			page, next, err := f.Store.ScanOpenIncidents(ctx, 0, cursor, 2)
 			require.NoError(t, err)
 			for _, inc := range page {
 				if _, seen := byDevice[inc.Device]; !seen {

@@ -8,8 +8,10 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/config"
 )
 
-// Keyspace builds every Redis key heartbeatd uses. Keys are never concatenated at call sites: all keys
-// of one slot share the hash tag {s}, so the slot's scripts run on Redis Cluster too.
+// Keyspace builds the keys of this package's families: the slots' sets and hashes and the store-wide keys
+// beside them (the packages with keys of their own build them in their keys.go). Keys are never
+// concatenated at call sites: all keys of one slot share the hash tag {s}, so the slot's scripts run on
+// Redis Cluster too.
 type Keyspace struct {
 	prefix string
 }

@@ -154,24 +154,29 @@ func (m movedSignal) predatesIncident(score int64) bool {
 type movedSignals map[int]movedSignal // index in the batch → what Redis holds
 
 // score is the deadline score to write for a moved device: never behind what either slot holds, with the
-// signal's type, else the type recorded in the new slot, the old slot, or the old slot's open incident.
-func (m movedSignal) score(sig Signal, s *Store) int64 {
-	t := -1
-	if sig.Type != "" {
-		t, _ = s.types.index(context.Background(), sig.Type)
-	}
-	for _, sc := range []float64{m.newScore, m.oldScore} {
-		if t < 0 && sc > 0 {
-			_, t = scoreDeadline(sc)
+// signal's type, else the type recorded in the new slot, the old slot, or the old slot's open incident,
+// under the lead that type has now.
+func (m movedSignal) score(ctx context.Context, sig Signal, s *Store) (int64, error) {
+	name := sig.Type
+	if name == "" {
+		t := -1
+		for _, sc := range []float64{m.newScore, m.oldScore} {
+			if t < 0 && sc > 0 {
+				_, t = scoreDeadline(sc)
+			}
 		}
+		if t < 0 && m.hasIncidentState {
+			t = m.oldIncidentType
+		}
+		name = s.types.name(ctx, max(t, 0))
 	}
-	if t < 0 && m.hasIncidentState {
-		t = m.oldIncidentType
+	r, err := s.resolve(ctx, name)
+	if err != nil {
+		return 0, err
 	}
-	t = max(t, 0)
-	dl, _ := s.deadlineOf(s.types.name(context.Background(), t), sig.Seen)
-	score := dl*MaxTypes + int64(t)
-	return max(score, int64(m.newScore), int64(m.oldScore))
+	dl, _ := s.deadlineAt(r.name, r.lead, sig.Seen)
+	score := dl*MaxTypes + int64(r.idx)
+	return max(score, int64(m.newScore), int64(m.oldScore)), nil
 }
 
 // resolveMoved reads, in one round trip, what both slots hold for the batch's moved devices.

@@ -62,7 +62,7 @@ func TestOwnershipSharesTakesOverAndReleases(t *testing.T) {
 		}
 		start := func(id string) replica {
 			rctx, cancel := context.WithCancel(ctx)
-			r := replica{own: deadline.NewOwnership(f.store, opts(id)), cancel: cancel, done: make(chan struct{})}
+			r := replica{own: deadline.NewOwnership(f.Store, opts(id)), cancel: cancel, done: make(chan struct{})}
 			go func() { defer close(r.done); _ = r.own.Run(rctx) }()
 			return r
 		}
@@ -108,12 +108,12 @@ func TestOwnershipSharesTakesOverAndReleases(t *testing.T) {
 
 		// A lease held by a dead replica blocks the slot until it lapses.
 		for s := range 64 {
-			require.NoError(t, f.rdb.Set(ctx, f.store.Keys().Owner(s), "ghost", 0).Err())
+			require.NoError(t, f.RDB.Set(ctx, f.Store.Keys().Owner(s), "ghost", 0).Err())
 		}
 		require.Eventually(t, func() bool { return len(rs[0].own.Slots())+len(rs[2].own.Slots()) == 0 }, 10*time.Second, 20*time.Millisecond,
 			"a slot leased to another replica is not scanned")
 		for s := range 64 {
-			require.NoError(t, f.rdb.PExpire(ctx, f.store.Keys().Owner(s), 100*time.Millisecond).Err())
+			require.NoError(t, f.RDB.PExpire(ctx, f.Store.Keys().Owner(s), 100*time.Millisecond).Err())
 		}
 		require.Eventually(t, func() bool { return disjointCover([]replica{rs[0], rs[2]}) }, 10*time.Second, 20*time.Millisecond, fmt.Sprint("taken over after the lease lapsed"))
 	})
@@ -127,8 +127,8 @@ func TestOwnershipStepsAsideWhenNotEligible(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var eligible atomic.Bool
 		eligible.Store(true)
-		a := deadline.NewOwnership(f.store, deadline.OwnershipOptions{ReplicaID: "a", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond})
-		b := deadline.NewOwnership(f.store, deadline.OwnershipOptions{ReplicaID: "b", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond,
+		a := deadline.NewOwnership(f.Store, deadline.OwnershipOptions{ReplicaID: "a", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond})
+		b := deadline.NewOwnership(f.Store, deadline.OwnershipOptions{ReplicaID: "b", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond,
 			Eligible: eligible.Load})
 		var wg sync.WaitGroup
 		for _, o := range []*deadline.Ownership{a, b} {
@@ -141,7 +141,7 @@ func TestOwnershipStepsAsideWhenNotEligible(t *testing.T) {
 		eligible.Store(false)
 		require.Eventually(t, func() bool { return len(b.Slots()) == 0 && len(a.Slots()) == 16 }, 10*time.Second, 20*time.Millisecond,
 			"the ineligible replica's slots go to the other")
-		live, err := f.rdb.ZRange(ctx, f.store.Keys().Replicas(), 0, -1).Result()
+		live, err := f.RDB.ZRange(ctx, f.Store.Keys().Replicas(), 0, -1).Result()
 		require.NoError(t, err)
 		require.Equal(t, []string{"a"}, live)
 

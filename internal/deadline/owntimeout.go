@@ -6,14 +6,15 @@ import (
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/ident"
 )
 
 // A device registered with its own timeout (docs/http-api.md, "Device registry") is recorded under a
 // type name of its own, "<type>@<timeout>", so that its score's type index says which timeout its
 // deadline was set with. That name is this package's encoding and never leaves it: claims, devices and
 // incidents carry the configured type and the own timeout apart, and the policy callbacks (Options) are
-// asked about configured types only. Configured type names cannot hold "@" (config validation).
-const ownTypeSep = "@"
+// asked about configured types only. Configured type names cannot hold the mark (ident.TypeProblem).
+const ownTypeSep = ident.OwnTimeoutMark
 
 // ownTypeName is the name a device with its own timeout is recorded under.
 func ownTypeName(typ string, timeout time.Duration) string {

@@ -16,17 +16,17 @@ import (
 // loop would: gw interrupted (down), the child waiting a minute for its verdict.
 func downGateway(t *testing.T, f fixture, gw, child string) {
 	t.Helper()
-	now := f.clock.Now()
-	f.refresh(t, deadline.Signal{Device: gw, Type: "gateway", Seen: now},
+	now := f.Clock.Now()
+	f.Refresh(t, deadline.Signal{Device: gw, Type: "gateway", Seen: now},
 		deadline.Signal{Device: child, Type: "gateway", Parent: gw, Seen: now})
-	f.clock.Advance(31 * time.Second)
-	res := f.claimAll(t, deadline.ClaimOptions{})
+	f.Clock.Advance(31 * time.Second)
+	res := f.ClaimAll(t, deadline.ClaimOptions{})
 	require.ElementsMatch(t, []string{gw, child}, devices(res.Claims))
 	for _, c := range res.Claims {
 		if c.Device == gw {
-			f.ack(t, reschedule(c, sentOnce(c), f.clock.Now().Add(time.Minute)))
+			f.ack(t, reschedule(c, sentOnce(c), f.Clock.Now().Add(time.Minute)))
 		} else {
-			f.ack(t, reschedule(c, c.State, f.clock.Now().Add(time.Minute)))
+			f.ack(t, reschedule(c, c.State, f.Clock.Now().Add(time.Minute)))
 		}
 	}
 	f.settle(t, res.Claims...)
@@ -38,15 +38,15 @@ func TestParentVerdictWakesItsChildren(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-1", "child-1")
-		n, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-1", Down: true}}, f.clock.Now(), nil)
+		n, err := f.Store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-1", Down: true}}, f.Clock.Now(), nil)
 		require.NoError(t, err)
 		require.Zero(t, n, "child-1 has no children")
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims)
 
-		n, err = f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-1", Down: true}}, f.clock.Now(), nil)
+		n, err = f.Store.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-1", Down: true}}, f.Clock.Now(), nil)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
-		require.Equal(t, []string{"child-1"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims), "woken at once")
+		require.Equal(t, []string{"child-1"}, devices(f.ClaimAll(t, deadline.ClaimOptions{}).Claims), "woken at once")
 	})
 }
 
@@ -56,17 +56,17 @@ func TestChildrenOfParentsLinkedByOlderVersionWake(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-2", "child-2")
-		_, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-2", Down: true}}, f.clock.Now(), nil) // checks the mark
+		_, err := f.Store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-2", Down: true}}, f.Clock.Now(), nil) // checks the mark
 		require.NoError(t, err)
-		require.NoError(t, f.store.AsLinkedByOlderVersion(ctx, "gw-2"))
+		require.NoError(t, f.Store.AsLinkedByOlderVersion(ctx, "gw-2"))
 		for _, s := range f.replicas(t, 64, 2) {
-			f.clock.Advance(3 * time.Second)
-			n, err := s.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-2", Down: true}}, f.clock.Now(), nil)
+			f.Clock.Advance(3 * time.Second)
+			n, err := s.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-2", Down: true}}, f.Clock.Now(), nil)
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n, "the children of a parent linked by an older version are woken too")
-			res := f.claimAll(t, deadline.ClaimOptions{})
+			res := f.ClaimAll(t, deadline.ClaimOptions{})
 			require.Equal(t, []string{"child-2"}, devices(res.Claims))
-			f.ack(t, reschedule(res.Claims[0], res.Claims[0].State, f.clock.Now().Add(time.Minute))) // waits again
+			f.ack(t, reschedule(res.Claims[0], res.Claims[0].State, f.Clock.Now().Add(time.Minute))) // waits again
 		}
 	})
 }
@@ -78,15 +78,15 @@ func TestChildrenWakeAfterRedisLostData(t *testing.T) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-3", "child-3")
 		other := f.replicas(t, 64, 2)[1]
-		_, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "child-3", Down: true}}, f.clock.Now(), nil) // checks the mark
+		_, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "child-3", Down: true}}, f.Clock.Now(), nil) // checks the mark
 		require.NoError(t, err)
-		require.NoError(t, f.store.AsLinkedByOlderVersion(ctx, "gw-3"))
-		require.NoError(t, f.store.SetNamed(ctx)) // the mark survived, the set did not
-		f.store.LoseData()
-		_, err = f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-3", Down: true}}, f.clock.Now(), nil)
+		require.NoError(t, f.Store.AsLinkedByOlderVersion(ctx, "gw-3"))
+		require.NoError(t, f.Store.SetNamed(ctx)) // the mark survived, the set did not
+		f.Store.LoseData()
+		_, err = f.Store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-3", Down: true}}, f.Clock.Now(), nil)
 		require.NoError(t, err)
-		f.clock.Advance(3 * time.Second)
-		n, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-3", Down: true}}, f.clock.Now(), nil)
+		f.Clock.Advance(3 * time.Second)
+		n, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-3", Down: true}}, f.Clock.Now(), nil)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "woken by the replica that did not see the loss")
 	})
@@ -100,28 +100,28 @@ func TestNamedParentsRepairedAfterRedisLostData(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-4", "child-4")
-		require.NoError(t, f.store.AsLinkedByOlderVersion(ctx, "gw-4"))
-		require.NoError(t, f.store.SetNamed(ctx)) // the mark survived, the set did not
-		f.store.LoseData()
-		_, err := f.store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-4", Down: true}}, f.clock.Now(), nil) // sets the mark back
+		require.NoError(t, f.Store.AsLinkedByOlderVersion(ctx, "gw-4"))
+		require.NoError(t, f.Store.SetNamed(ctx)) // the mark survived, the set did not
+		f.Store.LoseData()
+		_, err := f.Store.WakeChildren(ctx, []deadline.Verdict{{Device: "child-4", Down: true}}, f.Clock.Now(), nil) // sets the mark back
 		require.NoError(t, err)
-		require.Equal(t, "1", f.store.ParentsMark(ctx))
+		require.Equal(t, "1", f.Store.ParentsMark(ctx))
 
-		repaired, err := f.store.RepairNamedParents(ctx)
+		repaired, err := f.Store.RepairNamedParents(ctx)
 		require.NoError(t, err)
 		require.True(t, repaired)
-		require.Equal(t, "named", f.store.ParentsMark(ctx), "the sets are complete again")
-		named, err := f.rdb.SIsMember(ctx, f.store.Keys().NamedParents("gw-4"), "gw-4").Result()
+		require.Equal(t, "named", f.Store.ParentsMark(ctx), "the sets are complete again")
+		named, err := f.RDB.SIsMember(ctx, f.Store.Keys().NamedParents("gw-4"), "gw-4").Result()
 		require.NoError(t, err)
 		require.True(t, named, "the linked parent is named again")
 
-		f.clock.Advance(3 * time.Second)
+		f.Clock.Advance(3 * time.Second)
 		other := f.replicas(t, 64, 2)[1]
-		n, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-4", Down: true}}, f.clock.Now(), nil)
+		n, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-4", Down: true}}, f.Clock.Now(), nil)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "its children are woken through the named parents")
 
-		repaired, err = f.store.RepairNamedParents(ctx)
+		repaired, err = f.Store.RepairNamedParents(ctx)
 		require.NoError(t, err)
 		require.False(t, repaired, "nothing to do once the mark says named")
 	})
@@ -134,13 +134,13 @@ func TestDownParentReadOncePerVerdict(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		reads := &atomic.Int64{}
-		f.store = fixtureStore(t, counting(t, f.rdb, "zscore", reads), 64, f.clock.Now, nil)
-		other := fixtureStore(t, f.rdb, 64, f.clock.Now, nil) // another replica
+		f.Store = fixtureStore(t, counting(t, f.RDB, "zscore", reads), 64, f.Clock.Now, nil)
+		other := fixtureStore(t, f.RDB, 64, f.Clock.Now, nil) // another replica
 		downGateway(t, f, "gw-1", "child-1")
 
 		view := func() deadline.Parent {
 			t.Helper()
-			views, err := f.store.Parents(ctx, []string{"gw-1"})
+			views, err := f.Store.Parents(ctx, []string{"gw-1"})
 			require.NoError(t, err)
 			return views["gw-1"]
 		}
@@ -150,13 +150,13 @@ func TestDownParentReadOncePerVerdict(t *testing.T) {
 			require.True(t, view().Down)
 		}
 		require.EqualValues(t, 1, reads.Load(), "read once while no verdict changed")
-		f.clock.Advance(2 * time.Second)
+		f.Clock.Advance(2 * time.Second)
 		require.True(t, view().Down)
 		require.EqualValues(t, 2, reads.Load(), "read again after 2 s")
 
 		// gw-1 is back: another replica reports it and wakes its children.
-		f.refresh(t, deadline.Signal{Device: "gw-1", Type: "gateway", Seen: f.clock.Now()})
-		_, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-1", Down: true}}, f.clock.Now(), nil)
+		f.Refresh(t, deadline.Signal{Device: "gw-1", Type: "gateway", Seen: f.Clock.Now()})
+		_, err := other.WakeChildren(ctx, []deadline.Verdict{{Device: "gw-1", Down: true}}, f.Clock.Now(), nil)
 		require.NoError(t, err)
 		require.False(t, view().Down, "the woken children see the parent's new verdict")
 		require.EqualValues(t, 3, reads.Load())
@@ -220,7 +220,7 @@ func TestDownParentsWakeCommitsItsWaitingChildren(t *testing.T) {
 		ctx := context.Background()
 		downGateway(t, f, "gw-4", "child-4")
 		downGateway(t, f, "gw-5", "child-5")
-		f.refresh(t, deadline.Signal{Device: "child-5", Type: "gateway", Parent: "gw-5", Seen: f.clock.Now()})
+		f.Refresh(t, deadline.Signal{Device: "child-5", Type: "gateway", Parent: "gw-5", Seen: f.Clock.Now()})
 
 		var handed []deadline.Claim
 		commit := &deadline.WakeCommit{Lease: 30 * time.Second, Handle: func(_ context.Context, c []deadline.Claim) error {
@@ -228,7 +228,7 @@ func TestDownParentsWakeCommitsItsWaitingChildren(t *testing.T) {
 			return nil
 		}}
 		verdicts := []deadline.Verdict{{Device: "gw-4", Down: true}, {Device: "gw-5", Down: true}}
-		n, err := f.store.WakeChildren(ctx, verdicts, f.clock.Now(), commit)
+		n, err := f.Store.WakeChildren(ctx, verdicts, f.Clock.Now(), commit)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "child-4 committed; child-5's signal made its entry due already")
 		require.Len(t, handed, 1)
@@ -238,16 +238,16 @@ func TestDownParentsWakeCommitsItsWaitingChildren(t *testing.T) {
 		require.Equal(t, "gw-4", c.WokenBy)
 		require.NotEmpty(t, c.Record)
 		require.Zero(t, c.State.Next, "handed out as nothing sent, as a committed claim")
-		d, _, err := f.store.Device(ctx, "child-4")
+		d, _, err := f.Store.Device(ctx, "child-4")
 		require.NoError(t, err)
 		require.Equal(t, deadline.HoldParent, d.Incident.Hold, "stored as suppressed")
 
-		require.Equal(t, []string{"child-5"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims),
+		require.Equal(t, []string{"child-5"}, devices(f.ClaimAll(t, deadline.ClaimOptions{}).Claims),
 			"the child back online is due for its owner; the committed one is not")
 
-		f.clock.Advance(31 * time.Second) // the record was never released: its lease ran out
+		f.Clock.Advance(31 * time.Second) // the record was never released: its lease ran out
 		var again *deadline.Claim
-		for _, c := range f.claimAll(t, deadline.ClaimOptions{}).Claims {
+		for _, c := range f.ClaimAll(t, deadline.ClaimOptions{}).Claims {
 			if c.Device == "child-4" {
 				again = &c
 			}

@@ -31,7 +31,8 @@ type Device struct {
 	// Parent is the device's gateway or cell as last named ("" when none).
 	Parent string
 	// LastSignal is the recorded last signal of a device whose type has expected times (its last before
-	// the open incident, if any); zero for the others, whose last signal is deadline − timeout.
+	// the open incident, if any), or the last signal behind a deadline written under another timeout
+	// than its type's now (typeidentity.go); zero for the others, whose last signal is deadline − timeout.
 	LastSignal time.Time
 	// Cause is why the open incident began when it was not silence (a reported failure, offline); nil
 	// for silence. Without an incident (Device only, not List): the cause of the moved deadline the device
@@ -122,6 +123,7 @@ func (s *Store) deviceFrom(ctx context.Context, id string, score *redis.FloatCmd
 		}
 	}
 	d.Type, d.OwnTimeout = s.typeOf(ctx, typeIdx)
+	d.LastSignal = s.deviceLastSignal(ctx, d, typeIdx)
 	return d, found, nil
 }
 
@@ -189,11 +191,13 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 				}
 				d.Incident = &st
 				d.Type, d.OwnTimeout = s.typeOf(ctx, st.TypeIndex)
+				d.LastSignal = s.deviceLastSignal(ctx, d, st.TypeIndex)
 			} else {
 				v, _ := strconv.ParseFloat(keys[i+1], 64)
 				var idx int
 				d.Deadline, idx = scoreDeadline(v)
 				d.Type, d.OwnTimeout = s.typeOf(ctx, idx)
+				d.LastSignal = s.deviceLastSignal(ctx, d, idx)
 			}
 			if opts.Type == "" || opts.Type == d.Type {
 				out = append(out, d)

@@ -16,15 +16,15 @@ import (
 func TestListCountDelete(t *testing.T) {
 	eachFixture(t, 16, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		f.refresh(t, fleet(300, "d", f.clock.Now(), func(i int) string {
+		f.Refresh(t, fleet(300, "d", f.Clock.Now(), func(i int) string {
 			if i%3 == 0 {
 				return "sensor"
 			}
 			return "gateway"
 		})...)
-		f.clock.Advance(31 * time.Second) // the 200 gateways go silent
+		f.Clock.Advance(31 * time.Second) // the 200 gateways go silent
 		for {
-			res := f.claimAll(t, deadline.ClaimOptions{})
+			res := f.ClaimAll(t, deadline.ClaimOptions{})
 			if len(res.Claims) == 0 {
 				break
 			}
@@ -32,7 +32,7 @@ func TestListCountDelete(t *testing.T) {
 		collect := func(opts deadline.ListOptions) []string {
 			var all []string
 			for {
-				page, next, err := f.store.List(ctx, opts)
+				page, next, err := f.Store.List(ctx, opts)
 				require.NoError(t, err)
 				for _, d := range page {
 					all = append(all, d.ID)
@@ -46,29 +46,29 @@ func TestListCountDelete(t *testing.T) {
 		require.Len(t, collect(deadline.ListOptions{Limit: 7}), 100)
 		require.Len(t, collect(deadline.ListOptions{Limit: 7, Interrupted: true}), 200)
 		require.Len(t, collect(deadline.ListOptions{Limit: 50, Interrupted: true, Type: "sensor"}), 0)
-		online, interrupted, err := f.store.CountByType(ctx)
+		online, interrupted, err := f.Store.CountByType(ctx)
 		require.NoError(t, err)
 		require.Equal(t, map[string]int64{"sensor": 100}, online)
 		require.Equal(t, map[string]int64{"gateway": 200}, interrupted)
-		counts, err := f.store.Count(ctx)
+		counts, err := f.Store.Count(ctx)
 		require.NoError(t, err)
 		require.Equal(t, int64(200), counts.Interrupted, "the state hashes' guard field is not an incident")
 		// Lookups in a listpack-encoded hash are linear scans; the guard keeps every state hash a hashtable.
 		for slot := range 4 {
-			enc, err := f.rdb.ObjectEncoding(ctx, f.store.Keys().State(slot)).Result()
+			enc, err := f.RDB.ObjectEncoding(ctx, f.Store.Keys().State(slot)).Result()
 			require.NoError(t, err)
 			require.Equal(t, "hashtable", enc, "slot %d", slot)
 		}
-		_, _, err = f.store.List(ctx, deadline.ListOptions{Cursor: "garbage"})
+		_, _, err = f.Store.List(ctx, deadline.ListOptions{Cursor: "garbage"})
 		require.ErrorIs(t, err, deadline.ErrBadCursor)
 
-		ok, err := f.store.Delete(ctx, "d1")
+		ok, err := f.Store.Delete(ctx, "d1")
 		require.NoError(t, err)
 		require.True(t, ok)
-		ok, err = f.store.Delete(ctx, "d1")
+		ok, err = f.Store.Delete(ctx, "d1")
 		require.NoError(t, err)
 		require.False(t, ok)
-		counts, err = f.store.Count(ctx)
+		counts, err = f.Store.Count(ctx)
 		require.NoError(t, err)
 		require.Equal(t, deadline.Counts{Online: 100, Interrupted: 199, Pending: 199}, counts)
 	})
@@ -80,7 +80,7 @@ func TestListCountDelete(t *testing.T) {
 func TestListBoundsItsScanPerPage(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		f.refresh(t, fleet(2000, "d", f.clock.Now(), func(i int) string {
+		f.Refresh(t, fleet(2000, "d", f.Clock.Now(), func(i int) string {
 			if i == 1999 {
 				return "sensor"
 			}
@@ -90,7 +90,7 @@ func TestListBoundsItsScanPerPage(t *testing.T) {
 		var found []string
 		pages := 0
 		for {
-			page, next, err := f.store.List(ctx, opts)
+			page, next, err := f.Store.List(ctx, opts)
 			require.NoError(t, err)
 			pages++
 			for _, d := range page {
@@ -105,8 +105,8 @@ func TestListBoundsItsScanPerPage(t *testing.T) {
 		require.Greater(t, pages, 10, "2000 devices at most 50 read a page")
 
 		scans := &commandCounter{name: "zscan"}
-		f.rdb.AddHook(scans)
-		page, next, err := f.store.List(ctx, deadline.ListOptions{Type: "thermostat", Limit: 5})
+		f.RDB.AddHook(scans)
+		page, next, err := f.Store.List(ctx, deadline.ListOptions{Type: "thermostat", Limit: 5})
 		require.NoError(t, err)
 		require.Empty(t, page)
 		require.Empty(t, next)

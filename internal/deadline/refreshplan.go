@@ -22,9 +22,11 @@ type typedSlot struct {
 // refreshPlan is one refresh's writes, sorted out before the round trip.
 type refreshPlan struct {
 	typed      map[int]*typedSlot
-	oldEntries map[int][]any // old slot → moved devices to drop from it
-	untyped    []Signal      // devices of no known type: the refresh script finds theirs
-	retyped    []string      // devices whose signal named another type than the recorded one
+	oldEntries map[int][]any   // old slot → moved devices to drop from it
+	untyped    []Signal        // devices of no known type: the refresh script finds theirs
+	retimed    []retimedSignal // devices whose signal changes their type index (retime.go)
+	forget     []string        // devices the store's type memory forgets once the batch is written
+	retyped    []string        // devices whose signal named another type than the recorded one
 	seen       seenWrites
 }
 
@@ -48,39 +50,43 @@ func (s *Store) planSignal(ctx context.Context, p *refreshPlan, layout *Layout, 
 		return nil
 	}
 	var score int64
-	switch {
-	case isMoved:
-		if score = m.score(sig, s); m.predatesIncident(score) {
-			return nil
+	if isMoved {
+		var err error
+		if score, err = m.score(ctx, sig, s); err != nil || m.predatesIncident(score) {
+			return err
 		}
-	case sig.Type == "":
-		dl, expected := s.deadlineOf(s.types.name(ctx, rec), sig.Seen)
-		score = dl*MaxTypes + int64(rec)
-		if expected {
-			p.seen.add(Slot(sig.Device, layout.Slots), sig)
+	} else {
+		var r resolved
+		var err error
+		if sig.Type == "" {
+			r, err = s.resolveRecorded(ctx, rec) // its recorded type, under the lead that type has now
+		} else {
+			r, err = s.resolve(ctx, sig.Type) // an unconfigured name is recorded, and timed, as the default type
 		}
-		if source == typeRead {
-			recorded.learned = append(recorded.learned, learnedType{sig.Device, rec})
-		}
-	default:
-		t, err := s.types.index(ctx, sig.Type)
 		if err != nil {
 			return err
 		}
-		name := sig.Type
-		if t == 0 {
-			name = DefaultType // an unconfigured name is recorded, and timed, as the default type
-		}
-		dl, expected := s.deadlineOf(name, sig.Seen)
-		score = dl*MaxTypes + int64(t)
+		dl, expected := s.deadlineAt(r.name, r.lead, sig.Seen)
+		score = dl*MaxTypes + int64(r.idx)
 		if expected {
 			p.seen.add(Slot(sig.Device, layout.Slots), sig)
 		}
-		if known && rec != t {
+		if known && rec != r.idx && !expected {
+			// Another index than the stored one: compared by signal times, not deadlines (retime.go).
+			// Forgotten, not learned: the write may lose to a newer signal, and the next one reads it.
+			if sig.Type != "" && s.types.name(ctx, rec) != r.name {
+				p.retyped = append(p.retyped, sig.Device)
+			}
+			p.retimed = append(p.retimed, retimedSignal{slot: Slot(sig.Device, layout.Slots), device: sig.Device, score: score,
+				seen: sig.Seen.UnixMilli()})
+			p.forget = append(p.forget, sig.Device)
+			return nil
+		}
+		if known && rec != r.idx && sig.Type != "" {
 			p.retyped = append(p.retyped, sig.Device)
 		}
-		if source != typeRemembered || rec != t {
-			recorded.learned = append(recorded.learned, learnedType{sig.Device, t})
+		if source != typeRemembered || rec != r.idx {
+			recorded.learned = append(recorded.learned, learnedType{sig.Device, r.idx})
 		}
 	}
 	ts := p.slot(Slot(sig.Device, layout.Slots))
@@ -116,18 +122,31 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 	links := s.writeLinks(ctx, pipe, signals)
 	s.queueRetyped(ctx, pipe, p.retyped)
 	checked := s.queueRetypedCheck(ctx, pipe)
-	calls := s.untypedCalls(p.untyped, now)
+	calls, err := s.untypedCalls(ctx, p.untyped, now)
+	if err != nil {
+		return nil, fmt.Errorf("deadline: refresh: %w", err)
+	}
 	for _, c := range calls {
 		refreshScript.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	retimes := s.retimeCalls(ctx, p.retimed, now)
+	for _, c := range retimes {
+		retimeScript.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		if !strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			return nil, fmt.Errorf("deadline: refresh: %w", err)
 		}
-		// Redis lost the script (restart, failover): the typed writes went through; send the rest again.
+		// Redis lost a script (restart, failover): the typed writes went through; send the rest again.
 		if _, err := s.runAll(ctx, refreshScript, calls); err != nil {
 			return nil, fmt.Errorf("deadline: refresh: %w", err)
 		}
+		if _, err := s.runAll(ctx, retimeScript, retimes); err != nil {
+			return nil, fmt.Errorf("deadline: refresh: %w", err)
+		}
+	}
+	if len(p.forget) > 0 {
+		s.typeMem.forget(p.forget)
 	}
 	s.remember(links)
 	s.settleLinks(ctx, links)

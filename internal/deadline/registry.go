@@ -152,11 +152,20 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 }
 
 // typeIndexFor is the type index a registration records; a per-device timeout name is registered first.
+// A full registry is reclaimed (typereclaim.go) and asked once more.
 func (s *Store) typeIndexFor(ctx context.Context, name string, perDevice bool) (int, error) {
-	if perDevice {
-		return s.types.allow(ctx, name)
+	if !perDevice {
+		return s.typeIndex(ctx, name)
 	}
-	return s.types.index(ctx, name)
+	i, err := s.types.allow(ctx, name, AsStored(s.lead(name)))
+	if errors.Is(err, ErrTypesFull) {
+		if freed, rerr := s.maybeReclaimTypes(ctx, true); rerr != nil {
+			return 0, rerr
+		} else if freed > 0 {
+			i, err = s.types.allow(ctx, name, AsStored(s.lead(name)))
+		}
+	}
+	return i, err
 }
 
 // registryEntries returns each device's registry entry (nil when it is not registered), one round trip,
@@ -238,8 +247,20 @@ type perDeviceTypes struct{ table atomic.Pointer[overrideTable] }
 // SyncOverrides reads the per-device timeout table when its version in Redis moved since the last read.
 // The daemon calls it every few seconds; a registration applies on every replica within that long. After
 // a data loss it first writes back the table it holds: the version only grows, so one that went back is
-// a loss even before the layout read has noticed it.
+// a loss even before the layout read has noticed it. It then follows the type registry's version and
+// reclaims unused type indexes when that is due (typereclaim.go).
 func (s *Store) SyncOverrides(ctx context.Context) error {
+	if err := s.syncOverrides(ctx); err != nil {
+		return err
+	}
+	if err := s.syncTypes(ctx, false); err != nil {
+		return err
+	}
+	_, err := s.maybeReclaimTypes(ctx, false)
+	return err
+}
+
+func (s *Store) syncOverrides(ctx context.Context) error {
 	v, err := s.overridesVersion(ctx)
 	if err != nil {
 		return err
@@ -266,7 +287,7 @@ func (s *Store) SyncOverrides(ctx context.Context) error {
 	for _, name := range all {
 		if !seen[name] {
 			seen[name] = true
-			if _, err := s.types.allow(ctx, name); err != nil {
+			if _, err := s.types.allow(ctx, name, AsStored(s.lead(name))); err != nil {
 				return err
 			}
 		}

@@ -35,38 +35,38 @@ func TestRegistryOfThePreviousLayoutIsMigrated(t *testing.T) {
 			"sensor-9": `{"device_type":"sensor","labels":{"site":"paris","floor":"2"},"registered_ms":1763800000000}`,
 		}
 		for dev, v := range old {
-			require.NoError(t, f.rdb.HSet(ctx, legacyRegistryKey(dev), dev, v).Err())
+			require.NoError(t, f.RDB.HSet(ctx, legacyRegistryKey(dev), dev, v).Err())
 		}
-		_, err := f.store.Register(ctx, []string{"renewed"}, []deadline.Registration{{Type: "sensor", Labels: map[string]string{"site": "new"}}}, []string{""})
+		_, err := f.Store.Register(ctx, []string{"renewed"}, []deadline.Registration{{Type: "sensor", Labels: map[string]string{"site": "new"}}}, []string{""})
 		require.NoError(t, err)
 
-		moved, err := f.store.MigrateRegistry(ctx)
+		moved, err := f.Store.MigrateRegistry(ctx)
 		require.NoError(t, err)
 		require.Equal(t, len(old), moved)
 		devices := []string{"meter-1", "own", "bare", "renewed", "sensor-9", "never"}
-		registered, err := f.store.Registered(ctx, devices)
+		registered, err := f.Store.Registered(ctx, devices)
 		require.NoError(t, err)
 		require.Equal(t, []bool{true, true, true, true, true, false}, registered)
-		labels, err := f.store.Labels(ctx, devices)
+		labels, err := f.Store.Labels(ctx, devices)
 		require.NoError(t, err)
 		require.Equal(t, []map[string]string{nil, {"site": "berlin"}, nil, {"site": "new"}, {"site": "paris", "floor": "2"}, nil}, labels)
 		for dev := range old {
-			require.Zero(t, f.rdb.Exists(ctx, legacyRegistryKey(dev)).Val(), "old hash of %s left", dev)
+			require.Zero(t, f.RDB.Exists(ctx, legacyRegistryKey(dev)).Val(), "old hash of %s left", dev)
 		}
 
 		// An older replica registers a device after the move: this store, which found old data, reads it.
-		require.NoError(t, f.rdb.HSet(ctx, legacyRegistryKey("late"), "late", `{"device_type":"gateway","labels":{"site":"oslo"},"registered_ms":1}`).Err())
-		labels, err = f.store.Labels(ctx, []string{"late"})
+		require.NoError(t, f.RDB.HSet(ctx, legacyRegistryKey("late"), "late", `{"device_type":"gateway","labels":{"site":"oslo"},"registered_ms":1}`).Err())
+		labels, err = f.Store.Labels(ctx, []string{"late"})
 		require.NoError(t, err)
 		require.Equal(t, map[string]string{"site": "oslo"}, labels[0])
-		_, err = f.store.DeleteMany(ctx, []string{"late"})
+		_, err = f.Store.DeleteMany(ctx, []string{"late"})
 		require.NoError(t, err)
-		require.Zero(t, f.rdb.Exists(ctx, legacyRegistryKey("late")).Val())
+		require.Zero(t, f.RDB.Exists(ctx, legacyRegistryKey("late")).Val())
 
-		moved, err = f.store.MigrateRegistry(ctx)
+		moved, err = f.Store.MigrateRegistry(ctx)
 		require.NoError(t, err)
 		require.Zero(t, moved)
-		registered, err = f.store.Registered(ctx, []string{"own", "late"})
+		registered, err = f.Store.Registered(ctx, []string{"own", "late"})
 		require.NoError(t, err)
 		require.Equal(t, []bool{true, false}, registered, "late was deleted")
 	})
@@ -84,14 +84,14 @@ func TestRegistryBucketsStayPacked(t *testing.T) {
 			ids[i] = fmt.Sprintf("device-%08d", i)
 			regs[i] = deadline.Registration{Type: "gateway", Labels: map[string]string{"site": "b7"}}
 		}
-		_, err := f.store.Register(ctx, ids, regs, make([]string, n))
+		_, err := f.Store.Register(ctx, ids, regs, make([]string, n))
 		require.NoError(t, err)
 		keys := map[string]bool{}
 		for _, dev := range ids[:200] {
 			keys[fmt.Sprintf("%s:registered:{%d}", config.DefaultKeyPrefix, crc32.ChecksumIEEE([]byte(dev))%(1<<17))] = true
 		}
 		for k := range keys {
-			enc, err := f.rdb.ObjectEncoding(ctx, k).Result()
+			enc, err := f.RDB.ObjectEncoding(ctx, k).Result()
 			require.NoError(t, err, k)
 			require.Equal(t, "listpack", enc, k)
 		}
@@ -104,11 +104,11 @@ func TestRegistryBucketsStayPacked(t *testing.T) {
 func TestRegisterExpectsOnlyDevicesRedisDoesNotKnow(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := t.Context()
-		t0 := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "known", Type: "gateway", Seen: t0}, deadline.Signal{Device: "down", Type: "gateway", Seen: t0})
-		f.clock.Advance(31 * time.Second)
-		f.refresh(t, deadline.Signal{Device: "known", Type: "gateway", Seen: f.clock.Now()})
-		require.Len(t, f.claimAll(t, deadline.ClaimOptions{Lease: time.Minute}).Claims, 1)
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "known", Type: "gateway", Seen: t0}, deadline.Signal{Device: "down", Type: "gateway", Seen: t0})
+		f.Clock.Advance(31 * time.Second)
+		f.Refresh(t, deadline.Signal{Device: "known", Type: "gateway", Seen: f.Clock.Now()})
+		require.Len(t, f.ClaimAll(t, deadline.ClaimOptions{Lease: time.Minute}).Claims, 1)
 		knownBefore, _ := f.device(t, "known")
 
 		ids := append(testenv.DeviceIDs("new", 2500), "known", "down")
@@ -116,19 +116,19 @@ func TestRegisterExpectsOnlyDevicesRedisDoesNotKnow(t *testing.T) {
 		for i := range regs {
 			regs[i] = deadline.Registration{Type: "gateway"}
 		}
-		added, err := f.store.Register(ctx, ids, regs, make([]string, len(ids)))
+		added, err := f.Store.Register(ctx, ids, regs, make([]string, len(ids)))
 		require.NoError(t, err)
 		require.Equal(t, 2500, added)
 		for _, id := range ids[:2500] {
 			d, found := f.device(t, id)
 			require.True(t, found, id)
-			require.Equal(t, f.clock.Now().Add(30*time.Second), d.Deadline, id)
+			require.Equal(t, f.Clock.Now().Add(30*time.Second), d.Deadline, id)
 		}
 		known, _ := f.device(t, "known")
 		require.Equal(t, knownBefore.Deadline, known.Deadline)
 		down, _ := f.device(t, "down")
 		require.NotNil(t, down.Incident, "still interrupted")
-		_, err = f.rdb.ZScore(ctx, f.store.Keys().Deadlines(deadline.Slot("down", 4)), "down").Result()
+		_, err = f.RDB.ZScore(ctx, f.Store.Keys().Deadlines(deadline.Slot("down", 4)), "down").Result()
 		require.ErrorIs(t, err, redis.Nil, "an interrupted device is not expected anew")
 	})
 }

@@ -16,19 +16,19 @@ import (
 func TestRetentionForgetsTheLongSilentUnregistered(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		t0 := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "gone", Type: "gateway", Parent: "gw", Seen: t0},
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "gone", Type: "gateway", Parent: "gw", Seen: t0},
 			deadline.Signal{Device: "kept", Type: "gateway", Seen: t0}, deadline.Signal{Device: "back", Type: "gateway", Seen: t0})
-		_, err := f.store.Register(ctx, []string{"kept"}, []deadline.Registration{{Type: "gateway"}}, []string{""})
+		_, err := f.Store.Register(ctx, []string{"kept"}, []deadline.Registration{{Type: "gateway"}}, []string{""})
 		require.NoError(t, err)
-		f.clock.Advance(time.Hour)
-		require.Len(t, f.claimAll(t, deadline.ClaimOptions{Lease: time.Minute}).Claims, 3)
-		f.refresh(t, deadline.Signal{Device: "back", Type: "gateway", Seen: f.clock.Now()})
+		f.Clock.Advance(time.Hour)
+		require.Len(t, f.ClaimAll(t, deadline.ClaimOptions{Lease: time.Minute}).Claims, 3)
+		f.Refresh(t, deadline.Signal{Device: "back", Type: "gateway", Seen: f.Clock.Now()})
 
 		var forgotten []string
-		for slot := range f.store.Slots() {
+		for slot := range f.Store.Slots() {
 			for cursor := uint64(0); ; {
-				next, gone, err := f.store.ForgetSilent(ctx, slot, cursor, 100, f.clock.Now().Add(-30*time.Minute))
+				next, gone, err := f.Store.ForgetSilent(ctx, slot, cursor, 100, f.Clock.Now().Add(-30*time.Minute))
 				require.NoError(t, err)
 				forgotten = append(forgotten, gone...)
 				if cursor = next; cursor == 0 {
@@ -40,10 +40,10 @@ func TestRetentionForgetsTheLongSilentUnregistered(t *testing.T) {
 		require.Equal(t, []string{"gone"}, forgotten)
 		_, found := f.device(t, "gone")
 		require.False(t, found, "forgotten: no incident, no deadline")
-		parents, err := f.store.ParentsOf(ctx, []string{"gone"})
+		parents, err := f.Store.ParentsOf(ctx, []string{"gone"})
 		require.NoError(t, err)
 		require.Equal(t, []string{""}, parents, "its parent link went with it")
-		children, err := f.rdb.SMembers(ctx, f.store.Keys().Children("gw")).Result()
+		children, err := f.RDB.SMembers(ctx, f.Store.Keys().Children("gw")).Result()
 		require.NoError(t, err)
 		require.Empty(t, children, "its parent no longer lists it")
 		_, found = f.device(t, "kept")
@@ -56,16 +56,16 @@ func TestRetentionForgetsTheLongSilentUnregistered(t *testing.T) {
 func TestDeleteEndsAnOwnTimeoutOnEveryReplica(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		other := fixtureStore(t, f.rdb, 4, f.clock.Now, nil)
-		_, err := f.store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
+		other := fixtureStore(t, f.RDB, 4, f.Clock.Now, nil)
+		_, err := f.Store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
 		require.NoError(t, err)
 		require.NoError(t, other.SyncOverrides(ctx))
-		seen := f.clock.Now()
+		seen := f.Clock.Now()
 		require.NoError(t, other.Refresh(ctx, []deadline.Signal{{Device: "own", Type: "gateway", Seen: seen}}))
 		d, _ := f.device(t, "own")
 		require.Equal(t, []any{"gateway", 6 * time.Second}, []any{d.Type, d.OwnTimeout}, "the own timeout applies on the other replica")
 
-		found, err := f.store.Delete(ctx, "own")
+		found, err := f.Store.Delete(ctx, "own")
 		require.NoError(t, err)
 		require.True(t, found)
 		require.NoError(t, other.SyncOverrides(ctx))
@@ -81,11 +81,11 @@ func TestDeleteEndsAnOwnTimeoutOnEveryReplica(t *testing.T) {
 func TestDeleteManyDeletesEachDevice(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		t0 := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "a", Type: "gateway", Seen: t0},
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "a", Type: "gateway", Seen: t0},
 			deadline.Signal{Device: "b", Type: "gateway", Parent: "gw", Seen: t0},
 			deadline.Signal{Device: "kept", Type: "gateway", Seen: t0})
-		found, err := f.store.DeleteMany(ctx, []string{"a", "never-seen", "b"})
+		found, err := f.Store.DeleteMany(ctx, []string{"a", "never-seen", "b"})
 		require.NoError(t, err)
 		require.Equal(t, []bool{true, false, true}, found)
 		for _, id := range []string{"a", "b"} {
@@ -94,7 +94,7 @@ func TestDeleteManyDeletesEachDevice(t *testing.T) {
 		}
 		_, known := f.device(t, "kept")
 		require.True(t, known, "a device not named stays")
-		children, err := f.rdb.SMembers(ctx, f.store.Keys().Children("gw")).Result()
+		children, err := f.RDB.SMembers(ctx, f.Store.Keys().Children("gw")).Result()
 		require.NoError(t, err)
 		require.Empty(t, children)
 	})

@@ -18,7 +18,7 @@ import (
 // the deadlines by itself.
 func realTimeStore(t *testing.T, f fixture, d time.Duration) *deadline.Store {
 	t.Helper()
-	store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Timeout: func(string) time.Duration { return d }})
+	store, err := deadline.New(f.RDB, deadline.Options{Slots: 8, Timeout: func(string) time.Duration { return d }})
 	require.NoError(t, err)
 	return store
 }
@@ -115,7 +115,7 @@ func TestIdleScannerPeeksAndStillClaimsOnTime(t *testing.T) {
 }
 
 func testIdleScannerPeeks(t *testing.T, f fixture) {
-	rdb := f.rdb
+	rdb := f.RDB
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	store := realTimeStore(t, f, 400*time.Millisecond)
@@ -171,7 +171,7 @@ func TestScannerWakesForTypesNotHeld(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Timeout: func(typ string) time.Duration {
+		store, err := deadline.New(f.RDB, deadline.Options{Slots: 8, Timeout: func(typ string) time.Duration {
 			if typ == "meter" {
 				return time.Hour
 			}

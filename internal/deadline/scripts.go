@@ -19,6 +19,11 @@ var scriptConstants = strings.NewReplacer(
 	"${inFlightRecheck}", strconv.FormatInt(inFlightRecheck.Milliseconds(), 10),
 	"${DormantAfter}", strconv.Itoa(dormantAfter),
 	"${DefaultType}", luaString(DefaultType),
+	// The type registry's fields that are not names (typereclaim.go).
+	"${typeFieldMarkByte}", strconv.Itoa(int(typeFieldMark[0])),
+	"${typeRetiredField}", luaString(typeRetiredField),
+	"${typeVersionField}", luaString(typeVersionField),
+	"${typeReclaimField}", luaString(typeReclaimField),
 	// State hashes and encoded states (state.go).
 	"${stateGuardField}", luaString(stateGuardField),
 	"${stateGuardValue}", luaString(stateGuardValue),
@@ -56,6 +61,7 @@ var scriptConstants = strings.NewReplacer(
 	"${causeSep}", luaString(causeSep),
 	// Lua helpers (defined, not a value).
 	"${luaPieces}", strings.ReplaceAll(luaPieces, "${maxUnpack}", strconv.Itoa(maxUnpack)),
+	"${luaRetime}", strings.NewReplacer("${MaxTypes}", strconv.Itoa(MaxTypes), "${listItem}", luaString("[^"+listSep+"]+")).Replace(luaRetime),
 )
 
 // maxUnpack is the most values a script hands one command at once. Redis 7.0's Lua refuses to unpack

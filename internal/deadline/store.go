@@ -139,7 +139,8 @@ func (s *Store) TypeOf(ctx context.Context, idx int) (typ string, own time.Durat
 
 // typeIndex returns name's index: the default type's for a name Load was not given.
 func (s *Store) typeIndex(ctx context.Context, name string) (int, error) {
-	return s.types.index(ctx, name)
+	r, err := s.resolve(ctx, name)
+	return r.idx, err
 }
 
 // Signal moves one device's deadline to Seen + the timeout of its type (+ its warn_after when it has one).
@@ -158,6 +159,8 @@ type Signal struct {
 // ARGV[1] now (ms)
 // ARGV[2] timeout (ms) per type index, comma-separated ("" when every signal names its type); -k for a
 // type with expected times: its deadline is the k-th value after the signal's -1 (below)
+// ARGV[3] the type index each type index is written with now, comma-separated ("" when each is its own)
+// ARGV[4] the lead (ms) each type index was written with, comma-separated (with ARGV[3] only)
 // then quads: key quad number (1-based), device, ms, type index. With a type index ms is the deadline;
 // with -1 ms is the signal time and the deadline is ms + the timeout of the type recorded for the device
 // (default when none). While some type has expected times, the -1 is followed, comma-separated, by the
@@ -165,37 +168,39 @@ type Signal struct {
 // Reply: the number of devices whose alarm entry was made due now (recovery candidates).
 //
 // One ZADD GT per slot carries every member, so deadlines only move forward: out-of-order and replayed
-// signals are harmless. The type is recorded in the score (see
+// signals are harmless. A recorded type whose timeout changed since is written under its new index, when
+// the signal supersedes the stored one (retime.go). The type is recorded in the score (see
 // MaxTypes), so an untyped signal costs one ZSCORE here instead of a round trip from Go. Interrupted devices
 // are in the alarms set; making their entry due now (XX LT: only existing entries, only earlier) lets the
 // scanner emit ` + "`recovered`" + ` within one wake-up without a per-device lookup here.
 var refreshScript = newScript(`
 ${luaPieces}
+${luaRetime}
 local zargs, pargs = {}, {}
 local now = ARGV[1]
-local timeouts
-for i = 3, #ARGV, 4 do
+local timeouts, currents, leads
+for i = 5, #ARGV, 4 do
   local k, m, dl, t = tonumber(ARGV[i]), ARGV[i+1], tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
   local base = (k - 1) * 4
-  local expected
+  local expected, cur, seen, nt
   if not t then t, expected = -1, ARGV[i+3] end
   if t < 0 then
-    t = 0
-    local cur = redis.call('ZSCORE', KEYS[base+1], m)
+    t, seen = 0, dl
+    cur = redis.call('ZSCORE', KEYS[base+1], m)
     if cur then
-      t = tonumber(cur) % ${MaxTypes}
+      cur = tonumber(cur)
+      t = cur % ${MaxTypes}
     else
       local st = redis.call('HGET', KEYS[base+3], m)
       -- A full state holds the type second; a claim's bare deadline score holds it in its low bits.
       if st then t = tonumber(string.match(st, ${stateTypePattern}) or (tonumber(st) % ${MaxTypes})) or 0 end
     end
     if not timeouts then
-      timeouts = {}
-      for v in string.gmatch(ARGV[2], ${listItem}) do timeouts[#timeouts+1] = tonumber(v) end
+      timeouts, currents, leads = numbers(ARGV[2]), numbers(ARGV[3]), numbers(ARGV[4])
     end
     local v = timeouts[t+1] or timeouts[1]
     if v >= 0 then
-      dl = dl + v
+      dl, nt = dl + v, currents[t+1]
     elseif expected then
       redis.call('ZADD', KEYS[base+4], 'GT', dl, m)
       local j = 0
@@ -210,10 +215,19 @@ for i = 3, #ARGV, 4 do
     z, p = {}, {}
     zargs[k], pargs[k] = z, p
   end
-  z[#z+1] = string.format('%.0f', dl * ${MaxTypes} + t)
-  z[#z+1] = m
-  p[#p+1] = now
-  p[#p+1] = m
+  nt = nt or t
+  local score = dl * ${MaxTypes} + nt
+  local write = nt == t or supersedes(cur, score, seen, tonumber(now), leads)
+  if nt == t then
+    z[#z+1] = string.format('%.0f', score)
+    z[#z+1] = m
+  elseif write then
+    redis.call('ZADD', KEYS[base+1], string.format('%.0f', score), m)
+  end
+  if write then
+    p[#p+1] = now
+    p[#p+1] = m
+  end
 end
 local probed = 0
 for k, z in pairs(zargs) do
@@ -380,13 +394,17 @@ func (s *Store) recordedTypes(ctx context.Context, l *Layout, signals []Signal, 
 }
 
 // untypedCalls groups untyped signals into refreshScript calls.
-func (s *Store) untypedCalls(signals []Signal, now int64) []scriptCall {
+func (s *Store) untypedCalls(ctx context.Context, signals []Signal, now int64) ([]scriptCall, error) {
 	if len(signals) == 0 {
-		return nil
+		return nil, nil
 	}
 	_, cluster := s.rdb.(*redis.ClusterClient)
 	table, expectedNames := s.untypedTable()
 	timeouts := table.render(millis)
+	currents, leads, err := s.untypedTables(ctx)
+	if err != nil {
+		return nil, err
+	}
 	slots := s.Slots()
 	var calls []scriptCall
 	callOf := map[int]int{} // slot → call index
@@ -396,7 +414,7 @@ func (s *Store) untypedCalls(signals []Signal, now int64) []scriptCall {
 		ci, ok := callOf[slot]
 		if !ok {
 			if cluster || len(calls) == 0 {
-				calls = append(calls, scriptCall{args: []any{now, timeouts}})
+				calls = append(calls, scriptCall{args: []any{now, timeouts, currents, leads}})
 			}
 			ci = len(calls) - 1
 			callOf[slot] = ci
@@ -405,7 +423,7 @@ func (s *Store) untypedCalls(signals []Signal, now int64) []scriptCall {
 		}
 		calls[ci].args = append(calls[ci].args, quadOf[slot], sig.Device, sig.Seen.UnixMilli(), s.untypedType(expectedNames, sig.Seen))
 	}
-	return calls
+	return calls, nil
 }
 
 type scriptCall struct {
@@ -491,11 +509,11 @@ func (s *Store) Load(ctx context.Context, names ...string) error {
 	if err := s.types.reload(ctx); err != nil {
 		return err
 	}
-	for _, n := range names {
-		if _, _, err := s.types.register(ctx, n); err != nil {
+	s.types.configure(names)
+	for _, n := range append([]string{DefaultType}, names...) {
+		if _, err := s.typeIndex(ctx, n); err != nil {
 			return err
 		}
 	}
-	s.types.configure(names)
 	return nil
 }

@@ -14,10 +14,10 @@ import (
 
 func TestRefreshNeverMovesDeadlineBack(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "d1", Type: "gateway", Seen: t0.Add(10 * time.Second)})
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "d1", Type: "gateway", Seen: t0.Add(10 * time.Second)})
 		// An out-of-order signal, then a replay of the newest one.
-		f.refresh(t,
+		f.Refresh(t,
 			deadline.Signal{Device: "d1", Type: "gateway", Seen: t0},
 			deadline.Signal{Device: "d1", Type: "gateway", Seen: t0.Add(10 * time.Second)})
 		d, found := f.device(t, "d1")
@@ -29,9 +29,9 @@ func TestRefreshNeverMovesDeadlineBack(t *testing.T) {
 
 func TestUntypedSignalKeepsRecordedType(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		t0 := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
-		f.refresh(t, deadline.Signal{Device: "gw", Seen: t0.Add(time.Second)}, deadline.Signal{Device: "new", Seen: t0})
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
+		f.Refresh(t, deadline.Signal{Device: "gw", Seen: t0.Add(time.Second)}, deadline.Signal{Device: "new", Seen: t0})
 		gw, _ := f.device(t, "gw")
 		require.Equal(t, "gateway", gw.Type)
 		require.Equal(t, t0.Add(31*time.Second).UnixMilli(), gw.Deadline.UnixMilli(), "untyped signal uses the recorded type's timeout")
@@ -45,13 +45,13 @@ func TestUntypedSignalKeepsRecordedType(t *testing.T) {
 // claim stores its state as the bare deadline score, and the refresh reads the type from that too.
 func TestUntypedSignalOfJustClaimedDeviceKeepsItsType(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		f.refresh(t, deadline.Signal{Device: "s", Type: "sensor", Seen: f.clock.Now()})
-		f.clock.Advance(11 * time.Minute)
-		c := f.claimAll(t, deadline.ClaimOptions{}).Claims
+		f.Refresh(t, deadline.Signal{Device: "s", Type: "sensor", Seen: f.Clock.Now()})
+		f.Clock.Advance(11 * time.Minute)
+		c := f.ClaimAll(t, deadline.ClaimOptions{}).Claims
 		require.Len(t, c, 1)
 		require.Equal(t, "sensor", c[0].Type)
-		seen := f.clock.Now()
-		f.refresh(t, deadline.Signal{Device: "s", Seen: seen})
+		seen := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "s", Seen: seen})
 		d, _ := f.device(t, "s")
 		require.Equal(t, "sensor", d.Type)
 		require.Equal(t, seen.Add(10*time.Minute).UnixMilli(), d.Deadline.UnixMilli(), "the sensor timeout, not the default")
@@ -70,13 +70,13 @@ func TestRecoveryProbeMakesDormantIncidentDue(t *testing.T) {
 		dormant := reschedule(c, st, time.Time{})
 		dormant.Dormant = true
 		f.ack(t, dormant)
-		f.clock.Advance(24 * time.Hour)
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		f.Clock.Advance(24 * time.Hour)
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Empty(t, res.Claims, "dormant: no act")
 		require.True(t, res.NextAlarm.IsZero(), "a dormant entry is no next due")
 
-		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
-		res = f.claimAll(t, deadline.ClaimOptions{})
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: f.Clock.Now()})
+		res = f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Len(t, res.Claims, 1)
 		require.Equal(t, c.State.Deadline, res.Claims[0].State.Deadline)
 		require.True(t, res.Claims[0].State.Exhausted)
@@ -86,12 +86,12 @@ func TestRecoveryProbeMakesDormantIncidentDue(t *testing.T) {
 func TestScriptsSurviveRedisLosingThem(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
-		require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
-		f.refresh(t, deadline.Signal{Device: "d", Seen: f.clock.Now()})
-		f.clock.Advance(time.Hour)
-		require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
-		require.Len(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, 1)
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: f.Clock.Now()})
+		require.NoError(t, f.RDB.ScriptFlush(ctx).Err())
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: f.Clock.Now()})
+		f.Clock.Advance(time.Hour)
+		require.NoError(t, f.RDB.ScriptFlush(ctx).Err())
+		require.Len(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, 1)
 	})
 }
 
@@ -101,10 +101,10 @@ func TestScriptsSurviveRedisLosingThem(t *testing.T) {
 func TestClaimWhenOneNodeLostTheScripts(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		sigs := fleet(640, "d", f.clock.Now(), gateways)
-		f.refresh(t, sigs...)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "nothing due yet; every node has the scripts now")
-		if cluster, ok := f.rdb.(*redis.ClusterClient); ok {
+		sigs := fleet(640, "d", f.Clock.Now(), gateways)
+		f.Refresh(t, sigs...)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, "nothing due yet; every node has the scripts now")
+		if cluster, ok := f.RDB.(*redis.ClusterClient); ok {
 			var once sync.Once
 			require.NoError(t, cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 				var err error
@@ -112,10 +112,10 @@ func TestClaimWhenOneNodeLostTheScripts(t *testing.T) {
 				return err
 			}))
 		} else {
-			require.NoError(t, f.rdb.ScriptFlush(ctx).Err())
+			require.NoError(t, f.RDB.ScriptFlush(ctx).Err())
 		}
-		f.clock.Advance(time.Minute)
-		res := f.claimAll(t, deadline.ClaimOptions{Batch: 1000})
+		f.Clock.Advance(time.Minute)
+		res := f.ClaimAll(t, deadline.ClaimOptions{Batch: 1000})
 		require.Len(t, res.Claims, len(sigs), "every due device claimed in one wake-up")
 	})
 }

@@ -115,8 +115,8 @@ type SweeperOptions struct {
 	// ForgetAfter: devices silent this long and not registered are forgotten (retention.forget_after),
 	// looked for at most every forgetEvery; 0 = never.
 	ForgetAfter time.Duration
-	// Forgotten is told how many devices a pass forgot (a metric); nil = none.
-	Forgotten func(n int)
+	// Forgotten is told which devices a pass forgot (a metric, the incident history); nil = none.
+	Forgotten func(ctx context.Context, devices []string)
 	// FlapWindow returns the longest flapping window of the configured types (0: no type detects
 	// flapping). Each pass deletes, one page per owned slot, the interruption histories whose newest
 	// interruption is older than it (pruneFlaps): no type would count them again. nil = histories are
@@ -208,7 +208,7 @@ func (w *Sweeper) forget(ctx context.Context, before time.Time) error {
 				w.log.Info("forgot devices silent longer than retention.forget_after and not registered",
 					zap.Int("slot", slot), zap.Int("devices", len(gone)), zap.Strings("sample", gone[:min(len(gone), 10)]))
 				if w.opts.Forgotten != nil {
-					w.opts.Forgotten(len(gone))
+					w.opts.Forgotten(ctx, gone)
 				}
 			}
 			if cursor = next; cursor == 0 {

@@ -32,11 +32,11 @@ func dormantIncident(t *testing.T, f fixture, dev string) deadline.Claim {
 func backWithoutProbe(t *testing.T, f fixture, dev string) {
 	t.Helper()
 	ctx := context.Background()
-	idx, err := f.store.TypeIndex(ctx, "gateway")
+	idx, err := f.Store.TypeIndex(ctx, "gateway")
 	require.NoError(t, err)
-	score := (f.clock.Now().Add(30*time.Second).UnixMilli())*deadline.MaxTypes + int64(idx)
-	slot := deadline.Slot(dev, f.store.Slots())
-	require.NoError(t, f.rdb.ZAddArgs(ctx, f.store.Keys().Deadlines(slot), redis.ZAddArgs{GT: true,
+	score := (f.Clock.Now().Add(30*time.Second).UnixMilli())*deadline.MaxTypes + int64(idx)
+	slot := deadline.Slot(dev, f.Store.Slots())
+	require.NoError(t, f.RDB.ZAddArgs(ctx, f.Store.Keys().Deadlines(slot), redis.ZAddArgs{GT: true,
 		Members: []redis.Z{{Score: float64(score), Member: dev}}}).Err())
 }
 
@@ -46,14 +46,14 @@ func TestRefreshRetryProbesWhatALostRoundTripWrote(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		dormantIncident(t, f, "d")
-		f.clock.Advance(time.Hour)
+		f.Clock.Advance(time.Hour)
 		backWithoutProbe(t, f, "d")
-		sig := []deadline.Signal{{Device: "d", Type: "gateway", Seen: f.clock.Now()}}
-		f.refresh(t, sig...)
-		require.Empty(t, f.claimAll(t, deadline.ClaimOptions{}).Claims, "a plain refresh finds the device there and probes nothing")
+		sig := []deadline.Signal{{Device: "d", Type: "gateway", Seen: f.Clock.Now()}}
+		f.Refresh(t, sig...)
+		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, "a plain refresh finds the device there and probes nothing")
 
-		require.NoError(t, f.store.RefreshRetry(ctx, sig))
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		require.NoError(t, f.Store.RefreshRetry(ctx, sig))
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Len(t, res.Claims, 1, "the retry probed")
 		require.True(t, res.Claims[0].State.Exhausted)
 	})
@@ -65,18 +65,18 @@ func TestSweepMakesDormantIncidentsOfReturnedDevicesDue(t *testing.T) {
 		dormantIncident(t, f, "back")
 		dormantIncident(t, f, "still-silent")
 		dormantIncident(t, f, "leased")
-		f.clock.Advance(time.Hour)
+		f.Clock.Advance(time.Hour)
 		// leased signals, its probe makes it due, and a claim leases it: being handled, never woken.
-		f.refresh(t, deadline.Signal{Device: "leased", Type: "gateway", Seen: f.clock.Now()})
-		require.Equal(t, []string{"leased"}, devices(f.claimAll(t, deadline.ClaimOptions{}).Claims))
-		leaseEnd := f.clock.Now().Add(30 * time.Second)
+		f.Refresh(t, deadline.Signal{Device: "leased", Type: "gateway", Seen: f.Clock.Now()})
+		require.Equal(t, []string{"leased"}, devices(f.ClaimAll(t, deadline.ClaimOptions{}).Claims))
+		leaseEnd := f.Clock.Now().Add(30 * time.Second)
 		backWithoutProbe(t, f, "back")
-		f.clock.Advance(time.Second)
+		f.Clock.Advance(time.Second)
 
 		woken := 0
-		for slot := range f.store.Slots() {
+		for slot := range f.Store.Slots() {
 			for cursor := uint64(0); ; {
-				next, n, err := f.store.SweepDormant(ctx, slot, cursor, 2)
+				next, n, err := f.Store.SweepDormant(ctx, slot, cursor, 2)
 				require.NoError(t, err)
 				woken += n
 				if cursor = next; cursor == 0 {
@@ -86,15 +86,15 @@ func TestSweepMakesDormantIncidentsOfReturnedDevicesDue(t *testing.T) {
 		}
 		require.Equal(t, 1, woken, "only the dormant incident whose device is back")
 		d, _ := f.device(t, "back")
-		require.Equal(t, f.clock.Now(), d.NextAct, "due now")
+		require.Equal(t, f.Clock.Now(), d.NextAct, "due now")
 		d, _ = f.device(t, "still-silent")
 		require.True(t, d.NextAct.IsZero(), "still dormant")
 		d, _ = f.device(t, "leased")
 		require.Equal(t, leaseEnd, d.NextAct, "a lease is left as it is")
 
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Equal(t, []string{"back"}, devices(res.Claims))
-		current, err := f.store.CurrentDeadlines(ctx, res.Claims)
+		current, err := f.Store.CurrentDeadlines(ctx, res.Claims)
 		require.NoError(t, err)
 		require.True(t, current[0].After(res.Claims[0].State.DeadlineTime()), "the re-check sees it back")
 	})
@@ -104,10 +104,10 @@ func TestSweepMakesDormantIncidentsOfReturnedDevicesDue(t *testing.T) {
 func TestSweeperRunsOverOwnedSlots(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		dormantIncident(t, f, "d")
-		f.clock.Advance(time.Hour)
+		f.Clock.Advance(time.Hour)
 		backWithoutProbe(t, f, "d")
-		owned := deadline.Slot("d", f.store.Slots())
-		w := deadline.NewSweeper(deadline.SweeperOptions{Store: f.store, Slots: func() []int { return []int{owned} },
+		owned := deadline.Slot("d", f.Store.Slots())
+		w := deadline.NewSweeper(deadline.SweeperOptions{Store: f.Store, Slots: func() []int { return []int{owned} },
 			Every: 10 * time.Millisecond})
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup

@@ -19,13 +19,13 @@ func TestCountTypesIn(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		types := []string{"gateway", "sensor", "default"}
-		f.refresh(t, fleet(30, "d-", f.clock.Now(), func(i int) string { return types[i%3] })...)
-		f.clock.Advance(31 * time.Second) // the gateways' timeout passed, no other
-		res := f.claimAll(t, deadline.ClaimOptions{})
+		f.Refresh(t, fleet(30, "d-", f.Clock.Now(), func(i int) string { return types[i%3] })...)
+		f.Clock.Advance(31 * time.Second) // the gateways' timeout passed, no other
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Len(t, res.Claims, 10)
 		f.settle(t, res.Claims...)
 
-		online, interrupted, err := f.store.CountByType(ctx)
+		online, interrupted, err := f.Store.CountByType(ctx)
 		require.NoError(t, err)
 		require.Equal(t, map[string]int64{"sensor": 10, "default": 10}, online)
 		require.Equal(t, map[string]int64{"gateway": 10}, interrupted)
@@ -38,12 +38,12 @@ func TestCountTypesIn(t *testing.T) {
 			return out
 		}
 		var shares [2][]int
-		for slot := range f.store.Slots() {
+		for slot := range f.Store.Slots() {
 			shares[slot%2] = append(shares[slot%2], slot)
 		}
-		on0, in0, err := f.store.CountTypesIn(ctx, shares[0], loop.Pacer{})
+		on0, in0, err := f.Store.CountTypesIn(ctx, shares[0], loop.Pacer{})
 		require.NoError(t, err)
-		on1, in1, err := f.store.CountTypesIn(ctx, shares[1], loop.Pacer{})
+		on1, in1, err := f.Store.CountTypesIn(ctx, shares[1], loop.Pacer{})
 		require.NoError(t, err)
 		require.Equal(t, online, sum(on0, on1))
 		require.Equal(t, interrupted, sum(in0, in1))
@@ -63,14 +63,14 @@ func TestCountTypesIn(t *testing.T) {
 func TestOwnTimeoutCountsUnderItsType(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		_, err := f.store.Register(ctx, []string{"own", "plain"},
+		_, err := f.Store.Register(ctx, []string{"own", "plain"},
 			[]deadline.Registration{{Type: "gateway", TimeoutMs: 6000}, {Type: "gateway"}}, []string{"", ""})
 		require.NoError(t, err)
 
-		online, _, err := f.store.CountByType(ctx)
+		online, _, err := f.Store.CountByType(ctx)
 		require.NoError(t, err)
 		require.Equal(t, map[string]int64{"gateway": 2}, online)
-		listed, _, err := f.store.List(ctx, deadline.ListOptions{Type: "gateway", Limit: 10})
+		listed, _, err := f.Store.List(ctx, deadline.ListOptions{Type: "gateway", Limit: 10})
 		require.NoError(t, err)
 		ids := []string{}
 		for _, d := range listed {

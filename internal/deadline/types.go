@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,50 +24,77 @@ const MaxTypes = 1024
 const DefaultType = "default"
 
 // registerTypeScript gives name the index after the highest one taken, or returns the one it has. Not
-// the count of names: a registry restored after a loss (typeRegistry.restore) may have gaps.
+// the count of names: a registry restored after a loss (typeRegistry.restore) may have gaps. Past the
+// last index it takes the lowest one neither a name nor a retired mark holds: one a reclaim released
+// (typereclaim.go).
 //
 // KEYS[1] type registry hash
-// ARGV[1] type name
-// Reply: the index, or -1 when the registry is full.
+// ARGV[1] type name  ARGV[2] the name an older version registered it under ("" when none may stand for
+// it): its index, when it has one (typeidentity.go, legacyLead)
+// Reply: {the index, or -1 when the registry is full; 1 when it is ARGV[2]'s}.
 var registerTypeScript = newScript(`
 local i = redis.call('HGET', KEYS[1], ARGV[1])
-if i then return tonumber(i) end
+if i then return {tonumber(i), 0} end
+if ARGV[2] ~= '' then
+  i = redis.call('HGET', KEYS[1], ARGV[2])
+  if i then return {tonumber(i), 1} end
+end
 if redis.call('HEXISTS', KEYS[1], ${DefaultType}) == 0 then
   redis.call('HSET', KEYS[1], ${DefaultType}, 0)
-  if ARGV[1] == ${DefaultType} then return 0 end
+  if ARGV[1] == ${DefaultType} then return {0, 0} end
 end
-local n = 0
-for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
-  n = math.max(n, tonumber(v) + 1)
+local all = redis.call('HGETALL', KEYS[1])
+local taken, n = {}, 0
+for j = 1, #all, 2 do
+  if string.byte(all[j]) ~= ${typeFieldMarkByte} then
+    local v = tonumber(all[j+1])
+    taken[v], n = true, math.max(n, v + 1)
+  elseif string.sub(all[j], 1, #${typeRetiredField}) == ${typeRetiredField} then
+    taken[tonumber(string.sub(all[j], #${typeRetiredField} + 1))] = true
+  end
 end
-if n >= ${MaxTypes} then return -1 end
+if n >= ${MaxTypes} then
+  n = nil
+  for v = 1, ${MaxTypes} - 1 do
+    if not taken[v] then n = v break end
+  end
+  if not n then return {-1, 0} end
+end
 redis.call('HSET', KEYS[1], ARGV[1], n)
-return n
+return {n, 0}
 `)
 
 // typeRegistry maps type names to the small indexes stored in scores, shared by every replica through
-// one Redis hash and cached here: a name never changes index once registered. Only configured names (the
-// last Load) are registered: device type names are not trusted to grow Redis or this cache, so any other
-// name resolves to the default type's index without a round trip.
+// one Redis hash and cached here. A registry name is a recorded name and the lead its scores are written
+// with (typeidentity.go); it never changes index while registered. Only configured names (the last Load)
+// and the per-device timeout names are registered: device type names are not trusted to grow Redis or
+// this cache, so any other name resolves to the default type's.
 type typeRegistry struct {
 	rdb redis.UniversalClient
 	key string
 
 	mu         sync.RWMutex
-	byName     map[string]int  // every name the registry holds (at most MaxTypes)
-	byIdx      map[int]string  // the same, by index
-	configured map[string]bool // the names of the last Load; nil before it (then every name is unknown)
+	byName     map[string]int          // every registry name the registry holds (at most MaxTypes)
+	byIdx      map[int]string          // the same, by index
+	currentOf  map[string]currentIndex // recorded name → the index it is written with now
+	configured map[string]bool         // the names of the last Load; nil before it (then every name is unknown)
 	// perDevice are the per-device timeout names ("<type>@<timeout>", registry.go) the operator
 	// registered; they survive a Load.
 	perDevice map[string]bool
+	// version is the registry's version (typeVersionField) the cache was rebuilt at.
+	version atomic.Int64
+	// byRecorded is, by type index, what a signal of the type recorded there resolves to (its recorded
+	// name's current index), so an untyped signal costs one lookup; nil or zero entries: not yet asked.
+	// Cleared whenever the names that resolve change (a Load, a per-device name, a rebuild).
+	byRecorded []resolved
 }
 
 func newTypeRegistry(rdb redis.UniversalClient, key string) *typeRegistry {
-	return &typeRegistry{rdb: rdb, key: key, byName: map[string]int{DefaultType: 0}, byIdx: map[int]string{0: DefaultType}}
+	return &typeRegistry{rdb: rdb, key: key, byName: map[string]int{DefaultType: 0}, byIdx: map[int]string{0: DefaultType},
+		currentOf: map[string]currentIndex{}}
 }
 
-// configure sets the configured names: from now on only they resolve to their own index. Load calls it
-// once every name is registered.
+// configure sets the configured names: from now on only they resolve to their own index (Load).
 func (r *typeRegistry) configure(names []string) {
 	set := make(map[string]bool, len(names)+1)
 	set[DefaultType] = true
@@ -75,6 +103,7 @@ func (r *typeRegistry) configure(names []string) {
 	}
 	r.mu.Lock()
 	r.configured = set
+	r.byRecorded = nil
 	r.mu.Unlock()
 }
 
@@ -82,18 +111,12 @@ func (r *typeRegistry) configure(names []string) {
 // its device would otherwise be timed as the default type without a word.
 var ErrTypesFull = fmt.Errorf("deadline: the type registry is full (%d configured types and distinct per-device timeouts)", MaxTypes)
 
-// allow lets a per-device timeout name resolve to its own index, registering it in Redis; ErrTypesFull
-// when no index is left for it.
-func (r *typeRegistry) allow(ctx context.Context, name string) (int, error) {
-	r.mu.RLock()
-	i, ok := r.byName[name]
-	full := ok && i == 0 && name != DefaultType // a name register found no index for
-	r.mu.RUnlock()
-	if !ok {
-		var err error
-		if i, full, err = r.register(ctx, name); err != nil {
-			return 0, err
-		}
+// allow lets a per-device timeout name resolve to its own index under lead, registering it in Redis;
+// ErrTypesFull when no index is left for it.
+func (r *typeRegistry) allow(ctx context.Context, name string, lead time.Duration) (int, error) {
+	i, full, err := r.current(ctx, name, lead)
+	if err != nil {
+		return 0, err
 	}
 	if full {
 		return 0, fmt.Errorf("%w: no index for %q", ErrTypesFull, name)
@@ -102,53 +125,97 @@ func (r *typeRegistry) allow(ctx context.Context, name string) (int, error) {
 	if r.perDevice == nil {
 		r.perDevice = map[string]bool{}
 	}
-	r.perDevice[name] = true
+	if !r.perDevice[name] {
+		r.perDevice[name] = true
+		r.byRecorded = nil
+	}
 	r.mu.Unlock()
 	return i, nil
 }
 
-// index returns name's index. A name that is not configured gets the default type's index and touches
-// neither Redis nor the cache; a configured one is normally cached since Load registered it.
-func (r *typeRegistry) index(ctx context.Context, name string) (int, error) {
-	if name == "" {
-		return 0, nil
-	}
+// cached is name's current index as last resolved (cached), and whether name is known: one lock for
+// both, on the signal path.
+func (r *typeRegistry) cached(name string) (c currentIndex, known, cached bool) {
 	r.mu.RLock()
-	i, ok := r.byName[name]
-	known := r.configured[name] || r.perDevice[name]
-	r.mu.RUnlock()
-	switch {
-	case !known:
-		return 0, nil
-	case ok:
-		return i, nil
-	}
-	i, _, err := r.register(ctx, name)
-	return i, err
+	defer r.mu.RUnlock()
+	c, cached = r.currentOf[name]
+	return c, name != "" && (r.configured[name] || r.perDevice[name]), cached
 }
 
-// register gives name an index in Redis (or reads the one it has) and caches it. A full registry maps
-// the name to the default type's index (full), cached so its signals do not ask again: a configured
-// type's devices keep being watched, under the default policy, and Load tries again; a per-device
-// timeout is refused (allow).
-func (r *typeRegistry) register(ctx context.Context, name string) (idx int, full bool, err error) {
-	n, err := registerTypeScript.Run(ctx, r.rdb, []string{r.key}, name).Int()
-	if err != nil {
-		return 0, false, fmt.Errorf("deadline: register type %q: %w", name, err)
+// current returns the index recorded name is written with under lead, registering its registry name
+// when the lead is new. A full registry gives the default type's index (full): a configured type's
+// devices keep being watched, under the default policy; a per-device timeout is refused (allow).
+func (r *typeRegistry) current(ctx context.Context, name string, lead time.Duration) (idx int, full bool, err error) {
+	r.mu.RLock()
+	c, ok := r.currentOf[name]
+	r.mu.RUnlock()
+	if ok && c.lead == lead {
+		return c.idx, c.full, nil
+	}
+	alias := ""
+	if own, ok := legacyLead(name); ok && own == lead {
+		alias = name // registered by an older version, under the same lead
+	}
+	if idx, full, err = r.register(ctx, timedName(name, lead), alias); err != nil {
+		return 0, false, err
+	}
+	if full && name != DefaultType {
+		r.mu.RLock()
+		d, ok := r.currentOf[DefaultType]
+		r.mu.RUnlock()
+		if ok {
+			idx = d.idx
+		}
+	}
+	r.mu.Lock()
+	r.currentOf[name] = currentIndex{lead: lead, idx: idx, full: full}
+	r.mu.Unlock()
+	return idx, full, nil
+}
+
+// register gives registry name an index in Redis (or reads the one it has, or alias's: the name an
+// older version registered it under, "" for none) and caches it; full is true (index 0) when none is
+// left.
+func (r *typeRegistry) register(ctx context.Context, name, alias string) (idx int, full bool, err error) {
+	r.mu.RLock()
+	i, ok := r.byName[name]
+	if !ok && alias != "" {
+		i, ok = r.byName[alias]
+	}
+	r.mu.RUnlock()
+	if ok {
+		return i, false, nil
+	}
+	res, err := registerTypeScript.Run(ctx, r.rdb, []string{r.key}, name, alias).Int64Slice()
+	if err != nil || len(res) != 2 {
+		return 0, false, fmt.Errorf("deadline: register type %q: %w (reply %v)", name, err, res)
+	}
+	n := int(res[0])
+	if n < 0 {
+		return 0, true, nil
+	}
+	if res[1] == 1 {
+		name = alias
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if n < 0 {
-		r.byName[name] = 0
-		return 0, true, nil
-	}
 	r.byName[name] = n
 	r.byIdx[n] = name
 	return n, false, nil
 }
 
-// name returns the type name of idx, reloading the registry when another replica registered it.
+// name returns the recorded name of idx (its registry name without the lead), reloading the registry
+// when another replica registered it.
 func (r *typeRegistry) name(ctx context.Context, idx int) string {
+	full := r.fullName(ctx, idx)
+	if i := strings.LastIndexByte(full, timedSep[0]); i >= 0 { // what splitTimed cuts, without parsing the lead
+		return full[:i]
+	}
+	return full
+}
+
+// fullName is idx's registry name; the default type's for an index nobody registered.
+func (r *typeRegistry) fullName(ctx context.Context, idx int) string {
 	r.mu.RLock()
 	n, ok := r.byIdx[idx]
 	r.mu.RUnlock()
@@ -181,6 +248,7 @@ func (r *typeRegistry) restore(ctx context.Context) error {
 	return nil
 }
 
+// reload adds the names other replicas registered to the cache.
 func (r *typeRegistry) reload(ctx context.Context) error {
 	all, err := r.rdb.HGetAll(ctx, r.key).Result()
 	if err != nil {
@@ -188,15 +256,53 @@ func (r *typeRegistry) reload(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.addLocked(all)
+	return nil
+}
+
+// rebuild replaces the cache with the registry as it is at version: freed names go, and every name's
+// current index is looked up again.
+func (r *typeRegistry) rebuild(ctx context.Context, version int64) error {
+	all, err := r.rdb.HGetAll(ctx, r.key).Result()
+	if err != nil {
+		return fmt.Errorf("deadline: load type registry: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byName, r.byIdx, r.currentOf = map[string]int{DefaultType: 0}, map[int]string{0: DefaultType}, map[string]currentIndex{}
+	r.byRecorded = nil
+	r.addLocked(all)
+	r.version.Store(version)
+	return nil
+}
+
+func (r *typeRegistry) addLocked(all map[string]string) {
 	for name, v := range all {
 		i, err := strconv.Atoi(v)
-		if err != nil {
+		if err != nil || strings.HasPrefix(name, typeFieldMark) || i < 0 || i >= MaxTypes {
 			continue
 		}
 		r.byName[name] = i
 		r.byIdx[i] = name
 	}
-	return nil
+}
+
+// count is how many names the registry holds, as far as this replica knows.
+func (r *typeRegistry) count() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.byName)
+}
+
+// configuredNames are the names of the last Load.
+func (r *typeRegistry) configuredNames() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.configured))
+	for name := range r.configured {
+		out = append(out, name)
+	}
+	return out
 }
 
 // AsStored is a duration as the scripts hold it: whole milliseconds, never negative.
@@ -221,16 +327,25 @@ func (r *typeRegistry) byIndex(fn func(string) time.Duration) typeTable {
 func (r *typeRegistry) mayHold(name string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	for n := range r.byName {
-		if n == name || strings.HasPrefix(n, name+"@") {
+	for full := range r.byName {
+		if n, _, _ := splitTimed(full); n == name || strings.HasPrefix(n, name+ownTypeSep) {
 			return true
 		}
 	}
 	return false
 }
 
-// names returns every known type name at its index, "" at an index this replica does not know.
+// names returns every known recorded name at its index, "" at an index this replica does not know.
 func (r *typeRegistry) names() []string {
+	out := r.fullNames()
+	for i, full := range out {
+		out[i], _, _ = splitTimed(full)
+	}
+	return out
+}
+
+// fullNames returns every known registry name at its index, "" at an index this replica does not know.
+func (r *typeRegistry) fullNames() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	maxIdx := 0
@@ -342,14 +457,11 @@ func (s *Store) Late(ctx context.Context, signals []Signal, received []time.Time
 		switch {
 		case age < shortest && (sig.Type == "" || age < shortestTyped):
 		case sig.Type != "":
-			t, err := s.types.index(ctx, sig.Type)
+			r, err := s.resolve(ctx, sig.Type)
 			if err != nil {
 				return nil, err
 			}
-			name := sig.Type
-			if t == 0 {
-				name = DefaultType
-			}
+			name := r.name
 			timeout := AsStored(s.timeout(name))
 			if dl, scheduled := s.deadlineOf(name, sig.Seen); scheduled {
 				timeout = time.Duration(dl-sig.Seen.UnixMilli()) * time.Millisecond

@@ -19,9 +19,9 @@ import (
 func TestTypeRegistryIsSharedBetweenStores(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		require.NoError(t, f.store.Load(ctx, "default", "gateway", "sensor", "brand-new-type"))
-		f.refresh(t, deadline.Signal{Device: "x", Type: "brand-new-type", Seen: f.clock.Now()})
-		other, err := deadline.New(f.rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeoutOf})
+		require.NoError(t, f.Store.Load(ctx, "default", "gateway", "sensor", "brand-new-type"))
+		f.Refresh(t, deadline.Signal{Device: "x", Type: "brand-new-type", Seen: f.Clock.Now()})
+		other, err := deadline.New(f.RDB, deadline.Options{Slots: 8, Now: f.Clock.Now, Timeout: timeoutOf})
 		require.NoError(t, err)
 		d, _, err := other.Device(ctx, "x")
 		require.NoError(t, err)
@@ -73,7 +73,10 @@ func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
 	require.Equal(t, before, scriptCalls(t, rdb), "a new name costs no script call")
 	registry, err := rdb.HGetAll(ctx, store.Keys().Types()).Result()
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"default": "0", "gateway": "1"}, registry, "only configured names are recorded")
+	// Index 0 is the default type as older versions recorded it; a configured name is recorded with the
+	// timeout its scores are written with (typeidentity.go).
+	require.Equal(t, map[string]string{"default": "0", "default\x1f60000": "1", "gateway\x1f30000": "2"}, registry,
+		"only configured names are recorded")
 	mem, err := rdb.MemoryUsage(ctx, store.Keys().Types()).Result()
 	require.NoError(t, err)
 	t.Logf("type registry after %d device-chosen names: %d fields, %d bytes", names, len(registry), mem)
@@ -105,7 +108,7 @@ func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
 	require.Equal(t, "default", device("dev-8").Type)
 	registry, err = rdb.HGetAll(ctx, store.Keys().Types()).Result()
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"default": "0", "gateway": "1", "random-7": "2"}, registry)
+	require.Equal(t, map[string]string{"default": "0", "default\x1f60000": "1", "gateway\x1f30000": "2", "random-7\x1f3600000": "3"}, registry)
 
 	// Untyped signals keep the recorded type, the added one included.
 	now = now.Add(time.Second)
@@ -157,12 +160,12 @@ func TestLate(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		claimOne(t, f, "inc") // an open incident of a gateway
-		f.refresh(t,
-			deadline.Signal{Device: "g", Type: "gateway", Seen: f.clock.Now()},
-			deadline.Signal{Device: "s", Type: "sensor", Seen: f.clock.Now()},
-			deadline.Signal{Device: "d", Seen: f.clock.Now()})
-		f.clock.Advance(45 * time.Second)
-		ago := func(d time.Duration) time.Time { return f.clock.Now().Add(-d) }
+		f.Refresh(t,
+			deadline.Signal{Device: "g", Type: "gateway", Seen: f.Clock.Now()},
+			deadline.Signal{Device: "s", Type: "sensor", Seen: f.Clock.Now()},
+			deadline.Signal{Device: "d", Seen: f.Clock.Now()})
+		f.Clock.Advance(45 * time.Second)
+		ago := func(d time.Duration) time.Time { return f.Clock.Now().Add(-d) }
 		cases := []struct {
 			sig  deadline.Signal
 			late bool
@@ -186,16 +189,16 @@ func TestLate(t *testing.T) {
 		for i, c := range cases {
 			sigs[i], want[i] = c.sig, c.late
 		}
-		got, err := f.store.Late(ctx, sigs, nil)
+		got, err := f.Store.Late(ctx, sigs, nil)
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 
-		got, err = f.store.Late(ctx, []deadline.Signal{{Device: "g", Seen: ago(time.Second)}, {Device: "s", Seen: ago(time.Minute)}}, nil)
+		got, err = f.Store.Late(ctx, []deadline.Signal{{Device: "g", Seen: ago(time.Second)}, {Device: "s", Seen: ago(time.Minute)}}, nil)
 		require.NoError(t, err)
 		require.Nil(t, got, "none late")
 
 		// Judged at receipt: a signal received on time and held (Redis down) is not late when written.
-		got, err = f.store.Late(ctx, []deadline.Signal{{Device: "g", Seen: ago(40 * time.Second)}, {Device: "x", Type: "gateway", Seen: ago(40 * time.Second)}},
+		got, err = f.Store.Late(ctx, []deadline.Signal{{Device: "g", Seen: ago(40 * time.Second)}, {Device: "x", Type: "gateway", Seen: ago(40 * time.Second)}},
 			[]time.Time{ago(39 * time.Second), ago(5 * time.Second)})
 		require.NoError(t, err)
 		require.Equal(t, []bool{false, true}, got)
@@ -211,11 +214,11 @@ func TestLateFindsTheTypeInTheOldSlot(t *testing.T) {
 		for i := 0; deadline.Slot(dev, 16) == deadline.Slot(dev, 8); i++ {
 			dev = fmt.Sprint("moved-", i)
 		}
-		f.refresh(t, deadline.Signal{Device: dev, Type: "gateway", Seen: f.clock.Now()})
-		_, err := f.store.DoubleSlots(ctx)
+		f.Refresh(t, deadline.Signal{Device: dev, Type: "gateway", Seen: f.Clock.Now()})
+		_, err := f.Store.DoubleSlots(ctx)
 		require.NoError(t, err)
-		f.clock.Advance(45 * time.Second)
-		late, err := f.store.Late(ctx, []deadline.Signal{{Device: dev, Seen: f.clock.Now().Add(-40 * time.Second)}}, nil)
+		f.Clock.Advance(45 * time.Second)
+		late, err := f.Store.Late(ctx, []deadline.Signal{{Device: dev, Seen: f.Clock.Now().Add(-40 * time.Second)}}, nil)
 		require.NoError(t, err)
 		require.Equal(t, []bool{true}, late, "gateway (30s), read from slot %d", deadline.Slot(dev, 8))
 	})
@@ -227,18 +230,18 @@ func TestLateFindsTheTypeInTheOldSlot(t *testing.T) {
 func TestUntypedSignalOfARememberedDeviceReadsNothing(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
 	f := setup(t, rdb, 8)
-	f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: f.clock.Now()})
-	later := func(d time.Duration) time.Time { f.clock.Advance(d); return f.clock.Now() }
+	f.Refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: f.Clock.Now()})
+	later := func(d time.Duration) time.Time { f.Clock.Advance(d); return f.Clock.Now() }
 	reads := func() int64 { return testenv.CommandStats(t, rdb)["zmscore"].Calls }
 	before := reads()
 	seen := later(time.Second)
-	f.refresh(t, deadline.Signal{Device: "gw", Seen: seen})
+	f.Refresh(t, deadline.Signal{Device: "gw", Seen: seen})
 	require.Equal(t, before, reads(), "the type was remembered, not read")
 	d, _ := f.device(t, "gw")
 	require.Equal(t, "gateway", d.Type)
 	require.Equal(t, seen.Add(30*time.Second), d.Deadline, "timed by the gateway timeout")
 
-	other := fixtureStore(t, rdb, 8, f.clock.Now, nil)
+	other := fixtureStore(t, rdb, 8, f.Clock.Now, nil)
 	seen = later(time.Second)
 	require.NoError(t, other.Refresh(context.Background(), []deadline.Signal{{Device: "gw", Seen: seen}}))
 	require.Equal(t, before+1, reads(), "a store that never saw the device reads its type once")
@@ -252,16 +255,16 @@ func TestUntypedSignalOfARememberedDeviceReadsNothing(t *testing.T) {
 func TestTypeChangedByAnotherStoreReachesTheRememberingOne(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		later := func(d time.Duration) time.Time { f.clock.Advance(d); return f.clock.Now() }
-		other := fixtureStore(t, f.rdb, 8, f.clock.Now, nil)
-		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.clock.Now()})
-		f.refresh(t, deadline.Signal{Device: "d", Seen: later(time.Second)}) // remembered as a gateway
+		later := func(d time.Duration) time.Time { f.Clock.Advance(d); return f.Clock.Now() }
+		other := fixtureStore(t, f.RDB, 8, f.Clock.Now, nil)
+		f.Refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.Clock.Now()})
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: later(time.Second)}) // remembered as a gateway
 
 		require.NoError(t, other.Refresh(ctx, []deadline.Signal{{Device: "d", Type: "sensor", Seen: later(time.Second)}}))
 		// The first batch after the change carries the log's count back; the one after applies it.
-		f.refresh(t, deadline.Signal{Device: "unrelated", Seen: f.clock.Now()})
+		f.Refresh(t, deadline.Signal{Device: "unrelated", Seen: f.Clock.Now()})
 		seen := later(time.Second)
-		f.refresh(t, deadline.Signal{Device: "d", Seen: seen})
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: seen})
 		d, _ := f.device(t, "d")
 		require.Equal(t, "sensor", d.Type, "the other store's change stands")
 		require.Equal(t, seen.Add(10*time.Minute), d.Deadline, "timed by the sensor timeout")
@@ -269,9 +272,9 @@ func TestTypeChangedByAnotherStoreReachesTheRememberingOne(t *testing.T) {
 		found, err := other.Delete(ctx, "d")
 		require.NoError(t, err)
 		require.True(t, found)
-		f.refresh(t, deadline.Signal{Device: "unrelated", Seen: f.clock.Now()})
+		f.Refresh(t, deadline.Signal{Device: "unrelated", Seen: f.Clock.Now()})
 		seen = later(time.Second)
-		f.refresh(t, deadline.Signal{Device: "d", Seen: seen})
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: seen})
 		d, _ = f.device(t, "d")
 		require.Equal(t, "default", d.Type, "a deleted device starts afresh with the default type")
 		require.Equal(t, seen.Add(time.Minute), d.Deadline)
@@ -282,13 +285,15 @@ func TestTypeChangedByAnotherStoreReachesTheRememberingOne(t *testing.T) {
 // replica) stands after typeMemoryRefresh at the latest.
 func TestRememberedTypeIsReadAgainAfterItsTime(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		f.refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.clock.Now()})
-		later := func(d time.Duration) time.Time { f.clock.Advance(d); return f.clock.Now() }
+		f.Refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.Clock.Now()})
+		later := func(d time.Duration) time.Time { f.Clock.Advance(d); return f.Clock.Now() }
 		// Another writer records the sensor type without telling the log.
-		score := float64(f.clock.Now().Add(10*time.Minute).UnixMilli()*deadline.MaxTypes + 2)
-		require.NoError(t, f.rdb.ZAdd(context.Background(), f.store.Keys().Deadlines(deadline.Slot("d", 8)), redis.Z{Score: score, Member: "d"}).Err())
+		sensor, err := f.Store.TypeIndex(context.Background(), "sensor")
+		require.NoError(t, err)
+		score := float64(f.Clock.Now().Add(10*time.Minute).UnixMilli()*deadline.MaxTypes + int64(sensor))
+		require.NoError(t, f.RDB.ZAdd(context.Background(), f.Store.Keys().Deadlines(deadline.Slot("d", 8)), redis.Z{Score: score, Member: "d"}).Err())
 		seen := later(11 * time.Minute)
-		f.refresh(t, deadline.Signal{Device: "d", Seen: seen})
+		f.Refresh(t, deadline.Signal{Device: "d", Seen: seen})
 		d, _ := f.device(t, "d")
 		require.Equal(t, "sensor", d.Type)
 		require.Equal(t, seen.Add(10*time.Minute), d.Deadline)
@@ -307,7 +312,8 @@ func TestPerDeviceTimeoutRefusedWhenRegistryIsFull(t *testing.T) {
 		_, err := store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "default", TimeoutMs: timeout.Milliseconds()}}, []string{""})
 		return err
 	}
-	for i := 1; i < deadline.MaxTypes; i++ {
+	// Index 0 and the default type's own index are taken.
+	for i := 1; i < deadline.MaxTypes-1; i++ {
 		require.NoError(t, reg(fmt.Sprint("d", i), time.Duration(i)*time.Second))
 	}
 	err = reg("one-too-many", 7*time.Hour)

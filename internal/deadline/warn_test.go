@@ -16,7 +16,6 @@ import (
 func warnedFixture(t *testing.T) fixture {
 	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
-	c := testenv.NewClock(time.UnixMilli(1_763_800_000_000))
 	// The store keeps a device's own timeout's warning only while it is longer (owntimeout.go).
 	warnAfter := func(name string) time.Duration {
 		if name == "gateway" {
@@ -24,21 +23,20 @@ func warnedFixture(t *testing.T) fixture {
 		}
 		return 0
 	}
-	opts := deadline.Options{Slots: 4, Now: c.Now, Timeout: timeoutOf, WarnAfter: warnAfter}
-	return fixture{store: deadlinetest.NewStore(t, rdb, opts, "default", "gateway", "sensor"), rdb: rdb, clock: c}
+	return fixture{deadlinetest.Open(t, rdb, deadline.Options{Slots: 4, Timeout: timeoutOf, WarnAfter: warnAfter}, testTypes...)}
 }
 
 // A warned type's signals, typed or not, put the score at the warning; other types keep their timeout.
 func TestWarnedTypeScoresItsWarning(t *testing.T) {
 	f := warnedFixture(t)
-	t0 := f.clock.Now()
-	f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0}, deadline.Signal{Device: "s", Type: "sensor", Seen: t0})
+	t0 := f.Clock.Now()
+	f.Refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0}, deadline.Signal{Device: "s", Type: "sensor", Seen: t0})
 	d, _ := f.device(t, "gw")
 	require.True(t, t0.Add(20*time.Second).Equal(d.Deadline), "typed: seen + warn_after, got %v", d.Deadline)
 	d, _ = f.device(t, "s")
 	require.True(t, t0.Add(10*time.Minute).Equal(d.Deadline), "no warn_after: seen + timeout")
 
-	f.refresh(t, deadline.Signal{Device: "gw", Seen: t0.Add(time.Second)}) // untyped: its recorded type
+	f.Refresh(t, deadline.Signal{Device: "gw", Seen: t0.Add(time.Second)}) // untyped: its recorded type
 	d, _ = f.device(t, "gw")
 	require.True(t, t0.Add(21*time.Second).Equal(d.Deadline), "untyped: seen + warn_after, got %v", d.Deadline)
 }
@@ -48,10 +46,10 @@ func TestWarnedTypeScoresItsWarning(t *testing.T) {
 func TestLateIncidentAndHoldBack(t *testing.T) {
 	f := warnedFixture(t)
 	ctx := context.Background()
-	t0 := f.clock.Now()
-	f.refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
-	f.clock.Advance(20 * time.Second)
-	res := f.claimAll(t, deadline.ClaimOptions{})
+	t0 := f.Clock.Now()
+	f.Refresh(t, deadline.Signal{Device: "gw", Type: "gateway", Seen: t0})
+	f.Clock.Advance(20 * time.Second)
+	res := f.ClaimAll(t, deadline.ClaimOptions{})
 	require.Len(t, res.Claims, 1)
 	c := res.Claims[0]
 	require.True(t, c.Fresh)
@@ -60,26 +58,26 @@ func TestLateIncidentAndHoldBack(t *testing.T) {
 	due := t0.Add(30 * time.Second)
 	st := c.State
 	st.Hold, st.InterruptedAt = deadline.HoldLate, due.UnixMilli()
-	_, err := f.store.Settle(ctx, []deadline.Ack{reschedule(c, st, due)}, deadline.RecordsOf(res.Claims))
+	_, err := f.Store.Settle(ctx, []deadline.Ack{reschedule(c, st, due)}, deadline.RecordsOf(res.Claims))
 	require.NoError(t, err)
 
-	open, _, err := f.store.ScanOpenIncidents(ctx, c.Slot, 0, 100)
+	open, _, err := f.Store.ScanOpenIncidents(ctx, c.Slot, 0, 100)
 	require.NoError(t, err)
 	require.Len(t, open, 1)
 	require.True(t, open[0].Late())
 	require.True(t, t0.Equal(open[0].LastSeen()), "last seen %v", open[0].LastSeen())
 	require.True(t, t0.Add(20*time.Second).Equal(open[0].Deadline()), "a late incident's events carry the warning")
 
-	f.clock.Set(due)
+	f.Clock.Set(due)
 	window := func(time.Duration) time.Time { return t0.Add(25 * time.Second) } // a blind window opened at +25 s
-	res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: window})
+	res = f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: window})
 	require.Len(t, res.Claims, 1)
 	require.False(t, res.Claims[0].Fresh)
 	require.Equal(t, deadline.HoldLate, res.Claims[0].State.Hold)
 	require.True(t, res.Claims[0].HeldBack, "its interruption is past what the hold-back allows")
 
-	f.clock.Advance(time.Minute) // the lease ran out; the window closed
-	res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.clock.Now() }})
+	f.Clock.Advance(time.Minute) // the lease ran out; the window closed
+	res = f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.Clock.Now() }})
 	require.Len(t, res.Claims, 1)
 	require.False(t, res.Claims[0].HeldBack)
 }
@@ -88,8 +86,8 @@ func TestLateIncidentAndHoldBack(t *testing.T) {
 // timeout is not longer than warn_after waits for that timeout.
 func TestRegisteredDeviceOfAWarnedType(t *testing.T) {
 	f := warnedFixture(t)
-	t0 := f.clock.Now()
-	_, err := f.store.Register(context.Background(), []string{"gw-own", "gw-short", "gw-type"}, []deadline.Registration{
+	t0 := f.Clock.Now()
+	_, err := f.Store.Register(context.Background(), []string{"gw-own", "gw-short", "gw-type"}, []deadline.Registration{
 		{Type: "gateway", TimeoutMs: (5 * time.Minute).Milliseconds()},
 		{Type: "gateway", TimeoutMs: (10 * time.Second).Milliseconds()},
 		{Type: "gateway"},
@@ -118,26 +116,26 @@ func TestDeferredIncidentsAreHeldBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := warnedFixture(t)
-			t0 := f.clock.Now()
-			f.refresh(t, deadline.Signal{Device: "s", Type: "sensor", Seen: t0})
-			f.clock.Advance(10 * time.Minute)
-			res := f.claimAll(t, deadline.ClaimOptions{})
+			t0 := f.Clock.Now()
+			f.Refresh(t, deadline.Signal{Device: "s", Type: "sensor", Seen: t0})
+			f.Clock.Advance(10 * time.Minute)
+			res := f.ClaimAll(t, deadline.ClaimOptions{})
 			require.Len(t, res.Claims, 1)
 			c := res.Claims[0]
-			due := f.clock.Now().Add(time.Hour)
+			due := f.Clock.Now().Add(time.Hour)
 			st := c.State
 			tc.deferIt(&st, due)
-			_, err := f.store.Settle(context.Background(), []deadline.Ack{reschedule(c, st, due)}, deadline.RecordsOf(res.Claims))
+			_, err := f.Store.Settle(context.Background(), []deadline.Ack{reschedule(c, st, due)}, deadline.RecordsOf(res.Claims))
 			require.NoError(t, err)
 
-			f.clock.Set(due)
+			f.Clock.Set(due)
 			window := func(time.Duration) time.Time { return due.Add(-time.Minute) } // a blind window opened a minute ago
-			res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: window})
+			res = f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: window})
 			require.Len(t, res.Claims, 1)
 			require.True(t, res.Claims[0].HeldBack, "its interruption is past what the hold-back allows")
 
-			f.clock.Advance(time.Minute) // the lease ran out; the window closed
-			res = f.claimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.clock.Now() }})
+			f.Clock.Advance(time.Minute) // the lease ran out; the window closed
+			res = f.ClaimAll(t, deadline.ClaimOptions{WatermarkFor: func(time.Duration) time.Time { return f.Clock.Now() }})
 			require.Len(t, res.Claims, 1)
 			require.False(t, res.Claims[0].HeldBack)
 		})

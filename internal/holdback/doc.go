@@ -10,7 +10,7 @@
 // The package also holds the shared clock (clock.go): every replica measures its offset from Redis TIME,
 // so windows, deadlines and leases are judged on one clock, and a replica too far off stops scanning.
 //
-// Files: tracker.go (options, start, the tick and the watermark), opening.go (opening and closing
+// Files: tracker.go (options, start, the tick, the watermark and the metrics), opening.go (opening and closing
 // windows), status.go (what /readyz, /v1/stats and the log show), member.go (replicas that read a share
 // alone), redis.go (Redis refusing or not answering writes), duplicate.go (a second process with this
 // replica's identity), legacy.go (the 0.1.0 wire form), degraded.go (marking events while detection

@@ -175,8 +175,11 @@ func (h *Tracker) report(now time.Time) {
 		} else if prev.Active {
 			h.log.Info("hold-back ended: claiming every passed deadline again")
 		}
-		if h.opts.OnChange != nil && prev.Active != st.Active {
-			h.opts.OnChange(st.Active)
+		if prev.Active != st.Active {
+			h.heldBack.Set(b2f(st.Active))
+			if h.opts.OnChange != nil {
+				h.opts.OnChange(st.Active)
+			}
 		}
 		wake = true
 	}

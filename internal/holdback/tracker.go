@@ -95,9 +95,10 @@ type Options struct {
 	// Now is the shared clock (Clock.Now): every window, alive mark and staleness check uses it.
 	Now    func() time.Time
 	Logger *zap.Logger
-	// OnChange is told whenever hold-back starts or ends (metric).
+	// OnChange is told whenever hold-back starts or ends, in order.
 	OnChange func(active bool)
-	// Registerer gets heartbeatd_hold_back_degraded and heartbeatd_hold_back_seconds; nil = none.
+	// Registerer gets heartbeatd_hold_back, heartbeatd_hold_back_degraded and heartbeatd_hold_back_seconds;
+	// nil = none.
 	Registerer prometheus.Registerer
 }
 
@@ -150,6 +151,7 @@ type Tracker struct {
 
 	reportMu sync.Mutex // one report at a time, so OnChange sees the changes in order
 	reported Status
+	heldBack prometheus.Gauge // heartbeatd_hold_back: reported.Active
 	changed  chan struct{}
 }
 
@@ -177,12 +179,14 @@ func New(opts Options) *Tracker {
 	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	opts.MemberLapse = defaults.Positive(opts.MemberLapse, max(opts.Stall, 4*opts.Interval))
 	h := &Tracker{opts: opts, keys: newKeyspace(opts.KeyPrefix), log: opts.Logger.With(zap.String("component", "holdback")), changed: make(chan struct{}, 1),
-		members: map[string]*deadMember{}}
+		members: map[string]*deadMember{},
+		heldBack: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "hold_back",
+			Help: "1 while detection is held back because heartbeatd itself could not hear the fleet."})}
 	if opts.Stall > 0 {
 		h.stall = &stallDetector{threshold: opts.Stall, record: h.stalled}
 	}
 	if r := opts.Registerer; r != nil {
-		r.MustRegister(
+		r.MustRegister(h.heldBack,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "hold_back_degraded",
 				Help: "1 while a blind window outlived detection.max_hold_back and detection runs without trusting silence."},
 				func() float64 { return b2f(h.degraded()) }),

@@ -64,9 +64,22 @@ func TestHoldBackRedisOutage(t *testing.T) {
 	at := func(d time.Duration) time.Time { clk.Set(holdBackT0.Add(d)); return clk.Now() }
 	var mu sync.Mutex
 	var changes []bool
+	reg := prometheus.NewRegistry()
 	hb := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
 		o.OnChange = func(active bool) { mu.Lock(); defer mu.Unlock(); changes = append(changes, active) }
+		o.Registerer = reg
 	})
+	heldBack := func() float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "heartbeatd_hold_back" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("heartbeatd_hold_back is not registered")
+		return 0
+	}
 	ctx := context.Background()
 	require.NoError(t, hb.Start(ctx))
 	require.NoError(t, hb.tick(ctx))
@@ -79,6 +92,7 @@ func TestHoldBackRedisOutage(t *testing.T) {
 	require.True(t, st.Active, "Redis refusing writes is an outage of ours")
 	require.Equal(t, holdBackT0, st.Since, "the hold starts when Redis last took a write")
 	require.Equal(t, redisUnreachable, st.Reason)
+	require.Equal(t, 1.0, heldBack(), "heartbeatd_hold_back shows it")
 	require.Equal(t, holdBackT0, hb.Watermark(at(6*time.Second)))
 
 	srv.Start(t)
@@ -94,6 +108,7 @@ func TestHoldBackRedisOutage(t *testing.T) {
 	require.NoError(t, hb.tick(ctx))
 	require.False(t, hb.Status().Active, "the hold ends after the grace")
 	require.Equal(t, clk.Now(), hb.Watermark(clk.Now()))
+	require.Equal(t, 0.0, heldBack())
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []bool{true, false}, changes)

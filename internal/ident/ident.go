@@ -1,10 +1,12 @@
 // Package ident is the one rule for the names a device is known by: device ids, parents and type
-// names (docs/signals.md#the-payload). Every way in applies it: the MQTT, Kafka and HTTP signals (internal/ingest),
-// the registry and its import (internal/daemon), silences, and the configured type names (internal/config).
+// names (docs/signals.md#the-payload). Every way a device's name comes in applies it: the MQTT, Kafka and HTTP
+// signals (internal/ingest), the registry and its import (internal/daemon), and the configured type names
+// (internal/config, TypeProblem).
 package ident
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -62,6 +64,22 @@ func Problem(s string) string {
 		case unicode.Is(unicode.Cf, r):
 			return fmt.Sprintf("must not contain invisible format characters (%U; Unicode category Cf: bidi controls, zero-width characters)", r)
 		}
+	}
+	return ""
+}
+
+// OwnTimeoutMark joins a type name and a timeout where internal/deadline records a device registered
+// with a timeout of its own ("<type>@<timeout>"), so no configured type name may hold it.
+const OwnTimeoutMark = "@"
+
+// TypeProblem says how name breaks the rule for type names, to follow "a type name" in an error: an
+// id's rule (Problem), and no OwnTimeoutMark; "" when it keeps it.
+func TypeProblem(name string) string {
+	if p := Problem(name); p != "" {
+		return p
+	}
+	if strings.Contains(name, OwnTimeoutMark) {
+		return fmt.Sprintf("must not contain %q (it marks a device's own timeout)", OwnTimeoutMark)
 	}
 	return ""
 }

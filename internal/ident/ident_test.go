@@ -49,3 +49,14 @@ func BenchmarkValidASCII(b *testing.B) {
 		}
 	}
 }
+
+// A type name keeps an id's rule and holds no "@", which marks a device's own timeout in the name its
+// deadline is recorded under.
+func TestTypeProblem(t *testing.T) {
+	for name, want := range map[string]string{"meter": "", "zähler": "", "meter@5m": `must not contain "@"`, "": "must not be empty",
+		"bad\x00": "control characters"} {
+		if got := TypeProblem(name); (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("TypeProblem(%q) = %q, want %q", name, got, want)
+		}
+	}
+}

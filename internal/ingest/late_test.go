@@ -19,50 +19,12 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// eventLog is an event.Sink that keeps every event, for tests that read what the alarm loop emits.
-type eventLog struct {
-	mu     sync.Mutex
-	events []event.Event
-}
-
-func (l *eventLog) Publish(_ context.Context, events []event.Event) []error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.events = append(l.events, events...)
-	return make([]error, len(events))
-}
-
-// kinds lists the kinds of device's events in order.
-func (l *eventLog) kinds(device string) []event.Kind {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []event.Kind
-	for _, e := range l.events {
-		if e.DeviceID == device {
-			out = append(out, e.Kind)
-		}
-	}
-	return out
-}
-
-// first is device's first event.
-func (l *eventLog) first(device string) event.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, e := range l.events {
-		if e.DeviceID == device {
-			return e
-		}
-	}
-	return event.Event{}
-}
-
 // lateRig is the chain, the scanner and the alarm loop on one Redis, types default (300ms) and slow
 // (1m), with late first words kept within a minute of their deadline (detection.max_hold_back).
 type lateRig struct {
 	t      *testing.T
 	chain  *ingest.Chain
-	events *eventLog
+	events *testenv.EventLog
 	reg    *prometheus.Registry
 	acked  sync.WaitGroup
 }
@@ -80,7 +42,7 @@ types:
 	store := deadlinetest.NewStore(t, testenv.StartRedis(t).Client(t), deadline.Options{Slots: 8, Timeout: timeout, LateFirstWord: time.Minute},
 		pol.Names()...)
 
-	r := &lateRig{t: t, events: &eventLog{}, reg: prometheus.NewRegistry()}
+	r := &lateRig{t: t, events: &testenv.EventLog{}, reg: prometheus.NewRegistry()}
 	r.chain, err = ingest.NewChain(store, nil, ingest.ChainOptions{Registerer: r.reg,
 		KnownType: func(name string) bool { _, ok := pol.Lookup(name); return ok }})
 	require.NoError(t, err)
@@ -103,10 +65,10 @@ func (r *lateRig) signal(device, payload string) {
 	require.NoError(r.t, r.chain.Submit(r.t.Context(), ingest.Message{Source: ingest.SourceMQTT, Device: device, Payload: []byte(payload), Ack: r.acked.Done}))
 }
 
-func (r *lateRig) waitFor(device string, kinds ...event.Kind) {
+func (r *lateRig) waitFor(device string, want ...event.Kind) {
 	r.t.Helper()
-	require.Eventually(r.t, func() bool { return fmt.Sprint(r.events.kinds(device)) == fmt.Sprint(kinds) }, 10*time.Second,
-		5*time.Millisecond, "%s: want %v", device, kinds)
+	require.Eventually(r.t, func() bool { return fmt.Sprint(testenv.Kinds(r.events.Of(device))) == fmt.Sprint(want) }, 10*time.Second,
+		5*time.Millisecond, "%s: want %v", device, want)
 }
 
 func (r *lateRig) count(result string) float64 {
@@ -135,7 +97,7 @@ func TestLateSignalsNeitherRecoverNorReopen(t *testing.T) {
 	// Anything the late signals had written would be due at once, so before this later deadline.
 	signal("marker", "")
 	waitFor("marker", event.Interrupted)
-	require.Equal(t, []event.Kind{event.Interrupted}, r.events.kinds("d"), "late signals neither recover nor reopen the incident")
+	require.Equal(t, []event.Kind{event.Interrupted}, testenv.Kinds(r.events.Of("d")), "late signals neither recover nor reopen the incident")
 	require.Equal(t, 3.0, r.count("late"))
 
 	signal("d", "")
@@ -159,11 +121,12 @@ func TestLateFirstWordIsReported(t *testing.T) {
 	r.waitFor("typed", event.Interrupted)
 	r.signal("marker", "")
 	r.waitFor("marker", event.Interrupted)
-	require.Empty(t, r.events.kinds("ancient"), "older than the hold-back bound: dropped")
+	require.Empty(t, r.events.Of("ancient"), "older than the hold-back bound: dropped")
 	require.Equal(t, 1.0, r.count("late"))
 	require.Equal(t, 3.0, r.count("applied"))
 	for _, d := range []string{"untyped", "typed"} {
-		e := r.events.first(d)
+		require.NotEmpty(t, r.events.Of(d), d)
+		e := r.events.Of(d)[0]
 		require.Less(t, e.Deadline.UnixMilli(), e.At.UnixMilli(), "%s: its deadline had passed", d)
 	}
 }

@@ -126,7 +126,7 @@ func sameEvent(a, b event.Event) bool {
 const (
 	RuleMachine   = "machine"   // an event the incident machine does not allow where it came
 	RuleID        = "id"        // one event under two ids, or one id for two events
-	RuleFalse     = "false"     // interrupted or suppressed for a device heard within its timeout
+	RuleFalse     = "false"     // interrupted or suppressed for a device heard within its timeout at the deadline and when raised
 	RuleRecovered = "recovered" // a device signalled after its incident opened, and the incident never closed
 )
 
@@ -198,15 +198,16 @@ func (c *Checker) Check() Report {
 		r.Violations = append(r.Violations, c.falseReports(device, evs, signals)...)
 		opened, open, broken := walk(device, evs)
 		r.Incidents += opened
-		r.Violations = append(r.Violations, broken...)
 		if len(broken) > 0 {
 			broken[0].History = history(evs, signals)
 		}
+		r.Violations = append(r.Violations, broken...)
 		if open != nil {
 			r.Open++
-			if s, ok := signalledAfter(signals, open.At.Add(c.inFlight)); ok {
+			// Back after its deadline owes the recovered, also when that was before a late report.
+			if s, ok := signalledAfter(signals, earlier(open.Deadline, open.At).Add(c.inFlight)); ok {
 				r.Violations = append(r.Violations, Violation{device, RuleRecovered, fmt.Sprintf(
-					"signalled at %s after its incident %s opened at %s, and no recovered followed", stamp(s), open.ID, stamp(open.At)),
+					"signalled at %s after its incident %s (raised at %s), and no recovered followed", stamp(s), open.ID, stamp(open.At)),
 					history(evs, signals)})
 			}
 		}
@@ -237,30 +238,42 @@ func walk(device string, evs []recorded) (opened int, open *event.Event, broken 
 	return opened, open, broken
 }
 
-// falseReports finds the interrupted and suppressed events raised while the device was heard within its
-// timeout: a signal acknowledged at least InFlight before the event, whose timeout counted from when it
-// was begun had not run out InFlight after it. Events that say they may be false (degraded) or that
-// report a failure the device sent are not judged.
+// falseReports finds the interrupted and suppressed events whose device was never silent for its
+// timeout around the incident: heard within it both at the incident's deadline and when the event was
+// raised. Heard at t: a signal acknowledged at least InFlight before t, whose timeout counted from when
+// it was begun had not run out InFlight after t. The deadline is the one the event carries, moved past a
+// quiet interval or a parent's wait where heartbeatd deferred the incident, so a deferred incident that
+// comes due for a device that kept signalling is judged too. Either moment silent makes the report
+// true: silent at the deadline, an incident reported late (heartbeatd blind at its deadline and after)
+// whose device came back meanwhile is short, not false, and its recovered follows; silent when raised,
+// the device went quiet after signals heartbeatd could not receive (a broker that dropped them while no
+// replica was subscribed), and its deadline is older than the truth but the silence is real.
+// Events that say they may be false (degraded) or that report a failure the device sent are not judged.
 func (c *Checker) falseReports(device string, evs []recorded, signals []sent) []Violation {
 	var out []Violation
 	for _, e := range evs {
 		if (e.Kind != event.Interrupted && e.Kind != event.Suppressed) || e.Degraded || e.Cause != "" {
 			continue
 		}
-		latest := e.At.Add(-c.inFlight)
-		for i := len(signals) - 1; i >= 0; i-- {
-			s := signals[i]
-			if s.acked.After(latest) {
-				continue
-			}
-			if e.At.Add(c.inFlight).Before(s.at.Add(s.timeout)) {
-				out = append(out, Violation{Device: device, Rule: RuleFalse, Detail: fmt.Sprintf("%s at %s, but it signalled at %s with a timeout of %s",
-					e.ID, stamp(e.At), stamp(s.at), s.timeout), History: sentBetween(signals, e.Deadline.Add(-2*s.timeout), e.At)})
-			}
-			break // the latest signal heard sets the deadline (a retyped device's included)
+		s, atDeadline := c.heardAt(signals, e.Deadline)
+		if _, atRaise := c.heardAt(signals, e.At); atDeadline && atRaise {
+			out = append(out, Violation{Device: device, Rule: RuleFalse, Detail: fmt.Sprintf("%s at %s, but it signalled at %s with a timeout of %s",
+				e.ID, stamp(e.At), stamp(s.at), s.timeout), History: sentBetween(signals, e.Deadline.Add(-2*s.timeout), e.At)})
 		}
 	}
 	return out
+}
+
+// heardAt reports whether the device was heard within its timeout at t, and the signal that says so:
+// the latest acknowledged InFlight before t sets the deadline (a retyped device's included).
+func (c *Checker) heardAt(signals []sent, t time.Time) (sent, bool) {
+	latest := t.Add(-c.inFlight)
+	for i := len(signals) - 1; i >= 0; i-- {
+		if s := signals[i]; !s.acked.After(latest) {
+			return s, t.Add(c.inFlight).Before(s.at.Add(s.timeout))
+		}
+	}
+	return sent{}, false
 }
 
 // history is a device's events (kind, deadline, raised) and how many signals it sent between them.
@@ -292,6 +305,13 @@ func sentBetween(signals []sent, from, to time.Time) string {
 		}
 	}
 	return "signals" + strings.TrimSuffix(b.String(), ";")
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // signalledAfter is the first signal sent at or after t.

@@ -113,6 +113,35 @@ func TestFalseInterruptionIsReported(t *testing.T) {
 	}
 }
 
+// An incident heartbeatd could only report late (blind at its deadline and after) is real if the device
+// had gone silent: it came back before the report, which makes the incident short, not false; its
+// recovered is owed.
+func TestLateReportOfARealSilenceIsNotFalse(t *testing.T) {
+	r := newRun()
+	r.signal(0)
+	r.signal(timeout + 5*time.Second) // back 5 s after its deadline, before the report
+	r.emit(event.Interrupted, timeout, timeout+8*time.Second, 0)
+	if got := rules(r.c.Check()); got != RuleRecovered {
+		t.Fatalf("violations %q, want only the owed %q", got, RuleRecovered)
+	}
+	r.emit(event.Recovered, timeout, timeout+9*time.Second, 0)
+	if rep := r.c.Check(); len(rep.Violations) != 0 {
+		t.Fatalf("violations:\n%s", rep.Details(10))
+	}
+}
+
+// Signals a broker dropped while no replica was subscribed never reach heartbeatd: its deadline is older
+// than the truth, but a device quiet for its timeout when the report was raised was really silent.
+func TestReportOfADeviceSilentWhenRaisedIsNotFalse(t *testing.T) {
+	r := newRun()
+	r.signal(0)
+	r.signal(timeout - 2*time.Second) // dropped by the broker: heartbeatd's deadline stays at timeout
+	r.emit(event.Interrupted, timeout, 2*timeout, 0)
+	if rep := r.c.Check(); len(rep.Violations) != 0 {
+		t.Fatalf("violations:\n%s", rep.Details(10))
+	}
+}
+
 func TestDegradedAndReportedFailuresAreNotFalse(t *testing.T) {
 	r := newRun()
 	r.signal(0)

@@ -1,6 +1,7 @@
-// Package silence keeps the maintenance windows operators set (docs/http-api.md): silences by device or
-// by type, stored in one Redis hash every replica shares and indexed in memory, so the alarm loop's
-// per-claim check (internal/alarm's Handler, through SilencedUntil) costs no round trip.
+// Package silence keeps the maintenance windows operators set (docs/http-api.md): silences by device, by
+// type or by matchers (internal/matcher), for a span or recurring inside named time intervals
+// (docs/schedules.md), stored in one Redis hash every replica shares and indexed in memory, so the alarm
+// loop's per-claim check (internal/alarm's Handler, through SilencedUntil) costs no round trip.
 //
 // A silence defers a device's events, not its detection: the alarm loop reschedules each incident a
 // silence covers to the silence's end. Ending a silence early hands those incidents back through

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
+	"github.com/heartbeatd/heartbeatd/internal/matcher"
+	"github.com/heartbeatd/heartbeatd/pkg/client"
 	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 )
 
@@ -32,15 +34,15 @@ func nightly(t *testing.T) func(string) *schedule.Interval {
 func TestMatcherSilencesSelectByLabelsAndParent(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
-		s := New(f.rdb, Options{Now: f.clock.Now})
+		s := New(f.RDB, Options{Now: f.Clock.Now})
 		_, err := s.Create(ctx, Silence{DeviceType: "gateway", Ends: endsIn(f, time.Hour),
-			Matchers: []Matcher{{Label: "site", Op: "=~", Value: "ber.*"}, {Label: "parent", Op: "!=", Value: "core-1"}}})
+			Matchers: []matcher.Matcher{{Label: "site", Op: "=~", Value: "ber.*"}, {Label: "parent", Op: "!=", Value: "core-1"}}})
 		require.NoError(t, err)
-		_, err = s.Create(ctx, Silence{Ends: endsIn(f, 2*time.Hour), Matchers: []Matcher{{Label: "device_id", Op: "!~", Value: "keep-.*"}, {Label: "tier", Op: "=", Value: "lab"}}})
+		_, err = s.Create(ctx, Silence{Ends: endsIn(f, 2*time.Hour), Matchers: []matcher.Matcher{{Label: "device_id", Op: "!~", Value: "keep-.*"}, {Label: "tier", Op: "=", Value: "lab"}}})
 		require.NoError(t, err)
 		require.True(t, s.NeedsFacts(), "a label matcher needs the devices' labels")
 
-		now := f.clock.Now()
+		now := f.Clock.Now()
 		cases := []struct {
 			f    Facts
 			want time.Duration
@@ -65,17 +67,17 @@ func TestMatcherSilencesSelectByLabelsAndParent(t *testing.T) {
 }
 
 // endsIn is the Ends of a silence lasting d from the fixture's now.
-func endsIn(f *fixture, d time.Duration) (ends time.Time) { return f.clock.Now().Add(d) }
+func endsIn(f *fixture, d time.Duration) (ends time.Time) { return f.Clock.Now().Add(d) }
 
 // A recurring silence covers its devices only inside its intervals, each time until the interval's end,
 // and lasts until deleted; a name the configuration does not define is refused.
 func TestRecurringSilenceFollowsItsIntervals(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
-		s := New(f.rdb, Options{Now: f.clock.Now, Intervals: nightly(t)})
+		s := New(f.RDB, Options{Now: f.Clock.Now, Intervals: nightly(t)})
 		sil, err := s.Create(ctx, Silence{DeviceType: "gateway", TimeIntervals: []string{"night"}})
 		require.NoError(t, err)
-		require.Equal(t, RecurringEnds, sil.Ends, "lasts until deleted")
+		require.Equal(t, client.RecurringEnds, sil.Ends, "lasts until deleted")
 
 		day := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC) // the day after t0, when it was created
 		for _, c := range []struct {
@@ -96,9 +98,9 @@ func TestRecurringSilenceFollowsItsIntervals(t *testing.T) {
 			want string
 		}{
 			{Silence{DeviceType: "gateway", TimeIntervals: []string{"nigth"}}, `"nigth" is not in the configuration's time_intervals`},
-			{Silence{Matchers: []Matcher{{Label: "site", Op: "!=", Value: "x"}}, Ends: endsIn(f, time.Hour)}, "at least one matcher must not match the empty value"},
-			{Silence{Matchers: []Matcher{{Label: "site", Op: "=~", Value: "ber("}}, Ends: endsIn(f, time.Hour)}, "missing closing )"},
-			{Silence{Matchers: []Matcher{{Label: "site", Op: "==", Value: "x"}}, Ends: endsIn(f, time.Hour)}, `op "==" is not one of`},
+			{Silence{Matchers: []matcher.Matcher{{Label: "site", Op: "!=", Value: "x"}}, Ends: endsIn(f, time.Hour)}, "at least one matcher must not match the empty value"},
+			{Silence{Matchers: []matcher.Matcher{{Label: "site", Op: "=~", Value: "ber("}}, Ends: endsIn(f, time.Hour)}, "missing closing )"},
+			{Silence{Matchers: []matcher.Matcher{{Label: "site", Op: "==", Value: "x"}}, Ends: endsIn(f, time.Hour)}, `op "==" is not one of`},
 			{Silence{DeviceID: "a", DeviceType: "b", Ends: endsIn(f, time.Hour)}, "not both"},
 		} {
 			_, err := s.Create(ctx, bad.sil)
@@ -114,7 +116,7 @@ func TestRecurringSilenceFollowsAReloadedInterval(t *testing.T) {
 		ctx := context.Background()
 		var current atomic.Pointer[schedule.Interval]
 		current.Store(nightly(t)("night"))
-		s := New(f.rdb, Options{Now: f.clock.Now, Intervals: func(name string) *schedule.Interval {
+		s := New(f.RDB, Options{Now: f.Clock.Now, Intervals: func(name string) *schedule.Interval {
 			if name == "night" {
 				return current.Load()
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/defaults"
+	"github.com/heartbeatd/heartbeatd/internal/matcher"
 	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/heartbeatd/heartbeatd/pkg/client"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -27,10 +28,8 @@ import (
 // compiles it.
 type Silence = client.Silence
 
-// RecurringEnds is the end of a recurring silence created without one: it lasts until deleted.
-var RecurringEnds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
-
-// ErrInvalid is wrapped by Create for a silence that cannot be stored; the message says why.
+// ErrInvalid is wrapped by Create for a silence that cannot be stored; the message says why. Matchers
+// too costly to evaluate on every claim wrap matcher.ErrCostly as well.
 var ErrInvalid = errors.New("invalid silence")
 
 // MaxStored bounds the stored silences (ended ones count until they are purged, a minute after their
@@ -114,7 +113,7 @@ func (s *Silences) Create(ctx context.Context, sil Silence) (Silence, error) {
 	now := s.opts.Now()
 	// Cost first: a silence of thousands of matchers, or of one huge expression, is refused before any
 	// is compiled. Only new silences are held to it; stored ones keep applying.
-	if err := checkCost(sil.Matchers); err != nil {
+	if err := matcher.CheckCost(sil.Matchers); err != nil {
 		return Silence{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	c, err := compile(sil, s.opts.Intervals)
@@ -125,7 +124,7 @@ func (s *Silences) Create(ctx context.Context, sil Silence) (Silence, error) {
 		return Silence{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if len(sil.TimeIntervals) > 0 && sil.Ends.IsZero() {
-		sil.Ends = RecurringEnds
+		sil.Ends = client.RecurringEnds
 	}
 	switch {
 	case len(sil.DeviceID) > 256 || len(sil.DeviceType) > 256:
@@ -323,7 +322,7 @@ func (s *Silences) buildIndex(all []Silence) *silenceIndex {
 			continue
 		}
 		for i := range c.matchers {
-			idx.needsFacts = idx.needsFacts || c.matchers[i].needsFacts()
+			idx.needsFacts = idx.needsFacts || c.matchers[i].NeedsFacts()
 		}
 		switch {
 		case sil.DeviceID != "":

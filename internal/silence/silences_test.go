@@ -3,11 +3,9 @@ package silence
 import (
 	"context"
 	"encoding/json"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -17,82 +15,55 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// recorder is the Publisher of the tests: it keeps the events it took and can be told to refuse them,
-// like an unreachable Kafka.
-type recorder struct {
-	testenv.EventLog
-	down atomic.Bool
-}
+// acts publishes the silences' acts into the fixture's log, as internal/alarm's Acts publishes them to
+// Kafka; the log can be told to refuse them, like an unreachable Kafka.
+type acts struct{ *testenv.EventLog }
 
-func (r *recorder) Publish(_ context.Context, e event.Event) bool {
-	if r.down.Load() {
-		return false
-	}
-	r.Append(e)
-	return true
+func (a acts) Publish(ctx context.Context, e event.Event) bool {
+	return a.EventLog.Publish(ctx, []event.Event{e})[0] == nil
 }
 
 type fixture struct {
-	t     *testing.T
-	rdb   redis.UniversalClient
-	store *deadline.Store
-	clock *testenv.Clock // shared by the store, the silences and the test
-	sink  *recorder
-	t0    time.Time
+	*deadlinetest.Fixture
+	t    *testing.T
+	sink *testenv.EventLog
 }
 
 // TestMain stops the Redis Cluster the tests share (see testenv.RedisBackends).
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// eachFixture runs test once per Redis backend (testenv.EachBackend), each time on an empty Redis with a
-// fresh fixture.
+// eachFixture runs test once per Redis backend, each time on an empty Redis with a fresh fixture.
 func eachFixture(t *testing.T, test func(t *testing.T, f *fixture)) {
 	t.Helper()
-	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) { test(t, setup(t, rdb)) })
-}
-
-func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
-	t.Helper()
-	f := &fixture{t: t, rdb: rdb, sink: &recorder{}, t0: time.UnixMilli(1_795_340_000_000)}
-	f.clock = testenv.NewClock(f.t0)
 	timeouts := testenv.TypeTimeouts(map[string]time.Duration{"default": 10 * time.Second, "gateway": 5 * time.Second})
-	f.store = deadlinetest.NewStore(t, rdb, deadline.Options{Slots: 8, Now: f.clock.Now, Timeout: timeouts}, "default", "gateway")
-	return f
+	deadlinetest.Each(t, deadline.Options{Slots: 8, Timeout: timeouts}, []string{"default", "gateway"},
+		func(t *testing.T, base *deadlinetest.Fixture) {
+			test(t, &fixture{Fixture: base, t: t, sink: &testenv.EventLog{}})
+		})
 }
 
 // replica is a silence store on the fixture's Redis, as on one heartbeatd replica, wired as the daemon
 // wires it: it names devices' types, re-arms what it deferred and publishes its acts.
 func (f *fixture) replica() *Silences {
-	return New(f.rdb, Options{Store: f.store, Events: f.sink, Now: f.clock.Now, Logger: zaptest.NewLogger(f.t)})
+	return New(f.RDB, Options{Store: f.Store, Events: acts{f.sink}, Now: f.Clock.Now, Logger: zaptest.NewLogger(f.t)})
 }
 
-// signal records a signal of device at the given offset from t0.
+// signal records a signal of device at the given offset from T0.
 func (f *fixture) signal(device, typ string, at time.Duration) {
 	f.t.Helper()
-	require.NoError(f.t, f.store.Refresh(context.Background(), []deadline.Signal{{Device: device, Type: typ, Seen: f.t0.Add(at)}}))
+	f.Signal(f.t, device, typ, at)
 }
 
-// deferTo claims every device due at now and schedules each incident's next act at until, as the
-// alarm loop does for the incidents a silence covers (internal/alarm/decide.go).
+// deferTo defers every incident due now to until, as the alarm loop does for those a silence covers.
 func (f *fixture) deferTo(until time.Time) {
 	f.t.Helper()
-	ctx := context.Background()
-	res, err := f.store.Claim(ctx, testenv.AllSlots(f.store.Slots()), deadline.ClaimOptions{Now: f.clock.Now(), Lease: 30 * time.Second, Batch: 256})
-	require.NoError(f.t, err)
-	acks := make([]deadline.Ack, 0, len(res.Claims))
-	for _, c := range res.Claims {
-		st := c.State
-		st.Next = 1
-		acks = append(acks, deadline.Ack{Device: c.Device, Slot: c.Slot, Op: deadline.Reschedule, Claimed: c.State.Deadline, Next: until, State: st})
-	}
-	_, err = f.store.Settle(ctx, acks, deadline.RecordsOf(res.Claims))
-	require.NoError(f.t, err)
+	f.DeferAll(f.t, func(string) time.Time { return until })
 }
 
 // nextAct is when the alarm loop acts next on device's incident.
 func (f *fixture) nextAct(device string) time.Time {
 	f.t.Helper()
-	d, found, err := f.store.Device(context.Background(), device)
+	d, found, err := f.Store.Device(context.Background(), device)
 	require.NoError(f.t, err)
 	require.True(f.t, found, device)
 	return d.NextAct
@@ -113,28 +84,28 @@ func TestEndingASilenceEarlyRearmsWhatItDeferred(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		sil := f.replica()
-		ends := f.t0.Add(time.Hour)
+		ends := f.T0.Add(time.Hour)
 		gateways, err := sil.Create(ctx, Silence{DeviceType: "gateway", Ends: ends})
 		require.NoError(t, err)
 		d1, err := sil.Create(ctx, Silence{DeviceID: "d1", Ends: ends})
 		require.NoError(t, err)
 		f.signal("g1", "gateway", 0)
-		_, err = f.store.Register(ctx, []string{"g2"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
+		_, err = f.Store.Register(ctx, []string{"g2"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
 		require.NoError(t, err)
 		f.signal("g2", "gateway", 0)
 		f.signal("d1", "", 0)
-		f.clock.Set(f.t0.Add(11 * time.Second))
+		f.Clock.Set(f.T0.Add(11 * time.Second))
 		f.deferTo(ends)
 		require.Equal(t, []string{"gateway silenced", "d1 silenced"}, kinds(f.sink.Take()))
 
-		f.clock.Set(f.t0.Add(20 * time.Second))
+		f.Clock.Set(f.T0.Add(20 * time.Second))
 		ok, err := sil.End(ctx, gateways.ID, event.Act{By: "alice"})
 		require.NoError(t, err)
 		require.True(t, ok)
 		got := f.sink.Take()
 		require.Equal(t, []string{"gateway unsilenced"}, kinds(got))
 		require.Equal(t, "alice", got[0].By)
-		rearmed := f.t0.Add(22 * time.Second)
+		rearmed := f.T0.Add(22 * time.Second)
 		require.Equal(t, rearmed, f.nextAct("g1"))
 		require.Equal(t, rearmed, f.nextAct("g2"), "a gateway with its own timeout is a gateway")
 		require.Equal(t, ends, f.nextAct("d1"), "silenced to the same instant by its own silence")
@@ -153,18 +124,18 @@ func TestSilenceEndIsAnnouncedOnceAcrossReplicas(t *testing.T) {
 		ctx := context.Background()
 		a, b := f.replica(), f.replica()
 		f.signal("d1", "gateway", 0)
-		s, err := a.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Minute), Comment: "swap", By: "carol"})
+		s, err := a.Create(ctx, Silence{DeviceID: "d1", Ends: f.T0.Add(time.Minute), Comment: "swap", By: "carol"})
 		require.NoError(t, err)
 		created := f.sink.Take()
 		require.Len(t, created, 1)
-		require.Equal(t, eventOf(event.Silenced, s, "gateway", event.Act{By: "carol", Note: "swap"}, f.t0), created[0])
+		require.Equal(t, eventOf(event.Silenced, s, "gateway", event.Act{By: "carol", Note: "swap"}, f.T0), created[0])
 		require.NoError(t, b.Load(ctx))
 
-		f.clock.Set(f.t0.Add(time.Minute))
-		f.sink.down.Store(true)
+		f.Clock.Set(f.T0.Add(time.Minute))
+		f.sink.SetDown(true)
 		require.ErrorIs(t, a.tend(ctx), errNotAnnounced)
 		require.NoError(t, b.Load(ctx))
-		f.sink.down.Store(false)
+		f.sink.SetDown(false)
 		for range 3 {
 			require.NoError(t, b.tend(ctx))
 			require.NoError(t, a.tend(ctx))
@@ -174,7 +145,7 @@ func TestSilenceEndIsAnnouncedOnceAcrossReplicas(t *testing.T) {
 		require.Equal(t, EventID(s.ID, event.Unsilenced), got[0].ID)
 		require.Equal(t, "gateway", got[0].DeviceType)
 
-		f.clock.Set(f.t0.Add(2*time.Minute + time.Second))
+		f.Clock.Set(f.T0.Add(2*time.Minute + time.Second))
 		require.NoError(t, a.tend(ctx))
 		require.NoError(t, a.Load(ctx))
 		list, err := a.read(ctx)
@@ -193,9 +164,9 @@ func TestSilenceEndedEarlyIsNotAnnouncedAgain(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		a := f.replica()
-		s, err := a.Create(ctx, Silence{DeviceType: "sensor", Ends: f.t0.Add(time.Minute)})
+		s, err := a.Create(ctx, Silence{DeviceType: "sensor", Ends: f.T0.Add(time.Minute)})
 		require.NoError(t, err)
-		kept, err := a.Create(ctx, Silence{DeviceType: "gateway", Ends: f.t0.Add(time.Minute)})
+		kept, err := a.Create(ctx, Silence{DeviceType: "gateway", Ends: f.T0.Add(time.Minute)})
 		require.NoError(t, err)
 		f.sink.Take()
 		ok, err := a.End(ctx, s.ID, event.Act{By: "dave", Note: "done"})
@@ -203,16 +174,16 @@ func TestSilenceEndedEarlyIsNotAnnouncedAgain(t *testing.T) {
 		require.True(t, ok)
 		got := f.sink.Take()
 		require.Len(t, got, 1)
-		require.Equal(t, eventOf(event.Unsilenced, s, "sensor", event.Act{By: "dave", Note: "done"}, f.t0), got[0])
+		require.Equal(t, eventOf(event.Unsilenced, s, "sensor", event.Act{By: "dave", Note: "done"}, f.T0), got[0])
 
-		f.sink.down.Store(true) // the gateway silence's end cannot be announced
-		f.clock.Set(f.t0.Add(3 * time.Minute))
+		f.sink.SetDown(true) // the gateway silence's end cannot be announced
+		f.Clock.Set(f.T0.Add(3 * time.Minute))
 		require.ErrorIs(t, a.tend(ctx), errNotAnnounced)
 		list, err := a.read(ctx)
 		require.NoError(t, err)
 		require.Len(t, list, 1, "kept until announced")
 		require.Equal(t, kept.ID, list[0].ID)
-		f.clock.Set(f.t0.Add(time.Minute + giveUpAfter + time.Second))
+		f.Clock.Set(f.T0.Add(time.Minute + giveUpAfter + time.Second))
 		_ = a.tend(ctx)
 		list, err = a.read(ctx)
 		require.NoError(t, err)
@@ -226,12 +197,12 @@ func TestSilenceEndedEarlyIsNotAnnouncedAgain(t *testing.T) {
 func TestSilencesOutliveRedisLosingThem(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := t.Context()
-		_, err := f.store.SyncLayout(ctx, f.store.Slots())
+		_, err := f.Store.SyncLayout(ctx, f.Store.Slots())
 		require.NoError(t, err)
 		sil, other := f.replica(), f.replica()
-		kept, err := sil.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Hour)})
+		kept, err := sil.Create(ctx, Silence{DeviceID: "d1", Ends: f.T0.Add(time.Hour)})
 		require.NoError(t, err)
-		deleted, err := sil.Create(ctx, Silence{DeviceType: "gateway", Ends: f.t0.Add(time.Hour)})
+		deleted, err := sil.Create(ctx, Silence{DeviceType: "gateway", Ends: f.T0.Add(time.Hour)})
 		require.NoError(t, err)
 		require.NoError(t, sil.Load(ctx))
 		ok, err := other.delete(ctx, deleted.ID)
@@ -250,13 +221,13 @@ func TestSilencesOutliveRedisLosingThem(t *testing.T) {
 		require.Equal(t, []string{kept.ID}, stored(), "a deletion is no loss")
 
 		for _, noticed := range []bool{false, true} {
-			testenv.LoseData(t, f.rdb)
+			testenv.LoseData(t, f.RDB)
 			if noticed {
-				_, err := f.store.RefreshLayout(ctx)
+				_, err := f.Store.RefreshLayout(ctx)
 				require.NoError(t, err)
 			}
 			require.Equal(t, []string{kept.ID}, stored(), "the heartbeat noticed the loss first: %v", noticed)
-			require.Equal(t, kept.Ends, sil.SilencedUntil("d1", "default", f.clock.Now()))
+			require.Equal(t, kept.Ends, sil.SilencedUntil("d1", "default", f.Clock.Now()))
 		}
 	})
 }
@@ -269,22 +240,22 @@ func TestSilencesOutliveTheirMasterLosingThem(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		replica := func() *Silences {
-			store, err := deadline.New(f.rdb, deadline.Options{Slots: 8, KeyPrefix: "test", Now: f.clock.Now,
+			store, err := deadline.New(f.RDB, deadline.Options{Slots: 8, KeyPrefix: "test", Now: f.Clock.Now,
 				Timeout: func(string) time.Duration { return time.Minute }})
 			require.NoError(t, err)
 			_, err = store.SyncLayout(ctx, 8)
 			require.NoError(t, err)
-			return New(f.rdb, Options{Store: store, KeyPrefix: "test", Now: f.clock.Now, Logger: zaptest.NewLogger(t)})
+			return New(f.RDB, Options{Store: store, KeyPrefix: "test", Now: f.Clock.Now, Logger: zaptest.NewLogger(t)})
 		}
 		sil, other := replica(), replica()
-		kept, err := sil.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Hour)})
+		kept, err := sil.Create(ctx, Silence{DeviceID: "d1", Ends: f.T0.Add(time.Hour)})
 		require.NoError(t, err)
 		require.NoError(t, other.Load(ctx))
 
-		testenv.LoseDataOf(t, f.rdb, silencesKey("test"), deadline.NewKeyspace("test").Layout())
+		testenv.LoseDataOf(t, f.RDB, silencesKey("test"), deadline.NewKeyspace("test").Layout())
 		for _, s := range []*Silences{other, sil} {
 			require.NoError(t, s.Load(ctx))
-			require.Equal(t, kept.Ends, s.SilencedUntil("d1", "default", f.clock.Now()))
+			require.Equal(t, kept.Ends, s.SilencedUntil("d1", "default", f.Clock.Now()))
 		}
 		all, err := sil.List(ctx)
 		require.NoError(t, err)
@@ -297,15 +268,15 @@ func TestSilenceCreatedElsewhereAppliesAfterRefresh(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		here, other := f.replica(), f.replica()
-		s, err := other.Create(ctx, Silence{DeviceID: "d1", Ends: f.t0.Add(time.Hour)})
+		s, err := other.Create(ctx, Silence{DeviceID: "d1", Ends: f.T0.Add(time.Hour)})
 		require.NoError(t, err)
-		require.True(t, here.SilencedUntil("d1", "default", f.t0).IsZero(), "not read yet")
+		require.True(t, here.SilencedUntil("d1", "default", f.T0).IsZero(), "not read yet")
 		require.NoError(t, here.Load(ctx))
-		require.Equal(t, s.Ends, here.SilencedUntil("d1", "default", f.t0).UTC())
+		require.Equal(t, s.Ends, here.SilencedUntil("d1", "default", f.T0).UTC())
 		ok, err := here.delete(ctx, s.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.True(t, here.SilencedUntil("d1", "default", f.t0).IsZero())
+		require.True(t, here.SilencedUntil("d1", "default", f.T0).IsZero())
 		ok, err = here.delete(ctx, s.ID)
 		require.NoError(t, err)
 		require.False(t, ok)
@@ -316,11 +287,11 @@ func TestCreateRefusesInvalidSilences(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		sil := f.replica()
-		_, err := sil.Create(ctx, Silence{Ends: f.t0.Add(time.Hour)})
+		_, err := sil.Create(ctx, Silence{Ends: f.T0.Add(time.Hour)})
 		require.ErrorIs(t, err, ErrInvalid)
-		_, err = sil.Create(ctx, Silence{DeviceID: "x", DeviceType: "gateway", Ends: f.t0.Add(time.Hour)})
+		_, err = sil.Create(ctx, Silence{DeviceID: "x", DeviceType: "gateway", Ends: f.T0.Add(time.Hour)})
 		require.ErrorIs(t, err, ErrInvalid)
-		_, err = sil.Create(ctx, Silence{DeviceID: "x", Ends: f.t0.Add(-time.Second)})
+		_, err = sil.Create(ctx, Silence{DeviceID: "x", Ends: f.T0.Add(-time.Second)})
 		require.ErrorIs(t, err, ErrInvalid)
 		require.Empty(t, f.sink.Take())
 	})

@@ -2,8 +2,10 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -54,11 +56,15 @@ func (e *Events) Total() int {
 	return e.total
 }
 
-// EventLog keeps the events a test's publisher took, for the test to take in turn. Safe for concurrent
-// use; the zero value is ready.
+// EventLog is the event.Sink of a test: it keeps the events it took, for the test to take in turn. With
+// Next set it publishes through Next and keeps only what Next acknowledged (what Kafka took); SetDown
+// makes it refuse everything, like an unreachable broker. Safe for concurrent use; the zero value keeps
+// every event.
 type EventLog struct {
-	mu  sync.Mutex
-	got []event.Event
+	Next event.Sink
+	down atomic.Bool
+	mu   sync.Mutex
+	got  []event.Event
 }
 
 // Append keeps events.
@@ -68,10 +74,43 @@ func (l *EventLog) Append(events ...event.Event) {
 	l.got = append(l.got, events...)
 }
 
-// Publish keeps events and reports each taken: an event.Sink that never fails.
-func (l *EventLog) Publish(_ context.Context, events []event.Event) []error {
-	l.Append(events...)
-	return make([]error, len(events))
+// SetDown makes Publish refuse every event while down.
+func (l *EventLog) SetDown(down bool) { l.down.Store(down) }
+
+// Publish keeps events, or while down refuses each; with Next it keeps those Next acknowledged, a
+// batch at once, so a Take never sees half of it.
+func (l *EventLog) Publish(ctx context.Context, events []event.Event) []error {
+	errs := make([]error, len(events))
+	switch {
+	case l.down.Load():
+		for i := range errs {
+			errs[i] = errors.New("kafka: broker unreachable")
+		}
+		return errs
+	case l.Next != nil:
+		errs = l.Next.Publish(ctx, events)
+	}
+	acked := make([]event.Event, 0, len(events))
+	for i, e := range events {
+		if errs[i] == nil {
+			acked = append(acked, e)
+		}
+	}
+	l.Append(acked...)
+	return errs
+}
+
+// Of is device's events kept, in order, without taking them.
+func (l *EventLog) Of(device string) []event.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []event.Event
+	for _, e := range l.got {
+		if e.DeviceID == device {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // All returns the events kept, without taking them.
@@ -87,5 +126,14 @@ func (l *EventLog) Take() []event.Event {
 	defer l.mu.Unlock()
 	out := l.got
 	l.got = nil
+	return out
+}
+
+// Kinds lists the kinds of events, in order.
+func Kinds(events []event.Event) []event.Kind {
+	out := make([]event.Kind, len(events))
+	for i, e := range events {
+		out[i] = e.Kind
+	}
 	return out
 }

@@ -121,6 +121,9 @@ type HeartbeatdOptions struct {
 	Env []string
 	// Binary is the heartbeatd binary to run; "" means HeartbeatdBinary's.
 	Binary string
+	// Notify runs `heartbeatd notify` (the notifier alone, its metrics on the free port) instead of
+	// `heartbeatd run`.
+	Notify bool
 }
 
 // Heartbeatd is the real heartbeatd binary run as a subprocess: `heartbeatd run -config <file>`. Stop,
@@ -147,7 +150,7 @@ func LaunchHeartbeatd(ctx context.Context, dir string, opts HeartbeatdOptions) (
 		return nil, err
 	}
 	h := &Heartbeatd{server: srv, cfgPath: filepath.Join(srv.dir, "heartbeatd.yaml")}
-	h.args, h.probe = []string{"run", "-config", h.cfgPath}, h.healthy
+	h.probe = h.healthy
 	if err := os.WriteFile(h.cfgPath, []byte(opts.Config), 0o600); err != nil {
 		h.Close()
 		return nil, fmt.Errorf("testenv: write heartbeatd config: %w", err)
@@ -159,6 +162,10 @@ func LaunchHeartbeatd(ctx context.Context, dir string, opts HeartbeatdOptions) (
 		}
 		h.addr = "127.0.0.1:" + strconv.Itoa(port)
 		h.HTTP = "http://" + h.addr
+		h.args = []string{"run", "-config", h.cfgPath}
+		if opts.Notify {
+			h.args = []string{"notify", "-config", h.cfgPath, "-http", h.addr}
+		}
 		h.env = append(append(os.Environ(), opts.Env...), "HEARTBEATD_HTTP_LISTEN="+h.addr)
 		return nil
 	})

@@ -13,7 +13,9 @@
 // the test, with the tail of its log in the message.
 //
 // Beside the servers: the small fixtures the Redis-side suites share to drive a deadline store (Clock,
-// TypeTimeouts, AllSlots), a metric reader (MetricValue) and a test TLS authority (GenerateTLS).
+// TypeTimeouts, AllSlots; the fixture itself is internal/testenv/deadlinetest's, which may import
+// internal/deadline), the test's event sink (EventLog), a metric reader (MetricValue) and a test TLS
+// authority (GenerateTLS).
 //
 // The methods that take a testing.TB call its Fatalf: call them from the test's goroutine.
 package testenv

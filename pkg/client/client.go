@@ -70,6 +70,11 @@ type Device struct {
 	// failure, Reason its words) or `offline` (its broker said so); as on the incident's events.
 	Cause  string `json:"cause,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Availability is the share of each window ("24h", "7d", "30d") the device was not down, counted
+	// from when it was first known; Incidents30d its incidents opened in the last 30 days
+	// (docs/http-api.md#incidents-and-availability). Only on GET /v1/devices/{id}.
+	Availability map[string]float64 `json:"availability,omitempty"`
+	Incidents30d *int               `json:"incidents_30d,omitempty"`
 }
 
 // DeviceList is one page of GET /v1/devices.
@@ -103,6 +108,10 @@ type Silence struct {
 	// them, recurring until deleted (Ends is 9999-12-31T23:59:59Z unless given).
 	TimeIntervals []string `json:"time_intervals,omitempty"`
 }
+
+// RecurringEnds is the Ends the server gives a recurring silence created without one (TimeIntervals and
+// no Until or For): it lasts until deleted.
+var RecurringEnds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 
 // Matcher selects devices as Alertmanager's matchers select alerts: Label is a registered label's name
 // or one of device_id, device_type, parent; Op is =, !=, =~ or !~; a regular expression matches the whole

@@ -37,22 +37,28 @@ type observedSink struct {
 
 func (s observedSink) Publish(ctx context.Context, events []Event) []error {
 	errs := s.next.Publish(ctx, events)
-	acked := events
-	for _, err := range errs {
-		if err != nil { // copy once, only when something failed: the common batch is passed as is
-			acked = make([]Event, 0, len(events))
-			for j, e := range events {
-				if errs[j] == nil {
-					acked = append(acked, e)
-				}
-			}
-			break
-		}
-	}
+	acked := Acknowledged(events, errs)
 	if len(acked) > 0 {
 		for _, o := range s.observers {
 			o.Observe(acked)
 		}
 	}
 	return errs
+}
+
+// Acknowledged returns the events whose error in errs (aligned with events, as Sink.Publish returns
+// them) is nil: events itself when all are, a copy only when some failed.
+func Acknowledged(events []Event, errs []error) []Event {
+	for _, err := range errs {
+		if err != nil {
+			acked := make([]Event, 0, len(events))
+			for j, e := range events {
+				if errs[j] == nil {
+					acked = append(acked, e)
+				}
+			}
+			return acked
+		}
+	}
+	return events
 }

@@ -27,6 +27,17 @@ type Expected struct {
 // no CRON_TZ prefix (the location is schedule_tz).
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
+// LoadLocation is the location an expected-times schedule is read in: an IANA time zone name (like
+// Europe/Berlin). "Local" and "" are refused: they would name each host's own zone, so two replicas could
+// expect the same device at different times.
+func LoadLocation(name string) (*time.Location, error) {
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		return nil, fmt.Errorf("%q is not an IANA time zone name (like Europe/Berlin)", name)
+	}
+	return loc, nil
+}
+
 // NewExpected parses spec. The error says what is wrong with the expression.
 func NewExpected(spec string, loc *time.Location, grace time.Duration) (*Expected, error) {
 	if loc == nil {

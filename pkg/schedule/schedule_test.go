@@ -292,3 +292,18 @@ func TestExpectedEveryMinute(t *testing.T) {
 		t.Errorf("Berlin hourly: longest gap %v, want %v", hourly.LongestGap, want)
 	}
 }
+
+// A schedule is read in a named zone: a misspelt name is refused, and so are "Local" and "", which would
+// be each host's own zone, so that replicas could expect one device at different times.
+func TestLoadLocation(t *testing.T) {
+	berlin(t) // skips without a time zone database
+	loc, err := schedule.LoadLocation("Europe/Berlin")
+	if err != nil || loc.String() != "Europe/Berlin" {
+		t.Fatalf("Europe/Berlin: %v, %v", loc, err)
+	}
+	for _, name := range []string{"Europe/Berln", "Local", ""} {
+		if _, err := schedule.LoadLocation(name); err == nil {
+			t.Errorf("%q: accepted", name)
+		}
+	}
+}

@@ -136,14 +136,14 @@ func TestLateThenInterruptedOrRecovered(t *testing.T) {
 	got = s.eventsOf("dev-back", event.Late, event.Recovered)
 	rec := kindsIn(got, event.Recovered)[event.Recovered]
 	require.Equal(t, event.ID("dev-back", late.Deadline, event.Recovered, 0), rec.ID, "the late incident's recovery")
-	require.NotContains(t, kindsOf(got), event.Interrupted, "it signalled before its timeout")
+	require.NotContains(t, testenv.Kinds(got), event.Interrupted, "it signalled before its timeout")
 	s.awaitDeviceAlerts("dev-back's warning resolved by its recovery", "dev-back", func(a []testenv.Alert) bool { return len(a) == 0 })
 
 	// dev-late: late, then interrupted at its timeout; one event of each, distinct ids.
 	got = s.eventsOf("dev-late", event.Late, event.Interrupted)
 	byKind := kindsIn(got, event.Late, event.Interrupted)
 	late, interrupted := byKind[event.Late], byKind[event.Interrupted]
-	require.Equal(t, []event.Kind{event.Late, event.Interrupted}, kindsOf(got), "late once, then interrupted")
+	require.Equal(t, []event.Kind{event.Late, event.Interrupted}, testenv.Kinds(got), "late once, then interrupted")
 	require.NotEqual(t, late.ID, interrupted.ID)
 	require.Equal(t, event.ID("dev-late", late.Deadline, event.Late, 0), late.ID)
 	require.Equal(t, event.ID("dev-late", interrupted.Deadline, event.Interrupted, 0), interrupted.ID)
@@ -156,12 +156,4 @@ func TestLateThenInterruptedOrRecovered(t *testing.T) {
 	})
 	require.True(t, interrupted.Deadline.Equal(critical[0].StartsAt))
 	require.Contains(t, critical[0].Annotations["summary"], "silent")
-}
-
-func kindsOf(events []event.Event) []event.Kind {
-	out := make([]event.Kind, len(events))
-	for i, e := range events {
-		out[i] = e.Kind
-	}
-	return out
 }

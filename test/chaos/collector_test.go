@@ -186,6 +186,23 @@ func (c *collector) reread(t *testing.T, kind event.Kind, ids []string) {
 	fmt.Println(line)
 }
 
+// rereadAll reads the events topic again from its start, on a client of its own, and takes in what the
+// streaming consumer had not delivered, so the incident checker judges what heartbeatd published rather
+// than what one consumer of the test's received. What it found is logged.
+func (c *collector) rereadAll(t *testing.T) {
+	t.Helper()
+	recs := c.kafka.ReadUntil(t, eventsTopic, 5*time.Second, func([]testenv.Record) bool { return false })
+	added := 0
+	for _, r := range recs {
+		if c.take(r) {
+			added++
+		}
+	}
+	line := fmt.Sprintf("chaos: a second read of %s found %d of its %d records the streaming consumer had not delivered", eventsTopic, added, len(recs))
+	t.Log(line)
+	fmt.Println(line)
+}
+
 // tally is one scenario's count.
 type tally struct {
 	scenario                         string

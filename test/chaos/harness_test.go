@@ -137,6 +137,8 @@ type daemonOptions struct {
 	keyPrefix    string
 	// correlation is the correlation block's YAML flow mapping ("" = off).
 	correlation string
+	// extra is further top-level YAML (the soak's time_intervals).
+	extra string
 }
 
 // typeSpec is a device type's timeout and the rest of its YAML flow mapping ("repeat_every: 1s, …").
@@ -241,7 +243,7 @@ cluster: {replica_id: %q, replica_heartbeat: 250ms, slot_lease: 1s}
 log: {level: info, format: console}
 shutdown_timeout: 5s
 %s`, redis, types, maxLag, f.broker.Addr, o.replica, sub, kafkaIngest, strings.Join(f.kafka.Addrs, ","), eventsTopic, deadletterTopic,
-		detection, o.replica, correlation(o.correlation))
+		detection, o.replica, correlation(o.correlation)) + o.extra
 }
 
 // correlation is the config's correlation line for the flow mapping m ("" = none).

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,17 +24,37 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// The soak: a mixed fleet over two replicas sharing the signals, random faults one after another and
-// random operator acts, for HB_SOAK_DURATION (default 30s; `make soak` runs 30m at HB_SOAK_DEVICES=2000) from
-// the seed HB_SOAK_SEED (default: drawn and printed, so a failing run can be replayed). Its line carries
-// the incident checker's verdict over every acknowledged signal and every event (docs/concepts.md#the-incident).
+// The soak: a mixed fleet over two replicas sharing the signals (types with repeats, warnings, flapping,
+// parents that change and quiet intervals; reported failures), random faults one after another (SIGKILL
+// and SIGSTOP of a replica, Kafka, the broker or Redis down and back, a reload, the slots doubled by a
+// rolling restart) and random operator acts (acks, silences, deletes, imports), for HB_SOAK_DURATION
+// (default 30s; `make soak` runs 30m at HB_SOAK_DEVICES=2000) from the seed HB_SOAK_SEED (default: drawn
+// and printed, so a failing run can be replayed). Its line carries the incident checker's verdict over
+// every acknowledged signal and every event (docs/concepts.md#the-incident).
 
-// soakTypes is the mixed fleet's types: repeats, warnings, flapping detection and parents.
+// soakTypes is the mixed fleet's types: repeats, warnings, flapping detection, parents and quiet
+// intervals (soakQuietHours).
 var soakTypes = map[string]typeSpec{
 	"gateway": {4 * time.Second, "repeat_every: 2s, max_repeats: 3"},
 	"child":   {3 * time.Second, "repeat_every: 1s, max_repeats: 5"},
 	"warned":  {4 * time.Second, "warn_after: 2s, repeat_every: 2s"},
 	"flappy":  {3 * time.Second, "repeat_every: 1s, flapping: {count: 3, window: 30s}"},
+	"sleepy":  {3 * time.Second, "repeat_every: 2s, quiet: [soak-quiet]"},
+}
+
+// soakQuietHours is the time_intervals section of the soak's config: every third minute is quiet for the
+// sleepy type, so its silences start incidents deferred to the interval's end, and signals inside the
+// interval end them without an event.
+func soakQuietHours() string {
+	var b strings.Builder
+	b.WriteString("time_intervals:\n  - name: soak-quiet\n    time_intervals:\n      - times:\n")
+	for m := range 24 * 60 {
+		// Alertmanager's ranges are minutes: a quiet minute in every three keeps each run's share.
+		if m%3 == 0 {
+			fmt.Fprintf(&b, "          - {start_time: \"%02d:%02d\", end_time: \"%02d:%02d\"}\n", m/60, m%60, (m+1)/60, (m+1)%60)
+		}
+	}
+	return b.String()
 }
 
 // soakDevice is one device of the soak's fleet and how it behaves.
@@ -61,7 +82,10 @@ func soakFleet(n int, rng *rand.Rand) []*soakDevice {
 		d := &soakDevice{id: "dev-" + strconv.Itoa(i)}
 		switch i % 5 {
 		case 0:
-			d.typ = "default"
+			d.typ, d.quiet = "default", 0
+			if i%10 == 0 {
+				d.typ, d.quiet = "sleepy", 0.004
+			}
 		case 1:
 			d.typ, d.quiet = "flappy", 0.01
 		case 2:
@@ -121,7 +145,8 @@ func TestChaosSoak(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	f := startFleet(t)
 	// ownGrace: after a blind window each device waits its own timeout, so no false alarm is ever allowed.
-	o := daemonOptions{sharedGroup: "soak", timeout: 3 * time.Second, typeSpecs: soakTypes, sweepEvery: 5 * time.Second, ownGrace: true}
+	o := daemonOptions{sharedGroup: "soak", timeout: 3 * time.Second, typeSpecs: soakTypes, sweepEvery: 5 * time.Second, ownGrace: true,
+		extra: soakQuietHours()}
 	replicas := make([]*testenv.Heartbeatd, 2)
 	keepLogs(t, replicas)
 	for i := range replicas {
@@ -159,6 +184,7 @@ func TestChaosSoak(t *testing.T) {
 	})
 	defer signalling()
 
+	faultKinds := soakFaultKinds(t)
 	faults, acts := 0, 0
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -167,10 +193,10 @@ func TestChaosSoak(t *testing.T) {
 		for ctx.Err() == nil {
 			mu.Lock()
 			d := fleet[rng.IntN(len(fleet))]
-			kind, pause := rng.IntN(3), time.Duration(1000+rng.IntN(1000))*time.Millisecond
+			kind, pause := rng.IntN(soakActs), time.Duration(1000+rng.IntN(1000))*time.Millisecond
 			hb := replicas[rng.IntN(len(replicas))]
 			mu.Unlock()
-			if soakAct(hb, kind, d.id) {
+			if soakAct(hb, kind, d.id, d.typ) {
 				acts++
 			}
 			sleepCtx(ctx, pause)
@@ -178,11 +204,11 @@ func TestChaosSoak(t *testing.T) {
 	}()
 	for ctx.Err() == nil { // faults, one after another
 		mu.Lock()
-		kind, length, i := rng.IntN(len(soakFaults)), time.Duration(1000+rng.IntN(3000))*time.Millisecond, rng.IntN(len(replicas))
+		kind, length, i := faultKinds[rng.IntN(len(faultKinds))], time.Duration(1000+rng.IntN(3000))*time.Millisecond, rng.IntN(len(replicas))
 		pause := time.Duration(2000+rng.IntN(4000)) * time.Millisecond
 		mu.Unlock()
 		t.Logf("chaos: soak fault %s of replica %d for %s at %s", soakFaults[kind], i, length, time.Now().UTC().Format("15:04:05.000"))
-		soakFault(t, f, replicas[i], kind, length)
+		soakFault(t, f, replicas, i, kind, length)
 		faults++
 		waitReady(t, replicas[0])
 		waitReady(t, replicas[1])
@@ -197,8 +223,11 @@ func TestChaosSoak(t *testing.T) {
 		d.quiet, d.fails, d.silentUntil = 0, 0, time.Time{}
 	}
 	mu.Unlock()
-	require.True(t, pollEvery(scaled(n, 60*time.Second), time.Second, func() bool { return f.events.incidents.Check().Open == 0 }),
-		"incidents still open while every device signals: %s", f.events.incidents.Check().Summary())
+	closed := func() bool { return f.events.incidents.Check().Open == 0 }
+	if !pollEvery(scaled(n, 60*time.Second), time.Second, closed) {
+		f.events.rereadAll(t) // judge what heartbeatd published, not what the streaming consumer delivered
+	}
+	require.True(t, closed(), "incidents still open while every device signals: %s", f.events.incidents.Check().Details(20))
 	signalling()
 
 	// Detection has scanned past everything once a barrier's devices are reported. They signal until
@@ -215,6 +244,7 @@ func TestChaosSoak(t *testing.T) {
 	}), "the barrier's signals were never stored")
 	f.events.awaitReported(t, barrier, scaled(n, 60*time.Second))
 	// Every other device may have had incidents: the checker judges them, not the tally's false count.
+	f.events.rereadAll(t)
 	r := f.events.tally(event.Interrupted, "soak", n, barrier)
 	r.falses, r.detail = f.events.earlyInterruptions(), slices.DeleteFunc(r.detail, func(l string) bool { return strings.HasPrefix(l, "false ") })
 	r.figures = append(r.figures, fmt.Sprintf("seed=%d faults=%d acts=%d", seed, faults, acts))
@@ -271,11 +301,19 @@ func soakTimeout(name string) time.Duration {
 	return 3 * time.Second
 }
 
-// soakAct is one operator act on a replica's API: an ack, a short silence or a delete of device. It
-// reports whether the API took it (an ack of a device without an incident is refused, as it should be).
-func soakAct(hb *testenv.Heartbeatd, kind int, device string) bool {
+// soakActs is how many kinds of act soakAct knows.
+const soakActs = 4
+
+// soakAct is one operator act on a replica's API: an ack, a short silence, a delete of device, or its
+// import (registered again with its type and a label, as a fleet inventory is fed). It reports whether
+// the API took it (an ack of a device without an incident is refused, as it should be).
+func soakAct(hb *testenv.Heartbeatd, kind int, device, typ string) bool {
 	var req *http.Request
 	switch kind {
+	case 3:
+		req, _ = http.NewRequest(http.MethodPost, hb.HTTP+"/v1/devices:import",
+			strings.NewReader(`{"device_id":"`+device+`","device_type":"`+typ+`","labels":{"site":"soak"}}`+"\n"))
+		req.Header.Set("Content-Type", "application/x-ndjson")
 	case 0:
 		req, _ = http.NewRequest(http.MethodPost, hb.HTTP+"/v1/devices/"+device+"/ack", strings.NewReader(`{"by":"soak"}`))
 	case 1:
@@ -284,7 +322,9 @@ func soakAct(hb *testenv.Heartbeatd, kind int, device string) bool {
 	default:
 		req, _ = http.NewRequest(http.MethodDelete, hb.HTTP+"/v1/devices/"+device+"?by=soak", nil)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false
@@ -294,13 +334,63 @@ func soakAct(hb *testenv.Heartbeatd, kind int, device string) bool {
 }
 
 // soakFaults names the faults soakFault injects, by kind.
-var soakFaults = []string{"kill", "freeze", "kafka-down", "mqtt-down", "redis-down", "reload"}
+var soakFaults = []string{"kill", "freeze", "kafka-down", "mqtt-down", "redis-down", "reload", "double-slots"}
 
-// soakFault injects one fault of kind for length and undoes it: a replica SIGKILLed and restarted or
-// frozen, Kafka, the MQTT broker or Redis down and back, or a reload.
-func soakFault(t *testing.T, f *fleet, hb *testenv.Heartbeatd, kind int, length time.Duration) {
+// soakFaultKinds is the faults the soak draws from: HB_SOAK_FAULTS (names from soakFaults, comma-separated)
+// narrows them to replay one kind; all by default.
+func soakFaultKinds(t *testing.T) []int {
 	t.Helper()
+	var kinds []int
+	for _, name := range strings.Split(os.Getenv("HB_SOAK_FAULTS"), ",") {
+		if name == "" {
+			continue
+		}
+		i := slices.Index(soakFaults, strings.TrimSpace(name))
+		require.GreaterOrEqual(t, i, 0, "HB_SOAK_FAULTS: %q is none of %v", name, soakFaults)
+		kinds = append(kinds, i)
+	}
+	if len(kinds) == 0 {
+		for i := range soakFaults {
+			kinds = append(kinds, i)
+		}
+	}
+	return kinds
+}
+
+// soakMaxSlots bounds the soak's slot doublings: 16 → 32 → 64.
+const soakMaxSlots = 64
+
+// slotsLine is redis.slots in a daemon's config.
+var slotsLine = regexp.MustCompile(`slots: (\d+)`)
+
+// doubleSlots doubles redis.slots by a rolling restart, one replica after the other as docs/scaling.md
+// says, unless the fleet runs soakMaxSlots already.
+func doubleSlots(t *testing.T, replicas []*testenv.Heartbeatd) {
+	t.Helper()
+	for _, hb := range replicas {
+		b, err := os.ReadFile(hb.ConfigPath())
+		require.NoError(t, err)
+		m := slotsLine.FindSubmatch(b)
+		require.NotNil(t, m, "redis.slots in %s", hb.ConfigPath())
+		n, _ := strconv.Atoi(string(m[1]))
+		if n >= soakMaxSlots {
+			return
+		}
+		require.NoError(t, os.WriteFile(hb.ConfigPath(), slotsLine.ReplaceAll(b, []byte("slots: "+strconv.Itoa(2*n))), 0o644))
+		hb.Stop(t)
+		hb.Start(t)
+		waitReady(t, hb)
+	}
+}
+
+// soakFault injects one fault of kind for length and undoes it: replica i SIGKILLed and restarted or
+// frozen, Kafka, the MQTT broker or Redis down and back, a reload, or the slots doubled.
+func soakFault(t *testing.T, f *fleet, replicas []*testenv.Heartbeatd, i, kind int, length time.Duration) {
+	t.Helper()
+	hb := replicas[i]
 	switch kind {
+	case 6:
+		doubleSlots(t, replicas)
 	case 0:
 		hb.Kill(t)
 		time.Sleep(length) // the fault's length is the fault itself
