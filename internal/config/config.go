@@ -303,6 +303,10 @@ type HTTP struct {
 	Tokens []APIToken `yaml:"tokens"`
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxSilencesPerToken and MaxStreamsPerToken are one named token's share of the stored silences and
+	// of the live event streams, so one token cannot lock the other operators out (0 = the default).
+	MaxSilencesPerToken int `yaml:"max_silences_per_token"`
+	MaxStreamsPerToken  int `yaml:"max_streams_per_token"`
 }
 
 // Log is the zap logger's setup.
@@ -337,6 +341,8 @@ const (
 	DefaultReplicaHeartbeat    = time.Second
 	DefaultSlotLease           = 3 * time.Second
 	DefaultMaxBodyBytes        = 1 << 20
+	DefaultSilencesPerToken    = 100
+	DefaultStreamsPerToken     = 8
 	DefaultShutdownTimeout     = 10 * time.Second
 	// DefaultTopicPartitions bounds how many consumers of one group share the events topic.
 	DefaultTopicPartitions = 12
@@ -428,7 +434,7 @@ func Default() *Config {
 		},
 		HTTP: HTTP{
 			Listen:       "127.0.0.1:8080",
-			MaxBodyBytes: DefaultMaxBodyBytes,
+			MaxBodyBytes: DefaultMaxBodyBytes, MaxSilencesPerToken: DefaultSilencesPerToken, MaxStreamsPerToken: DefaultStreamsPerToken,
 		},
 		Log:             Log{Level: "info", Format: "json"},
 		Correlation:     Correlation{By: []string{}, MinDevices: DefaultCorrelationMinDevices, Window: DefaultCorrelationWindow},

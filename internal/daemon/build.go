@@ -141,6 +141,7 @@ func (d *daemon) buildAlarms(reg *prometheus.Registry) *alarm.Acts {
 		d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log,
+		PerToken:  cfg.HTTP.MaxSilencesPerToken,
 		Intervals: d.interval})
 	d.correlator = correlate.New(correlate.Options{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
 		Sink: sink, ReplicaID: d.replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,

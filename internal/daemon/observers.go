@@ -22,7 +22,7 @@ type output struct {
 // event.Observed after the publisher, so none can block or slow the Kafka path.
 func (d *daemon) buildObservers(reg prometheus.Registerer) error {
 	// The status page's live streams and recent events: bounded queues, a slow page is dropped.
-	d.stream = newEventStream(StreamOptions{Registerer: reg, Logger: d.log})
+	d.stream = newEventStream(StreamOptions{PerToken: d.cfg.HTTP.MaxStreamsPerToken, Registerer: reg, Logger: d.log})
 	d.observers = append(d.observers, d.stream)
 	if am := d.cfg.Outputs.Alertmanager; am.Enabled() {
 		if err := d.buildAlertmanager(am, reg); err != nil {

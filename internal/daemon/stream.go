@@ -42,6 +42,7 @@ var errStreamClosed = errors.New("daemon: live streams closed")
 // StreamOptions configure an EventStream.
 type StreamOptions struct {
 	MaxClients int           // concurrent live streams; beyond it GET /v1/events/stream answers 503
+	PerToken   int           // concurrent live streams of one named token (http.max_streams_per_token; 0 = MaxClients)
 	Buffer     int           // events queued per stream; a stream that falls this far behind is dropped
 	Keepalive  time.Duration // how often an idle stream gets a comment, so proxies keep it open
 	Recent     int           // events kept in memory for GET /v1/devices/{id}/events
@@ -61,6 +62,7 @@ type EventStream struct {
 
 	mu      sync.Mutex
 	clients map[*streamClient]struct{}
+	byToken map[string]int // open streams per named token
 	closed  bool
 	ring    []event.Event // the last events, up to opts.Recent; once full, the oldest is at next
 	next    int
@@ -71,6 +73,7 @@ type EventStream struct {
 
 // streamClient is one live stream: the frames queued for it, and why its queue was closed.
 type streamClient struct {
+	token   string // the named token that opened it; "" without tokens
 	frames  chan streamFrame
 	dropped bool // set before frames is closed when the stream fell behind; read after the close
 }
@@ -83,7 +86,7 @@ func newEventStream(opts StreamOptions) *EventStream {
 	opts.Recent = defaults.Positive(opts.Recent, defaultRecentEvents)
 	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
 	s := &EventStream{opts: opts, log: opts.Logger.With(zap.String("component", "stream")),
-		clients: map[*streamClient]struct{}{},
+		clients: map[*streamClient]struct{}{}, byToken: map[string]int{},
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "stream_clients",
 			Help: "Live event streams open (GET /v1/events/stream, the status page)."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "stream_dropped_total",
@@ -157,6 +160,9 @@ func (s *EventStream) dropLocked(c *streamClient, behind bool) {
 		return
 	}
 	delete(s.clients, c)
+	if s.byToken[c.token]--; s.byToken[c.token] <= 0 {
+		delete(s.byToken, c.token)
+	}
 	s.streams.Store(int32(len(s.clients)))
 	s.open.Set(float64(len(s.clients)))
 	c.dropped = behind
@@ -167,7 +173,9 @@ func (s *EventStream) dropLocked(c *streamClient, behind bool) {
 	}
 }
 
-func (s *EventStream) subscribe() (*streamClient, error) {
+// subscribe opens a stream for the named token ("" without tokens), within MaxClients in all and
+// PerToken for the token, so one token cannot take every stream from the others.
+func (s *EventStream) subscribe(token string) (*streamClient, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -176,8 +184,12 @@ func (s *EventStream) subscribe() (*streamClient, error) {
 	if len(s.clients) >= s.opts.MaxClients {
 		return nil, errTooManyStreams
 	}
-	c := &streamClient{frames: make(chan streamFrame, s.opts.Buffer)}
+	if token != "" && s.opts.PerToken > 0 && s.byToken[token] >= s.opts.PerToken {
+		return nil, fmt.Errorf("%w: token %q has %d open, its share (http.max_streams_per_token)", errTooManyStreams, token, s.opts.PerToken)
+	}
+	c := &streamClient{token: token, frames: make(chan streamFrame, s.opts.Buffer)}
 	s.clients[c] = struct{}{}
+	s.byToken[token]++
 	s.streams.Store(int32(len(s.clients)))
 	s.open.Set(float64(len(s.clients)))
 	return c, nil
@@ -234,7 +246,7 @@ func (a *api) eventStream(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return // the headers only: no stream taken
 	}
-	c, err := a.Stream.subscribe()
+	c, err := a.Stream.subscribe(callerOf(r).Name)
 	if err != nil {
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusServiceUnavailable, err.Error())

@@ -164,7 +164,7 @@ func TestStreamDropsASlowClientWithoutBlocking(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	f := newStreamFixture(t, StreamOptions{Buffer: buffer, Registerer: reg})
 	fast := f.openStream(t)
-	slow, err := f.stream.subscribe() // never read: as a page that stopped reading
+	slow, err := f.stream.subscribe("") // never read: as a page that stopped reading
 	require.NoError(t, err)
 	require.Equal(t, 2.0, testenv.MetricValue(t, f.stream.open))
 
@@ -251,7 +251,7 @@ func TestStreamAuthLimitsKeepaliveAndShutdown(t *testing.T) {
 	for lines := r.frame(t); lines != nil; lines = r.frame(t) {
 		require.Equal(t, []string{": keepalive"}, lines)
 	}
-	_, err = f.stream.subscribe()
+	_, err = f.stream.subscribe("")
 	require.ErrorIs(t, err, errStreamClosed)
 }
 
@@ -310,4 +310,22 @@ func TestDeviceEventsFromTheRing(t *testing.T) {
 	f.publish(t, "site/7")
 	events, _ = get("site%2F7")
 	require.Len(t, events, 1)
+}
+
+// TestOneTokenHasItsShareOfStreams: a named token may hold PerToken live streams; its next is refused
+// while another token still opens one, and a closed stream makes room again.
+func TestOneTokenHasItsShareOfStreams(t *testing.T) {
+	s := newEventStream(StreamOptions{PerToken: 2})
+	a1, err := s.subscribe("dashboards")
+	require.NoError(t, err)
+	_, err = s.subscribe("dashboards")
+	require.NoError(t, err)
+	_, err = s.subscribe("dashboards")
+	require.ErrorIs(t, err, errTooManyStreams)
+	require.ErrorContains(t, err, `token "dashboards" has 2 open, its share`)
+	_, err = s.subscribe("noc")
+	require.NoError(t, err, "another token is not locked out")
+	s.unsubscribe(a1)
+	_, err = s.subscribe("dashboards")
+	require.NoError(t, err, "room again after a stream closed")
 }

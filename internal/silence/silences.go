@@ -42,9 +42,22 @@ var ErrTooMany = errors.New("too many silences")
 // createSilenceScript stores a silence unless the hash is full, in one step, so concurrent creates
 // through several replicas cannot overshoot the bound.
 //
-// KEYS[1] silences hash; ARGV[1] bound, ARGV[2] id, ARGV[3] JSON. Reply: 1 stored, 0 full.
+// A named token's silences are bounded too (ARGV[5], 0 = no bound), counted over the stored ones: at most
+// MaxStored decodes, on a create only.
+//
+// KEYS[1] silences hash; ARGV[1] bound, ARGV[2] id, ARGV[3] JSON, ARGV[4] token, ARGV[5] token's bound.
+// Reply: 1 stored, 0 full, -1 the token's share full.
 var createSilenceScript = redis.NewScript(`
 if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+local share = tonumber(ARGV[5])
+if ARGV[4] ~= '' and share > 0 then
+  local n = 0
+  for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
+    local ok, s = pcall(cjson.decode, v)
+    if ok and s.token == ARGV[4] then n = n + 1 end
+  end
+  if n >= share then return -1 end
+end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 return 1`)
 
@@ -63,8 +76,11 @@ type Options struct {
 	// Intervals resolves the names of recurring silences' time_intervals under the configuration in
 	// force (a reload applies at the next index refresh); nil = none are defined.
 	Intervals func(name string) *schedule.Interval
-	Now       func() time.Time
-	Logger    *zap.Logger
+	// PerToken bounds the stored silences one named token created (http.max_silences_per_token; 0 = only
+	// MaxStored bounds them).
+	PerToken int
+	Now      func() time.Time
+	Logger   *zap.Logger
 }
 
 // Silences keeps silences in one Redis hash shared by every replica, and an in-memory index of them so
@@ -148,12 +164,16 @@ func (s *Silences) Create(ctx context.Context, sil Silence) (Silence, error) {
 	if err != nil {
 		return Silence{}, err
 	}
-	stored, err := createSilenceScript.Run(ctx, s.rdb, []string{s.key}, MaxStored, sil.ID, b).Int()
+	stored, err := createSilenceScript.Run(ctx, s.rdb, []string{s.key}, MaxStored, sil.ID, b, sil.Token, s.opts.PerToken).Int()
 	if err != nil {
 		return Silence{}, fmt.Errorf("silence: store silence: %w", err)
 	}
-	if stored == 0 {
+	switch stored {
+	case 0:
 		return Silence{}, fmt.Errorf("%w: %d are stored, the most allowed; delete some first", ErrTooMany, MaxStored)
+	case -1:
+		return Silence{}, fmt.Errorf("%w: token %q has %d stored, its share (http.max_silences_per_token); delete some first",
+			ErrTooMany, sil.Token, s.opts.PerToken)
 	}
 	s.log.Info("silence created", zap.String("id", sil.ID), zap.String("device_id", sil.DeviceID),
 		zap.String("device_type", sil.DeviceType), zap.Time("ends", sil.Ends))

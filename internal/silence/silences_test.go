@@ -323,3 +323,30 @@ func TestIDOfEventInvertsEventID(t *testing.T) {
 		require.False(t, ok, other)
 	}
 }
+
+// TestOneTokenHasItsShareOfSilences: a named token may keep Options.PerToken silences stored; the next is
+// refused naming its share while another token still creates, and a deleted one makes room again. One
+// operate token can no longer fill the store and lock every other operator out.
+func TestOneTokenHasItsShareOfSilences(t *testing.T) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		s := New(f.RDB, Options{Store: f.Store, PerToken: 2, Now: f.Clock.Now, Logger: zaptest.NewLogger(t)})
+		create := func(token, device string) (Silence, error) {
+			return s.Create(ctx, Silence{DeviceID: device, Token: token, By: token, Ends: f.Clock.Now().Add(time.Hour)})
+		}
+		first, err := create("noisy", "d-1")
+		require.NoError(t, err)
+		_, err = create("noisy", "d-2")
+		require.NoError(t, err)
+		_, err = create("noisy", "d-3")
+		require.ErrorIs(t, err, ErrTooMany)
+		require.ErrorContains(t, err, `token "noisy" has 2 stored, its share`)
+		_, err = create("other", "d-3")
+		require.NoError(t, err, "another token is not locked out")
+		ended, err := s.End(ctx, first.ID, event.Act{By: "noisy", Token: "noisy"})
+		require.NoError(t, err)
+		require.True(t, ended)
+		_, err = create("noisy", "d-3")
+		require.NoError(t, err, "room again after a delete")
+	})
+}
