@@ -31,6 +31,7 @@ types:
   flappy:   {timeout: 2s, repeat_every: 3s, flapping: {count: 2, window: 1m}}
   wflappy:  {timeout: 6s, warn_after: 3s, repeat_every: 5s, flapping: {count: 2, window: 1m}}
   fleaf:    {timeout: 3s, repeat_every: 5s, flapping: {count: 2, window: 10m}}
+  zleaf:    {timeout: 3s, repeat_every: 0s}
 `
 
 // machineWalk drives devices through the real scripts and the alarm loop and folds every event
@@ -81,9 +82,17 @@ func (w *machineWalk) scenario(name string, base time.Duration, run func(t *test
 // what it published; it returns the published events as ids does.
 func (w *machineWalk) at(d time.Duration) []string {
 	w.t.Helper()
+	return w.atWith(w.f.handler, d)
+}
+
+// atWith is at with handler h, which may stop between publishing and acknowledging like a crash.
+func (w *machineWalk) atWith(h *Handler, d time.Duration) []string {
+	w.t.Helper()
 	w.f.Clock.Set(w.f.T0.Add(w.base + d))
 	res := w.f.ClaimAll(w.t, deadline.ClaimOptions{})
-	require.NoError(w.t, w.f.handler.Handle(context.Background(), res.Claims))
+	if err := h.Handle(context.Background(), res.Claims); !errors.Is(err, errCrashed) {
+		require.NoError(w.t, err)
+	}
 	return w.take()
 }
 
@@ -368,6 +377,52 @@ func TestIncidentMachineWalksEveryTransition(t *testing.T) {
 			w.f.sink.SetDown(false)
 			require.Equal(t, []string{"x interrupted 0", "x recovered 0"}, w.at(60*time.Second))
 			w.remove("x")
+		})
+
+		// The scenarios below walk no new row; they hold the faults and edges to the table too.
+		w.scenario("late incident replaced while Kafka was down", 4800*time.Second, func(t *testing.T) {
+			w.signal("xw", "warned", "", 0)
+			require.Equal(t, []string{"xw late 0"}, w.at(20*time.Second+5*ms))
+			w.f.sink.SetDown(true)
+			w.signal("xw", "", "", 22*time.Second) // its recovered cannot be published …
+			require.Empty(t, w.at(22*time.Second+5*ms))
+			require.Empty(t, w.at(42*time.Second+5*ms)) // … and it is late again
+			w.f.sink.SetDown(false)
+			require.Equal(t, []string{"xw late 0", "xw recovered 0"}, w.at(45*time.Second))
+			w.remove("xw")
+		})
+
+		w.scenario("suppressed without repeats", 5200*time.Second, func(t *testing.T) {
+			w.signal("zhub", "hub", "", 0)
+			w.signal("z", "zleaf", "zhub", 0)
+			require.Empty(t, w.at(3*time.Second+5*ms))
+			require.Equal(t, []string{"z suppressed 0", "zhub interrupted 0"}, w.at(10*time.Second+5*ms))
+			require.Equal(t, []string{"zhub alarm 1"}, w.at(40*time.Second+10*ms), "the suppressed leaf looks at its hub again: nothing")
+			w.signal("zhub", "", "", 45*time.Second)
+			require.Equal(t, []string{"zhub recovered 0"}, w.at(45*time.Second+5*ms))
+			w.remove("zhub")
+			require.Equal(t, []string{"z interrupted 0"}, w.at(48*time.Second+10*ms))
+			require.Empty(t, w.at(80*time.Second), "no repeats")
+			w.remove("z")
+		})
+
+		w.scenario("crash between publish and acknowledge, then back", 5600*time.Second, func(t *testing.T) {
+			crashing := NewHandler(HandlerOptions{Store: f.Store, Sink: f.sink, Policies: f.policies.Load, Silences: f.silences,
+				ParentWait: 5 * time.Second, Now: f.Clock.Now, Logger: zaptest.NewLogger(t)})
+			batches := 0
+			crashing.beforeAck = func() bool { batches++; return batches == 1 } // dies before releasing the leaf
+			w.signal("chub", "hub", "", 0)
+			w.signal("c", "leaf", "chub", 0)
+			require.Empty(t, w.at(3*time.Second+5*ms))
+			require.Equal(t, []string{"c suppressed 0", "chub interrupted 0"}, w.atWith(crashing, 10*time.Second+5*ms))
+			w.signal("c", "", "chub", 12*time.Second)
+			w.signal("chub", "", "", 12*time.Second)
+			require.Equal(t, []string{"chub recovered 0"}, w.at(12*time.Second+5*ms))
+			got := append(w.at(20*time.Second), w.at(41*time.Second)...) // by the end of the lease of its unreleased record
+			require.Contains(t, got, "c recovered 0")
+			require.NotContains(t, got, "c interrupted 0")
+			w.remove("c")
+			w.remove("chub")
 		})
 
 		var missed []string
