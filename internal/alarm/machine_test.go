@@ -296,13 +296,15 @@ func TestIncidentMachineWalksEveryTransition(t *testing.T) {
 
 		w.scenario("suppressed under a down parent", 3600*time.Second, func(t *testing.T) {
 			w.signal("hub", "hub", "", 0)
-			for _, c := range []string{"s1", "s2", "s3"} {
+			for _, c := range []string{"s1", "s2", "s3", "s4"} {
 				w.signal(c, "leaf", "hub", 0)
 			}
 			w.signal("ws", "wleaf", "hub", 0)
 			require.Equal(t, []string{"ws late 0"}, w.at(3*time.Second+5*ms), "the leaves wait for their hub's verdict; the warned one warns")
-			require.Empty(t, w.at(6*time.Second+5*ms), "ws's interruption waits for the hub's verdict too")
-			require.Equal(t, []string{"hub interrupted 0", "s1 suppressed 0", "s2 suppressed 0", "s3 suppressed 0"}, w.at(10*time.Second+5*ms))
+			require.Equal(t, []string{"ws acked 0"}, w.ack("ws"))
+			require.Empty(t, w.at(6*time.Second+5*ms), "ws's interruption waits for the hub's verdict too, acknowledged or not")
+			require.Equal(t, []string{"hub interrupted 0", "s1 suppressed 0", "s2 suppressed 0", "s3 suppressed 0", "s4 suppressed 0"},
+				w.at(10*time.Second+5*ms))
 			// ws, stored late, is not among the waiting children the hub's wake commits (deadline wake.go):
 			// its own claim suppresses it, at the hub's deadline + parent_wait.
 			require.Equal(t, []string{"ws suppressed 0"}, w.at(15*time.Second+5*ms))
@@ -312,11 +314,14 @@ func TestIncidentMachineWalksEveryTransition(t *testing.T) {
 			require.Equal(t, []string{"s1 recovered 0"}, w.at(16*time.Second+5*ms))
 			w.remove("s1")
 			require.Equal(t, []string{"s2 deleted 0"}, w.remove("s2"))
+			require.Equal(t, []string{"s4 acked 0"}, w.ack("s4"))
 			w.signal("hub", "", "", 20*time.Second)
 			require.Equal(t, []string{"hub recovered 0"}, w.at(20*time.Second+5*ms))
-			require.Equal(t, []string{"s3 interrupted 0"}, w.at(23*time.Second+10*ms), "a leaf timeout after the hub's recovery")
+			require.Equal(t, []string{"s3 interrupted 0", "s4 interrupted 0"}, w.at(23*time.Second+10*ms),
+				"a leaf timeout after the hub's recovery; acknowledged while suppressed or not, as an ack while late (docs/events.md)")
 			require.Equal(t, []string{"ws interrupted 0"}, w.at(26*time.Second+10*ms), "a wleaf timeout after it")
-			for _, d := range []string{"hub", "s3", "ws"} {
+			require.Equal(t, []string{"s3 alarm 1"}, w.at(28*time.Second+20*ms), "the acknowledged one repeats no more")
+			for _, d := range []string{"hub", "s3", "s4", "ws"} {
 				w.remove(d)
 			}
 		})
