@@ -402,7 +402,7 @@ func TestIncidentMachineWalksEveryTransition(t *testing.T) {
 			w.signal("z", "zleaf", "zhub", 0)
 			require.Empty(t, w.at(3*time.Second+5*ms))
 			require.Equal(t, []string{"z suppressed 0", "zhub interrupted 0"}, w.at(10*time.Second+5*ms))
-			require.Equal(t, []string{"zhub alarm 1"}, w.at(40*time.Second+10*ms), "the suppressed leaf looks at its hub again: nothing")
+			require.Equal(t, []string{"zhub alarm 1"}, w.at(40*time.Second+10*ms), "nothing of the suppressed leaf")
 			w.signal("zhub", "", "", 45*time.Second)
 			require.Equal(t, []string{"zhub recovered 0"}, w.at(45*time.Second+5*ms))
 			w.remove("zhub")
@@ -428,6 +428,28 @@ func TestIncidentMachineWalksEveryTransition(t *testing.T) {
 			require.NotContains(t, got, "c interrupted 0")
 			w.remove("c")
 			w.remove("chub")
+		})
+
+		w.scenario("silenced past its deadline; a parent deleted over its suppressed child", 6000*time.Second, func(t *testing.T) {
+			ctx := context.Background()
+			w.signal("q", "default", "", 0)
+			sil, err := w.sil.Create(ctx, silence.Silence{DeviceID: "q", Ends: w.f.Clock.Now().Add(time.Hour)})
+			require.NoError(t, err)
+			require.Equal(t, []string{"q silenced 0"}, w.take())
+			w.signal("dhub", "hub", "", 0)
+			w.signal("d", "leaf", "dhub", 0)
+			require.Empty(t, w.at(3*time.Second+5*ms))
+			require.Equal(t, []string{"d suppressed 0", "dhub interrupted 0"}, w.at(10*time.Second+5*ms), "q is silenced")
+			require.Equal(t, []string{"dhub deleted 0"}, w.remove("dhub"))
+			ok, err := w.sil.End(ctx, sil.ID, event.Act{By: "op"})
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, []string{"q unsilenced 0"}, w.take())
+			require.Equal(t, []string{"q interrupted 0"}, w.at(14*time.Second+5*ms), "re-armed when the silence ended")
+			require.Equal(t, []string{"d interrupted 0"}, w.at(70*time.Second+10*ms),
+				"its parent gone, the child's own interrupted at its next look (deadline.ParentRecheck)")
+			w.remove("q")
+			w.remove("d")
 		})
 
 		var missed []string
