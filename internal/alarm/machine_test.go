@@ -11,6 +11,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
+	"github.com/heartbeatd/heartbeatd/internal/invariant"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -49,6 +50,10 @@ type machineWalk struct {
 	seen   map[string]bool // event ids already folded
 	walked map[event.Transition]int
 	trail  map[string][]string // each device's kinds so far, for failure messages
+	types  map[string]string   // each device's type, as its signals named it
+	// promises checks the same run with internal/invariant, from the signals as well as the events.
+	promises *invariant.Checker
+	order    int64
 }
 
 func newMachineWalk(t *testing.T, f *fixture) *machineWalk {
@@ -56,7 +61,8 @@ func newMachineWalk(t *testing.T, f *fixture) *machineWalk {
 	require.NoError(t, f.Store.Load(context.Background(), f.policies.Load().Names()...))
 	w := &machineWalk{t: t, f: f, sil: f.withActs(), acts: NewActs(ActsOptions{Sink: f.sink, Logger: zaptest.NewLogger(t)}),
 		refuse: &refuseInterrupted{next: f.sink.Next, devices: map[string]bool{}},
-		phase:  map[string]event.Phase{}, seen: map[string]bool{}, walked: map[event.Transition]int{}, trail: map[string][]string{}}
+		phase:  map[string]event.Phase{}, seen: map[string]bool{}, walked: map[event.Transition]int{}, trail: map[string][]string{},
+		types: map[string]string{}, promises: invariant.New(invariant.Options{InFlight: time.Millisecond})}
 	f.sink.Next = w.refuse
 	f.handler = NewHandler(HandlerOptions{Store: f.Store, Sink: f.sink, Policies: f.policies.Load, Silences: f.silences,
 		ParentWait: 5 * time.Second, MaxPublishAttempts: 3, Refused: eventkafka.Refused, Now: f.Clock.Now, Logger: zaptest.NewLogger(t)})
@@ -101,6 +107,8 @@ func (w *machineWalk) take() []string {
 	w.t.Helper()
 	events := w.f.sink.Take()
 	for _, e := range events {
+		w.order++
+		w.promises.Event(e, w.order)
 		if !event.DeviceKind(e.Kind) || w.seen[e.ID] {
 			continue
 		}
@@ -144,6 +152,12 @@ func storedPhase(d deadline.Device, found bool) event.Phase {
 
 func (w *machineWalk) signal(device, typ, parent string, d time.Duration) {
 	w.t.Helper()
+	if typ != "" {
+		w.types[device] = typ
+	}
+	pol, _ := w.f.policies.Load().Lookup(w.types[device])
+	seen := w.f.T0.Add(w.base + d)
+	w.promises.Signal(device, seen, seen, pol.Timeout)
 	require.NoError(w.t, w.f.Store.Refresh(context.Background(),
 		[]deadline.Signal{{Device: device, Type: typ, Parent: parent, Seen: w.f.T0.Add(w.base + d)}}))
 }
@@ -231,7 +245,7 @@ func (r *refuseInterrupted) Publish(ctx context.Context, events []event.Event) [
 // scenario drives its devices into the transitions it names, every event published is folded through
 // Phase.Next (an event the table forbids fails the test), the store's view of each device must agree
 // with its phase after every step, and a row no scenario reaches fails the test by name — a row added
-// to the table needs a scenario here.
+// to the table needs a scenario here. The run's signals and events also pass internal/invariant's checker.
 func TestIncidentMachineWalksEveryTransition(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		w := newMachineWalk(t, f)
@@ -451,6 +465,17 @@ func TestIncidentMachineWalksEveryTransition(t *testing.T) {
 			w.remove("q")
 			w.remove("d")
 		})
+
+		r := w.promises.Check()
+		require.Empty(t, r.Violations, "internal/invariant:\n%s", r.Details(10))
+		opened := 0
+		for tr, n := range w.walked {
+			if tr.From == event.Closed && tr.To != event.Closed {
+				opened += n
+			}
+		}
+		require.Equal(t, opened, r.Incidents, "the checker counts the incidents the walk opened")
+		require.Zero(t, r.Open, "every scenario closes what it opened")
 
 		var missed []string
 		for _, tr := range event.Transitions() {
