@@ -67,8 +67,10 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	f.policies.Store(parsePolicies(t, policyYAML))
 	timeout := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.Timeout }
 	repeat := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.RepeatEvery }
+	warnAfter := func(typ string) time.Duration { p, _ := f.policies.Load().Lookup(typ); return p.WarnAfter }
 	expected := func(typ string, seen time.Time) (time.Time, bool) { return f.policies.Load().Expected(typ, seen) }
-	f.Fixture = deadlinetest.Open(t, rdb, deadline.Options{Slots: 8, Timeout: timeout, RepeatEvery: repeat, Expected: expected},
+	f.Fixture = deadlinetest.Open(t, rdb, deadline.Options{Slots: 8, Timeout: timeout, RepeatEvery: repeat, WarnAfter: warnAfter,
+		Expected: expected},
 		f.policies.Load().Names()...)
 	pub, err := eventkafka.NewPublisher(eventkafka.PublisherOptions{Brokers: f.kafka.Addrs, Topic: eventsTopic, Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)

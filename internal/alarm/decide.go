@@ -181,7 +181,7 @@ func decideIgnoringCause(in input) decision {
 	}
 	st = in.Claim.State
 	n := st.Next
-	if in.Parent != nil && !st.Exhausted && !st.Acked && (n == 0 || st.Hold != deadline.HoldNone) {
+	if in.Parent != nil && mayBeHeld(st) {
 		if held, ok := decideUnderParent(in, &d); held {
 			return d
 		} else if ok {

@@ -433,8 +433,10 @@ func seenPins(claims []deadline.Claim, inputs []input, decisions []decision, fai
 }
 
 // mayBeHeld: an incident whose parent may explain it (nothing reported yet, or held under its parent).
+// Acknowledged or not: an ack stops repeats, not the device's own `interrupted` once its parent is back,
+// as an ack while late does not stop the `interrupted` at the timeout (docs/events.md).
 func mayBeHeld(st deadline.State) bool {
-	return !st.Acked && !st.Exhausted && (st.Next == 0 || st.Hold != deadline.HoldNone)
+	return !st.Exhausted && (st.Next == 0 || st.Hold != deadline.HoldNone)
 }
 
 // outages returns each claim's correlation groups and the open outage covering it ("" for none);

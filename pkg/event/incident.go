@@ -1,6 +1,9 @@
 package event
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // Phase is where a device's incident stands as its events tell it: the state machine every device's
 // event stream follows (docs/concepts.md#the-incident). A consumer that folds a device's events, duplicates
@@ -73,6 +76,29 @@ func (p Phase) Next(k Kind) (Phase, error) {
 		return p, fmt.Errorf("%s may not follow %s", k, p)
 	}
 	return next, nil
+}
+
+// Transition is one row of the machine: an event of Kind in phase From leads to phase To.
+type Transition struct {
+	From Phase
+	Kind Kind
+	To   Phase
+}
+
+func (t Transition) String() string { return fmt.Sprintf("%s × %s → %s", t.From, t.Kind, t.To) }
+
+// Transitions lists every row of the machine, by phase then kind, so a test can walk them all and fail
+// on a row it never reached (internal/alarm's TestIncidentMachineWalksEveryTransition).
+func Transitions() []Transition {
+	var out []Transition
+	for from, row := range transitions {
+		start := len(out)
+		for k, to := range row {
+			out = append(out, Transition{From: Phase(from), Kind: k, To: to})
+		}
+		sort.Slice(out[start:], func(i, j int) bool { return out[start+i].Kind < out[start+j].Kind })
+	}
+	return out
 }
 
 // DeviceKind reports whether events of kind k belong to one device's incident stream (Phase.Next takes
