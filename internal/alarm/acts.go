@@ -81,9 +81,13 @@ func (a *Acts) Publish(ctx context.Context, e event.Event) bool {
 
 // AckedEvent is the `acked` event of an incident of device (of type typ, whose policy's timeout and
 // warn_after date it, EventTimes): its id is <device>/<its events' deadline ms>/acked/0, so an ack
-// repeated for the same incident is the same event.
-func AckedEvent(device, typ string, incident deadline.State, pol config.Policy, act event.Act, now time.Time) event.Event {
+// repeated for the same incident is the same event. lastSignal, when known (deadline.Device.LastSignal:
+// the deadline was written under an earlier timeout), is the device's last signal the policy cannot tell.
+func AckedEvent(device, typ string, incident deadline.State, pol config.Policy, lastSignal time.Time, act event.Act, now time.Time) event.Event {
 	dl, lastSeen := EventTimes(incident, pol)
+	if !lastSignal.IsZero() {
+		lastSeen = lastSignal
+	}
 	e := event.New(event.Acked, device, typ, dl, lastSeen, now, 0)
 	e.By, e.Note, e.Token = act.By, act.Note, act.Token
 	return e

@@ -173,7 +173,7 @@ func (w *machineWalk) ack(device string) []string {
 	require.NoError(w.t, err)
 	require.True(w.t, ok, "%s has an open incident to acknowledge", device)
 	pol, _ := w.f.policies.Load().Lookup(before.Type)
-	w.acts.Publish(ctx, AckedEvent(device, before.Type, *before.Incident, pol, event.Act{By: "op"}, w.f.Clock.Now()))
+	w.acts.Publish(ctx, AckedEvent(device, before.Type, *before.Incident, pol, before.LastSignal, event.Act{By: "op"}, w.f.Clock.Now()))
 	return w.take()
 }
 
