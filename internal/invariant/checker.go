@@ -183,6 +183,21 @@ func (r Report) Details(n int) string {
 	return b.String()
 }
 
+// OpenIncidents counts the devices whose events leave an incident open, without judging anything else:
+// cheap enough to poll while a long run's signals keep arriving (Check reads every signal recorded).
+func (c *Checker) OpenIncidents() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for device, evs := range c.events {
+		slices.SortStableFunc(evs, func(a, b recorded) int { return cmp.Compare(a.order, b.order) })
+		if _, open, _ := walk(device, evs); open != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // Check judges everything recorded so far. A recovered still on its way shows as a RuleRecovered
 // violation until it arrives: a caller that has just stopped its faults polls Check until it is clean or
 // its patience runs out.

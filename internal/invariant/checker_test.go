@@ -235,3 +235,16 @@ func TestPhaseTable(t *testing.T) {
 		p = next
 	}
 }
+
+func TestOpenIncidentsCountsWhatCheckCallsOpen(t *testing.T) {
+	r := newRun()
+	r.signal(0)
+	r.emit(event.Interrupted, timeout, timeout, 0)
+	if got, want := r.c.OpenIncidents(), r.c.Check().Open; got != 1 || got != want {
+		t.Fatalf("OpenIncidents %d, Check's Open %d, want 1", got, want)
+	}
+	r.emit(event.Recovered, timeout, timeout+time.Second, 0)
+	if got := r.c.OpenIncidents(); got != 0 {
+		t.Fatalf("OpenIncidents %d after the recovered, want 0", got)
+	}
+}
