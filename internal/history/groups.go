@@ -37,7 +37,7 @@ func (s *Store) CheckGroupBy(groupBy string) error {
 		return nil
 	}
 	if ok {
-		return fmt.Errorf("%w: group_by %s: no figures are kept by label %q (history.group_labels: %v)", ErrBadRequest, groupBy, name,
+		return fmt.Errorf("%w: group_by %s: no figures are kept by label %q (history.group_labels: %v)", ErrNotKept, groupBy, name,
 			s.opts.History.GroupLabels)
 	}
 	return fmt.Errorf("%w: group_by must be device_type or label.<name>, got %q", ErrBadRequest, groupBy)

@@ -116,6 +116,9 @@ func (s *Store) Incidents(ctx context.Context, device string, limit int, cursor 
 // ErrBadRequest is wrapped by the errors of a request's bad parameters.
 var ErrBadRequest = errors.New("bad request")
 
+// ErrNotKept is the ErrBadRequest of a grouping by a label history.group_labels does not name.
+var ErrNotKept = fmt.Errorf("%w: no figures kept", ErrBadRequest)
+
 // View is the incident as the API shows it.
 func (in *Incident) View(device string, now int64) client.Incident {
 	v := client.Incident{ID: in.ID(device), Opened: time.UnixMilli(in.Opened).UTC(), DownMs: in.DownMs(now),
