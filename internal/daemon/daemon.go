@@ -221,7 +221,7 @@ func (d *daemon) ready(ctx context.Context) map[string]error {
 	}
 	for _, src := range d.sources {
 		out[src.Name()] = nil
-		if why := d.unready(src, d.clock.Now()); why != "" {
+		if why := d.unready(src); why != "" {
 			out[src.Name()] = errors.New(why)
 		}
 	}

@@ -57,12 +57,13 @@ func (d *daemon) buildHoldBack(replica string, reg prometheus.Registerer) *holdb
 		Logger: d.log, Registerer: reg})
 }
 
-// unready says why src keeps this replica from being ready at now ("" when it does not): its own share
-// of the signals is not read in time. A shared source's trouble with the other members' shares (a
-// group's lag or rebalance) holds detection back (probeTrouble) but is only a note here: a survivor is
-// ready as soon as it reads what it was assigned.
-func (d *daemon) unready(src ingest.Source, now time.Time) string {
-	h := src.Health()
+// unready says why src keeps this replica from being ready ("" when it does not): its own share of the
+// signals is not read in time. A shared source's trouble with the other members' shares (a group's lag
+// or rebalance) holds detection back (probeTrouble) but is only a note here: a survivor is ready as soon
+// as it reads what it was assigned.
+func (d *daemon) unready(src ingest.Source) string { return d.unreadyOf(src.Health()) }
+
+func (d *daemon) unreadyOf(h ingest.Health) string {
 	switch {
 	case !h.Connected:
 		return fmt.Sprintf("disconnected since %s", d.shared(h.Since).UTC().Format(time.RFC3339))
@@ -76,7 +77,8 @@ func (d *daemon) unready(src ingest.Source, now time.Time) string {
 
 // groupNote says what the hold-back waits for in src beyond this replica's own share ("" when nothing).
 func (d *daemon) groupNote(src ingest.Source, now time.Time) string {
-	if t := d.probeTrouble(src, now); t.Why != "" && d.unready(src, now) == "" {
+	h := src.Health()
+	if t := d.troubleOf(h, now); t.Why != "" && d.unreadyOf(h) == "" {
 		return fmt.Sprintf("%s since %s: detection of the devices it may affect waits for it", t.Why, t.Since.UTC().Format(time.RFC3339))
 	}
 	return ""
@@ -85,7 +87,10 @@ func (d *daemon) groupNote(src ingest.Source, now time.Time) string {
 // probeTrouble is src's health as a blind window sees it. A lag or a rebalance of a source whose broker
 // keeps what it did not deliver (Kafka) loses nothing: it needs no grace once over.
 func (d *daemon) probeTrouble(src ingest.Source, now time.Time) holdback.ProbeTrouble {
-	h := src.Health()
+	return d.troubleOf(src.Health(), now)
+}
+
+func (d *daemon) troubleOf(h ingest.Health, now time.Time) holdback.ProbeTrouble {
 	if !h.Connected {
 		// Even a broker that keeps every record may have refused the devices' own writes meanwhile.
 		return holdback.ProbeTrouble{Since: d.shared(h.Since), Why: "disconnected"}

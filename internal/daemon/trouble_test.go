@@ -69,7 +69,7 @@ func TestReadinessCountsOwnShare(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := healthOnly(tc.health)
-			require.Equal(t, tc.wantUnready, d.unready(src, now))
+			require.Equal(t, tc.wantUnready, d.unready(src))
 			require.Equal(t, tc.wantNote, d.groupNote(src, now) != "", "note: %q", d.groupNote(src, now))
 		})
 	}
