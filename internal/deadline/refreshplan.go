@@ -3,7 +3,6 @@ package deadline
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -134,7 +133,7 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 		retimeScript.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		if !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if !redis.HasErrorPrefix(err, "NOSCRIPT") {
 			return nil, fmt.Errorf("deadline: refresh: %w", err)
 		}
 		// Redis lost a script (restart, failover): the typed writes went through; send the rest again.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -493,10 +492,7 @@ func (s *Store) runScripts(ctx context.Context, scripts []*redis.Script, calls [
 	return cmds, nil
 }
 
-func isNoScript(cmd *redis.Cmd) bool {
-	err := cmd.Err()
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
+func isNoScript(cmd *redis.Cmd) bool { return redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") }
 
 // Load reads the type registry so that the types other replicas registered resolve from the start, and
 // registers names (the configured types) so they have indexes before the first signal needs them; from
