@@ -61,7 +61,12 @@ func rounds(t *testing.T) int {
 // reads, and holds detection back on every replica meanwhile. docs/scaling.md says what a shared group
 // means in production.
 func replicaConfig(id, redisAddr string, kafka []string, slots int) string {
-	cfg := testenv.KafkaReplicaConfig{Redis: redisAddr, Slots: slots, Kafka: kafka, Replica: id}
+	return groupReplicaConfig(id, "", redisAddr, kafka, slots)
+}
+
+// groupReplicaConfig is replicaConfig in the Kafka consumer group group ("" = a group of its own).
+func groupReplicaConfig(id, group, redisAddr string, kafka []string, slots int) string {
+	cfg := testenv.KafkaReplicaConfig{Redis: redisAddr, Slots: slots, Kafka: kafka, Replica: id, Group: group}
 	return cfg.YAML(fmt.Sprintf(`types:
   default: {timeout: %s, repeat_every: 0s}
 detection: {grace_after_outage: 500ms, lease: %s}
