@@ -460,7 +460,7 @@ func (s *MQTTSource) onMessage(chain *Chain, m mqtt.Message) {
 	select {
 	case s.acked <- a:
 	case <-ctx.Done():
-		s.finish(a) // shutting down: unacknowledged, so the session delivers it again
+		s.finish(a.seq) // shutting down: unacknowledged, so the session delivers it again
 	}
 }
 
@@ -470,9 +470,11 @@ func (s *MQTTSource) begin(a *arrival) {
 	s.health.begin(1)
 }
 
-// finish counts a as written, or as given up (it is not acknowledged then, so the broker sends it again).
-func (s *MQTTSource) finish(a arrival) {
-	s.pending.done(a.seq)
+// finish counts the message begun as seq as written, or as given up (it is not acknowledged then, so the
+// broker sends it again). It takes the number, not the arrival: an acknowledgement's closure holding the
+// whole arrival would move each one to the heap.
+func (s *MQTTSource) finish(seq uint64) {
+	s.pending.done(seq)
 	s.health.done()
 }
 
@@ -497,7 +499,7 @@ func (s *MQTTSource) queueUnacked(chain *Chain, a arrival) {
 		case s.unacked <- a:
 			return
 		default:
-			s.finish(a)
+			s.finish(a.seq)
 		}
 	}
 	s.unackedBytes.Add(-size)
@@ -525,13 +527,13 @@ func (s *MQTTSource) worker(ctx context.Context, chain *Chain) {
 				s.unackedBytes.Add(-int64(len(a.m.Payload())))
 			}
 		}
-		m := a.m
+		m, seq := a.m, a.seq
 		topic := m.Topic()
 		f, tpl, ignored := matchTopic(s.templates, topic, m.Payload())
 		if ignored {
 			chain.discard(SourceMQTT, resultIgnored, func() {
 				m.Ack()
-				s.finish(a)
+				s.finish(seq)
 			})
 			continue
 		}
@@ -551,11 +553,11 @@ func (s *MQTTSource) worker(ctx context.Context, chain *Chain) {
 			Received:    a.at,
 			Ack: func() {
 				m.Ack()
-				s.finish(a)
+				s.finish(seq)
 			},
 		})
 		if err != nil {
-			s.finish(a) // shutting down: unacknowledged, so the session delivers it again
+			s.finish(seq) // shutting down: unacknowledged, so the session delivers it again
 		}
 	}
 }
