@@ -12,11 +12,11 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// waitCount polls the recording server until it holds n notifications.
-func waitCount(count func() int, n int) {
-	for count() < n {
-		time.Sleep(time.Millisecond)
-	}
+// waitCount waits until the recording server holds n notifications, failing b past waitFor rather
+// than spinning for good when a notification is lost.
+func waitCount(b *testing.B, count func() int, n int) {
+	b.Helper()
+	require.Eventually(b, func() bool { return count() >= n }, waitFor, time.Millisecond, "%d notifications recorded", n)
 }
 
 // BenchmarkNotificationsPerSecond measures, per receiver kind, how many notifications one notifier
@@ -74,11 +74,11 @@ notify:
 			f.run(nt)
 			warm, _ := f.incident("warm-up", "meter", 1)
 			f.publish(warm)
-			waitCount(count, before+1)
+			waitCount(b, count, before+1)
 			b.ResetTimer()
 			start = time.Now()
 			f.publish(events...)
-			waitCount(count, before+1+b.N)
+			waitCount(b, count, before+1+b.N)
 			elapsed := time.Since(start)
 			b.StopTimer()
 			perSecond := float64(b.N) / elapsed.Seconds()
