@@ -82,7 +82,7 @@ const (
 // markEarlierScript moves deadlines earlier, one slot per call: the write ordinary signals never make
 // (their ZADD GT only moves forward), guarded here against out-of-order messages.
 //
-// KEYS[1] deadlines  KEYS[2] state  KEYS[3] causes  KEYS[4] seen  KEYS[5] reported
+// KEYS[1] deadlines  KEYS[2] state  KEYS[3] causes  KEYS[4] seen  KEYS[5] reported  KEYS[6] alarms
 // ARGV[1] lead (ms) per type index, listSep-separated (its timeout, or its warn_after: Store.lead);
 // negative for a type with expected times, whose last signal is in seen
 // then quintuples: device, message time (ms), new deadline (ms), type index for the device's own word
@@ -91,19 +91,40 @@ const (
 //
 // The device's last signal is its deadline minus its type's lead, the way alarm.Decide reads it; a
 // message older than it changes nothing. A device with an open incident (no deadline, a state) is left to
-// its policy. A device's own failure that moved its deadline is also put in reported (Keyspace.reported).
+// its policy, except one reported only `late`: the word interrupts it now, with its cause. A device's own failure that moved its deadline is also put in reported (Keyspace.reported).
 var markEarlierScript = newScript(`
 local floor = math.floor
 local timeouts = {}
 for v in string.gmatch(ARGV[1], ${listItem}) do timeouts[#timeouts+1] = tonumber(v) end
+-- An incident reported only late, waiting for its interruption at its alarm entry's score: the mark's
+-- word interrupts it now instead, under the mark's deadline and cause (the state's deadline is rewritten,
+-- so an acknowledgement already under way for the old one is refused). Any other open incident, or one
+-- whose entry is leased, is left to its policy.
+local function lateToNow(m, st, at, dl, own, cause)
+  local sdl, t, acked, due, rest = string.match(st, ${stateLatePattern})
+  if not sdl or tonumber(redis.call('ZSCORE', KEYS[6], m)) ~= tonumber(due) then return ${MarkOpen} end
+  local to = timeouts[tonumber(t) + 1] or timeouts[1] or 0
+  local last = tonumber(sdl) - to
+  if to < 0 then last = tonumber(redis.call('ZSCORE', KEYS[4], m)) or tonumber(sdl) end
+  if last > at then return ${MarkLate} end
+  if dl >= tonumber(due) then return ${MarkNotEarlier} end
+  if own >= 0 then last = at end
+  local d = string.format('%.0f', dl)
+  redis.call('HSET', KEYS[2], m, d .. ${stateSep} .. t .. ${stateSep} .. '0' .. ${stateSep} .. acked .. ${stateSep} ..
+    ${holdFieldLate} .. ${stateSep} .. d .. ${stateSep} .. rest)
+  redis.call('ZADD', KEYS[6], 'XX', d, m)
+  redis.call('HSET', KEYS[3], m, d .. ${causeSep} .. string.format('%.0f', last) .. ${causeSep} .. cause)
+  return ${MarkMoved}
+end
 local out = {}
 for i = 2, #ARGV, 5 do
   local m, at, dl, own, cause = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+3]), ARGV[i+4]
   local r
   local cur = redis.call('ZSCORE', KEYS[1], m)
   if not cur then
-    if redis.call('HEXISTS', KEYS[2], m) == 1 then
-      r = ${MarkOpen}
+    local st = redis.call('HGET', KEYS[2], m)
+    if st then
+      r = lateToNow(m, st, at, dl, own, cause)
     elseif own < 0 then
       r = ${MarkUnknown}
     else
@@ -160,7 +181,7 @@ func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, er
 			ci = len(calls)
 			callOf[slot] = ci
 			calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.state(slot), s.keys.causes(slot), s.keys.seen(slot),
-				s.keys.reported(slot)}, args: []any{timeouts}})
+				s.keys.reported(slot), s.keys.alarms(slot)}, args: []any{timeouts}})
 			order = append(order, nil)
 		}
 		own := -1

@@ -43,6 +43,7 @@ var scriptConstants = strings.NewReplacer(
 	"${stateOwedPattern}", luaString(stateOwedPattern),
 	"${stateOwedWarnedPattern}", luaString(stateOwedWarnedPattern),
 	"${holdFieldLate}", luaString(holdFieldLate),
+	"${stateLatePattern}", luaString(stateLatePattern),
 	"${stateWaitingPattern}", luaString(stateWaitingPattern),
 	"${stateSuppressedTail}", luaString(stateSuppressedTail),
 	"${stateSuppressedPattern}", luaString(stateSuppressedPattern),

@@ -90,6 +90,12 @@ var (
 // holdFieldLate is the exhausted field of an incident reported late (quietField), for the scripts.
 var holdFieldLate = string(State{Hold: HoldLate}.quietField())
 
+// stateLatePattern matches an incident reported only `late` (HoldLate, nothing else sent) and captures
+// its deadline, type index, acked flag, InterruptedAt and the fields after it, so a reported failure
+// can bring its interruption forward (cause.go).
+var stateLatePattern = "^" + strings.Repeat(`(%d+)`+stateSep, fieldNext) + "0" + stateSep + "([01])" + stateSep +
+	holdFieldLate + stateSep + `(%d+)` + stateSep + "(.*)$"
+
 // Reported reports whether consumers were told of the incident (interrupted, suppressed or late sent),
 // so its end owes them a `recovered`.
 func (s State) Reported() bool { return s.Next > 0 || s.Hold == HoldLate }
