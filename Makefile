@@ -42,7 +42,7 @@ deps: ## install the servers and tools the tests start (apt-get) when they are m
 # suite runs after the rest, alone.
 SOLO := ./test/scaleout/...
 
-test: deps ## race-enabled tests, then every benchmark once so they keep working (PKG=./pkg/x/... to narrow)
+test: deps ## race-enabled tests, then every benchmark once so they keep working (PKG=./internal/x/... to narrow)
 	@if [ "$(PKG)" = "./..." ]; then \
 		$(GO) test -race $$($(GO) list ./... | grep -v '/test/scaleout') && $(GO) test -race $(SOLO); \
 	else $(GO) test -race $(PKG); fi

@@ -19,8 +19,13 @@ var (
 	// A Go file citing a section by its anchor: "docs/concepts.md#the-incident".
 	citedAnchor = regexp.MustCompile(`\bdocs/([a-z0-9-]+)\.md#([A-Za-z0-9_-]+)`)
 	// A Go comment citing a section by its name: `docs/concepts.md, "Claim protocol"`,
-	// `docs/benchmarks.md ("What limits it")`, `(concepts.md, "Gateways (parents)")`.
-	citedName = regexp.MustCompile(`\b(?:docs/)?([a-z0-9-]+)\.md,?\s*\(?"([^"]+)"`)
+	// `docs/benchmarks.md ("What limits it")`, `(concepts.md, "Gateways (parents)")`,
+	// `docs/scaling.md's "Walks"`.
+	citedName = regexp.MustCompile(`\b(?:docs/)?([a-z0-9-]+)\.md(?:'s)?,?\s*\(?"([^"]+)"`)
+	// A citation no reader can follow: a page's section by number ("docs/http-api.md, §9"; the pages
+	// number no sections, and a number breaks silently when one is added) or a spec outside the
+	// repository ("SPEC §3"). RFCs and the MQTT standard number their sections, so a bare § is fine.
+	citedNumber = regexp.MustCompile(`\b(?:(?:docs/)?[a-z0-9-]+\.md|SPEC),?\s*\(?§\s*[0-9]`)
 	// A link from one page to a section of another or of itself: "(benchmarks.md#results)", "(#roles)".
 	linkedAnchor = regexp.MustCompile(`\]\(((?:docs/)?[a-z0-9-]+\.md)?#([^)\s]+)\)`)
 )
@@ -149,6 +154,9 @@ func TestCodeCitesExistingSections(t *testing.T) {
 		for _, m := range citedName.FindAllStringSubmatch(comments, -1) {
 			cite(file, m[1], anchor(m[2]), `"`+m[2]+`"`)
 			n++
+		}
+		for _, m := range citedNumber.FindAllString(comments, -1) {
+			bad = append(bad, file+": "+m+": cite the section by its name or anchor")
 		}
 	}
 	// Fewer than this means the patterns no longer read the citations, not that the code stopped citing.

@@ -14,8 +14,8 @@ import (
 // Coordinator owns the running configuration: it (re)loads the file, tells subscribers, and keeps the
 // last good configuration when a reload fails. Modelled on alertmanager's config coordinator.
 //
-// Only `types` changes at runtime (docs/configuration.md). The Config a reload hands out is the running one with the
-// new types, so Current always describes what the process actually does.
+// Only `types` and `time_intervals` change at runtime (docs/configuration.md). The Config a reload hands out is the
+// running one with the new types and intervals, so Current always describes what the process actually does.
 type Coordinator struct {
 	path   string
 	env    func(string) (string, bool)

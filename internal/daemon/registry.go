@@ -22,11 +22,11 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/ident"
 )
 
-// The device registry (docs/http-api.md, §9): PUT /v1/devices/{id} registers one device, POST /v1/devices:import
-// many. A registered device that never signals alarms at registration + its timeout; a per-device timeout
-// overrides its type's from its next signal; labels serve correlation (labels.<name>) and the listing
-// filter. PUT replaces the registration: a field left out is cleared, except the parent, which signals
-// may name too and stays until named anew.
+// The device registry (docs/http-api.md, "Device registry"): PUT /v1/devices/{id} registers one device,
+// POST /v1/devices:import many. A registered device that never signals alarms at registration + its
+// timeout; a per-device timeout overrides its type's from its next signal; labels serve correlation
+// (labels.<name>) and the listing filter. PUT replaces the registration: a field left out is cleared,
+// except the parent, which signals may name too and stays until named anew.
 
 // maxImportBytes bounds one import's body: 1M rows of about 100 bytes with room to spare. It is read as
 // a stream, a batch of rows at a time, so memory does not grow with it.
