@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/benchrig"
@@ -40,7 +38,7 @@ func BenchmarkImport(b *testing.B) {
 		require.NoError(b, store.Load(context.Background(), "default"))
 		srv := httptest.NewServer(NewAPI(APIOptions{Store: store, Timeout: timeout, MaxBodySize: 1024,
 			KnownType: func(n string) bool { return n == "default" }}))
-		cpu0, self0 := serverCPU(b, rdb), processCPU()
+		cpu0, self0 := testenv.ServerCPU(b, rdb), processCPU()
 		b.StartTimer()
 		began := time.Now()
 		resp, err := http.Post(srv.URL+importPath, "application/x-ndjson", strings.NewReader(body.String()))
@@ -49,27 +47,11 @@ func BenchmarkImport(b *testing.B) {
 		_ = resp.Body.Close()
 		b.ReportMetric(float64(rows)/time.Since(began).Seconds(), "rows/s")
 		b.StopTimer()
-		b.ReportMetric(float64((serverCPU(b, rdb)-cpu0).Microseconds())/float64(rows), "redis-µs/row")
+		b.ReportMetric(float64((testenv.ServerCPU(b, rdb)-cpu0).Microseconds())/float64(rows), "redis-µs/row")
 		b.ReportMetric(float64((processCPU()-self0).Microseconds())/float64(rows), "go-µs/row")
 		srv.Close()
 		b.StartTimer()
 	}
-}
-
-// serverCPU is the Redis server's used_cpu_user + used_cpu_sys.
-func serverCPU(b *testing.B, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	require.NoError(b, err)
-	var total float64
-	for line := range strings.Lines(info) {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			f, err := strconv.ParseFloat(v, 64)
-			require.NoError(b, err)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }
 
 // processCPU is this process's user + system CPU so far.

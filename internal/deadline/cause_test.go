@@ -185,3 +185,42 @@ func TestReportedFailureHeardAfterTheWindowIsNotHeldBack(t *testing.T) {
 		require.Subset(t, got, []string{"inside", "quiet"}, "after the grace: the failure inside the window and the silent one")
 	})
 }
+
+// Marks of one device in one batch apply in order, each seeing the one before: the script reads once and
+// writes once per kind, and must not let a later mark judge a stale deadline.
+func TestMarksOfOneDeviceInOneBatchApplyInOrder(t *testing.T) {
+	eachFixture(t, 8, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		t0 := f.Clock.Now()
+		f.Refresh(t, deadline.Signal{Device: "pump", Type: "sensor", Seen: t0}) // 10 min timeout
+		res := f.mark(t,
+			deadline.Mark{Device: "pump", At: t0.Add(time.Second), Deadline: t0.Add(time.Second), Cause: deadline.CauseReported, Reason: "first", Own: true},
+			deadline.Mark{Device: "pump", At: t0.Add(2 * time.Second), Deadline: t0.Add(3 * time.Second), Cause: deadline.CauseOffline},
+			deadline.Mark{Device: "newcomer", At: t0.Add(time.Second), Deadline: t0.Add(time.Second), Cause: deadline.CauseReported, Own: true},
+			deadline.Mark{Device: "newcomer", At: t0.Add(2 * time.Second), Deadline: t0.Add(500 * time.Millisecond), Cause: deadline.CauseOffline})
+		require.Equal(t, []deadline.MarkResult{deadline.MarkMoved, deadline.MarkNotEarlier, deadline.MarkMoved, deadline.MarkMoved}, res,
+			"pump's offline would move its failure's deadline later; newcomer's moves the one its failure created")
+
+		pump, found, err := f.Store.Device(ctx, "pump")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, t0.Add(time.Second).UnixMilli(), pump.Deadline.UnixMilli())
+		newcomer, found, err := f.Store.Device(ctx, "newcomer")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, t0.Add(500*time.Millisecond).UnixMilli(), newcomer.Deadline.UnixMilli())
+
+		f.Clock.Advance(2 * time.Second)
+		claims := f.ClaimAll(t, deadline.ClaimOptions{}).Claims
+		require.ElementsMatch(t, []string{"pump", "newcomer"}, devices(claims))
+		for _, c := range claims {
+			require.NotNil(t, c.Cause, c.Device)
+			if c.Device == "pump" {
+				require.Equal(t, deadline.CauseReported, c.Cause.Kind)
+				require.Equal(t, "first", c.Cause.Reason)
+			} else {
+				require.Equal(t, deadline.CauseOffline, c.Cause.Kind, "the last mark's cause")
+			}
+		}
+	})
+}

@@ -151,6 +151,28 @@ func ReadCommandStats(ctx context.Context, rdb redis.UniversalClient) (map[strin
 	return stats, nil
 }
 
+// ServerCPU is the Redis server's used_cpu_user + used_cpu_sys: the CPU it spent, whatever else loads the
+// host, so a benchmark's Redis cost per operation holds on a busy machine.
+func ServerCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatalf("testenv: INFO cpu: %v", err)
+	}
+	var total float64
+	for line := range strings.Lines(info) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatalf("testenv: INFO cpu line %q: %v", line, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
 // CommandStats is ReadCommandStats for a test.
 func CommandStats(tb testing.TB, rdb redis.UniversalClient) map[string]CommandStat {
 	tb.Helper()
