@@ -28,6 +28,8 @@ type collector struct {
 	early []string
 	// outages are the ids of the outage_started events that arrived.
 	outages map[string]bool
+	// causes counts the interruptions that arrived by their cause (docs/events.md), copies included.
+	causes map[string]int
 	// incidents checks every event, with every signal the scenario's devices sent, against the
 	// incident's invariants (docs/concepts.md#the-incident).
 	incidents *invariant.Checker
@@ -48,7 +50,7 @@ type deviceEvents struct {
 func newCollector(t *testing.T, k *testenv.Kafka) *collector {
 	t.Helper()
 	c := &collector{kafka: k, seen: map[recordAt]bool{}, devices: map[event.Kind]map[string]*deviceEvents{},
-		deadletters: map[string][]string{}, outages: map[string]bool{}, incidents: invariant.New(invariant.Options{InFlight: invariant.InFlightFor(maxLag)})}
+		deadletters: map[string][]string{}, outages: map[string]bool{}, causes: map[string]int{}, incidents: invariant.New(invariant.Options{InFlight: invariant.InFlightFor(maxLag)})}
 	k.Consume(t, c.add, eventsTopic, deadletterTopic)
 	return c
 }
@@ -83,6 +85,9 @@ func (c *collector) take(r testenv.Record) bool {
 	if e.Kind == event.OutageStarted {
 		c.outages[e.OutageID] = true
 	}
+	if e.Kind == event.Interrupted && e.Cause != "" {
+		c.causes[e.Cause]++
+	}
 	if e.Kind == event.Interrupted && (e.At.Before(e.Deadline) || read.Before(e.Deadline.Add(-config.DefaultMaxClockOffset))) {
 		c.early = append(c.early, fmt.Sprintf("early %s (deadline %s, raised %s, read %s)", e.ID,
 			e.Deadline.Format(time.RFC3339Nano), e.At.Format(time.RFC3339Nano), read.UTC().Format(time.RFC3339Nano)))
@@ -110,6 +115,13 @@ func (c *collector) firstOf(kind event.Kind, device string) (event.Event, bool) 
 		return event.Event{}, false
 	}
 	return d.first, true
+}
+
+// interruptedBy counts the interruptions that arrived with cause.
+func (c *collector) interruptedBy(cause string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.causes[cause]
 }
 
 // reported counts the devices of ids with at least one interrupted event.

@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
+	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 )
 
 const (
@@ -139,12 +140,27 @@ type daemonOptions struct {
 	correlation string
 	// extra is further top-level YAML (the soak's time_intervals).
 	extra string
+	// lastWills subscribes to the will devices' last wills as presence, with an offline grace of 1s
+	// (below the types' timeouts, so a will moves a deadline earlier).
+	lastWills bool
 }
 
-// typeSpec is a device type's timeout and the rest of its YAML flow mapping ("repeat_every: 1s, …").
+// typeSpec is a device type's timeout and the rest of its YAML flow mapping ("repeat_every: 1s, …"). A
+// type with a schedule expects its devices at the schedule's times, each with grace (docs/schedules.md);
+// its timeout is then only how long the soak keeps such a device silent.
 type typeSpec struct {
-	timeout time.Duration
-	rest    string
+	timeout  time.Duration
+	rest     string
+	schedule string
+	grace    time.Duration
+}
+
+// yaml is the type's flow mapping in a daemon's config.
+func (s typeSpec) yaml() string {
+	if s.schedule != "" {
+		return fmt.Sprintf("{schedule: %q, grace: %s, %s}", s.schedule, s.grace, s.rest)
+	}
+	return fmt.Sprintf("{timeout: %s, %s}", s.timeout, s.rest)
 }
 
 // redisPassword is the password of daemonOptions.redisUser.
@@ -189,20 +205,32 @@ func (f *fleet) config(o daemonOptions) string {
 		configured = map[string]time.Duration{}
 	}
 	configured["default"] = o.timeout
+	scheduled := map[string]*schedule.Expected{}
 	for name, spec := range o.typeSpecs {
-		configured[name] = spec.timeout
+		if spec.schedule == "" {
+			configured[name] = spec.timeout
+			continue
+		}
+		e, err := schedule.NewExpected(spec.schedule, time.UTC, spec.grace)
+		require.NoError(f.t, err, name)
+		scheduled[name] = e
 	}
-	f.signals.types(configured)
+	f.signals.types(configured, scheduled)
 	types := fmt.Sprintf("  default: {timeout: %s, repeat_every: 0s}\n", o.timeout)
 	for _, name := range slices.Sorted(maps.Keys(o.types)) {
 		types += fmt.Sprintf("  %s: {timeout: %s, repeat_every: 0s}\n", name, o.types[name])
 	}
 	for _, name := range slices.Sorted(maps.Keys(o.typeSpecs)) {
-		types += fmt.Sprintf("  %s: {timeout: %s, %s}\n", name, o.typeSpecs[name].timeout, o.typeSpecs[name].rest)
+		types += fmt.Sprintf("  %s: %s\n", name, o.typeSpecs[name].yaml())
 	}
 	sub := `{topic: "devices/{device_id}/heartbeat"}`
 	if o.sharedGroup != "" {
 		sub = fmt.Sprintf(`{topic: "devices/{device_id}/heartbeat", shared_group: %q}`, o.sharedGroup)
+	}
+	offlineGrace := ""
+	if o.lastWills {
+		sub += ", " + presenceSubscription(o.sharedGroup)
+		offlineGrace = "  offline_grace: 1s\n"
 	}
 	kafkaIngest := ""
 	if o.kafkaIngest {
@@ -232,7 +260,7 @@ redis: %s}
 types:
 %singest:
   max_lag: %s
-  mqtt:
+%s  mqtt:
     brokers: [%q]
     client_id: %q
     subscriptions: [%s]
@@ -242,7 +270,7 @@ detection: %s}
 cluster: {replica_id: %q, replica_heartbeat: 250ms, slot_lease: 1s}
 log: {level: info, format: console}
 shutdown_timeout: 5s
-%s`, redis, types, maxLag, f.broker.Addr, o.replica, sub, kafkaIngest, strings.Join(f.kafka.Addrs, ","), eventsTopic, deadletterTopic,
+%s`, redis, types, maxLag, offlineGrace, f.broker.Addr, o.replica, sub, kafkaIngest, strings.Join(f.kafka.Addrs, ","), eventsTopic, deadletterTopic,
 		detection, o.replica, correlation(o.correlation)) + o.extra
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heartbeatd/heartbeatd/internal/invariant"
+	"github.com/heartbeatd/heartbeatd/pkg/schedule"
 )
 
 // signaller is how devices signal: over MQTT (publisher) or Kafka (kafkaSignaller).
@@ -105,19 +107,22 @@ func (k *kafkaSignaller) signal(ids []string, payload func(id string) []byte) er
 // gives its device: the type it names, else the shortest timeout configured (a device that kept an
 // earlier, longer type is then judged less strictly, never falsely).
 type signalLog struct {
-	mu       sync.Mutex
-	timeouts map[string]time.Duration // type → timeout, from every daemon config of the scenario
-	shortest time.Duration
-	checker  *invariant.Checker
+	mu        sync.Mutex
+	timeouts  map[string]time.Duration // type → timeout, from every daemon config of the scenario
+	scheduled map[string]*schedule.Expected
+	shortest  time.Duration
+	checker   *invariant.Checker
 }
 
-// types records the types of a daemon's config.
-func (l *signalLog) types(byName map[string]time.Duration) {
+// types records the types of a daemon's config: timed ones by their timeout, scheduled ones by their
+// expected times.
+func (l *signalLog) types(byName map[string]time.Duration, scheduled map[string]*schedule.Expected) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.timeouts == nil {
-		l.timeouts = map[string]time.Duration{}
+		l.timeouts, l.scheduled = map[string]time.Duration{}, map[string]*schedule.Expected{}
 	}
+	maps.Copy(l.scheduled, scheduled)
 	for name, d := range byName {
 		l.timeouts[name] = d
 		if l.shortest == 0 || d < l.shortest {
@@ -138,14 +143,15 @@ func (l *signalLog) record(ids []string, payload func(id string) []byte, at, ack
 		if payload != nil {
 			b = payload(id)
 		}
-		if d, ok := l.timeoutOf(b); ok {
+		if d, ok := l.timeoutOf(b, at); ok {
 			l.checker.Signal(id, at, acked, d)
 		}
 	}
 }
 
-// timeoutOf is the timeout a signal with payload b gives its device, if b is a plain signal.
-func (l *signalLog) timeoutOf(b []byte) (time.Duration, bool) {
+// timeoutOf is the timeout a signal with payload b, sent at at, gives its device, if b is a plain
+// signal: for a scheduled type the time to the schedule's next occurrence + grace.
+func (l *signalLog) timeoutOf(b []byte, at time.Time) (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(b) == 0 {
@@ -160,6 +166,9 @@ func (l *signalLog) timeoutOf(b []byte) (time.Duration, bool) {
 	}
 	if d, ok := l.timeouts[v.Type]; ok {
 		return d, true
+	}
+	if e, ok := l.scheduled[v.Type]; ok {
+		return e.Deadline(at).Sub(at), true
 	}
 	return l.shortest, l.shortest > 0
 }

@@ -19,27 +19,31 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/invariant"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
 // The soak: a mixed fleet over two replicas sharing the signals (types with repeats, warnings, flapping,
-// parents that change and quiet intervals; reported failures), random faults one after another (SIGKILL
-// and SIGSTOP of a replica, Kafka, the broker or Redis down and back, a reload, the slots doubled by a
-// rolling restart) and random operator acts (acks, silences, deletes, imports), for HB_SOAK_DURATION
+// parents that change, quiet intervals and expected times; reported failures; devices whose network goes, so the broker
+// publishes their last wills), random faults one after another (SIGKILL and SIGSTOP of a replica, Kafka,
+// the broker or Redis down and back, a reload, the slots doubled by a rolling restart) and random operator acts (acks, silences, deletes, imports), for HB_SOAK_DURATION
 // (default 30s; `make soak` runs 30m at HB_SOAK_DEVICES=2000) from the seed HB_SOAK_SEED (default: drawn
 // and printed, so a failing run can be replayed). Its line carries the incident checker's verdict over
 // every acknowledged signal and every event (docs/concepts.md#the-incident).
 
-// soakTypes is the mixed fleet's types: repeats, warnings, flapping detection, parents and quiet
-// intervals (soakQuietHours).
+// soakTypes is the mixed fleet's types: repeats, warnings, flapping detection, parents, quiet intervals
+// (soakQuietHours) and expected times.
 var soakTypes = map[string]typeSpec{
-	"gateway": {4 * time.Second, "repeat_every: 2s, max_repeats: 3"},
-	"child":   {3 * time.Second, "repeat_every: 1s, max_repeats: 5"},
-	"warned":  {4 * time.Second, "warn_after: 2s, repeat_every: 2s"},
-	"flappy":  {3 * time.Second, "repeat_every: 1s, flapping: {count: 3, window: 30s}"},
-	"sleepy":  {3 * time.Second, "repeat_every: 2s, quiet: [soak-quiet]"},
+	"gateway": {timeout: 4 * time.Second, rest: "repeat_every: 2s, max_repeats: 3"},
+	"child":   {timeout: 3 * time.Second, rest: "repeat_every: 1s, max_repeats: 5"},
+	"warned":  {timeout: 4 * time.Second, rest: "warn_after: 2s, repeat_every: 2s"},
+	"flappy":  {timeout: 3 * time.Second, rest: "repeat_every: 1s, flapping: {count: 3, window: 30s}"},
+	"sleepy":  {timeout: 3 * time.Second, rest: "repeat_every: 2s, quiet: [soak-quiet]"},
+	// Expected every minute, with 3s of grace; its devices stay silent for 30–90s at a time.
+	"minutely": {timeout: 30 * time.Second, rest: "repeat_every: 5s", schedule: "* * * * *", grace: 3 * time.Second},
 }
 
 // soakQuietHours is the time_intervals section of the soak's config: every third minute is quiet for the
@@ -82,9 +86,13 @@ func soakFleet(n int, rng *rand.Rand) []*soakDevice {
 		d := &soakDevice{id: "dev-" + strconv.Itoa(i)}
 		switch i % 5 {
 		case 0:
-			d.typ, d.quiet = "default", 0
-			if i%10 == 0 {
+			switch i % 20 {
+			case 0, 10:
 				d.typ, d.quiet = "sleepy", 0.004
+			case 5:
+				d.typ, d.quiet = "minutely", 0.004
+			default:
+				d.typ, d.quiet = "default", 0
 			}
 		case 1:
 			d.typ, d.quiet = "flappy", 0.01
@@ -146,7 +154,7 @@ func TestChaosSoak(t *testing.T) {
 	f := startFleet(t)
 	// ownGrace: after a blind window each device waits its own timeout, so no false alarm is ever allowed.
 	o := daemonOptions{sharedGroup: "soak", timeout: 3 * time.Second, typeSpecs: soakTypes, sweepEvery: 5 * time.Second, ownGrace: true,
-		extra: soakQuietHours()}
+		extra: soakQuietHours(), lastWills: true}
 	replicas := make([]*testenv.Heartbeatd, 2)
 	keepLogs(t, replicas)
 	for i := range replicas {
@@ -154,6 +162,9 @@ func TestChaosSoak(t *testing.T) {
 		replicas[i] = f.startDaemon(o)
 	}
 	fleet := soakFleet(n, rng)
+	wills := f.willDevices(max(n/100, 4))
+	willsAway := map[*willDevice]time.Time{}
+	willDrop, drops := 0.01, 0 // how likely a will device's network goes on a tick
 	p := f.publisher("soak-devices")
 	var mu sync.Mutex // guards rng and fleet between the loops
 	ctx, stop := context.WithTimeout(context.Background(), dur)
@@ -177,9 +188,27 @@ func TestChaosSoak(t *testing.T) {
 			ids = append(ids, d.id)
 			payloads[d.id] = d.payload(rng)
 		}
+		var present []*willDevice
+		for _, w := range wills {
+			switch {
+			case now.Before(willsAway[w]):
+			case rng.Float64() < willDrop:
+				// Its network goes: the broker publishes its will, and it stays away for 1–3 timeouts.
+				w.drop()
+				willsAway[w] = now.Add(time.Duration(1+rng.IntN(3)) * soakTimeout("default"))
+				drops++
+			default:
+				present = append(present, w)
+			}
+		}
 		mu.Unlock()
 		if p.up() {
 			_ = p.signal(ids, func(id string) []byte { return payloads[id] }) // a failed round is the broker's outage
+		}
+		for _, w := range present {
+			if w.pub.up() {
+				_ = w.pub.signal([]string{w.id}, func(string) []byte { return []byte(`{"type":"default"}`) })
+			}
 		}
 	})
 	defer signalling()
@@ -222,6 +251,8 @@ func TestChaosSoak(t *testing.T) {
 	for _, d := range fleet {
 		d.quiet, d.fails, d.silentUntil = 0, 0, time.Time{}
 	}
+	clear(willsAway)
+	willDrop = 0
 	mu.Unlock()
 	// OpenIncidents, not Check: after half an hour Check reads millions of signals under the lock the
 	// signallers record through, and polling it every second would stall the fleet it judges.
@@ -249,7 +280,11 @@ func TestChaosSoak(t *testing.T) {
 	f.events.rereadAll(t)
 	r := f.events.tally(event.Interrupted, "soak", n, barrier)
 	r.falses, r.detail = f.events.earlyInterruptions(), slices.DeleteFunc(r.detail, func(l string) bool { return strings.HasPrefix(l, "false ") })
-	r.figures = append(r.figures, fmt.Sprintf("seed=%d faults=%d acts=%d", seed, faults, acts))
+	offline := f.events.interruptedBy(event.CauseOffline)
+	r.figures = append(r.figures, fmt.Sprintf("seed=%d faults=%d acts=%d wills=%d offline=%d", seed, faults, acts, drops, offline))
+	if drops >= 5 {
+		require.Positive(t, offline, "%d last wills, and no interruption with cause offline", drops)
+	}
 	report(t, r, func() string { return mentions(r.incidents.Violations, replicas) }, replicas[0].LogTail, replicas[1].LogTail)
 }
 
@@ -366,9 +401,16 @@ const soakMaxSlots = 64
 var slotsLine = regexp.MustCompile(`slots: (\d+)`)
 
 // doubleSlots doubles redis.slots by a rolling restart, one replica after the other as docs/scaling.md
-// says, unless the fleet runs soakMaxSlots already.
-func doubleSlots(t *testing.T, replicas []*testenv.Heartbeatd) {
+// says, unless the fleet runs soakMaxSlots already or the previous doubling still settles (a replica
+// would refuse to start: docs/scaling.md).
+func doubleSlots(t *testing.T, f *fleet, replicas []*testenv.Heartbeatd) {
 	t.Helper()
+	layout := deadline.NewKeyspace(config.DefaultKeyPrefix).Layout()
+	previous, err := f.redis.Client(t).HGet(context.Background(), layout, "previous").Int()
+	if err == nil && previous > 0 {
+		t.Logf("chaos: soak double-slots skipped: the doubling from %d slots still settles", previous)
+		return
+	}
 	for _, hb := range replicas {
 		b, err := os.ReadFile(hb.ConfigPath())
 		require.NoError(t, err)
@@ -392,7 +434,7 @@ func soakFault(t *testing.T, f *fleet, replicas []*testenv.Heartbeatd, i, kind i
 	hb := replicas[i]
 	switch kind {
 	case 6:
-		doubleSlots(t, replicas)
+		doubleSlots(t, f, replicas)
 	case 0:
 		hb.Kill(t)
 		time.Sleep(length) // the fault's length is the fault itself
