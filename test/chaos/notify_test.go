@@ -276,7 +276,9 @@ func TestChaosNotifyReceiverDown(t *testing.T) {
 	// and the barrier's.
 	events := f.publishedEvents()
 	var c notifyCount
-	delivered := pollEvery(scaled(n, time.Minute), 250*time.Millisecond, func() bool {
+	// The backlog drains through the retry loops after up to one backoff step (16 s): three messages a
+	// device at a few hundred a second under the race detector.
+	delivered := pollEvery(time.Minute+time.Duration(n)*15*time.Millisecond, 250*time.Millisecond, func() bool {
 		c = countNotifications(pd.messages(), events)
 		return c.got == c.expected
 	})
