@@ -102,7 +102,8 @@ func TestAMassSilenceUnderOneOutageAndOneParentReachesTheReceiverAsFourMessages(
 
 // BenchmarkMassSilenceMessages makes 100,000 devices fall silent (and recover) under one correlated
 // outage, and 100,000 under one down parent, and reports how many messages reached the receiver for
-// each (messages), and how fast the notifier worked through their events (events/s).
+// each (messages: 4, the outage's start and end and the gateway's interruption and recovery, which both
+// cases publish), and how fast the notifier worked through their events (events/s).
 //
 //	go test -run '^$' -bench MassSilenceMessages -benchtime 1x ./internal/notify/
 func BenchmarkMassSilenceMessages(b *testing.B) {
