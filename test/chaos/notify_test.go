@@ -261,10 +261,12 @@ func TestChaosNotifyReceiverDown(t *testing.T) {
 	waitReady(t, a)
 	waitReady(t, b)
 	faultsTook := time.Since(downAt)
-	time.Sleep(time.Until(downAt.Add(receiverDown))) // the rest of the receiver's outage
+	// The rest of the receiver's outage: receiverDown, or longer when a large fleet's faults took longer.
+	time.Sleep(time.Until(downAt.Add(receiverDown)))
 	refused := pd.refused.Load()
 	pd.failing.Store(false)
 	recoveredAt := time.Now()
+	downFor := recoveredAt.Sub(downAt)
 
 	// Detection's account: each silent device interrupted and recovered, the barrier's interrupted, no
 	// keeper reported, and the incident checker's verdict over every signal and event.
@@ -286,7 +288,7 @@ func TestChaosNotifyReceiverDown(t *testing.T) {
 	r := tally{scenario: "notify_receiver_down", devices: n, expected: c.expected, got: c.got, lost: c.expected - c.got,
 		falses: c.falses, dup: c.dup, incidents: det.incidents, detail: c.detail, figures: []string{
 			fmt.Sprintf("receiver_down=%s refused=%d kills=%d faults_took=%s caught_up_after=%s max_copies=%d messages=%d",
-				receiverDown, refused, notifyKills, faultsTook.Round(100*time.Millisecond), caughtUp.Round(100*time.Millisecond),
+				downFor.Round(100*time.Millisecond), refused, notifyKills, faultsTook.Round(100*time.Millisecond), caughtUp.Round(100*time.Millisecond),
 				c.maxCopies, len(pd.messages())),
 			fmt.Sprintf("events_lost=%d events_false=%d", det.lost, det.falses)}}
 	if !delivered {
@@ -294,7 +296,6 @@ func TestChaosNotifyReceiverDown(t *testing.T) {
 	}
 	report(t, r, logs)
 	require.Zero(t, det.lost+det.falses, "detection lost or falsely reported devices: %v", det.detail)
-	require.Less(t, faultsTook, receiverDown+10*time.Second, "the kills fell (nearly) inside the receiver's outage")
 	require.Positive(t, refused, "the notifiers tried the receiver while it was down")
 	require.LessOrEqual(t, c.maxCopies, 1+notifyKills, "a message sent more often than once plus a resend per kill")
 }
