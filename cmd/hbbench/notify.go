@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -117,6 +118,7 @@ func notifyScenario(e *env) error {
 func notifyRound(e *env, r *benchrig.Rig, n config.Notify, round int, with bool) (*benchrig.LatenessResult, float64, error) {
 	o := benchrig.LatenessOptions{Devices: e.opts.Devices, Window: e.opts.Window, RefreshRate: e.opts.RefreshRate, LoadTypes: benchTypes}
 	if !with {
+		settle()
 		res, err := r.Lateness(e.ctx, o, nil)
 		return res, 0, err
 	}
@@ -134,6 +136,7 @@ func notifyRound(e *env, r *benchrig.Rig, n config.Notify, round int, with bool)
 	if err := awaitNotifierReady(ctx, nt); err != nil {
 		return nil, 0, err
 	}
+	settle()
 	res, err := r.Lateness(e.ctx, o, nil)
 	if err != nil {
 		return res, 0, err
@@ -145,6 +148,16 @@ func notifyRound(e *env, r *benchrig.Rig, n config.Notify, round int, with bool)
 		time.Sleep(100 * time.Millisecond)
 	}
 	return res, handled, nil
+}
+
+// notifySettle is the pause before every run of the notify scenario, with or without the notifier: a run
+// that started right after the last one's end (its garbage, Redis freeing its keys) would be slower for it.
+const notifySettle = 2 * time.Second
+
+// settle collects the last run's garbage and waits notifySettle, so each run starts from the same quiet.
+func settle() {
+	runtime.GC()
+	time.Sleep(notifySettle)
 }
 
 // awaitNotifierReady polls the notifier's readiness (a member of its group, Redis answering).
