@@ -118,7 +118,7 @@ func notifyScenario(e *env) error {
 func notifyRound(e *env, r *benchrig.Rig, n config.Notify, round int, with bool) (*benchrig.LatenessResult, float64, error) {
 	o := benchrig.LatenessOptions{Devices: e.opts.Devices, Window: e.opts.Window, RefreshRate: e.opts.RefreshRate, LoadTypes: benchTypes}
 	if !with {
-		settle()
+		settle(o.Devices)
 		res, err := r.Lateness(e.ctx, o, nil)
 		return res, 0, err
 	}
@@ -136,7 +136,7 @@ func notifyRound(e *env, r *benchrig.Rig, n config.Notify, round int, with bool)
 	if err := awaitNotifierReady(ctx, nt); err != nil {
 		return nil, 0, err
 	}
-	settle()
+	settle(o.Devices)
 	res, err := r.Lateness(e.ctx, o, nil)
 	if err != nil {
 		return res, 0, err
@@ -150,14 +150,12 @@ func notifyRound(e *env, r *benchrig.Rig, n config.Notify, round int, with bool)
 	return res, handled, nil
 }
 
-// notifySettle is the pause before every run of the notify scenario, with or without the notifier: a run
-// that started right after the last one's end (its garbage, Redis freeing its keys) would be slower for it.
-const notifySettle = 2 * time.Second
-
-// settle collects the last run's garbage and waits notifySettle, so each run starts from the same quiet.
-func settle() {
+// settle is the pause before every run of the notify scenario, with or without the notifier: a run that
+// started right after the last one's end (its garbage, Redis freeing its keys) would be slower for it. It
+// collects the garbage and waits 20 µs a device, at most 2 s, so each run starts from the same quiet.
+func settle(devices int) {
 	runtime.GC()
-	time.Sleep(notifySettle)
+	time.Sleep(min(2*time.Second, time.Duration(devices)*20*time.Microsecond))
 }
 
 // awaitNotifierReady polls the notifier's readiness (a member of its group, Redis answering).
