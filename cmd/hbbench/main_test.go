@@ -49,6 +49,7 @@ func TestScenariosTiny(t *testing.T) {
 		"expiry":    {"all events acked after", "events/s"},
 		"storm":     {"plain: deadline → last interrupted", "plain: interrupted events", "storm: deadline → last suppressed", "storm: gateways → last suppressed", "storm: gateways → gateways acked", "storm: interrupted events", "storm: suppressed events", "storm: gateways → last suppressed ÷ plain, median"},
 		"recovered": {"latency p50", "latency p99", "latency max"},
+		"notify":    {"off: lateness p99", "on: lateness p99", "on ÷ off lateness p99, median", "on ÷ off events/s, median", "on: events the notifier handled", "on: webhook messages"},
 		"blind":     {"heartbeatd lateness p50", "heartbeatd lateness max"},
 		"outage":    {"group_wait 0s: pages", "group_wait 0s: outage_started", "group_wait 5s: pages", "group_wait 5s: lone device lateness"},
 		"quiet":     {"plain before: lateness max", "quiet end: lateness max", "plain after: lateness max", "quiet end: last acked", "quiet end p99 / plain p99"},

@@ -146,3 +146,32 @@ func TestNotifyKilledMidStreamLosesNoNotification(t *testing.T) {
 		len(hooks.received())-before, len(want))
 	require.False(t, strings.Contains(nt.Log(), "panic"), nt.LogTail())
 }
+
+// `heartbeatd notify` answers /readyz: ready once it has joined its consumer group (its share of the
+// events topic assigned) and Redis answers; not ready, naming the check, while Redis is down.
+func TestNotifyAnswersReadyzOnceInItsGroupAndNotWithoutRedis(t *testing.T) {
+	redisSrv := testenv.StartRedis(t)
+	k := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{testenv.EventsTopic, testenv.DeadLetterTopic}})
+	srv := httptest.NewServer(&hookLog{})
+	t.Cleanup(srv.Close)
+	nt := testenv.StartHeartbeatd(t, testenv.HeartbeatdOptions{Notify: true, Config: notifyConfig(redisSrv.Addr, k.Addrs, srv.URL)})
+	require.NoError(t, nt.AwaitReady(context.Background(), time.Minute), nt.LogTail())
+	readyz := func() (int, map[string]string) {
+		code, body, err := nt.Get("/readyz")
+		require.NoError(t, err)
+		var v map[string]string
+		require.NoError(t, json.Unmarshal([]byte(body), &v), body)
+		return code, v
+	}
+	code, body := readyz()
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, map[string]string{"status": "ready", "redis": "ok", "events": "ok"}, body)
+
+	redisSrv.Stop(t)
+	require.Eventually(t, func() bool { code, body = readyz(); return code == http.StatusServiceUnavailable }, 30*time.Second,
+		50*time.Millisecond, "still ready without Redis: %v", body)
+	assert.Equal(t, "not ready", body["redis"])
+	assert.Contains(t, nt.Log(), "not ready")
+	redisSrv.Start(t)
+	require.NoError(t, nt.AwaitReady(context.Background(), time.Minute), nt.LogTail())
+}

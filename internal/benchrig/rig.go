@@ -101,6 +101,10 @@ func (r *Rig) RecordHistory(h *history.Store) {
 	}
 }
 
+// KafkaAddrs are the rig's broker addresses: a consumer of EventsTopic beside detection (the notifier
+// in cmd/hbbench's notify scenario) reads there.
+func (r *Rig) KafkaAddrs() []string { return r.kafka.Addrs }
+
 // Close stops the publisher and the broker.
 func (r *Rig) Close() {
 	_ = r.pub.Close()

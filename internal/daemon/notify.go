@@ -122,6 +122,10 @@ func RunNotify(ctx context.Context, opts NotifyOptions) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	// /readyz answers from the last background round, so probes cost Redis and Kafka nothing; as on the
+	// daemon's open /readyz, the reasons are in the log, not in the answer.
+	health := newHealth(p.notifier.Ready, HealthOptions{Logger: p.log})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { notifyReadyz(w, health) })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	p.log.Info("heartbeatd notify starting", zap.String("version", opts.Build.Version), zap.String("group_id", p.cfg.Notify.GroupID),
 		zap.String("http", ln.Addr().String()))
@@ -150,6 +154,12 @@ func RunNotify(ctx context.Context, opts NotifyOptions) error {
 		return p.clock.Run(ctx)
 	})
 	lc.add("notifier", p.notifier.Run)
+	lc.add("health", func(ctx context.Context) error {
+		stop := health.Start(ctx)
+		<-ctx.Done()
+		stop()
+		return nil
+	})
 	if opts.Started != nil {
 		opts.Started(ln.Addr().String())
 	}
@@ -164,4 +174,23 @@ func NotifyTest(ctx context.Context, configPath string, env func(string) (string
 	}
 	defer p.rdb.Close()
 	return p.notifier.Test(ctx, receiver)
+}
+
+// notifyReadyz is `heartbeatd notify`'s /readyz: 200 when every check of Notifier.Ready passed, 503
+// naming the failing ones (and "starting" before the first round).
+func notifyReadyz(w http.ResponseWriter, health *Health) {
+	rd, checked := health.current()
+	if !checked {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+		return
+	}
+	body := map[string]string{"status": "ready"}
+	status := http.StatusOK
+	for name, err := range rd.Checks {
+		body[name] = "ok"
+		if err != nil {
+			body[name], body["status"], status = "not ready", "not ready", http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, status, body)
 }

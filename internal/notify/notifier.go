@@ -56,6 +56,10 @@ type Notifier struct {
 	store     *store
 	metrics   *metrics
 	bad       atomic.Int64 // records skipped as no event
+	// clientID names this process in the consumer group (memberID).
+	clientID string
+	// readyBehind is Ready's bound on the records the held partitions are behind (readyBehind).
+	readyBehind int64
 }
 
 // build compiles the receivers and routes: every template and matcher, each error naming its key.
@@ -111,7 +115,15 @@ func New(opts Options) (*Notifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Notifier{opts: opts, log: opts.Logger.With(zap.String("component", "notify")), now: opts.Now, routes: rs,
+	// The reader's own dialer, naming this process to the group so Ready finds its membership.
+	dialer := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
+	if opts.Dialer != nil {
+		d := *opts.Dialer
+		dialer = &d
+	}
+	dialer.ClientID = memberID()
+	opts.Dialer = dialer
+	n := &Notifier{clientID: dialer.ClientID, readyBehind: readyBehind, opts: opts, log: opts.Logger.With(zap.String("component", "notify")), now: opts.Now, routes: rs,
 		receivers: map[string]*outlet{}, metrics: newMetrics(opts.Registerer),
 		store: &store{rdb: opts.Redis, keys: newKeyspace(opts.KeyPrefix), ttl: opts.Notify.GiveUp() + time.Hour}}
 	for _, r := range opts.Notify.Receivers {

@@ -157,7 +157,7 @@ notify:
 }
 
 // counterValue reads heartbeatd_notifications_total{receiver, result} from reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, receiver, result string) float64 {
+func counterValue(t testing.TB, reg *prometheus.Registry, receiver, result string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	require.NoError(t, err)

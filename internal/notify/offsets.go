@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -15,12 +14,8 @@ import (
 // skipped, even when the notifier dies before its first commit on that partition (a reader's own
 // "start at the end" would look for the end again at its next start).
 func (n *Notifier) startAtEnd(ctx context.Context) error {
-	transport := &kafka.Transport{DialTimeout: 10 * time.Second}
-	if d := n.opts.Dialer; d != nil {
-		transport.TLS, transport.SASL = d.TLS, d.SASLMechanism
-	}
-	defer transport.CloseIdleConnections()
-	client := &kafka.Client{Addr: kafka.TCP(n.opts.Brokers...), Timeout: 10 * time.Second, Transport: transport}
+	client, done := n.admin()
+	defer done()
 	topic := n.opts.Topic
 	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
