@@ -273,7 +273,7 @@ type Detection struct {
 	// consumers and alert rules can tell a working pipeline from a silent one.
 	WatchdogEvery time.Duration `yaml:"watchdog_every"`
 	// SweepEvery is how often each slot's owner looks over its dormant incidents for a device that is
-	// back (deadline.Sweeper): the bound on how late a recovery whose probe was lost is reported.
+	// back (sweep.Sweeper): the bound on how late a recovery whose probe was lost is reported.
 	SweepEvery time.Duration `yaml:"sweep_every"`
 	// ParentWait is how long past its parent's deadline a silent child waits for the parent's verdict
 	// (docs/concepts.md) before it alarms on its own.

@@ -66,7 +66,7 @@ type ClaimResult struct {
 	NextDeadline, NextAlarm time.Time
 	// SlotNext is, per claimed slot in the order given, the earlier of the two in that slot, the claim's
 	// own time when that slot returned a full batch, or zero when neither is known: the scanner sleeps
-	// until the earliest instead of polling, and claims only the slots due (scanner.go, slotSchedule).
+	// until the earliest instead of polling, and claims only the slots due (internal/scan, slotSchedule).
 	SlotNext []time.Time
 }
 
@@ -198,7 +198,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		}
 	}
 	s.holdDeferredBack(res.Claims, opts.Now, opts.WatermarkFor)
-	if l := s.layout.Load(); l.moving() && len(res.Claims) > 0 {
+	if l := s.layout.Load(); l.Moving() && len(res.Claims) > 0 {
 		if res.Claims, err = s.dropStaleMoved(ctx, l, res.Claims); err != nil {
 			return res, err
 		}

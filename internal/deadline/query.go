@@ -51,7 +51,7 @@ func scoreDeadline(score float64) (time.Time, int) {
 // Device returns what Redis knows of id; found is false when it knows nothing. While a doubling settles,
 // an incident still kept in the device's old slot is found there.
 func (s *Store) Device(ctx context.Context, id string) (d Device, found bool, err error) {
-	l := s.currentLayout()
+	l := s.Layout()
 	d, found, err = s.deviceIn(ctx, id, Slot(id, l.Slots))
 	if old, moved := l.oldSlot(id); err == nil && moved && d.Incident == nil {
 		od, ofound, oerr := s.deviceIn(ctx, id, old)
@@ -318,7 +318,7 @@ func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Ti
 	slots := layout.Slots
 	bySlot := map[int][]int{}
 	for i, c := range claims {
-		if (c.Fresh || c.CommittedSuppression) && !layout.moving() {
+		if (c.Fresh || c.CommittedSuppression) && !layout.Moving() {
 			continue
 		}
 		bySlot[c.Slot] = append(bySlot[c.Slot], i)

@@ -119,8 +119,15 @@ func (s *Store) Keys() Keyspace { return s.keys }
 // Slots returns the number of slots now.
 func (s *Store) Slots() int { return s.layout.Load().Slots }
 
-// currentLayout returns the slot layout in force.
-func (s *Store) currentLayout() Layout { return *s.layout.Load() }
+// Layout returns the slot layout in force.
+func (s *Store) Layout() Layout { return *s.layout.Load() }
+
+// Now is the store's clock (Options.Now), the one its stored times are on.
+func (s *Store) Now() time.Time { return s.now() }
+
+// Woken fires (without blocking) when WakeChildren made alarm entries due, so this process's scanner
+// claims them at once instead of at its next idle poll.
+func (s *Store) Woken() <-chan struct{} { return s.woken }
 
 // Ping reports whether Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -251,7 +258,7 @@ return probed
 // when the signal that put it back arrived, or is caught by the claim's acknowledgement, which compares
 // with the deadlines set. Skipping the probe halves the commands Redis runs per batch. The one gap is a
 // probe that never ran after its ZADD did: a failed second round trip is closed by RefreshRetry, a crash
-// between the two by the dormant sweep (sweep.go). Untyped signals need the type recorded in Redis to
+// between the two by the dormant sweep (dormant.go). Untyped signals need the type recorded in Redis to
 // compute their deadline and go through refreshScript: one call per batch on a standalone server, one per
 // slot on Redis Cluster (a script's keys must share a hash slot there); it always probes.
 func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
@@ -274,7 +281,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	now := s.now().UnixMilli()
 	layout := s.layout.Load()
 	var moved movedSignals
-	if layout.moving() {
+	if layout.Moving() {
 		var err error
 		if moved, err = s.resolveMoved(ctx, layout, signals); err != nil {
 			return err

@@ -542,7 +542,7 @@ func (s *Store) recordedOf(ctx context.Context, signals []Signal, which []int) (
 // with, as the refresh script finds it: its deadline score, else its open incident's state, in its slot
 // and, while a doubling settles, its old slot; 0 (default) and not known for a device Redis does not know.
 func (s *Store) recorded(ctx context.Context, devices []string) (types []int, known []bool, err error) {
-	l := s.currentLayout()
+	l := s.Layout()
 	type reads struct {
 		score, oldScore *redis.FloatCmd
 		state, oldState *redis.StringCmd
