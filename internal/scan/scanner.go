@@ -27,8 +27,9 @@ type ScannerOptions struct {
 	// Watermark returns what hold-back lets a claim at now take, per device timeout; nil = every passed
 	// deadline.
 	Watermark func(now time.Time) deadline.WatermarkFunc
-	// HeardAfter returns deadline.ClaimOptions.HeardAfter at now: the end of the latest blind window that still
-	// holds some devices back; nil = reported failures wait for their type's watermark like any deadline.
+	// HeardAfter returns deadline.ClaimOptions.HeardAfter at now: the end of the latest blind window that
+	// still holds some devices back; nil = reported failures wait for their type's watermark like any
+	// deadline.
 	HeardAfter func(now time.Time) time.Time
 	Now        func() time.Time // nil = time.Now
 	// MaxIdleWait is the longest sleep when no earlier deadline is known (detection.max_idle_wait); it
