@@ -357,8 +357,6 @@ const (
 
 	// MaxSlots is Redis Cluster's hash slot count: more deadline slots could not spread any further.
 	MaxSlots = 16384
-	// MaxTypes is how many type names fit in the 10 bits internal/deadline folds into each deadline score.
-	MaxTypes = 1024
 	// DefaultType is the policy every unknown or absent type gets; it must be configured.
 	DefaultType = "default"
 )

@@ -44,7 +44,7 @@ type Claim struct {
 	// Cause is why the incident began when it was not silence (a reported failure, offline); nil: silence.
 	Cause *Cause
 	// LastSignal is the device's last signal before the incident when its deadline was written under
-	// another timeout than its type's now (a reload, a new own timeout; typeidentity.go); zero otherwise,
+	// another timeout than its type's now (a reload, a new own timeout; internal/typeindex); zero otherwise,
 	// when it is the deadline less the policy's lead.
 	LastSignal time.Time
 }
@@ -140,7 +140,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	}
 	wm, wmByType := s.watermarkByIndex(opts.watermark(), opts.WatermarkFor)
 	now := opts.Now.UnixMilli()
-	repeats := s.types.byIndex(s.repeatEvery)
+	repeats := byIndex(s.types, s.repeatEvery)
 	acts := repeats.render(func(every time.Duration) string {
 		if every == 0 {
 			return dormantScore(now)
@@ -219,7 +219,7 @@ func (s *Store) watermarks(wm time.Time, watermarkFor WatermarkFunc) (time.Time,
 	if watermarkFor == nil {
 		return wm, nil
 	}
-	names := s.types.names()
+	names := s.types.Names()
 	byIndex := make([]time.Time, len(names))
 	low, uniform := wm, true
 	for i, name := range names {

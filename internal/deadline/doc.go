@@ -8,7 +8,9 @@
 // It is storage only, as asynq's rdb is to asynq: the keys of the slots (keys.go), each script beside the
 // one method that runs it, the state codec (state.go), and typed operations on them, including the parent
 // links of gateways and what their children wait for (parents.go, wake.go), the registry (registry.go),
-// flapping histories (flaps.go) and reported causes (cause.go). The background loops that drive it live
+// flapping histories (flaps.go) and reported causes (cause.go). Type names become the indexes folded
+// into the scores through internal/typeindex, on the hash this package names (Keyspace.Types), and the
+// reclaim of unused indexes scans the slots here (typereclaim.go). The background loops that drive it live
 // apart and call its exported methods: the scanner and slot ownership in internal/scan (Claim, Peek,
 // JoinReplicas, LeaseSlots, RefreshLayout), the sweeper in internal/sweep (SweepDormant, WakeParked,
 // PruneFlaps, ForgetSilent, …). They import this package, never the other way round. The other packages'

@@ -168,7 +168,7 @@ func (m movedSignal) score(ctx context.Context, sig Signal, s *Store) (int64, er
 		if t < 0 && m.hasIncidentState {
 			t = m.oldIncidentType
 		}
-		name = s.types.name(ctx, max(t, 0))
+		name = s.types.Name(ctx, max(t, 0))
 	}
 	r, err := s.resolve(ctx, name)
 	if err != nil {
