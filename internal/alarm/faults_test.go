@@ -19,6 +19,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
+	"github.com/heartbeatd/heartbeatd/internal/sweep"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
@@ -223,7 +224,7 @@ func TestCrashBeforeRecoveryProbeRecoveredWithinSweep(t *testing.T) {
 		require.NoError(t, f.Store.Refresh(ctx, sig), "the redelivery")
 		require.Empty(t, f.at(80*time.Second+time.Millisecond), "nothing due: the gap the sweep closes")
 
-		sweeper := deadline.NewSweeper(deadline.SweeperOptions{Store: f.Store, Every: 20 * time.Millisecond,
+		sweeper := sweep.New(sweep.Options{Store: f.Store, Every: 20 * time.Millisecond,
 			Slots: func() []int { return testenv.AllSlots(f.Store.Slots()) }})
 		sctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup

@@ -60,7 +60,7 @@ type HandlerOptions struct {
 }
 
 // Handler turns a wake-up's claims into events: re-check, decide, publish the batch, then acknowledge
-// in Redis. Its Handle is deadline.ScannerOptions.Handle.
+// in Redis. Its Handle is scan.ScannerOptions.Handle.
 type Handler struct {
 	opts HandlerOptions
 	log  *zap.Logger

@@ -12,6 +12,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
+	"github.com/heartbeatd/heartbeatd/internal/scan"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -197,7 +198,7 @@ types:
 	t.Cleanup(func() { _ = pub.Close() })
 	h := NewHandler(HandlerOptions{Store: store, Sink: pub, Policies: func() *config.Policies { return policies },
 		ParentWait: time.Hour, Logger: zaptest.NewLogger(t)})
-	scanner := deadline.NewScanner(deadline.ScannerOptions{Store: store, Slots: func() []int { return testenv.AllSlots(8) },
+	scanner := scan.NewScanner(scan.ScannerOptions{Store: store, Slots: func() []int { return testenv.AllSlots(8) },
 		Handle: h.Handle, MaxIdleWait: time.Hour, Concurrency: 4, Logger: zaptest.NewLogger(t)})
 	now := time.Now()
 	signals := []deadline.Signal{{Device: "hub", Type: "hub", Seen: now}}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/scan"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -29,7 +30,7 @@ func TestWatchdog(t *testing.T) {
 	m := NewMetrics(nil)
 	h := NewHandler(HandlerOptions{Store: store, Sink: pub, Policies: func() *config.Policies { return policies }, Metrics: m,
 		Logger: zaptest.NewLogger(t)})
-	scanner := deadline.NewScanner(deadline.ScannerOptions{Store: store, Slots: func() []int { return testenv.AllSlots(8) },
+	scanner := scan.NewScanner(scan.ScannerOptions{Store: store, Slots: func() []int { return testenv.AllSlots(8) },
 		Handle: h.Handle, MaxIdleWait: 20 * time.Millisecond, Concurrency: 2, Logger: zaptest.NewLogger(t)})
 	const every = 100 * time.Millisecond
 	w := NewWatchdog(WatchdogOptions{ReplicaID: "replica-a", Every: every, Handler: h, Alive: scanner.LastWakeUp,

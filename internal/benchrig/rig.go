@@ -21,6 +21,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
 	"github.com/heartbeatd/heartbeatd/internal/history"
+	"github.com/heartbeatd/heartbeatd/internal/scan"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
@@ -142,7 +143,7 @@ func (r *Rig) startScannerWith(corr *correlate.Correlator) (stop func() error) {
 	for i := range slots {
 		slots[i] = i
 	}
-	sc := deadline.NewScanner(deadline.ScannerOptions{Store: r.Store, Slots: func() []int { return slots }, Handle: h.Handle,
+	sc := scan.NewScanner(scan.ScannerOptions{Store: r.Store, Slots: func() []int { return slots }, Handle: h.Handle,
 		MaxIdleWait: config.DefaultMaxIdleWait, Lease: config.DefaultLease, Batch: config.DefaultDetectionBatch,
 		Concurrency: config.DefaultScanners})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -273,7 +273,7 @@ type Detection struct {
 	// consumers and alert rules can tell a working pipeline from a silent one.
 	WatchdogEvery time.Duration `yaml:"watchdog_every"`
 	// SweepEvery is how often each slot's owner looks over its dormant incidents for a device that is
-	// back (deadline.Sweeper): the bound on how late a recovery whose probe was lost is reported.
+	// back (sweep.Sweeper): the bound on how late a recovery whose probe was lost is reported.
 	SweepEvery time.Duration `yaml:"sweep_every"`
 	// ParentWait is how long past its parent's deadline a silent child waits for the parent's verdict
 	// (docs/concepts.md) before it alarms on its own.
@@ -357,8 +357,6 @@ const (
 
 	// MaxSlots is Redis Cluster's hash slot count: more deadline slots could not spread any further.
 	MaxSlots = 16384
-	// MaxTypes is how many type names fit in the 10 bits internal/deadline folds into each deadline score.
-	MaxTypes = 1024
 	// DefaultType is the policy every unknown or absent type gets; it must be configured.
 	DefaultType = "default"
 )

@@ -13,6 +13,7 @@ import (
 	"unicode"
 
 	"github.com/heartbeatd/heartbeatd/internal/ident"
+	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 )
 
 // validator collects every problem, each naming its key, so one run of check-config lists them all.
@@ -164,8 +165,8 @@ func (c *Config) validateTypes(v *validator) {
 	if _, ok := c.Types[DefaultType]; !ok {
 		v.add("types.default", "required")
 	}
-	if len(c.Types) > MaxTypes {
-		v.add("types", "%d types: at most %d fit in a deadline score", len(c.Types), MaxTypes)
+	if p := typeindex.CountProblem(len(c.Types)); p != "" {
+		v.add("types", "%s", p)
 	}
 	names := make([]string, 0, len(c.Types))
 	for name := range c.Types {

@@ -20,7 +20,9 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/holdback"
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
 	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
+	"github.com/heartbeatd/heartbeatd/internal/scan"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
+	"github.com/heartbeatd/heartbeatd/internal/sweep"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -41,11 +43,11 @@ func build(cfg *config.Config, coord *config.Coordinator, reg *prometheus.Regist
 	}
 	d.replica = cfg.Cluster.ReplicaIDOrDefault()
 	d.metrics = alarm.NewMetrics(reg)
-	d.forgotten = deadline.NewForgottenCounter(reg)
+	d.forgotten = sweep.NewForgottenCounter(reg)
 	d.slotsOwned = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "slots_owned", Help: "Slots this replica scans."})
 	reg.MustRegister(d.slotsOwned)
 	pol := d.policies.Load()
-	d.ownership = deadline.NewOwnership(d.store, deadline.OwnershipOptions{ReplicaID: d.replica, Heartbeat: cfg.Cluster.ReplicaHeartbeat,
+	d.ownership = scan.NewOwnership(d.store, scan.OwnershipOptions{ReplicaID: d.replica, Heartbeat: cfg.Cluster.ReplicaHeartbeat,
 		SlotLease: cfg.Cluster.SlotLease, RetireAfter: pol.LongestTimeout() + pol.LongestCycle(), Logger: log,
 		Now: d.clock.Now, Eligible: func() bool { return d.holdBack.Scans() }})
 	var err error

@@ -30,7 +30,9 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/internal/notify"
+	"github.com/heartbeatd/heartbeatd/internal/scan"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
+	"github.com/heartbeatd/heartbeatd/internal/sweep"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -131,7 +133,7 @@ type daemon struct {
 	silences  *silence.Silences
 	metrics   *alarm.Metrics
 	forgotten prometheus.Counter // heartbeatd_devices_forgotten_total, which retention feeds
-	ownership *deadline.Ownership
+	ownership *scan.Ownership
 	holdBack  *holdback.Tracker
 	// correlator groups interruptions into outages; nil while correlation is off.
 	correlator *correlate.Correlator
@@ -335,7 +337,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 
 	wake := make(chan struct{}, 1)
-	scanner := deadline.NewScanner(deadline.ScannerOptions{Store: d.store, Slots: d.ownership.Slots, Handle: d.handler.Handle,
+	scanner := scan.NewScanner(scan.ScannerOptions{Store: d.store, Slots: d.ownership.Slots, Handle: d.handler.Handle,
 		Watermark: d.holdBack.WatermarkFor, HeardAfter: d.holdBack.HeardAfter, Now: d.clock.Now, MaxIdleWait: d.cfg.Detection.MaxIdleWait,
 		Lease: d.cfg.Detection.Lease, Batch: d.cfg.Detection.Batch, Concurrency: d.cfg.Detection.Scanners, Logger: d.log, Wake: wake})
 
@@ -378,7 +380,7 @@ func (d *daemon) run(ctx context.Context) error {
 	lc.add("watchdog", alarm.NewWatchdog(alarm.WatchdogOptions{ReplicaID: d.replica, Every: d.cfg.Detection.WatchdogEvery,
 		Handler: d.handler, Alive: scanner.LastWakeUp, MaxQuiet: d.cfg.Detection.WatchdogEvery + d.cfg.Detection.MaxIdleWait,
 		Now: d.clock.Now, Logger: d.log}).Run)
-	lc.add("dormant sweep", deadline.NewSweeper(deadline.SweeperOptions{Store: d.store, Slots: d.ownership.Slots,
+	lc.add("dormant sweep", sweep.New(sweep.Options{Store: d.store, Slots: d.ownership.Slots,
 		Every: d.cfg.Detection.SweepEvery, ForgetAfter: d.cfg.Retention.ForgetAfter,
 		FlapWindow: func() time.Duration { return d.policies.Load().LongestFlapWindow() },
 		Forgotten:  d.forget, Logger: d.log}).Run)

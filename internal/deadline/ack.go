@@ -291,7 +291,7 @@ func (s *Store) SetAcked(ctx context.Context, device string) (bool, error) {
 
 // slotsOf returns the device's slot and, while a doubling settles, its old slot.
 func (s *Store) slotsOf(device string) []int {
-	l := s.currentLayout()
+	l := s.Layout()
 	slots := []int{Slot(device, l.Slots)}
 	if old, moved := l.oldSlot(device); moved {
 		slots = append(slots, old)

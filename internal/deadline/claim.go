@@ -44,7 +44,7 @@ type Claim struct {
 	// Cause is why the incident began when it was not silence (a reported failure, offline); nil: silence.
 	Cause *Cause
 	// LastSignal is the device's last signal before the incident when its deadline was written under
-	// another timeout than its type's now (a reload, a new own timeout; typeidentity.go); zero otherwise,
+	// another timeout than its type's now (a reload, a new own timeout; internal/typeindex); zero otherwise,
 	// when it is the deadline less the policy's lead.
 	LastSignal time.Time
 }
@@ -66,7 +66,7 @@ type ClaimResult struct {
 	NextDeadline, NextAlarm time.Time
 	// SlotNext is, per claimed slot in the order given, the earlier of the two in that slot, the claim's
 	// own time when that slot returned a full batch, or zero when neither is known: the scanner sleeps
-	// until the earliest instead of polling, and claims only the slots due (scanner.go, slotSchedule).
+	// until the earliest instead of polling, and claims only the slots due (internal/scan, slotSchedule).
 	SlotNext []time.Time
 }
 
@@ -140,7 +140,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 	}
 	wm, wmByType := s.watermarkByIndex(opts.watermark(), opts.WatermarkFor)
 	now := opts.Now.UnixMilli()
-	repeats := s.types.byIndex(s.repeatEvery)
+	repeats := byIndex(s.types, s.repeatEvery)
 	acts := repeats.render(func(every time.Duration) string {
 		if every == 0 {
 			return dormantScore(now)
@@ -198,7 +198,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		}
 	}
 	s.holdDeferredBack(res.Claims, opts.Now, opts.WatermarkFor)
-	if l := s.layout.Load(); l.moving() && len(res.Claims) > 0 {
+	if l := s.layout.Load(); l.Moving() && len(res.Claims) > 0 {
 		if res.Claims, err = s.dropStaleMoved(ctx, l, res.Claims); err != nil {
 			return res, err
 		}
@@ -219,7 +219,7 @@ func (s *Store) watermarks(wm time.Time, watermarkFor WatermarkFunc) (time.Time,
 	if watermarkFor == nil {
 		return wm, nil
 	}
-	names := s.types.names()
+	names := s.types.Names()
 	byIndex := make([]time.Time, len(names))
 	low, uniform := wm, true
 	for i, name := range names {

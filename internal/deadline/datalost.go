@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 )
 
 // A Redis that lost heartbeatd's data (a restart without persistence, a failover to a replica that had
@@ -166,17 +164,11 @@ func (s *Store) payTypes(ctx context.Context) error {
 	if !s.lost.typesOwed.Load() {
 		return nil
 	}
-	if err := s.types.restore(ctx); err != nil {
+	if err := s.types.Restore(ctx); err != nil {
 		return err
 	}
 	s.lost.typesOwed.Store(false)
 	return nil
-}
-
-// setMissing is redisutil.SetMissing, by the name the type registry (types.go) and the overrides
-// table (registry.go) write back with; it is for the store's own hashes only.
-func setMissing(ctx context.Context, rdb redis.UniversalClient, key string, pairs []any) (int64, error) {
-	return redisutil.SetMissing(ctx, rdb, key, pairs)
 }
 
 // newEpoch draws the epoch a new layout is written with.

@@ -155,11 +155,11 @@ end
 return n
 `)
 
-// wakeParked looks over one page of slot's parked claims (a ZSCAN step from cursor reading about count)
+// WakeParked looks over one page of slot's parked claims (a ZSCAN step from cursor reading about count)
 // and makes due those whose device signalled again, so a parked claim recovers on its device's next
 // signal within one sweep, not only when an operator re-drives it. It returns the next page's cursor (0
 // when the slot is done) and how many claims it made due.
-func (s *Store) wakeParked(ctx context.Context, slot int, cursor uint64, count int) (next uint64, woken int, err error) {
+func (s *Store) WakeParked(ctx context.Context, slot int, cursor uint64, count int) (next uint64, woken int, err error) {
 	entries, next, err := s.rdb.ZScan(ctx, s.keys.dead(slot), cursor, "", int64(count)).Result()
 	if err != nil {
 		return 0, 0, fmt.Errorf("deadline: parked claims of slot %d: %w", slot, err)

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
-	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
 // park claims dev and parks it with reason, as the alarm loop does after Kafka refused it too often.
@@ -77,9 +76,9 @@ func TestRequeueDropsParkedClaimsWithoutIncident(t *testing.T) {
 	})
 }
 
-// TestParkedClaimRecoversOnItsDevicesNextSignal: the sweep makes due the parked claim of a device that
-// signalled again, so its recovery is reported without an operator's requeue; a device still silent
-// stays parked.
+// TestParkedClaimRecoversOnItsDevicesNextSignal: WakeParked, the sweep's step, makes due the parked claim
+// of a device that signalled again, so its recovery is reported without an operator's requeue; a device
+// still silent stays parked.
 func TestParkedClaimRecoversOnItsDevicesNextSignal(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
@@ -89,8 +88,15 @@ func TestParkedClaimRecoversOnItsDevicesNextSignal(t *testing.T) {
 		f.Refresh(t, deadline.Signal{Device: "back", Type: "gateway", Seen: f.Clock.Now()})
 		require.Empty(t, f.ClaimAll(t, deadline.ClaimOptions{}).Claims, "parked: the probe does not reach it")
 
-		sw := deadline.NewSweeper(deadline.SweeperOptions{Store: f.Store, Slots: func() []int { return testenv.AllSlots(f.Store.Slots()) }})
-		require.NoError(t, sw.Pass(ctx))
+		for slot := range f.Store.Slots() {
+			for cursor := uint64(0); ; {
+				next, _, err := f.Store.WakeParked(ctx, slot, cursor, 1000)
+				require.NoError(t, err)
+				if cursor = next; cursor == 0 {
+					break
+				}
+			}
+		}
 		res := f.ClaimAll(t, deadline.ClaimOptions{})
 		require.Equal(t, []string{"back"}, devices(res.Claims), "its recovery is due at once")
 		require.Zero(t, res.Claims[0].State.Failures, "a fresh count of attempts")

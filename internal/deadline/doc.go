@@ -5,10 +5,15 @@
 // come in through Options' callbacks, a device's own timeout is resolved here (owntimeout.go), and a
 // fresh claim is committed as the alarm loop's usual decision (commit, below).
 //
-// Besides the keys of the slots (keys.go), the scripts and the state codec, it holds the background loops
-// that use them (the scanner, scanner.go; slot ownership, ownership.go; the dormant sweep and retention,
-// sweep.go), the parent links of gateways and what their children wait for (parents.go, wake.go), the
-// registry (registry.go), flapping histories (flaps.go) and reported causes (cause.go). The other packages'
+// It is storage only, as asynq's rdb is to asynq: the keys of the slots (keys.go), each script beside the
+// one method that runs it, the state codec (state.go), and typed operations on them, including the parent
+// links of gateways and what their children wait for (parents.go, wake.go), the registry (registry.go),
+// flapping histories (flaps.go) and reported causes (cause.go). Type names become the indexes folded
+// into the scores through internal/typeindex, on the hash this package names (Keyspace.Types), and the
+// reclaim of unused indexes scans the slots here (typereclaim.go). The background loops that drive it live
+// apart and call its exported methods: the scanner and slot ownership in internal/scan (Claim, Peek,
+// JoinReplicas, LeaseSlots, RefreshLayout), the sweeper in internal/sweep (SweepDormant, WakeParked,
+// PruneFlaps, ForgetSilent, …). They import this package, never the other way round. The other packages'
 // keys are their own (internal/holdback, internal/correlate, internal/silence).
 //
 // Read this first: the other files use these words in this sense only.
@@ -43,7 +48,7 @@
 //   - parked: a claim whose events Kafka refused for their content too often (Park), kept in the slot's
 //     dead set with its incident's state and no act, until Requeue makes it due again (dead.go).
 //   - sweep: each slot's owner looking over the slot's dormant incidents now and then for a device back
-//     in the deadlines set, the safety net for a recovery probe that never ran (sweep.go).
+//     in the deadlines set, the safety net for a recovery probe that never ran (dormant.go, internal/sweep).
 //
 // The current figures these choices give are in docs/benchmarks.md; the same-run A/B measurements that
 // decided them are in that page's history (git log -p docs/benchmarks.md).

@@ -24,7 +24,7 @@ func (s *Store) anyScheduled() bool {
 		return false
 	}
 	now := s.now()
-	for _, name := range s.types.names() {
+	for _, name := range s.types.Names() {
 		if _, ok := s.expected(cmp.Or(name, DefaultType), now); ok {
 			return true
 		}
@@ -35,13 +35,13 @@ func (s *Store) anyScheduled() bool {
 // untypedTable is the refresh script's timeout table: a type with expected times gets -k, pointing at the
 // k-th deadline each untyped signal carries (refreshScript); expectedNames are those types, in order.
 func (s *Store) untypedTable() (typeTable, []string) {
-	table := s.types.byIndex(s.lead)
+	table := byIndex(s.types, s.lead)
 	if s.typeExpected == nil {
 		return table, nil
 	}
 	var names []string
 	probe := s.now()
-	for i, name := range s.types.names() {
+	for i, name := range s.types.Names() {
 		if name == "" {
 			name = DefaultType
 		}

@@ -41,22 +41,10 @@ func (s *Store) AsLinkedByOlderVersion(ctx context.Context, parents ...string) e
 // LoseData is what the store does when it finds that Redis lost data (datalost.go).
 func (s *Store) LoseData() { s.dataLost() }
 
-// Peek is peek: what an idle look at slots finds.
-func (s *Store) Peek(ctx context.Context, slots []int, opts ClaimOptions) (bool, ClaimResult, error) {
-	return s.peek(ctx, slots, opts)
-}
-
 // SetNamed marks every parent as being in the named-parents sets.
 func (s *Store) SetNamed(ctx context.Context) error {
 	return s.rdb.Set(ctx, s.keys.parentsInUse(), parentsNamed, 0).Err()
 }
-
-// The package's own parts its black-box tests drive directly (the daemon reaches them only through the
-// store's and the scanner's loops).
-var (
-	Assign = assign
-	Owner  = owner
-)
 
 const DormantAfter = dormantAfter
 
@@ -67,13 +55,8 @@ func (k Keyspace) Children(p string) string     { return k.children(p) }
 func (k Keyspace) NamedParents(p string) string { return k.namedParents(p) }
 func (k Keyspace) Parents(child string) string  { return k.parents(child) }
 func (k Keyspace) Flaps(slot int) string        { return k.flaps(slot) }
-func (k Keyspace) Replicas() string             { return k.replicas() }
 
-func (s *Store) Layout() Layout                                  { return s.currentLayout() }
 func (s *Store) DoubleSlots(ctx context.Context) (Layout, error) { return s.doubleSlots(ctx) }
-func (s *Store) RetireLayout(ctx context.Context, retireAfter time.Duration) (bool, error) {
-	return s.retireLayout(ctx, retireAfter)
-}
 func (s *Store) DeleteMany(ctx context.Context, devices []string) ([]bool, error) {
 	return s.deleteMany(ctx, devices)
 }
@@ -82,19 +65,6 @@ func (s *Store) Registered(ctx context.Context, devices []string) ([]bool, error
 }
 func (s *Store) TypeIndex(ctx context.Context, name string) (int, error) {
 	return s.typeIndex(ctx, name)
-}
-func (s *Store) ForgetSilent(ctx context.Context, slot int, cursor uint64, count int, before time.Time) (uint64, []string, error) {
-	return s.forgetSilent(ctx, slot, cursor, count, before)
-}
-func (s *Store) SweepDormant(ctx context.Context, slot int, cursor uint64, count int) (uint64, int, error) {
-	return s.sweepDormant(ctx, slot, cursor, count)
-}
-func (w *Sweeper) Pass(ctx context.Context) error { return w.pass(ctx) }
-func (l Layout) Moving() bool                     { return l.moving() }
-
-// RepairNamedParents is what each sweeper pass runs after the dormant sweep (parentrepair.go).
-func (s *Store) RepairNamedParents(ctx context.Context) (bool, error) {
-	return s.repairNamedParents(ctx)
 }
 
 // ParentsMark is the fleet's parents mark: "named", "1" or "" when absent.

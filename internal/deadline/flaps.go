@@ -72,7 +72,7 @@ func (s *Store) RecordFlaps(ctx context.Context, updates []FlapUpdate) error {
 
 // A device's interruption history lives as long as flapping detection can use it: its entry goes with the
 // device (deleteMany, retention) and, once its newest interruption is older than every type's flapping
-// window, with the sweep (pruneFlaps): a device that stopped flapping, changed to a type without
+// window, with the sweep (PruneFlaps): a device that stopped flapping, changed to a type without
 // flapping, moved slot in a doubling or was deleted while its claim was being handled leaves nothing
 // behind for good.
 
@@ -95,11 +95,11 @@ end
 return n
 `)
 
-// pruneFlaps looks at one page of slot's flap histories (an HSCAN step from cursor of about count
+// PruneFlaps looks at one page of slot's flap histories (an HSCAN step from cursor of about count
 // fields) and deletes those whose newest interruption is before `before`: flapping detection, which only
 // counts interruptions within the window, would never read them again. It returns the next cursor (0 at
 // the end) and how many it deleted.
-func (s *Store) pruneFlaps(ctx context.Context, slot int, cursor uint64, count int, before time.Time) (uint64, int, error) {
+func (s *Store) PruneFlaps(ctx context.Context, slot int, cursor uint64, count int, before time.Time) (uint64, int, error) {
 	fields, next, err := s.rdb.HScan(ctx, s.keys.flaps(slot), cursor, "", int64(count)).Result()
 	if err != nil {
 		return 0, 0, fmt.Errorf("deadline: prune flaps, slot %d: %w", slot, err)

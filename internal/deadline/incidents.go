@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 )
 
 // OpenIncident is an incident whose interruption (or `late`) was reported and that no operator
@@ -72,8 +74,8 @@ func (s *Store) ScanOpenIncidents(ctx context.Context, slot int, cursor uint64, 
 		if err != nil || (st.Next == 0 && st.Hold != HoldLate) || st.Acked {
 			continue
 		}
-		recorded := s.types.name(ctx, st.TypeIndex)
-		typ, _ := splitOwnType(recorded)
+		recorded := s.types.Name(ctx, st.TypeIndex)
+		typ, _ := typeindex.SplitOwnType(recorded)
 		out = append(out, OpenIncident{Device: kv[i], Type: typ, Timeout: s.timeout(recorded),
 			WarnAfter: s.warnAfter(recorded), State: st})
 	}

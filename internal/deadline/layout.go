@@ -31,8 +31,8 @@ type Layout struct {
 	Losses int64
 }
 
-// moving reports whether a doubling is settling.
-func (l Layout) moving() bool { return l.Previous > 0 }
+// Moving reports whether a doubling is settling.
+func (l Layout) Moving() bool { return l.Previous > 0 }
 
 // oldSlot returns the device's slot under the previous count when a doubling is settling and it differs.
 func (l Layout) oldSlot(device string) (int, bool) {
@@ -111,12 +111,12 @@ func (s *Store) RefreshLayout(ctx context.Context) (Layout, error) {
 func (s *Store) runLayout(ctx context.Context, slots int, op string) (Layout, error) {
 	v, err := layoutScript.Run(ctx, s.rdb, []string{s.keys.Layout()}, slots, s.now().UnixMilli(), op, newEpoch()).Result()
 	if err != nil {
-		return s.currentLayout(), fmt.Errorf("deadline: slot layout: %w", err)
+		return s.Layout(), fmt.Errorf("deadline: slot layout: %w", err)
 	}
 	r := replyReader{script: "layout"}
 	f := r.fields(v, 5)
 	if r.err != nil {
-		return s.currentLayout(), r.err
+		return s.Layout(), r.err
 	}
 	l := Layout{Slots: int(r.int(f[0], "slots")), Previous: int(r.int(f[1], "previous")), Epoch: r.string(f[3], "epoch"),
 		Losses: r.int(f[4], "losses")}
@@ -125,9 +125,9 @@ func (s *Store) runLayout(ctx context.Context, slots int, op string) (Layout, er
 	}
 	switch {
 	case r.err != nil:
-		return s.currentLayout(), r.err
+		return s.Layout(), r.err
 	case l.Slots <= 0 || l.Slots&(l.Slots-1) != 0:
-		return s.currentLayout(), fmt.Errorf("deadline: slot layout in Redis has %d slots, not a power of two", l.Slots)
+		return s.Layout(), fmt.Errorf("deadline: slot layout in Redis has %d slots, not a power of two", l.Slots)
 	}
 	before := s.layout.Swap(&l)
 	s.followLosses(ctx, *before, l)
@@ -168,7 +168,7 @@ func (m movedSignal) score(ctx context.Context, sig Signal, s *Store) (int64, er
 		if t < 0 && m.hasIncidentState {
 			t = m.oldIncidentType
 		}
-		name = s.types.name(ctx, max(t, 0))
+		name = s.types.Name(ctx, max(t, 0))
 	}
 	r, err := s.resolve(ctx, name)
 	if err != nil {
@@ -281,13 +281,13 @@ func (s *Store) dropStaleMoved(ctx context.Context, l *Layout, claims []Claim) (
 	return kept, nil
 }
 
-// retireLayout finishes a settled doubling once retireAfter (the longest timeout plus one repeat cycle)
+// RetireLayout finishes a settled doubling once retireAfter (the longest timeout plus one repeat cycle)
 // has passed since it began: the open incidents and any entries left in old slots move to their new slot,
 // then the previous count is forgotten. Any replica may call it; a short lock keeps it to one at a time.
 // It returns whether the layout was retired.
-func (s *Store) retireLayout(ctx context.Context, retireAfter time.Duration) (bool, error) {
-	l := s.currentLayout()
-	if !l.moving() || s.now().Before(l.ChangedAt.Add(retireAfter)) {
+func (s *Store) RetireLayout(ctx context.Context, retireAfter time.Duration) (bool, error) {
+	l := s.Layout()
+	if !l.Moving() || s.now().Before(l.ChangedAt.Add(retireAfter)) {
 		return false, nil
 	}
 	lock := s.keys.Layout() + ":retiring"

@@ -2,41 +2,17 @@ package deadline
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
-	"github.com/heartbeatd/heartbeatd/internal/ident"
+	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 )
 
 // A device registered with its own timeout (docs/http-api.md, "Device registry") is recorded under a
-// type name of its own, "<type>@<timeout>", so that its score's type index says which timeout its
-// deadline was set with. That name is this package's encoding and never leaves it: claims, devices and
+// type name of its own, "<type>@<timeout>" (typeindex.OwnTypeName), so that its score's type index says
+// which timeout its deadline was set with. That name never leaves the store: claims, devices and
 // incidents carry the configured type and the own timeout apart, and the policy callbacks (Options) are
-// asked about configured types only. Configured type names cannot hold the mark (ident.TypeProblem).
-const ownTypeSep = ident.OwnTimeoutMark
-
-// ownTypeName is the name a device with its own timeout is recorded under.
-func ownTypeName(typ string, timeout time.Duration) string {
-	if typ == "" {
-		typ = DefaultType
-	}
-	return typ + ownTypeSep + timeout.String()
-}
-
-// splitOwnType splits a recorded type name into the configured type and the own timeout (0 for a
-// configured type's name).
-func splitOwnType(name string) (typ string, own time.Duration) {
-	i := strings.LastIndex(name, ownTypeSep)
-	if i < 0 {
-		return name, 0
-	}
-	d, err := time.ParseDuration(name[i+1:])
-	if err != nil || d <= 0 {
-		return name, 0
-	}
-	return name[:i], d
-}
+// asked about configured types only.
 
 // The policy of a recorded type name: its configured type's, under config.Policy.WithOwnTimeout's rule
 // for a device's own timeout (the one statement of it, which internal/alarm decides with too).
@@ -45,7 +21,7 @@ func splitOwnType(name string) (typ string, own time.Duration) {
 // asks the callback alone.
 
 func (s *Store) timeout(name string) time.Duration {
-	typ, own := splitOwnType(name)
+	typ, own := typeindex.SplitOwnType(name)
 	if own <= 0 {
 		return s.typeTimeout(typ)
 	}
@@ -53,7 +29,7 @@ func (s *Store) timeout(name string) time.Duration {
 }
 
 func (s *Store) warnAfter(name string) time.Duration {
-	typ, own := splitOwnType(name)
+	typ, own := typeindex.SplitOwnType(name)
 	if own <= 0 {
 		return s.typeWarnAfter(typ)
 	}
@@ -61,14 +37,14 @@ func (s *Store) warnAfter(name string) time.Duration {
 }
 
 func (s *Store) repeatEvery(name string) time.Duration {
-	typ, _ := splitOwnType(name)
+	typ, _ := typeindex.SplitOwnType(name)
 	return s.typeRepeatEvery(typ)
 }
 
 // expected is Options.Expected for a recorded type name: false for a device's own timeout, which
 // replaces its type's schedule (config.Policy.WithOwnTimeout).
 func (s *Store) expected(name string, seen time.Time) (time.Time, bool) {
-	typ, own := splitOwnType(name)
+	typ, own := typeindex.SplitOwnType(name)
 	if s.typeExpected == nil || own > 0 {
 		return time.Time{}, false
 	}
@@ -77,7 +53,7 @@ func (s *Store) expected(name string, seen time.Time) (time.Time, bool) {
 
 // typeOf is the configured type and own timeout a type index stands for.
 func (s *Store) typeOf(ctx context.Context, idx int) (typ string, own time.Duration) {
-	return splitOwnType(s.types.name(ctx, idx))
+	return typeindex.SplitOwnType(s.types.Name(ctx, idx))
 }
 
 // recordedType is the name the claim's device is recorded under.
@@ -88,7 +64,7 @@ func (d Device) recordedType() string { return recordedName(d.Type, d.OwnTimeout
 
 func recordedName(typ string, own time.Duration) string {
 	if own > 0 {
-		return ownTypeName(typ, own)
+		return typeindex.OwnTypeName(typ, own)
 	}
 	return typ
 }

@@ -11,7 +11,7 @@ import (
 
 // After a data loss the store marks <prefix>:parents:any 1 (allNamed): the named-parents sets may miss
 // parents whose links survived. Left so, every later gateway storm wakes every device's children for
-// good. repairNamedParents, run by the sweepers, names the parent of every surviving link again and
+// good. RepairNamedParents, run by the sweepers, names the parent of every surviving link again and
 // then marks the sets complete, so a storm costs what it did before the loss. One replica at a time
 // (<prefix>:parents:repair, a lease of repairLease); a link written meanwhile names its parent itself.
 
@@ -34,9 +34,9 @@ if redis.call('GET', KEYS[1]) == '1' then
 end
 return 0`)
 
-// repairNamedParents names the parent of every link again when the mark says the sets may be
+// RepairNamedParents names the parent of every link again when the mark says the sets may be
 // incomplete; it reports whether it marked them complete. Nothing to do costs one GET.
-func (s *Store) repairNamedParents(ctx context.Context) (bool, error) {
+func (s *Store) RepairNamedParents(ctx context.Context) (bool, error) {
 	v, err := s.rdb.Get(ctx, s.keys.parentsInUse()).Result()
 	if errors.Is(err, redis.Nil) || (err == nil && v != "1") {
 		return false, nil

@@ -400,8 +400,8 @@ func (s *Store) unlinkNow(ctx context.Context, links [][2]string, parents []stri
 	return err
 }
 
-// payUnlinks does the unlinks owed since Redis failed them (unlink); the sweep calls it every pass.
-func (s *Store) payUnlinks(ctx context.Context) error {
+// PayUnlinks does the unlinks owed since Redis failed them (unlink); the sweep calls it every pass.
+func (s *Store) PayUnlinks(ctx context.Context) error {
 	if !s.links.owing() {
 		return nil
 	}
@@ -520,7 +520,7 @@ func (s *Store) readParents(ctx context.Context, ids []string) (map[string]Paren
 		return out, nil
 	}
 	l := s.layout.Load()
-	if l.moving() { // rare: an incident may still live in the old slot; Device looks in both
+	if l.Moving() { // rare: an incident may still live in the old slot; Device looks in both
 		for _, id := range ids {
 			d, found, err := s.Device(ctx, id)
 			if err != nil {

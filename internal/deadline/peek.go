@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// peek reads the earliest deadline, alarm entry and reported failure of each of slots in one pipeline,
+// Peek reads the earliest deadline, alarm entry and reported failure of each of slots in one pipeline,
 // claiming nothing. It reports whether a Claim with opts would find work in any of them (a deadline due by
 // the claim's watermark, an alarm entry due by now, or a reported failure whose deadline passed, which a
 // signal older than it may have moved on: every claim step starts from one of those),
@@ -22,7 +22,7 @@ import (
 // While hold-back holds some types, the earliest deadline may be held, so each slot's next deadline is
 // the first after now of a type not held among its first nextScanBound members (read instead of the
 // first alone: one command per slot still); while it holds every type there is none.
-func (s *Store) peek(ctx context.Context, slots []int, opts ClaimOptions) (due bool, res ClaimResult, err error) {
+func (s *Store) Peek(ctx context.Context, slots []int, opts ClaimOptions) (due bool, res ClaimResult, err error) {
 	if len(slots) == 0 {
 		return false, res, nil
 	}

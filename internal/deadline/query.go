@@ -32,7 +32,8 @@ type Device struct {
 	Parent string
 	// LastSignal is the recorded last signal of a device whose type has expected times (its last before
 	// the open incident, if any), or the last signal behind a deadline written under another timeout
-	// than its type's now (typeidentity.go); zero for the others, whose last signal is deadline − timeout.
+	// than its type's now (internal/typeindex, names.go); zero for the others, whose last signal is
+	// deadline − timeout.
 	LastSignal time.Time
 	// Cause is why the open incident began when it was not silence (a reported failure, offline); nil
 	// for silence. Without an incident (Device only, not List): the cause of the moved deadline the device
@@ -51,7 +52,7 @@ func scoreDeadline(score float64) (time.Time, int) {
 // Device returns what Redis knows of id; found is false when it knows nothing. While a doubling settles,
 // an incident still kept in the device's old slot is found there.
 func (s *Store) Device(ctx context.Context, id string) (d Device, found bool, err error) {
-	l := s.currentLayout()
+	l := s.Layout()
 	d, found, err = s.deviceIn(ctx, id, Slot(id, l.Slots))
 	if old, moved := l.oldSlot(id); err == nil && moved && d.Incident == nil {
 		od, ofound, oerr := s.deviceIn(ctx, id, old)
@@ -151,12 +152,12 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 	if limit <= 0 {
 		limit = 100
 	}
-	if opts.Type != "" && !s.types.mayHold(opts.Type) {
+	if opts.Type != "" && !s.types.MayHold(opts.Type) {
 		// Another replica may have registered it since this one read the registry.
-		if err := s.types.reload(ctx); err != nil {
+		if err := s.types.Reload(ctx); err != nil {
 			return nil, "", err
 		}
-		if !s.types.mayHold(opts.Type) {
+		if !s.types.MayHold(opts.Type) {
 			return nil, "", nil // no device can be of a type the registry never named
 		}
 	}
@@ -318,7 +319,7 @@ func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Ti
 	slots := layout.Slots
 	bySlot := map[int][]int{}
 	for i, c := range claims {
-		if (c.Fresh || c.CommittedSuppression) && !layout.moving() {
+		if (c.Fresh || c.CommittedSuppression) && !layout.Moving() {
 			continue
 		}
 		bySlot[c.Slot] = append(bySlot[c.Slot], i)

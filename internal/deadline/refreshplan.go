@@ -73,7 +73,7 @@ func (s *Store) planSignal(ctx context.Context, p *refreshPlan, layout *Layout, 
 		if known && rec != r.idx && !expected {
 			// Another index than the stored one: compared by signal times, not deadlines (retime.go).
 			// Forgotten, not learned: the write may lose to a newer signal, and the next one reads it.
-			if sig.Type != "" && s.types.name(ctx, rec) != r.name {
+			if sig.Type != "" && s.types.Name(ctx, rec) != r.name {
 				p.retyped = append(p.retyped, sig.Device)
 			}
 			p.retimed = append(p.retimed, retimedSignal{slot: Slot(sig.Device, layout.Slots), device: sig.Device, score: score,

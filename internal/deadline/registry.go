@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
+	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 )
 
 // The device registry (docs/http-api.md, "Device registry"): devices an operator expects, with an optional
@@ -92,7 +95,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 		timeout := s.timeout(name)
 		if reg.TimeoutMs > 0 {
 			timeout = time.Duration(reg.TimeoutMs) * time.Millisecond
-			name = ownTypeName(reg.Type, timeout)
+			name = typeindex.OwnTypeName(reg.Type, timeout)
 			pipe.HSet(ctx, s.keys.overrides(), dev, name)
 			changed = true
 		} else if table != nil && table.byDev[dev] != "" { // an override removed
@@ -152,17 +155,17 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 }
 
 // typeIndexFor is the type index a registration records; a per-device timeout name is registered first.
-// A full registry is reclaimed (typereclaim.go) and asked once more.
+// A full registry is reclaimed (typereclaim.go, internal/typeindex) and asked once more.
 func (s *Store) typeIndexFor(ctx context.Context, name string, perDevice bool) (int, error) {
 	if !perDevice {
 		return s.typeIndex(ctx, name)
 	}
-	i, err := s.types.allow(ctx, name, AsStored(s.lead(name)))
+	i, err := s.types.Allow(ctx, name, AsStored(s.lead(name)))
 	if errors.Is(err, ErrTypesFull) {
 		if freed, rerr := s.maybeReclaimTypes(ctx, true); rerr != nil {
 			return 0, rerr
 		} else if freed > 0 {
-			i, err = s.types.allow(ctx, name, AsStored(s.lead(name)))
+			i, err = s.types.Allow(ctx, name, AsStored(s.lead(name)))
 		}
 	}
 	return i, err
@@ -287,7 +290,7 @@ func (s *Store) syncOverrides(ctx context.Context) error {
 	for _, name := range all {
 		if !seen[name] {
 			seen[name] = true
-			if _, err := s.types.allow(ctx, name, AsStored(s.lead(name))); err != nil {
+			if _, err := s.types.Allow(ctx, name, AsStored(s.lead(name))); err != nil {
 				return err
 			}
 		}
@@ -323,7 +326,7 @@ func (s *Store) restoreOverrides(ctx context.Context, table *overrideTable, v in
 	for dev, name := range table.byDev {
 		pairs = append(pairs, dev, name)
 	}
-	if _, err := setMissing(ctx, s.rdb, s.keys.overrides(), pairs); err != nil {
+	if _, err := redisutil.SetMissing(ctx, s.rdb, s.keys.overrides(), pairs); err != nil {
 		return 0, fmt.Errorf("deadline: restore overrides: %w", err)
 	}
 	next, err := s.rdb.IncrBy(ctx, s.keys.overridesVersion(), table.version+1).Result()

@@ -4,29 +4,16 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Retention (docs/configuration.md, "retention"): a device silent that long and not registered is forgotten
 // (its incident, alarm entry and links deleted), so a fleet's turnover does not grow Redis forever. A
 // registered device is expected: it is never forgotten, however long it stays silent.
 
-// NewForgottenCounter is heartbeatd_devices_forgotten_total, for SweeperOptions.Forgotten to add to,
-// registered with reg (nil = not registered).
-func NewForgottenCounter(reg prometheus.Registerer) prometheus.Counter {
-	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "devices_forgotten_total",
-		Help: "Devices forgotten after retention.forget_after of silence, not being registered."})
-	if reg != nil {
-		reg.MustRegister(c)
-	}
-	return c
-}
-
-// forgetSilent looks at one page of slot's open incidents (an HSCAN step from cursor of about count
+// ForgetSilent looks at one page of slot's open incidents (an HSCAN step from cursor of about count
 // fields) and forgets the devices whose incident's deadline is before `before`, that have not signalled
 // since and are not registered. It returns the next cursor (0 at the end) and the devices forgotten.
-func (s *Store) forgetSilent(ctx context.Context, slot int, cursor uint64, count int, before time.Time) (uint64, []string, error) {
+func (s *Store) ForgetSilent(ctx context.Context, slot int, cursor uint64, count int, before time.Time) (uint64, []string, error) {
 	fields, next, err := s.rdb.HScan(ctx, s.keys.state(slot), cursor, "", int64(count)).Result()
 	if err != nil {
 		return 0, nil, fmt.Errorf("deadline: retention slot %d: %w", slot, err)

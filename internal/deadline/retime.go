@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// luaRetime defines the Lua side of a score whose type index changes (typeidentity.go):
+// luaRetime defines the Lua side of a score whose type index changes (internal/typeindex, names.go):
 //
 //	numbers(list)                        the numbers of a comma-separated list, by type index from 1
 //	supersedes(cur, score, seen, now, leads)

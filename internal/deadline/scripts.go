@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 )
 
 // The Lua scripts spell none of the constants they share with Go. A script's source names each one as
@@ -19,11 +21,6 @@ var scriptConstants = strings.NewReplacer(
 	"${inFlightRecheck}", strconv.FormatInt(inFlightRecheck.Milliseconds(), 10),
 	"${DormantAfter}", strconv.Itoa(dormantAfter),
 	"${DefaultType}", luaString(DefaultType),
-	// The type registry's fields that are not names (typereclaim.go).
-	"${typeFieldMarkByte}", strconv.Itoa(int(typeFieldMark[0])),
-	"${typeRetiredField}", luaString(typeRetiredField),
-	"${typeVersionField}", luaString(typeVersionField),
-	"${typeReclaimField}", luaString(typeReclaimField),
 	// State hashes and encoded states (state.go).
 	"${stateGuardField}", luaString(stateGuardField),
 	"${stateGuardValue}", luaString(stateGuardValue),
@@ -103,37 +100,11 @@ const (
 	listSep = ","
 )
 
-// newScript is redis.NewScript of src with the shared constants filled in. A name it does not know is a
-// programming error, so it panics at package init rather than fail in Redis at the first call.
-func newScript(src string) *redis.Script {
-	s := scriptConstants.Replace(src)
-	if i := strings.Index(s, "${"); i >= 0 {
-		end := strings.IndexByte(s[i:], '}')
-		panic(fmt.Sprintf("deadline: script constant %s is not defined", s[i:i+max(end+1, 2)]))
-	}
-	return redis.NewScript(s)
-}
+// newScript is redisutil.NewScript with the shared constants above.
+func newScript(src string) *redis.Script { return redisutil.NewScript(scriptConstants, src) }
 
-// luaString quotes s as a Lua string literal; bytes outside printable ASCII become decimal escapes.
-func luaString(s string) string {
-	var b strings.Builder
-	b.WriteByte('\'')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\n':
-			b.WriteString(`\n`)
-		case c == '\'' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < ' ' || c > '~':
-			fmt.Fprintf(&b, `\%03d`, c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
-}
+// luaString is redisutil.LuaString, by the name the constants above are written with.
+func luaString(s string) string { return redisutil.LuaString(s) }
 
 // replyReader checks the fields of a script reply as go-redis returns it (Lua numbers as int64, strings
 // as string, tables as []any). The first field that is not what the script returns sticks in err, named.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 )
 
 // Store is the deadline engine over one Redis (standalone or Cluster).
@@ -19,7 +21,7 @@ type Store struct {
 	rdb    redis.UniversalClient
 	keys   Keyspace
 	layout atomic.Pointer[Layout]
-	types  *typeRegistry
+	types  *typeindex.Registry
 	now    func() time.Time
 	// woken fires (without blocking) when WakeChildren made alarm entries due, so this process's scanner
 	// claims them at once instead of at its next idle poll.
@@ -97,7 +99,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	if warnAfter == nil {
 		warnAfter = func(string) time.Duration { return 0 }
 	}
-	s := &Store{rdb: rdb, keys: keys, types: newTypeRegistry(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
+	s := &Store{rdb: rdb, keys: keys, types: typeindex.New(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
 		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
 		typeMem: newTypeMemory()}
 	s.layout.Store(&Layout{Slots: opts.Slots})
@@ -119,8 +121,15 @@ func (s *Store) Keys() Keyspace { return s.keys }
 // Slots returns the number of slots now.
 func (s *Store) Slots() int { return s.layout.Load().Slots }
 
-// currentLayout returns the slot layout in force.
-func (s *Store) currentLayout() Layout { return *s.layout.Load() }
+// Layout returns the slot layout in force.
+func (s *Store) Layout() Layout { return *s.layout.Load() }
+
+// Now is the store's clock (Options.Now), the one its stored times are on.
+func (s *Store) Now() time.Time { return s.now() }
+
+// Woken fires (without blocking) when WakeChildren made alarm entries due, so this process's scanner
+// claims them at once instead of at its next idle poll.
+func (s *Store) Woken() <-chan struct{} { return s.woken }
 
 // Ping reports whether Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -251,7 +260,7 @@ return probed
 // when the signal that put it back arrived, or is caught by the claim's acknowledgement, which compares
 // with the deadlines set. Skipping the probe halves the commands Redis runs per batch. The one gap is a
 // probe that never ran after its ZADD did: a failed second round trip is closed by RefreshRetry, a crash
-// between the two by the dormant sweep (sweep.go). Untyped signals need the type recorded in Redis to
+// between the two by the dormant sweep (dormant.go). Untyped signals need the type recorded in Redis to
 // compute their deadline and go through refreshScript: one call per batch on a standalone server, one per
 // slot on Redis Cluster (a script's keys must share a hash slot there); it always probes.
 func (s *Store) Refresh(ctx context.Context, signals []Signal) error {
@@ -274,7 +283,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	now := s.now().UnixMilli()
 	layout := s.layout.Load()
 	var moved movedSignals
-	if layout.moving() {
+	if layout.Moving() {
 		var err error
 		if moved, err = s.resolveMoved(ctx, layout, signals); err != nil {
 			return err
@@ -496,16 +505,16 @@ func isNoScript(cmd *redis.Cmd) bool { return redis.HasErrorPrefix(cmd.Err(), "N
 
 // Load reads the type registry so that the types other replicas registered resolve from the start, and
 // registers names (the configured types) so they have indexes before the first signal needs them; from
-// then on only these names are recorded (types.go). It refuses more names than MaxTypes: their devices
-// could not be told apart in a deadline score.
+// then on only these names are recorded (typeindex.Registry.Configure). It refuses more names than
+// MaxTypes: their devices could not be told apart in a deadline score.
 func (s *Store) Load(ctx context.Context, names ...string) error {
-	if len(names) > MaxTypes {
-		return fmt.Errorf("deadline: %d types: at most %d fit in a deadline score", len(names), MaxTypes)
+	if p := typeindex.CountProblem(len(names)); p != "" {
+		return fmt.Errorf("deadline: %s", p)
 	}
-	if err := s.types.reload(ctx); err != nil {
+	if err := s.types.Reload(ctx); err != nil {
 		return err
 	}
-	s.types.configure(names)
+	s.types.Configure(names)
 	for _, n := range append([]string{DefaultType}, names...) {
 		if _, err := s.typeIndex(ctx, n); err != nil {
 			return err

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
@@ -27,12 +26,6 @@ func TestTypeRegistryIsSharedBetweenStores(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "brand-new-type", d.Type, "a replica that never saw the name resolves it from Redis")
 	})
-}
-
-// Config validates the type count without Redis (check-config) and cannot import this package: its copy of
-// the limit must be the score's.
-func TestConfigKnowsTheScoresTypeLimit(t *testing.T) {
-	require.Equal(t, deadline.MaxTypes, config.MaxTypes)
 }
 
 func TestLoadRefusesMoreTypesThanFitInAScore(t *testing.T) {
@@ -74,7 +67,7 @@ func TestOnlyConfiguredTypesAreRecorded(t *testing.T) {
 	registry, err := rdb.HGetAll(ctx, store.Keys().Types()).Result()
 	require.NoError(t, err)
 	// Index 0 is the default type as older versions recorded it; a configured name is recorded with the
-	// timeout its scores are written with (typeidentity.go).
+	// timeout its scores are written with (internal/typeindex, names.go).
 	require.Equal(t, map[string]string{"default": "0", "default\x1f60000": "1", "gateway\x1f30000": "2"}, registry,
 		"only configured names are recorded")
 	mem, err := rdb.MemoryUsage(ctx, store.Keys().Types()).Result()

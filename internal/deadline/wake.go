@@ -316,7 +316,7 @@ func (s *Store) wake(ctx context.Context, kids []wakeUp, slots int, at time.Time
 		}
 	}
 	record := ""
-	if commit && !l.moving() {
+	if commit && !l.Moving() {
 		record = s.newRecord()
 	}
 	called := make([]int, 0, len(bySlot))

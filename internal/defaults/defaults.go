@@ -1,5 +1,5 @@
 // Package defaults fills in what an Options struct left unset, one line per option: every constructor
-// of heartbeatd (internal/ingest/chain.go NewChain, internal/deadline/sweep.go NewSweeper, …) has a list of them.
+// of heartbeatd (internal/ingest/chain.go NewChain, internal/sweep New, …) has a list of them.
 package defaults
 
 // Positive is v, or def when v is zero or negative: an unset (or meaningless) count, size or duration.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/scan"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 )
@@ -268,7 +269,7 @@ func TestOwnershipOnStackRedis(t *testing.T) {
 	// A lease held by a replica that died lapses in real time (miniredis with ClockTTL), so the live replica
 	// takes the slot over.
 	require.NoError(t, rdb.Set(ctx, store.Keys().Owner(0), "dead-replica", 300*time.Millisecond).Err())
-	own := deadline.NewOwnership(store, deadline.OwnershipOptions{ReplicaID: "r1", Heartbeat: 50 * time.Millisecond, SlotLease: 400 * time.Millisecond})
+	own := scan.NewOwnership(store, scan.OwnershipOptions{ReplicaID: "r1", Heartbeat: 50 * time.Millisecond, SlotLease: 400 * time.Millisecond})
 	done := make(chan error, 1)
 	go func() { done <- own.Run(ctx) }()
 	require.Eventually(t, func() bool { return len(own.Slots()) == 8 }, 5*time.Second, 10*time.Millisecond)

@@ -269,7 +269,7 @@ func (h *Tracker) release() {
 // Watermark is the latest deadline that may be claimed at now of every device, whatever its timeout.
 func (h *Tracker) Watermark(now time.Time) time.Time { return h.WatermarkFor(now)(math.MaxInt64) }
 
-// WatermarkFor is what may be claimed at now, per device timeout (deadline.ScannerOptions.Watermark):
+// WatermarkFor is what may be claimed at now, per device timeout (scan.ScannerOptions.Watermark):
 // the package's watermark over every replica's windows for that timeout, no later than the last stall
 // tick while a stall is being noticed nor than what the sources and the replicas carrying shares vouch
 // for, and nothing while this replica's clock cannot be trusted.
@@ -281,7 +281,7 @@ func (h *Tracker) WatermarkFor(now time.Time) deadline.WatermarkFunc {
 }
 
 // HeardAfter is the end of the latest blind window that holds some devices back at now, zero when none
-// does or only open ones do (deadline.ScannerOptions.HeardAfter). A window holds a device back for its
+// does or only open ones do (scan.ScannerOptions.HeardAfter). A window holds a device back for its
 // grace because a signal it sent inside may have been lost; a failure the device reported after the
 // window ended is its word since, which no lost signal can have overtaken, so it needs no grace. A window
 // still open holds such a failure anyway: its end is the watermark's business (WatermarkFor(0)).
@@ -337,7 +337,7 @@ func (h *Tracker) floor(now time.Time) (time.Time, []Window) {
 }
 
 // Scans reports whether this replica may scan: false while its clock cannot be trusted (bounded by
-// MaxHoldBack, like every hold). deadline.OwnershipOptions.Eligible.
+// MaxHoldBack, like every hold). scan.OwnershipOptions.Eligible.
 func (h *Tracker) Scans() bool { return !atNowLocked(h, h.clockHoldsLocked) }
 
 // atNowLocked is read(now) under h.mu, with now taken before the lock.

@@ -14,6 +14,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/ingest"
+	"github.com/heartbeatd/heartbeatd/internal/scan"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -47,7 +48,7 @@ types:
 		KnownType: func(name string) bool { _, ok := pol.Lookup(name); return ok }})
 	require.NoError(t, err)
 	handler := alarm.NewHandler(alarm.HandlerOptions{Store: store, Sink: r.events, Policies: func() *config.Policies { return pol }})
-	scanner := deadline.NewScanner(deadline.ScannerOptions{Store: store, Slots: func() []int { return testenv.AllSlots(8) },
+	scanner := scan.NewScanner(scan.ScannerOptions{Store: store, Slots: func() []int { return testenv.AllSlots(8) },
 		Handle: handler.Handle, MaxIdleWait: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

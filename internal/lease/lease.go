@@ -1,5 +1,5 @@
 // Package lease is heartbeatd's one Redis lease: a key held by one holder for a while, taken when free or
-// lapsed, renewed by its holder, given up only by its holder. Slot ownership (internal/deadline/ownership.go)
+// lapsed, renewed by its holder, given up only by its holder. Slot ownership (internal/scan/ownership.go)
 // holds one per slot, the correlator (internal/correlate/correlator.go) one for the replica that ends outages.
 //
 // A lease only keeps two replicas from doing the same work at once; nothing relies on it for correctness.
@@ -18,7 +18,7 @@ import (
 // lease afterwards (take, renew) or gave it up (release); 0 when another holder has it.
 //
 // Exported for callers that pipeline many leases with their own NOSCRIPT handling
-// (internal/deadline/ownership.go); one lease at a time goes through Lease.
+// (deadline.Store.LeaseSlots); one lease at a time goes through Lease.
 var Script = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if ARGV[2] == '0' then

@@ -90,8 +90,8 @@ func TestTinyTTLTakes(t *testing.T) {
 	require.True(t, held)
 }
 
-// Many leases in one pipeline, as slot ownership renews them (internal/deadline/ownership.go): each key's
-// reply stands on its own.
+// Many leases in one pipeline, as slot ownership renews them (deadline.Store.LeaseSlots): each key's reply
+// stands on its own.
 func TestScriptInPipeline(t *testing.T) {
 	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()

@@ -70,7 +70,7 @@ type Options struct {
 
 	// Store is where the re-sync lists the open incidents and reads parents; nil: no re-sync.
 	Store *deadline.Store
-	// Slots are the slots this replica owns (deadline.Ownership.Slots): the re-sync posts only theirs.
+	// Slots are the slots this replica owns (scan.Ownership.Slots): the re-sync posts only theirs.
 	Slots func() []int
 	// Silenced reports whether a silence covers the device now: its incident is not re-posted.
 	Silenced func(device, typ string, now time.Time) bool

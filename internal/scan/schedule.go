@@ -1,9 +1,9 @@
-package deadline
+package scan
 
 import "time"
 
 // slotSchedule is what one claim loop knows of its slots between wake-ups: when a claim of each may next
-// find work (ClaimResult.SlotNext), and when it last looked at all of them. A wake-up at a known due time
+// find work (deadline.ClaimResult.SlotNext), and when it last looked at all of them. A wake-up at a known due time
 // claims only the slots due then, so a deadline costs one slot's claim script rather than one per slot
 // of the loop's share; a look at every slot at least every MaxIdleWait still bounds how late a deadline
 // written since by another replica, or earlier than a slot's known next, is noticed.
@@ -72,7 +72,7 @@ func (p *slotSchedule) wait(owned []int, now time.Time, maxIdle time.Duration) t
 	return max(wake.Sub(now), 0)
 }
 
-// maxTime is the later of a and b (minTime's pair).
+// maxTime is the later of a and b.
 func maxTime(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b

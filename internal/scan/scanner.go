@@ -1,4 +1,4 @@
-package deadline
+package scan
 
 import (
 	"cmp"
@@ -10,24 +10,26 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 )
 
 // ScannerOptions configures a Scanner.
 type ScannerOptions struct {
-	Store *Store
+	Store *deadline.Store
 	// Slots returns the slots this replica owns now; it is asked on every wake-up.
 	Slots func() []int
 	// Handle receives each wake-up's claims. The scanner waits for it, so a slot's claims are never
 	// handled twice at once by one replica. An error backs the scanner off; the claims stay leased and
 	// come back when their lease runs out.
-	Handle func(ctx context.Context, claims []Claim) error
+	Handle func(ctx context.Context, claims []deadline.Claim) error
 	// Watermark returns what hold-back lets a claim at now take, per device timeout; nil = every passed
 	// deadline.
-	Watermark func(now time.Time) WatermarkFunc
-	// HeardAfter returns ClaimOptions.HeardAfter at now: the end of the latest blind window that still
-	// holds some devices back; nil = reported failures wait for their type's watermark like any deadline.
+	Watermark func(now time.Time) deadline.WatermarkFunc
+	// HeardAfter returns deadline.ClaimOptions.HeardAfter at now: the end of the latest blind window that
+	// still holds some devices back; nil = reported failures wait for their type's watermark like any
+	// deadline.
 	HeardAfter func(now time.Time) time.Time
 	Now        func() time.Time // nil = time.Now
 	// MaxIdleWait is the longest sleep when no earlier deadline is known (detection.max_idle_wait); it
@@ -109,7 +111,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 			wg.Wait()
 			return nil
 		case <-s.opts.Wake:
-		case <-s.opts.Store.woken:
+		case <-s.opts.Store.Woken():
 		}
 		for _, w := range wakes {
 			select {
@@ -173,7 +175,7 @@ func (s *Scanner) loop(ctx context.Context, i int, slotsOf func() []int, wake <-
 }
 
 // wakeUp claims the slots of owned that are due (slotSchedule), hands the claims over and returns how
-// long to sleep. When every slot is to be looked at again, it peeks at the others (Store.peek) and claims
+// long to sleep. When every slot is to be looked at again, it peeks at the others (Store.Peek) and claims
 // them only when something is due: most such looks in an idle fleet are the MaxIdleWait polls that bound
 // how late a deadline written elsewhere is noticed, and find nothing.
 func (s *Scanner) wakeUp(ctx context.Context, owned []int, sched *slotSchedule) (time.Duration, error) {
@@ -181,18 +183,18 @@ func (s *Scanner) wakeUp(ctx context.Context, owned []int, sched *slotSchedule) 
 		return s.opts.MaxIdleWait, nil
 	}
 	now := s.opts.Now()
-	var wm WatermarkFunc
+	var wm deadline.WatermarkFunc
 	if s.opts.Watermark != nil {
 		wm = s.opts.Watermark(now)
 	}
-	opts := ClaimOptions{Now: now, WatermarkFor: wm, Lease: s.opts.Lease, Batch: s.opts.Batch}
+	opts := deadline.ClaimOptions{Now: now, WatermarkFor: wm, Lease: s.opts.Lease, Batch: s.opts.Batch}
 	if s.opts.HeardAfter != nil {
 		opts.HeardAfter = s.opts.HeardAfter(now)
 	}
 	due, others := sched.split(owned, now)
 	stale := sched.stale(now, s.opts.MaxIdleWait)
 	if stale && len(others) > 0 {
-		peeked, res, err := s.opts.Store.peek(ctx, others, opts)
+		peeked, res, err := s.opts.Store.Peek(ctx, others, opts)
 		if err != nil {
 			return 0, err
 		}
@@ -214,7 +216,7 @@ func (s *Scanner) wakeUp(ctx context.Context, owned []int, sched *slotSchedule) 
 }
 
 // claim claims slots, hands the claims over and records when each slot is due next.
-func (s *Scanner) claim(ctx context.Context, slots []int, opts ClaimOptions, sched *slotSchedule) error {
+func (s *Scanner) claim(ctx context.Context, slots []int, opts deadline.ClaimOptions, sched *slotSchedule) error {
 	sched.claimed = opts.Now
 	res, err := s.opts.Store.Claim(ctx, slots, opts)
 	if err != nil {

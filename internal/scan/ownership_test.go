@@ -1,4 +1,4 @@
-package deadline_test
+package scan_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/scan"
 )
 
 func TestAssignBalancesAndMovesLittle(t *testing.T) {
@@ -20,7 +20,7 @@ func TestAssignBalancesAndMovesLittle(t *testing.T) {
 	owner := map[int]string{}
 	counts := map[string]int{}
 	for _, r := range replicas {
-		for _, s := range deadline.Assign(r, replicas, slots) {
+		for _, s := range scan.Assign(r, replicas, slots) {
 			require.Empty(t, owner[s], "slot %d assigned twice", s)
 			owner[s] = r
 			counts[r]++
@@ -34,7 +34,7 @@ func TestAssignBalancesAndMovesLittle(t *testing.T) {
 	joined := append(slices.Clone(replicas), "r5")
 	moved := 0
 	for s := range slots {
-		if now := deadline.Owner(s, joined); now != owner[s] {
+		if now := scan.Owner(s, joined); now != owner[s] {
 			require.Equal(t, "r5", now, "a join only moves slots to the newcomer")
 			moved++
 		}
@@ -44,7 +44,7 @@ func TestAssignBalancesAndMovesLittle(t *testing.T) {
 	left := []string{"r1", "r2", "r4"}
 	for s := range slots {
 		if owner[s] != "r3" {
-			require.Equal(t, owner[s], deadline.Owner(s, left), "a leave only moves the leaver's slots")
+			require.Equal(t, owner[s], scan.Owner(s, left), "a leave only moves the leaver's slots")
 		}
 	}
 }
@@ -52,17 +52,17 @@ func TestAssignBalancesAndMovesLittle(t *testing.T) {
 func TestOwnershipSharesTakesOverAndReleases(t *testing.T) {
 	eachFixture(t, 64, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		opts := func(id string) deadline.OwnershipOptions {
-			return deadline.OwnershipOptions{ReplicaID: id, Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond}
+		opts := func(id string) scan.OwnershipOptions {
+			return scan.OwnershipOptions{ReplicaID: id, Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond}
 		}
 		type replica struct {
-			own    *deadline.Ownership
+			own    *scan.Ownership
 			cancel context.CancelFunc
 			done   chan struct{}
 		}
 		start := func(id string) replica {
 			rctx, cancel := context.WithCancel(ctx)
-			r := replica{own: deadline.NewOwnership(f.Store, opts(id)), cancel: cancel, done: make(chan struct{})}
+			r := replica{own: scan.NewOwnership(f.Store, opts(id)), cancel: cancel, done: make(chan struct{})}
 			go func() { defer close(r.done); _ = r.own.Run(rctx) }()
 			return r
 		}
@@ -127,11 +127,11 @@ func TestOwnershipStepsAsideWhenNotEligible(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var eligible atomic.Bool
 		eligible.Store(true)
-		a := deadline.NewOwnership(f.Store, deadline.OwnershipOptions{ReplicaID: "a", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond})
-		b := deadline.NewOwnership(f.Store, deadline.OwnershipOptions{ReplicaID: "b", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond,
+		a := scan.NewOwnership(f.Store, scan.OwnershipOptions{ReplicaID: "a", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond})
+		b := scan.NewOwnership(f.Store, scan.OwnershipOptions{ReplicaID: "b", Heartbeat: 50 * time.Millisecond, SlotLease: 300 * time.Millisecond,
 			Eligible: eligible.Load})
 		var wg sync.WaitGroup
-		for _, o := range []*deadline.Ownership{a, b} {
+		for _, o := range []*scan.Ownership{a, b} {
 			wg.Go(func() { _ = o.Run(ctx) })
 		}
 		defer func() { cancel(); wg.Wait() }()

@@ -1,4 +1,4 @@
-package deadline_test
+package scan_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/scan"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
@@ -25,7 +26,7 @@ func realTimeStore(t *testing.T, f fixture, d time.Duration) *deadline.Store {
 
 // runScanner runs a scanner over all 8 slots until ctx is done; got receives every claim it hands over
 // (buffered for buffer claims) and done its Run's result.
-func runScanner(ctx context.Context, opts deadline.ScannerOptions, buffer int) (got <-chan deadline.Claim, done <-chan error) {
+func runScanner(ctx context.Context, opts scan.ScannerOptions, buffer int) (got <-chan deadline.Claim, done <-chan error) {
 	claims := make(chan deadline.Claim, buffer)
 	opts.Slots = func() []int { return testenv.AllSlots(8) }
 	opts.Handle = func(_ context.Context, cs []deadline.Claim) error {
@@ -34,7 +35,7 @@ func runScanner(ctx context.Context, opts deadline.ScannerOptions, buffer int) (
 		}
 		return nil
 	}
-	sc := deadline.NewScanner(opts)
+	sc := scan.NewScanner(opts)
 	result := make(chan error)
 	go func() { result <- sc.Run(ctx) }()
 	return claims, result
@@ -76,7 +77,7 @@ func TestScannersSleepUntilTheNextDeadline(t *testing.T) {
 			sigs = append(sigs, deadline.Signal{Device: fmt.Sprintf("dev-%02d", i), Seen: start.Add(time.Duration(i) * 40 * time.Millisecond)})
 		}
 		require.NoError(t, store.Refresh(ctx, sigs))
-		got, done := runScanner(ctx, deadline.ScannerOptions{Store: store, MaxIdleWait: time.Hour, Lease: time.Hour, Batch: 16, Concurrency: 3}, 2*n)
+		got, done := runScanner(ctx, scan.ScannerOptions{Store: store, MaxIdleWait: time.Hour, Lease: time.Hour, Batch: 16, Concurrency: 3}, 2*n)
 		awaitEachOnce(t, got, n, nil)
 		cancel()
 		require.NoError(t, <-done)
@@ -89,7 +90,7 @@ func TestScannerHandsClaimsAndStops(t *testing.T) {
 		defer cancel()
 		// Real time here: the scanner must wake at the deadline by itself.
 		store := realTimeStore(t, f, 200*time.Millisecond)
-		got, done := runScanner(ctx, deadline.ScannerOptions{Store: store, MaxIdleWait: time.Second, Lease: time.Minute, Batch: 16}, 10)
+		got, done := runScanner(ctx, scan.ScannerOptions{Store: store, MaxIdleWait: time.Second, Lease: time.Minute, Batch: 16}, 10)
 		require.NoError(t, store.Refresh(ctx, []deadline.Signal{{Device: "quiet", Seen: time.Now()}}))
 		select {
 		case c := <-got:
@@ -123,7 +124,7 @@ func testIdleScannerPeeks(t *testing.T, f fixture) {
 	far := realTimeStore(t, f, time.Hour)
 	require.NoError(t, far.Refresh(ctx, []deadline.Signal{{Device: "far", Seen: time.Now()}}))
 	got := make(chan deadline.Claim, 10)
-	sc := deadline.NewScanner(deadline.ScannerOptions{Store: store, MaxIdleWait: 20 * time.Millisecond, Lease: time.Minute, Batch: 16, Concurrency: 2,
+	sc := scan.NewScanner(scan.ScannerOptions{Store: store, MaxIdleWait: 20 * time.Millisecond, Lease: time.Minute, Batch: 16, Concurrency: 2,
 		Slots: func() []int { return testenv.AllSlots(8) },
 		Handle: func(_ context.Context, cs []deadline.Claim) error {
 			for _, c := range cs {
@@ -200,7 +201,7 @@ func TestScannerWakesForTypesNotHeld(t *testing.T) {
 				return now
 			}
 		}
-		got, done := runScanner(ctx, deadline.ScannerOptions{Store: store, Watermark: meterHeld, MaxIdleWait: time.Hour, Lease: time.Hour,
+		got, done := runScanner(ctx, scan.ScannerOptions{Store: store, Watermark: meterHeld, MaxIdleWait: time.Hour, Lease: time.Hour,
 			Batch: 16, Concurrency: 3}, 2*n)
 		awaitEachOnce(t, got, n, func(c deadline.Claim) { require.NotEqual(t, "meter", c.Type, "%s is held", c.Device) })
 		cancel()

@@ -1,19 +1,17 @@
-package deadline
+package scan
 
 import (
 	"context"
-	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
-	"github.com/heartbeatd/heartbeatd/internal/lease"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 )
 
@@ -80,7 +78,7 @@ type OwnershipOptions struct {
 // and holds a lease on each slot it wins. Correctness never rests on the leases (claims are atomic); they
 // only keep two replicas from scanning one slot at once.
 type Ownership struct {
-	store *Store
+	store *deadline.Store
 	opts  OwnershipOptions
 	log   *zap.Logger
 
@@ -93,7 +91,7 @@ type Ownership struct {
 }
 
 // NewOwnership returns the ownership of store's slots for one replica; Run maintains it.
-func NewOwnership(store *Store, opts OwnershipOptions) *Ownership {
+func NewOwnership(store *deadline.Store, opts OwnershipOptions) *Ownership {
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = config.DefaultReplicaHeartbeat
 	}
@@ -151,7 +149,7 @@ func (o *Ownership) tick(ctx context.Context) error {
 		}
 		return nil
 	}
-	before := o.store.currentLayout()
+	before := o.store.Layout()
 	l, err := o.store.RefreshLayout(ctx)
 	if err != nil {
 		o.lapse()
@@ -165,45 +163,37 @@ func (o *Ownership) tick(ctx context.Context) error {
 		o.log.Error("Redis lost heartbeatd's data (the slot layout written anew, or a slot's epoch marker gone from its master); what Redis alone held is gone "+
 			"(/readyz notes say what), the parent links, type names and per-device timeouts this replica remembers are written again", zap.Time("noticed", at))
 	}
-	if l.moving() && o.opts.RetireAfter > 0 {
-		if retired, err := o.store.retireLayout(ctx, o.opts.RetireAfter); err != nil {
+	if l.Moving() && o.opts.RetireAfter > 0 {
+		if retired, err := o.store.RetireLayout(ctx, o.opts.RetireAfter); err != nil {
 			o.log.Warn("retiring the old slot layout failed; retrying", zap.Error(err))
 		} else if retired {
 			o.log.Info("old slot layout retired", zap.Int("slots", l.Slots), zap.Int("previous", l.Previous))
 		}
 	}
-	rdb, keys := o.store.rdb, o.store.keys
-	now := o.opts.Now().UnixMilli()
-	pipe := rdb.Pipeline()
-	pipe.ZAdd(ctx, keys.replicas(), redis.Z{Score: float64(now), Member: o.opts.ReplicaID})
-	pipe.ZRemRangeByScore(ctx, keys.replicas(), "-inf", strconv.FormatInt(now-o.opts.SlotLease.Milliseconds(), 10))
-	live := pipe.ZRange(ctx, keys.replicas(), 0, -1)
-	if _, err := pipe.Exec(ctx); err != nil {
+	live, err := o.store.JoinReplicas(ctx, o.opts.ReplicaID, o.opts.Now(), o.opts.SlotLease)
+	if err != nil {
 		o.lapse()
-		return fmt.Errorf("deadline: ownership heartbeat: %w", err)
+		return err
 	}
-	want := assign(o.opts.ReplicaID, live.Val(), o.store.Slots())
-	var calls []scriptCall
-	for _, s := range want {
-		calls = append(calls, scriptCall{keys: []string{keys.Owner(s)}, args: lease.TakeArgs(o.opts.ReplicaID, o.opts.SlotLease)})
-	}
+	want := assign(o.opts.ReplicaID, live, o.store.Slots())
+	var gone []int
 	for _, s := range o.Slots() {
 		if !slices.Contains(want, s) {
-			calls = append(calls, scriptCall{keys: []string{keys.Owner(s)}, args: lease.ReleaseArgs(o.opts.ReplicaID)})
+			gone = append(gone, s)
 		}
 	}
-	if len(calls) == 0 {
+	if len(want)+len(gone) == 0 {
 		o.setHeld(nil)
 		return nil
 	}
-	cmds, err := o.store.runAll(ctx, lease.Script, calls)
+	mine, err := o.store.LeaseSlots(ctx, o.opts.ReplicaID, want, gone, o.opts.SlotLease)
 	if err != nil {
 		o.lapse()
-		return fmt.Errorf("deadline: slot leases: %w", err)
+		return err
 	}
 	var held []int
 	for i, s := range want {
-		if mine, _ := lease.Held(cmds[i]); mine {
+		if mine[i] {
 			held = append(held, s)
 		}
 	}
@@ -242,16 +232,12 @@ func (o *Ownership) setHeld(held []int) {
 func (o *Ownership) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	var calls []scriptCall
-	for _, s := range o.Slots() {
-		calls = append(calls, scriptCall{keys: []string{o.store.keys.Owner(s)}, args: lease.ReleaseArgs(o.opts.ReplicaID)})
-	}
-	if len(calls) > 0 {
-		if _, err := o.store.runAll(ctx, lease.Script, calls); err != nil {
+	if held := o.Slots(); len(held) > 0 {
+		if _, err := o.store.LeaseSlots(ctx, o.opts.ReplicaID, nil, held, 0); err != nil {
 			o.log.Warn("releasing slot leases failed; they lapse by themselves", zap.Error(err))
 		}
 	}
-	if err := o.store.rdb.ZRem(ctx, o.store.keys.replicas(), o.opts.ReplicaID).Err(); err != nil {
+	if err := o.store.LeaveReplicas(ctx, o.opts.ReplicaID); err != nil {
 		o.log.Warn("leaving the replica set failed", zap.Error(err))
 	}
 	o.mu.Lock()

@@ -1,110 +1,26 @@
-package deadline
+package sweep
 
 import (
 	"cmp"
 	"context"
-	"fmt"
-	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/defaults"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 )
-
-// The dormant sweep closes the one gap the recovery probe leaves (Refresh): a process that dies between
-// a refresh's ZADD and its probe leaves the device back in the deadlines set while its incident's alarm
-// entry stays where it was. An incident with an act ahead (a repeat, a silence's end) finds the device
-// back at that act; a dormant one (doc.go) has none, so nothing would ever report its recovery. Each
-// slot's owner looks over its slot's dormant alarm entries every SweeperOptions.Every and makes those
-// whose device is back due at once; the scanner then reports `recovered` as after a probe, within Every
-// and one pass of the signal. A pass costs Redis about a microsecond per alarm entry of the slot, almost
-// all of it ZSCAN (BenchmarkSweepDormant).
-
-// wakeDormantScript makes dormant alarm entries due now, each only if it is still dormant: between the
-// sweep's read and this call the entry may have been claimed and leased, and a leased entry made due
-// would be handed out twice.
-//
-// KEYS[1] alarms
-// ARGV[1] now (ms), then the devices
-// Reply: how many entries it made due.
-var wakeDormantScript = newScript(`
-local n = 0
-for i = 2, #ARGV do
-  local sc = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
-  if sc and sc >= ${DormantAfter} then
-    redis.call('ZADD', KEYS[1], ARGV[1], ARGV[i])
-    n = n + 1
-  end
-end
-return n
-`)
-
-// sweepDormant sweeps one page of slot's alarms set: a ZSCAN step from cursor reading about count
-// entries, one ZMSCORE of the dormant ones in the deadlines set (and, while a doubling settles, in the
-// devices' new slots), and for the devices found there a wakeDormantScript call. It returns the cursor
-// of the next page (0 when the slot is done) and how many incidents it made due. A ZSCAN pass returns
-// every entry present for the whole pass, so every incident dormant since a pass began is looked at by
-// the end of it.
-func (s *Store) sweepDormant(ctx context.Context, slot int, cursor uint64, count int) (next uint64, woken int, err error) {
-	entries, next, err := s.rdb.ZScan(ctx, s.keys.alarms(slot), cursor, "", int64(count)).Result()
-	if err != nil {
-		return 0, 0, fmt.Errorf("deadline: sweep slot %d: %w", slot, err)
-	}
-	var dormant []string
-	for i := 0; i+1 < len(entries); i += 2 {
-		// Scores come as Redis formats them (%.17g); an in-flight record is never dormant.
-		if sc, err := strconv.ParseFloat(entries[i+1], 64); err == nil && sc >= dormantAfter {
-			dormant = append(dormant, entries[i])
-		}
-	}
-	if len(dormant) == 0 {
-		return next, 0, nil
-	}
-	back, err := s.backInDeadlines(ctx, slot, dormant)
-	if err != nil || len(back) == 0 {
-		return next, 0, err
-	}
-	args := append([]any{s.now().UnixMilli()}, back...)
-	n, err := wakeDormantScript.Run(ctx, s.rdb, []string{s.keys.alarms(slot)}, args...).Int()
-	if err != nil {
-		return 0, 0, fmt.Errorf("deadline: sweep slot %d: %w", slot, err)
-	}
-	return next, n, nil
-}
-
-// backInDeadlines returns those of devices (with an incident in slot) that are back in the deadlines
-// set: they signalled since. While a doubling settles, a device's new slot is looked at too. One ZMSCORE
-// per slot, one round trip.
-func (s *Store) backInDeadlines(ctx context.Context, slot int, devices []string) ([]any, error) {
-	if len(devices) == 0 {
-		return nil, nil
-	}
-	layout := s.layout.Load()
-	bySlot := map[int][]int{}
-	for i, dev := range devices {
-		bySlot[slot] = append(bySlot[slot], i)
-		if now := Slot(dev, layout.Slots); now != slot {
-			bySlot[now] = append(bySlot[now], i)
-		}
-	}
-	back := make([]bool, len(devices))
-	err := s.deadlineScores(ctx, bySlot, func(i int) string { return devices[i] }, func(i int, _ float64) { back[i] = true })
-	if err != nil {
-		return nil, fmt.Errorf("deadline: slot %d: devices back: %w", slot, err)
-	}
-	return kept[any](devices, back), nil
-}
 
 // defaultSweepPage is the ZSCAN COUNT of one sweep step: each step blocks Redis for about a millisecond
 // (BenchmarkSweepDormant).
 const defaultSweepPage = 1000
 
-// SweeperOptions configures a Sweeper.
-type SweeperOptions struct {
-	Store *Store
+// Options configures a Sweeper.
+type Options struct {
+	Store *deadline.Store
 	// Slots returns the slots this replica owns now; only a slot's owner sweeps it.
 	Slots func() []int
 	// Every is how often each owned slot is swept (default config.DefaultSweepEvery): the bound on how
@@ -119,7 +35,7 @@ type SweeperOptions struct {
 	Forgotten func(ctx context.Context, devices []string)
 	// FlapWindow returns the longest flapping window of the configured types (0: no type detects
 	// flapping). Each pass deletes, one page per owned slot, the interruption histories whose newest
-	// interruption is older than it (pruneFlaps): no type would count them again. nil = histories are
+	// interruption is older than it (Store.PruneFlaps): no type would count them again. nil = histories are
 	// left as they are (only deletes and retention remove them).
 	FlapWindow func() time.Duration
 	// Share is the share of Redis's time the replicas' passes may take together (default
@@ -130,20 +46,31 @@ type SweeperOptions struct {
 	Logger *zap.Logger
 }
 
+// NewForgottenCounter is heartbeatd_devices_forgotten_total, for Options.Forgotten to add to,
+// registered with reg (nil = not registered).
+func NewForgottenCounter(reg prometheus.Registerer) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "devices_forgotten_total",
+		Help: "Devices forgotten after retention.forget_after of silence, not being registered."})
+	if reg != nil {
+		reg.MustRegister(c)
+	}
+	return c
+}
+
 // forgetEvery is how often the retention pass runs: it reads every open incident of the owned slots.
 const forgetEvery = 10 * time.Minute
 
 // Sweeper runs the dormant sweep over the slots this replica owns.
 type Sweeper struct {
-	opts       SweeperOptions
+	opts       Options
 	log        *zap.Logger
 	lastForget time.Time
 	// flapCursor is where each slot's walk over its flap histories goes on at the next pass.
 	flapCursor map[int]uint64
 }
 
-// NewSweeper returns a sweeper; Run starts it.
-func NewSweeper(opts SweeperOptions) *Sweeper {
+// New returns a sweeper; Run starts it.
+func New(opts Options) *Sweeper {
 	opts.Every = defaults.Positive(opts.Every, config.DefaultSweepEvery)
 	opts.Page = defaults.Positive(opts.Page, defaultSweepPage)
 	opts.Share = defaults.Positive(opts.Share, loop.DefaultWalkShare)
@@ -164,21 +91,21 @@ func (w *Sweeper) Run(ctx context.Context) error {
 }
 
 // pass sweeps every owned slot once, prunes a page of each one's flap histories, does the unlinks Redis
-// failed (parents.go), names the linked parents again after a data loss (parentrepair.go), and forgets
-// long-silent devices when that is due.
+// failed (Store.PayUnlinks), names the linked parents again after a data loss (Store.RepairNamedParents),
+// and forgets long-silent devices when that is due.
 func (w *Sweeper) pass(ctx context.Context) error {
 	if err := w.sweep(ctx); err != nil {
 		return err
 	}
-	if err := w.opts.Store.payUnlinks(ctx); err != nil {
+	if err := w.opts.Store.PayUnlinks(ctx); err != nil {
 		return err
 	}
-	if repaired, err := w.opts.Store.repairNamedParents(ctx); err != nil {
+	if repaired, err := w.opts.Store.RepairNamedParents(ctx); err != nil {
 		return err
 	} else if repaired {
 		w.log.Info("named every linked parent again after Redis lost data: gateway storms wake only the children of named parents again")
 	}
-	now := w.opts.Store.now()
+	now := w.opts.Store.Now()
 	if w.opts.ForgetAfter <= 0 || now.Sub(w.lastForget) < forgetEvery {
 		return nil
 	}
@@ -198,7 +125,7 @@ func (w *Sweeper) forget(ctx context.Context, before time.Time) error {
 			var next uint64
 			var gone []string
 			err := pace.Step(ctx, func() (err error) {
-				next, gone, err = w.opts.Store.forgetSilent(ctx, slot, cursor, w.opts.Page, before)
+				next, gone, err = w.opts.Store.ForgetSilent(ctx, slot, cursor, w.opts.Page, before)
 				return err
 			})
 			if err != nil {
@@ -228,7 +155,7 @@ func (w *Sweeper) sweep(ctx context.Context) error {
 			var next uint64
 			var woken int
 			err := pace.Step(ctx, func() (err error) {
-				next, woken, err = w.opts.Store.sweepDormant(ctx, slot, cursor, w.opts.Page)
+				next, woken, err = w.opts.Store.SweepDormant(ctx, slot, cursor, w.opts.Page)
 				return err
 			})
 			if err != nil {
@@ -259,11 +186,11 @@ func (w *Sweeper) pruneFlaps(ctx context.Context, slot int, pace loop.Pacer) err
 	if w.opts.FlapWindow == nil {
 		return nil
 	}
-	before := w.opts.Store.now().Add(-w.opts.FlapWindow())
+	before := w.opts.Store.Now().Add(-w.opts.FlapWindow())
 	var next uint64
 	var pruned int
 	err := pace.Step(ctx, func() (err error) {
-		next, pruned, err = w.opts.Store.pruneFlaps(ctx, slot, w.flapCursor[slot], w.opts.Page, before)
+		next, pruned, err = w.opts.Store.PruneFlaps(ctx, slot, w.flapCursor[slot], w.opts.Page, before)
 		return err
 	})
 	if err != nil {
@@ -281,13 +208,13 @@ func (w *Sweeper) pacer(owned int) loop.Pacer {
 	return loop.Pacer{Share: w.opts.Share}.Of(owned, w.opts.Store.Slots())
 }
 
-// wakeParked makes due the parked claims of slot whose device signalled again (Store.wakeParked).
+// wakeParked makes due the parked claims of slot whose device signalled again (Store.WakeParked).
 func (w *Sweeper) wakeParked(ctx context.Context, slot int, pace loop.Pacer) error {
 	for cursor := uint64(0); ; {
 		var next uint64
 		var woken int
 		err := pace.Step(ctx, func() (err error) {
-			next, woken, err = w.opts.Store.wakeParked(ctx, slot, cursor, w.opts.Page)
+			next, woken, err = w.opts.Store.WakeParked(ctx, slot, cursor, w.opts.Page)
 			return err
 		})
 		if err != nil {

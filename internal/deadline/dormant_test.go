@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -100,27 +99,6 @@ func TestSweepMakesDormantIncidentsOfReturnedDevicesDue(t *testing.T) {
 	})
 }
 
-// The sweeper sweeps the slots it is given, every Every, until stopped.
-func TestSweeperRunsOverOwnedSlots(t *testing.T) {
-	eachFixture(t, 8, func(t *testing.T, f fixture) {
-		dormantIncident(t, f, "d")
-		f.Clock.Advance(time.Hour)
-		backWithoutProbe(t, f, "d")
-		owned := deadline.Slot("d", f.Store.Slots())
-		w := deadline.NewSweeper(deadline.SweeperOptions{Store: f.Store, Slots: func() []int { return []int{owned} },
-			Every: 10 * time.Millisecond})
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = w.Run(ctx) }()
-		defer func() { cancel(); wg.Wait() }()
-		require.Eventually(t, func() bool {
-			d, _ := f.device(t, "d")
-			return !d.NextAct.IsZero()
-		}, 10*time.Second, 5*time.Millisecond)
-	})
-}
-
 // BenchmarkSweepDormant runs full passes of the dormant sweep over 64 slots holding 100k dormant
 // incidents (at most the fleet size) beside as many online devices, none of them back: the steady-state
 // cost of the sweep. redis-µs/sweep is the time Redis spent in the sweep's commands per pass (INFO
@@ -144,11 +122,19 @@ func BenchmarkSweepDormant(b *testing.B) {
 			require.NoError(b, err)
 		}
 	}
-	// Unpaced (Share 1): the pass's own cost, not the pace that spreads it over Redis's idle time.
-	w := deadline.NewSweeper(deadline.SweeperOptions{Store: store, Slots: func() []int { return testenv.AllSlots(slots) }, Share: 1})
+	// Unpaced, a page of the sweeper's size (internal/sweep) at a time: the pass's own cost, not the pace
+	// that spreads it over Redis's idle time.
 	require.NoError(b, rdb.ConfigResetStat(ctx).Err())
 	for b.Loop() {
-		require.NoError(b, w.Pass(ctx))
+		for slot := range slots {
+			for cursor := uint64(0); ; {
+				next, _, err := store.SweepDormant(ctx, slot, cursor, 1000)
+				require.NoError(b, err)
+				if cursor = next; cursor == 0 {
+					break
+				}
+			}
+		}
 	}
 	b.ReportMetric(float64(redisUsec(b, rdb))/float64(b.N), "redis-µs/sweep")
 	b.ReportMetric(float64(n), "dormant")
