@@ -77,12 +77,14 @@ type runAck struct {
 	seq  uint64
 }
 
+// ack counts one message acknowledged, after its run's offsets are recorded if it was the run's last:
+// a shutdown that waits for every message (onAck) then commits them.
 func (r *runAck) ack() {
-	if r.t.onAck != nil {
-		r.t.onAck()
-	}
 	if r.left.Add(-1) == 0 {
 		r.t.ack(r.tp, r.p, r.seq)
+	}
+	if r.t.onAck != nil {
+		r.t.onAck()
 	}
 }
 
