@@ -328,12 +328,15 @@ func (c *Chain) batcher(ctx context.Context) {
 	var cur *batch
 	var sent time.Time // when the previous batch went out
 	var sentN int      // its messages
+	// took: an item joined cur since the input was last found drained. The stream's pace
+	// (waitsForStream) is read when it is: one clock read per drain rather than per item.
+	took := false
 	add := func(it item) {
 		if cur == nil {
 			cur = c.newBatch(sent, sentN)
 			linger.Reset(c.opts.Linger)
-		} else if cur.streaming {
-			cur.last = time.Now() // the stream's pace (waitsForStream), however the item was taken
+		} else {
+			took = true
 		}
 		cur.add(it, co)
 	}
@@ -367,6 +370,10 @@ func (c *Chain) batcher(ctx context.Context) {
 			continue
 		default:
 		}
+		if took && cur.streaming {
+			cur.last = time.Now() // when the last item was taken, however it was
+		}
+		took = false
 		if c.inFlight.Load() == 0 && !c.waitsForStream(cur, linger) {
 			if !dispatch() {
 				return
@@ -533,6 +540,9 @@ func (c *Chain) complete(b *batch) {
 		}
 		c.ring[c.release%n] = nil
 		c.release++
+		// Applied signals are counted a run of one source at a time: one atomic add, not one per signal.
+		var appliedSrc *sourceMetrics
+		applied := 0
 		for _, it := range r.items {
 			switch {
 			case it.mark:
@@ -542,8 +552,15 @@ func (c *Chain) complete(b *batch) {
 			case r.late != nil && r.late[it.sig]:
 				it.src.late.Inc()
 			default:
-				it.src.applied.Inc()
+				if it.src != appliedSrc {
+					countApplied(appliedSrc, applied)
+					appliedSrc, applied = it.src, 0
+				}
+				applied++
 			}
+		}
+		countApplied(appliedSrc, applied)
+		for _, it := range r.items { // counted first: whoever awaits an acknowledgement sees its count
 			if it.ack != nil {
 				it.ack()
 			}
@@ -561,5 +578,12 @@ func (c *Chain) complete(b *batch) {
 		case c.freed <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// countApplied adds n applied signals to src's counter (nil: none).
+func countApplied(src *sourceMetrics, n int) {
+	if src != nil && n > 0 {
+		src.applied.Add(float64(n))
 	}
 }

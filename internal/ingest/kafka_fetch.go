@@ -272,15 +272,16 @@ type fetchedChunk struct {
 	atEnd bool
 }
 
-// handOver submits a chunk of one partition's messages to the chain in order, tracking their offsets.
-// One clock read serves the chunk's lag (the offsets) and its receive time.
+// handOver submits a chunk of one partition's messages to the chain in order, tracking their offsets as
+// one run with one acknowledgement. One clock read serves the chunk's lag (the offsets) and its receive
+// time.
 func (s *KafkaSource) handOver(ctx context.Context, chain *Chain, tp topicPartition, msgs []kafka.Message, h *handOverBuffers) error {
 	received := s.opts.Now()
 	h.offsets = h.offsets[:0]
 	for i := range msgs {
 		h.offsets = append(h.offsets, msgs[i].Offset)
 	}
-	h.acks = s.offsets.add(tp, received, h.offsets, h.acks[:0])
+	ack := s.offsets.add(tp, received, h.offsets)
 	s.health.begin(len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
@@ -291,20 +292,18 @@ func (s *KafkaSource) handOver(ctx context.Context, chain *Chain, tp topicPartit
 			Payload:  m.Value,
 			Received: received,
 			Stamped:  m.Time,
-			Ack:      h.acks[i],
+			Ack:      ack,
 		})
 		if err != nil {
-			// Never applied: their offsets stay uncommitted.
+			// Never applied: their offsets, and those of the run's others, stay uncommitted.
 			s.health.dropped(len(msgs) - i)
 			return err
 		}
 	}
-	clear(h.acks)
 	return nil
 }
 
 // handOverBuffers are a partition reader's scratch space for handOver.
 type handOverBuffers struct {
 	offsets []int64
-	acks    []func()
 }

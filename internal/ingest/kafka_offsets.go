@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,30 +21,35 @@ type topicPartition struct {
 	partition int
 }
 
-// partitionOffsets are the fetched, not yet committable messages of one partition, in fetch order.
+// partitionOffsets are the fetched, not yet committable runs of one partition, in fetch order.
 type partitionOffsets struct {
 	head    uint64 // seq of queue[0]
-	queue   []pendingOffset
+	queue   []pendingRun
 	last    int64 // offset of the last message fetched
 	applied int64 // highest offset whose predecessors (as fetched) are all applied; -1 none
 	commit  int64 // highest offset committed; -1 none
 }
 
-type pendingOffset struct {
-	offset int64
-	at     time.Time // when it was fetched, for the lag
-	done   bool
+// pendingRun is a run of fetched messages that counts as applied once every one of them is: one entry
+// and one lock per run instead of per message.
+type pendingRun struct {
+	last int64     // offset of its last message
+	at   time.Time // when it was fetched, for the lag
+	n    int       // its messages
+	done bool
 }
 
 func newOffsetTracker() *offsetTracker {
 	return &offsetTracker{parts: map[topicPartition]*partitionOffsets{}, ready: make(chan struct{}, 1)}
 }
 
-// add records a partition's messages fetched at now, in fetch order, and appends their
-// acknowledgements to acks: one lock and one lookup for the run.
-func (t *offsetTracker) add(tp topicPartition, now time.Time, offsets []int64, acks []func()) []func() {
+// add records a run of a partition's messages fetched at now, offsets in fetch order, and returns the
+// acknowledgement that each of them must call once: the run's offsets become committable after the
+// last call. A run held back by one message holds back the rest of its partition anyway (Kafka commits
+// one offset per partition), so tracking runs rather than messages delays no commit past a run.
+func (t *offsetTracker) add(tp topicPartition, now time.Time, offsets []int64) func() {
 	if len(offsets) == 0 {
-		return acks
+		return func() {}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -55,18 +61,31 @@ func (t *offsetTracker) add(tp topicPartition, now time.Time, offsets []int64, a
 		p = &partitionOffsets{last: -1, applied: -1, commit: -1}
 		t.parts[tp] = p
 	}
-	for _, offset := range offsets {
-		p.last = offset
-		seq := p.head + uint64(len(p.queue))
-		p.queue = append(p.queue, pendingOffset{offset: offset, at: now})
-		acks = append(acks, func() {
-			t.ack(tp, p, seq)
-			if t.onAck != nil {
-				t.onAck()
-			}
-		})
+	p.last = offsets[len(offsets)-1]
+	r := &runAck{t: t, tp: tp, p: p, seq: p.head + uint64(len(p.queue))}
+	r.left.Store(int64(len(offsets)))
+	p.queue = append(p.queue, pendingRun{last: p.last, at: now, n: len(offsets)})
+	return r.ack
+}
+
+// runAck counts down the acknowledgements of one run.
+type runAck struct {
+	left atomic.Int64
+	t    *offsetTracker
+	tp   topicPartition
+	p    *partitionOffsets
+	seq  uint64
+}
+
+// ack counts one message acknowledged, after its run's offsets are recorded if it was the run's last:
+// a shutdown that waits for every message (onAck) then commits them.
+func (r *runAck) ack() {
+	if r.left.Add(-1) == 0 {
+		r.t.ack(r.tp, r.p, r.seq)
 	}
-	return acks
+	if r.t.onAck != nil {
+		r.t.onAck()
+	}
 }
 
 func (t *offsetTracker) signal() {
@@ -90,7 +109,7 @@ func (t *offsetTracker) ack(tp topicPartition, p *partitionOffsets, seq uint64) 
 	if n == 0 {
 		return
 	}
-	p.applied = p.queue[n-1].offset
+	p.applied = p.queue[n-1].last
 	clear(p.queue[:n])
 	p.queue = p.queue[n:]
 	p.head += uint64(n)
@@ -141,13 +160,15 @@ func (t *offsetTracker) lag(now time.Time) time.Duration {
 	return lag
 }
 
-// outstanding counts fetched messages not yet applied.
+// outstanding counts fetched messages of runs not yet applied.
 func (t *offsetTracker) outstanding() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
 	for _, p := range t.parts {
-		n += len(p.queue)
+		for _, r := range p.queue {
+			n += r.n
+		}
 	}
 	return n
 }

@@ -3,7 +3,9 @@ package ingest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -42,8 +44,9 @@ type metrics struct {
 	deadLetterLost prometheus.Counter
 	marked         *prometheus.CounterVec
 
-	mu      sync.RWMutex
-	sources map[string]*sourceMetrics
+	// sources is copied on write: every signal reads it, a new source name is rare.
+	mu      sync.Mutex
+	sources atomic.Pointer[map[string]*sourceMetrics]
 }
 
 // sourceMetrics are one source's counters, resolved once so the hot path does no label lookups.
@@ -76,8 +79,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		marked: counterVec("heartbeatd_signals_marked_total",
 			"Reported failures and offline messages, by cause (reported, offline) and result: moved (the deadline moved earlier), late (the device signalled after it), not_earlier, open (already interrupted), unknown (presence for a device Redis does not know: nothing created).",
 			"cause", "result"),
-		sources: map[string]*sourceMetrics{},
 	}
+	m.sources.Store(&map[string]*sourceMetrics{})
 	if reg == nil {
 		return m, nil
 	}
@@ -106,27 +109,28 @@ func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 }
 
 func (m *metrics) source(name string) *sourceMetrics {
-	m.mu.RLock()
-	s := m.sources[name]
-	m.mu.RUnlock()
-	if s != nil {
+	if s := (*m.sources.Load())[name]; s != nil {
 		return s
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s = m.sources[name]; s == nil {
-		s = &sourceMetrics{
-			applied:    m.signals.WithLabelValues(name, resultApplied),
-			coalesced:  m.signals.WithLabelValues(name, resultCoalesced),
-			deadLetter: m.signals.WithLabelValues(name, resultDeadLetter),
-			retained:   m.signals.WithLabelValues(name, resultRetained),
-			shed:       m.signals.WithLabelValues(name, resultShed),
-			late:       m.signals.WithLabelValues(name, resultLate),
-			ignored:    m.signals.WithLabelValues(name, resultIgnored),
-			clamped:    m.clamped.WithLabelValues(name),
-		}
-		m.sources[name] = s
+	old := *m.sources.Load()
+	if s := old[name]; s != nil {
+		return s
 	}
+	s := &sourceMetrics{
+		applied:    m.signals.WithLabelValues(name, resultApplied),
+		coalesced:  m.signals.WithLabelValues(name, resultCoalesced),
+		deadLetter: m.signals.WithLabelValues(name, resultDeadLetter),
+		retained:   m.signals.WithLabelValues(name, resultRetained),
+		shed:       m.signals.WithLabelValues(name, resultShed),
+		late:       m.signals.WithLabelValues(name, resultLate),
+		ignored:    m.signals.WithLabelValues(name, resultIgnored),
+		clamped:    m.clamped.WithLabelValues(name),
+	}
+	next := maps.Clone(old)
+	next[name] = s
+	m.sources.Store(&next)
 	return s
 }
 

@@ -61,10 +61,10 @@ func TestTopicTemplates(t *testing.T) {
 
 func TestOffsetTrackerCommitsOnlyContiguousAppliedOffsets(t *testing.T) {
 	tr := newOffsetTracker()
-	a0 := tr.add(topicPartition{"s", 0}, time.Now(), []int64{10}, nil)[0]
-	a1 := tr.add(topicPartition{"s", 0}, time.Now(), []int64{11}, nil)[0]
-	a2 := tr.add(topicPartition{"s", 0}, time.Now(), []int64{13}, nil)[0] // a gap (compaction, transaction marker) is fine
-	b0 := tr.add(topicPartition{"s", 1}, time.Now(), []int64{5}, nil)[0]
+	a0 := tr.add(topicPartition{"s", 0}, time.Now(), []int64{10})
+	a1 := tr.add(topicPartition{"s", 0}, time.Now(), []int64{11})
+	a2 := tr.add(topicPartition{"s", 0}, time.Now(), []int64{13}) // a gap (compaction, transaction marker) is fine
+	b0 := tr.add(topicPartition{"s", 1}, time.Now(), []int64{5})
 
 	a1()
 	a2()
@@ -79,19 +79,20 @@ func TestOffsetTrackerCommitsOnlyContiguousAppliedOffsets(t *testing.T) {
 	require.Zero(t, tr.outstanding())
 
 	// A rebalance hands partition 0 back from an earlier offset: the old run's late acks commit nothing.
-	late := tr.add(topicPartition{"s", 0}, time.Now(), []int64{14}, nil)[0]
-	r0 := tr.add(topicPartition{"s", 0}, time.Now(), []int64{12}, nil)[0]
+	late := tr.add(topicPartition{"s", 0}, time.Now(), []int64{14})
+	r0 := tr.add(topicPartition{"s", 0}, time.Now(), []int64{12})
 	late()
 	require.Empty(t, tr.committable())
 	r0()
 	require.Equal(t, map[topicPartition]int64{{"s", 0}: 12}, tr.committable())
 
-	// A fetched run is tracked at once, each message acknowledged on its own.
-	run := tr.add(topicPartition{"s", 2}, time.Now(), []int64{7, 8, 9}, nil)
-	require.Len(t, run, 3)
-	run[2]()
-	run[1]()
+	// A fetched run shares one acknowledgement, called once by each of its messages: it commits only
+	// once every one of them called it.
+	run := tr.add(topicPartition{"s", 2}, time.Now(), []int64{7, 8, 9})
+	run()
+	run()
 	require.NotContains(t, tr.committable(), topicPartition{"s", 2})
-	run[0]()
+	require.Equal(t, 3, tr.outstanding(), "the run counts its three messages until all are acknowledged")
+	run()
 	require.Equal(t, int64(9), tr.committable()[topicPartition{"s", 2}])
 }
