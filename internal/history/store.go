@@ -58,8 +58,9 @@ func New(opts Options) *Store {
 		cache: newBlobCache(blobCacheSize),
 		anomalies: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "history_anomalies_total",
 			Help: "Events the incident history could not fold as the incident machine says (refused: kept nothing; repaired: " +
-				"closed an incident whose close it never saw) and stored histories it could not read (corrupt)."}, []string{"kind"})}
-	for _, k := range []string{"refused", "repaired", "corrupt"} {
+				"closed an incident whose close it never saw), stored histories it could not read (corrupt) and records of the events topic " +
+				"that are no event (unreadable)."}, []string{"kind"})}
+	for _, k := range []string{"refused", "repaired", "corrupt", "unreadable"} {
 		s.anomalies.WithLabelValues(k)
 	}
 	if opts.Registerer != nil {

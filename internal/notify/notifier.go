@@ -19,12 +19,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
-
-// commitEvery is how often the handled offsets are committed.
-const commitEvery = 250 * time.Millisecond
 
 // Options build a Notifier.
 type Options struct {
@@ -137,26 +135,10 @@ func (n *Notifier) Run(ctx context.Context) error {
 }
 
 func (n *Notifier) consume(ctx context.Context) error {
-	if n.opts.StartOffset == kafka.LastOffset {
-		err := loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second},
-			OnError: func(err error, failures int, retryIn time.Duration) {
-				if failures == 1 || failures%10 == 0 {
-					n.log.Warn("setting the group's start offsets failed; retrying", zap.Error(err), zap.Duration("retry_in", retryIn))
-				}
-			}}, n.startAtEnd)
-		if err != nil {
-			return nil // ctx ended
-		}
+	r, err := n.group().Open(ctx)
+	if err != nil {
+		return nil // ctx ended
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: n.opts.Brokers, GroupID: n.opts.Notify.GroupID, Topic: n.opts.Topic,
-		Dialer: n.opts.Dialer, StartOffset: n.opts.StartOffset, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 250 * time.Millisecond,
-		HeartbeatInterval: time.Second, SessionTimeout: 10 * time.Second, JoinGroupBackoff: time.Second,
-		// CommitMessages marks a handled offset; the reader commits the marks this often (and at Close),
-		// not one round trip per event: a crash sends again at most this much, and loses nothing.
-		CommitInterval: commitEvery,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			n.log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
-		})})
 	defer func() {
 		if err := r.Close(); err != nil {
 			n.log.Warn("closing the events reader", zap.Error(err))
@@ -193,6 +175,12 @@ func (n *Notifier) consume(ctx context.Context) error {
 
 // handleUntilKept handles one record until every receiver took it or its retry is kept (Redis may be
 // down: nothing is committed meanwhile); false when ctx ended first.
+// group is the notifier's consumer group on the events topic.
+func (n *Notifier) group() kafkaclient.Group {
+	return kafkaclient.Group{Brokers: n.opts.Brokers, Topic: n.opts.Topic, ID: n.opts.Notify.GroupID, Dialer: n.opts.Dialer,
+		StartOffset: n.opts.StartOffset, Logger: n.log}
+}
+
 func (n *Notifier) handleUntilKept(ctx context.Context, value []byte) bool {
 	e, err := event.Decode(value)
 	if err != nil {
