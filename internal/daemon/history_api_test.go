@@ -66,6 +66,14 @@ func TestIncidentHistoryThroughTheDaemon(t *testing.T) {
 	}
 	assert.Equal(t, []string{"default", "meter"}, values)
 
+	// The fleet's availability counts every device of it: h-3, registered and never down, too.
+	d.call("PUT", "/v1/devices/h-3", `{"timeout":"1h"}`, http.StatusOK)
+	fleet := d.call("GET", "/v1/availability?window=24h", "", http.StatusOK)["groups"].([]any)
+	require.Len(t, fleet, 1)
+	whole := fleet[0].(map[string]any)
+	assert.Equal(t, 3.0, whole["devices"], "h-1, h-2 and h-3, which had no incident")
+	assert.InDelta(t, 1-whole["down_ms"].(float64)/float64(3*24*time.Hour.Milliseconds()), whole["availability"], 1e-9)
+
 	d.token = "meters-secret"
 	own := d.call("GET", "/v1/stats?group_by=device_type", "", http.StatusOK)["by_group"].(map[string]any)
 	assert.Equal(t, map[string]any{"meter": 0.0}, own["interrupted"], "its own group alone; h-1 recovered")
