@@ -78,6 +78,7 @@ func (s *Store) Consume(ctx context.Context, g kafkaclient.Group) error {
 			return nil // ctx ended: not committed, read again by whoever has the partitions next
 		}
 		took := time.Since(start)
+		s.lag.Set(max(0, time.Since(msgs[len(msgs)-1].Time).Seconds()))
 		for ctx.Err() == nil {
 			if err = r.CommitMessages(ctx, msgs...); err == nil {
 				break
