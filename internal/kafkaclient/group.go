@@ -25,6 +25,10 @@ type Group struct {
 	// Queue is how many fetched records the reader holds ready (0: kafka-go's 100): a consumer taking
 	// batches wants one batch of them.
 	Queue int
+	// Settle, when set, has Consume gather a batch only once its first record is this old (by its
+	// timestamp, at most Settle from now): a consumer that should not compete with a burst of the
+	// records' producer takes the burst after it, in larger batches.
+	Settle time.Duration
 	// Logger reports the reader's errors and the start's retries.
 	Logger *zap.Logger
 }
@@ -149,4 +153,80 @@ func (g Group) StartAtEnd(ctx context.Context) (running bool, err error) {
 		}
 	}
 	return false, nil
+}
+
+// gatherWait is how long a batch waits for a further record already on its way before it is handled.
+const gatherWait = 5 * time.Millisecond
+
+// Consume reads the group's topic until ctx ends, handing handle batches of at most batch records (at
+// least 1): the first it waits for, then those that follow within a few milliseconds of each other.
+// A batch's offsets are committed only after handle returned true; false means ctx ended before the
+// batch was kept, and it is read again by whoever has its partitions next. Read and commit errors are
+// retried with backoff. It returns nil when ctx ends, the error of Open otherwise.
+func (g Group) Consume(ctx context.Context, batch int, handle func(ctx context.Context, msgs []kafka.Message) bool) error {
+	batch = max(batch, 1)
+	if batch > 1 && g.Queue == 0 {
+		g.Queue = batch
+	}
+	r, err := g.Open(ctx)
+	if err != nil {
+		return nil // ctx ended
+	}
+	log := g.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	defer func() {
+		if err := r.Close(); err != nil {
+			log.Warn("closing the reader of "+g.Topic, zap.Error(err))
+		}
+	}()
+	msgs := make([]kafka.Message, 0, batch)
+	backoff := loop.Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second}
+	for {
+		if msgs, err = g.gather(ctx, r, msgs[:0]); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Warn("reading "+g.Topic+" failed; retrying", zap.Error(err))
+			if !loop.Sleep(ctx, backoff.Next()) {
+				return nil
+			}
+			continue
+		}
+		backoff.Reset()
+		if !handle(ctx, msgs) {
+			return nil
+		}
+		for ctx.Err() == nil {
+			if err = r.CommitMessages(ctx, msgs...); err == nil {
+				break
+			}
+			log.Warn("committing offsets of "+g.Topic+" failed; retrying", zap.Error(err))
+			loop.Sleep(ctx, backoff.Next())
+		}
+	}
+}
+
+// gather waits for a record (and until it is Settle old), then adds those that follow within gatherWait
+// of each other, up to the batch's capacity.
+func (g Group) gather(ctx context.Context, r *kafka.Reader, batch []kafka.Message) ([]kafka.Message, error) {
+	msg, err := r.FetchMessage(ctx)
+	if err != nil {
+		return batch, err
+	}
+	batch = append(batch, msg)
+	if g.Settle > 0 && !loop.Sleep(ctx, min(time.Until(msg.Time.Add(g.Settle)), g.Settle)) {
+		return batch[:0], ctx.Err()
+	}
+	for len(batch) < cap(batch) {
+		wait, cancel := context.WithTimeout(ctx, gatherWait)
+		msg, err := r.FetchMessage(wait) // a fetch its context ended takes nothing off the reader
+		cancel()
+		if err != nil {
+			break
+		}
+		batch = append(batch, msg)
+	}
+	return batch, nil
 }

@@ -135,52 +135,23 @@ func (n *Notifier) Run(ctx context.Context) error {
 }
 
 func (n *Notifier) consume(ctx context.Context) error {
-	r, err := n.group().Open(ctx)
-	if err != nil {
-		return nil // ctx ended
-	}
-	defer func() {
-		if err := r.Close(); err != nil {
-			n.log.Warn("closing the events reader", zap.Error(err))
+	return n.group().Consume(ctx, 1, func(ctx context.Context, msgs []kafka.Message) bool {
+		if !n.handleUntilKept(ctx, msgs[0].Value) {
+			return false // not committed: read again by whoever has the partition next
 		}
-	}()
-	var backoff loop.Backoff
-	backoff.Min, backoff.Max = 200*time.Millisecond, 10*time.Second
-	for {
-		msg, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			n.log.Warn("reading the events topic failed; retrying", zap.Error(err))
-			if !loop.Sleep(ctx, backoff.Next()) {
-				return nil
-			}
-			continue
-		}
-		backoff.Reset()
-		if !n.handleUntilKept(ctx, msg.Value) {
-			return nil // not committed: read again by whoever has the partition next
-		}
-		n.metrics.lag.Set(max(0, time.Since(msg.Time).Seconds()))
-		for ctx.Err() == nil {
-			if err = r.CommitMessages(ctx, msg); err == nil {
-				break
-			}
-			n.log.Warn("committing an offset failed; retrying", zap.Error(err))
-			loop.Sleep(ctx, backoff.Next())
-		}
-	}
+		n.metrics.lag.Set(max(0, time.Since(msgs[0].Time).Seconds()))
+		return true
+	})
 }
 
-// handleUntilKept handles one record until every receiver took it or its retry is kept (Redis may be
-// down: nothing is committed meanwhile); false when ctx ended first.
 // group is the notifier's consumer group on the events topic.
 func (n *Notifier) group() kafkaclient.Group {
 	return kafkaclient.Group{Brokers: n.opts.Brokers, Topic: n.opts.Topic, ID: n.opts.Notify.GroupID, Dialer: n.opts.Dialer,
 		StartOffset: n.opts.StartOffset, Logger: n.log}
 }
 
+// handleUntilKept handles one record until every receiver took it or its retry is kept (Redis may be
+// down: nothing is committed meanwhile); false when ctx ended first.
 func (n *Notifier) handleUntilKept(ctx context.Context, value []byte) bool {
 	e, err := event.Decode(value)
 	if err != nil {
