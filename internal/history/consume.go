@@ -22,7 +22,7 @@ const recordShare = 0.25
 
 // recordSettle is how old an event is before the consumer records it: a burst of the alarm loop (a
 // storm) is recorded after it, in large batches, rather than beside it.
-const recordSettle = time.Second
+const recordSettle = 2 * time.Second
 
 // Consume records the events of the events topic, read through the consumer group g, until ctx ends
 // (docs/concepts.md#incident-history). Every replica joins the group, so each event is recorded by one
