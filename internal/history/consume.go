@@ -34,6 +34,11 @@ func (s *Store) Consume(ctx context.Context, g kafkaclient.Group) error {
 		g.Logger = s.log
 	}
 	g.Settle = recordSettle
+	if g.StartOffset == 0 {
+		// A new group reads what the topic holds: an event published before the group's first commit
+		// (the scanner runs beside this start) is recorded too, and one recorded already changes nothing.
+		g.StartOffset = kafka.FirstOffset
+	}
 	events := make([]event.Event, 0, consumeBatch)
 	retry := loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second},
 		OnError: func(err error, failures int, retryIn time.Duration) {
