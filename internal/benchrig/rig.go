@@ -21,6 +21,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/eventkafka"
 	"github.com/heartbeatd/heartbeatd/internal/history"
+	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
 	"github.com/heartbeatd/heartbeatd/internal/scan"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
@@ -57,6 +58,8 @@ type Rig struct {
 	parentWait time.Duration // detection.parent_wait, the daemon's default
 	kafka      *testenv.Kafka
 	pub        *eventkafka.Publisher
+	// historyGroups numbers the consumer groups RecordHistory started.
+	historyGroups int
 }
 
 // New builds a rig on rdb whose recorder has room for expected events; Close stops it. Every run starts
@@ -93,13 +96,22 @@ func build(rdb redis.UniversalClient, expected int, policy string) (*Rig, error)
 	return r, nil
 }
 
-// RecordHistory makes the rig's events pass the incident history (internal/history) after Kafka, as
-// the daemon's do, when h is not nil; nil publishes straight to Kafka again. Between runs only.
-func (r *Rig) RecordHistory(h *history.Store) {
-	r.Events.next = r.pub
-	if h != nil {
-		r.Events.next = history.Recording(r.pub, h)
+// RecordHistory records the rig's events in the incident history h (internal/history) from a consumer
+// group of their topic, as the daemon does: a new group each call, started at the topic's end, so it
+// records what is published from now on. stop ends it; between runs only.
+func (r *Rig) RecordHistory(ctx context.Context, h *history.Store) (stop func(), err error) {
+	r.historyGroups++
+	g := kafkaclient.Group{Brokers: r.kafka.Addrs, Topic: EventsTopic, ID: "history-" + strconv.Itoa(r.historyGroups)}
+	if _, err := g.StartAtEnd(ctx); err != nil {
+		return nil, err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.Consume(ctx, g) // returns when ctx ends
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 // KafkaAddrs are the rig's broker addresses: a consumer of EventsTopic beside detection (the notifier

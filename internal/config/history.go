@@ -16,12 +16,16 @@ type History struct {
 	// GroupLabels are the registry label names GET /v1/availability may group by (label.<name>): each
 	// one costs a per-day figure per device with incidents, so only the named ones are kept.
 	GroupLabels []string `yaml:"group_labels"`
+	// GroupID is the Kafka consumer group on events.kafka.topic that records the history: every replica
+	// joins it, so each event is recorded by one of them, off the alarm path.
+	GroupID string `yaml:"group_id"`
 }
 
 // The history defaults (docs/configuration.md#history).
 const (
 	DefaultHistoryMaxIncidents = 50
 	DefaultHistoryRetention    = 30 * 24 * time.Hour
+	DefaultHistoryGroupID      = "heartbeatd-history"
 	// maxHistoryIncidents bounds max_incidents: a device's incidents are one Redis value, rewritten at
 	// each of its events.
 	maxHistoryIncidents = 1000
@@ -39,6 +43,10 @@ func (c *Config) validateHistory(v *validator) {
 	}
 	if h.Retention < 24*time.Hour {
 		v.add("history.retention", "must be at least 24h")
+	}
+	if v.required("history.group_id", h.GroupID) && (h.GroupID == c.Ingest.Kafka.GroupID || h.GroupID == c.Notify.GroupID) {
+		// One group for two purposes would hand each member's partitions to the other.
+		v.add("history.group_id", "%q is ingest.kafka.group_id or notify.group_id too: the history needs a group of its own", h.GroupID)
 	}
 	if len(h.GroupLabels) > maxGroupLabels {
 		v.add("history.group_labels", "at most %d names", maxGroupLabels)

@@ -133,13 +133,14 @@ func (d *daemon) buildAlarms(reg *prometheus.Registry) *alarm.Acts {
 	cfg, log := d.cfg, d.log
 	// One sink for every event: the alarm loop's, the operator acts' and the silences' alike, so the
 	// degraded mark and the outputs that follow Kafka treat them the same.
-	// The history records what Kafka took before the outputs that follow it see it (docs/concepts.md#incident-history).
+	// The history records what Kafka took from its own consumer group of the events topic, off this path
+	// (docs/concepts.md#incident-history; run by the lifecycle).
 	d.history = history.New(history.Options{Client: d.rdb, KeyPrefix: cfg.Redis.KeyPrefix, History: cfg.History,
 		Labels: d.store.Labels, Now: d.clock.Now, Logger: log, Registerer: reg})
 	if label := cfg.Metrics.GroupLabel; label != "" {
 		reg.MustRegister(history.NewGroupCollector(d.history, label, cfg.Metrics.MaxGroups))
 	}
-	sink := holdback.DegradedSink(event.Observed(history.Recording(d.publisher, d.history), d.observers...),
+	sink := holdback.DegradedSink(event.Observed(d.publisher, d.observers...),
 		d.holdBack.DegradedFor(d.timeout))
 	acts := alarm.NewActs(alarm.ActsOptions{Sink: sink, Metrics: d.metrics, Registerer: reg, Logger: log})
 	d.silences = silence.New(d.rdb, silence.Options{Store: d.store, Events: acts, KeyPrefix: cfg.Redis.KeyPrefix, Now: d.clock.Now, Logger: log,

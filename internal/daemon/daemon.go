@@ -364,6 +364,7 @@ func (d *daemon) run(ctx context.Context) error {
 	if d.notifier != nil { // reads the events topic: what it has not committed at the stop is read again
 		lc.add("notifier", d.notifier.Run)
 	}
+	lc.add("incident history", d.recordHistory) // reads the events topic, as the notifier
 	lc.add("device counts", func(ctx context.Context) error {
 		return d.metrics.RunCounts(ctx, alarm.CountsOptions{Store: d.store, Slots: d.ownership.Slots,
 			Types: func() []string { return d.policies.Load().Names() }, Logger: d.log})

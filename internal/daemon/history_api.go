@@ -80,6 +80,14 @@ func (a *api) availability(w http.ResponseWriter, r *http.Request) {
 		}
 		query.GroupBy, query.Only = own, only
 	}
+	if query.GroupBy == "" {
+		c, err := a.Store.Count(r.Context())
+		if err != nil {
+			a.internal(w, err)
+			return
+		}
+		query.FleetSize = c.Online + c.Interrupted
+	}
 	groups, err := a.History.Groups(r.Context(), query)
 	if errors.Is(err, history.ErrNotKept) && query.Only != "" {
 		// A scoped token cannot ask for another grouping: no figures by its label is an empty answer.

@@ -37,11 +37,27 @@ func TestIncidentHistoryThroughTheDaemon(t *testing.T) {
 	d.call("POST", "/v1/devices/h-1/ack", `{"by":"alice"}`, http.StatusOK)
 	d.await("the ack", is(event.Acked, "h-1"))
 	d.signal("h-1", "meter")
+	// Back, h-1 keeps signalling: its list then holds the one incident however long after the
+	// events the history records them.
+	stopBeats := make(chan struct{})
+	defer close(stopBeats)
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopBeats:
+				return
+			case <-tick.C:
+				d.device.Publish("devices/h-1/heartbeat", 1, false, `{"type":"meter"}`)
+			}
+		}
+	}()
 	all = d.await("h-1 recovers", is(event.Recovered, "h-1"))
 	recovered := only(t, all, event.Recovered, "h-1")
 
 	var list map[string]any
-	require.Eventually(t, func() bool { // the recorder writes once Kafka took the event: await its close
+	require.Eventually(t, func() bool { // recorded from the events topic a moment later: await its close
 		list = d.call("GET", "/v1/devices/h-1/incidents", "", http.StatusOK)
 		in := list["incidents"].([]any)
 		return len(in) == 1 && in[0].(map[string]any)["closed"] != nil
@@ -65,6 +81,14 @@ func TestIncidentHistoryThroughTheDaemon(t *testing.T) {
 		values = append(values, g.(map[string]any)["value"].(string))
 	}
 	assert.Equal(t, []string{"default", "meter"}, values)
+
+	// The fleet's availability counts every device of it: h-3, registered and never down, too.
+	d.call("PUT", "/v1/devices/h-3", `{"timeout":"1h"}`, http.StatusOK)
+	fleet := d.call("GET", "/v1/availability?window=24h", "", http.StatusOK)["groups"].([]any)
+	require.Len(t, fleet, 1)
+	whole := fleet[0].(map[string]any)
+	assert.Equal(t, 3.0, whole["devices"], "h-1, h-2 and h-3, which had no incident")
+	assert.InDelta(t, 1-whole["down_ms"].(float64)/float64(3*24*time.Hour.Milliseconds()), whole["availability"], 1e-9)
 
 	d.token = "meters-secret"
 	own := d.call("GET", "/v1/stats?group_by=device_type", "", http.StatusOK)["by_group"].(map[string]any)

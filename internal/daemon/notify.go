@@ -27,6 +27,21 @@ import (
 func newNotifier(cfg *config.Config, rdb redis.UniversalClient, store *deadline.Store, now func() time.Time, log *zap.Logger,
 	reg prometheus.Registerer) (*notify.Notifier, error) {
 	k := cfg.Events.Kafka
+	dialer, err := eventsDialer(k)
+	if err != nil {
+		return nil, err
+	}
+	var labels func(context.Context, []string) ([]map[string]string, error)
+	if store != nil {
+		labels = store.Labels
+	}
+	return notify.New(notify.Options{Notify: cfg.Notify, Brokers: k.Brokers, Topic: k.Topic,
+		Dialer: dialer, Redis: rdb, KeyPrefix: cfg.Redis.KeyPrefix, Labels: labels, Now: now, Logger: log, Registerer: reg})
+}
+
+// eventsDialer reaches events.kafka as its tls and sasl blocks say, for the consumer groups of the events
+// topic (the notifier's, the history's).
+func eventsDialer(k config.EventsKafka) (*kafka.Dialer, error) {
 	tlsCfg, err := k.TLS.Build()
 	if err != nil {
 		return nil, fmt.Errorf("events.kafka.tls: %w", err)
@@ -35,13 +50,18 @@ func newNotifier(cfg *config.Config, rdb redis.UniversalClient, store *deadline.
 	if err != nil {
 		return nil, fmt.Errorf("events.kafka.sasl: %w", err)
 	}
-	var labels func(context.Context, []string) ([]map[string]string, error)
-	if store != nil {
-		labels = store.Labels
+	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: tlsCfg, SASLMechanism: mech}, nil
+}
+
+// recordHistory records the incident history from its consumer group of the events topic until ctx ends.
+func (d *daemon) recordHistory(ctx context.Context) error {
+	k := d.cfg.Events.Kafka
+	dialer, err := eventsDialer(k)
+	if err != nil {
+		return err
 	}
-	return notify.New(notify.Options{Notify: cfg.Notify, Brokers: k.Brokers, Topic: k.Topic,
-		Dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: tlsCfg, SASLMechanism: mech},
-		Redis:  rdb, KeyPrefix: cfg.Redis.KeyPrefix, Labels: labels, Now: now, Logger: log, Registerer: reg})
+	return d.history.Consume(ctx, kafkaclient.Group{Brokers: k.Brokers, Topic: k.Topic, ID: d.cfg.History.GroupID, Dialer: dialer,
+		Logger: d.log})
 }
 
 // checkNotify is check-config's part for notify: every template and matcher compiled, and the table.

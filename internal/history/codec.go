@@ -10,11 +10,14 @@ import (
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// The stored form of a device's history is binary, so an incident costs Redis about 20 bytes plus its
-// strings (docs/benchmarks.md): a version byte, the type, known-since and the incidents, oldest first.
-// Times after the first are deltas from the incident's opening. Integers are uvarints, strings a uvarint
-// length and their bytes.
-const codecVersion = 1
+// The stored form of a device's history is binary, so an incident costs Redis about a dozen bytes plus
+// its strings (docs/benchmarks.md): a version byte, the groups, the incidents, oldest first, then
+// known-since. Times after an incident's opening are deltas from it, known-since a delta back from the
+// first incident's opening; what is most often empty or zero (the strings, repeats, a down time from the
+// opening itself) is a flag bit instead of a byte. Integers are uvarints, strings a uvarint length and
+// their bytes. A device's value stays under 45 bytes with one plain incident, which Redis keeps in one
+// allocation with its object (an embedded string).
+const codecVersion = 2
 
 // The flag bits of one stored incident.
 const (
@@ -23,6 +26,15 @@ const (
 	flagExhausted
 	flagAcked
 	flagDown
+	flagReason
+	flagParent
+	flagOutage
+)
+
+// The bits of the codes byte above the kind (bits 4–5), the phase (2–3) and the cause (0–1).
+const (
+	codeRepeats   = 1 << 6 // repeats follow (else 0)
+	codeDownLater = 1 << 7 // the down time starts after the opening: its delta follows
 )
 
 var kindCodes = []event.Kind{event.Late, event.Interrupted, event.Suppressed}
@@ -48,7 +60,7 @@ func causeCode(c string) byte {
 }
 
 func encode(h *deviceHistory) []byte {
-	b := make([]byte, 0, 16+32*len(h.Groups)+len(h.Incidents)*24)
+	b := make([]byte, 0, 16+32*len(h.Groups)+len(h.Incidents)*16)
 	b = append(b, codecVersion)
 	b = binary.AppendUvarint(b, uint64(len(h.Groups)))
 	for _, dim := range sortedKeys(h.Groups) {
@@ -58,30 +70,41 @@ func encode(h *deviceHistory) []byte {
 		}
 		b = appendString(appendString(b, stored), h.Groups[dim])
 	}
-	b = binary.AppendUvarint(b, uint64(h.KnownSince))
 	b = binary.AppendUvarint(b, uint64(len(h.Incidents)))
 	for i := range h.Incidents {
 		in := &h.Incidents[i]
 		flags := bit(!in.Open(), flagClosed) | bit(in.Deleted, flagDeleted) | bit(in.Exhausted, flagExhausted) |
-			bit(in.AckedAt != 0, flagAcked) | bit(in.DownFrom != 0, flagDown)
+			bit(in.AckedAt != 0, flagAcked) | bit(in.DownFrom != 0, flagDown) | bit(in.Reason != "", flagReason) |
+			bit(in.Parent != "", flagParent) | bit(in.OutageID != "", flagOutage)
+		downLater := in.DownFrom != 0 && in.DownFrom != in.Opened
+		codes := kindCode(in.FirstKind)<<4 | byte(in.Phase)<<2 | causeCode(in.Cause) | bit(in.Repeats != 0, codeRepeats) |
+			bit(downLater, codeDownLater)
 		b = binary.AppendUvarint(b, uint64(in.Opened))
-		b = append(b, flags, kindCode(in.FirstKind)<<4|byte(in.Phase)<<2|causeCode(in.Cause))
-		if in.DownFrom != 0 {
+		b = append(b, flags, codes)
+		if downLater {
 			b = binary.AppendUvarint(b, uint64(max(in.DownFrom-in.Opened, 0)))
 		}
 		if !in.Open() {
 			b = binary.AppendUvarint(b, uint64(max(in.Closed-in.Opened, 0)))
 		}
-		b = binary.AppendUvarint(b, uint64(in.Repeats))
+		if in.Repeats != 0 {
+			b = binary.AppendUvarint(b, uint64(in.Repeats))
+		}
 		if in.AckedAt != 0 {
 			b = binary.AppendUvarint(b, uint64(max(in.AckedAt-in.Opened, 0)))
 			b = appendString(b, in.AckedBy)
 		}
-		b = appendString(b, in.Reason)
-		b = appendString(b, in.Parent)
-		b = appendString(b, in.OutageID)
+		for _, s := range []string{in.Reason, in.Parent, in.OutageID} {
+			if s != "" {
+				b = appendString(b, s)
+			}
+		}
 	}
-	return b
+	var first int64 // known-since, back from the first incident's opening (or as it is without one)
+	if len(h.Incidents) > 0 {
+		first = h.Incidents[0].Opened
+	}
+	return binary.AppendVarint(b, first-h.KnownSince)
 }
 
 var errCorrupt = errors.New("history: corrupt stored incidents")
@@ -102,7 +125,6 @@ func decode(b []byte) (*deviceHistory, error) {
 		}
 		h.Groups[dim] = r.string()
 	}
-	h.KnownSince = int64(r.uvarint())
 	n := r.uvarint()
 	if n > uint64(len(b)) { // every incident takes bytes: a count above that is garbage
 		return nil, errCorrupt
@@ -112,23 +134,40 @@ func decode(b []byte) (*deviceHistory, error) {
 		in := &h.Incidents[i]
 		in.Opened = int64(r.uvarint())
 		flags, codes := r.byte(), r.byte()
-		in.FirstKind = kindCodes[min(int(codes>>4), len(kindCodes)-1)]
+		in.FirstKind = kindCodes[min(int(codes>>4&3), len(kindCodes)-1)]
 		in.Phase = event.Phase((codes >> 2) & 3)
 		in.Cause = causeCodes[min(int(codes&3), len(causeCodes)-1)]
 		if flags&flagDown != 0 {
-			in.DownFrom = in.Opened + int64(r.uvarint())
+			in.DownFrom = in.Opened
+			if codes&codeDownLater != 0 {
+				in.DownFrom += int64(r.uvarint())
+			}
 		}
 		if flags&flagClosed != 0 {
 			in.Closed, in.Phase = in.Opened+int64(r.uvarint()), event.Closed
 		}
 		in.Deleted, in.Exhausted = flags&flagDeleted != 0, flags&flagExhausted != 0
-		in.Repeats = int(r.uvarint())
+		if codes&codeRepeats != 0 {
+			in.Repeats = int(r.uvarint())
+		}
 		if flags&flagAcked != 0 {
 			in.AckedAt = in.Opened + int64(r.uvarint())
 			in.AckedBy = r.string()
 		}
-		in.Reason, in.Parent, in.OutageID = r.string(), r.string(), r.string()
+		for _, f := range []struct {
+			flag byte
+			to   *string
+		}{{flagReason, &in.Reason}, {flagParent, &in.Parent}, {flagOutage, &in.OutageID}} {
+			if flags&f.flag != 0 {
+				*f.to = r.string()
+			}
+		}
 	}
+	var first int64
+	if n > 0 {
+		first = h.Incidents[0].Opened
+	}
+	h.KnownSince = first - r.varint()
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -153,11 +192,16 @@ type reader struct {
 	err error
 }
 
-func (r *reader) uvarint() uint64 {
+func (r *reader) uvarint() uint64 { return readNumber(r, binary.Uvarint) }
+
+func (r *reader) varint() int64 { return readNumber(r, binary.Varint) }
+
+// readNumber reads one varint of r with read (binary.Uvarint, binary.Varint).
+func readNumber[T uint64 | int64](r *reader, read func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
+	v, n := read(r.b)
 	if n <= 0 {
 		r.err = errCorrupt
 		return 0

@@ -25,6 +25,11 @@ type GroupQuery struct {
 	GroupBy string
 	// Only, when set, keeps the group of that value alone (a scoped token's).
 	Only string
+	// FleetSize is the fleet's devices (deadline.Store.Count: a count per slot, no walk), for GroupBy "":
+	// the fleet's devices without an incident in the window count as available throughout, so devices
+	// and availability are the fleet's. 0: unknown. The size of a type's or a label's group is kept
+	// nowhere, so a group's figures are those of its devices with incidents (docs/http-api.md).
+	FleetSize int64
 }
 
 // CheckGroupBy says whether groupBy is a grouping the history keeps figures for.
@@ -121,8 +126,17 @@ func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]client.Availability
 		g.Availability += da.Availability
 		members[k.group] = append(members[k.group], *da)
 	}
+	if q.GroupBy == "" && q.FleetSize > 0 && groups[""] == nil {
+		groups[""] = &client.AvailabilityGroup{} // no incident in the window: the fleet was available throughout
+	}
 	out := make([]client.AvailabilityGroup, 0, len(groups))
 	for value, g := range groups {
+		if q.GroupBy == "" && q.FleetSize > 0 {
+			// The fleet's other devices were available throughout: 1 each.
+			fleet := max(q.FleetSize, int64(g.Devices))
+			g.Availability += float64(fleet - int64(g.Devices))
+			g.Devices = int(fleet)
+		}
 		g.Availability /= float64(g.Devices)
 		m := members[value]
 		slices.SortFunc(m, func(a, b client.DeviceAvailability) int {
@@ -134,7 +148,7 @@ func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]client.Availability
 			}
 			return strings.Compare(a.DeviceID, b.DeviceID)
 		})
-		g.LeastAvailable = m[:min(len(m), leastAvailable)]
+		g.LeastAvailable = append([]client.DeviceAvailability{}, m[:min(len(m), leastAvailable)]...)
 		out = append(out, *g)
 	}
 	slices.SortFunc(out, func(a, b client.AvailabilityGroup) int { return strings.Compare(a.Value, b.Value) })

@@ -75,6 +75,19 @@ func TestGroupAvailabilityAddsUpTheDays(t *testing.T) {
 		assert.Equal(t, int64(4), fleet[0].Incidents)
 		assert.Equal(t, "m-1", fleet[0].LeastAvailable[0].DeviceID, "least available first")
 
+		// With the fleet's size, its devices without incidents count as available: 3 with incidents among
+		// 100, so the fleet's down time is spread over 100 devices, not 3.
+		sized, err := f.store.Groups(context.Background(), GroupQuery{Window: week, FleetSize: 100})
+		require.NoError(t, err)
+		require.Len(t, sized, 1)
+		assert.Equal(t, 100, sized[0].Devices)
+		assert.InDelta(t, 1-float64(fleet[0].DownMs)/float64(100*week.Milliseconds()), sized[0].Availability, 1e-9)
+		assert.Greater(t, sized[0].Availability, fleet[0].Availability)
+		quiet, err := New(Options{Client: f.rdb, KeyPrefix: "quiet"}).Groups(context.Background(), GroupQuery{Window: week, FleetSize: 100})
+		require.NoError(t, err)
+		assert.Equal(t, []client.AvailabilityGroup{{Devices: 100, Availability: 1, LeastAvailable: []client.DeviceAvailability{}}}, quiet,
+			"no incident in the window: the whole fleet available")
+
 		only, err := f.store.Groups(context.Background(), GroupQuery{Window: week, GroupBy: "device_type", Only: "meter"})
 		require.NoError(t, err)
 		assert.Equal(t, want[1:], only)

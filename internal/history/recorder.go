@@ -9,7 +9,8 @@ import (
 )
 
 // Recording returns a sink that publishes through next and then records, in s, the events next
-// acknowledged. An event Kafka took but the history could not record is reported failed, like one Kafka
+// acknowledged, before it returns: for events no consumer group reads (tests, the benchmarks' fixtures);
+// the daemon records from the events topic instead (Consume), off the alarm path. An event Kafka took but the history could not record is reported failed, like one Kafka
 // refused: the alarm loop publishes it again (same id, docs/events.md#ids-and-duplicates) and the
 // history, idempotent by event, records it then. So every incident Kafka has is in the history too, once
 // Redis answers; the operator acts' events, which are not retried, are recorded in the same call.

@@ -37,7 +37,9 @@ type Store struct {
 	// anomalies counts events the incident machine refused (refused, repaired) and stored values that
 	// could not be read (corrupt).
 	anomalies *prometheus.CounterVec
-	cache     *blobCache
+	// lag is how old the newest event of the last batch Consume recorded was when recorded.
+	lag   prometheus.Gauge
+	cache *blobCache
 }
 
 // New returns the store.
@@ -58,12 +60,16 @@ func New(opts Options) *Store {
 		cache: newBlobCache(blobCacheSize),
 		anomalies: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "history_anomalies_total",
 			Help: "Events the incident history could not fold as the incident machine says (refused: kept nothing; repaired: " +
-				"closed an incident whose close it never saw) and stored histories it could not read (corrupt)."}, []string{"kind"})}
-	for _, k := range []string{"refused", "repaired", "corrupt"} {
+				"closed an incident whose close it never saw), stored histories it could not read (corrupt) and records of the events topic " +
+				"that are no event (unreadable)."}, []string{"kind"})}
+	s.lag = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "history_lag_seconds",
+		Help: "How long before it was recorded in the incident history the newest event of the last batch was published: " +
+			"the history's delay behind the events topic, on the replica that recorded it."})
+	for _, k := range []string{"refused", "repaired", "corrupt", "unreadable"} {
 		s.anomalies.WithLabelValues(k)
 	}
 	if opts.Registerer != nil {
-		opts.Registerer.MustRegister(s.anomalies)
+		opts.Registerer.MustRegister(s.anomalies, s.lag)
 	}
 	return s
 }

@@ -1,8 +1,10 @@
-// Package kafkaclient is what heartbeatd's Kafka clients share: SASLMechanism turns a config sasl block
-// into the kafka-go mechanism that both the event publisher (internal/eventkafka) and the ingest Kafka source
-// (internal/ingest) log in with; internal/daemon builds one for each. It stands apart from both so that ingest does
-// not depend on the publisher to authenticate, and internal/config keeps SASL settings as plain strings that
-// name no client library. It is internal: the SCRAM client is heartbeatd's own, not an API it offers.
+// Package kafkaclient is what heartbeatd's Kafka clients share: Group, a consumer group of its own on a
+// topic heartbeatd publishes (the notifier's and the incident history's on the events topic), and
+// SASLMechanism, which turns a config sasl block into the kafka-go mechanism that the event publisher
+// (internal/eventkafka), the ingest Kafka source (internal/ingest) and the groups log in with;
+// internal/daemon builds one for each. It stands apart from them so that none depends on another to
+// authenticate or to read, and internal/config keeps SASL settings as plain strings that name no client
+// library. It is internal: the SCRAM client is heartbeatd's own, not an API it offers.
 package kafkaclient
 
 import (

@@ -19,12 +19,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/kafkaclient"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
-
-// commitEvery is how often the handled offsets are committed.
-const commitEvery = 250 * time.Millisecond
 
 // Options build a Notifier.
 type Options struct {
@@ -149,58 +147,19 @@ func (n *Notifier) Run(ctx context.Context) error {
 }
 
 func (n *Notifier) consume(ctx context.Context) error {
-	if n.opts.StartOffset == kafka.LastOffset {
-		err := loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second},
-			OnError: func(err error, failures int, retryIn time.Duration) {
-				if failures == 1 || failures%10 == 0 {
-					n.log.Warn("setting the group's start offsets failed; retrying", zap.Error(err), zap.Duration("retry_in", retryIn))
-				}
-			}}, n.startAtEnd)
-		if err != nil {
-			return nil // ctx ended
+	return n.group().Consume(ctx, 1, func(ctx context.Context, msgs []kafka.Message) bool {
+		if !n.handleUntilKept(ctx, msgs[0].Value) {
+			return false // not committed: read again by whoever has the partition next
 		}
-	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: n.opts.Brokers, GroupID: n.opts.Notify.GroupID, Topic: n.opts.Topic,
-		Dialer: n.opts.Dialer, StartOffset: n.opts.StartOffset, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 250 * time.Millisecond,
-		HeartbeatInterval: time.Second, SessionTimeout: 10 * time.Second, JoinGroupBackoff: time.Second,
-		// CommitMessages marks a handled offset; the reader commits the marks this often (and at Close),
-		// not one round trip per event: a crash sends again at most this much, and loses nothing.
-		CommitInterval: commitEvery,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			n.log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
-		})})
-	defer func() {
-		if err := r.Close(); err != nil {
-			n.log.Warn("closing the events reader", zap.Error(err))
-		}
-	}()
-	var backoff loop.Backoff
-	backoff.Min, backoff.Max = 200*time.Millisecond, 10*time.Second
-	for {
-		msg, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			n.log.Warn("reading the events topic failed; retrying", zap.Error(err))
-			if !loop.Sleep(ctx, backoff.Next()) {
-				return nil
-			}
-			continue
-		}
-		backoff.Reset()
-		if !n.handleUntilKept(ctx, msg.Value) {
-			return nil // not committed: read again by whoever has the partition next
-		}
-		n.metrics.lag.Set(max(0, time.Since(msg.Time).Seconds()))
-		for ctx.Err() == nil {
-			if err = r.CommitMessages(ctx, msg); err == nil {
-				break
-			}
-			n.log.Warn("committing an offset failed; retrying", zap.Error(err))
-			loop.Sleep(ctx, backoff.Next())
-		}
-	}
+		n.metrics.lag.Set(max(0, time.Since(msgs[0].Time).Seconds()))
+		return true
+	})
+}
+
+// group is the notifier's consumer group on the events topic.
+func (n *Notifier) group() kafkaclient.Group {
+	return kafkaclient.Group{Brokers: n.opts.Brokers, Topic: n.opts.Topic, ID: n.opts.Notify.GroupID, Dialer: n.opts.Dialer,
+		StartOffset: n.opts.StartOffset, Logger: n.log}
 }
 
 // handleUntilKept handles one record until every receiver took it or its retry is kept (Redis may be

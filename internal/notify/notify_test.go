@@ -221,7 +221,8 @@ notify:
 	nt, err := New(Options{Notify: n, Brokers: f.kafka.Addrs, Topic: testenv.EventsTopic, Redis: f.rdb, KeyPrefix: "hb"})
 	require.NoError(t, err)
 	// Its start offsets are set before it reads: an event published from now on is never skipped.
-	require.NoError(t, nt.startAtEnd(t.Context()))
+	_, err = nt.group().StartAtEnd(t.Context())
+	require.NoError(t, err)
 	fresh, _ := f.incident("new-1", "meter", 2)
 	f.publish(fresh)
 	f.run(nt)

@@ -49,8 +49,9 @@ type Availability struct {
 // AvailabilityGroup is one group's figures over the window.
 type AvailabilityGroup struct {
 	Value string `json:"value"` // the group's device_type or label value; "" for the whole fleet
-	// Devices are the group's devices that were down or had an incident in the window; DownMs and
-	// Incidents their sums; Availability the mean over those devices (docs/http-api.md).
+	// Devices are the group's devices that were down or had an incident in the window, or for the whole
+	// fleet (Value "") every device; DownMs and Incidents their sums; Availability the mean over Devices
+	// (docs/http-api.md#incidents-and-availability).
 	Devices        int                  `json:"devices"`
 	Incidents      int64                `json:"incidents"`
 	DownMs         int64                `json:"down_ms"`
