@@ -126,6 +126,7 @@ func (h *Handler) handle(ctx context.Context, claims []deadline.Claim, depth int
 	if err != nil {
 		return err
 	}
+	claims, inputs, decisions = h.dropLapsed(claims, inputs, decisions)
 	events, owner, failed := h.publish(ctx, claims, decisions)
 	if h.beforeAck != nil && !h.beforeAck() {
 		return errCrashed
@@ -154,6 +155,28 @@ func (h *Handler) handle(ctx context.Context, claims []deadline.Claim, depth int
 	}
 	h.countPublished(events, owner, failed)
 	return nil
+}
+
+// dropLapsed leaves out the claims whose lease runs out within a quarter of a lease (the replica stalled,
+// or Redis or Kafka was slow, since they were claimed): another replica may claim them meanwhile and
+// decide afresh, say `recovered` where this one would still send the repeat it decided. Neither their
+// events nor their acknowledgements go out; their lease returns them, to whichever replica claims first.
+// Claims of an in-flight record are kept: the record hands them out again under the same event ids.
+func (h *Handler) dropLapsed(claims []deadline.Claim, inputs []input, decisions []decision) ([]deadline.Claim, []input, []decision) {
+	limit := h.opts.Now().Add(h.opts.Lease / 4)
+	kept := 0
+	for i, c := range claims {
+		if c.Record == "" && !c.LeasedUntil.IsZero() && !limit.Before(c.LeasedUntil) {
+			continue
+		}
+		claims[kept], inputs[kept], decisions[kept] = c, inputs[i], decisions[i]
+		kept++
+	}
+	if dropped := len(claims) - kept; dropped > 0 {
+		h.opts.Metrics.LapsedClaims.Add(float64(dropped))
+		h.log.Warn("claims whose lease was running out left to their next claim", zap.Int("claims", dropped))
+	}
+	return claims[:kept], inputs[:kept], decisions[:kept]
 }
 
 // decideAll re-checks each claim against Redis, gathers what decide needs (parents, outages, policies,

@@ -23,6 +23,8 @@ type Metrics struct {
 	DeadClaims      prometheus.Gauge       // parked claims over all slots
 	Devices         *prometheus.GaugeVec   // state (online, interrupted), type: in this replica's slots
 	PublishFailures prometheus.Counter
+	// LapsedClaims counts the claims left unpublished because their lease was running out (Handler.dropLapsed).
+	LapsedClaims prometheus.Counter
 	// WatchdogPublished is when Kafka last acknowledged this replica's watchdog event (Unix seconds).
 	WatchdogPublished prometheus.Gauge
 }
@@ -44,6 +46,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"state", "type"}),
 		PublishFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "publish_failures_total",
 			Help: "Claims whose events could not be published (retried with backoff, parked after the limit)."}),
+		LapsedClaims: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "claims_lapsed_total",
+			Help: "Claims left to their next claim, unpublished, because their lease was running out (a stalled replica)."}),
 		WatchdogPublished: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "watchdog_last_published_timestamp_seconds",
 			Help: "When Kafka last acknowledged this replica's watchdog event (Unix time); 0 before the first."}),
 	}
@@ -52,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Events.WithLabelValues(string(k))
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Lateness, m.ClaimsPending, m.DeadClaims, m.Devices, m.PublishFailures, m.WatchdogPublished)
+		reg.MustRegister(m.Events, m.Lateness, m.ClaimsPending, m.DeadClaims, m.Devices, m.PublishFailures, m.LapsedClaims, m.WatchdogPublished)
 	}
 	return m
 }

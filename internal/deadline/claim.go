@@ -43,6 +43,10 @@ type Claim struct {
 	HeldBack bool
 	// Cause is why the incident began when it was not silence (a reported failure, offline); nil: silence.
 	Cause *Cause
+	// LeasedUntil is when the claim's lease runs out (the claim's time + ClaimOptions.Lease; zero without
+	// a lease): from then another replica may claim the same incident, so an act not yet published is
+	// left to that claim.
+	LeasedUntil time.Time
 	// LastSignal is the device's last signal before the incident when its deadline was written under
 	// another timeout than its type's now (a reload, a new own timeout; internal/typeindex); zero otherwise,
 	// when it is the deadline less the policy's lead.
@@ -195,6 +199,12 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		}
 		if res.Claims, err = s.appendClaims(ctx, res.Claims, slots[i], r, record, repeats); err != nil {
 			return res, err
+		}
+	}
+	if opts.Lease > 0 {
+		leasedUntil := opts.Now.Add(opts.Lease)
+		for i := range res.Claims {
+			res.Claims[i].LeasedUntil = leasedUntil
 		}
 	}
 	s.holdDeferredBack(res.Claims, opts.Now, opts.WatermarkFor)
