@@ -195,3 +195,43 @@ func TestKeptShareOfADeadMemberNeedsNoGrace(t *testing.T) {
 	ticks(t, r2)
 	require.Equal(t, clk.Now(), r2.Watermark(clk.Now()), "the group read past r1's last word: nothing was lost")
 }
+
+// TestGraceOverlappedByANewWindowHoldsOn: a gateway held after a first window (a broker restart) has not
+// had its timeout of visible time when a second window opens (Redis down): it stays held from the first
+// window's start until it had that time after the second, though the first alone would have released it
+// meanwhile. Its deadline inside the first window is otherwise claimed before the signals the second
+// kept from Redis are written.
+func TestGraceOverlappedByANewWindowHoldsOn(t *testing.T) {
+	rdb, clk := holdBackRedis(t)
+	h := newReplicaTracker(rdb, "r1", clk.Now, func(o *Options) {
+		o.Grace = func() time.Duration { return 2 * time.Hour }
+		o.Timeouts = func() map[string]time.Duration { return mixedFleet }
+		o.MaxHoldBack = 10 * time.Minute
+	})
+	require.NoError(t, h.Start(context.Background()))
+	const gateway = 3 * time.Second
+
+	first := clk.Now()
+	h.Open("broker", CauseIngest, ScopeAll, first, "disconnected")
+	clk.Advance(2 * time.Second)
+	h.Close("broker", clk.Now())
+	clk.Advance(2 * time.Second) // inside the gateways' grace of the first window
+	second := clk.Now()
+	h.Open("redis", causeRedis, ScopeAll, second, "redis unreachable")
+	clk.Advance(2 * time.Second) // the first window alone would have released the gateways by now
+	require.Equal(t, first, h.WatermarkFor(clk.Now())(gateway), "held from the first window's start")
+	require.Equal(t, first, h.Status().ByType["gateway"].Since, "/v1/stats says the same")
+	h.Close("redis", clk.Now())
+	end := clk.Now()
+	clk.Set(end.Add(gateway - time.Millisecond))
+	require.Equal(t, first, h.WatermarkFor(clk.Now())(gateway), "not before a timeout of visible time after the second")
+	clk.Set(end.Add(gateway))
+	require.Equal(t, clk.Now(), h.WatermarkFor(clk.Now())(gateway), "released once the gateways had it")
+
+	// A window that began after the gateways' grace of the one before is a blindness of its own.
+	clk.Advance(10 * time.Second)
+	third := clk.Now()
+	h.Open("stall", causeStall, ScopeAll, third, "stalled")
+	clk.Advance(time.Second)
+	require.Equal(t, third, h.WatermarkFor(clk.Now())(gateway))
+}

@@ -129,10 +129,11 @@ func (h *Tracker) byTypeLocked(now time.Time) map[string]TypeHold {
 		return nil
 	}
 	var out map[string]TypeHold
+	live := slices.Collect(h.liveLocked(now))
 	for name, timeout := range h.opts.Timeouts() {
 		var th TypeHold
 		open := false
-		for w := range h.liveLocked(now) {
+		for _, w := range live {
 			if !w.holdsFor(now, timeout, h.opts.MaxHoldBack) {
 				continue
 			}
@@ -146,6 +147,7 @@ func (h *Tracker) byTypeLocked(now time.Time) map[string]TypeHold {
 		if th.Since.IsZero() {
 			continue
 		}
+		th.Since = watermark(now, live, timeout, h.opts.MaxHoldBack) // a window chained to a holding one too
 		if open {
 			th.Until = time.Time{}
 		}

@@ -110,11 +110,24 @@ func (w Window) holds(now time.Time, maxHold time.Duration) bool {
 // watermark is the scanner's rule for the devices whose timeout is timeout: at now, claim only deadlines
 // no window that holds them can explain, that is up to the earliest start of such a window, or up to now
 // when none holds them.
+//
+// A window whose grace for these devices had not run out when a holding window began is one blindness
+// with it: the devices it held have had no full timeout of visible time since it closed, so its start
+// bounds them too (a broker restarted, then Redis down within a timeout of it). Such chains are followed
+// back to their first window.
 func watermark(now time.Time, windows []Window, timeout, maxHold time.Duration) time.Time {
 	wm := now
 	for _, w := range windows {
 		if w.holdsFor(now, timeout, maxHold) && w.From.Before(wm) {
 			wm = w.From
+		}
+	}
+	for chained := wm.Before(now); chained; {
+		chained = false
+		for _, w := range windows {
+			if w.From.Before(wm) && !w.To.IsZero() && w.untilFor(timeout).After(wm) && !w.expired(now, maxHold) {
+				wm, chained = w.From, true
+			}
 		}
 	}
 	return wm
