@@ -82,6 +82,8 @@ type KafkaSource struct {
 	// time. unassignedSince (Unix ns on Now's clock) is when it last had none; 0 while it has one.
 	own             atomic.Pointer[[]topicPartition]
 	unassignedSince atomic.Int64
+	// rebalancing: the replica had an assignment and its generation ended; false before the first.
+	rebalancing atomic.Bool
 }
 
 var (
@@ -150,7 +152,13 @@ func (s *KafkaSource) Health() Health {
 	h.Blind, h.BlindWhy, h.Kept, h.BlindShared = blind, why, true, true
 	h.OwnLag = lag
 	if since := s.unassignedSince.Load(); since != 0 {
-		h.OwnLag = max(h.OwnLag, now.Sub(time.Unix(0, since)))
+		unassigned := now.Sub(time.Unix(0, since))
+		if s.rebalancing.Load() {
+			// Between two generations the group waits up to its rebalance timeout for every member (a
+			// dead one included): a replica is not behind for taking part in that.
+			unassigned -= s.opts.RebalanceTimeout
+		}
+		h.OwnLag = max(h.OwnLag, unassigned)
 	} else if own := s.own.Load(); own != nil {
 		h.OwnLag = max(h.OwnLag, s.watch.lagOf(*own, now))
 	}
@@ -170,6 +178,7 @@ func (s *KafkaSource) assigned(gen *kafka.Generation) {
 	gen.Start(func(genCtx context.Context) {
 		<-genCtx.Done()
 		s.own.Store(nil)
+		s.rebalancing.Store(true)
 		s.unassignedSince.Store(s.opts.Now().UnixNano())
 	})
 }
