@@ -71,6 +71,10 @@ func (h *Tracker) followMembersLocked(now time.Time, peers map[string]entry) {
 			delete(h.members, id)
 			h.local = slices.DeleteFunc(h.local, func(w Window) bool { return w.ID == id })
 			h.log.Info("replica answers again: its share was not lost", zap.String("replica", replica))
+		case known:
+			// It answered again after its share was read by the living (a long pause): its next silence is a
+			// death of its own, not this one remembered. Its settled window runs out its grace.
+			delete(h.members, id)
 		}
 	}
 	for id, m := range h.members {

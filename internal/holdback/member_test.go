@@ -219,3 +219,30 @@ func TestMemberOfAnotherSplit(t *testing.T) {
 	require.False(t, r2.Status().Active)
 	require.Equal(t, clk.Now(), r2.Watermark(clk.Now()))
 }
+
+// TestMemberPausedTwiceIsHeldTwice: r1 pauses long enough for r2 to take it for dead and to read its share
+// again, then answers again, then pauses again. The second pause holds r2 from r1's new last word like
+// the first, in a window of its own: a process that came back is not remembered as the death already
+// settled (which opened nothing the second time, and let r2 claim past r1's last word).
+func TestMemberPausedTwiceIsHeldTwice(t *testing.T) {
+	_, clk, r1, r2 := sharingPair(t, true)
+	r2.takeOver(true)
+	first := clk.Now()
+	clk.Advance(1100 * time.Millisecond)
+	ticks(t, r2.Tracker)
+	w := memberWindow(t, r2.Tracker)
+	require.Equal(t, first, w.From)
+	require.False(t, w.To.IsZero(), "its share was read again at once")
+
+	clk.Advance(time.Second)
+	ticks(t, r1.Tracker, r2.Tracker) // r1 answers again
+	second := clk.Now()
+	clk.Advance(1100 * time.Millisecond)
+	ticks(t, r2.Tracker)
+	require.False(t, r2.Watermark(clk.Now()).After(second), "held from r1's new last word at the latest")
+	var reopened bool
+	for _, w := range r2.Status().Windows {
+		reopened = reopened || (w.Cause == causeMember && w.From.Equal(second))
+	}
+	require.True(t, reopened, "a member window of its own: %+v", r2.Status().Windows)
+}
