@@ -23,9 +23,10 @@ var (
 	// `docs/scaling.md's "Walks"`.
 	citedName = regexp.MustCompile(`\b(?:docs/)?([a-z0-9-]+)\.md(?:'s)?,?\s*\(?"([^"]+)"`)
 	// A citation no reader can follow: a page's section by number ("docs/http-api.md, §9"; the pages
-	// number no sections, and a number breaks silently when one is added) or a spec outside the
-	// repository ("SPEC §3"). RFCs and the MQTT standard number their sections, so a bare § is fine.
-	citedNumber = regexp.MustCompile(`\b(?:(?:docs/)?[a-z0-9-]+\.md|SPEC),?\s*\(?§\s*[0-9]`)
+	// number no sections, and a number breaks silently when one is added) or a numbered section of a
+	// document the repository does not hold, named in capitals right before the §. An RFC or the MQTT
+	// standard is cited with its number or version first ("RFC 6455 §5.2"), which stays allowed.
+	citedNumber = regexp.MustCompile(`\b(?:(?:docs/)?[a-z0-9-]+\.md|[A-Z][A-Z0-9]+),?\s*\(?§\s*[0-9]`)
 	// A link from one page to a section of another or of itself: "(benchmarks.md#results)", "(#roles)".
 	linkedAnchor = regexp.MustCompile(`\]\(((?:docs/)?[a-z0-9-]+\.md)?#([^)\s]+)\)`)
 )
