@@ -240,15 +240,18 @@ notify:
 	}
 }
 
-func TestARecordThatIsNoEventIsCountedAndSkipped(t *testing.T) {
-	f := newFixture(t)
-	n := f.notifyConfig(`
+// ticketsWebhook is a notify section of one webhook receiver that every event reaches.
+const ticketsWebhook = `
 notify:
   receivers:
     - {name: tickets, webhook: {url: "{{url}}/hook"}}
   routes:
     - {receiver: tickets}
-`, nil)
+`
+
+func TestARecordThatIsNoEventIsCountedAndSkipped(t *testing.T) {
+	f := newFixture(t)
+	n := f.notifyConfig(ticketsWebhook, nil)
 	nt := f.newNotifier(n, nil)
 	f.run(nt)
 	require.NoError(t, f.producer.ProduceSync(t.Context(), &kgo.Record{Key: []byte("x"), Value: []byte("not json")}).FirstErr())

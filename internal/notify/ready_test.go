@@ -71,13 +71,7 @@ notify:
 
 func TestANotifierWhoseRedisDoesNotAnswerIsNotReady(t *testing.T) {
 	f := newFixture(t)
-	n := f.notifyConfig(`
-notify:
-  receivers:
-    - {name: tickets, webhook: {url: "{{url}}/hook"}}
-  routes:
-    - {receiver: tickets}
-`, nil)
+	n := f.notifyConfig(ticketsWebhook, nil)
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = dead.Close() })
 	nt, err := New(Options{Notify: n, Brokers: f.kafka.Addrs, Topic: "heartbeat.events", Redis: dead})
