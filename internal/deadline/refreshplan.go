@@ -70,19 +70,21 @@ func (s *Store) planSignal(ctx context.Context, p *refreshPlan, layout *Layout, 
 		if expected {
 			p.seen.add(Slot(sig.Device, layout.Slots), sig)
 		}
-		if known && rec != r.idx && !expected {
-			// Another index than the stored one: compared by signal times, not deadlines (retime.go).
-			// Forgotten, not learned: the write may lose to a newer signal, and the next one reads it.
-			if sig.Type != "" && s.types.Name(ctx, rec) != r.name {
+		if known && rec != r.idx {
+			if !expected {
+				// Another index than the stored one: compared by signal times, not deadlines (retime.go).
+				// Forgotten, not learned: the write may lose to a newer signal, and the next one reads it.
+				if sig.Type != "" && s.types.Name(ctx, rec) != r.name {
+					p.retyped = append(p.retyped, sig.Device)
+				}
+				p.retimed = append(p.retimed, retimedSignal{slot: Slot(sig.Device, layout.Slots), device: sig.Device, score: score,
+					seen: sig.Seen.UnixMilli()})
+				p.forget = append(p.forget, sig.Device)
+				return nil
+			}
+			if sig.Type != "" {
 				p.retyped = append(p.retyped, sig.Device)
 			}
-			p.retimed = append(p.retimed, retimedSignal{slot: Slot(sig.Device, layout.Slots), device: sig.Device, score: score,
-				seen: sig.Seen.UnixMilli()})
-			p.forget = append(p.forget, sig.Device)
-			return nil
-		}
-		if known && rec != r.idx && sig.Type != "" {
-			p.retyped = append(p.retyped, sig.Device)
 		}
 		if source != typeRemembered || rec != r.idx {
 			recorded.learned = append(recorded.learned, learnedType{sig.Device, r.idx})
