@@ -132,22 +132,20 @@ func (h *Tracker) byTypeLocked(now time.Time) map[string]TypeHold {
 	live := slices.Collect(h.liveLocked(now))
 	for name, timeout := range h.opts.Timeouts() {
 		var th TypeHold
-		open := false
+		held, open := false, false
 		for _, w := range live {
 			if !w.holdsFor(now, timeout, h.opts.MaxHoldBack) {
 				continue
 			}
-			if th.Since.IsZero() || w.From.Before(th.Since) {
-				th.Since = w.From
-			}
+			held = true
 			th.Grace = max(th.Grace, w.graceFor(timeout))
 			th.Until = maxTime(th.Until, w.untilFor(timeout))
 			open = open || w.To.IsZero()
 		}
-		if th.Since.IsZero() {
+		if !held {
 			continue
 		}
-		th.Since = watermark(now, live, timeout, h.opts.MaxHoldBack) // a window chained to a holding one too
+		th.Since = watermark(now, live, timeout, h.opts.MaxHoldBack) // the scanner's own rule, chains included
 		if open {
 			th.Until = time.Time{}
 		}
