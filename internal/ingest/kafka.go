@@ -80,7 +80,7 @@ type KafkaSource struct {
 	observedGenerations atomic.Int64
 	// own is this replica's assignment while a generation runs: it is ready once it reads these in
 	// time. unassignedSince (Unix ns on Now's clock) is when it last had none; 0 while it has one.
-	own             atomic.Pointer[[]topicPartition]
+	own             atomic.Pointer[assignment]
 	unassignedSince atomic.Int64
 	// rebalancing: the replica had an assignment and its generation ended; false before the first.
 	rebalancing atomic.Bool
@@ -160,20 +160,28 @@ func (s *KafkaSource) Health() Health {
 		}
 		h.OwnLag = max(h.OwnLag, unassigned)
 	} else if own := s.own.Load(); own != nil {
-		h.OwnLag = max(h.OwnLag, s.watch.lagOf(*own, now))
+		// A backlog inherited with a partition (a dead member's share) is not this replica's delay:
+		// it answers for a record's wait from the moment it was given the partition.
+		h.OwnLag = max(h.OwnLag, min(s.watch.lagOf(own.parts, now), now.Sub(own.at)))
 	}
 	return h
 }
 
+// assignment is the partitions one generation gave this replica and when it got them.
+type assignment struct {
+	parts []topicPartition
+	at    time.Time
+}
+
 // assigned records gen's assignment as this replica's own share until gen ends.
 func (s *KafkaSource) assigned(gen *kafka.Generation) {
-	var own []topicPartition
+	own := &assignment{at: s.opts.Now()}
 	for topic, parts := range gen.Assignments {
 		for _, p := range parts {
-			own = append(own, topicPartition{topic, p.ID})
+			own.parts = append(own.parts, topicPartition{topic, p.ID})
 		}
 	}
-	s.own.Store(&own)
+	s.own.Store(own)
 	s.unassignedSince.Store(0)
 	gen.Start(func(genCtx context.Context) {
 		<-genCtx.Done()

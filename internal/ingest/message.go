@@ -74,8 +74,8 @@ type Health struct {
 	// Kept: the broker keeps what the source has not read yet (Kafka), so a lag or a Blind span loses
 	// nothing: once read past, every signal sent meanwhile is in.
 	Kept bool
-	// OwnLag is Lag over this replica's own share of the signals: for Kafka its assigned partitions
-	// (or, between assignments, how long it has had none beyond the group's rebalance timeout; before
+	// OwnLag is Lag over this replica's own share of the signals: for Kafka its assigned partitions,
+	// counted from when it was given them (or, between assignments, how long it has had none beyond the group's rebalance timeout; before
 	// its first, how long it has waited for it). A shared source's Lag and Blind also count
 	// the other members' shares (BlindShared), which the hold-back waits for and readiness does not:
 	// a replica is ready once it reads its own share in time.

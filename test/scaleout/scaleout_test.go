@@ -153,10 +153,14 @@ func TestSurvivorStaysReadyWhileTheGroupWaits(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond)
 	require.True(t, noted, "the group's wait for the frozen member's partitions is a note; /readyz answered %q", answers)
 	require.Empty(t, refused, "the survivor reads its own partitions: ready")
-	require.Never(t, func() bool {
-		code, _, err := survivor.hb.Get("/readyz")
+	var last string
+	if !assert.Never(t, func() bool {
+		code, body, err := survivor.hb.Get("/readyz")
+		last = fmt.Sprint(code, " ", body, err)
 		return err != nil || code != http.StatusOK
-	}, 5*time.Second, 20*time.Millisecond, "the survivor stays ready while the group waits")
+	}, 5*time.Second, 20*time.Millisecond, "the survivor stays ready while the group waits") {
+		t.Fatalf("/readyz answered %s", last)
+	}
 	require.NoError(t, syscall.Kill(frozen, syscall.SIGCONT))
 }
 
