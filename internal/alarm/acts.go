@@ -79,6 +79,16 @@ func (a *Acts) Publish(ctx context.Context, e event.Event) bool {
 	return true
 }
 
+// RecoveryHold is how long an incident's `recovered` may wait for the `acked` event of an ack being
+// announced (deadline.Store.SetAcked): the longest Publish takes, and a second for the round trips
+// around it. 0 when acts publish nothing.
+func (a *Acts) RecoveryHold() time.Duration {
+	if a == nil || a.opts.Sink == nil {
+		return 0
+	}
+	return a.opts.Timeout + time.Second
+}
+
 // AckedEvent is the `acked` event of an incident of device (of type typ, whose policy's timeout and
 // warn_after date it, EventTimes): its id is <device>/<its events' deadline ms>/acked/0, so an ack
 // repeated for the same incident is the same event. lastSignal, when known (deadline.Device.LastSignal:

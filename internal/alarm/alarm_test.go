@@ -206,13 +206,39 @@ func TestAckStopsRepeatsButRecoveryIsReported(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		f.signal("d1", "gateway", 0)
 		require.Equal(t, []string{"d1 interrupted 0"}, f.at(5*time.Second+time.Millisecond))
-		ok, err := f.Store.SetAcked(context.Background(), "d1")
+		ok, err := f.Store.SetAcked(context.Background(), "d1", 0)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Empty(t, f.at(35*time.Second+time.Millisecond), "acked: the repeat is not sent")
 		require.Empty(t, f.at(10*time.Minute))
 		f.signal("d1", "", 11*time.Minute)
 		require.Equal(t, []string{"d1 recovered 0"}, f.at(11*time.Minute+time.Millisecond))
+	})
+}
+
+// TestRecoveryWaitsForTheAckBeingAnnounced: an operator acks while the device comes back. The ack's
+// `acked` is published by the API after the ack is stored; the recovery, claimed meanwhile, waits for
+// it, so consumers never read `acked` after the incident's `recovered`. An ack of a device that has
+// signalled since is refused: its recovery is already under way.
+func TestRecoveryWaitsForTheAckBeingAnnounced(t *testing.T) {
+	eachFixture(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		f.signal("d1", "gateway", 0)
+		f.signal("d2", "gateway", 0)
+		require.Equal(t, []string{"d1 interrupted 0", "d2 interrupted 0"}, f.at(5*time.Second+time.Millisecond))
+		ok, err := f.Store.SetAcked(ctx, "d1", time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		f.signal("d2", "", 5500*time.Millisecond)
+		ok, err = f.Store.SetAcked(ctx, "d2", time.Minute)
+		require.NoError(t, err)
+		require.False(t, ok, "d2 signalled since its incident opened")
+
+		f.signal("d1", "", 6*time.Second)
+		require.Equal(t, []string{"d2 recovered 0"}, f.at(6*time.Second+time.Millisecond), "d1's acked event is not out yet")
+		require.Empty(t, f.at(6*time.Second+announceRecheck+2*time.Millisecond), "still not")
+		require.NoError(t, f.Store.ActAnnounced(ctx, "d1"))
+		require.Equal(t, []string{"d1 recovered 0"}, f.at(6*time.Second+2*announceRecheck+3*time.Millisecond))
 	})
 }
 

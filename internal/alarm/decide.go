@@ -47,8 +47,15 @@ type input struct {
 	// Seen are the recorded signal times of a device whose type has expected times (a schedule), whose
 	// last signal cannot be told from its deadline; nil for a type timed by its timeout.
 	Seen *deadline.SeenTimes
-	Now  time.Time
+	// Announcing: an operator's ack of the incident is still being announced (deadline.Store.SetAcked),
+	// so its `recovered` waits for the `acked` event.
+	Announcing bool
+	Now        time.Time
 }
+
+// announceRecheck is how often a recovery waiting for an ack's announcement looks again: an act's event
+// is out within milliseconds unless Kafka is slow, and the hold ends by itself (alarm.Acts.RecoveryHold).
+const announceRecheck = 100 * time.Millisecond
 
 // reason says why decide chose what it chose; it is logged and tested, never sent to consumers.
 type reason string
@@ -74,6 +81,7 @@ const (
 	reasonQuiet       reason = "quiet"        // inside a quiet interval of its type: deferred, or its repeats paused
 	reasonLate        reason = "late"         // warn_after passed: `late`, interrupted at the timeout unless it signals
 	reasonHeldBack    reason = "held-back"    // deferred (late, quiet, after its parent); its interruption waits for the hold-back
+	reasonAnnouncing  reason = "announcing"   // it signalled again while its ack is announced: recovered waits for acked
 )
 
 // parentRecheck is how often a suppressed device looks at its parent again, besides being woken when
@@ -146,6 +154,10 @@ func decideIgnoringCause(in input) decision {
 	}
 	if !in.Current.IsZero() && in.Current.After(st.DeadlineTime()) {
 		if !olderThanFailure(in) {
+			if in.Announcing {
+				d.Ack.Op, d.Ack.Next, d.Reason = deadline.Reschedule, now.Add(announceRecheck), reasonAnnouncing
+				return d
+			}
 			decideRecovery(in, &d)
 			return d
 		}

@@ -173,7 +173,7 @@ func acknowledgedIncident(t *testing.T, f *fixture, dev string) *probeFailure {
 	t.Helper()
 	f.signal(dev, "", 0)
 	require.Equal(t, []string{dev + " interrupted 0"}, f.at(10*time.Second+time.Millisecond))
-	ok, err := f.Store.SetAcked(context.Background(), dev)
+	ok, err := f.Store.SetAcked(context.Background(), dev, 0)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Empty(t, f.at(70*time.Second+2*time.Millisecond), "acknowledged: no repeat")

@@ -213,10 +213,14 @@ func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]inp
 	if err != nil {
 		return nil, nil, fmt.Errorf("alarm: silences: %w", err)
 	}
+	announcing, err := h.announcing(ctx, claims)
+	if err != nil {
+		return nil, nil, fmt.Errorf("alarm: acks announced: %w", err)
+	}
 	inputs := make([]input, len(claims))
 	decisions := make([]decision, len(claims))
 	for i, c := range claims {
-		in := input{Claim: c, Current: current[i], Now: now, Policy: pols[i]}
+		in := input{Claim: c, Current: current[i], Now: now, Policy: pols[i], Announcing: announcing[i]}
 		in.SilencedUntil = silenced[i]
 		in.Parent, in.ParentWait, in.OutageID, in.Flaps, in.Seen = parents[i], h.opts.ParentWait, outages[i], flaps[i], seen[i]
 		inputs[i] = in
@@ -226,6 +230,30 @@ func (h *Handler) decideAll(ctx context.Context, claims []deadline.Claim) ([]inp
 		return nil, nil, fmt.Errorf("alarm: correlation: %w", err)
 	}
 	return inputs, decisions, nil
+}
+
+// announcing reads, for the acked incidents among claims only (few: an acked incident is claimed when
+// its device signals), whether their ack is still being announced.
+func (h *Handler) announcing(ctx context.Context, claims []deadline.Claim) ([]bool, error) {
+	out := make([]bool, len(claims))
+	var acked []deadline.Claim
+	var at []int
+	for i, c := range claims {
+		if c.State.Acked {
+			acked, at = append(acked, c), append(at, i)
+		}
+	}
+	if len(acked) == 0 {
+		return out, nil
+	}
+	pending, err := h.opts.Store.ActsPending(ctx, acked)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] = pending[j]
+	}
+	return out, nil
 }
 
 // publish hands every decided event to the sink as one batch. owner[j] is the claim index of events[j];

@@ -169,7 +169,7 @@ func (w *machineWalk) ack(device string) []string {
 	ctx := context.Background()
 	before, _, err := w.f.Store.Device(ctx, device)
 	require.NoError(w.t, err)
-	ok, err := w.f.Store.SetAcked(ctx, device)
+	ok, err := w.f.Store.SetAcked(ctx, device, 0)
 	require.NoError(w.t, err)
 	require.True(w.t, ok, "%s has an open incident to acknowledge", device)
 	pol, _ := w.f.policies.Load().Lookup(before.Type)

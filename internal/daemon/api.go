@@ -456,15 +456,21 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 		a.internal(w, err)
 		return
 	}
-	ok, err := a.Store.SetAcked(r.Context(), id)
+	ok, err := a.Store.SetAcked(r.Context(), id, a.Events.RecoveryHold())
 	if err != nil {
 		a.internal(w, err)
 		return
 	}
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q has no open interruption", id))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q has no open interruption (or has signalled since)", id))
 		return
 	}
+	// The incident's recovery waits for the acked event; it goes on without it after the hold at the latest.
+	defer func() {
+		if err := a.Store.ActAnnounced(context.WithoutCancel(r.Context()), id); err != nil {
+			a.log.Warn("the acked event is out; its device's recovery waits out the hold", zap.String("device_id", id), zap.Error(err))
+		}
+	}()
 	if before.Incident == nil { // opened between the read and the ack
 		if before, _, err = a.Store.Device(r.Context(), id); err != nil || before.Incident == nil {
 			a.log.Warn("device acknowledged; its acked event is not published: the incident could not be read",

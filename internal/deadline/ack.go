@@ -2,6 +2,7 @@ package deadline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -256,29 +257,41 @@ func (s *Store) releaseRecords(ctx context.Context, released map[int][]string) e
 	return nil
 }
 
-// setAckedScript marks an open incident acknowledged by an operator.
+// setAckedScript marks an open incident acknowledged by an operator, unless its device has signalled
+// since (its recovery is under way: an `acked` then would follow the `recovered`). With a hold it also
+// sets the act's announcement key, which keeps the incident's `recovered` back until the `acked` event
+// is out (ActsPending).
 //
-// KEYS[1] state
-// ARGV[1] device
-// Reply: 1 when the device has an open incident, 0 otherwise.
+// KEYS[1] state  KEYS[2] deadlines  KEYS[3] the device's announcement key
+// ARGV[1] device  ARGV[2] hold (ms; 0: none)
+// Reply: 1 when the device has an open incident and has not signalled since, 0 otherwise.
 var setAckedScript = newScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
+local dl
 if not string.find(cur, ${stateSep}, 1, true) then
   -- A bare deadline score: a committed incident, interrupted sent (see decodeState).
   local sc = tonumber(cur)
-  local dl = math.floor(sc / ${MaxTypes})
+  dl = math.floor(sc / ${MaxTypes})
   cur = string.format(${stateCommittedFormat}, dl, sc - dl * ${MaxTypes}, dl)
+else
+  dl = tonumber(string.match(cur, ${stateDeadlinePattern}))
 end
+local back = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if back and math.floor(tonumber(back) / ${MaxTypes}) > dl then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], (string.gsub(cur, ${stateUnackedPattern}, ${stateSetAcked})))
+if tonumber(ARGV[2]) > 0 then redis.call('SET', KEYS[3], '1', 'PX', ARGV[2]) end
 return 1
 `)
 
 // SetAcked records an operator's acknowledgement: the alarm loop sends no more repeats for the open
-// incident, but still reports recovery. It returns false when the device has no open incident.
-func (s *Store) SetAcked(ctx context.Context, device string) (bool, error) {
+// incident, but still reports recovery. It returns false when the device has no open incident, or has
+// signalled since it opened. A positive hold keeps the incident's `recovered` back for at most that long,
+// until ActAnnounced says the `acked` event went out, so a consumer never reads it after the recovery.
+func (s *Store) SetAcked(ctx context.Context, device string, hold time.Duration) (bool, error) {
 	for _, slot := range s.slotsOf(device) {
-		n, err := setAckedScript.Run(ctx, s.rdb, []string{s.keys.state(slot)}, device).Int()
+		n, err := setAckedScript.Run(ctx, s.rdb, []string{s.keys.state(slot), s.keys.Deadlines(slot), s.keys.acting(slot, device)},
+			device, hold.Milliseconds()).Int()
 		if err != nil {
 			return false, fmt.Errorf("deadline: ack %q: %w", device, err)
 		}
@@ -287,6 +300,36 @@ func (s *Store) SetAcked(ctx context.Context, device string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// ActAnnounced ends the hold SetAcked put on device's recovery: its `acked` event is out, or will not be.
+func (s *Store) ActAnnounced(ctx context.Context, device string) error {
+	keys := make([]string, 0, 2)
+	for _, slot := range s.slotsOf(device) {
+		keys = append(keys, s.keys.acting(slot, device))
+	}
+	if err := s.rdb.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("deadline: ack %q announced: %w", device, err)
+	}
+	return nil
+}
+
+// ActsPending reports, for each claim, whether an operator's ack of its device is still being announced
+// (SetAcked's hold): its `recovered` waits for the `acked` event.
+func (s *Store) ActsPending(ctx context.Context, claims []Claim) ([]bool, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(claims))
+	for i, c := range claims {
+		cmds[i] = pipe.Exists(ctx, s.keys.acting(c.Slot, c.Device))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("deadline: acts pending: %w", err)
+	}
+	pending := make([]bool, len(claims))
+	for i, cmd := range cmds {
+		pending[i] = cmd.Val() > 0
+	}
+	return pending, nil
 }
 
 // slotsOf returns the device's slot and, while a doubling settles, its old slot.

@@ -35,7 +35,7 @@ func TestScanOpenIncidents(t *testing.T) {
 		}
 		_, err = f.Store.Settle(ctx, acks, deadline.RecordsOf(res.Claims))
 		require.NoError(t, err)
-		ok, err := f.Store.SetAcked(ctx, "acked")
+		ok, err := f.Store.SetAcked(ctx, "acked", 0)
 		require.NoError(t, err)
 		require.True(t, ok)
 

@@ -65,6 +65,10 @@ const stateGuardField = "\x00hashtable"
 // where an operator raised it a lot; 64 slots × 512 B is the whole cost.
 var stateGuardValue = strings.Repeat("-", 512)
 
+// acting is the STRING, expiring within seconds, that holds back the `recovered` of device's incident while
+// an operator's ack of it is being announced (Store.SetAcked).
+func (k Keyspace) acting(slot int, device string) string { return k.slotKey(slot, "acting:"+device) }
+
 // dead is the ZSET device → time parked (ms) of claims that failed to publish too often.
 func (k Keyspace) dead(slot int) string { return k.slotKey(slot, "dead") }
 

@@ -139,10 +139,10 @@ func TestDeadlineStoreOnStackRedis(t *testing.T) {
 	st := gw1.State
 	st.Next, st.InterruptedAt = 1, clk.Now().UnixMilli()
 	require.Equal(t, []bool{true}, ack(deadline.Ack{Device: "gw1", Slot: gw1.Slot, Op: deadline.Reschedule, Claimed: st.Deadline, Next: t0.Add(24 * time.Second), State: st}))
-	ok, err := store.SetAcked(ctx, "gw1")
+	ok, err := store.SetAcked(ctx, "gw1", 0)
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = store.SetAcked(ctx, "never-seen")
+	ok, err = store.SetAcked(ctx, "never-seen", 0)
 	require.NoError(t, err)
 	require.False(t, ok)
 	d, _, err := store.Device(ctx, "gw1")

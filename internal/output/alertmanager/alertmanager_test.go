@@ -290,7 +290,7 @@ func TestResyncPostsTheOwnedSlots(t *testing.T) {
 	}
 	st.open(t, all...)
 	st.open(t, "acked", "silenced")
-	ok, err := st.store.SetAcked(context.Background(), "acked")
+	ok, err := st.store.SetAcked(context.Background(), "acked", 0)
 	require.NoError(t, err)
 	require.True(t, ok)
 	st.unreported(t, "fresh")
