@@ -62,7 +62,9 @@ func (s *Store) freshClaim(ctx context.Context, slot int, device, score, prev st
 		return Claim{}, fmt.Errorf("deadline: claim slot %d: device %q: %w", slot, device, err)
 	}
 	c := Claim{Device: device, Slot: slot, State: st, Fresh: true}
-	c.Type, c.OwnTimeout = s.typeOf(ctx, st.TypeIndex)
+	if c.Type, c.OwnTimeout, err = s.claimTypeOf(ctx, st.TypeIndex); err != nil {
+		return Claim{}, err
+	}
 	if prev != "" {
 		p, err := decodeState(prev)
 		if err != nil {
@@ -90,7 +92,9 @@ func (s *Store) suppressionClaim(ctx context.Context, slot int, device, state, r
 		return Claim{}, fmt.Errorf("deadline: claim slot %d: device %q: %q is not a committed suppression", slot, device, state)
 	}
 	c := Claim{Device: device, Slot: slot, State: State{Deadline: deadline, TypeIndex: index}, Record: record, CommittedSuppression: true}
-	c.Type, c.OwnTimeout = s.typeOf(ctx, index)
+	if c.Type, c.OwnTimeout, err = s.claimTypeOf(ctx, index); err != nil {
+		return Claim{}, err
+	}
 	return c, nil
 }
 
@@ -101,7 +105,9 @@ func (s *Store) dueClaim(ctx context.Context, slot int, device, state string) (C
 		return Claim{}, err
 	}
 	c := Claim{Device: device, Slot: slot, State: st}
-	c.Type, c.OwnTimeout = s.typeOf(ctx, st.TypeIndex)
+	if c.Type, c.OwnTimeout, err = s.claimTypeOf(ctx, st.TypeIndex); err != nil {
+		return Claim{}, err
+	}
 	return c, nil
 }
 

@@ -2,6 +2,7 @@ package deadline
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
@@ -54,6 +55,17 @@ func (s *Store) expected(name string, seen time.Time) (time.Time, bool) {
 // typeOf is the configured type and own timeout a type index stands for.
 func (s *Store) typeOf(ctx context.Context, idx int) (typ string, own time.Duration) {
 	return typeindex.SplitOwnType(s.types.Name(ctx, idx))
+}
+
+// claimTypeOf is typeOf for a claim, which the alarm loop acts on: a registry that cannot be read is an
+// error (the claim is tried again), never the default type.
+func (s *Store) claimTypeOf(ctx context.Context, idx int) (typ string, own time.Duration, err error) {
+	name, err := s.types.LookupName(ctx, idx)
+	if err != nil {
+		return "", 0, fmt.Errorf("deadline: type index %d: %w", idx, err)
+	}
+	typ, own = typeindex.SplitOwnType(name)
+	return typ, own, nil
 }
 
 // recordedType is the name the claim's device is recorded under.

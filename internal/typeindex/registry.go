@@ -226,30 +226,46 @@ func (r *Registry) register(ctx context.Context, name, alias string) (idx int, f
 // Name returns the recorded name of idx (its registry name without the lead), reloading the registry
 // when another replica registered it.
 func (r *Registry) Name(ctx context.Context, idx int) string {
-	full := r.FullName(ctx, idx)
-	if i := strings.LastIndexByte(full, timedSep[0]); i >= 0 { // what splitTimed cuts, without parsing the lead
-		return full[:i]
-	}
-	return full
+	n, _ := r.LookupName(ctx, idx)
+	return n
 }
 
-// FullName is idx's registry name; the default type's for an index nobody registered.
+// LookupName is Name with Lookup's error.
+func (r *Registry) LookupName(ctx context.Context, idx int) (string, error) {
+	full, err := r.Lookup(ctx, idx)
+	if i := strings.LastIndexByte(full, timedSep[0]); i >= 0 { // what splitTimed cuts, without parsing the lead
+		return full[:i], err
+	}
+	return full, err
+}
+
+// FullName is idx's registry name; the default type's for an index nobody registered, or when the
+// registry cannot be read.
 func (r *Registry) FullName(ctx context.Context, idx int) string {
+	n, _ := r.Lookup(ctx, idx)
+	return n
+}
+
+// Lookup is FullName that tells a registry it could not read from an index nobody registered: with an
+// error it still returns the default type's name, which a caller that acts on the type must not use
+// (a claim of a type with warn_after timed as the default's would skip its `late`).
+func (r *Registry) Lookup(ctx context.Context, idx int) (string, error) {
 	r.mu.RLock()
 	n, ok := r.byIdx[idx]
 	r.mu.RUnlock()
 	if ok {
-		return n
+		return n, nil
 	}
-	if err := r.Reload(ctx); err == nil {
-		r.mu.RLock()
-		n, ok = r.byIdx[idx]
-		r.mu.RUnlock()
-		if ok {
-			return n
-		}
+	if err := r.Reload(ctx); err != nil {
+		return DefaultType, err
 	}
-	return DefaultType
+	r.mu.RLock()
+	n, ok = r.byIdx[idx]
+	r.mu.RUnlock()
+	if ok {
+		return n, nil
+	}
+	return DefaultType, nil
 }
 
 // Restore writes back every name this registry knows under its index: Redis lost the registry, and
