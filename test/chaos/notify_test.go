@@ -16,7 +16,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
@@ -197,7 +196,7 @@ func (f *fleet) publishedEvents() []event.Event {
 	f.t.Helper()
 	var out []event.Event
 	seen := map[string]bool{}
-	for _, r := range f.kafka.ReadUntil(f.t, eventsTopic, 5*time.Second, func([]testenv.Record) bool { return false }) {
+	for _, r := range f.kafka.ReadToEnd(f.t, eventsTopic, time.Minute) {
 		if e, err := event.Decode(r.Value); err == nil && !seen[e.ID] {
 			seen[e.ID] = true
 			out = append(out, e)
