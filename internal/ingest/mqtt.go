@@ -20,6 +20,7 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/loop"
+	"github.com/heartbeatd/heartbeatd/internal/mqttutil"
 )
 
 // Subscription is one MQTT topic template, as configured (ingest.mqtt.subscriptions): levels
@@ -307,6 +308,7 @@ func (s *MQTTSource) connectionOptions() *mqtt.ClientOptions {
 	if tlsCfg == nil {
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	o.SetStore(mqttutil.NewStore()) // the probe publishes at QoS 1, also while paho reconnects
 	return o.SetTLSConfig(tlsCfg).
 		SetUsername(s.opts.Username).
 		SetPassword(s.opts.Password).

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/heartbeatd/heartbeatd/internal/mqttutil"
 )
 
 // MosquittoOptions configures StartMosquitto.
@@ -153,6 +155,9 @@ func (m *Mosquitto) listening(tlsConf *tls.Config) func() error {
 // ConnectMQTT connects a paho client with o to broker ("tcp://…", "ssl://…") and waits up to 10s for
 // the broker's answer.
 func ConnectMQTT(broker string, o *mqtt.ClientOptions) (mqtt.Client, error) {
+	if o.Store == nil {
+		o.SetStore(mqttutil.NewStore()) // paho races without it (mqttutil.NewStore) and fails -race tests
+	}
 	c := mqtt.NewClient(o.AddBroker(broker))
 	tok := c.Connect()
 	if !tok.WaitTimeout(10 * time.Second) {
