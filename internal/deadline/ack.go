@@ -397,13 +397,13 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 			overrides[i] = p.HDel(ctx, s.keys.overrides(), device)
 		}
 		// Replicas remembering their types forget them: a device of the same name starts afresh.
-		s.queueRetyped(ctx, p, devices)
+		s.typeMem.QueueRetyped(ctx, p, devices)
 		return nil
 	})
 	for _, device := range devices {
 		s.links.written.forget(device)
 	}
-	s.typeMem.forget(devices)
+	s.typeMem.Forget(devices)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/typememory"
 )
 
 // typedSlot is what one refresh writes to a slot besides the untyped script calls.
@@ -87,7 +89,7 @@ func (s *Store) planSignal(ctx context.Context, p *refreshPlan, layout *Layout, 
 			}
 		}
 		if source != typeRemembered || rec != r.idx {
-			recorded.learned = append(recorded.learned, learnedType{sig.Device, r.idx})
+			recorded.learned = append(recorded.learned, typememory.Learned{Device: sig.Device, Index: r.idx})
 		}
 	}
 	ts := p.slot(Slot(sig.Device, layout.Slots))
@@ -121,8 +123,8 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 	}
 	p.seen.queue(ctx, pipe, s.keys)
 	links := s.writeLinks(ctx, pipe, signals)
-	s.queueRetyped(ctx, pipe, p.retyped)
-	checked := s.queueRetypedCheck(ctx, pipe)
+	s.typeMem.QueueRetyped(ctx, pipe, p.retyped)
+	checked := s.typeMem.QueueCheck(ctx, pipe)
 	calls, err := s.untypedCalls(ctx, p.untyped, now)
 	if err != nil {
 		return nil, fmt.Errorf("deadline: refresh: %w", err)
@@ -147,7 +149,7 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 		}
 	}
 	if len(p.forget) > 0 {
-		s.typeMem.forget(p.forget)
+		s.typeMem.Forget(p.forget)
 	}
 	s.remember(links)
 	s.settleLinks(ctx, links)

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heartbeatd/heartbeatd/internal/typeindex"
+	"github.com/heartbeatd/heartbeatd/internal/typememory"
 )
 
 // Store is the deadline engine over one Redis (standalone or Cluster).
@@ -45,8 +46,8 @@ type Store struct {
 	perDevice perDeviceTypes // registry.go
 
 	registryLayout registryLayout // registry_layout.go
-	typeMem        *typeMemory    // typememory.go
-	lost           dataLoss       // datalost.go
+	typeMem        *typememory.Memory
+	lost           dataLoss // datalost.go
 }
 
 // Options configures a Store.
@@ -101,7 +102,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{rdb: rdb, keys: keys, types: typeindex.New(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
 		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
-		typeMem: newTypeMemory()}
+		typeMem: typememory.New(rdb, opts.KeyPrefix)}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
 }
@@ -289,7 +290,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 			return err
 		}
 	}
-	if err := s.applyRetyped(ctx); err != nil {
+	if err := s.typeMem.ApplyRetyped(ctx); err != nil {
 		return err
 	}
 	recorded, err := s.recordedTypes(ctx, layout, signals, moved, now/1000)
@@ -306,9 +307,9 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	if err != nil {
 		return err
 	}
-	if s.typeMem.logSeen.Load() == recorded.logSeen {
+	if s.typeMem.Seen() == recorded.logSeen {
 		// Not when the log moved meanwhile: a read may predate a change the log already made forgotten.
-		s.typeMem.remember(recorded.learned, now/1000)
+		s.typeMem.Remember(recorded.learned, now/1000)
 	}
 	probes := s.rdb.Pipeline()
 	for slot, cmd := range added {
@@ -343,13 +344,8 @@ func (s *Store) probe(ctx context.Context, pipe redis.Pipeliner, slot int, now i
 type recorded struct {
 	// types holds, by index in the batch, the recorded type index shifted left by two over its source.
 	types   []int32
-	learned []learnedType // to remember once the batch is written
-	logSeen int64         // the retyped count the memory had applied when the batch looked
-}
-
-type learnedType struct {
-	device string
-	index  int
+	learned []typememory.Learned // to remember once the batch is written
+	logSeen int64                // the retyped count the memory had applied when the batch looked
 }
 
 // Where a batch learned a device's recorded type.
@@ -365,13 +361,13 @@ func (r recorded) set(i, index, source int) { r.types[i] = int32(index)<<2 | int
 
 // recordedTypes finds the type recorded for the devices of the signals that need it: untyped signals, to
 // time their deadline, and typed ones whose device this store does not remember, to learn whether the
-// signal changes its type (the other replicas must then hear of it, typememory.go). It answers from the
+// signal changes its type (the other replicas must then hear of it, internal/typememory). It answers from the
 // store's memory where it can and reads the rest with one ZMSCORE per slot. Plain reads and writes beat
 // the script, whose interpreter costs more than the commands it runs; devices not in the deadlines set
 // (new, or interrupted with their type in the incident) are left to the script when untyped.
 func (s *Store) recordedTypes(ctx context.Context, l *Layout, signals []Signal, moved movedSignals, now int64) (recorded, error) {
-	rec := recorded{types: make([]int32, len(signals)), logSeen: s.typeMem.logSeen.Load()}
-	s.typeMem.lookup(func(yield func(int, string) bool) {
+	rec := recorded{types: make([]int32, len(signals)), logSeen: s.typeMem.Seen()}
+	s.typeMem.Lookup(func(yield func(int, string) bool) {
 		for i, sig := range signals {
 			if _, isMoved := moved[i]; !isMoved && !yield(i, sig.Device) {
 				return

@@ -89,7 +89,7 @@ func (s *Store) writtenIndexes(ctx context.Context) (map[int]bool, error) {
 func (s *Store) syncTypes(ctx context.Context, force bool) error {
 	rebuilt, err := s.types.Sync(ctx, force)
 	if rebuilt {
-		s.typeMem.forgetAll()
+		s.typeMem.ForgetAll()
 	}
 	return err
 }
