@@ -425,7 +425,7 @@ func (h *Handler) silencedUntil(ctx context.Context, claims []deadline.Claim, no
 	if err != nil {
 		return nil, err
 	}
-	labels, err := h.opts.Store.Labels(ctx, devices)
+	labels, err := h.opts.Store.Registry().Labels(ctx, devices)
 	if err != nil {
 		return nil, err
 	}

@@ -274,7 +274,7 @@ func (a *api) eventStream(w http.ResponseWriter, r *http.Request) {
 	}
 	keepalive := time.NewTicker(a.Stream.opts.Keepalive)
 	defer keepalive.Stop()
-	scope := streamScope{scope: callerOf(r).Scope, labels: a.Store.Labels}
+	scope := streamScope{scope: callerOf(r).Scope, labels: a.Store.Registry().Labels}
 	batch := make([]streamFrame, 0, streamBatch)
 	for {
 		select {

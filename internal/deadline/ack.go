@@ -389,10 +389,7 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 				p.HDel(ctx, s.keys.flaps(slot), device)                         // not counted: only kept beside the above
 			}
 			// Its registration, parent link and own timeout go with it; none of them counts as found.
-			p.HDel(ctx, s.keys.registry(device), device)
-			if s.registryLayout.legacy.Load() {
-				p.HDel(ctx, s.keys.legacyRegistry(device), device)
-			}
+			s.registry.QueueDelete(ctx, p, device)
 			links[i] = linkWrite{child: device, replaced: s.queueLink(ctx, p, device, "")}
 			overrides[i] = p.HDel(ctx, s.keys.overrides(), device)
 		}

@@ -60,9 +60,6 @@ func (s *Store) DoubleSlots(ctx context.Context) (Layout, error) { return s.doub
 func (s *Store) DeleteMany(ctx context.Context, devices []string) ([]bool, error) {
 	return s.deleteMany(ctx, devices)
 }
-func (s *Store) Registered(ctx context.Context, devices []string) ([]bool, error) {
-	return s.registered(ctx, devices)
-}
 func (s *Store) TypeIndex(ctx context.Context, name string) (int, error) {
 	return s.typeIndex(ctx, name)
 }

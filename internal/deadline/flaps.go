@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 )
 
 // FlapHistory returns, for each claim where want[i] is true, the times (unix ms, oldest first) of its
@@ -24,7 +26,7 @@ func (s *Store) FlapHistory(ctx context.Context, claims []Claim, want []bool) ([
 		return out, nil
 	}
 	keyOf := func(j int) string { return s.keys.flaps(claims[idx[j]].Slot) }
-	err := s.fieldsByDevice(ctx, keyOf, devices, func(j int, v string) { out[idx[j]] = parseFlaps(v) })
+	err := redisutil.FieldsByKey(ctx, s.rdb, keyOf, devices, func(j int, v string) { out[idx[j]] = parseFlaps(v) })
 	if err != nil {
 		return nil, fmt.Errorf("deadline: flap history: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heartbeatd/heartbeatd/internal/idhash"
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 )
 
 // Parent links (docs/concepts.md): a device's gateway or cell, learned from its signals. They live apart from
@@ -439,65 +440,11 @@ func (s *Store) ParentsOf(ctx context.Context, devices []string) ([]string, erro
 		return out, err
 	}
 	keyOf := func(i int) string { return s.keys.parents(devices[i]) }
-	err := s.fieldsByDevice(ctx, keyOf, devices, func(i int, v string) { out[i] = v })
+	err := redisutil.FieldsByKey(ctx, s.rdb, keyOf, devices, func(i int, v string) { out[i] = v })
 	if err != nil {
 		return nil, fmt.Errorf("deadline: parents: %w", err)
 	}
 	return out, nil
-}
-
-// fieldsByDevice reads, with one HMGET per hash in one round trip, each device's field in the hash
-// keyOf(i) names for devices[i], and calls found with the device's index and value for each field
-// present.
-func (s *Store) fieldsByDevice(ctx context.Context, keyOf func(i int) string, devices []string, found func(i int, v string)) error {
-	byKey := groupByKey(len(devices), keyOf)
-	pipe := s.rdb.Pipeline()
-	cmds := make(map[string]*redis.SliceCmd, len(byKey))
-	for k, idx := range byKey {
-		cmds[k] = pipe.HMGet(ctx, k, pick[string](devices, idx)...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return err
-	}
-	for k, idx := range byKey {
-		for j, v := range cmds[k].Val() {
-			if str, ok := v.(string); ok {
-				found(idx[j], str)
-			}
-		}
-	}
-	return nil
-}
-
-// groupByKey groups the indexes 0…n-1 by the key keyOf names for each, so one command per key serves
-// them all.
-func groupByKey(n int, keyOf func(i int) string) map[string][]int {
-	byKey := map[string][]int{}
-	for i := range n {
-		k := keyOf(i)
-		byKey[k] = append(byKey[k], i)
-	}
-	return byKey
-}
-
-// pick returns the devices at idx, as a command's arguments.
-func pick[T string | any](devices []string, idx []int) []T {
-	out := make([]T, len(idx))
-	for j, i := range idx {
-		out[j] = any(devices[i]).(T)
-	}
-	return out
-}
-
-// kept returns the devices whose keep is true, in order, as a command's arguments (nil for none).
-func kept[T string | any](devices []string, keep []bool) []T {
-	var out []T
-	for i, d := range devices {
-		if keep[i] {
-			out = append(out, any(d).(T))
-		}
-	}
-	return out
 }
 
 // Parent is what the alarm loop needs to know of a device's parent to judge the device's silence.

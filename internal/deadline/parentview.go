@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 )
 
 // What a gateway storm costs beyond its own verdicts (docs/concepts.md, "Gateways (parents)"): the children of a
@@ -68,11 +70,11 @@ func (s *Store) namedOnly(ctx context.Context, devices []string) ([]string, erro
 	if all, err := s.allNamed(ctx); err != nil || !all {
 		return devices, err
 	}
-	byKey := groupByKey(len(devices), func(i int) string { return s.keys.namedParents(devices[i]) })
+	byKey := redisutil.GroupByKey(len(devices), func(i int) string { return s.keys.namedParents(devices[i]) })
 	pipe := s.rdb.Pipeline()
 	cmds := make(map[string]*redis.BoolSliceCmd, len(byKey))
 	for k, idx := range byKey {
-		cmds[k] = pipe.SMIsMember(ctx, k, pick[any](devices, idx)...)
+		cmds[k] = pipe.SMIsMember(ctx, k, redisutil.Pick[any](devices, idx)...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("deadline: named parents: %w", err)
@@ -83,7 +85,7 @@ func (s *Store) namedOnly(ctx context.Context, devices []string) ([]string, erro
 			named[idx[j]] = ok
 		}
 	}
-	return kept[string](devices, named), nil
+	return redisutil.Kept[string](devices, named), nil
 }
 
 // parentViewTTL bounds how long a down parent's view is trusted without a verdict change: what changes

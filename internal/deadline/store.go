@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/internal/registry"
 	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 	"github.com/heartbeatd/heartbeatd/internal/typememory"
 )
@@ -43,11 +44,11 @@ type Store struct {
 	records      atomic.Uint64
 
 	links     parentLinks    // parents.go
-	perDevice perDeviceTypes // registry.go
+	perDevice perDeviceTypes // register.go
 
-	registryLayout registryLayout // registry_layout.go
-	typeMem        *typememory.Memory
-	lost           dataLoss // datalost.go
+	typeMem  *typememory.Memory
+	registry *registry.Registry // its entries; Register writes them with the deadline
+	lost     dataLoss           // datalost.go
 }
 
 // Options configures a Store.
@@ -102,7 +103,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{rdb: rdb, keys: keys, types: typeindex.New(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
 		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
-		typeMem: typememory.New(rdb, opts.KeyPrefix)}
+		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix)}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
 }
@@ -115,6 +116,10 @@ const recordMark = "\x00claims:"
 func (s *Store) newRecord() string {
 	return s.recordPrefix + strconv.FormatUint(s.records.Add(1), 36)
 }
+
+// Registry returns the device registry's entries this store writes with its registrations: the labels
+// are read there (Registry.Labels), and the daemon moves the old layout (Registry.Migrate).
+func (s *Store) Registry() *registry.Registry { return s.registry }
 
 // Keys returns the store's key builder, for the packages that keep their own keys beside the slots.
 func (s *Store) Keys() Keyspace { return s.keys }

@@ -18,7 +18,7 @@ import (
 // type, per-device timeout, parent and labels. Like the parent links it lives apart from the slots, and a
 // device that is not registered pays nothing on the signal path:
 //
-//   - <prefix>:registered:{<bucket>}: HASH device → its Registration (registry_layout.go);
+//   - the registry's entries: each registered device with its labels (internal/registry);
 //   - <prefix>:overrides: HASH device → its per-device timeout type "<type>@<timeout>", with
 //     <prefix>:overrides:version bumped on every change. Each replica keeps the table in memory
 //     (SyncOverrides) and records a signal of such a device under that name, so its deadline is the
@@ -76,16 +76,10 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	bySlot := map[int][]any{}
 	changed := false
 	var links []linkWrite
-	legacy := s.registryLayout.legacy.Load()
 	for i, dev := range devices {
 		reg := regs[i]
-		v, err := registryValue(reg.Labels)
-		if err != nil {
+		if err := s.registry.Queue(ctx, pipe, dev, reg.Labels); err != nil {
 			return 0, fmt.Errorf("deadline: register %q: %w", dev, err)
-		}
-		pipe.HSet(ctx, s.keys.registry(dev), dev, v)
-		if legacy {
-			pipe.HDel(ctx, s.keys.legacyRegistry(dev), dev)
 		}
 		if p := parents[i]; p != "" {
 			links = append(links, linkWrite{child: dev, parent: p, replaced: s.queueLink(ctx, pipe, dev, p)})
@@ -169,72 +163,6 @@ func (s *Store) typeIndexFor(ctx context.Context, name string, perDevice bool) (
 		}
 	}
 	return i, err
-}
-
-// registryEntries returns each device's registry entry (nil when it is not registered), one round trip,
-// and another for those the current layout lacks while the old one may hold some (registry_layout.go).
-func (s *Store) registryEntries(ctx context.Context, devices []string) ([]*registryEntry, error) {
-	out := make([]*registryEntry, len(devices))
-	if len(devices) == 0 {
-		return out, nil
-	}
-	found := func(i int, v string) {
-		if e, err := parseRegistryValue(v); err == nil {
-			out[i] = &e
-		}
-	}
-	if err := s.fieldsByDevice(ctx, func(i int) string { return s.keys.registry(devices[i]) }, devices, found); err != nil {
-		return nil, fmt.Errorf("deadline: registrations: %w", err)
-	}
-	if !s.registryLayout.legacy.Load() {
-		return out, nil
-	}
-	var missing []int
-	for i, e := range out {
-		if e == nil {
-			missing = append(missing, i)
-		}
-	}
-	if len(missing) == 0 {
-		return out, nil
-	}
-	ids := make([]string, len(missing))
-	for j, i := range missing {
-		ids[j] = devices[i]
-	}
-	keyOf := func(j int) string { return s.keys.legacyRegistry(ids[j]) }
-	if err := s.fieldsByDevice(ctx, keyOf, ids, func(j int, v string) { found(missing[j], v) }); err != nil {
-		return nil, fmt.Errorf("deadline: registrations: %w", err)
-	}
-	return out, nil
-}
-
-// registered reports for each device whether it is registered, one round trip.
-func (s *Store) registered(ctx context.Context, devices []string) ([]bool, error) {
-	entries, err := s.registryEntries(ctx, devices)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]bool, len(devices))
-	for i, e := range entries {
-		out[i] = e != nil
-	}
-	return out, nil
-}
-
-// Labels returns each device's registered labels (nil when none).
-func (s *Store) Labels(ctx context.Context, devices []string) ([]map[string]string, error) {
-	entries, err := s.registryEntries(ctx, devices)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]map[string]string, len(devices))
-	for i, e := range entries {
-		if e != nil {
-			out[i] = e.labels
-		}
-	}
-	return out, nil
 }
 
 // overrideTable is the per-device timeout names this replica applies to signals, and the version of the
