@@ -354,7 +354,7 @@ func (h *Handler) parents(ctx context.Context, claims []deadline.Claim) ([]*dead
 			devices = append(devices, c.Device)
 		}
 	}
-	found, err := h.opts.Store.ParentsOf(ctx, devices)
+	found, err := h.opts.Store.Links().ParentsOf(ctx, devices)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -421,7 +421,7 @@ func (h *Handler) silencedUntil(ctx context.Context, claims []deadline.Claim, no
 	for i, c := range claims {
 		devices[i] = c.Device
 	}
-	parents, err := h.opts.Store.ParentsOf(ctx, devices)
+	parents, err := h.opts.Store.Links().ParentsOf(ctx, devices)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/parents"
 )
 
 // AckOp is what the alarm loop did with a claim.
@@ -369,12 +371,12 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 	}()
 	// Their parents' children sets lose them too (unlink, below), or retention's deletes would grow those
 	// sets for good.
-	parentsUsed, err := s.parentsUsed(ctx)
+	parentsUsed, err := s.links.Used(ctx)
 	if err != nil {
 		return nil, err
 	}
 	cmds := make([][]*redis.IntCmd, len(devices))
-	links := make([]linkWrite, len(devices))
+	links := make([]parents.Write, len(devices))
 	overrides := make([]*redis.IntCmd, len(devices))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, device := range devices {
@@ -390,7 +392,7 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 			}
 			// Its registration, parent link and own timeout go with it; none of them counts as found.
 			s.registry.QueueDelete(ctx, p, device)
-			links[i] = linkWrite{child: device, replaced: s.queueLink(ctx, p, device, "")}
+			links[i] = s.links.QueueLink(ctx, p, device, "")
 			overrides[i] = p.HDel(ctx, s.keys.overrides(), device)
 		}
 		// Replicas remembering their types forget them: a device of the same name starts afresh.
@@ -398,7 +400,7 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 		return nil
 	})
 	for _, device := range devices {
-		s.links.written.forget(device)
+		s.links.Forget(device)
 	}
 	s.typeMem.Forget(devices)
 	if err != nil {
@@ -408,7 +410,7 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 	if parentsUsed {
 		asParents = devices
 	}
-	if err := s.unlink(ctx, displaced(links), asParents); err != nil {
+	if err := s.links.Unlink(ctx, links, asParents); err != nil {
 		return nil, err
 	}
 	if slices.ContainsFunc(overrides, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {

@@ -153,7 +153,8 @@ func (s *Store) markSlots(ctx context.Context, l Layout, known int) int {
 func (s *Store) dataLost() {
 	s.lost.last.Store(s.now().UnixMilli())
 	s.lost.count.Add(1)
-	s.links.forgetAll()
+	s.links.ForgetAll()
+	s.views.forgetAll()
 	s.lost.typesOwed.Store(true)
 	s.lost.overridesOwed.Store(true)
 }

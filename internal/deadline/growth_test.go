@@ -61,7 +61,7 @@ func TestALinkChangeLeavesTheFormerParent(t *testing.T) {
 			}
 			require.Equal(t, map[string][]string{parent: {"c"}}, children, why)
 			require.Equal(t, []string{parent}, named, why)
-			got, err := f.Store.ParentsOf(ctx, []string{"c"})
+			got, err := f.Store.Links().ParentsOf(ctx, []string{"c"})
 			require.NoError(t, err)
 			require.Equal(t, []string{parent}, got, why)
 		}
@@ -73,12 +73,12 @@ func TestALinkChangeLeavesTheFormerParent(t *testing.T) {
 		expect("C", "another replica's signal: the link swap tells it the parent it replaced")
 		sig(f.Store, "G")
 		expect("G", "this replica remembered writing B, yet the swap takes c out of C, the parent it replaced")
-		require.NoError(t, f.Store.SetParent(ctx, "c", "D"))
+		require.NoError(t, f.Store.Links().SetParent(ctx, "c", "D"))
 		expect("D", "SetParent")
 		_, err := f.Store.Register(ctx, []string{"c"}, []deadline.Registration{{Type: "sensor"}}, []string{"E"})
 		require.NoError(t, err)
 		expect("E", "a registered parent")
-		require.NoError(t, f.Store.SetParent(ctx, "c", ""))
+		require.NoError(t, f.Store.Links().SetParent(ctx, "c", ""))
 		expect("", "SetParent to none")
 		sig(f.Store, "F")
 		expect("F", "linked again")

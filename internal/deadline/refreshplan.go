@@ -122,7 +122,13 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 		pipe.ZRem(ctx, s.keys.Deadlines(slot), devs...)
 	}
 	p.seen.queue(ctx, pipe, s.keys)
-	links := s.writeLinks(ctx, pipe, signals)
+	links := s.links.QueueSignals(ctx, pipe, func(yield func(device, parent string) bool) {
+		for _, sig := range signals {
+			if sig.Parent != "" && !yield(sig.Device, sig.Parent) {
+				return
+			}
+		}
+	})
 	s.typeMem.QueueRetyped(ctx, pipe, p.retyped)
 	checked := s.typeMem.QueueCheck(ctx, pipe)
 	calls, err := s.untypedCalls(ctx, p.untyped, now)
@@ -151,8 +157,8 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 	if len(p.forget) > 0 {
 		s.typeMem.Forget(p.forget)
 	}
-	s.remember(links)
-	s.settleLinks(ctx, links)
+	s.links.Remember(links)
+	s.links.Settle(ctx, links)
 	checked()
 	return added, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/internal/parents"
 	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 )
@@ -63,9 +64,9 @@ return added`)
 // Register records devices' registrations in bulk, one round trip per call after the per-device types are
 // known: their registry entries, parent links and per-device timeouts, and a deadline for each device
 // Redis knew nothing of: the one a signal now would set (now + timeout, or a scheduled type's next
-// expected time + grace). parents[i] is device i's parent ("" leaves its link alone). It
+// expected time + grace). parentIDs[i] is device i's parent ("" leaves its link alone). It
 // returns how many devices were new to Redis (expected from now on).
-func (s *Store) Register(ctx context.Context, devices []string, regs []Registration, parents []string) (int, error) {
+func (s *Store) Register(ctx context.Context, devices []string, regs []Registration, parentIDs []string) (int, error) {
 	if len(devices) == 0 {
 		return 0, nil
 	}
@@ -75,15 +76,15 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	pipe := s.rdb.Pipeline()
 	bySlot := map[int][]any{}
 	changed := false
-	var links []linkWrite
+	var links []parents.Write
 	for i, dev := range devices {
 		reg := regs[i]
 		if err := s.registry.Queue(ctx, pipe, dev, reg.Labels); err != nil {
 			return 0, fmt.Errorf("deadline: register %q: %w", dev, err)
 		}
-		if p := parents[i]; p != "" {
-			links = append(links, linkWrite{child: dev, parent: p, replaced: s.queueLink(ctx, pipe, dev, p)})
-			s.links.written.forget(dev)
+		if p := parentIDs[i]; p != "" {
+			links = append(links, s.links.QueueLink(ctx, pipe, dev, p))
+			s.links.Forget(dev)
 		}
 		name := reg.Type
 		timeout := s.timeout(name)
@@ -114,15 +115,15 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 		pipe.Incr(ctx, s.keys.overridesVersion())
 	}
 	if len(links) > 0 {
-		s.queueInUse(ctx, pipe)
+		s.links.QueueInUse(ctx, pipe)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("deadline: register: %w", err)
 	}
 	if len(links) > 0 {
-		s.links.inUse.Store(true)
+		s.links.MarkUsed()
 		// A registered parent replaces the one the device named before: it leaves that one's children.
-		if err := s.unlink(ctx, displaced(links), nil); err != nil {
+		if err := s.links.Unlink(ctx, links, nil); err != nil {
 			return 0, fmt.Errorf("deadline: register: %w", err)
 		}
 	}

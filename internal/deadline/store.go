@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/internal/parents"
 	"github.com/heartbeatd/heartbeatd/internal/registry"
 	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 	"github.com/heartbeatd/heartbeatd/internal/typememory"
@@ -43,7 +44,8 @@ type Store struct {
 	recordPrefix string
 	records      atomic.Uint64
 
-	links     parentLinks    // parents.go
+	links     *parents.Links // the parent links, beside the slots
+	views     parentViews    // parentview.go
 	perDevice perDeviceTypes // register.go
 
 	typeMem  *typememory.Memory
@@ -103,7 +105,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{rdb: rdb, keys: keys, types: typeindex.New(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
 		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
-		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix)}
+		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix), links: parents.New(rdb, opts.KeyPrefix, now)}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
 }
@@ -116,6 +118,11 @@ const recordMark = "\x00claims:"
 func (s *Store) newRecord() string {
 	return s.recordPrefix + strconv.FormatUint(s.records.Add(1), 36)
 }
+
+// Links returns the parent links this store writes with its signals, registrations and deletes: the
+// parents are read there (Links.ParentsOf), and the sweeper settles and repairs them (Links.PayUnlinks,
+// Links.RepairNamedParents).
+func (s *Store) Links() *parents.Links { return s.links }
 
 // Registry returns the device registry's entries this store writes with its registrations: the labels
 // are read there (Registry.Labels), and the daemon moves the old layout (Registry.Migrate).

@@ -59,7 +59,7 @@ const wakeChunk = 4096
 // (namedOnly), bumps the verdicts counter before it wakes anyone (parentViews), and reads the first page
 // of every parent's children in the same round trip. It returns how many children it woke.
 func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Time, commit *WakeCommit) (int64, error) {
-	if used, err := s.parentsUsed(ctx); err != nil || !used || len(verdicts) == 0 {
+	if used, err := s.links.Used(ctx); err != nil || !used || len(verdicts) == 0 {
 		return 0, err
 	}
 	down := make(map[string]bool, len(verdicts))
@@ -68,7 +68,7 @@ func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Ti
 		parents[i] = v.Device
 		down[v.Device] = v.Down
 	}
-	parents, err := s.namedOnly(ctx, parents)
+	parents, err := s.links.NamedOnly(ctx, parents)
 	if err != nil || len(parents) == 0 {
 		return 0, err
 	}
@@ -82,12 +82,12 @@ func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Ti
 	for len(pending) > 0 {
 		pipe := s.rdb.Pipeline()
 		if first { // before any entry moves: the views read before it may be stale
-			pipe.Incr(ctx, s.keys.parentVerdicts())
+			s.links.QueueVerdictChange(ctx, pipe)
 			first = false
 		}
 		cmds := make([]*redis.ScanCmd, len(pending))
 		for j, i := range pending {
-			cmds[j] = pipe.SScan(ctx, s.keys.children(parents[i]), cursors[i], "", childrenPage)
+			cmds[j] = s.links.QueueChildren(ctx, pipe, parents[i], cursors[i], childrenPage)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return woken, fmt.Errorf("deadline: children: %w", err)

@@ -46,7 +46,7 @@ func (r *Registry) QueueDelete(ctx context.Context, pipe redis.Pipeliner, device
 }
 
 // entries returns each device's registry entry (nil when it is not registered), one round trip,
-// and another for those the current layout lacks while the old one may hold some (registry_layout.go).
+// and another for those the current layout lacks while the old one may hold some (layout.go).
 func (r *Registry) entries(ctx context.Context, devices []string) ([]*registryEntry, error) {
 	out := make([]*registryEntry, len(devices))
 	if len(devices) == 0 {

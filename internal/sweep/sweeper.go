@@ -97,10 +97,10 @@ func (w *Sweeper) pass(ctx context.Context) error {
 	if err := w.sweep(ctx); err != nil {
 		return err
 	}
-	if err := w.opts.Store.PayUnlinks(ctx); err != nil {
+	if err := w.opts.Store.Links().PayUnlinks(ctx); err != nil {
 		return err
 	}
-	if repaired, err := w.opts.Store.RepairNamedParents(ctx); err != nil {
+	if repaired, err := w.opts.Store.Links().RepairNamedParents(ctx); err != nil {
 		return err
 	} else if repaired {
 		w.log.Info("named every linked parent again after Redis lost data: gateway storms wake only the children of named parents again")
