@@ -216,7 +216,7 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 		calls := make([]scriptCall, len(groups))
 		for k, g := range groups {
 			slot := slotOf[k]
-			calls[k] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.dead(slot), s.keys.inFlight(slot)}, args: g.args}
+			calls[k] = scriptCall{Keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.dead(slot), s.keys.inFlight(slot)}, Args: g.args}
 		}
 		cmds, err := s.runAll(ctx, ackScript, calls)
 		if err != nil {

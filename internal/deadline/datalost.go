@@ -132,7 +132,7 @@ func (s *Store) markSlots(ctx context.Context, l Layout, known int) int {
 	for slot, m := range marks {
 		v, err := m.Result()
 		if (err == nil && v != l.Epoch) || errors.Is(err, redis.Nil) {
-			calls = append(calls, scriptCall{keys: []string{s.keys.epoch(slot)}, args: []any{l.Epoch}})
+			calls = append(calls, scriptCall{Keys: []string{s.keys.epoch(slot)}, Args: []any{l.Epoch}})
 			slots = append(slots, slot)
 		}
 	}

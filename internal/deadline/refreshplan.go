@@ -136,11 +136,11 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 		return nil, fmt.Errorf("deadline: refresh: %w", err)
 	}
 	for _, c := range calls {
-		refreshScript.EvalSha(ctx, pipe, c.keys, c.args...)
+		refreshScript.EvalSha(ctx, pipe, c.Keys, c.Args...)
 	}
 	retimes := s.retimeCalls(ctx, p.retimed, now)
 	for _, c := range retimes {
-		retimeScript.EvalSha(ctx, pipe, c.keys, c.args...)
+		retimeScript.EvalSha(ctx, pipe, c.Keys, c.Args...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		if !redis.HasErrorPrefix(err, "NOSCRIPT") {

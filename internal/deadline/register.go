@@ -135,7 +135,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	// After the registry: a device expected from now on has its registration to alarm with.
 	calls := make([]scriptCall, 0, len(bySlot))
 	for slot, args := range bySlot {
-		calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.state(slot)}, args: args})
+		calls = append(calls, scriptCall{Keys: []string{s.keys.Deadlines(slot), s.keys.state(slot)}, Args: args})
 	}
 	cmds, err := s.runAll(ctx, expectScript, calls)
 	if err != nil {

@@ -42,10 +42,10 @@ func (s *Store) LeaveReplicas(ctx context.Context, replica string) error {
 func (s *Store) LeaseSlots(ctx context.Context, replica string, take, release []int, ttl time.Duration) ([]bool, error) {
 	calls := make([]scriptCall, 0, len(take)+len(release))
 	for _, slot := range take {
-		calls = append(calls, scriptCall{keys: []string{s.keys.Owner(slot)}, args: lease.TakeArgs(replica, ttl)})
+		calls = append(calls, scriptCall{Keys: []string{s.keys.Owner(slot)}, Args: lease.TakeArgs(replica, ttl)})
 	}
 	for _, slot := range release {
-		calls = append(calls, scriptCall{keys: []string{s.keys.Owner(slot)}, args: lease.ReleaseArgs(replica)})
+		calls = append(calls, scriptCall{Keys: []string{s.keys.Owner(slot)}, Args: lease.ReleaseArgs(replica)})
 	}
 	if len(calls) == 0 {
 		return nil, nil

@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heartbeatd/heartbeatd/internal/parents"
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/heartbeatd/heartbeatd/internal/registry"
 	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 	"github.com/heartbeatd/heartbeatd/internal/typememory"
@@ -430,86 +429,28 @@ func (s *Store) untypedCalls(ctx context.Context, signals []Signal, now int64) (
 		ci, ok := callOf[slot]
 		if !ok {
 			if cluster || len(calls) == 0 {
-				calls = append(calls, scriptCall{args: []any{now, timeouts, currents, leads}})
+				calls = append(calls, scriptCall{Args: []any{now, timeouts, currents, leads}})
 			}
 			ci = len(calls) - 1
 			callOf[slot] = ci
-			calls[ci].keys = append(calls[ci].keys, s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.seen(slot))
-			quadOf[slot] = len(calls[ci].keys) / 4
+			calls[ci].Keys = append(calls[ci].Keys, s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.seen(slot))
+			quadOf[slot] = len(calls[ci].Keys) / 4
 		}
-		calls[ci].args = append(calls[ci].args, quadOf[slot], sig.Device, sig.Seen.UnixMilli(), s.untypedType(expectedNames, sig.Seen))
+		calls[ci].Args = append(calls[ci].Args, quadOf[slot], sig.Device, sig.Seen.UnixMilli(), s.untypedType(expectedNames, sig.Seen))
 	}
 	return calls, nil
 }
 
-type scriptCall struct {
-	keys []string
-	args []any
-}
+// scriptCall is one call of a script run by runAll or runScripts (internal/redisutil).
+type scriptCall = redisutil.ScriptCall
 
-// runAll runs script once per call in one pipeline. Scripts are sent by hash; when Redis lost them (a
-// restart, a failover) they are loaded and the calls Redis refused are sent again, so callers never see
-// NOSCRIPT. Only those: on Redis Cluster the nodes that still had the script have run their calls, and
-// a claim run twice would hand its first run's devices to nobody until their lease ran out.
 func (s *Store) runAll(ctx context.Context, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
-	scripts := make([]*redis.Script, len(calls))
-	for i := range scripts {
-		scripts[i] = script
-	}
-	return s.runScripts(ctx, scripts, calls, nil)
+	return redisutil.RunAll(ctx, s.rdb, script, calls)
 }
 
-// runScripts is runAll with call i running scripts[i]. When Redis refused some, every script of family is
-// loaded, in its order, before those calls are sent again (nil family: the scripts refused), so that a
-// family's later script is never there while an earlier one is missing (the claim steps, claimsteps.go).
 func (s *Store) runScripts(ctx context.Context, scripts []*redis.Script, calls []scriptCall, family []*redis.Script) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, len(calls))
-	pending := make([]int, len(calls))
-	for i := range pending {
-		pending[i] = i
-	}
-	for attempt := 0; ; attempt++ {
-		pipe := s.rdb.Pipeline()
-		for _, i := range pending {
-			cmds[i] = scripts[i].EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		_, err := pipe.Exec(ctx)
-		if err == nil || errors.Is(err, redis.Nil) {
-			break
-		}
-		var refused []int
-		for _, i := range pending {
-			if isNoScript(cmds[i]) {
-				refused = append(refused, i)
-			}
-		}
-		if attempt > 0 || len(refused) == 0 {
-			break
-		}
-		load := family
-		if load == nil {
-			for _, i := range refused {
-				if !slices.Contains(load, scripts[i]) {
-					load = append(load, scripts[i])
-				}
-			}
-		}
-		for _, script := range load {
-			if err := script.Load(ctx, s.rdb).Err(); err != nil {
-				return nil, err
-			}
-		}
-		pending = refused
-	}
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return cmds, err
-		}
-	}
-	return cmds, nil
+	return redisutil.RunScripts(ctx, s.rdb, scripts, calls, family)
 }
-
-func isNoScript(cmd *redis.Cmd) bool { return redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") }
 
 // Load reads the type registry so that the types other replicas registered resolve from the start, and
 // registers names (the configured types) so they have indexes before the first signal needs them; from

@@ -323,9 +323,9 @@ func (s *Store) wake(ctx context.Context, kids []wakeUp, slots int, at time.Time
 	calls := make([]scriptCall, 0, len(bySlot))
 	for slot, w := range bySlot {
 		called = append(called, slot)
-		calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot),
+		calls = append(calls, scriptCall{Keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot),
 			s.keys.inFlight(slot), s.keys.causes(slot)},
-			args: []any{at.UnixMilli(), lease.Milliseconds(), record, ParentRecheck.Milliseconds(), w.packedDown.String(), w.packedOther.String()}})
+			Args: []any{at.UnixMilli(), lease.Milliseconds(), record, ParentRecheck.Milliseconds(), w.packedDown.String(), w.packedOther.String()}})
 	}
 	cmds, err := s.runAll(ctx, wakeScript, calls)
 	if err != nil {
