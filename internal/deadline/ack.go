@@ -388,7 +388,7 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 					p.ZRem(ctx, s.keys.dead(slot), device))
 				p.HDel(ctx, s.keys.causes(slot), device)                        // not counted: only kept beside the above
 				p.ZRem(ctx, s.keys.seen(slot), device, incidentSeenMark+device) // not counted: only kept beside the above
-				p.HDel(ctx, s.keys.flaps(slot), device)                         // not counted: only kept beside the above
+				s.flaps.QueueDelete(ctx, p, slot, device)                       // not counted: only kept beside the above
 			}
 			// Its registration, parent link and own timeout go with it; none of them counts as found.
 			s.registry.QueueDelete(ctx, p, device)

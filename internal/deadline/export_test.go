@@ -53,7 +53,6 @@ const DormantAfter = dormantAfter
 func (k Keyspace) Alarms(slot int) string { return k.alarms(slot) }
 func (k Keyspace) Causes(slot int) string { return k.causes(slot) }
 func (k Keyspace) State(slot int) string  { return k.state(slot) }
-func (k Keyspace) Flaps(slot int) string  { return k.flaps(slot) }
 
 func (s *Store) DoubleSlots(ctx context.Context) (Layout, error) { return s.doubleSlots(ctx) }
 func (s *Store) DeleteMany(ctx context.Context, devices []string) ([]bool, error) {

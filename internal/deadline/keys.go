@@ -94,12 +94,6 @@ func Slot(device string, slots int) int {
 // last signal before its open incident, pinned when the incident is claimed (expected.go).
 func (k Keyspace) seen(slot int) string { return k.slotKey(slot, "seen") }
 
-// flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last
-// interruptions, for the devices of types with flapping detection (docs/events.md). An entry goes with
-// its device, or with the sweep once its newest interruption is older than every flapping window
-// (flaps.go).
-func (k Keyspace) flaps(slot int) string { return k.slotKey(slot, "flaps") }
-
 // causes is the HASH device → the cause of its latest incident that did not begin with silence (a
 // reported failure, offline; cause.go): moved deadline, last seen, kind and reason. Written only by
 // MarkEarlier, so a fleet without such messages has no such key and its claims never read one.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/internal/flaps"
 	"github.com/heartbeatd/heartbeatd/internal/parents"
 	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/heartbeatd/heartbeatd/internal/registry"
@@ -44,6 +45,7 @@ type Store struct {
 	records      atomic.Uint64
 
 	links     *parents.Links // the parent links, beside the slots
+	flaps     *flaps.Histories
 	views     parentViews    // parentview.go
 	perDevice perDeviceTypes // register.go
 
@@ -104,7 +106,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{rdb: rdb, keys: keys, types: typeindex.New(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
 		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
-		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix), links: parents.New(rdb, opts.KeyPrefix, now)}
+		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix), links: parents.New(rdb, opts.KeyPrefix, now), flaps: flaps.New(rdb, opts.KeyPrefix)}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
 }
@@ -122,6 +124,10 @@ func (s *Store) newRecord() string {
 // parents are read there (Links.ParentsOf), and the sweeper settles and repairs them (Links.PayUnlinks,
 // Links.RepairNamedParents).
 func (s *Store) Links() *parents.Links { return s.links }
+
+// Flaps returns the devices' interruption histories, which go with a device this store deletes: the
+// alarm loop reads and records them, the sweeper prunes them.
+func (s *Store) Flaps() *flaps.Histories { return s.flaps }
 
 // Registry returns the device registry's entries this store writes with its registrations: the labels
 // are read there (Registry.Labels), and the daemon moves the old layout (Registry.Migrate).
