@@ -15,8 +15,8 @@
 // links in internal/parents (Store.Links), the registry's entries in internal/registry
 // (Store.Registry), the flapping histories in internal/flaps (Store.Flaps), and the remembered types
 // with the retyped log in internal/typememory. The background loops that drive it live apart and call
-// its exported methods: the scanner and slot ownership in internal/scan (Claim, Peek, JoinReplicas,
-// LeaseSlots, RefreshLayout), the sweeper in internal/sweep (SweepDormant, WakeParked, ForgetSilent,
+// its exported methods: the scanner and slot ownership in internal/scan (Claim, Peek, RefreshLayout,
+// and the replica set and slot leases of internal/replicaset through Store.Replicas), the sweeper in internal/sweep (SweepDormant, WakeParked, ForgetSilent,
 // …). They import this package, never the other way round. The other packages' keys are their own
 // (internal/holdback, internal/correlate, internal/silence).
 //

@@ -75,12 +75,6 @@ func (k Keyspace) dead(slot int) string { return k.slotKey(slot, "dead") }
 // Types is the HASH type name → type index folded into deadline scores.
 func (k Keyspace) Types() string { return k.prefix + ":types" }
 
-// Owner is the lease key of slot held by the replica scanning it.
-func (k Keyspace) Owner(slot int) string { return k.prefix + ":owner:{" + strconv.Itoa(slot) + "}" }
-
-// Replicas is the ZSET replica id → last heartbeat (ms) of live replicas.
-func (k Keyspace) Replicas() string { return k.prefix + ":replicas" }
-
 // Layout records the slot-count history for online slot doubling.
 func (k Keyspace) Layout() string { return k.prefix + ":layout" }
 

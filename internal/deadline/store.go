@@ -15,6 +15,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/parents"
 	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/heartbeatd/heartbeatd/internal/registry"
+	"github.com/heartbeatd/heartbeatd/internal/replicaset"
 	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 	"github.com/heartbeatd/heartbeatd/internal/typememory"
 )
@@ -46,6 +47,7 @@ type Store struct {
 
 	links     *parents.Links // the parent links, beside the slots
 	flaps     *flaps.Histories
+	replicas  *replicaset.Set
 	views     parentViews    // parentview.go
 	perDevice perDeviceTypes // register.go
 
@@ -106,7 +108,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{rdb: rdb, keys: keys, types: typeindex.New(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
 		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
-		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix), links: parents.New(rdb, opts.KeyPrefix, now), flaps: flaps.New(rdb, opts.KeyPrefix)}
+		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix), links: parents.New(rdb, opts.KeyPrefix, now), flaps: flaps.New(rdb, opts.KeyPrefix), replicas: replicaset.New(rdb, opts.KeyPrefix)}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
 }
@@ -128,6 +130,10 @@ func (s *Store) Links() *parents.Links { return s.links }
 // Flaps returns the devices' interruption histories, which go with a device this store deletes: the
 // alarm loop reads and records them, the sweeper prunes them.
 func (s *Store) Flaps() *flaps.Histories { return s.flaps }
+
+// Replicas returns the replica set and the slot leases on this store's Redis, for slot ownership
+// (internal/scan).
+func (s *Store) Replicas() *replicaset.Set { return s.replicas }
 
 // Registry returns the device registry's entries this store writes with its registrations: the labels
 // are read there (Registry.Labels), and the daemon moves the old layout (Registry.Migrate).
