@@ -377,7 +377,7 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 	}
 	cmds := make([][]*redis.IntCmd, len(devices))
 	links := make([]parents.Write, len(devices))
-	overrides := make([]*redis.IntCmd, len(devices))
+	ownTimeouts := make([]*redis.IntCmd, len(devices))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, device := range devices {
 			for _, slot := range s.slotsOf(device) {
@@ -393,7 +393,7 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 			// Its registration, parent link and own timeout go with it; none of them counts as found.
 			s.registry.QueueDelete(ctx, p, device)
 			links[i] = s.links.QueueLink(ctx, p, device, "")
-			overrides[i] = p.HDel(ctx, s.keys.overrides(), device)
+			ownTimeouts[i] = s.overrides.QueueRemove(ctx, p, device)
 		}
 		// Replicas remembering their types forget them: a device of the same name starts afresh.
 		s.typeMem.QueueRetyped(ctx, p, devices)
@@ -413,9 +413,9 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 	if err := s.links.Unlink(ctx, links, asParents); err != nil {
 		return nil, err
 	}
-	if slices.ContainsFunc(overrides, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
+	if slices.ContainsFunc(ownTimeouts, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
 		// Only a removed own timeout makes every replica reread the overrides table.
-		if err := s.rdb.Incr(ctx, s.keys.overridesVersion()).Err(); err != nil {
+		if err := s.overrides.Changed(ctx); err != nil {
 			return nil, err
 		}
 	}

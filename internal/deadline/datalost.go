@@ -37,8 +37,6 @@ type dataLoss struct {
 	last  atomic.Int64 // unix ms of the last one noticed
 	// typesOwed is set while the type registry has not been written back since the last loss.
 	typesOwed atomic.Bool
-	// overridesOwed is set while the per-device timeouts have not been written back since the last loss.
-	overridesOwed atomic.Bool
 
 	mu     sync.Mutex // one layout read at a time follows the losses
 	losses int64      // the layout's losses field as this store last accounted for it
@@ -156,7 +154,7 @@ func (s *Store) dataLost() {
 	s.links.ForgetAll()
 	s.views.forgetAll()
 	s.lost.typesOwed.Store(true)
-	s.lost.overridesOwed.Store(true)
+	s.overrides.MarkLost()
 }
 
 // payTypes writes the type registry back while it is owed, at each layout read until it succeeds: a

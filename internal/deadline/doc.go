@@ -13,8 +13,8 @@
 // scans the slots here (typereclaim.go). The key families beside the slots that a store writes with its
 // own are small packages of their own, which this package imports and no script here reads: the parent
 // links in internal/parents (Store.Links), the registry's entries in internal/registry
-// (Store.Registry), the flapping histories in internal/flaps (Store.Flaps), and the remembered types
-// with the retyped log in internal/typememory. The background loops that drive it live apart and call
+// (Store.Registry), the per-device timeouts in internal/overrides, the flapping histories in
+// internal/flaps (Store.Flaps), and the remembered types with the retyped log in internal/typememory. The background loops that drive it live apart and call
 // its exported methods: the scanner and slot ownership in internal/scan (Claim, Peek, RefreshLayout,
 // and the replica set and slot leases of internal/replicaset through Store.Replicas), the sweeper in internal/sweep (SweepDormant, WakeParked, ForgetSilent,
 // …). They import this package, never the other way round. The other packages' keys are their own

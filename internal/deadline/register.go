@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/internal/overrides"
 	"github.com/heartbeatd/heartbeatd/internal/parents"
-	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 )
 
@@ -20,13 +19,9 @@ import (
 // device that is not registered pays nothing on the signal path:
 //
 //   - the registry's entries: each registered device with its labels (internal/registry);
-//   - <prefix>:overrides: HASH device → its per-device timeout type "<type>@<timeout>", with
-//     <prefix>:overrides:version bumped on every change. Each replica keeps the table in memory
-//     (SyncOverrides) and records a signal of such a device under that name, so its deadline is the
-//     signal time + its own timeout, whatever type the signal names.
-
-func (k Keyspace) overrides() string        { return k.prefix + ":overrides" }
-func (k Keyspace) overridesVersion() string { return k.prefix + ":overrides:version" }
+//   - the per-device timeouts: each such device's own timeout type name (internal/overrides). Each
+//     replica keeps the table in memory (SyncOverrides) and records a signal of such a device under
+//     that name, so its deadline is the signal time + its own timeout, whatever type the signal names.
 
 // Registration is one device's registration. The registry keeps its labels; its type is folded into its
 // deadline and its own timeout is in the overrides table, so neither is stored twice.
@@ -72,7 +67,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	}
 	now := s.now()
 	l := s.layout.Load()
-	table := s.perDevice.table.Load()
+	ownTimeouts := s.overrides.Current()
 	pipe := s.rdb.Pipeline()
 	bySlot := map[int][]any{}
 	changed := false
@@ -91,10 +86,10 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 		if reg.TimeoutMs > 0 {
 			timeout = time.Duration(reg.TimeoutMs) * time.Millisecond
 			name = typeindex.OwnTypeName(reg.Type, timeout)
-			pipe.HSet(ctx, s.keys.overrides(), dev, name)
+			s.overrides.QueueSet(ctx, pipe, dev, name)
 			changed = true
-		} else if table != nil && table.byDev[dev] != "" { // an override removed
-			pipe.HDel(ctx, s.keys.overrides(), dev)
+		} else if ownTimeouts[dev] != "" { // an override removed
+			s.overrides.QueueRemove(ctx, pipe, dev)
 			changed = true
 		}
 		idx, err := s.typeIndexFor(ctx, name, reg.TimeoutMs > 0)
@@ -112,7 +107,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 		}
 	}
 	if changed {
-		pipe.Incr(ctx, s.keys.overridesVersion())
+		s.overrides.QueueChanged(ctx, pipe)
 	}
 	if len(links) > 0 {
 		s.links.QueueInUse(ctx, pipe)
@@ -166,115 +161,42 @@ func (s *Store) typeIndexFor(ctx context.Context, name string, perDevice bool) (
 	return i, err
 }
 
-// overrideTable is the per-device timeout names this replica applies to signals, and the version of the
-// table in Redis it was read at.
-type overrideTable struct {
-	version int64
-	byDev   map[string]string
-}
-
-// perDeviceTypes holds the current overrideTable.
-type perDeviceTypes struct{ table atomic.Pointer[overrideTable] }
-
-// SyncOverrides reads the per-device timeout table when its version in Redis moved since the last read.
-// The daemon calls it every few seconds; a registration applies on every replica within that long. After
-// a data loss it first writes back the table it holds: the version only grows, so one that went back is
-// a loss even before the layout read has noticed it. It then follows the type registry's version and
+// SyncOverrides reads the per-device timeout table (internal/overrides) when its version in Redis moved
+// since the last read, registering its names in the type registry first. The daemon calls it every few
+// seconds; a registration applies on every replica within that long. After a data loss it first writes
+// back the table it holds, once the type registry is. It then follows the type registry's version and
 // reclaims unused type indexes when that is due (typereclaim.go).
 func (s *Store) SyncOverrides(ctx context.Context) error {
-	if err := s.syncOverrides(ctx); err != nil {
+	err := s.overrides.Sync(ctx, overrides.Hooks{
+		CheckLost: func(ctx context.Context) error {
+			_, err := s.CheckDataLost(ctx)
+			return err
+		},
+		BeforeRestore: s.payTypes,
+		Allow: func(ctx context.Context, name string) error {
+			_, err := s.types.Allow(ctx, name, AsStored(s.lead(name)))
+			return err
+		},
+	})
+	if err != nil {
 		return err
 	}
 	if err := s.syncTypes(ctx, false); err != nil {
 		return err
 	}
-	_, err := s.maybeReclaimTypes(ctx, false)
+	_, err = s.maybeReclaimTypes(ctx, false)
 	return err
-}
-
-func (s *Store) syncOverrides(ctx context.Context) error {
-	v, err := s.overridesVersion(ctx)
-	if err != nil {
-		return err
-	}
-	cur := s.perDevice.table.Load()
-	if cur != nil && v < cur.version && !s.lost.overridesOwed.Load() {
-		if _, err := s.CheckDataLost(ctx); err != nil {
-			return err
-		}
-	}
-	if s.lost.overridesOwed.Load() {
-		if v, err = s.restoreOverrides(ctx, cur, v); err != nil {
-			return err
-		}
-	}
-	if cur != nil && cur.version == v {
-		return nil
-	}
-	all, err := s.rdb.HGetAll(ctx, s.keys.overrides()).Result()
-	if err != nil {
-		return fmt.Errorf("deadline: overrides: %w", err)
-	}
-	seen := map[string]bool{}
-	for _, name := range all {
-		if !seen[name] {
-			seen[name] = true
-			if _, err := s.types.Allow(ctx, name, AsStored(s.lead(name))); err != nil {
-				return err
-			}
-		}
-	}
-	s.perDevice.table.Store(&overrideTable{version: v, byDev: all})
-	return nil
-}
-
-func (s *Store) overridesVersion(ctx context.Context) (int64, error) {
-	v, err := s.rdb.Get(ctx, s.keys.overridesVersion()).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("deadline: overrides version: %w", err)
-	}
-	return v, nil
-}
-
-// restoreOverrides writes back the per-device timeouts of table that Redis no longer holds, leaving any
-// device written since as it is, and moves the version past both the table's and Redis's (v) so every
-// replica reads the table again. It returns the version after it.
-func (s *Store) restoreOverrides(ctx context.Context, table *overrideTable, v int64) (int64, error) {
-	if table == nil || len(table.byDev) == 0 {
-		s.lost.overridesOwed.Store(false)
-		return v, nil
-	}
-	// Types first: a name registered before the registry's write-back would get another index.
-	if err := s.payTypes(ctx); err != nil {
-		return 0, err
-	}
-	pairs := make([]any, 0, 2*len(table.byDev))
-	for dev, name := range table.byDev {
-		pairs = append(pairs, dev, name)
-	}
-	if _, err := redisutil.SetMissing(ctx, s.rdb, s.keys.overrides(), pairs); err != nil {
-		return 0, fmt.Errorf("deadline: restore overrides: %w", err)
-	}
-	next, err := s.rdb.IncrBy(ctx, s.keys.overridesVersion(), table.version+1).Result()
-	if err != nil {
-		return 0, fmt.Errorf("deadline: restore overrides: %w", err)
-	}
-	s.lost.overridesOwed.Store(false)
-	return next, nil
 }
 
 // applyOverrides records the signals of devices with their own timeout under its name. A fleet without
 // any pays one atomic load per batch.
 func (s *Store) applyOverrides(signals []Signal) {
-	t := s.perDevice.table.Load()
-	if t == nil || len(t.byDev) == 0 {
+	byDev := s.overrides.Current()
+	if len(byDev) == 0 {
 		return
 	}
 	for i := range signals {
-		if name, ok := t.byDev[signals[i].Device]; ok {
+		if name, ok := byDev[signals[i].Device]; ok {
 			signals[i].Type = name
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heartbeatd/heartbeatd/internal/flaps"
+	"github.com/heartbeatd/heartbeatd/internal/overrides"
 	"github.com/heartbeatd/heartbeatd/internal/parents"
 	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/heartbeatd/heartbeatd/internal/registry"
@@ -48,8 +49,8 @@ type Store struct {
 	links     *parents.Links // the parent links, beside the slots
 	flaps     *flaps.Histories
 	replicas  *replicaset.Set
-	views     parentViews    // parentview.go
-	perDevice perDeviceTypes // register.go
+	views     parentViews      // parentview.go
+	overrides *overrides.Table // the per-device timeouts (register.go)
 
 	typeMem  *typememory.Memory
 	registry *registry.Registry // its entries; Register writes them with the deadline
@@ -108,7 +109,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{rdb: rdb, keys: keys, types: typeindex.New(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
 		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
-		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix), links: parents.New(rdb, opts.KeyPrefix, now), flaps: flaps.New(rdb, opts.KeyPrefix), replicas: replicaset.New(rdb, opts.KeyPrefix)}
+		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix), links: parents.New(rdb, opts.KeyPrefix, now), flaps: flaps.New(rdb, opts.KeyPrefix), replicas: replicaset.New(rdb, opts.KeyPrefix), overrides: overrides.New(rdb, opts.KeyPrefix)}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
 }
