@@ -152,7 +152,7 @@ func (s *Store) dataLost() {
 	s.lost.last.Store(s.now().UnixMilli())
 	s.lost.count.Add(1)
 	s.links.ForgetAll()
-	s.views.forgetAll()
+	s.views.ForgetAll()
 	s.lost.typesOwed.Store(true)
 	s.overrides.MarkLost()
 }

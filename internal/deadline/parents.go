@@ -10,7 +10,10 @@ import (
 )
 
 // Parent links live in internal/parents (Store.Links); what a parent's verdict is judged on, its own
-// deadline and incident, is in the slots, read here.
+// deadline and incident, is in the slots, read here. A gateway storm's children are judged against the
+// same few hundred parents, batch after batch: a replica remembers the views of the parents that are
+// down until any parent's verdict changes (parents.Views; WakeChildren moves the counter before it
+// wakes anyone).
 
 // Parent is what the alarm loop needs to know of a device's parent to judge the device's silence.
 type Parent struct {
@@ -100,4 +103,32 @@ func (s *Store) parentOf(d Device, found bool) Parent {
 	p.LastSignal = p.Deadline.Add(-s.lead(d.recordedType()))
 	p.Deadline = p.LastSignal.Add(s.timeout(d.recordedType()))
 	return p
+}
+
+// Parents reads what the alarm loop needs of each parent: the views of down parents remembered since the
+// last verdict change (parents.Views), the others in one round trip. The counter is read first, so a
+// view kept is no older than the counter's value it is kept under.
+func (s *Store) Parents(ctx context.Context, ids []string) (map[string]Parent, error) {
+	out := make(map[string]Parent, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	gen, err := s.links.Verdicts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	missing := s.views.Lookup(ids, gen, now, out)
+	if len(missing) == 0 {
+		return out, nil
+	}
+	read, err := s.readParents(ctx, missing)
+	if err != nil {
+		return nil, err
+	}
+	for id, p := range read {
+		out[id] = p
+	}
+	s.views.Keep(read, gen, now, func(p Parent) bool { return p.Down })
+	return out, nil
 }

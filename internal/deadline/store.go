@@ -49,8 +49,8 @@ type Store struct {
 	links     *parents.Links // the parent links, beside the slots
 	flaps     *flaps.Histories
 	replicas  *replicaset.Set
-	views     parentViews      // parentview.go
-	overrides *overrides.Table // the per-device timeouts (register.go)
+	views     parents.Views[Parent] // the down parents read since the last verdict (parents.go)
+	overrides *overrides.Table      // the per-device timeouts (register.go)
 
 	typeMem  *typememory.Memory
 	registry *registry.Registry // its entries; Register writes them with the deadline

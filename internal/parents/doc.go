@@ -7,7 +7,7 @@
 // internal/deadline holds one Links per store (Store.Links) and calls it beside its own writes: a
 // refresh queues the links its signals name (QueueSignals), a registration or a delete queues a link
 // and settles it (QueueLink, Unlink), and a parent's verdict wakes the children read here
-// (QueueChildren) through deadline's scripts on the slots. A device's own state, and so what the alarm
+// (WalkChildren) through deadline's scripts on the slots. A device's own state, and so what the alarm
 // loop judges a parent by (deadline.Parent), stays in deadline's slots. No Lua script reads these keys
 // but this package's own. Everyone else calls Links' methods: the alarm loop and the outputs read
 // parents (ParentsOf), the sweeper pays owed unlinks and repairs the named parents (PayUnlinks,

@@ -21,7 +21,7 @@ import (
 //     (NamedOnly). <prefix>:parents:any holds parentsNamed once every link was written with it; a fleet
 //     whose links an older version wrote, or whose Redis lost data (value 1), wakes every device's
 //     children, as before;
-//   - <prefix>:parents:verdicts: a counter a wake bumps before it wakes anyone (QueueVerdictChange), so a
+//   - <prefix>:parents:verdicts: a counter a wake bumps before it wakes anyone (WalkChildren), so a
 //     replica's views of down parents (internal/deadline's Store.Parents) are read again once any
 //     parent's verdict changed.
 
@@ -129,7 +129,7 @@ func (l *Links) NamedOnly(ctx context.Context, devices []string) ([]string, erro
 }
 
 // Verdicts reads the verdicts counter: a view of a parent read while it had this value stands until it
-// moves (QueueVerdictChange).
+// moves (WalkChildren).
 func (l *Links) Verdicts(ctx context.Context) (int64, error) {
 	gen, err := l.rdb.Get(ctx, l.keys.verdicts()).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -138,13 +138,53 @@ func (l *Links) Verdicts(ctx context.Context) (int64, error) {
 	return gen, nil
 }
 
-// QueueVerdictChange moves the verdicts counter in pipe, before any child of a new verdict is woken:
-// the views read before it may be stale.
-func (l *Links) QueueVerdictChange(ctx context.Context, pipe redis.Pipeliner) {
-	pipe.Incr(ctx, l.keys.verdicts())
+// childrenPage bounds one SSCAN of a parent's children.
+const childrenPage = 1000
+
+// Child is a device found in parent's children set.
+type Child struct {
+	ID, Parent string
 }
 
-// QueueChildren queues one SSCAN step, from cursor, of parent's children set in pipe.
-func (l *Links) QueueChildren(ctx context.Context, pipe redis.Pipeliner, parent string, cursor uint64, count int64) *redis.ScanCmd {
-	return pipe.SScan(ctx, l.keys.children(parent), cursor, "", count)
+// WalkChildren reads the children sets of parents a page of each at a time, every parent's page in one
+// round trip, and hands each round's children to visit, which runs before the next round is read. The
+// first round moves the verdicts counter before any child is visited: the views of parents read before
+// it may be stale (Verdicts).
+func (l *Links) WalkChildren(ctx context.Context, parents []string, visit func(kids []Child) error) error {
+	cursors := make([]uint64, len(parents))
+	pending := make([]int, len(parents))
+	for i := range pending {
+		pending[i] = i
+	}
+	first := true
+	for len(pending) > 0 {
+		pipe := l.rdb.Pipeline()
+		if first {
+			pipe.Incr(ctx, l.keys.verdicts())
+			first = false
+		}
+		cmds := make([]*redis.ScanCmd, len(pending))
+		for j, i := range pending {
+			cmds[j] = pipe.SScan(ctx, l.keys.children(parents[i]), cursors[i], "", childrenPage)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("parents: children: %w", err)
+		}
+		var kids []Child
+		next := pending[:0]
+		for j, i := range pending {
+			page, cur := cmds[j].Val()
+			for _, kid := range page {
+				kids = append(kids, Child{ID: kid, Parent: parents[i]})
+			}
+			if cursors[i] = cur; cur != 0 {
+				next = append(next, i)
+			}
+		}
+		pending = next
+		if err := visit(kids); err != nil {
+			return err
+		}
+	}
+	return nil
 }
