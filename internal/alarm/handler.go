@@ -12,6 +12,7 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/correlate"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/flaps"
 	"github.com/heartbeatd/heartbeatd/internal/silence"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -310,13 +311,13 @@ func (h *Handler) acks(claims []deadline.Claim, decisions []decision, failed []e
 // recordFlaps stores the interruption times of the claims whose events went out, for flapping
 // detection; a failure only costs a late flapping event, so it is logged.
 func (h *Handler) recordFlaps(ctx context.Context, claims []deadline.Claim, decisions []decision, failed []error) {
-	var flapUpdates []deadline.FlapUpdate
+	var flapUpdates []flaps.Update
 	for i, d := range decisions {
 		if d.Flaps != nil && failed[i] == nil {
-			flapUpdates = append(flapUpdates, deadline.FlapUpdate{Device: claims[i].Device, Slot: claims[i].Slot, Times: d.Flaps})
+			flapUpdates = append(flapUpdates, flaps.Update{Device: claims[i].Device, Slot: claims[i].Slot, Times: d.Flaps})
 		}
 	}
-	if err := h.opts.Store.RecordFlaps(ctx, flapUpdates); err != nil {
+	if err := h.opts.Store.Flaps().Record(ctx, flapUpdates); err != nil {
 		h.log.Warn("recording interruptions for flapping detection failed", zap.Error(err))
 	}
 }
@@ -354,7 +355,7 @@ func (h *Handler) parents(ctx context.Context, claims []deadline.Claim) ([]*dead
 			devices = append(devices, c.Device)
 		}
 	}
-	found, err := h.opts.Store.ParentsOf(ctx, devices)
+	found, err := h.opts.Store.Links().ParentsOf(ctx, devices)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -400,7 +401,11 @@ func (h *Handler) flapHistory(ctx context.Context, claims []deadline.Claim, pols
 	if !any {
 		return make([][]int64, len(claims)), nil
 	}
-	return h.opts.Store.FlapHistory(ctx, claims, want)
+	devices := make([]flaps.Device, len(claims))
+	for i, c := range claims {
+		devices[i] = flaps.Device{ID: c.Device, Slot: c.Slot}
+	}
+	return h.opts.Store.Flaps().History(ctx, devices, want)
 }
 
 // silencedUntil asks the silences about each claim's device, with its parent and labels when some
@@ -421,11 +426,11 @@ func (h *Handler) silencedUntil(ctx context.Context, claims []deadline.Claim, no
 	for i, c := range claims {
 		devices[i] = c.Device
 	}
-	parents, err := h.opts.Store.ParentsOf(ctx, devices)
+	parents, err := h.opts.Store.Links().ParentsOf(ctx, devices)
 	if err != nil {
 		return nil, err
 	}
-	labels, err := h.opts.Store.Labels(ctx, devices)
+	labels, err := h.opts.Store.Registry().Labels(ctx, devices)
 	if err != nil {
 		return nil, err
 	}

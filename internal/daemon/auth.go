@@ -171,7 +171,7 @@ func (a *api) inScope(ctx context.Context, scope config.Scope, id string) (bool,
 	if scope.Type != "" {
 		return scope.Matches(d.Type, nil), nil
 	}
-	labels, err := a.Store.Labels(ctx, []string{id})
+	labels, err := a.Store.Registry().Labels(ctx, []string{id})
 	if err != nil {
 		return false, err
 	}

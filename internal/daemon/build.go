@@ -136,7 +136,7 @@ func (d *daemon) buildAlarms(reg *prometheus.Registry) *alarm.Acts {
 	// The history records what Kafka took from its own consumer group of the events topic, off this path
 	// (docs/concepts.md#incident-history; run by the lifecycle).
 	d.history = history.New(history.Options{Client: d.rdb, KeyPrefix: cfg.Redis.KeyPrefix, History: cfg.History,
-		Labels: d.store.Labels, Now: d.clock.Now, Logger: log, Registerer: reg})
+		Labels: d.store.Registry().Labels, Now: d.clock.Now, Logger: log, Registerer: reg})
 	if label := cfg.Metrics.GroupLabel; label != "" {
 		reg.MustRegister(history.NewGroupCollector(d.history, label, cfg.Metrics.MaxGroups))
 	}
@@ -147,7 +147,7 @@ func (d *daemon) buildAlarms(reg *prometheus.Registry) *alarm.Acts {
 		PerToken:  cfg.HTTP.MaxSilencesPerToken,
 		Intervals: d.interval})
 	d.correlator = correlate.New(correlate.Options{Client: d.rdb, Store: d.store, Correlation: cfg.Correlation,
-		Sink: sink, ReplicaID: d.replica, Labels: d.store.Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,
+		Sink: sink, ReplicaID: d.replica, Labels: d.store.Registry().Labels, Now: d.clock.Now, Logger: log, KeyPrefix: cfg.Redis.KeyPrefix,
 		Events: d.metrics.Events, Metrics: correlate.NewMetrics(reg)})
 	d.handler = alarm.NewHandler(alarm.HandlerOptions{Store: d.store, Policies: d.policies.Load, Correlator: d.correlator,
 		Sink:     sink,

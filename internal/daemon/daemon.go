@@ -286,7 +286,7 @@ func (d *daemon) prepareOnce(parent context.Context) error {
 			zap.Int("redis.slots", d.cfg.Redis.Slots))
 	}
 	// Without the 5 s bound: a large registry of the old layout takes longer, and resumes where it stopped.
-	moved, err := d.store.MigrateRegistry(parent)
+	moved, err := d.store.Registry().Migrate(parent)
 	if moved > 0 {
 		d.log.Info("moved registrations to the registry's current layout", zap.Int("devices", moved))
 	}

@@ -121,7 +121,7 @@ func families(ks map[string]testenv.Key) string {
 	return strings.Join(out, "\n")
 }
 
-// retypedLog is the fleet-wide log of devices whose type changed (internal/deadline typememory.go): a ring
+// retypedLog is the fleet-wide log of devices whose type changed (internal/typememory): a ring
 // capped at retypedLogCap entries, whatever the devices send.
 const (
 	retypedLog    = "hb:{retyped}"

@@ -41,7 +41,7 @@ func TestImportAcrossBatches(t *testing.T) {
 	require.Equal(t, 5001, res.Errors[0].Line)
 
 	ids := []string{"dev-0", "dev-3", "dev-4999", fmt.Sprintf("dev-%d", rows-1), "dev-5000"}
-	labels, err := f.store.Labels(t.Context(), ids)
+	labels, err := f.store.Registry().Labels(t.Context(), ids)
 	require.NoError(t, err)
 	require.Equal(t, []map[string]string{{"site": "first"}, {"site": "later"}, {"site": "first"}, {"site": "first"}, nil}, labels)
 }

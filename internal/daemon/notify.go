@@ -33,7 +33,7 @@ func newNotifier(cfg *config.Config, rdb redis.UniversalClient, store *deadline.
 	}
 	var labels func(context.Context, []string) ([]map[string]string, error)
 	if store != nil {
-		labels = store.Labels
+		labels = store.Registry().Labels
 	}
 	return notify.New(notify.Options{Notify: cfg.Notify, Brokers: k.Brokers, Topic: k.Topic,
 		Dialer: dialer, Redis: rdb, KeyPrefix: cfg.Redis.KeyPrefix, Labels: labels, Now: now, Logger: log, Registerer: reg})

@@ -471,7 +471,7 @@ func (a *api) withLabel(ctx context.Context, page []deadline.Device, name, value
 	for i, d := range page {
 		ids[i] = d.ID
 	}
-	labels, err := a.Store.Labels(ctx, ids)
+	labels, err := a.Store.Registry().Labels(ctx, ids)
 	if err != nil {
 		return nil, err
 	}

@@ -102,7 +102,7 @@ func (a *api) silencedByFacts(ctx context.Context, views []DeviceView, page []de
 	for i, d := range page {
 		ids[i] = d.ID
 	}
-	labels, err := a.Store.Labels(ctx, ids)
+	labels, err := a.Store.Registry().Labels(ctx, ids)
 	if err != nil {
 		return err
 	}

@@ -213,7 +213,7 @@ func (a *api) outsideScope(ctx context.Context, scope config.Scope, batch *inges
 // judgeScope sets in[d] for each of devices: known and inside scope.
 func (a *api) judgeScope(ctx context.Context, scope config.Scope, devices []string, in map[string]bool) error {
 	if scope.Type == "" {
-		labels, err := a.Store.Labels(ctx, devices)
+		labels, err := a.Store.Registry().Labels(ctx, devices)
 		if err != nil {
 			return err
 		}

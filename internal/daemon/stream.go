@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -274,7 +275,11 @@ func (a *api) eventStream(w http.ResponseWriter, r *http.Request) {
 	}
 	keepalive := time.NewTicker(a.Stream.opts.Keepalive)
 	defer keepalive.Stop()
-	scope := streamScope{scope: callerOf(r).Scope, labels: a.Store.Labels}
+	// Read when a client's scope needs labels: a stream without a store (its tests) never asks.
+	labels := func(ctx context.Context, devices []string) ([]map[string]string, error) {
+		return a.Store.Registry().Labels(ctx, devices)
+	}
+	scope := streamScope{scope: callerOf(r).Scope, labels: labels}
 	batch := make([]streamFrame, 0, streamBatch)
 	for {
 		select {

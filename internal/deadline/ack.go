@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/parents"
 )
 
 // AckOp is what the alarm loop did with a claim.
@@ -214,7 +216,7 @@ func (s *Store) Settle(ctx context.Context, acks []Ack, records []Record) (appli
 		calls := make([]scriptCall, len(groups))
 		for k, g := range groups {
 			slot := slotOf[k]
-			calls[k] = scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.dead(slot), s.keys.inFlight(slot)}, args: g.args}
+			calls[k] = scriptCall{Keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.dead(slot), s.keys.inFlight(slot)}, Args: g.args}
 		}
 		cmds, err := s.runAll(ctx, ackScript, calls)
 		if err != nil {
@@ -369,13 +371,13 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 	}()
 	// Their parents' children sets lose them too (unlink, below), or retention's deletes would grow those
 	// sets for good.
-	parentsUsed, err := s.parentsUsed(ctx)
+	parentsUsed, err := s.links.Used(ctx)
 	if err != nil {
 		return nil, err
 	}
 	cmds := make([][]*redis.IntCmd, len(devices))
-	links := make([]linkWrite, len(devices))
-	overrides := make([]*redis.IntCmd, len(devices))
+	links := make([]parents.Write, len(devices))
+	ownTimeouts := make([]*redis.IntCmd, len(devices))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, device := range devices {
 			for _, slot := range s.slotsOf(device) {
@@ -386,24 +388,21 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 					p.ZRem(ctx, s.keys.dead(slot), device))
 				p.HDel(ctx, s.keys.causes(slot), device)                        // not counted: only kept beside the above
 				p.ZRem(ctx, s.keys.seen(slot), device, incidentSeenMark+device) // not counted: only kept beside the above
-				p.HDel(ctx, s.keys.flaps(slot), device)                         // not counted: only kept beside the above
+				s.flaps.QueueDelete(ctx, p, slot, device)                       // not counted: only kept beside the above
 			}
 			// Its registration, parent link and own timeout go with it; none of them counts as found.
-			p.HDel(ctx, s.keys.registry(device), device)
-			if s.registryLayout.legacy.Load() {
-				p.HDel(ctx, s.keys.legacyRegistry(device), device)
-			}
-			links[i] = linkWrite{child: device, replaced: s.queueLink(ctx, p, device, "")}
-			overrides[i] = p.HDel(ctx, s.keys.overrides(), device)
+			s.registry.QueueDelete(ctx, p, device)
+			links[i] = s.links.QueueLink(ctx, p, device, "")
+			ownTimeouts[i] = s.overrides.QueueRemove(ctx, p, device)
 		}
 		// Replicas remembering their types forget them: a device of the same name starts afresh.
-		s.queueRetyped(ctx, p, devices)
+		s.typeMem.QueueRetyped(ctx, p, devices)
 		return nil
 	})
 	for _, device := range devices {
-		s.links.written.forget(device)
+		s.links.Forget(device)
 	}
-	s.typeMem.forget(devices)
+	s.typeMem.Forget(devices)
 	if err != nil {
 		return nil, err
 	}
@@ -411,12 +410,12 @@ func (s *Store) deleteMany(ctx context.Context, devices []string) (found []bool,
 	if parentsUsed {
 		asParents = devices
 	}
-	if err := s.unlink(ctx, displaced(links), asParents); err != nil {
+	if err := s.links.Unlink(ctx, links, asParents); err != nil {
 		return nil, err
 	}
-	if slices.ContainsFunc(overrides, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
+	if slices.ContainsFunc(ownTimeouts, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
 		// Only a removed own timeout makes every replica reread the overrides table.
-		if err := s.rdb.Incr(ctx, s.keys.overridesVersion()).Err(); err != nil {
+		if err := s.overrides.Changed(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -180,8 +180,8 @@ func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, er
 		if !ok {
 			ci = len(calls)
 			callOf[slot] = ci
-			calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.state(slot), s.keys.causes(slot), s.keys.seen(slot),
-				s.keys.reported(slot), s.keys.alarms(slot)}, args: []any{timeouts}})
+			calls = append(calls, scriptCall{Keys: []string{s.keys.Deadlines(slot), s.keys.state(slot), s.keys.causes(slot), s.keys.seen(slot),
+				s.keys.reported(slot), s.keys.alarms(slot)}, Args: []any{timeouts}})
 			order = append(order, nil)
 		}
 		own := -1
@@ -192,7 +192,7 @@ func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, er
 			}
 			own = t
 		}
-		calls[ci].args = append(calls[ci].args, mk.Device, mk.At.UnixMilli(), mk.Deadline.UnixMilli(), own, mk.Cause+causeSep+mk.Reason)
+		calls[ci].Args = append(calls[ci].Args, mk.Device, mk.At.UnixMilli(), mk.Deadline.UnixMilli(), own, mk.Cause+causeSep+mk.Reason)
 		order[ci] = append(order[ci], i)
 	}
 	cmds, err := s.runAll(ctx, markEarlierScript, calls)

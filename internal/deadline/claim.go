@@ -168,7 +168,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 			s.keys.causes(slot), s.keys.reported(slot), s.keys.seen(slot)}
 		for _, step := range steps {
 			scripts = append(scripts, step)
-			calls = append(calls, scriptCall{keys: keys[:claimStepKeys[step]], args: args[:claimStepArgs[step]]})
+			calls = append(calls, scriptCall{Keys: keys[:claimStepKeys[step]], Args: args[:claimStepArgs[step]]})
 		}
 	}
 	cmds, err := s.runScripts(ctx, scripts, calls, claimSteps.all)

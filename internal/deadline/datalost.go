@@ -37,8 +37,6 @@ type dataLoss struct {
 	last  atomic.Int64 // unix ms of the last one noticed
 	// typesOwed is set while the type registry has not been written back since the last loss.
 	typesOwed atomic.Bool
-	// overridesOwed is set while the per-device timeouts have not been written back since the last loss.
-	overridesOwed atomic.Bool
 
 	mu     sync.Mutex // one layout read at a time follows the losses
 	losses int64      // the layout's losses field as this store last accounted for it
@@ -132,7 +130,7 @@ func (s *Store) markSlots(ctx context.Context, l Layout, known int) int {
 	for slot, m := range marks {
 		v, err := m.Result()
 		if (err == nil && v != l.Epoch) || errors.Is(err, redis.Nil) {
-			calls = append(calls, scriptCall{keys: []string{s.keys.epoch(slot)}, args: []any{l.Epoch}})
+			calls = append(calls, scriptCall{Keys: []string{s.keys.epoch(slot)}, Args: []any{l.Epoch}})
 			slots = append(slots, slot)
 		}
 	}
@@ -153,9 +151,10 @@ func (s *Store) markSlots(ctx context.Context, l Layout, known int) int {
 func (s *Store) dataLost() {
 	s.lost.last.Store(s.now().UnixMilli())
 	s.lost.count.Add(1)
-	s.links.forgetAll()
+	s.links.ForgetAll()
+	s.views.ForgetAll()
 	s.lost.typesOwed.Store(true)
-	s.lost.overridesOwed.Store(true)
+	s.overrides.MarkLost()
 }
 
 // payTypes writes the type registry back while it is owed, at each layout read until it succeeds: a

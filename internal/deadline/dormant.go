@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 )
 
 // The dormant sweep closes the one gap the recovery probe leaves (Refresh): a process that dies between
@@ -87,5 +89,5 @@ func (s *Store) backInDeadlines(ctx context.Context, slot int, devices []string)
 	if err != nil {
 		return nil, fmt.Errorf("deadline: slot %d: devices back: %w", slot, err)
 	}
-	return kept[any](devices, back), nil
+	return redisutil.Kept[any](devices, back), nil
 }

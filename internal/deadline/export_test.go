@@ -2,6 +2,8 @@ package deadline
 
 import (
 	"context"
+	"hash/crc32"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -31,7 +33,7 @@ func (s *Store) DeadlineOf(name string, seen time.Time) (int64, bool) {
 // them: no parent in the sets, and the fleet's parents mark 1.
 func (s *Store) AsLinkedByOlderVersion(ctx context.Context, parents ...string) error {
 	for _, p := range parents {
-		if err := s.rdb.SRem(ctx, s.keys.namedParents(p), p).Err(); err != nil {
+		if err := s.rdb.SRem(ctx, s.keys.NamedParents(p), p).Err(); err != nil {
 			return err
 		}
 	}
@@ -43,25 +45,18 @@ func (s *Store) LoseData() { s.dataLost() }
 
 // SetNamed marks every parent as being in the named-parents sets.
 func (s *Store) SetNamed(ctx context.Context) error {
-	return s.rdb.Set(ctx, s.keys.parentsInUse(), parentsNamed, 0).Err()
+	return s.rdb.Set(ctx, s.keys.parentsInUse(), "named", 0).Err()
 }
 
 const DormantAfter = dormantAfter
 
-func (k Keyspace) Alarms(slot int) string       { return k.alarms(slot) }
-func (k Keyspace) Causes(slot int) string       { return k.causes(slot) }
-func (k Keyspace) State(slot int) string        { return k.state(slot) }
-func (k Keyspace) Children(p string) string     { return k.children(p) }
-func (k Keyspace) NamedParents(p string) string { return k.namedParents(p) }
-func (k Keyspace) Parents(child string) string  { return k.parents(child) }
-func (k Keyspace) Flaps(slot int) string        { return k.flaps(slot) }
+func (k Keyspace) Alarms(slot int) string { return k.alarms(slot) }
+func (k Keyspace) Causes(slot int) string { return k.causes(slot) }
+func (k Keyspace) State(slot int) string  { return k.state(slot) }
 
 func (s *Store) DoubleSlots(ctx context.Context) (Layout, error) { return s.doubleSlots(ctx) }
 func (s *Store) DeleteMany(ctx context.Context, devices []string) ([]bool, error) {
 	return s.deleteMany(ctx, devices)
-}
-func (s *Store) Registered(ctx context.Context, devices []string) ([]bool, error) {
-	return s.registered(ctx, devices)
 }
 func (s *Store) TypeIndex(ctx context.Context, name string) (int, error) {
 	return s.typeIndex(ctx, name)
@@ -74,3 +69,11 @@ func (s *Store) ParentsMark(ctx context.Context) string {
 
 // ReclaimTypes runs one reclaim of the type indexes now, whoever's turn it is (typereclaim.go).
 func (s *Store) ReclaimTypes(ctx context.Context) (int, error) { return s.reclaimTypes(ctx) }
+
+// The parent links' keys as internal/parents writes them (its keys.go), for the tests here that set up
+// what an older version or a data loss left, or count what the links hold.
+func (k Keyspace) Children(p string) string { return k.prefix + ":children:{" + p + "}" }
+func (k Keyspace) NamedParents(p string) string {
+	return k.prefix + ":parents:named:{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(p))%64)) + "}"
+}
+func (k Keyspace) parentsInUse() string { return k.prefix + ":parents:any" }

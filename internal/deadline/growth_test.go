@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/flaps"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
@@ -61,7 +62,7 @@ func TestALinkChangeLeavesTheFormerParent(t *testing.T) {
 			}
 			require.Equal(t, map[string][]string{parent: {"c"}}, children, why)
 			require.Equal(t, []string{parent}, named, why)
-			got, err := f.Store.ParentsOf(ctx, []string{"c"})
+			got, err := f.Store.Links().ParentsOf(ctx, []string{"c"})
 			require.NoError(t, err)
 			require.Equal(t, []string{parent}, got, why)
 		}
@@ -73,12 +74,12 @@ func TestALinkChangeLeavesTheFormerParent(t *testing.T) {
 		expect("C", "another replica's signal: the link swap tells it the parent it replaced")
 		sig(f.Store, "G")
 		expect("G", "this replica remembered writing B, yet the swap takes c out of C, the parent it replaced")
-		require.NoError(t, f.Store.SetParent(ctx, "c", "D"))
+		require.NoError(t, f.Store.Links().SetParent(ctx, "c", "D"))
 		expect("D", "SetParent")
 		_, err := f.Store.Register(ctx, []string{"c"}, []deadline.Registration{{Type: "sensor"}}, []string{"E"})
 		require.NoError(t, err)
 		expect("E", "a registered parent")
-		require.NoError(t, f.Store.SetParent(ctx, "c", ""))
+		require.NoError(t, f.Store.Links().SetParent(ctx, "c", ""))
 		expect("", "SetParent to none")
 		sig(f.Store, "F")
 		expect("F", "linked again")
@@ -156,12 +157,18 @@ func TestDeleteDropsTheFlapHistory(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		c := claimOne(t, f, "flappy")
-		require.NoError(t, f.Store.RecordFlaps(ctx, []deadline.FlapUpdate{{Device: "flappy", Slot: c.Slot,
+		require.NoError(t, f.Store.Flaps().Record(ctx, []flaps.Update{{Device: "flappy", Slot: c.Slot,
 			Times: []int64{f.Clock.Now().Add(-time.Minute).UnixMilli(), f.Clock.Now().UnixMilli()}}}))
-		require.True(t, f.RDB.HExists(ctx, f.Store.Keys().Flaps(c.Slot), "flappy").Val())
+		history := func() []int64 {
+			t.Helper()
+			got, err := f.Store.Flaps().History(ctx, []flaps.Device{{ID: "flappy", Slot: c.Slot}}, []bool{true})
+			require.NoError(t, err)
+			return got[0]
+		}
+		require.Len(t, history(), 2)
 		found, err := f.Store.Delete(ctx, "flappy")
 		require.NoError(t, err)
 		require.True(t, found)
-		require.False(t, f.RDB.HExists(ctx, f.Store.Keys().Flaps(c.Slot), "flappy").Val(), "its history went with it")
+		require.Empty(t, history(), "its history went with it")
 	})
 }

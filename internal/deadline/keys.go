@@ -75,12 +75,6 @@ func (k Keyspace) dead(slot int) string { return k.slotKey(slot, "dead") }
 // Types is the HASH type name → type index folded into deadline scores.
 func (k Keyspace) Types() string { return k.prefix + ":types" }
 
-// Owner is the lease key of slot held by the replica scanning it.
-func (k Keyspace) Owner(slot int) string { return k.prefix + ":owner:{" + strconv.Itoa(slot) + "}" }
-
-// Replicas is the ZSET replica id → last heartbeat (ms) of live replicas.
-func (k Keyspace) Replicas() string { return k.prefix + ":replicas" }
-
 // Layout records the slot-count history for online slot doubling.
 func (k Keyspace) Layout() string { return k.prefix + ":layout" }
 
@@ -93,12 +87,6 @@ func Slot(device string, slots int) int {
 // cannot be told from their deadline: device → its last signal (ms), and incidentSeenMark + device → the
 // last signal before its open incident, pinned when the incident is claimed (expected.go).
 func (k Keyspace) seen(slot int) string { return k.slotKey(slot, "seen") }
-
-// flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last
-// interruptions, for the devices of types with flapping detection (docs/events.md). An entry goes with
-// its device, or with the sweep once its newest interruption is older than every flapping window
-// (flaps.go).
-func (k Keyspace) flaps(slot int) string { return k.slotKey(slot, "flaps") }
 
 // causes is the HASH device → the cause of its latest incident that did not begin with silence (a
 // reported failure, offline; cause.go): moved deadline, last seen, kind and reason. Written only by

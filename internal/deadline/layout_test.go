@@ -211,7 +211,7 @@ func TestStoresNoticeRedisLostTheirData(t *testing.T) {
 
 		child.Seen = f.Clock.Now().Add(1)
 		f.Refresh(t, child)
-		parents, err := f.Store.ParentsOf(ctx, []string{"child"})
+		parents, err := f.Store.Links().ParentsOf(ctx, []string{"child"})
 		require.NoError(t, err)
 		require.Equal(t, []string{"gw"}, parents)
 	})
@@ -254,14 +254,14 @@ func TestStoresNoticeOneMasterLosingItsData(t *testing.T) {
 		lost, _ := later.DataLost()
 		require.Zero(t, lost, "a store that never saw the data has lost none")
 
-		parents, err := f.Store.ParentsOf(ctx, ids)
+		parents, err := f.Store.Links().ParentsOf(ctx, ids)
 		require.NoError(t, err)
 		require.Contains(t, parents, "", "some links were on the master that lost its data")
 		for i := range children {
 			children[i].Seen = f.Clock.Now().Add(1)
 		}
 		f.Refresh(t, children...)
-		parents, err = f.Store.ParentsOf(ctx, ids)
+		parents, err = f.Store.Links().ParentsOf(ctx, ids)
 		require.NoError(t, err)
 		require.Equal(t, slices.Repeat([]string{"gw"}, len(ids)), parents)
 	})

@@ -107,7 +107,7 @@ func TestNamedParentsRepairedAfterRedisLostData(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "1", f.Store.ParentsMark(ctx))
 
-		repaired, err := f.Store.RepairNamedParents(ctx)
+		repaired, err := f.Store.Links().RepairNamedParents(ctx)
 		require.NoError(t, err)
 		require.True(t, repaired)
 		require.Equal(t, "named", f.Store.ParentsMark(ctx), "the sets are complete again")
@@ -121,7 +121,7 @@ func TestNamedParentsRepairedAfterRedisLostData(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "its children are woken through the named parents")
 
-		repaired, err = f.Store.RepairNamedParents(ctx)
+		repaired, err = f.Store.Links().RepairNamedParents(ctx)
 		require.NoError(t, err)
 		require.False(t, repaired, "nothing to do once the mark says named")
 	})

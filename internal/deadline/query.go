@@ -75,7 +75,7 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 	act := pipe.ZScore(ctx, s.keys.alarms(slot), id)
 	state := pipe.HGet(ctx, s.keys.state(slot), id)
 	dead := pipe.ZScore(ctx, s.keys.dead(slot), id)
-	parent := pipe.HGet(ctx, s.keys.parents(id), id)
+	parent := s.links.QueueParentOf(ctx, pipe, id)
 	cause := pipe.HGet(ctx, s.keys.causes(slot), id)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return d, false, fmt.Errorf("deadline: device %q: %w", id, err)
@@ -214,7 +214,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Device, string, e
 	for i, d := range out {
 		ids[i] = d.ID
 	}
-	parents, err := s.ParentsOf(ctx, ids) // reads nothing in a fleet without parents
+	parents, err := s.links.ParentsOf(ctx, ids) // reads nothing in a fleet without parents
 	if err != nil {
 		return nil, "", err
 	}

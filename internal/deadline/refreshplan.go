@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/typememory"
 )
 
 // typedSlot is what one refresh writes to a slot besides the untyped script calls.
@@ -87,7 +89,7 @@ func (s *Store) planSignal(ctx context.Context, p *refreshPlan, layout *Layout, 
 			}
 		}
 		if source != typeRemembered || rec != r.idx {
-			recorded.learned = append(recorded.learned, learnedType{sig.Device, r.idx})
+			recorded.learned = append(recorded.learned, typememory.Learned{Device: sig.Device, Index: r.idx})
 		}
 	}
 	ts := p.slot(Slot(sig.Device, layout.Slots))
@@ -120,19 +122,25 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 		pipe.ZRem(ctx, s.keys.Deadlines(slot), devs...)
 	}
 	p.seen.queue(ctx, pipe, s.keys)
-	links := s.writeLinks(ctx, pipe, signals)
-	s.queueRetyped(ctx, pipe, p.retyped)
-	checked := s.queueRetypedCheck(ctx, pipe)
+	links := s.links.QueueSignals(ctx, pipe, func(yield func(device, parent string) bool) {
+		for _, sig := range signals {
+			if sig.Parent != "" && !yield(sig.Device, sig.Parent) {
+				return
+			}
+		}
+	})
+	s.typeMem.QueueRetyped(ctx, pipe, p.retyped)
+	checked := s.typeMem.QueueCheck(ctx, pipe)
 	calls, err := s.untypedCalls(ctx, p.untyped, now)
 	if err != nil {
 		return nil, fmt.Errorf("deadline: refresh: %w", err)
 	}
 	for _, c := range calls {
-		refreshScript.EvalSha(ctx, pipe, c.keys, c.args...)
+		refreshScript.EvalSha(ctx, pipe, c.Keys, c.Args...)
 	}
 	retimes := s.retimeCalls(ctx, p.retimed, now)
 	for _, c := range retimes {
-		retimeScript.EvalSha(ctx, pipe, c.keys, c.args...)
+		retimeScript.EvalSha(ctx, pipe, c.Keys, c.Args...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		if !redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -147,10 +155,10 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 		}
 	}
 	if len(p.forget) > 0 {
-		s.typeMem.forget(p.forget)
+		s.typeMem.Forget(p.forget)
 	}
-	s.remember(links)
-	s.settleLinks(ctx, links)
+	s.links.Remember(links)
+	s.links.Settle(ctx, links)
 	checked()
 	return added, nil
 }

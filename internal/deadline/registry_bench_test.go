@@ -71,36 +71,3 @@ func register(b *testing.B, store *deadline.Store, n int, labels map[string]stri
 		}
 	}
 }
-
-// BenchmarkRegistryMigration times MigrateRegistry moving benchDevices registrations of the previous
-// layout (64 hashes of JSON, as that version wrote them) into the current one: what it adds to the
-// first start of a replica of this version. moved/s is its rate.
-func BenchmarkRegistryMigration(b *testing.B) {
-	srv := testenv.StartRedis(b)
-	rdb := srv.Client(b)
-	ctx := context.Background()
-	n := benchDevices()
-	for b.Loop() {
-		b.StopTimer()
-		require.NoError(b, rdb.FlushAll(ctx).Err())
-		pipe := rdb.Pipeline()
-		for i := range n {
-			dev := benchDevice(i)
-			pipe.HSet(ctx, legacyRegistryKey(dev), dev, `{"device_type":"default","registered_ms":1763800000000}`)
-			if pipe.Len() == 10_000 || i == n-1 {
-				_, err := pipe.Exec(ctx)
-				require.NoError(b, err)
-			}
-		}
-		store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})
-		require.NoError(b, err)
-		began := time.Now()
-		b.StartTimer()
-		moved, err := store.MigrateRegistry(ctx)
-		b.StopTimer()
-		require.NoError(b, err)
-		require.Equal(b, n, moved)
-		b.ReportMetric(float64(n)/time.Since(began).Seconds(), "moved/s")
-		b.StartTimer()
-	}
-}

@@ -35,7 +35,7 @@ func (s *Store) ForgetSilent(ctx context.Context, slot int, cursor uint64, count
 	if err != nil {
 		return 0, nil, err
 	}
-	registered, err := s.registered(ctx, old)
+	registered, err := s.registry.Registered(ctx, old)
 	if err != nil {
 		return 0, nil, err
 	}

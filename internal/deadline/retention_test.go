@@ -40,7 +40,7 @@ func TestRetentionForgetsTheLongSilentUnregistered(t *testing.T) {
 		require.Equal(t, []string{"gone"}, forgotten)
 		_, found := f.device(t, "gone")
 		require.False(t, found, "forgotten: no incident, no deadline")
-		parents, err := f.Store.ParentsOf(ctx, []string{"gone"})
+		parents, err := f.Store.Links().ParentsOf(ctx, []string{"gone"})
 		require.NoError(t, err)
 		require.Equal(t, []string{""}, parents, "its parent link went with it")
 		children, err := f.RDB.SMembers(ctx, f.Store.Keys().Children("gw")).Result()

@@ -81,14 +81,14 @@ func (s *Store) retimeCalls(ctx context.Context, retimed []retimedSignal, now in
 		ci, ok := callOf[r.slot]
 		if !ok {
 			if cluster || len(calls) == 0 {
-				calls = append(calls, scriptCall{args: []any{now, leads}})
+				calls = append(calls, scriptCall{Args: []any{now, leads}})
 			}
 			ci = len(calls) - 1
 			callOf[r.slot] = ci
-			calls[ci].keys = append(calls[ci].keys, s.keys.Deadlines(r.slot), s.keys.alarms(r.slot))
-			pairOf[r.slot] = len(calls[ci].keys) / 2
+			calls[ci].Keys = append(calls[ci].Keys, s.keys.Deadlines(r.slot), s.keys.alarms(r.slot))
+			pairOf[r.slot] = len(calls[ci].Keys) / 2
 		}
-		calls[ci].args = append(calls[ci].args, pairOf[r.slot], r.device, r.score, r.seen)
+		calls[ci].Args = append(calls[ci].Args, pairOf[r.slot], r.device, r.score, r.seen)
 	}
 	return calls
 }

@@ -4,16 +4,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heartbeatd/heartbeatd/internal/flaps"
+	"github.com/heartbeatd/heartbeatd/internal/overrides"
+	"github.com/heartbeatd/heartbeatd/internal/parents"
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
+	"github.com/heartbeatd/heartbeatd/internal/registry"
+	"github.com/heartbeatd/heartbeatd/internal/replicaset"
 	"github.com/heartbeatd/heartbeatd/internal/typeindex"
+	"github.com/heartbeatd/heartbeatd/internal/typememory"
 )
 
 // Store is the deadline engine over one Redis (standalone or Cluster).
@@ -41,12 +46,15 @@ type Store struct {
 	recordPrefix string
 	records      atomic.Uint64
 
-	links     parentLinks    // parents.go
-	perDevice perDeviceTypes // registry.go
+	links     *parents.Links // the parent links, beside the slots
+	flaps     *flaps.Histories
+	replicas  *replicaset.Set
+	views     parents.Views[Parent] // the down parents read since the last verdict (parents.go)
+	overrides *overrides.Table      // the per-device timeouts (register.go)
 
-	registryLayout registryLayout // registry_layout.go
-	typeMem        *typeMemory    // typememory.go
-	lost           dataLoss       // datalost.go
+	typeMem  *typememory.Memory
+	registry *registry.Registry // its entries; Register writes them with the deadline
+	lost     dataLoss           // datalost.go
 }
 
 // Options configures a Store.
@@ -101,7 +109,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{rdb: rdb, keys: keys, types: typeindex.New(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
 		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
-		typeMem: newTypeMemory()}
+		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix), links: parents.New(rdb, opts.KeyPrefix, now), flaps: flaps.New(rdb, opts.KeyPrefix), replicas: replicaset.New(rdb, opts.KeyPrefix), overrides: overrides.New(rdb, opts.KeyPrefix)}
 	s.layout.Store(&Layout{Slots: opts.Slots})
 	return s, nil
 }
@@ -114,6 +122,23 @@ const recordMark = "\x00claims:"
 func (s *Store) newRecord() string {
 	return s.recordPrefix + strconv.FormatUint(s.records.Add(1), 36)
 }
+
+// Links returns the parent links this store writes with its signals, registrations and deletes: the
+// parents are read there (Links.ParentsOf), and the sweeper settles and repairs them (Links.PayUnlinks,
+// Links.RepairNamedParents).
+func (s *Store) Links() *parents.Links { return s.links }
+
+// Flaps returns the devices' interruption histories, which go with a device this store deletes: the
+// alarm loop reads and records them, the sweeper prunes them.
+func (s *Store) Flaps() *flaps.Histories { return s.flaps }
+
+// Replicas returns the replica set and the slot leases on this store's Redis, for slot ownership
+// (internal/scan).
+func (s *Store) Replicas() *replicaset.Set { return s.replicas }
+
+// Registry returns the device registry's entries this store writes with its registrations: the labels
+// are read there (Registry.Labels), and the daemon moves the old layout (Registry.Migrate).
+func (s *Store) Registry() *registry.Registry { return s.registry }
 
 // Keys returns the store's key builder, for the packages that keep their own keys beside the slots.
 func (s *Store) Keys() Keyspace { return s.keys }
@@ -289,7 +314,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 			return err
 		}
 	}
-	if err := s.applyRetyped(ctx); err != nil {
+	if err := s.typeMem.ApplyRetyped(ctx); err != nil {
 		return err
 	}
 	recorded, err := s.recordedTypes(ctx, layout, signals, moved, now/1000)
@@ -306,9 +331,9 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	if err != nil {
 		return err
 	}
-	if s.typeMem.logSeen.Load() == recorded.logSeen {
+	if s.typeMem.Seen() == recorded.logSeen {
 		// Not when the log moved meanwhile: a read may predate a change the log already made forgotten.
-		s.typeMem.remember(recorded.learned, now/1000)
+		s.typeMem.Remember(recorded.learned, now/1000)
 	}
 	probes := s.rdb.Pipeline()
 	for slot, cmd := range added {
@@ -343,13 +368,8 @@ func (s *Store) probe(ctx context.Context, pipe redis.Pipeliner, slot int, now i
 type recorded struct {
 	// types holds, by index in the batch, the recorded type index shifted left by two over its source.
 	types   []int32
-	learned []learnedType // to remember once the batch is written
-	logSeen int64         // the retyped count the memory had applied when the batch looked
-}
-
-type learnedType struct {
-	device string
-	index  int
+	learned []typememory.Learned // to remember once the batch is written
+	logSeen int64                // the retyped count the memory had applied when the batch looked
 }
 
 // Where a batch learned a device's recorded type.
@@ -365,13 +385,13 @@ func (r recorded) set(i, index, source int) { r.types[i] = int32(index)<<2 | int
 
 // recordedTypes finds the type recorded for the devices of the signals that need it: untyped signals, to
 // time their deadline, and typed ones whose device this store does not remember, to learn whether the
-// signal changes its type (the other replicas must then hear of it, typememory.go). It answers from the
+// signal changes its type (the other replicas must then hear of it, internal/typememory). It answers from the
 // store's memory where it can and reads the rest with one ZMSCORE per slot. Plain reads and writes beat
 // the script, whose interpreter costs more than the commands it runs; devices not in the deadlines set
 // (new, or interrupted with their type in the incident) are left to the script when untyped.
 func (s *Store) recordedTypes(ctx context.Context, l *Layout, signals []Signal, moved movedSignals, now int64) (recorded, error) {
-	rec := recorded{types: make([]int32, len(signals)), logSeen: s.typeMem.logSeen.Load()}
-	s.typeMem.lookup(func(yield func(int, string) bool) {
+	rec := recorded{types: make([]int32, len(signals)), logSeen: s.typeMem.Seen()}
+	s.typeMem.Lookup(func(yield func(int, string) bool) {
 		for i, sig := range signals {
 			if _, isMoved := moved[i]; !isMoved && !yield(i, sig.Device) {
 				return
@@ -422,86 +442,28 @@ func (s *Store) untypedCalls(ctx context.Context, signals []Signal, now int64) (
 		ci, ok := callOf[slot]
 		if !ok {
 			if cluster || len(calls) == 0 {
-				calls = append(calls, scriptCall{args: []any{now, timeouts, currents, leads}})
+				calls = append(calls, scriptCall{Args: []any{now, timeouts, currents, leads}})
 			}
 			ci = len(calls) - 1
 			callOf[slot] = ci
-			calls[ci].keys = append(calls[ci].keys, s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.seen(slot))
-			quadOf[slot] = len(calls[ci].keys) / 4
+			calls[ci].Keys = append(calls[ci].Keys, s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.seen(slot))
+			quadOf[slot] = len(calls[ci].Keys) / 4
 		}
-		calls[ci].args = append(calls[ci].args, quadOf[slot], sig.Device, sig.Seen.UnixMilli(), s.untypedType(expectedNames, sig.Seen))
+		calls[ci].Args = append(calls[ci].Args, quadOf[slot], sig.Device, sig.Seen.UnixMilli(), s.untypedType(expectedNames, sig.Seen))
 	}
 	return calls, nil
 }
 
-type scriptCall struct {
-	keys []string
-	args []any
-}
+// scriptCall is one call of a script run by runAll or runScripts (internal/redisutil).
+type scriptCall = redisutil.ScriptCall
 
-// runAll runs script once per call in one pipeline. Scripts are sent by hash; when Redis lost them (a
-// restart, a failover) they are loaded and the calls Redis refused are sent again, so callers never see
-// NOSCRIPT. Only those: on Redis Cluster the nodes that still had the script have run their calls, and
-// a claim run twice would hand its first run's devices to nobody until their lease ran out.
 func (s *Store) runAll(ctx context.Context, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
-	scripts := make([]*redis.Script, len(calls))
-	for i := range scripts {
-		scripts[i] = script
-	}
-	return s.runScripts(ctx, scripts, calls, nil)
+	return redisutil.RunAll(ctx, s.rdb, script, calls)
 }
 
-// runScripts is runAll with call i running scripts[i]. When Redis refused some, every script of family is
-// loaded, in its order, before those calls are sent again (nil family: the scripts refused), so that a
-// family's later script is never there while an earlier one is missing (the claim steps, claimsteps.go).
 func (s *Store) runScripts(ctx context.Context, scripts []*redis.Script, calls []scriptCall, family []*redis.Script) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, len(calls))
-	pending := make([]int, len(calls))
-	for i := range pending {
-		pending[i] = i
-	}
-	for attempt := 0; ; attempt++ {
-		pipe := s.rdb.Pipeline()
-		for _, i := range pending {
-			cmds[i] = scripts[i].EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		_, err := pipe.Exec(ctx)
-		if err == nil || errors.Is(err, redis.Nil) {
-			break
-		}
-		var refused []int
-		for _, i := range pending {
-			if isNoScript(cmds[i]) {
-				refused = append(refused, i)
-			}
-		}
-		if attempt > 0 || len(refused) == 0 {
-			break
-		}
-		load := family
-		if load == nil {
-			for _, i := range refused {
-				if !slices.Contains(load, scripts[i]) {
-					load = append(load, scripts[i])
-				}
-			}
-		}
-		for _, script := range load {
-			if err := script.Load(ctx, s.rdb).Err(); err != nil {
-				return nil, err
-			}
-		}
-		pending = refused
-	}
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return cmds, err
-		}
-	}
-	return cmds, nil
+	return redisutil.RunScripts(ctx, s.rdb, scripts, calls, family)
 }
-
-func isNoScript(cmd *redis.Cmd) bool { return redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") }
 
 // Load reads the type registry so that the types other replicas registered resolve from the start, and
 // registers names (the configured types) so they have indexes before the first signal needs them; from

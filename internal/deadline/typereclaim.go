@@ -68,10 +68,8 @@ func (s *Store) typesInUse(ctx context.Context) ([MaxTypes]bool, error) {
 // per-device timeouts' under their current leads.
 func (s *Store) writtenIndexes(ctx context.Context) (map[int]bool, error) {
 	names := s.types.ConfiguredNames()
-	if t := s.perDevice.table.Load(); t != nil {
-		for _, name := range t.byDev {
-			names = append(names, name)
-		}
+	for _, name := range s.overrides.Current() {
+		names = append(names, name)
 	}
 	out := map[int]bool{0: true}
 	for _, name := range names {
@@ -89,7 +87,7 @@ func (s *Store) writtenIndexes(ctx context.Context) (map[int]bool, error) {
 func (s *Store) syncTypes(ctx context.Context, force bool) error {
 	rebuilt, err := s.types.Sync(ctx, force)
 	if rebuilt {
-		s.typeMem.forgetAll()
+		s.typeMem.ForgetAll()
 	}
 	return err
 }

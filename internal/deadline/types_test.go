@@ -275,7 +275,7 @@ func TestTypeChangedByAnotherStoreReachesTheRememberingOne(t *testing.T) {
 }
 
 // TestRememberedTypeIsReadAgainAfterItsTime: a change no log told of (Redis lost its data, an older
-// replica) stands after typeMemoryRefresh at the latest.
+// replica) stands after typememory.Refresh at the latest.
 func TestRememberedTypeIsReadAgainAfterItsTime(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		f.Refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.Clock.Now()})

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/heartbeatd/heartbeatd/internal/parents"
 )
 
 // Waking children (docs/concepts.md, "Gateways (parents)"). A child whose parent is silent too waits for the parent's
@@ -25,9 +25,6 @@ import (
 // ParentRecheck is how often a suppressed device looks at its parent again, besides being woken when
 // the parent recovers: the safety net for a wake-up that never came.
 const ParentRecheck = time.Minute
-
-// childrenPage bounds one SSCAN of a parent's children.
-const childrenPage = 1000
 
 // Verdict is a device's new verdict, which its children wait on: Down when it was interrupted or
 // suppressed, not Down when it recovered.
@@ -56,66 +53,38 @@ const wakeChunk = 4096
 // waiting for it is committed as suppressed and handed to commit.Handle; every other child's alarm entry
 // is made due at (only earlier), so the alarm loop looks at it again now that its parent's verdict
 // changed. It reads nothing while the fleet has no parents, looks only at the devices named as a parent
-// (namedOnly), bumps the verdicts counter before it wakes anyone (parentViews), and reads the first page
-// of every parent's children in the same round trip. It returns how many children it woke.
+// (Links.NamedOnly), and reads their children a page of each at a time, every parent's page in one round
+// trip, bumping the verdicts counter before it wakes anyone (Links.WalkChildren; the views of down
+// parents, parents.Views). It returns how many children it woke.
 func (s *Store) WakeChildren(ctx context.Context, verdicts []Verdict, at time.Time, commit *WakeCommit) (int64, error) {
-	if used, err := s.parentsUsed(ctx); err != nil || !used || len(verdicts) == 0 {
+	if used, err := s.links.Used(ctx); err != nil || !used || len(verdicts) == 0 {
 		return 0, err
 	}
 	down := make(map[string]bool, len(verdicts))
-	parents := make([]string, len(verdicts))
+	named := make([]string, len(verdicts))
 	for i, v := range verdicts {
-		parents[i] = v.Device
+		named[i] = v.Device
 		down[v.Device] = v.Down
 	}
-	parents, err := s.namedOnly(ctx, parents)
-	if err != nil || len(parents) == 0 {
+	named, err := s.links.NamedOnly(ctx, named)
+	if err != nil || len(named) == 0 {
 		return 0, err
 	}
-	cursors := make([]uint64, len(parents))
-	pending := make([]int, len(parents))
-	for i := range pending {
-		pending[i] = i
-	}
 	var woken int64
-	first := true
-	for len(pending) > 0 {
-		pipe := s.rdb.Pipeline()
-		if first { // before any entry moves: the views read before it may be stale
-			pipe.Incr(ctx, s.keys.parentVerdicts())
-			first = false
-		}
-		cmds := make([]*redis.ScanCmd, len(pending))
-		for j, i := range pending {
-			cmds[j] = pipe.SScan(ctx, s.keys.children(parents[i]), cursors[i], "", childrenPage)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return woken, fmt.Errorf("deadline: children: %w", err)
-		}
-		var kids []wakeUp
-		next := pending[:0]
-		for j, i := range pending {
-			page, cur := cmds[j].Val()
-			downParent := "" // the parent, when down: its children's suppressions name it
-			if down[parents[i]] {
-				downParent = parents[i]
-			}
-			for _, kid := range page {
-				kids = append(kids, wakeUp{child: kid, downParent: downParent})
-			}
-			if cursors[i] = cur; cur != 0 {
-				next = append(next, i)
+	err = s.links.WalkChildren(ctx, named, func(page []parents.Child) error {
+		kids := make([]wakeUp, len(page))
+		for i, kid := range page {
+			kids[i].child = kid.ID
+			if down[kid.Parent] { // the parent, when down: its children's suppressions name it
+				kids[i].downParent = kid.Parent
 			}
 		}
-		pending = next
 		ordered, slots := s.slotOrder(kids)
 		n, err := s.wakeChunks(ctx, ordered, slots, at, commit)
 		woken += n
-		if err != nil {
-			return woken, err
-		}
-	}
-	return woken, nil
+		return err
+	})
+	return woken, err
 }
 
 // wakeChunks wakes kids in chunks of wakeChunk, and hands each chunk's committed suppressions to
@@ -323,9 +292,9 @@ func (s *Store) wake(ctx context.Context, kids []wakeUp, slots int, at time.Time
 	calls := make([]scriptCall, 0, len(bySlot))
 	for slot, w := range bySlot {
 		called = append(called, slot)
-		calls = append(calls, scriptCall{keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot),
+		calls = append(calls, scriptCall{Keys: []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot),
 			s.keys.inFlight(slot), s.keys.causes(slot)},
-			args: []any{at.UnixMilli(), lease.Milliseconds(), record, ParentRecheck.Milliseconds(), w.packedDown.String(), w.packedOther.String()}})
+			Args: []any{at.UnixMilli(), lease.Milliseconds(), record, ParentRecheck.Milliseconds(), w.packedDown.String(), w.packedOther.String()}})
 	}
 	cmds, err := s.runAll(ctx, wakeScript, calls)
 	if err != nil {

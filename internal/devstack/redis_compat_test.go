@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/scan"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
@@ -268,21 +269,21 @@ func TestOwnershipOnStackRedis(t *testing.T) {
 
 	// A lease held by a replica that died lapses in real time (miniredis with ClockTTL), so the live replica
 	// takes the slot over.
-	require.NoError(t, rdb.Set(ctx, store.Keys().Owner(0), "dead-replica", 300*time.Millisecond).Err())
+	require.NoError(t, rdb.Set(ctx, ownerKey(0), "dead-replica", 300*time.Millisecond).Err())
 	own := scan.NewOwnership(store, scan.OwnershipOptions{ReplicaID: "r1", Heartbeat: 50 * time.Millisecond, SlotLease: 400 * time.Millisecond})
 	done := make(chan error, 1)
 	go func() { done <- own.Run(ctx) }()
 	require.Eventually(t, func() bool { return len(own.Slots()) == 8 }, 5*time.Second, 10*time.Millisecond)
-	owner, err := rdb.Get(ctx, store.Keys().Owner(0)).Result()
+	owner, err := rdb.Get(ctx, ownerKey(0)).Result()
 	require.NoError(t, err)
 	require.Equal(t, "r1", owner)
-	ttl, err := rdb.PTTL(ctx, store.Keys().Owner(3)).Result()
+	ttl, err := rdb.PTTL(ctx, ownerKey(3)).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, time.Duration(0), "leases carry a TTL")
 
 	cancel()
 	require.NoError(t, <-done)
-	n, err := rdb.Exists(context.Background(), store.Keys().Owner(3), store.Keys().Owner(0)).Result()
+	n, err := rdb.Exists(context.Background(), ownerKey(3), ownerKey(0)).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "leases released on shutdown")
 }
@@ -336,3 +337,7 @@ func asRepeats(claims []deadline.Claim) []deadline.Claim {
 	}
 	return out
 }
+
+// ownerKey is slot's lease key as internal/replicaset writes it (its keys.go), for a lease a replica
+// that died left behind.
+func ownerKey(slot int) string { return fmt.Sprintf("%s:owner:{%d}", config.DefaultKeyPrefix, slot) }

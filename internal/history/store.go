@@ -20,7 +20,7 @@ type Options struct {
 	KeyPrefix string
 	// History is history.* of the configuration: max_incidents, retention, group_labels.
 	History config.History
-	// Labels reads the registry labels of devices (deadline.Store.Labels), for the label groupings of
+	// Labels reads the registry labels of devices (registry.Registry.Labels), for the label groupings of
 	// History.GroupLabels; nil: none.
 	Labels func(ctx context.Context, devices []string) ([]map[string]string, error)
 	// Now is the clock the replicas share (holdback.Clock.Now).

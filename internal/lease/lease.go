@@ -18,7 +18,7 @@ import (
 // lease afterwards (take, renew) or gave it up (release); 0 when another holder has it.
 //
 // Exported for callers that pipeline many leases with their own NOSCRIPT handling
-// (deadline.Store.LeaseSlots); one lease at a time goes through Lease.
+// (replicaset.Set.LeaseSlots); one lease at a time goes through Lease.
 var Script = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if ARGV[2] == '0' then

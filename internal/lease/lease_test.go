@@ -90,7 +90,7 @@ func TestTinyTTLTakes(t *testing.T) {
 	require.True(t, held)
 }
 
-// Many leases in one pipeline, as slot ownership renews them (deadline.Store.LeaseSlots): each key's reply
+// Many leases in one pipeline, as slot ownership renews them (replicaset.Set.LeaseSlots): each key's reply
 // stands on its own.
 func TestScriptInPipeline(t *testing.T) {
 	testenv.EachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {

@@ -36,7 +36,7 @@ type Options struct {
 	StartOffset int64
 	Redis       redis.UniversalClient
 	KeyPrefix   string
-	// Labels looks up devices' labels (deadline.Store.Labels); nil: no labels.
+	// Labels looks up devices' labels (registry.Registry.Labels); nil: no labels.
 	Labels     func(ctx context.Context, devices []string) ([]map[string]string, error)
 	Now        func() time.Time
 	Logger     *zap.Logger

@@ -170,7 +170,7 @@ func (o *Ownership) tick(ctx context.Context) error {
 			o.log.Info("old slot layout retired", zap.Int("slots", l.Slots), zap.Int("previous", l.Previous))
 		}
 	}
-	live, err := o.store.JoinReplicas(ctx, o.opts.ReplicaID, o.opts.Now(), o.opts.SlotLease)
+	live, err := o.store.Replicas().Join(ctx, o.opts.ReplicaID, o.opts.Now(), o.opts.SlotLease)
 	if err != nil {
 		o.lapse()
 		return err
@@ -186,7 +186,7 @@ func (o *Ownership) tick(ctx context.Context) error {
 		o.setHeld(nil)
 		return nil
 	}
-	mine, err := o.store.LeaseSlots(ctx, o.opts.ReplicaID, want, gone, o.opts.SlotLease)
+	mine, err := o.store.Replicas().LeaseSlots(ctx, o.opts.ReplicaID, want, gone, o.opts.SlotLease)
 	if err != nil {
 		o.lapse()
 		return err
@@ -233,11 +233,11 @@ func (o *Ownership) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if held := o.Slots(); len(held) > 0 {
-		if _, err := o.store.LeaseSlots(ctx, o.opts.ReplicaID, nil, held, 0); err != nil {
+		if _, err := o.store.Replicas().LeaseSlots(ctx, o.opts.ReplicaID, nil, held, 0); err != nil {
 			o.log.Warn("releasing slot leases failed; they lapse by themselves", zap.Error(err))
 		}
 	}
-	if err := o.store.LeaveReplicas(ctx, o.opts.ReplicaID); err != nil {
+	if err := o.store.Replicas().Leave(ctx, o.opts.ReplicaID); err != nil {
 		o.log.Warn("leaving the replica set failed", zap.Error(err))
 	}
 	o.mu.Lock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/config"
 	"github.com/heartbeatd/heartbeatd/internal/scan"
 )
 
@@ -108,12 +109,12 @@ func TestOwnershipSharesTakesOverAndReleases(t *testing.T) {
 
 		// A lease held by a dead replica blocks the slot until it lapses.
 		for s := range 64 {
-			require.NoError(t, f.RDB.Set(ctx, f.Store.Keys().Owner(s), "ghost", 0).Err())
+			require.NoError(t, f.RDB.Set(ctx, ownerKey(s), "ghost", 0).Err())
 		}
 		require.Eventually(t, func() bool { return len(rs[0].own.Slots())+len(rs[2].own.Slots()) == 0 }, 10*time.Second, 20*time.Millisecond,
 			"a slot leased to another replica is not scanned")
 		for s := range 64 {
-			require.NoError(t, f.RDB.PExpire(ctx, f.Store.Keys().Owner(s), 100*time.Millisecond).Err())
+			require.NoError(t, f.RDB.PExpire(ctx, ownerKey(s), 100*time.Millisecond).Err())
 		}
 		require.Eventually(t, func() bool { return disjointCover([]replica{rs[0], rs[2]}) }, 10*time.Second, 20*time.Millisecond, fmt.Sprint("taken over after the lease lapsed"))
 	})
@@ -141,7 +142,7 @@ func TestOwnershipStepsAsideWhenNotEligible(t *testing.T) {
 		eligible.Store(false)
 		require.Eventually(t, func() bool { return len(b.Slots()) == 0 && len(a.Slots()) == 16 }, 10*time.Second, 20*time.Millisecond,
 			"the ineligible replica's slots go to the other")
-		live, err := f.RDB.ZRange(ctx, f.Store.Keys().Replicas(), 0, -1).Result()
+		live, err := f.RDB.ZRange(ctx, config.DefaultKeyPrefix+":replicas", 0, -1).Result()
 		require.NoError(t, err)
 		require.Equal(t, []string{"a"}, live)
 
@@ -149,3 +150,7 @@ func TestOwnershipStepsAsideWhenNotEligible(t *testing.T) {
 		require.Eventually(t, shared, 10*time.Second, 20*time.Millisecond, "eligible again: the slots are shared again")
 	})
 }
+
+// ownerKey is slot's lease key as internal/replicaset writes it (its keys.go), for a lease a replica
+// that died left behind.
+func ownerKey(slot int) string { return fmt.Sprintf("%s:owner:{%d}", config.DefaultKeyPrefix, slot) }

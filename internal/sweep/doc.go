@@ -6,6 +6,8 @@
 // longer than retention.forget_after that are not registered.
 //
 // Every step is one page of one slot, paced so the replicas' passes together take a bounded share of
-// Redis (loop.Pacer). The keys and scripts are internal/deadline's: the sweeper calls deadline.Store's
-// typed operations (SweepDormant, WakeParked, PruneFlaps, PayUnlinks, RepairNamedParents, ForgetSilent).
+// Redis (loop.Pacer). The keys and scripts are internal/deadline's and those of the key families beside
+// its slots: the sweeper calls deadline.Store's typed operations (SweepDormant, WakeParked,
+// ForgetSilent), and those of the flap histories and parent links the store holds (Store.Flaps:
+// Prune; Store.Links: PayUnlinks, RepairNamedParents).
 package sweep

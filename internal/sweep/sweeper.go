@@ -35,8 +35,8 @@ type Options struct {
 	Forgotten func(ctx context.Context, devices []string)
 	// FlapWindow returns the longest flapping window of the configured types (0: no type detects
 	// flapping). Each pass deletes, one page per owned slot, the interruption histories whose newest
-	// interruption is older than it (Store.PruneFlaps): no type would count them again. nil = histories are
-	// left as they are (only deletes and retention remove them).
+	// interruption is older than it (flaps.Histories.Prune): no type would count them again. nil =
+	// histories are left as they are (only deletes and retention remove them).
 	FlapWindow func() time.Duration
 	// Share is the share of Redis's time the replicas' passes may take together (default
 	// loop.DefaultWalkShare; this one's is scaled by the slots it owns, loop.Pacer.Of): a pass over a
@@ -97,10 +97,10 @@ func (w *Sweeper) pass(ctx context.Context) error {
 	if err := w.sweep(ctx); err != nil {
 		return err
 	}
-	if err := w.opts.Store.PayUnlinks(ctx); err != nil {
+	if err := w.opts.Store.Links().PayUnlinks(ctx); err != nil {
 		return err
 	}
-	if repaired, err := w.opts.Store.RepairNamedParents(ctx); err != nil {
+	if repaired, err := w.opts.Store.Links().RepairNamedParents(ctx); err != nil {
 		return err
 	} else if repaired {
 		w.log.Info("named every linked parent again after Redis lost data: gateway storms wake only the children of named parents again")
@@ -190,7 +190,7 @@ func (w *Sweeper) pruneFlaps(ctx context.Context, slot int, pace loop.Pacer) err
 	var next uint64
 	var pruned int
 	err := pace.Step(ctx, func() (err error) {
-		next, pruned, err = w.opts.Store.PruneFlaps(ctx, slot, w.flapCursor[slot], w.opts.Page, before)
+		next, pruned, err = w.opts.Store.Flaps().Prune(ctx, slot, w.flapCursor[slot], w.opts.Page, before)
 		return err
 	})
 	if err != nil {

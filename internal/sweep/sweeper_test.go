@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/flaps"
 	"github.com/heartbeatd/heartbeatd/internal/sweep"
 )
 
@@ -126,10 +127,10 @@ func TestSweepPrunesFlapHistoriesPastTheWindow(t *testing.T) {
 		ctx := context.Background()
 		now := f.Clock.Now()
 		const stale = 3000 // more per slot than a listpack holds (512), so an HSCAN step reads about a page
-		var updates []deadline.FlapUpdate
+		var updates []flaps.Update
 		for i := range stale {
 			dev := fmt.Sprint("gone-", i)
-			updates = append(updates, deadline.FlapUpdate{Device: dev, Slot: deadline.Slot(dev, 4),
+			updates = append(updates, flaps.Update{Device: dev, Slot: deadline.Slot(dev, 4),
 				Times: []int64{now.Add(-3 * time.Hour).UnixMilli(), now.Add(-2 * time.Hour).UnixMilli()}})
 		}
 		kept := map[string][]int64{
@@ -138,19 +139,19 @@ func TestSweepPrunesFlapHistoriesPastTheWindow(t *testing.T) {
 			"just-in-window": {now.Add(-time.Hour + time.Second).UnixMilli()},
 		}
 		for dev, times := range kept {
-			updates = append(updates, deadline.FlapUpdate{Device: dev, Slot: deadline.Slot(dev, 4), Times: times})
+			updates = append(updates, flaps.Update{Device: dev, Slot: deadline.Slot(dev, 4), Times: times})
 		}
-		require.NoError(t, f.Store.RecordFlaps(ctx, updates))
-		var all []deadline.Claim
+		require.NoError(t, f.Store.Flaps().Record(ctx, updates))
+		var all []flaps.Device
 		for _, u := range updates {
-			all = append(all, deadline.Claim{Device: u.Device, Slot: u.Slot})
+			all = append(all, flaps.Device{ID: u.Device, Slot: u.Slot})
 		}
 		want := make([]bool, len(all))
 		for i := range want {
 			want[i] = true
 		}
 		histories := func() int64 {
-			got, err := f.Store.FlapHistory(ctx, all, want)
+			got, err := f.Store.Flaps().History(ctx, all, want)
 			require.NoError(t, err)
 			var n int64
 			for _, h := range got {
@@ -171,10 +172,10 @@ func TestSweepPrunesFlapHistoriesPastTheWindow(t *testing.T) {
 			require.Less(t, pass, 200, "the passes go on where the last one stopped")
 			require.NoError(t, w.Pass(ctx))
 		}
-		got, err := f.Store.FlapHistory(ctx, all[stale:], want[stale:])
+		got, err := f.Store.Flaps().History(ctx, all[stale:], want[stale:])
 		require.NoError(t, err)
 		for i, c := range all[stale:] {
-			require.Equal(t, kept[c.Device], got[i], c.Device)
+			require.Equal(t, kept[c.ID], got[i], c.ID)
 		}
 	})
 }

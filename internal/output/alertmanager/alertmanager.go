@@ -362,7 +362,7 @@ func (o *Output) withParents(ctx context.Context, incs []incident) {
 	if len(ask) == 0 {
 		return
 	}
-	parents, err := o.opts.Store.ParentsOf(ctx, ask)
+	parents, err := o.opts.Store.Links().ParentsOf(ctx, ask)
 	if err != nil {
 		// Without it the labels may differ from the re-sync's: logged, and the next round settles it.
 		o.log.Warn("reading parents failed; alerts go out without their parent label", zap.Error(err))

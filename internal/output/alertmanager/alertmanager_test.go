@@ -328,8 +328,8 @@ func TestResyncKeepsTheLabelsAnIncidentFiredWith(t *testing.T) {
 	ctx := context.Background()
 	st.openWith(t, "child-1", deadline.State{Next: 1, Hold: deadline.HoldParent})
 	st.open(t, "plain-1")
-	require.NoError(t, st.store.SetParent(ctx, "child-1", "gw-1"))
-	require.NoError(t, st.store.SetParent(ctx, "plain-1", "gw-1"))
+	require.NoError(t, st.store.Links().SetParent(ctx, "child-1", "gw-1"))
+	require.NoError(t, st.store.Links().SetParent(ctx, "plain-1", "gw-1"))
 
 	fresh := newFixture(t, Options{Store: st.store, Slots: func() []int { return testenv.AllSlots(4) }})
 	fresh.run()
@@ -347,7 +347,7 @@ func TestResyncKeepsTheLabelsAnIncidentFiredWith(t *testing.T) {
 	f.out.Observe([]event.Event{suppressed})
 	f.run()
 	f.await("the child fired", func() bool { _, ok := f.am.active(t0)["child-1"]; return ok })
-	require.NoError(t, st.store.SetParent(ctx, "child-1", "gw-2"))
+	require.NoError(t, st.store.Links().SetParent(ctx, "child-1", "gw-2"))
 	later := t0.Add(2 * time.Second)
 	f.clock.Set(later)
 	f.await("a re-sync round after the change", func() bool {

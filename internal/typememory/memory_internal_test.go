@@ -1,4 +1,4 @@
-package deadline
+package typememory
 
 import (
 	"math/rand/v2"
@@ -51,14 +51,14 @@ func TestRememberedTypesTable(t *testing.T) {
 // of 2M devices, each a cache miss: ns per signal.
 func BenchmarkTypeMemoryLookup(b *testing.B) {
 	const fleet, batch = 2_000_000, 1024
-	m := newTypeMemory()
+	m := New(nil, "")
 	ids := make([]string, fleet)
-	learned := make([]learnedType, 0, fleet)
+	learned := make([]Learned, 0, fleet)
 	for i := range ids {
 		ids[i] = "device-" + strconv.Itoa(i)
-		learned = append(learned, learnedType{device: ids[i], index: i % 7})
+		learned = append(learned, Learned{Device: ids[i], Index: i % 7})
 	}
-	m.remember(learned, 1_000)
+	m.Remember(learned, 1_000)
 	order := rand.New(rand.NewPCG(1, 2)).Perm(fleet)
 	for _, random := range []bool{false, true} {
 		b.Run(map[bool]string{false: "periodic", true: "random"}[random], func(b *testing.B) {
@@ -66,7 +66,7 @@ func BenchmarkTypeMemoryLookup(b *testing.B) {
 			for b.Loop() {
 				from := next
 				next = (next + batch) % (fleet - batch)
-				m.lookup(func(yield func(int, string) bool) {
+				m.Lookup(func(yield func(int, string) bool) {
 					for i := from; i < from+batch; i++ {
 						id := ids[i]
 						if random {

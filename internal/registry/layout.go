@@ -1,14 +1,11 @@
-package deadline
+package registry
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,7 +26,7 @@ import (
 // own timeout lives in the overrides table, and nothing reads the registration time the old JSON held.
 //
 // Before, the registry was 64 hashes <prefix>:registry:{<bucket>} of JSON values, each holding 1/64 of
-// the fleet as a table (≈ 136 B per device against ≈ 34 B now). MigrateRegistry moves them at start-up;
+// the fleet as a table (≈ 136 B per device against ≈ 34 B now). Migrate moves them at start-up;
 // until a replica started on a store without them, it also reads them for devices the new buckets lack
 // (an older replica may write there during a rolling upgrade) and deletes there what it replaces.
 
@@ -41,22 +38,6 @@ const legacyRegistryBuckets = 64
 
 // registrySep starts a value with labels, which tells it from the old layout's JSON ('{' first).
 const registrySep = "\x1f"
-
-func (k Keyspace) registry(device string) string {
-	return k.prefix + ":registered:{" + strconv.Itoa(int(crc32.ChecksumIEEE([]byte(device))%registryBuckets)) + "}"
-}
-
-// legacyRegistry is the hash the layout before registryBuckets kept device's registration in.
-func (k Keyspace) legacyRegistry(device string) string {
-	return k.legacyRegistryBucket(int(crc32.ChecksumIEEE([]byte(device)) % legacyRegistryBuckets))
-}
-
-func (k Keyspace) legacyRegistryBucket(b int) string {
-	return k.prefix + ":registry:{" + strconv.Itoa(b) + "}"
-}
-
-// registryLayout says whether the old layout's hashes may still hold registrations.
-type registryLayout struct{ legacy atomic.Bool }
 
 // registryEntry is what the registry holds of a registered device.
 type registryEntry struct {
@@ -94,27 +75,28 @@ func parseRegistryValue(v string) (registryEntry, error) {
 	return e, err
 }
 
-// migratePage bounds the fields one step of MigrateRegistry reads and moves.
+// migratePage bounds the fields one step of Migrate reads and moves.
 const migratePage = 1000
 
-// MigrateRegistry moves registrations of the old layout into the current one, a page at a time, and
+// Migrate moves registrations of the old layout into the current one, a page at a time, and
 // returns how many it moved. A registration the current layout already holds (written since) is kept;
-// the old field is deleted once its page is written. Until a call finds nothing to move, the store also
-// reads the old hashes (see above). It runs in daemon start-up, after SyncLayout.
-func (s *Store) MigrateRegistry(ctx context.Context) (int, error) {
-	s.registryLayout.legacy.Store(true)
+// the old field is deleted once its page is written. Until a call finds nothing to move, the registry
+// also reads the old hashes (see above). It runs in daemon start-up, after the deadline store's
+// SyncLayout.
+func (r *Registry) Migrate(ctx context.Context) (int, error) {
+	r.legacy.Store(true)
 	moved := 0
 	found := false
 	for b := range legacyRegistryBuckets {
-		key := s.keys.legacyRegistryBucket(b)
+		key := r.keys.legacyRegistryBucket(b)
 		var cursor uint64
 		for {
-			fields, next, err := s.rdb.HScan(ctx, key, cursor, "", migratePage).Result()
+			fields, next, err := r.rdb.HScan(ctx, key, cursor, "", migratePage).Result()
 			if err != nil {
-				return moved, fmt.Errorf("deadline: migrate registry: %w", err)
+				return moved, fmt.Errorf("registry: migrate: %w", err)
 			}
 			found = found || len(fields) > 0
-			n, err := s.moveRegistrations(ctx, key, fields)
+			n, err := r.moveRegistrations(ctx, key, fields)
 			moved += n
 			if err != nil {
 				return moved, err
@@ -124,17 +106,17 @@ func (s *Store) MigrateRegistry(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	s.registryLayout.legacy.Store(found)
+	r.legacy.Store(found)
 	return moved, nil
 }
 
 // moveRegistrations writes the old layout's field, value pairs of key into the current layout (where
 // absent) and deletes them from key, in one round trip.
-func (s *Store) moveRegistrations(ctx context.Context, key string, fields []string) (int, error) {
+func (r *Registry) moveRegistrations(ctx context.Context, key string, fields []string) (int, error) {
 	if len(fields) == 0 {
 		return 0, nil
 	}
-	pipe := s.rdb.Pipeline()
+	pipe := r.rdb.Pipeline()
 	devices := make([]string, 0, len(fields)/2)
 	for i := 0; i+1 < len(fields); i += 2 {
 		dev := fields[i]
@@ -147,11 +129,11 @@ func (s *Store) moveRegistrations(ctx context.Context, key string, fields []stri
 		if err != nil {
 			continue
 		}
-		pipe.HSetNX(ctx, s.keys.registry(dev), dev, v)
+		pipe.HSetNX(ctx, r.keys.registry(dev), dev, v)
 	}
 	pipe.HDel(ctx, key, devices...)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return 0, fmt.Errorf("deadline: migrate registry: %w", err)
+		return 0, fmt.Errorf("registry: migrate: %w", err)
 	}
 	return len(devices), nil
 }

@@ -1,4 +1,4 @@
-package deadline
+package parents
 
 import (
 	"context"
@@ -9,13 +9,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// After a data loss the store marks <prefix>:parents:any 1 (allNamed): the named-parents sets may miss
+// After a data loss the links mark <prefix>:parents:any 1 (allNamed): the named-parents sets may miss
 // parents whose links survived. Left so, every later gateway storm wakes every device's children for
 // good. RepairNamedParents, run by the sweepers, names the parent of every surviving link again and
 // then marks the sets complete, so a storm costs what it did before the loss. One replica at a time
 // (<prefix>:parents:repair, a lease of repairLease); a link written meanwhile names its parent itself.
-
-func (k Keyspace) parentsRepair() string { return k.prefix + ":parents:repair" }
 
 // repairLease bounds how long one replica holds the repair: one that dies leaves it to another after it.
 const repairLease = time.Minute
@@ -36,42 +34,42 @@ return 0`)
 
 // RepairNamedParents names the parent of every link again when the mark says the sets may be
 // incomplete; it reports whether it marked them complete. Nothing to do costs one GET.
-func (s *Store) RepairNamedParents(ctx context.Context) (bool, error) {
-	v, err := s.rdb.Get(ctx, s.keys.parentsInUse()).Result()
+func (l *Links) RepairNamedParents(ctx context.Context) (bool, error) {
+	v, err := l.rdb.Get(ctx, l.keys.inUse()).Result()
 	if errors.Is(err, redis.Nil) || (err == nil && v != "1") {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("deadline: parents in use: %w", err)
+		return false, fmt.Errorf("parents: parents in use: %w", err)
 	}
-	got, err := s.rdb.SetNX(ctx, s.keys.parentsRepair(), s.now().UnixMilli(), repairLease).Result()
+	got, err := l.rdb.SetNX(ctx, l.keys.repair(), l.now().UnixMilli(), repairLease).Result()
 	if err != nil || !got {
 		return false, err
 	}
-	defer s.rdb.Del(context.WithoutCancel(ctx), s.keys.parentsRepair())
+	defer l.rdb.Del(context.WithoutCancel(ctx), l.keys.repair())
 	for b := range parentBuckets {
-		key := s.keys.parentsBucket(b)
+		key := l.keys.parentsBucket(b)
 		for cursor := uint64(0); ; {
-			links, next, err := s.rdb.HScan(ctx, key, cursor, "", repairPage).Result()
+			links, next, err := l.rdb.HScan(ctx, key, cursor, "", repairPage).Result()
 			if err != nil {
-				return false, fmt.Errorf("deadline: repair named parents: %w", err)
+				return false, fmt.Errorf("parents: repair named parents: %w", err)
 			}
-			pipe := s.rdb.Pipeline()
+			pipe := l.rdb.Pipeline()
 			for i := 1; i < len(links); i += 2 {
-				pipe.SAdd(ctx, s.keys.namedParents(links[i]), links[i])
+				pipe.SAdd(ctx, l.keys.namedParents(links[i]), links[i])
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
-				return false, fmt.Errorf("deadline: repair named parents: %w", err)
+				return false, fmt.Errorf("parents: repair named parents: %w", err)
 			}
 			if cursor = next; cursor == 0 {
 				break
 			}
 		}
 	}
-	marked, err := markNamedScript.Run(ctx, s.rdb, []string{s.keys.parentsInUse()}, parentsNamed).Int()
+	marked, err := markNamedScript.Run(ctx, l.rdb, []string{l.keys.inUse()}, parentsNamed).Int()
 	if err != nil {
-		return false, fmt.Errorf("deadline: mark named parents: %w", err)
+		return false, fmt.Errorf("parents: mark named parents: %w", err)
 	}
-	s.links.namedChecked.Store(0)
+	l.namedChecked.Store(0)
 	return marked == 1, nil
 }
