@@ -191,8 +191,19 @@ func clockSkew(t *testing.T, bin, name string, skew time.Duration) {
 			r.detail = append(r.detail, "degraded "+e.ID)
 		}
 	}
+	// A skewed clock must open no blind window. Redis refusing or not answering deadline writes (a host
+	// too loaded for its write timeout) rightly opens one, and the ingest lag of the signals waiting
+	// meanwhile another: then a hold-back says nothing of the clock, and only the events are judged.
+	var writeTrouble bool
+	for _, hb := range []*testenv.Heartbeatd{a, skewed} {
+		writeTrouble = writeTrouble || strings.Contains(hb.Log()[settled[hb]:], "redis refused deadline writes")
+	}
 	for replica, hb := range map[string]*testenv.Heartbeatd{"replica-a": a, "replica-skewed": skewed} {
-		if strings.Contains(hb.Log()[settled[hb]:], "detection held back") {
+		switch {
+		case !strings.Contains(hb.Log()[settled[hb]:], "detection held back"):
+		case writeTrouble:
+			t.Logf("%s held detection back after Redis refused deadline writes: not counted against the clock", replica)
+		default:
 			r.falses++
 			r.detail = append(r.detail, replica+" held detection back")
 		}
