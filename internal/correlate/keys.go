@@ -1,6 +1,10 @@
 package correlate
 
-import "github.com/heartbeatd/heartbeatd/internal/config"
+import (
+	"cmp"
+
+	"github.com/heartbeatd/heartbeatd/internal/config"
+)
 
 // keyspace names the correlator's Redis keys; no other package reads or writes them. A group is
 // "<by>:<value>"; its keys share the group as hash tag, so one group's reads and scripts go to one node
@@ -8,10 +12,7 @@ import "github.com/heartbeatd/heartbeatd/internal/config"
 type keyspace struct{ prefix string }
 
 func newKeyspace(prefix string) keyspace {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return keyspace{prefix: prefix}
+	return keyspace{prefix: cmp.Or(prefix, config.DefaultKeyPrefix)}
 }
 
 // correlated is the ZSET device → ms of its interruption, of one group: the last window's, and every

@@ -1,6 +1,7 @@
 package deadline
 
 import (
+	"cmp"
 	"hash/crc32"
 	"strconv"
 	"strings"
@@ -18,10 +19,7 @@ type Keyspace struct {
 
 // NewKeyspace returns the key builder for prefix (config redis.key_prefix; "" = its default).
 func NewKeyspace(prefix string) Keyspace {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return Keyspace{prefix: prefix}
+	return Keyspace{prefix: cmp.Or(prefix, config.DefaultKeyPrefix)}
 }
 
 func (k Keyspace) slotKey(slot int, name string) string {

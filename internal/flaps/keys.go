@@ -1,6 +1,7 @@
 package flaps
 
 import (
+	"cmp"
 	"strconv"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
@@ -10,10 +11,7 @@ import (
 type keyspace struct{ prefix string }
 
 func newKeyspace(prefix string) keyspace {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return keyspace{prefix: prefix}
+	return keyspace{prefix: cmp.Or(prefix, config.DefaultKeyPrefix)}
 }
 
 // flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"hash/crc32"
 	"strconv"
 
@@ -12,10 +13,7 @@ import (
 type keyspace struct{ prefix string }
 
 func newKeyspace(prefix string) keyspace {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return keyspace{prefix: prefix}
+	return keyspace{prefix: cmp.Or(prefix, config.DefaultKeyPrefix)}
 }
 
 // buckets is how many hash tags the keys are spread over: a device's bucket is crc32(device) mod 64, the

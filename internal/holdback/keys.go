@@ -1,15 +1,16 @@
 package holdback
 
-import "github.com/heartbeatd/heartbeatd/internal/config"
+import (
+	"cmp"
+
+	"github.com/heartbeatd/heartbeatd/internal/config"
+)
 
 // keyspace names the tracker's Redis keys; no other package reads or writes them.
 type keyspace struct{ prefix string }
 
 func newKeyspace(prefix string) keyspace {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return keyspace{prefix: prefix}
+	return keyspace{prefix: cmp.Or(prefix, config.DefaultKeyPrefix)}
 }
 
 // windows is the HASH replica → JSON of its blind windows, shares and client ids (window.go), read by

@@ -1,6 +1,10 @@
 package notify
 
-import "github.com/heartbeatd/heartbeatd/internal/config"
+import (
+	"cmp"
+
+	"github.com/heartbeatd/heartbeatd/internal/config"
+)
 
 // keyspace names the notifier's Redis keys; no other package reads or writes them (docs/concepts.md's key
 // table states their lifetimes). Every key of one receiver shares the receiver's name as hash tag, so
@@ -8,10 +12,7 @@ import "github.com/heartbeatd/heartbeatd/internal/config"
 type keyspace struct{ prefix string }
 
 func newKeyspace(prefix string) keyspace {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return keyspace{prefix: prefix}
+	return keyspace{prefix: cmp.Or(prefix, config.DefaultKeyPrefix)}
 }
 
 func (k keyspace) base(receiver string) string { return k.prefix + ":notify:{" + receiver + "}" }

@@ -1,15 +1,16 @@
 package overrides
 
-import "github.com/heartbeatd/heartbeatd/internal/config"
+import (
+	"cmp"
+
+	"github.com/heartbeatd/heartbeatd/internal/config"
+)
 
 // keyspace names the per-device timeouts' keys; no other package reads or writes them.
 type keyspace struct{ prefix string }
 
 func newKeyspace(prefix string) keyspace {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return keyspace{prefix: prefix}
+	return keyspace{prefix: cmp.Or(prefix, config.DefaultKeyPrefix)}
 }
 
 // overrides is the HASH device → its per-device timeout type "<type>@<timeout>".

@@ -1,6 +1,7 @@
 package parents
 
 import (
+	"cmp"
 	"hash/crc32"
 	"strconv"
 
@@ -11,10 +12,7 @@ import (
 type keyspace struct{ prefix string }
 
 func newKeyspace(prefix string) keyspace {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return keyspace{prefix: prefix}
+	return keyspace{prefix: cmp.Or(prefix, config.DefaultKeyPrefix)}
 }
 
 // parentBuckets is how many hashes the child → parent links are spread over.

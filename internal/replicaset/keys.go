@@ -1,6 +1,7 @@
 package replicaset
 
 import (
+	"cmp"
 	"strconv"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
@@ -10,10 +11,7 @@ import (
 type keyspace struct{ prefix string }
 
 func newKeyspace(prefix string) keyspace {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return keyspace{prefix: prefix}
+	return keyspace{prefix: cmp.Or(prefix, config.DefaultKeyPrefix)}
 }
 
 // owner is the lease key (internal/lease) of slot held by the replica scanning it.

@@ -1,6 +1,10 @@
 package silence
 
-import "github.com/heartbeatd/heartbeatd/internal/config"
+import (
+	"cmp"
+
+	"github.com/heartbeatd/heartbeatd/internal/config"
+)
 
 // The silences' keys. Their strings are the ones internal/deadline's Keyspace built before silences had a
 // package of their own, so silences stored by an older replica stay readable.
@@ -8,10 +12,7 @@ import "github.com/heartbeatd/heartbeatd/internal/config"
 // silencesKey is the HASH silence id → JSON silence, under the key prefix (config redis.key_prefix;
 // "" = its default, as for internal/deadline's keys).
 func silencesKey(prefix string) string {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return prefix + ":silences"
+	return cmp.Or(prefix, config.DefaultKeyPrefix) + ":silences"
 }
 
 // endedKey guards the announcement of a silence's end (ends.go); it is built from the silences key, so

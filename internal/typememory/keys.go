@@ -1,15 +1,16 @@
 package typememory
 
-import "github.com/heartbeatd/heartbeatd/internal/config"
+import (
+	"cmp"
+
+	"github.com/heartbeatd/heartbeatd/internal/config"
+)
 
 // keyspace names the retyped log's keys; no other package reads or writes them.
 type keyspace struct{ prefix string }
 
 func newKeyspace(prefix string) keyspace {
-	if prefix == "" {
-		prefix = config.DefaultKeyPrefix
-	}
-	return keyspace{prefix: prefix}
+	return keyspace{prefix: cmp.Or(prefix, config.DefaultKeyPrefix)}
 }
 
 // retyped is the LIST of devices whose type changed or that were deleted, newest first, capped at
