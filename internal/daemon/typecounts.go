@@ -24,13 +24,14 @@ type typeCounts struct {
 
 func (c *typeCountsCache) get(ctx context.Context, now func() time.Time, ttl time.Duration,
 	count func(context.Context) (online, interrupted map[string]int64, err error)) (*typeCounts, error) {
-	c.mu.Lock()
-	last := c.last
-	c.mu.Unlock()
-	if last != nil && now().Sub(last.at) < ttl {
+	if last := c.fresh(now, ttl); last != nil {
 		return last, nil
 	}
 	ch := c.scans.DoChan("", func() (any, error) {
+		// Again inside: a scan that ended between the look above and DoChan left its result.
+		if last := c.fresh(now, ttl); last != nil {
+			return last, nil
+		}
 		// Not the caller's context: the others waiting for this scan must not fail with its caller.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), typeCountsTimeout)
 		defer cancel()
@@ -53,4 +54,14 @@ func (c *typeCountsCache) get(ctx context.Context, now func() time.Time, ttl tim
 	case <-ctx.Done():
 		return nil, fmt.Errorf("daemon: waiting for the per-type counts: %w", ctx.Err())
 	}
+}
+
+// fresh is the last scan's counts while younger than ttl, else nil.
+func (c *typeCountsCache) fresh(now func() time.Time, ttl time.Duration) *typeCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last != nil && now().Sub(c.last.at) < ttl {
+		return c.last
+	}
+	return nil
 }
