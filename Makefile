@@ -60,8 +60,8 @@ lint: ## gofmt (fails on any unformatted file) and go vet
 	$(GO) vet $(PKG)
 
 # make chaos runs 10000 devices and keeps Kafka down 4 minutes in kafka_outage_long, longer than 10
-# publish attempts 1–30 s apart take (≈ 3 min); `make test` runs the same scenarios small (200 devices, a
-# 15 s outage).
+# publish attempts 1–30 s apart take (≈ 3 min), and the notify receiver as long in notify_receiver_down;
+# `make test` runs the same scenarios small (200 devices, a 15 s Kafka outage, a 25 s receiver outage).
 chaos: deps ## fault-injection tests (servers killed and restarted under load)
 	HB_CHAOS_DEVICES=$${HB_CHAOS_DEVICES:-10000} HB_CHAOS_LONG_OUTAGE=$${HB_CHAOS_LONG_OUTAGE:-4m} \
 		$(GO) test -race -v -timeout 60m -run Chaos ./test/chaos/...

@@ -20,7 +20,7 @@ import (
 // Retry bounds (docs/notifications.md): 1 s doubling to 5 min, with jitter (loop.Delay).
 const (
 	retryMin = time.Second
-	retryMax = 5 * time.Minute
+	RetryMax = 5 * time.Minute
 	// retryBatch is how many due queues one pass of the retry loop takes; retryIdle its wait when none is due.
 	retryBatch = 16
 	retryIdle  = 250 * time.Millisecond
@@ -55,7 +55,7 @@ func newOutlet(n *Notifier, recv Receiver, every time.Duration, burst int, timeo
 // down records a failed attempt, logging the first and every tenth in a row; up a delivery.
 func (o *outlet) down(now time.Time, err error) time.Time {
 	o.mu.Lock()
-	o.downUntil = now.Add(loop.Delay(o.failures, retryMin, retryMax))
+	o.downUntil = now.Add(loop.Delay(o.failures, retryMin, RetryMax))
 	o.failures++
 	failures, until := o.failures, o.downUntil
 	o.mu.Unlock()
@@ -320,7 +320,7 @@ func (o *outlet) retryOne(ctx context.Context, c claimed) error {
 	}
 	o.n.metrics.count(o.name, resultFailed)
 	next := o.down(now, err)
-	if own := now.Add(loop.Delay(c.p.Attempts-1, retryMin, retryMax)); own.After(next) {
+	if own := now.Add(loop.Delay(c.p.Attempts-1, retryMin, RetryMax)); own.After(next) {
 		next = own
 	}
 	return st.Retry(ctx, o.name, c, next)

@@ -16,13 +16,23 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heartbeatd/heartbeatd/internal/notify"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// receiverDown is how long the receiver fails in TestChaosNotifyReceiverDown: the "minutes" of
-// docs/notifications.md's promise scaled down to what CI affords. Long enough for the notifiers'
-// backoff to grow to 8–16 s and for both replicas to be SIGKILLed and restarted inside it.
+// receiverDown is how long the receiver fails in TestChaosNotifyReceiverDown under `make test`: the
+// "minutes" of docs/notifications.md's promise scaled down to what CI affords. Long enough for the
+// notifiers' backoff to grow to 8–16 s and for both replicas to be SIGKILLed and restarted inside it.
 const receiverDown = 25 * time.Second
+
+// receiverOutage is how long the receiver fails: HB_CHAOS_LONG_OUTAGE when set (`make chaos`: 4 min,
+// minutes indeed), else receiverDown.
+func receiverOutage(t *testing.T) time.Duration {
+	if os.Getenv("HB_CHAOS_LONG_OUTAGE") == "" {
+		return receiverDown
+	}
+	return longKafkaOutage(t)
+}
 
 // notifyKills is how many times TestChaosNotifyReceiverDown SIGKILLs a notifier-running replica: each
 // kill may send a notification once more (read again from the last commit, or a retry whose lease ran
@@ -243,9 +253,10 @@ func TestChaosNotifyReceiverDown(t *testing.T) {
 
 	// The fault: the receiver fails; the silent devices are interrupted and recover meanwhile, and each
 	// replica is killed and started again while they do.
+	outage := receiverOutage(t)
 	pd.failing.Store(true)
 	downAt := time.Now()
-	time.AfterFunc(receiverDown/2, func() { pd.hangUp.Store(true) })
+	time.AfterFunc(outage/2, func() { pd.hangUp.Store(true) })
 	require.NoError(t, s.p.signal(s.silent, nil))
 	s.awaitQuarter()
 	a.Kill(t)
@@ -260,8 +271,8 @@ func TestChaosNotifyReceiverDown(t *testing.T) {
 	waitReady(t, a)
 	waitReady(t, b)
 	faultsTook := time.Since(downAt)
-	// The rest of the receiver's outage: receiverDown, or longer when a large fleet's faults took longer.
-	time.Sleep(time.Until(downAt.Add(receiverDown)))
+	// The rest of the receiver's outage, or none when a large fleet's faults took longer.
+	time.Sleep(time.Until(downAt.Add(outage)))
 	refused := pd.refused.Load()
 	pd.failing.Store(false)
 	recoveredAt := time.Now()
@@ -277,9 +288,11 @@ func TestChaosNotifyReceiverDown(t *testing.T) {
 	// and the barrier's.
 	events := f.publishedEvents()
 	var c notifyCount
-	// The backlog drains through the retry loops after up to one backoff step (16 s): three messages a
-	// device at a few hundred a second under the race detector.
-	delivered := pollEvery(time.Minute+time.Duration(n)*15*time.Millisecond, 250*time.Millisecond, func() bool {
+	// The backlog drains through the retry loops after up to one backoff step, which grew to about the
+	// outage's length (doubling, at most notify.RetryMax): three messages a device at a few hundred a
+	// second under the race detector.
+	drain := min(downFor, notify.RetryMax) + time.Minute + time.Duration(n)*15*time.Millisecond
+	delivered := pollEvery(drain, 250*time.Millisecond, func() bool {
 		c = countNotifications(pd.messages(), events)
 		return c.got == c.expected
 	})
