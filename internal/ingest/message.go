@@ -8,15 +8,17 @@ import (
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/holdback"
+	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
 
-// Source names, used as the `source` metric label and in dead letters.
+// Source names, used as the `source` metric label and in dead letters (the dead letter's names, one
+// place for both).
 const (
-	SourceMQTT  = "mqtt"
-	SourceKafka = "kafka"
+	SourceMQTT  = event.SourceMQTT
+	SourceKafka = event.SourceKafka
 	// SourceHTTP is a signal posted to the HTTP API (docs/http-api.md#signals): no broker, the request
 	// waits for the acknowledgement instead.
-	SourceHTTP = "http"
+	SourceHTTP = event.SourceHTTP
 )
 
 // Message is one message a source received, with what the source already knows about it.

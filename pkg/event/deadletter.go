@@ -10,6 +10,7 @@ import (
 const (
 	SourceMQTT  = "mqtt"
 	SourceKafka = "kafka"
+	SourceHTTP  = "http" // POST /v1/signals or /v1/devices/{id}/signal
 )
 
 // MaxDeadLetterPayload and MaxDeadLetterKey are the most of an original payload and Kafka key a dead
@@ -29,7 +30,7 @@ const (
 // "payload_b64", "payload_size"?, "payload_truncated"?, "at"}.
 type DeadLetter struct {
 	Reason string `json:"reason"` // a short, bounded label such as "no_device_id" or "bad_ts"
-	Source string `json:"source"` // SourceMQTT or SourceKafka
+	Source string `json:"source"` // SourceMQTT, SourceKafka or SourceHTTP
 	Topic  string `json:"topic"`  // the MQTT or Kafka topic the input arrived on
 	// Key is the Kafka message key of the input, when it had one: there the device id usually travels in
 	// the key, and without it an operator could not tell which device sent the bad value. Not in docs/events.md's
