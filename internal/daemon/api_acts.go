@@ -36,7 +36,8 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 		a.internal(w, err)
 		return
 	}
-	ok, err := a.Store.SetAcked(r.Context(), id, a.Events.RecoveryHold())
+	hold := a.Events.RecoveryHold()
+	ok, err := a.Store.SetAcked(r.Context(), id, hold)
 	if err != nil {
 		a.internal(w, err)
 		return
@@ -47,6 +48,9 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 	}
 	// The incident's recovery waits for the acked event; it goes on without it after the hold at the latest.
 	defer func() {
+		if hold == 0 {
+			return // no event to wait for, no hold set
+		}
 		if err := a.Store.ActAnnounced(context.WithoutCancel(r.Context()), id); err != nil {
 			a.log.Warn("the acked event is out; its device's recovery waits out the hold", zap.String("device_id", id), zap.Error(err))
 		}

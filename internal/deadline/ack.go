@@ -2,7 +2,6 @@ package deadline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -324,7 +323,7 @@ func (s *Store) ActsPending(ctx context.Context, claims []Claim) ([]bool, error)
 	for i, c := range claims {
 		cmds[i] = pipe.Exists(ctx, s.keys.acting(c.Slot, c.Device))
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := pipe.Exec(ctx); err != nil { // EXISTS answers 0, never nil
 		return nil, fmt.Errorf("deadline: acts pending: %w", err)
 	}
 	pending := make([]bool, len(claims))
