@@ -3,6 +3,7 @@ package alarm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,11 +157,14 @@ func (h *probeFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
+// onlyProbes tells a pipeline of recovery probes: scripts with one key, a slot's alarms set.
 func onlyProbes(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
 		a := c.Args()
-		key, _ := a[1].(string)
-		if c.Name() != "zadd" || len(a) < 3 || a[2] != "xx" || !strings.HasSuffix(key, ":alarms") {
+		if c.Name() != "evalsha" || len(a) < 4 || fmt.Sprint(a[2]) != "1" {
+			return false
+		}
+		if key, _ := a[3].(string); !strings.HasSuffix(key, ":alarms") {
 			return false
 		}
 	}

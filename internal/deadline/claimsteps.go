@@ -57,11 +57,11 @@ var (
 )
 
 // claimArgsLua reads the arguments every claim step takes: leased is the lease's end formatted once, as
-// Redis turns a Lua number into text with %.17g for every element.
+// Redis turns a Lua number into text with %.17g for every element, and marked as a lease (leaseMark).
 const claimArgsLua = `
 local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local floor = math.floor
-local leased = string.format('%.0f', now + lease)
+local leased = string.format('%.0f', now + lease - 1) .. ${leaseMark}
 `
 
 // claimWatermarksLua defines dueBy(w), the highest score due by watermark w (ms) for every type, and
@@ -352,7 +352,8 @@ local na = -1
 local a = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if a[2] then
   local v = tonumber(a[2])
-  if v and v < ${DormantAfter} then na = v end -- a dormant entry is never due
+  -- A dormant entry is never due; a lease is due at its end, the whole ms past its score (leaseMark).
+  if v and v < ${DormantAfter} then na = math.ceil(v) end
 end
 return {nextDeadline(), na}
 `)

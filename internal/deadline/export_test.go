@@ -50,6 +50,8 @@ func (s *Store) SetNamed(ctx context.Context) error {
 
 const DormantAfter = dormantAfter
 
+var ProbeScriptHash = probeScript.Hash()
+
 func (k Keyspace) Alarms(slot int) string { return k.alarms(slot) }
 func (k Keyspace) Causes(slot int) string { return k.causes(slot) }
 func (k Keyspace) State(slot int) string  { return k.state(slot) }

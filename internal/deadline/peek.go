@@ -55,7 +55,7 @@ func (s *Store) Peek(ctx context.Context, slots []int, opts ClaimOptions) (due b
 		}
 		// A dormant entry is never due (dormantAfter).
 		if z := alarms[i].Val(); len(z) > 0 && z[0].Score < dormantAfter {
-			slotAlarm = int64(z[0].Score)
+			slotAlarm = actMillis(z[0].Score)
 		}
 		if z := reported[i].Val(); len(z) > 0 && int64(z[0].Score) <= opts.Now.UnixMilli() {
 			failed = true

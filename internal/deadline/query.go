@@ -84,7 +84,7 @@ func (s *Store) deviceIn(ctx context.Context, id string, slot int) (d Device, fo
 		return d, false, err
 	}
 	if v, err := act.Result(); err == nil && v < dormantAfter {
-		d.NextAct = time.UnixMilli(int64(v))
+		d.NextAct = time.UnixMilli(actMillis(v))
 	}
 	d.Parked = dead.Err() == nil
 	d.Parent = parent.Val()

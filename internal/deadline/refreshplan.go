@@ -109,13 +109,14 @@ func (s *Store) planSignal(ctx context.Context, p *refreshPlan, layout *Layout, 
 func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Signal, now int64, probeAll bool) (map[int]*redis.IntCmd, error) {
 	pipe := s.rdb.Pipeline()
 	added := make(map[int]*redis.IntCmd, len(p.typed))
+	var probes []scriptCall
 	for slot, ts := range p.typed {
 		ts.probeNow = ts.probeNow || probeAll
 		if len(ts.deadlines) > 0 {
 			added[slot] = pipe.ZAddArgs(ctx, s.keys.Deadlines(slot), redis.ZAddArgs{GT: true, Members: ts.deadlines})
 		}
 		if ts.probeNow {
-			s.probe(ctx, pipe, slot, now, ts.deadlines, ts.incidents)
+			probes = append(probes, s.probeCall(slot, now, ts.deadlines, ts.incidents))
 		}
 	}
 	for slot, devs := range p.oldEntries {
@@ -135,6 +136,9 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 	if err != nil {
 		return nil, fmt.Errorf("deadline: refresh: %w", err)
 	}
+	for _, c := range probes {
+		probeScript.EvalSha(ctx, pipe, c.Keys, c.Args...)
+	}
 	for _, c := range calls {
 		refreshScript.EvalSha(ctx, pipe, c.Keys, c.Args...)
 	}
@@ -147,6 +151,9 @@ func (s *Store) writeRefresh(ctx context.Context, p *refreshPlan, signals []Sign
 			return nil, fmt.Errorf("deadline: refresh: %w", err)
 		}
 		// Redis lost a script (restart, failover): the typed writes went through; send the rest again.
+		if _, err := s.runAll(ctx, probeScript, probes); err != nil {
+			return nil, fmt.Errorf("deadline: refresh: %w", err)
+		}
 		if _, err := s.runAll(ctx, refreshScript, calls); err != nil {
 			return nil, fmt.Errorf("deadline: refresh: %w", err)
 		}

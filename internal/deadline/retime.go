@@ -42,6 +42,8 @@ end
 // then quads: key pair number (1-based), device, score, signal time (ms).
 // Reply: how many alarm entries it made due (recovery candidates).
 var retimeScript = newScript(`
+${luaPieces}
+${luaProbe}
 ${luaRetime}
 local now = tonumber(ARGV[1])
 local leads = numbers(ARGV[2])
@@ -52,7 +54,7 @@ for i = 3, #ARGV, 4 do
   local cur = redis.call('ZSCORE', KEYS[base+1], m)
   if supersedes(cur and tonumber(cur), score, seen, now, leads) then
     redis.call('ZADD', KEYS[base+1], ARGV[i+2], m)
-    probed = probed + redis.call('ZADD', KEYS[base+2], 'XX', 'LT', 'CH', now, m)
+    probed = probed + probeDue(KEYS[base+2], now, {m})
   end
 end
 return probed

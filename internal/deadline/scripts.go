@@ -2,6 +2,7 @@ package deadline
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -46,6 +47,7 @@ var scriptConstants = strings.NewReplacer(
 	"${stateSuppressedPattern}", luaString(stateSuppressedPattern),
 	// In-flight records and the lists packed into one argument or reply element.
 	"${recordMarkByte}", strconv.Itoa(int(recordMark[0])),
+	"${leaseMark}", luaString(leaseMark),
 	"${packSep}", luaString(packSep),
 	"${packedItem}", luaString("[^"+packSep+"]+"),
 	"${packedPair}", luaString("([^"+packSep+"]+)"+packSep+"([^"+packSep+"]+)"),
@@ -59,6 +61,7 @@ var scriptConstants = strings.NewReplacer(
 	"${causeSep}", luaString(causeSep),
 	// Lua helpers (defined, not a value).
 	"${luaPieces}", strings.ReplaceAll(luaPieces, "${maxUnpack}", strconv.Itoa(maxUnpack)),
+	"${luaProbe}", luaProbe,
 	"${luaRetime}", strings.NewReplacer("${MaxTypes}", strconv.Itoa(MaxTypes), "${listItem}", luaString("[^"+listSep+"]+")).Replace(luaRetime),
 )
 
@@ -90,6 +93,36 @@ local function gather(list, fn)
     end
   end)
   return out
+end
+`
+
+// A leased alarm entry is scored half a ms before its lease's end (the ms before it, then leaseMark),
+// which comes due at the same whole ms as the end itself and lets a recovery probe
+// can tell an act held by a claim (a process about to publish it) from an act that is merely ahead.
+// Making a held act due would hand it to a second replica, whose `recovered` could then precede the
+// holder's `alarm`; left alone, the signal is seen by the holder's acknowledgement, which compares with
+// the deadlines set, or by the next claim once the lease runs out.
+const leaseMark = ".5"
+
+// actMillis is when an alarm entry scored score comes due, in whole ms (a lease's is past its mark).
+func actMillis(score float64) int64 { return int64(math.Ceil(score)) }
+
+// luaProbe defines probeDue(key, now, members), the recovery probe (needs luaPieces): each member's alarm
+// entry in key is made due at now when it is later and not leased (what ZADD XX LT would do, less the
+// leased entries). It returns how many entries it moved.
+const luaProbe = `local function probeDue(key, now, members)
+  if #members == 0 then return 0 end
+  local scores = gather(members, function(...) return redis.call('ZMSCORE', key, ...) end)
+  local z = {}
+  for k, m in ipairs(members) do
+    local s = tonumber(scores[k])
+    if s and s > now and s % 1 == 0 then
+      z[#z+1] = now
+      z[#z+1] = m
+    end
+  end
+  pieces(z, 2, function(...) redis.call('ZADD', key, ...) end)
+  return #z / 2
 end
 `
 

@@ -204,10 +204,11 @@ type Signal struct {
 // signals are harmless. A recorded type whose timeout changed since is written under its new index, when
 // the signal supersedes the stored one (retime.go). The type is recorded in the score (see
 // MaxTypes), so an untyped signal costs one ZSCORE here instead of a round trip from Go. Interrupted devices
-// are in the alarms set; making their entry due now (XX LT: only existing entries, only earlier) lets the
-// scanner emit ` + "`recovered`" + ` within one wake-up without a per-device lookup here.
+// are in the alarms set; making their entry due now (probeDue) lets the scanner emit ` + "`recovered`" + `
+// within one wake-up without a per-device lookup here.
 var refreshScript = newScript(`
 ${luaPieces}
+${luaProbe}
 ${luaRetime}
 local zargs, pargs = {}, {}
 local now = ARGV[1]
@@ -257,16 +258,13 @@ for i = 5, #ARGV, 4 do
   elseif write then
     redis.call('ZADD', KEYS[base+1], string.format('%.0f', score), m)
   end
-  if write then
-    p[#p+1] = now
-    p[#p+1] = m
-  end
+  if write then p[#p+1] = m end
 end
 local probed = 0
 for k, z in pairs(zargs) do
   local base = (k - 1) * 4
   pieces(z, 2, function(...) redis.call('ZADD', KEYS[base+1], 'GT', ...) end)
-  pieces(pargs[k], 2, function(...) probed = probed + redis.call('ZADD', KEYS[base+2], 'XX', 'LT', 'CH', ...) end)
+  probed = probed + probeDue(KEYS[base+2], tonumber(now), pargs[k])
 end
 return probed
 `)
@@ -277,8 +275,8 @@ return probed
 // again with RefreshRetry, not Refresh.
 //
 // Signals that name their type are written with plain pipelined commands, one ZADD GT per slot into the
-// deadlines, because the Lua interpreter costs more than the writes themselves. The recovery probe (ZADD
-// XX LT CH into the alarms) is needed only for a device that was not in the deadlines set — an
+// deadlines, because the Lua interpreter costs more than the writes themselves. The recovery probe
+// (probeScript) is needed only for a device that was not in the deadlines set — an
 // interrupted device, which its claim took out of it — so it is sent, in a second round trip, only for
 // the slots whose ZADD reports an added member (a recovering or a new device). A device already in the
 // deadlines set cannot be waiting for its recovery to be noticed: its alarm entry, if any, was made due
@@ -335,33 +333,42 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 		// Not when the log moved meanwhile: a read may predate a change the log already made forgotten.
 		s.typeMem.Remember(recorded.learned, now/1000)
 	}
-	probes := s.rdb.Pipeline()
+	var probes []scriptCall
 	for slot, cmd := range added {
 		if ts := plan.typed[slot]; cmd.Val() > 0 && !ts.probeNow {
-			s.probe(ctx, probes, slot, now, ts.deadlines, ts.incidents)
+			probes = append(probes, s.probeCall(slot, now, ts.deadlines, ts.incidents))
 		}
 	}
-	if probes.Len() > 0 {
-		if _, err := probes.Exec(ctx); err != nil {
+	if len(probes) > 0 {
+		if _, err := s.runAll(ctx, probeScript, probes); err != nil {
 			return fmt.Errorf("deadline: refresh: recovery probe: %w", err)
 		}
 	}
 	return nil
 }
 
-// probe makes the alarm entries, in slot, of the devices just written to its deadlines and of the moved
-// devices whose incident lives there due now (XX: only existing entries; LT: only earlier), so the scanner
+// probeScript is the recovery probe of one slot (probeDue).
+//
+// KEYS[1] alarms  ARGV[1] now (ms), then the devices
+// Reply: how many alarm entries it made due.
+var probeScript = newScript(`
+${luaPieces}
+${luaProbe}
+return probeDue(KEYS[1], tonumber(ARGV[1]), {unpack(ARGV, 2)})
+`)
+
+// probeCall makes the alarm entries, in slot, of the devices just written to its deadlines and of the
+// moved devices whose incident lives there due now, unless a claim holds them (probeDue), so the scanner
 // reports their recovery within one wake-up. The list is built here, not per signal: most batches send
 // no probe at all.
-func (s *Store) probe(ctx context.Context, pipe redis.Pipeliner, slot int, now int64, deadlines []redis.Z, incidents []any) {
-	members := make([]redis.Z, 0, len(deadlines)+len(incidents))
+func (s *Store) probeCall(slot int, now int64, deadlines []redis.Z, incidents []any) scriptCall {
+	args := make([]any, 0, 1+len(deadlines)+len(incidents))
+	args = append(args, now)
 	for _, z := range deadlines {
-		members = append(members, redis.Z{Score: float64(now), Member: z.Member})
+		args = append(args, z.Member)
 	}
-	for _, dev := range incidents {
-		members = append(members, redis.Z{Score: float64(now), Member: dev})
-	}
-	pipe.ZAddArgs(ctx, s.keys.alarms(slot), redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: members})
+	args = append(args, incidents...)
+	return scriptCall{Keys: []string{s.keys.alarms(slot)}, Args: args}
 }
 
 // recorded is what a batch knows of its devices' recorded types.

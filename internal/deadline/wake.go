@@ -167,27 +167,21 @@ type wakeUp struct {
 // A child of a down parent is committed when its incident waits with nothing sent (stateWaitingPattern)
 // and its deadline has not moved past the incident's (a signal since). The in-flight record holds each
 // commit's device and state, so an expired record hands the suppressions out again (claim.go,
-// handOutAgain). Every other child's alarm entry is made due now (ZADD XX LT: only existing entries, only
-// earlier).
+// handOutAgain). Every other child's alarm entry is made due now unless a claim holds it (probeDue).
 var wakeScript = newScript(`
 ${luaPieces}
+${luaProbe}
 local now, record = tonumber(ARGV[1]), ARGV[3]
 local floor = math.floor
-local leased = string.format('%.0f', now + tonumber(ARGV[2]))
+local leased = string.format('%.0f', now + tonumber(ARGV[2]) - 1) .. ${leaseMark}
 local recheckAt = string.format('%.0f', now + tonumber(ARGV[4]))
 -- A suppression is its waiting state's deadline and type followed by this (stateSuppressedFormat).
 local tail = ${stateSep} .. string.format(${stateSuppressedTail}, now)
 local kids, due = {}, {}
 for m in string.gmatch(ARGV[5], ${packedItem}) do kids[#kids+1] = m end
-for m in string.gmatch(ARGV[6], ${packedItem}) do
-  due[#due+1] = now
-  due[#due+1] = m
-end
+for m in string.gmatch(ARGV[6], ${packedItem}) do due[#due+1] = m end
 if record == '' then
-  for _, m in ipairs(kids) do
-    due[#due+1] = now
-    due[#due+1] = m
-  end
+  for _, m in ipairs(kids) do due[#due+1] = m end
   kids = {}
 end
 local states, scores = {}, {}
@@ -208,12 +202,10 @@ for j, m in ipairs(kids) do
     lease[#lease+1] = recheckAt
     lease[#lease+1] = m
   else
-    due[#due+1] = now
     due[#due+1] = m
   end
 end
-local moved = 0
-pieces(due, 2, function(...) moved = moved + redis.call('ZADD', KEYS[2], 'XX', 'LT', 'CH', ...) end)
+local moved = probeDue(KEYS[2], now, due)
 local causes, committed = {}, ''
 if #hset > 0 then
   local n = #hset
