@@ -337,7 +337,7 @@ func (s *Store) ActsPending(ctx context.Context, claims []Claim) ([]bool, error)
 func (s *Store) slotsOf(device string) []int {
 	l := s.Layout()
 	slots := []int{Slot(device, l.Slots)}
-	if old, moved := l.oldSlot(device); moved {
+	if old, moved := l.OldSlot(device); moved {
 		slots = append(slots, old)
 	}
 	return slots

@@ -208,7 +208,7 @@ func (s *Store) Claim(ctx context.Context, slots []int, opts ClaimOptions) (Clai
 		}
 	}
 	s.holdDeferredBack(res.Claims, opts.Now, opts.WatermarkFor)
-	if l := s.layout.Load(); l.Moving() && len(res.Claims) > 0 {
+	if l := s.layouts.Load(); l.Moving() && len(res.Claims) > 0 {
 		if res.Claims, err = s.dropStaleMoved(ctx, l, res.Claims); err != nil {
 			return res, err
 		}

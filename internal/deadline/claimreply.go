@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -158,40 +159,40 @@ func decodeClaimReply(steps claimStepReplies, batch int) (claimReply, error) {
 		}
 		taken += n
 	}
-	r := replyReader{script: "claim due"}
-	f := r.fields(steps.due, 4)
-	if r.err != nil {
-		return claimReply{}, r.err
+	r := redisutil.ReplyReader{Script: "deadline: claim due"}
+	f := r.Fields(steps.due, 4)
+	if r.Err != nil {
+		return claimReply{}, r.Err
 	}
-	full := r.int(f[0], "full") == 1
-	out.again = r.packed(f[1], "again", 2)
-	out.due = r.strings(f[2], "due", 2)
-	out.causes = joined(out.causes, r.strings(f[3], "causes", 2))
-	if r.err != nil {
-		return claimReply{}, r.err
+	full := r.Int(f[0], "full") == 1
+	out.again = r.Packed(f[1], "again", packSep, 2)
+	out.due = r.Strings(f[2], "due", 2)
+	out.causes = joined(out.causes, r.Strings(f[3], "causes", 2))
+	if r.Err != nil {
+		return claimReply{}, r.Err
 	}
-	r = replyReader{script: "claim next"}
-	f = r.fields(steps.next, 2)
-	if r.err != nil {
-		return claimReply{}, r.err
+	r = redisutil.ReplyReader{Script: "deadline: claim next"}
+	f = r.Fields(steps.next, 2)
+	if r.Err != nil {
+		return claimReply{}, r.Err
 	}
-	out.nextDeadline, out.nextAlarm = r.int(f[0], "next deadline"), r.int(f[1], "next alarm")
+	out.nextDeadline, out.nextAlarm = r.Int(f[0], "next deadline"), r.Int(f[1], "next alarm")
 	out.more = full || taken >= int64(batch)
-	return out, r.err
+	return out, r.Err
 }
 
 // decodeFreshReply appends a fresh or held step's reply v to out and returns how many members it took.
 func decodeFreshReply(out *claimReply, script string, v any) (int64, error) {
-	r := replyReader{script: script}
-	f := r.fields(v, 4)
-	if r.err != nil {
-		return 0, r.err
+	r := redisutil.ReplyReader{Script: "deadline: " + script}
+	f := r.Fields(v, 4)
+	if r.Err != nil {
+		return 0, r.Err
 	}
-	taken := r.int(f[0], "taken")
-	out.committed = joined(out.committed, r.packed(f[1], "committed", 2))
-	out.replacing = joined(out.replacing, r.strings(f[2], "replacing", 3))
-	out.causes = joined(out.causes, r.strings(f[3], "causes", 2))
-	return taken, r.err
+	taken := r.Int(f[0], "taken")
+	out.committed = joined(out.committed, r.Packed(f[1], "committed", packSep, 2))
+	out.replacing = joined(out.replacing, r.Strings(f[2], "replacing", 3))
+	out.causes = joined(out.causes, r.Strings(f[3], "causes", 2))
+	return taken, r.Err
 }
 
 // joined is a then b, without copying either when the other is empty (most often, one step has claims).

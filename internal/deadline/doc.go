@@ -11,12 +11,14 @@
 // and reported causes (cause.go). Type names become the indexes folded into the scores through
 // internal/typeindex, on the hash this package names (Keyspace.Types), and the reclaim of unused indexes
 // scans the slots here (typereclaim.go). The key families beside the slots that a store writes with its
-// own are small packages of their own, which this package imports and no script here reads: the parent
-// links in internal/parents (Store.Links), the registry's entries in internal/registry
-// (Store.Registry), the per-device timeouts in internal/overrides, the flapping histories in
-// internal/flaps (Store.Flaps), and the remembered types with the retyped log in internal/typememory. The background loops that drive it live apart and call
-// its exported methods: the scanner and slot ownership in internal/scan (Claim, Peek, RefreshLayout,
-// and the replica set and slot leases of internal/replicaset through Store.Replicas), the sweeper in internal/sweep (SweepDormant, WakeParked, ForgetSilent,
+// own are small packages of their own, which this package imports and no script here reads: the slot
+// layout and its data-loss detection in internal/slotlayout (Layout, DataLost), the parent links in
+// internal/parents (Store.Links), the registry's entries in internal/registry (Store.Registry), the
+// per-device timeouts in internal/overrides, the flapping histories in internal/flaps (Store.Flaps), and
+// the remembered types with the retyped log in internal/typememory. The background loops that drive it
+// live apart and call its exported methods: the scanner and slot ownership in internal/scan (Claim, Peek,
+// RefreshLayout, and the replica set and slot leases of internal/replicaset through Store.Replicas), the
+// sweeper in internal/sweep (SweepDormant, WakeParked, ForgetSilent,
 // …). They import this package, never the other way round. The other packages' keys are their own
 // (internal/holdback, internal/correlate, internal/silence).
 //

@@ -76,7 +76,7 @@ func (s *Store) backInDeadlines(ctx context.Context, slot int, devices []string)
 	if len(devices) == 0 {
 		return nil, nil
 	}
-	layout := s.layout.Load()
+	layout := s.layouts.Load()
 	bySlot := map[int][]int{}
 	for i, dev := range devices {
 		bySlot[slot] = append(bySlot[slot], i)

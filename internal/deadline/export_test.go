@@ -41,7 +41,7 @@ func (s *Store) AsLinkedByOlderVersion(ctx context.Context, parents ...string) e
 }
 
 // LoseData is what the store does when it finds that Redis lost data (datalost.go).
-func (s *Store) LoseData() { s.dataLost() }
+func (s *Store) LoseData() { s.layouts.NoteLoss() }
 
 // SetNamed marks every parent as being in the named-parents sets.
 func (s *Store) SetNamed(ctx context.Context) error {

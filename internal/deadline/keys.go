@@ -2,11 +2,11 @@ package deadline
 
 import (
 	"cmp"
-	"hash/crc32"
 	"strconv"
 	"strings"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 )
 
 // Keyspace builds the keys of this package's families: the slots' sets and hashes and the store-wide keys
@@ -28,10 +28,6 @@ func (k Keyspace) slotKey(slot int, name string) string {
 
 // Deadlines is the ZSET device → deadline_ms×MaxTypes + type index of every online device in slot.
 func (k Keyspace) Deadlines(slot int) string { return k.slotKey(slot, "deadlines") }
-
-// epoch is the STRING holding the layout's epoch on the Redis master of slot: on Redis Cluster the
-// layout lives on one master, and a slot's marker gone says that its master lost its data (datalost.go).
-func (k Keyspace) epoch(slot int) string { return k.slotKey(slot, "epoch") }
 
 // alarms is the ZSET device → next act time (ms) of slot's incidents; also the lease of a claim and of
 // an in-flight record.
@@ -73,13 +69,8 @@ func (k Keyspace) dead(slot int) string { return k.slotKey(slot, "dead") }
 // Types is the HASH type name → type index folded into deadline scores.
 func (k Keyspace) Types() string { return k.prefix + ":types" }
 
-// Layout records the slot-count history for online slot doubling.
-func (k Keyspace) Layout() string { return k.prefix + ":layout" }
-
-// Slot is the slot of device among slots (a power of two).
-func Slot(device string, slots int) int {
-	return int(crc32.ChecksumIEEE([]byte(device)) & uint32(slots-1))
-}
+// Slot is the slot of device among slots (a power of two; internal/slotlayout).
+func Slot(device string, slots int) int { return slotlayout.Slot(device, slots) }
 
 // seen is the ZSET of the devices of types with expected times (docs/schedules.md), whose last signal
 // cannot be told from their deadline: device → its last signal (ms), and incidentSeenMark + device → the

@@ -7,130 +7,40 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 	"github.com/redis/go-redis/v9"
 )
 
-// Layout is the slot count in force and, while a doubling settles, the count before it.
-//
-// Doubling from N to 2N needs no data migration: writers use 2N at once, so a device whose new slot is
-// s+N writes there and drops its old entry in slot s (reading it first, so a deadline never moves back and
-// an untyped signal keeps its type). A device that stays silent is claimed from its old slot. Claims of a
-// moved device check the other slot and are undone when it holds a newer deadline (a replica that had not
-// seen the new layout yet); the recovery re-check and the recovery probe look at both slots. Once the
-// longest timeout plus one repeat cycle has passed, every old entry has come due: the few open incidents
-// left in old slots are moved to their new slot and the old layout is retired (hb:layout records it all).
-type Layout struct {
-	Slots     int
-	Previous  int       // the count before the last doubling while it settles; 0 = settled
-	ChangedAt time.Time // when the last doubling began
-	// Epoch names the data Redis holds: it is drawn when the layout is first written, so a Redis that
-	// lost heartbeatd's data shows a new one (datalost.go). "" until the layout was read.
-	Epoch string
-	// Losses counts the data losses replicas noticed on Redis masters other than the layout's (a Redis
-	// Cluster master restarted empty), so that every replica reacts to each (datalost.go).
-	Losses int64
-}
-
-// Moving reports whether a doubling is settling.
-func (l Layout) Moving() bool { return l.Previous > 0 }
-
-// oldSlot returns the device's slot under the previous count when a doubling is settling and it differs.
-func (l Layout) oldSlot(device string) (int, bool) {
-	if l.Previous == 0 {
-		return 0, false
-	}
-	o := Slot(device, l.Previous)
-	return o, o != Slot(device, l.Slots)
-}
-
-// layoutScript reads, initialises or doubles the layout.
-//
-// KEYS[1] layout hash
-// ARGV[1] slots to initialise with  ARGV[2] now (ms)  ARGV[3] "double" to double, "" to read
-// ARGV[4] an epoch for a layout that has none yet (a new one, or one an older version wrote)
-// Reply: {slots, previous, changed_at ms, epoch, losses}, or an error when a doubling is asked while one
-// settles.
-var layoutScript = redis.NewScript(`
-local cur = tonumber(redis.call('HGET', KEYS[1], 'slots'))
-if not cur then
-  cur = tonumber(ARGV[1])
-  redis.call('HSET', KEYS[1], 'slots', cur)
-end
-redis.call('HSETNX', KEYS[1], 'epoch', ARGV[4])
-local epoch = redis.call('HGET', KEYS[1], 'epoch')
-local prev = tonumber(redis.call('HGET', KEYS[1], 'previous') or '0')
-local changed = tonumber(redis.call('HGET', KEYS[1], 'changed_at') or '0')
-local losses = tonumber(redis.call('HGET', KEYS[1], 'losses') or '0')
-if ARGV[3] == 'double' then
-  if prev > 0 then
-    return redis.error_reply('the doubling from ' .. prev .. ' to ' .. cur .. ' slots is still settling')
-  end
-  if cur * 2 > 16384 then return redis.error_reply('16384 slots is the most') end
-  redis.call('HSET', KEYS[1], 'slots', cur * 2, 'previous', cur, 'changed_at', ARGV[2])
-  return {cur * 2, cur, tonumber(ARGV[2]), epoch, losses}
-end
-return {cur, prev, changed, epoch, losses}
-`)
+// Layout is the slot layout (internal/slotlayout), which every slot's data follows.
+type Layout = slotlayout.Layout
 
 // ErrHalving is returned when the configured slot count is below the fleet's: slots can only be doubled.
-var ErrHalving = errors.New("deadline: halving the slot count is not supported")
+var ErrHalving = slotlayout.ErrHalving
 
-// SyncLayout adopts the fleet's slot layout from Redis, initialising it with configured the first time.
-// A configured count twice the fleet's doubles it (the admin path: change redis.slots, restart or reload
-// the replicas one by one); a smaller count is refused with ErrHalving; a larger step is refused.
+// SyncLayout adopts the fleet's slot layout from Redis (slotlayout.Tracker.Sync).
 func (s *Store) SyncLayout(ctx context.Context, configured int) (Layout, error) {
-	l, err := s.runLayout(ctx, configured, "")
-	if err != nil {
-		return l, err
-	}
-	switch {
-	case configured == l.Slots:
-	case configured < l.Slots:
-		return l, fmt.Errorf("%w: redis.slots is %d but the fleet in Redis uses %d; set redis.slots to %d", ErrHalving, configured, l.Slots, l.Slots)
-	case configured == 2*l.Slots:
-		if l, err = s.runLayout(ctx, configured, "double"); err != nil {
-			return l, err
-		}
-	default:
-		return l, fmt.Errorf("deadline: redis.slots %d: the fleet uses %d slots; double one step at a time (%d)", configured, l.Slots, 2*l.Slots)
-	}
-	return l, nil
+	l, err := s.layouts.Sync(ctx, configured)
+	return s.adopt(ctx, l, err)
 }
 
 // doubleSlots doubles the fleet's slot count online; every replica adopts it within one ownership
 // heartbeat.
 func (s *Store) doubleSlots(ctx context.Context) (Layout, error) {
-	return s.runLayout(ctx, s.Slots(), "double")
+	l, err := s.layouts.Double(ctx)
+	return s.adopt(ctx, l, err)
 }
 
 // RefreshLayout re-reads the layout from Redis (every replica does it on each ownership heartbeat).
 func (s *Store) RefreshLayout(ctx context.Context) (Layout, error) {
-	return s.runLayout(ctx, s.Slots(), "")
+	l, err := s.layouts.Refresh(ctx)
+	return s.adopt(ctx, l, err)
 }
 
-func (s *Store) runLayout(ctx context.Context, slots int, op string) (Layout, error) {
-	v, err := layoutScript.Run(ctx, s.rdb, []string{s.keys.Layout()}, slots, s.now().UnixMilli(), op, newEpoch()).Result()
+// adopt follows a layout read with what the store owes after a data loss (payTypes).
+func (s *Store) adopt(ctx context.Context, l Layout, err error) (Layout, error) {
 	if err != nil {
-		return s.Layout(), fmt.Errorf("deadline: slot layout: %w", err)
+		return l, fmt.Errorf("deadline: %w", err)
 	}
-	r := replyReader{script: "layout"}
-	f := r.fields(v, 5)
-	if r.err != nil {
-		return s.Layout(), r.err
-	}
-	l := Layout{Slots: int(r.int(f[0], "slots")), Previous: int(r.int(f[1], "previous")), Epoch: r.string(f[3], "epoch"),
-		Losses: r.int(f[4], "losses")}
-	if changed := r.int(f[2], "changed_at"); changed > 0 {
-		l.ChangedAt = time.UnixMilli(changed)
-	}
-	switch {
-	case r.err != nil:
-		return s.Layout(), r.err
-	case l.Slots <= 0 || l.Slots&(l.Slots-1) != 0:
-		return s.Layout(), fmt.Errorf("deadline: slot layout in Redis has %d slots, not a power of two", l.Slots)
-	}
-	before := s.layout.Swap(&l)
-	s.followLosses(ctx, *before, l)
 	return l, s.payTypes(ctx)
 }
 
@@ -189,7 +99,7 @@ func (s *Store) resolveMoved(ctx context.Context, l *Layout, signals []Signal) (
 	pipe := s.rdb.Pipeline()
 	looks := map[int]lookup{}
 	for i, sig := range signals {
-		old, ok := l.oldSlot(sig.Device)
+		old, ok := l.OldSlot(sig.Device)
 		if !ok {
 			continue
 		}
@@ -234,7 +144,7 @@ func (s *Store) dropStaleMoved(ctx context.Context, l *Layout, claims []Claim) (
 		if !c.Fresh {
 			continue
 		}
-		old, moved := l.oldSlot(c.Device)
+		old, moved := l.OldSlot(c.Device)
 		if !moved {
 			continue
 		}
@@ -290,22 +200,21 @@ func (s *Store) RetireLayout(ctx context.Context, retireAfter time.Duration) (bo
 	if !l.Moving() || s.now().Before(l.ChangedAt.Add(retireAfter)) {
 		return false, nil
 	}
-	lock := s.keys.Layout() + ":retiring"
-	ok, err := s.rdb.SetNX(ctx, lock, "1", time.Minute).Result()
+	unlock, ok, err := s.layouts.Retiring(ctx)
 	if err != nil || !ok {
 		return false, err
 	}
-	defer s.rdb.Del(context.WithoutCancel(ctx), lock)
+	defer unlock()
 	for old := range l.Previous {
 		if err := s.migrateSlot(ctx, l, old); err != nil {
 			return false, err
 		}
 	}
-	if err := s.rdb.HDel(ctx, s.keys.Layout(), "previous", "changed_at").Err(); err != nil {
-		return false, fmt.Errorf("deadline: retire layout: %w", err)
+	l, err = s.layouts.Retire(ctx)
+	if _, err := s.adopt(ctx, l, err); err != nil {
+		return false, err
 	}
-	_, err = s.RefreshLayout(ctx)
-	return err == nil, err
+	return true, nil
 }
 
 // migrateSlot moves what moved devices left in old slot to their new slot.

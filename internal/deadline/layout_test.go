@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
@@ -236,7 +237,7 @@ func TestStoresNoticeOneMasterLosingItsData(t *testing.T) {
 		types, err := f.RDB.HGetAll(ctx, keys.Types()).Result()
 		require.NoError(t, err)
 
-		testenv.LoseDataOf(t, f.RDB, keys.Types(), keys.Layout())
+		testenv.LoseDataOf(t, f.RDB, keys.Types(), slotlayout.LayoutKey(""))
 		for read := range 3 {
 			for i, s := range stores {
 				_, err := s.RefreshLayout(ctx)

@@ -34,7 +34,7 @@ func (s *Store) readParents(ctx context.Context, ids []string) (map[string]Paren
 	if len(ids) == 0 {
 		return out, nil
 	}
-	l := s.layout.Load()
+	l := s.layouts.Load()
 	if l.Moving() { // rare: an incident may still live in the old slot; Device looks in both
 		for _, id := range ids {
 			d, found, err := s.Device(ctx, id)

@@ -54,7 +54,7 @@ func scoreDeadline(score float64) (time.Time, int) {
 func (s *Store) Device(ctx context.Context, id string) (d Device, found bool, err error) {
 	l := s.Layout()
 	d, found, err = s.deviceIn(ctx, id, Slot(id, l.Slots))
-	if old, moved := l.oldSlot(id); err == nil && moved && d.Incident == nil {
+	if old, moved := l.OldSlot(id); err == nil && moved && d.Incident == nil {
 		od, ofound, oerr := s.deviceIn(ctx, id, old)
 		if oerr != nil {
 			return d, found, oerr
@@ -315,7 +315,7 @@ func (s *Store) CurrentDeadlines(ctx context.Context, claims []Claim) ([]time.Ti
 	if len(claims) == 0 {
 		return out, nil
 	}
-	layout := s.layout.Load()
+	layout := s.layouts.Load()
 	slots := layout.Slots
 	bySlot := map[int][]int{}
 	for i, c := range claims {
@@ -374,11 +374,11 @@ func (s *Store) Silent(ctx context.Context, devices []string) ([]bool, error) {
 	for i := range out {
 		out[i] = true
 	}
-	l := s.layout.Load()
+	l := s.layouts.Load()
 	bySlot := map[int][]int{}
 	for i, d := range devices {
 		bySlot[Slot(d, l.Slots)] = append(bySlot[Slot(d, l.Slots)], i)
-		if old, moved := l.oldSlot(d); moved {
+		if old, moved := l.OldSlot(d); moved {
 			bySlot[old] = append(bySlot[old], i)
 		}
 	}

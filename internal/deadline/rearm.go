@@ -55,7 +55,7 @@ func (s *Store) RearmDevice(ctx context.Context, device string, until, at time.T
 func (s *Store) RearmType(ctx context.Context, typ string, until, at time.Time) (int, error) {
 	score := strconv.FormatInt(until.UnixMilli(), 10)
 	moved := 0
-	for slot := range s.layout.Load().Slots {
+	for slot := range s.layouts.Load().Slots {
 		for offset := int64(0); ; {
 			members, err := s.rdb.ZRangeByScore(ctx, s.keys.alarms(slot), &redis.ZRangeBy{Min: score, Max: score,
 				Offset: offset, Count: int64(rearmBatch)}).Result()

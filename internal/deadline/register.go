@@ -66,7 +66,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 		return 0, nil
 	}
 	now := s.now()
-	l := s.layout.Load()
+	l := s.layouts.Load()
 	ownTimeouts := s.overrides.Current()
 	pipe := s.rdb.Pipeline()
 	bySlot := map[int][]any{}

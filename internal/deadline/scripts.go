@@ -1,7 +1,6 @@
 package deadline
 
 import (
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -138,100 +137,3 @@ func newScript(src string) *redis.Script { return redisutil.NewScript(scriptCons
 
 // luaString is redisutil.LuaString, by the name the constants above are written with.
 func luaString(s string) string { return redisutil.LuaString(s) }
-
-// replyReader checks the fields of a script reply as go-redis returns it (Lua numbers as int64, strings
-// as string, tables as []any). The first field that is not what the script returns sticks in err, named.
-type replyReader struct {
-	script string
-	err    error
-}
-
-func (r *replyReader) fail(field, format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("deadline: %s reply: field %s: %s", r.script, field, fmt.Sprintf(format, args...))
-	}
-}
-
-// fields reads the whole reply: an array of n fields.
-func (r *replyReader) fields(v any, n int) []any {
-	a, ok := v.([]any)
-	switch {
-	case !ok:
-		r.fail("reply", "want array, got %s", replyType(v))
-	case len(a) != n:
-		r.fail("reply", "want %d fields, got %d", n, len(a))
-	}
-	return a
-}
-
-func (r *replyReader) int(v any, field string) int64 {
-	n, ok := v.(int64)
-	if !ok {
-		r.fail(field, "want int, got %s", replyType(v))
-	}
-	return n
-}
-
-func (r *replyReader) string(v any, field string) string {
-	s, ok := v.(string)
-	if !ok {
-		r.fail(field, "want string, got %s", replyType(v))
-	}
-	return s
-}
-
-// strings reads an array of strings that come in groups of per (pairs, triples).
-func (r *replyReader) strings(v any, field string, per int) []string {
-	a, ok := v.([]any)
-	if !ok {
-		r.fail(field, "want array, got %s", replyType(v))
-		return nil
-	}
-	if len(a)%per != 0 {
-		r.fail(field, "want groups of %d, got %d elements", per, len(a))
-		return nil
-	}
-	if len(a) == 0 {
-		return nil
-	}
-	out := make([]string, len(a))
-	for i, e := range a {
-		s, ok := e.(string)
-		if !ok {
-			r.fail(fmt.Sprintf("%s[%d]", field, i), "want string, got %s", replyType(e))
-			return nil
-		}
-		out[i] = s
-	}
-	return out
-}
-
-// packed reads a string of packSep-separated items that come in groups of per ("" holds none).
-func (r *replyReader) packed(v any, field string, per int) []string {
-	s := r.string(v, field)
-	if s == "" {
-		return nil
-	}
-	items := strings.Split(s, packSep)
-	if len(items)%per != 0 {
-		r.fail(field, "want groups of %d, got %d items", per, len(items))
-		return nil
-	}
-	return items
-}
-
-// replyType names the type of a reply value as Lua would: int, string, array, nil.
-func replyType(v any) string {
-	switch v.(type) {
-	case int64:
-		return "int"
-	case string:
-		return "string"
-	case []any:
-		return "array"
-	case nil:
-		return "nil"
-	default:
-		return fmt.Sprintf("%T", v)
-	}
-}

@@ -17,17 +17,18 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/heartbeatd/heartbeatd/internal/registry"
 	"github.com/heartbeatd/heartbeatd/internal/replicaset"
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 	"github.com/heartbeatd/heartbeatd/internal/typememory"
 )
 
 // Store is the deadline engine over one Redis (standalone or Cluster).
 type Store struct {
-	rdb    redis.UniversalClient
-	keys   Keyspace
-	layout atomic.Pointer[Layout]
-	types  *typeindex.Registry
-	now    func() time.Time
+	rdb     redis.UniversalClient
+	keys    Keyspace
+	layouts *slotlayout.Tracker // the slot layout; its data-loss detection calls dataLost
+	types   *typeindex.Registry
+	now     func() time.Time
 	// woken fires (without blocking) when WakeChildren made alarm entries due, so this process's scanner
 	// claims them at once instead of at its next idle poll.
 	woken chan struct{}
@@ -52,9 +53,9 @@ type Store struct {
 	views     parents.Views[Parent] // the down parents read since the last verdict (parents.go)
 	overrides *overrides.Table      // the per-device timeouts (register.go)
 
-	typeMem  *typememory.Memory
-	registry *registry.Registry // its entries; Register writes them with the deadline
-	lost     dataLoss           // datalost.go
+	typeMem   *typememory.Memory
+	registry  *registry.Registry // its entries; Register writes them with the deadline
+	typesOwed atomic.Bool        // the type registry has not been written back since the last data loss (datalost.go)
 }
 
 // Options configures a Store.
@@ -110,7 +111,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Store, error) {
 	s := &Store{rdb: rdb, keys: keys, types: typeindex.New(rdb, keys.Types()), now: now, woken: make(chan struct{}, 1), typeTimeout: opts.Timeout,
 		typeWarnAfter: warnAfter, typeExpected: opts.Expected, typeRepeatEvery: repeatEvery, lateFirstWord: opts.LateFirstWord, recordPrefix: recordMark + hex.EncodeToString(id[:]) + ":",
 		typeMem: typememory.New(rdb, opts.KeyPrefix), registry: registry.New(rdb, opts.KeyPrefix), links: parents.New(rdb, opts.KeyPrefix, now), flaps: flaps.New(rdb, opts.KeyPrefix), replicas: replicaset.New(rdb, opts.KeyPrefix), overrides: overrides.New(rdb, opts.KeyPrefix)}
-	s.layout.Store(&Layout{Slots: opts.Slots})
+	s.layouts = slotlayout.New(rdb, opts.KeyPrefix, opts.Slots, now, s.dataLost)
 	return s, nil
 }
 
@@ -144,10 +145,10 @@ func (s *Store) Registry() *registry.Registry { return s.registry }
 func (s *Store) Keys() Keyspace { return s.keys }
 
 // Slots returns the number of slots now.
-func (s *Store) Slots() int { return s.layout.Load().Slots }
+func (s *Store) Slots() int { return s.layouts.Load().Slots }
 
 // Layout returns the slot layout in force.
-func (s *Store) Layout() Layout { return *s.layout.Load() }
+func (s *Store) Layout() Layout { return *s.layouts.Load() }
 
 // Now is the store's clock (Options.Now), the one its stored times are on.
 func (s *Store) Now() time.Time { return s.now() }
@@ -304,7 +305,7 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 	}
 	s.applyOverrides(signals)
 	now := s.now().UnixMilli()
-	layout := s.layout.Load()
+	layout := s.layouts.Load()
 	var moved movedSignals
 	if layout.Moving() {
 		var err error

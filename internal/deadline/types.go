@@ -232,7 +232,7 @@ func (s *Store) recorded(ctx context.Context, devices []string) (types []int, kn
 		slot := Slot(dev, l.Slots)
 		rs[i].score = pipe.ZScore(ctx, s.keys.Deadlines(slot), dev)
 		rs[i].state = pipe.HGet(ctx, s.keys.state(slot), dev)
-		if old, moved := l.oldSlot(dev); moved {
+		if old, moved := l.OldSlot(dev); moved {
 			rs[i].oldScore = pipe.ZScore(ctx, s.keys.Deadlines(old), dev)
 			rs[i].oldState = pipe.HGet(ctx, s.keys.state(old), dev)
 		}

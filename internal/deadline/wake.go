@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/internal/parents"
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 )
 
 // Waking children (docs/concepts.md, "Gateways (parents)"). A child whose parent is silent too waits for the parent's
@@ -132,7 +133,7 @@ func (s *Store) wakeChunks(ctx context.Context, kids []wakeUp, slots int, at tim
 // stores each child's slot under the layout it read, whose slot count it returns, and counts instead of
 // comparing: slots are few and a stable comparison sort of a storm's children took a tenth of its wake.
 func (s *Store) slotOrder(kids []wakeUp) ([]wakeUp, int) {
-	slots := s.layout.Load().Slots
+	slots := s.layouts.Load().Slots
 	start := make([]int, slots+1)
 	for i := range kids {
 		kids[i].slot = Slot(kids[i].child, slots)
@@ -257,7 +258,7 @@ func (w *slotWake) add(k wakeUp) {
 // Claim's dropStaleMoved; the wake leaves such children to it). It kicks this process's scanner when it
 // made entries due. kids carry their slots among slots, recomputed if the layout changed since.
 func (s *Store) wake(ctx context.Context, kids []wakeUp, slots int, at time.Time, commit bool, lease time.Duration) (int64, []Claim, error) {
-	l := s.layout.Load()
+	l := s.layouts.Load()
 	bySlot := map[int]*slotWake{}
 	add := func(slot int, k wakeUp) {
 		w := bySlot[slot]
@@ -272,7 +273,7 @@ func (s *Store) wake(ctx context.Context, kids []wakeUp, slots int, at time.Time
 			k.slot = Slot(k.child, l.Slots)
 		}
 		add(k.slot, k)
-		if old, moved := l.oldSlot(k.child); moved {
+		if old, moved := l.OldSlot(k.child); moved {
 			add(old, k)
 		}
 	}
@@ -352,11 +353,11 @@ type wakeReply struct {
 
 // decodeWakeReply reads v, a wakeScript reply as go-redis returns it.
 func decodeWakeReply(v any) (wakeReply, error) {
-	r := replyReader{script: "wake"}
-	f := r.fields(v, 3)
-	if r.err != nil {
-		return wakeReply{}, r.err
+	r := redisutil.ReplyReader{Script: "deadline: wake"}
+	f := r.Fields(v, 3)
+	if r.Err != nil {
+		return wakeReply{}, r.Err
 	}
-	out := wakeReply{moved: r.int(f[0], "moved"), causes: r.strings(f[1], "causes", 2), committed: r.packed(f[2], "committed", 2)}
-	return out, r.err
+	out := wakeReply{moved: r.Int(f[0], "moved"), causes: r.Strings(f[1], "causes", 2), committed: r.Packed(f[2], "committed", packSep, 2)}
+	return out, r.Err
 }

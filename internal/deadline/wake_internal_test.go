@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,8 +13,7 @@ import (
 // few script calls, and each slot's children keep the order the wake found them in (the script's reply
 // is matched to them in that order).
 func TestSlotOrderGroupsAWakesChildrenBySlot(t *testing.T) {
-	s := &Store{}
-	s.layout.Store(&Layout{Slots: 8})
+	s := &Store{layouts: slotlayout.New(nil, "", 8, nil, nil)}
 	var kids []wakeUp
 	for i := range 200 {
 		kids = append(kids, wakeUp{child: fmt.Sprintf("s-%d", i), downParent: fmt.Sprintf("gw-%d", i%3)})

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/internal/testenv/deadlinetest"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
@@ -252,7 +253,7 @@ func TestSilencesOutliveTheirMasterLosingThem(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, other.Load(ctx))
 
-		testenv.LoseDataOf(t, f.RDB, silencesKey("test"), deadline.NewKeyspace("test").Layout())
+		testenv.LoseDataOf(t, f.RDB, silencesKey("test"), slotlayout.LayoutKey("test"))
 		for _, s := range []*Silences{other, sil} {
 			require.NoError(t, s.Load(ctx))
 			require.Equal(t, kept.Ends, s.SilencedUntil("d1", "default", f.Clock.Now()))

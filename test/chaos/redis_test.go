@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -64,7 +64,7 @@ func TestChaosRedisClusterFailover(t *testing.T) {
 	sent := paced(s.p, s.silent, timeout)
 	s.firstInterruption()
 	killed := time.Now()
-	cluster.KillMasterOf(t, deadline.NewKeyspace("").Layout())
+	cluster.KillMasterOf(t, slotlayout.LayoutKey(""))
 	tookOver := time.Since(killed)
 	waitReady(t, s.hb)
 	t.Logf("the replica took over %.1fs after the master was killed; heartbeatd was ready again after %.1fs",
@@ -99,7 +99,7 @@ func TestChaosRedisDataLost(t *testing.T) {
 		s := startScenario(t, daemonOptions{redisCluster: cluster, keyPrefix: "test"})
 		redisDataLost(s, "redis_cluster_master_lost", func() {
 			// "test:silences" is internal/silence's hash under the prefix "test" (docs/concepts.md).
-			testenv.LoseDataOf(t, cluster.Client(t), "test:silences", deadline.NewKeyspace("test").Layout())
+			testenv.LoseDataOf(t, cluster.Client(t), "test:silences", slotlayout.LayoutKey("test"))
 		})
 	})
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
-	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/invariant"
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -405,7 +405,7 @@ var slotsLine = regexp.MustCompile(`slots: (\d+)`)
 // would refuse to start: docs/scaling.md).
 func doubleSlots(t *testing.T, f *fleet, replicas []*testenv.Heartbeatd) {
 	t.Helper()
-	layout := deadline.NewKeyspace(config.DefaultKeyPrefix).Layout()
+	layout := slotlayout.LayoutKey(config.DefaultKeyPrefix)
 	previous, err := f.redis.Client(t).HGet(context.Background(), layout, "previous").Int()
 	if err == nil && previous > 0 {
 		t.Logf("chaos: soak double-slots skipped: the doubling from %d slots still settles", previous)

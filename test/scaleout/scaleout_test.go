@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/heartbeatd/heartbeatd/internal/deadline"
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
@@ -308,7 +308,7 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 		"every device that expired during the doubling is reported")
 	rdb := srv.Client(t)
 	require.Eventually(t, func() bool {
-		n, err := rdb.HExists(context.Background(), deadline.NewKeyspace("hb").Layout(), "previous").Result()
+		n, err := rdb.HExists(context.Background(), slotlayout.LayoutKey("hb"), "previous").Result()
 		return err == nil && !n
 	}, 30*time.Second, 50*time.Millisecond, "the old layout is retired after the longest timeout")
 	t.Logf("doubling: old layout retired %s after the doubling began", time.Since(doubledAt).Round(time.Millisecond))
