@@ -1,7 +1,6 @@
 package deadline_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -461,17 +460,4 @@ func evalCalls(b *testing.B, rdb redis.UniversalClient) int64 {
 	return testenv.CommandStats(b, rdb)["eval"].Calls
 }
 
-func usedMemory(b *testing.B, srv *testenv.Redis) int64 {
-	info, err := srv.Client(b).Info(context.Background(), "memory").Result()
-	require.NoError(b, err)
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "used_memory:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			require.NoError(b, err)
-			return n
-		}
-	}
-	b.Fatal("no used_memory in INFO memory")
-	return 0
-}
+func usedMemory(b *testing.B, srv *testenv.Redis) int64 { return testenv.UsedMemory(b, srv.Client(b)) }

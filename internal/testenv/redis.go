@@ -173,6 +173,27 @@ func ServerCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
+// UsedMemory is Redis's used_memory (INFO memory): what the server really holds, its dictionaries and
+// key expiries included, which MEMORY USAGE of the keys leaves out.
+func UsedMemory(tb testing.TB, rdb redis.UniversalClient) int64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		tb.Fatalf("INFO memory: %v", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				tb.Fatalf("INFO memory: used_memory %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	tb.Fatal("INFO memory: no used_memory")
+	return 0
+}
+
 // CommandStats is ReadCommandStats for a test.
 func CommandStats(tb testing.TB, rdb redis.UniversalClient) map[string]CommandStat {
 	tb.Helper()
