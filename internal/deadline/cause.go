@@ -79,19 +79,21 @@ const (
 	MarkUnknown
 )
 
-// markEarlierScript moves deadlines earlier, one slot per call: the write ordinary signals never make
-// (their ZADD GT only moves forward), guarded here against out-of-order messages.
+// markEarlierScript moves deadlines earlier: the write ordinary signals never make (their ZADD GT only
+// moves forward), guarded here against out-of-order messages. One call serves a whole batch on a
+// standalone Redis (a call's fixed cost is most of a mark's), one slot on Redis Cluster.
 //
-// KEYS[1] deadlines  KEYS[2] state  KEYS[3] causes  KEYS[4] seen  KEYS[5] reported  KEYS[6] alarms
+// KEYS: sextuples per slot in the call: deadlines, state, causes, seen, reported, alarms
 // ARGV[1] lead (ms) per type index, listSep-separated (its timeout, or its warn_after: Store.lead);
 // negative for a type with expected times, whose last signal is in seen
-// then quintuples: device, message time (ms), new deadline (ms), type index for the device's own word
-// (-1: a broker's word), cause text (kind:reason)
-// Reply: one MarkResult per quintuple.
+// then sextuples: key sextuple number (1-based), device, message time (ms), new deadline (ms), type index
+// for the device's own word (-1: a broker's word), cause text (kind:reason)
+// Reply: one MarkResult per mark.
 //
 // The device's last signal is its deadline minus its type's lead, the way alarm.Decide reads it; a
 // message older than it changes nothing. A device with an open incident (no deadline, a state) is left to
-// its policy, except one reported only `late`: the word interrupts it now, with its cause. A device's own failure that moved its deadline is also put in reported (Keyspace.reported).
+// its policy, except one reported only `late`: the word interrupts it now, with its cause. A device's own
+// failure that moved its deadline is also put in reported (Keyspace.reported).
 var markEarlierScript = newScript(`
 local floor = math.floor
 local timeouts = {}
@@ -100,37 +102,43 @@ for v in string.gmatch(ARGV[1], ${listItem}) do timeouts[#timeouts+1] = tonumber
 -- word interrupts it now instead, under the mark's deadline and cause (the state's deadline is rewritten,
 -- so an acknowledgement already under way for the old one is refused). Any other open incident, or one
 -- whose entry is leased, is left to its policy.
-local function lateToNow(m, st, at, dl, own, cause)
+local function lateToNow(K, m, st, at, dl, own, cause)
   local sdl, t, acked, due, rest = string.match(st, ${stateLatePattern})
-  if not sdl or tonumber(redis.call('ZSCORE', KEYS[6], m)) ~= tonumber(due) then return ${MarkOpen} end
+  if not sdl or tonumber(redis.call('ZSCORE', K[6], m)) ~= tonumber(due) then return ${MarkOpen} end
   local to = timeouts[tonumber(t) + 1] or timeouts[1] or 0
   local last = tonumber(sdl) - to
-  if to < 0 then last = tonumber(redis.call('ZSCORE', KEYS[4], m)) or tonumber(sdl) end
+  if to < 0 then last = tonumber(redis.call('ZSCORE', K[4], m)) or tonumber(sdl) end
   if last > at then return ${MarkLate} end
   if dl >= tonumber(due) then return ${MarkNotEarlier} end
   if own >= 0 then last = at end
   local d = string.format('%.0f', dl)
-  redis.call('HSET', KEYS[2], m, d .. ${stateSep} .. t .. ${stateSep} .. '0' .. ${stateSep} .. acked .. ${stateSep} ..
+  redis.call('HSET', K[2], m, d .. ${stateSep} .. t .. ${stateSep} .. '0' .. ${stateSep} .. acked .. ${stateSep} ..
     ${holdFieldLate} .. ${stateSep} .. d .. ${stateSep} .. rest)
-  redis.call('ZADD', KEYS[6], 'XX', d, m)
-  redis.call('HSET', KEYS[3], m, d .. ${causeSep} .. string.format('%.0f', last) .. ${causeSep} .. cause)
+  redis.call('ZADD', K[6], 'XX', d, m)
+  redis.call('HSET', K[3], m, d .. ${causeSep} .. string.format('%.0f', last) .. ${causeSep} .. cause)
   return ${MarkMoved}
 end
-local out = {}
-for i = 2, #ARGV, 5 do
-  local m, at, dl, own, cause = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+3]), ARGV[i+4]
+local out, groups = {}, {}
+for i = 2, #ARGV, 6 do
+  local K = groups[ARGV[i]]
+  if not K then
+    local b = (tonumber(ARGV[i]) - 1) * 6
+    K = {KEYS[b+1], KEYS[b+2], KEYS[b+3], KEYS[b+4], KEYS[b+5], KEYS[b+6]}
+    groups[ARGV[i]] = K
+  end
+  local m, at, dl, own, cause = ARGV[i+1], tonumber(ARGV[i+2]), tonumber(ARGV[i+3]), tonumber(ARGV[i+4]), ARGV[i+5]
   local r
-  local cur = redis.call('ZSCORE', KEYS[1], m)
+  local cur = redis.call('ZSCORE', K[1], m)
   if not cur then
-    local st = redis.call('HGET', KEYS[2], m)
+    local st = redis.call('HGET', K[2], m)
     if st then
-      r = lateToNow(m, st, at, dl, own, cause)
+      r = lateToNow(K, m, st, at, dl, own, cause)
     elseif own < 0 then
       r = ${MarkUnknown}
     else
-      redis.call('ZADD', KEYS[1], 'NX', string.format('%.0f', dl * ${MaxTypes} + own), m)
-      redis.call('HSET', KEYS[3], m, string.format('%.0f', dl) .. ${causeSep} .. string.format('%.0f', at) .. ${causeSep} .. cause)
-      redis.call('ZADD', KEYS[5], dl, m)
+      redis.call('ZADD', K[1], 'NX', string.format('%.0f', dl * ${MaxTypes} + own), m)
+      redis.call('HSET', K[3], m, string.format('%.0f', dl) .. ${causeSep} .. string.format('%.0f', at) .. ${causeSep} .. cause)
+      redis.call('ZADD', K[5], dl, m)
       r = ${MarkMoved}
     end
   else
@@ -139,16 +147,16 @@ for i = 2, #ARGV, 5 do
     local t = s - cdl * ${MaxTypes}
     local to = timeouts[t + 1] or timeouts[1] or 0
     local last = cdl - to
-    if to < 0 then last = tonumber(redis.call('ZSCORE', KEYS[4], m)) or cdl end
+    if to < 0 then last = tonumber(redis.call('ZSCORE', K[4], m)) or cdl end
     if last > at then
       r = ${MarkLate}
     elseif dl >= cdl then
       r = ${MarkNotEarlier}
     else
       if own >= 0 then last = at end
-      redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', dl * ${MaxTypes} + t), m)
-      redis.call('HSET', KEYS[3], m, string.format('%.0f', dl) .. ${causeSep} .. string.format('%.0f', last) .. ${causeSep} .. cause)
-      if own >= 0 then redis.call('ZADD', KEYS[5], dl, m) else redis.call('ZREM', KEYS[5], m) end
+      redis.call('ZADD', K[1], 'XX', string.format('%.0f', dl * ${MaxTypes} + t), m)
+      redis.call('HSET', K[3], m, string.format('%.0f', dl) .. ${causeSep} .. string.format('%.0f', last) .. ${causeSep} .. cause)
+      if own >= 0 then redis.call('ZADD', K[5], dl, m) else redis.call('ZREM', K[5], m) end
       r = ${MarkMoved}
     end
   end
@@ -160,7 +168,7 @@ return out
 // MarkEarlier moves each mark's device's deadline earlier, to the mark's, and records its cause for the
 // incident that follows (docs/signals.md: reported failures, presence). Ordinary signals never take this
 // path: they stay one ZADD GT. It returns once Redis stored the marks, one result per mark, in one round
-// trip (one script call per slot).
+// trip (one script call, one per slot on Redis Cluster).
 //
 // During a slot doubling a device whose entry is still in its old slot is not found (MarkUnknown, or a
 // failure adds it to the new slot); its silence is still detected at its deadline.
@@ -171,18 +179,24 @@ func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, er
 	table, _ := s.untypedTable()
 	timeouts := table.render(millis)
 	slots := s.Slots()
-	callOf := map[int]int{}
+	_, cluster := s.rdb.(*redis.ClusterClient)
+	callOf := map[int]int{}  // slot → call index
+	groupOf := map[int]int{} // slot → key sextuple number within its call
 	var calls []scriptCall
-	var order [][]int // per call: the marks' indexes in its quintuples' order
+	var order [][]int // per call: the marks' indexes in its sextuples' order
 	for i, mk := range marks {
 		slot := Slot(mk.Device, slots)
 		ci, ok := callOf[slot]
 		if !ok {
-			ci = len(calls)
+			if cluster || len(calls) == 0 {
+				calls = append(calls, scriptCall{Args: []any{timeouts}})
+				order = append(order, nil)
+			}
+			ci = len(calls) - 1
 			callOf[slot] = ci
-			calls = append(calls, scriptCall{Keys: []string{s.keys.Deadlines(slot), s.keys.state(slot), s.keys.causes(slot), s.keys.seen(slot),
-				s.keys.reported(slot), s.keys.alarms(slot)}, Args: []any{timeouts}})
-			order = append(order, nil)
+			calls[ci].Keys = append(calls[ci].Keys, s.keys.Deadlines(slot), s.keys.state(slot), s.keys.causes(slot), s.keys.seen(slot),
+				s.keys.reported(slot), s.keys.alarms(slot))
+			groupOf[slot] = len(calls[ci].Keys) / 6
 		}
 		own := -1
 		if mk.Own {
@@ -192,7 +206,7 @@ func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, er
 			}
 			own = t
 		}
-		calls[ci].Args = append(calls[ci].Args, mk.Device, mk.At.UnixMilli(), mk.Deadline.UnixMilli(), own, mk.Cause+causeSep+mk.Reason)
+		calls[ci].Args = append(calls[ci].Args, groupOf[slot], mk.Device, mk.At.UnixMilli(), mk.Deadline.UnixMilli(), own, mk.Cause+causeSep+mk.Reason)
 		order[ci] = append(order[ci], i)
 	}
 	cmds, err := s.runAll(ctx, markEarlierScript, calls)
