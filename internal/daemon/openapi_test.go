@@ -528,6 +528,14 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	d.checkResponse(t, "GET /readyz (starting)", operationPointer("GET /readyz")+"/responses/503", resp, raw)
 	require.JSONEq(t, `{"status":"starting"}`, string(raw))
 
+	// Every type index taken: a registration whose own timeout needs a new one answers 507.
+	full := make([]any, 0, 2*deadline.MaxTypes)
+	for i := range deadline.MaxTypes {
+		full = append(full, fmt.Sprintf("default@%s", time.Duration(1000+i)*time.Second), i)
+	}
+	require.NoError(t, f.rdb.HSet(ctx, f.store.Keys().Types(), full...).Err())
+	do("PUT /v1/devices/{id}", "/v1/devices/valve-7", token, `{"timeout":"7s"}`, http.StatusInsufficientStorage)
+
 	// Redis gone: every operation that needs it answers 503.
 	require.NoError(t, f.rdb.Close())
 	do("GET /v1/devices", "/v1/devices", token, "", http.StatusServiceUnavailable)

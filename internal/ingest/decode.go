@@ -11,7 +11,7 @@ const (
 	ReasonNoDeviceID      = "no_device_id"
 	ReasonInvalidDeviceID = "invalid_device_id"
 	// ReasonInvalidType is a `type` that is not a string, or a type name (payload or topic) that breaks
-	// the device-id rules. Not in docs/signals.md's list: folding it into invalid_device_id or malformed_json
+	// the device-id rules: a reason of its own, since folding it into invalid_device_id or malformed_json
 	// would send an operator looking at the wrong field.
 	ReasonInvalidType   = "invalid_type"
 	ReasonMalformedJSON = "malformed_json"

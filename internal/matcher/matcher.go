@@ -34,8 +34,10 @@ const MaxMatchers = 20
 
 // maxProgram bounds a matcher's regular expression, in instructions of its compiled program: matching
 // costs up to instructions × the value's length, for every claim and every listed device. Ordinary
-// expressions take tens (`gw-[0-9]+` 9, `[a-z]{2}-[0-9]{1,6}` 18); an alternation of ids filling the
-// value's 1024 bytes a few hundred; counted repetitions thousands to hundreds of thousands
+// expressions take tens (`gw-[0-9]+` 9, `[a-z]{2}-[0-9]{1,6}` 18); an alternation of ids up to one a
+// byte (a few hundred for a full value of ids sharing a prefix; about 1000 for ids with nothing in
+// common, which may be refused short of the value's 1024 bytes); counted repetitions thousands to
+// hundreds of thousands
 // (`(a{1,30}){1,30}` about 1900, `.{1,1000}` repeated over 1 KiB about 226 000).
 const maxProgram = 1000
 
