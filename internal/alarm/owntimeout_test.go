@@ -17,7 +17,7 @@ import (
 func TestOwnTimeoutReportsItsType(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
-		_, err := f.Store.Register(ctx, []string{"slow-gw"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 8000}}, []string{""})
+		_, _, err := f.Store.Register(ctx, []string{"slow-gw"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 8000}}, []string{""})
 		require.NoError(t, err)
 		f.signal("slow-gw", "gateway", 0)
 		f.signal("gw", "gateway", 0) // the type's 5s

@@ -111,7 +111,7 @@ func TestLabelMatcherSilenceDefersOnlyTheSelected(t *testing.T) {
 	eachFixture(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
 		sil := f.withActs()
-		_, err := f.Store.Register(ctx, []string{"ber-1", "muc-1"}, []deadline.Registration{
+		_, _, err := f.Store.Register(ctx, []string{"ber-1", "muc-1"}, []deadline.Registration{
 			{Labels: map[string]string{"site": "berlin"}}, {Labels: map[string]string{"site": "munich"}}}, []string{"", ""})
 		require.NoError(t, err)
 		_, err = sil.Create(ctx, silence.Silence{Ends: f.T0.Add(time.Hour), Matchers: []matcher.Matcher{{Label: "site", Op: "=~", Value: "ber.*"}}})

@@ -35,4 +35,21 @@ func TestOwnTimeoutRefusedWhenTypeIndexesRunOut(t *testing.T) {
 
 	code, out = f.call(t, "PUT", "/v1/devices/valve-8", "", `{"timeout": "1001s"}`)
 	require.Equal(t, http.StatusOK, code, "an own timeout whose index exists: %v", out)
+
+	// In an import, such a row fails alone: the rows around it are written and the answer names its line.
+	out = importBody(t, f, "application/x-ndjson", `{"device_id":"meter-1"}
+{"device_id":"valve-9","timeout":"9s"}
+{"device_id":"meter-2"}
+`)
+	assert.EqualValues(t, 2, out["imported"], "%v", out)
+	assert.EqualValues(t, 1, out["failed"])
+	errs, _ := out["errors"].([]any)
+	require.Len(t, errs, 1)
+	assert.EqualValues(t, 2, errs[0].(map[string]any)["line"])
+	assert.Contains(t, errs[0].(map[string]any)["error"], "type registry is full")
+	assert.Equal(t, 2, badInputCount(t, f, badTypesFull))
+	for dev, want := range map[string]int{"meter-1": http.StatusOK, "valve-9": http.StatusNotFound, "meter-2": http.StatusOK} {
+		code, _ = f.call(t, "GET", "/v1/devices/"+dev, "", "")
+		assert.Equal(t, want, code, dev)
+	}
 }

@@ -107,7 +107,7 @@ func newScopedFixture(t *testing.T) *apiFixture {
 // registerSites registers ber-1 (site berlin) and par-1 (site paris).
 func registerSites(t *testing.T, f *apiFixture) {
 	t.Helper()
-	_, err := f.store.Register(context.Background(), []string{"ber-1", "par-1"},
+	_, _, err := f.store.Register(context.Background(), []string{"ber-1", "par-1"},
 		[]deadline.Registration{{Labels: map[string]string{"site": "berlin"}}, {Labels: map[string]string{"site": "paris"}}}, []string{"", ""})
 	require.NoError(t, err)
 }

@@ -17,24 +17,30 @@ type importWriter struct {
 	done    chan error // the batch in flight's result
 	busy    bool       // a batch is in flight
 	sent    int        // rows of the batch in flight
+	refusal chan []int // the batch in flight's refused rows, as lines
 	written int        // rows written
+	refused []int      // the lines of the rows the store refused (deadline.Store.Register), in order
 }
 
 type importRows struct {
+	lines        []int
 	ids, parents []string
 	regs         []deadline.Registration
 }
 
-func (r *importRows) reset() { r.ids, r.regs, r.parents = r.ids[:0], r.regs[:0], r.parents[:0] }
-
-func newImportWriter(ctx context.Context, store *deadline.Store) *importWriter {
-	return &importWriter{ctx: ctx, store: store, done: make(chan error, 1)}
+func (r *importRows) reset() {
+	r.lines, r.ids, r.regs, r.parents = r.lines[:0], r.ids[:0], r.regs[:0], r.parents[:0]
 }
 
-// add queues one row, sending the batch once it is full; the error is that of an earlier batch.
-func (w *importWriter) add(id string, reg deadline.Registration, parent string) error {
+func newImportWriter(ctx context.Context, store *deadline.Store) *importWriter {
+	return &importWriter{ctx: ctx, store: store, done: make(chan error, 1), refusal: make(chan []int, 1)}
+}
+
+// add queues the row read at line, sending the batch once it is full; the error is that of an earlier
+// batch.
+func (w *importWriter) add(line int, id string, reg deadline.Registration, parent string) error {
 	f := &w.filling
-	f.ids, f.regs, f.parents = append(f.ids, id), append(f.regs, reg), append(f.parents, parent)
+	f.lines, f.ids, f.regs, f.parents = append(f.lines, line), append(f.ids, id), append(f.regs, reg), append(f.parents, parent)
 	if len(f.ids) < importBatch {
 		return nil
 	}
@@ -54,7 +60,12 @@ func (w *importWriter) flush() error {
 	batch := w.spare
 	w.busy, w.sent = true, len(batch.ids)
 	go func() {
-		_, err := w.store.Register(w.ctx, batch.ids, batch.regs, batch.parents)
+		_, refused, err := w.store.Register(w.ctx, batch.ids, batch.regs, batch.parents)
+		lines := make([]int, len(refused))
+		for k, i := range refused {
+			lines[k] = batch.lines[i]
+		}
+		w.refusal <- lines
 		w.done <- err
 	}()
 	return nil
@@ -74,9 +85,10 @@ func (w *importWriter) wait() error {
 		return nil
 	}
 	w.busy = false
-	err := <-w.done
+	refused, err := <-w.refusal, <-w.done
 	if err == nil {
-		w.written += w.sent
+		w.written += w.sent - len(refused)
+		w.refused = append(w.refused, refused...)
 	}
 	return err
 }

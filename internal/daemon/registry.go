@@ -135,7 +135,10 @@ func (a *api) putDevice(w http.ResponseWriter, r *http.Request) {
 		a.refuseRow(w, err)
 		return
 	}
-	added, err := a.Store.Register(r.Context(), []string{id}, []deadline.Registration{reg}, []string{body.Parent})
+	added, refused, err := a.Store.Register(r.Context(), []string{id}, []deadline.Registration{reg}, []string{body.Parent})
+	if len(refused) > 0 {
+		err = deadline.ErrTypesFull
+	}
 	if err != nil {
 		a.registerFailed(w, err)
 		return
@@ -250,7 +253,7 @@ func (a *api) importDevices(w http.ResponseWriter, r *http.Request) {
 			fail(line, err)
 			continue
 		}
-		if err := writes.add(row.DeviceID, reg, row.Parent); err != nil {
+		if err := writes.add(line, row.DeviceID, reg, row.Parent); err != nil {
 			a.registerFailed(w, err)
 			return
 		}
@@ -259,6 +262,7 @@ func (a *api) importDevices(w http.ResponseWriter, r *http.Request) {
 		a.registerFailed(w, err)
 		return
 	}
+	a.failRefused(writes, fail)
 	res.Imported = writes.written
 	a.log.Info("devices imported", zap.Int("imported", res.Imported), zap.Int("failed", res.Failed))
 	writeJSON(w, http.StatusOK, res)
@@ -276,6 +280,16 @@ func (a *api) registerFailed(w http.ResponseWriter, err error) {
 	a.internal(w, err)
 }
 
+// failRefused reports the rows the store refused because their own timeout needed a type index and none
+// was left: each a failed row, counted as types_full, the rows around it written.
+func (a *api) failRefused(writes *importWriter, fail func(line int, err error)) {
+	for _, line := range writes.refused {
+		a.badInput.WithLabelValues(badTypesFull).Inc()
+		fail(line, fmt.Errorf("%w; register it with a timeout already in use, or delete own timeouts no longer needed", deadline.ErrTypesFull))
+	}
+	writes.refused = nil
+}
+
 // importStopped answers an import stopped by a line too long to be a row: 400 naming the line, with
 // what the rows before it did (they are written; nothing from the line on is read).
 func (a *api) importStopped(w http.ResponseWriter, long *lineTooLongError, res importResult, writes *importWriter) {
@@ -283,6 +297,12 @@ func (a *api) importStopped(w http.ResponseWriter, long *lineTooLongError, res i
 		a.registerFailed(w, err)
 		return
 	}
+	a.failRefused(writes, func(line int, err error) {
+		res.Failed++
+		if len(res.Errors) < importErrorsShown {
+			res.Errors = append(res.Errors, importError{Line: line, Error: err.Error()})
+		}
+	})
 	res.Imported = writes.written
 	a.badInput.WithLabelValues(badImport).Inc()
 	a.log.Info("import stopped at a line too long", zap.Int("line", long.line), zap.Int("imported", res.Imported),

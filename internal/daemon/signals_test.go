@@ -156,7 +156,7 @@ func TestHTTPSignalsOfScopedTokens(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, f.store.Refresh(ctx, []deadline.Signal{{Device: "m-1", Type: "meter", Seen: time.Now()},
 		{Device: "g-1", Type: "gateway", Seen: time.Now()}}))
-	_, err := f.store.Register(ctx, []string{"ber-1", "par-1"},
+	_, _, err := f.store.Register(ctx, []string{"ber-1", "par-1"},
 		[]deadline.Registration{{Labels: map[string]string{"site": "berlin"}}, {Labels: map[string]string{"site": "paris"}}}, []string{"", ""})
 	require.NoError(t, err)
 

@@ -76,7 +76,7 @@ func TestALinkChangeLeavesTheFormerParent(t *testing.T) {
 		expect("G", "this replica remembered writing B, yet the swap takes c out of C, the parent it replaced")
 		require.NoError(t, f.Store.Links().SetParent(ctx, "c", "D"))
 		expect("D", "SetParent")
-		_, err := f.Store.Register(ctx, []string{"c"}, []deadline.Registration{{Type: "sensor"}}, []string{"E"})
+		_, _, err := f.Store.Register(ctx, []string{"c"}, []deadline.Registration{{Type: "sensor"}}, []string{"E"})
 		require.NoError(t, err)
 		expect("E", "a registered parent")
 		require.NoError(t, f.Store.Links().SetParent(ctx, "c", ""))

@@ -18,7 +18,7 @@ func TestScanOpenIncidents(t *testing.T) {
 	eachFixture(t, 1, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		t0 := f.Clock.Now()
-		_, err := f.Store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
+		_, _, err := f.Store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
 		require.NoError(t, err)
 		f.Refresh(t, fleet(10, "g-", t0, gateways)...)
 		f.Refresh(t, deadline.Signal{Device: "own", Type: "gateway", Seen: t0},

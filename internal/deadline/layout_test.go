@@ -275,7 +275,7 @@ func TestOwnTimeoutsOutliveRedisLosingThem(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := t.Context()
 		other := f.replicas(t, 4, 2)[1]
-		_, err := f.Store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 90_000}}, []string{""})
+		_, _, err := f.Store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 90_000}}, []string{""})
 		require.NoError(t, err)
 		require.NoError(t, other.SyncOverrides(ctx))
 		appliedBy := func(s *deadline.Store) {

@@ -60,10 +60,12 @@ return added`)
 // known: their registry entries, parent links and per-device timeouts, and a deadline for each device
 // Redis knew nothing of: the one a signal now would set (now + timeout, or a scheduled type's next
 // expected time + grace). parentIDs[i] is device i's parent ("" leaves its link alone). It
-// returns how many devices were new to Redis (expected from now on).
-func (s *Store) Register(ctx context.Context, devices []string, regs []Registration, parentIDs []string) (int, error) {
+// returns how many devices were new to Redis (expected from now on), and the indexes of the
+// registrations refused, nothing of them written, because their own timeout needs a type index and
+// every one is taken (ErrTypesFull): one such row never stops the others.
+func (s *Store) Register(ctx context.Context, devices []string, regs []Registration, parentIDs []string) (added int, refused []int, err error) {
 	if len(devices) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	now := s.now()
 	l := s.layouts.Load()
@@ -74,27 +76,30 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	var links []parents.Write
 	for i, dev := range devices {
 		reg := regs[i]
+		name := reg.Type
+		if reg.TimeoutMs > 0 {
+			name = typeindex.OwnTypeName(reg.Type, time.Duration(reg.TimeoutMs)*time.Millisecond)
+		}
+		idx, err := s.typeIndexFor(ctx, name, reg.TimeoutMs > 0)
+		if errors.Is(err, ErrTypesFull) {
+			refused = append(refused, i)
+			continue
+		} else if err != nil {
+			return 0, nil, err
+		}
 		if err := s.registry.Queue(ctx, pipe, dev, reg.Labels); err != nil {
-			return 0, fmt.Errorf("deadline: register %q: %w", dev, err)
+			return 0, nil, fmt.Errorf("deadline: register %q: %w", dev, err)
 		}
 		if p := parentIDs[i]; p != "" {
 			links = append(links, s.links.QueueLink(ctx, pipe, dev, p))
 			s.links.Forget(dev)
 		}
-		name := reg.Type
-		timeout := s.timeout(name)
 		if reg.TimeoutMs > 0 {
-			timeout = time.Duration(reg.TimeoutMs) * time.Millisecond
-			name = typeindex.OwnTypeName(reg.Type, timeout)
 			s.overrides.QueueSet(ctx, pipe, dev, name)
 			changed = true
 		} else if ownTimeouts[dev] != "" { // an override removed
 			s.overrides.QueueRemove(ctx, pipe, dev)
 			changed = true
-		}
-		idx, err := s.typeIndexFor(ctx, name, reg.TimeoutMs > 0)
-		if err != nil {
-			return 0, err
 		}
 		slot := Slot(dev, l.Slots)
 		dl, scheduled := s.deadlineOf(name, now) // a scheduled type's next expected time + grace, not a timeout
@@ -112,19 +117,22 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	if len(links) > 0 {
 		s.links.QueueInUse(ctx, pipe)
 	}
+	if len(bySlot) == 0 {
+		return 0, refused, nil
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, fmt.Errorf("deadline: register: %w", err)
+		return 0, nil, fmt.Errorf("deadline: register: %w", err)
 	}
 	if len(links) > 0 {
 		s.links.MarkUsed()
 		// A registered parent replaces the one the device named before: it leaves that one's children.
 		if err := s.links.Unlink(ctx, links, nil); err != nil {
-			return 0, fmt.Errorf("deadline: register: %w", err)
+			return 0, nil, fmt.Errorf("deadline: register: %w", err)
 		}
 	}
 	if changed {
 		if err := s.SyncOverrides(ctx); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
 	// After the registry: a device expected from now on has its registration to alarm with.
@@ -134,14 +142,13 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	}
 	cmds, err := s.runAll(ctx, expectScript, calls)
 	if err != nil {
-		return 0, fmt.Errorf("deadline: register: %w", err)
+		return 0, nil, fmt.Errorf("deadline: register: %w", err)
 	}
-	added := 0
 	for _, c := range cmds {
 		n, _ := c.Int()
 		added += n
 	}
-	return added, nil
+	return added, refused, nil
 }
 
 // typeIndexFor is the type index a registration records; a per-device timeout name is registered first.

@@ -29,7 +29,8 @@ func TestRegisterExpectsOnlyDevicesRedisDoesNotKnow(t *testing.T) {
 		for i := range regs {
 			regs[i] = deadline.Registration{Type: "gateway"}
 		}
-		added, err := f.Store.Register(ctx, ids, regs, make([]string, len(ids)))
+		added, refused, err := f.Store.Register(ctx, ids, regs, make([]string, len(ids)))
+		require.Empty(t, refused)
 		require.NoError(t, err)
 		require.Equal(t, 2500, added)
 		for _, id := range ids[:2500] {

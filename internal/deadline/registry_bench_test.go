@@ -65,7 +65,7 @@ func register(b *testing.B, store *deadline.Store, n int, labels map[string]stri
 	for i := range n {
 		ids, regs, parents = append(ids, benchDevice(i)), append(regs, deadline.Registration{Type: "default", Labels: labels}), append(parents, "")
 		if len(ids) == batch || i == n-1 {
-			_, err := store.Register(context.Background(), ids, regs, parents)
+			_, _, err := store.Register(context.Background(), ids, regs, parents)
 			require.NoError(b, err)
 			ids, regs, parents = ids[:0], regs[:0], parents[:0]
 		}

@@ -19,7 +19,7 @@ func TestRetentionForgetsTheLongSilentUnregistered(t *testing.T) {
 		t0 := f.Clock.Now()
 		f.Refresh(t, deadline.Signal{Device: "gone", Type: "gateway", Parent: "gw", Seen: t0},
 			deadline.Signal{Device: "kept", Type: "gateway", Seen: t0}, deadline.Signal{Device: "back", Type: "gateway", Seen: t0})
-		_, err := f.Store.Register(ctx, []string{"kept"}, []deadline.Registration{{Type: "gateway"}}, []string{""})
+		_, _, err := f.Store.Register(ctx, []string{"kept"}, []deadline.Registration{{Type: "gateway"}}, []string{""})
 		require.NoError(t, err)
 		f.Clock.Advance(time.Hour)
 		require.Len(t, f.ClaimAll(t, deadline.ClaimOptions{Lease: time.Minute}).Claims, 3)
@@ -57,7 +57,7 @@ func TestDeleteEndsAnOwnTimeoutOnEveryReplica(t *testing.T) {
 	eachFixture(t, 4, func(t *testing.T, f fixture) {
 		ctx := context.Background()
 		other := fixtureStore(t, f.RDB, 4, f.Clock.Now, nil)
-		_, err := f.Store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
+		_, _, err := f.Store.Register(ctx, []string{"own"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
 		require.NoError(t, err)
 		require.NoError(t, other.SyncOverrides(ctx))
 		seen := f.Clock.Now()

@@ -138,7 +138,7 @@ func TestShorterOwnTimeoutAppliesFromTheNextSignal(t *testing.T) {
 		f, _ = retimeFixture(t, f)
 		reg := func(timeout time.Duration) {
 			t.Helper()
-			_, err := f.Store.Register(ctx, []string{"meter"}, []deadline.Registration{{Type: "gateway", TimeoutMs: timeout.Milliseconds()}}, []string{""})
+			_, _, err := f.Store.Register(ctx, []string{"meter"}, []deadline.Registration{{Type: "gateway", TimeoutMs: timeout.Milliseconds()}}, []string{""})
 			require.NoError(t, err)
 			require.NoError(t, f.Store.SyncOverrides(ctx))
 		}
@@ -186,7 +186,7 @@ func TestUnusedTypeIndexesAreFreed(t *testing.T) {
 		policies.set("gateway", 2*time.Hour)
 		require.NoError(t, f.Store.Load(ctx, "default", "gateway", "fast"))
 		reg := func(dev string, timeout time.Duration) error {
-			_, err := f.Store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "gateway", TimeoutMs: timeout.Milliseconds()}}, []string{""})
+			_, _, err := f.Store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "gateway", TimeoutMs: timeout.Milliseconds()}}, []string{""})
 			return err
 		}
 		const owned = 1100
@@ -228,7 +228,7 @@ func TestTypeIndexIsFreedInSteps(t *testing.T) {
 		other := fixtureStore(t, f.RDB, 8, f.Clock.Now, nil)
 		own := func(dev string, timeout time.Duration) int {
 			t.Helper()
-			_, err := f.Store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "gateway", TimeoutMs: timeout.Milliseconds()}}, []string{""})
+			_, _, err := f.Store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "gateway", TimeoutMs: timeout.Milliseconds()}}, []string{""})
 			require.NoError(t, err)
 			f.Refresh(t, deadline.Signal{Device: dev, Seen: f.Clock.Now()})
 			d, _ := f.device(t, dev)

@@ -63,7 +63,7 @@ func TestCountTypesIn(t *testing.T) {
 func TestOwnTimeoutCountsUnderItsType(t *testing.T) {
 	eachFixture(t, 8, func(t *testing.T, f fixture) {
 		ctx := context.Background()
-		_, err := f.Store.Register(ctx, []string{"own", "plain"},
+		_, _, err := f.Store.Register(ctx, []string{"own", "plain"},
 			[]deadline.Registration{{Type: "gateway", TimeoutMs: 6000}, {Type: "gateway"}}, []string{"", ""})
 		require.NoError(t, err)
 

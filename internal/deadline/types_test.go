@@ -322,7 +322,10 @@ func TestPerDeviceTimeoutRefusedWhenRegistryIsFull(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, store.Load(ctx, "default"))
 	reg := func(dev string, timeout time.Duration) error {
-		_, err := store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "default", TimeoutMs: timeout.Milliseconds()}}, []string{""})
+		_, refused, err := store.Register(ctx, []string{dev}, []deadline.Registration{{Type: "default", TimeoutMs: timeout.Milliseconds()}}, []string{""})
+		if len(refused) > 0 {
+			return deadline.ErrTypesFull
+		}
 		return err
 	}
 	// Index 0 and the default type's own index are taken.
@@ -335,4 +338,14 @@ func TestPerDeviceTimeoutRefusedWhenRegistryIsFull(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, found, "nothing of the refused registration is stored")
 	require.NoError(t, reg("d1-again", time.Second), "a timeout that has its index still registers")
+
+	// In a batch (an import), the refused row stops nothing around it.
+	added, refused, err := store.Register(ctx, []string{"before", "needs-an-index", "after"}, []deadline.Registration{
+		{Type: "default"}, {Type: "default", TimeoutMs: (8 * time.Hour).Milliseconds()}, {Type: "default"}}, make([]string, 3))
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, refused)
+	require.Equal(t, 2, added, "the rows around the refused one are expected from now on")
+	_, found, err = store.Device(ctx, "needs-an-index")
+	require.NoError(t, err)
+	require.False(t, found)
 }

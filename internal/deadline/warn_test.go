@@ -87,7 +87,7 @@ func TestLateIncidentAndHoldBack(t *testing.T) {
 func TestRegisteredDeviceOfAWarnedType(t *testing.T) {
 	f := warnedFixture(t)
 	t0 := f.Clock.Now()
-	_, err := f.Store.Register(context.Background(), []string{"gw-own", "gw-short", "gw-type"}, []deadline.Registration{
+	_, _, err := f.Store.Register(context.Background(), []string{"gw-own", "gw-short", "gw-type"}, []deadline.Registration{
 		{Type: "gateway", TimeoutMs: (5 * time.Minute).Milliseconds()},
 		{Type: "gateway", TimeoutMs: (10 * time.Second).Milliseconds()},
 		{Type: "gateway"},

@@ -48,7 +48,7 @@ func TestRegistryOfThePreviousLayoutIsMigrated(t *testing.T) {
 		for dev, v := range old {
 			require.NoError(t, f.RDB.HSet(ctx, legacyRegistryKey(dev), dev, v).Err())
 		}
-		_, err := f.Store.Register(ctx, []string{"renewed"}, []deadline.Registration{{Type: "sensor", Labels: map[string]string{"site": "new"}}}, []string{""})
+		_, _, err := f.Store.Register(ctx, []string{"renewed"}, []deadline.Registration{{Type: "sensor", Labels: map[string]string{"site": "new"}}}, []string{""})
 		require.NoError(t, err)
 
 		moved, err := f.Store.Registry().Migrate(ctx)
@@ -95,7 +95,7 @@ func TestRegistryBucketsStayPacked(t *testing.T) {
 			ids[i] = fmt.Sprintf("device-%08d", i)
 			regs[i] = deadline.Registration{Type: "gateway", Labels: map[string]string{"site": "b7"}}
 		}
-		_, err := f.Store.Register(ctx, ids, regs, make([]string, n))
+		_, _, err := f.Store.Register(ctx, ids, regs, make([]string, n))
 		require.NoError(t, err)
 		keys := map[string]bool{}
 		for _, dev := range ids[:200] {

@@ -91,7 +91,7 @@ func TestEndingASilenceEarlyRearmsWhatItDeferred(t *testing.T) {
 		d1, err := sil.Create(ctx, Silence{DeviceID: "d1", Ends: ends})
 		require.NoError(t, err)
 		f.signal("g1", "gateway", 0)
-		_, err = f.Store.Register(ctx, []string{"g2"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
+		_, _, err = f.Store.Register(ctx, []string{"g2"}, []deadline.Registration{{Type: "gateway", TimeoutMs: 6000}}, []string{""})
 		require.NoError(t, err)
 		f.signal("g2", "gateway", 0)
 		f.signal("d1", "", 0)

@@ -100,7 +100,7 @@ func TestSweepForgetsTheLongSilentUnregistered(t *testing.T) {
 		ctx := context.Background()
 		f.Refresh(t, deadline.Signal{Device: "gone", Type: "gateway", Seen: f.Clock.Now()},
 			deadline.Signal{Device: "kept", Type: "gateway", Seen: f.Clock.Now()})
-		_, err := f.Store.Register(ctx, []string{"kept"}, []deadline.Registration{{Type: "gateway"}}, []string{""})
+		_, _, err := f.Store.Register(ctx, []string{"kept"}, []deadline.Registration{{Type: "gateway"}}, []string{""})
 		require.NoError(t, err)
 		f.Clock.Advance(time.Hour)
 		require.Len(t, f.ClaimAll(t, deadline.ClaimOptions{Lease: time.Minute}).Claims, 2)
