@@ -46,6 +46,10 @@ const (
 	slots = 16
 )
 
+// chaosLease is detection.lease of every chaos fleet: short, so a dead replica's claims come back within
+// a scenario; the faults pause a replica for less (docs/concepts.md, claim protocol).
+const chaosLease = 2 * time.Second
+
 // fleetSize is HB_CHAOS_DEVICES, default 200: the whole package runs in about three minutes on two cores
 // (and a minute more to build the skewed heartbeatd of TestChaosClockSkew without a build cache).
 func fleetSize(t *testing.T) int { return sizeFrom(t, "HB_CHAOS_DEVICES", 200) }
@@ -240,9 +244,9 @@ func (f *fleet) config(o daemonOptions) string {
 		kafkaIngest = fmt.Sprintf("  kafka: {enabled: true, brokers: [%q], topics: [%q], group_id: %q, session_timeout: 6s}\n",
 			strings.Join(f.kafka.Addrs, ","), signalsTopic, o.kafkaGroup)
 	}
-	detection := fmt.Sprintf("{grace_after_outage: %s, lease: 2s", o.grace)
+	detection := fmt.Sprintf("{grace_after_outage: %s, lease: %s", o.grace, chaosLease)
 	if o.ownGrace {
-		detection = "{lease: 2s"
+		detection = fmt.Sprintf("{lease: %s", chaosLease)
 	}
 	if o.maxHoldBack > 0 {
 		detection += fmt.Sprintf(", max_hold_back: %s", o.maxHoldBack)

@@ -440,7 +440,9 @@ func soakFault(t *testing.T, f *fleet, replicas []*testenv.Heartbeatd, i, kind i
 		time.Sleep(length) // the fault's length is the fault itself
 		hb.Start(t)
 	case 1:
-		freeze(t, hb.PID(), length, nil)
+		// A pause past detection.lease may publish a stale repeat (docs/concepts.md, claim protocol):
+		// the soak freezes past detection.stall, within the lease.
+		freeze(t, hb.PID(), min(length, chaosLease-250*time.Millisecond), nil)
 	case 2:
 		f.kafka.Stop()
 		time.Sleep(length)
