@@ -12,11 +12,12 @@ import (
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 )
 
-// BenchmarkMarkEarlier measures the write of reported failures and offline messages (a Lua script per
-// slot that moves a deadline earlier) against the ordinary refresh (one ZADD GT per slot) in the same
-// run, on one standalone Redis, in batches of 256 over distinct halves of one fleet: x-refresh is the cost
-// of one mark in ordinary signals, as wall time and as Redis CPU (redis-x-refresh: the server's own CPU
-// per operation, which holds on a busy host). Each iteration refreshes a batch, then marks one.
+// BenchmarkMarkEarlier measures the write of reported failures and offline messages (a Lua script that
+// moves deadlines earlier, one call per batch on a standalone Redis) against the ordinary refresh (one
+// ZADD GT per slot) in the same run, on one standalone Redis, in batches of 256 over distinct halves of
+// one fleet: x-refresh is the cost of one mark in ordinary signals, as wall time and as Redis CPU
+// (redis-x-refresh: the server's own CPU per operation, which holds on a busy host). Each iteration
+// refreshes a batch, then marks one.
 func BenchmarkMarkEarlier(b *testing.B) {
 	rdb := testenv.StartRedis(b).Client(b)
 	store, err := deadline.New(rdb, deadline.Options{Slots: 64, Timeout: timeoutOf})

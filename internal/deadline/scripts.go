@@ -97,7 +97,7 @@ end
 
 // A leased alarm entry is scored half a ms before its lease's end (the ms before it, then leaseMark),
 // which comes due at the same whole ms as the end itself and lets a recovery probe
-// can tell an act held by a claim (a process about to publish it) from an act that is merely ahead.
+// tell an act held by a claim (a process about to publish it) from an act that is merely ahead.
 // Making a held act due would hand it to a second replica, whose `recovered` could then precede the
 // holder's `alarm`; left alone, the signal is seen by the holder's acknowledgement, which compares with
 // the deadlines set, or by the next claim once the lease runs out.

@@ -17,7 +17,8 @@ const (
 	// resultInOutage and resultUnderParent are events the outage's or the parent's message stands for.
 	resultInOutage    = "in_outage"
 	resultUnderParent = "under_parent"
-	// resultDuplicate is an incident's opening or closing the receiver was already told of.
+	// resultDuplicate is an incident's opening the receiver was already told of (a close told twice finds
+	// no incident: resultNoIncident).
 	resultDuplicate = "duplicate"
 )
 
@@ -33,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "heartbeatd", Name: "notifications_total",
 			Help: "Notifications by receiver and result: sent, failed (kept for a retry), queued, folded (into a summary), dead, " +
-				"in_outage, under_parent, duplicate."}, []string{"receiver", "result"}),
+				"in_outage, under_parent, duplicate, no_incident."}, []string{"receiver", "result"}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "notify_lag_seconds",
 			Help: "How long after its write to the events topic the notifier handled the last event."}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "heartbeatd", Name: "notify_pending",

@@ -14,12 +14,12 @@ import (
 //
 // A registration is one field of one of registryBuckets small hashes, <prefix>:registered:{<bucket>},
 // bucket = crc32(device) mod registryBuckets. Redis keeps a hash of at most hash-max-listpack-entries
-// (128 by default) fields of at most hash-max-listpack-value (64) bytes as one packed allocation, about
+// (512 by default) fields of at most hash-max-listpack-value (64) bytes as one packed allocation, about
 // the field's and the value's lengths plus 4 bytes, where a larger hash pays ≈ 90 B more per field for
-// its table entry and two allocations. 2^17 buckets hold 10M devices at 76 per bucket on average (a
-// bucket past 128 is then a six-sigma event), so the default settings keep (nearly) every bucket packed
-// up to ≈ 12M registered devices; beyond, the fuller buckets turn into tables: correct, ≈ 90 B per
-// device more.
+// its table entry and two allocations. 2^17 buckets hold 10M devices at 76 per bucket on average, so
+// even a server lowered to 128 entries keeps every bucket packed up to ≈ 10M registered devices (a
+// bucket past 128 is then a six-sigma event), and the default up to ≈ 50M; beyond, the fuller buckets
+// turn into tables: correct, ≈ 90 B per device more.
 // A device id or a value longer than 64 bytes (labels) turns its own bucket into a table the same way.
 //
 // The value holds the labels only (registryValue): the type is folded into the device's deadline and an
