@@ -2,6 +2,7 @@ package deadline
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -26,11 +27,11 @@ func (s *Store) DataLost() (int64, time.Time) { return s.layouts.DataLost() }
 // CheckDataLost reads the layout again and returns DataLost's count: for a caller that found less in
 // Redis than it knew, to tell a deletion from a loss the heartbeat has not noticed yet.
 func (s *Store) CheckDataLost(ctx context.Context) (int64, error) {
-	if _, err := s.RefreshLayout(ctx); err != nil {
-		return 0, err
+	n, err := s.layouts.CheckDataLost(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("deadline: %w", err)
 	}
-	n, _ := s.DataLost()
-	return n, nil
+	return n, s.payTypes(ctx)
 }
 
 // dataLost forgets what the store remembers having written and owes the type registry its names.
