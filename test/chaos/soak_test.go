@@ -236,6 +236,11 @@ func TestChaosSoak(t *testing.T) {
 		kind, length, i := faultKinds[rng.IntN(len(faultKinds))], time.Duration(1000+rng.IntN(3000))*time.Millisecond, rng.IntN(len(replicas))
 		pause := time.Duration(2000+rng.IntN(4000)) * time.Millisecond
 		mu.Unlock()
+		if soakFaults[kind] == "freeze" {
+			// A pause past detection.lease may publish a stale repeat (docs/concepts.md, claim
+			// protocol): the soak freezes past detection.stall, within the lease.
+			length = min(length, chaosLease-250*time.Millisecond)
+		}
 		t.Logf("chaos: soak fault %s of replica %d for %s at %s", soakFaults[kind], i, length, time.Now().UTC().Format("15:04:05.000"))
 		soakFault(t, f, replicas, i, kind, length)
 		faults++
@@ -440,9 +445,7 @@ func soakFault(t *testing.T, f *fleet, replicas []*testenv.Heartbeatd, i, kind i
 		time.Sleep(length) // the fault's length is the fault itself
 		hb.Start(t)
 	case 1:
-		// A pause past detection.lease may publish a stale repeat (docs/concepts.md, claim protocol):
-		// the soak freezes past detection.stall, within the lease.
-		freeze(t, hb.PID(), min(length, chaosLease-250*time.Millisecond), nil)
+		freeze(t, hb.PID(), length, nil)
 	case 2:
 		f.kafka.Stop()
 		time.Sleep(length)
