@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -253,5 +254,62 @@ func TestDocsExampleEventsValidate(t *testing.T) {
 	}
 	if found < 2 {
 		t.Fatalf("found %d example events in json blocks; README.md and docs/events.md each show one", found)
+	}
+}
+
+// The reasons POST /v1/signals lists its bad signals by are the dead-letter reasons of
+// api/deadletter.schema.json, plus outside_scope (docs/http-api.md#signals): the two enums cannot drift.
+func TestSignalsAnswerNamesEveryDeadLetterReason(t *testing.T) {
+	read := func(name string, v any) {
+		t.Helper()
+		b, err := api.Files.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, v); err != nil { // JSON is YAML
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	var deadLetter struct {
+		Properties struct {
+			Reason struct {
+				Enum []string `yaml:"enum"`
+			} `yaml:"reason"`
+		} `yaml:"properties"`
+	}
+	read(api.DeadLetterSchema, &deadLetter)
+	var openapi struct {
+		Paths map[string]struct {
+			Post struct {
+				Responses map[string]struct {
+					Content map[string]struct {
+						Schema struct {
+							Properties struct {
+								Bad struct {
+									Items struct {
+										Properties struct {
+											Reason struct {
+												Enum []string `yaml:"enum"`
+											} `yaml:"reason"`
+										} `yaml:"properties"`
+									} `yaml:"items"`
+								} `yaml:"bad"`
+							} `yaml:"properties"`
+						} `yaml:"schema"`
+					} `yaml:"content"`
+				} `yaml:"responses"`
+			} `yaml:"post"`
+		} `yaml:"paths"`
+	}
+	read("openapi.yaml", &openapi)
+	want := append(slices.Clone(deadLetter.Properties.Reason.Enum), "outside_scope")
+	got := openapi.Paths["/v1/signals"].Post.Responses["200"].Content["application/json"].Schema.Properties.Bad.Items.Properties.Reason.Enum
+	if len(deadLetter.Properties.Reason.Enum) == 0 || len(got) == 0 {
+		t.Fatalf("found no reason enum: dead letters %v, POST /v1/signals %v", deadLetter.Properties.Reason.Enum, got)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("api/openapi.yaml: POST /v1/signals bad[].reason is %v, want the dead-letter reasons and outside_scope %v", got, want)
 	}
 }
