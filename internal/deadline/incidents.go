@@ -3,13 +3,15 @@ package deadline
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/heartbeatd/heartbeatd/internal/typeindex"
 )
 
 // OpenIncident is an incident whose interruption (or `late`) was reported and that no operator
-// acknowledged (an exhausted one stays open), as ScanOpenIncidents reads it from its slot's state hash.
+// acknowledged (an exhausted one stays open), as ScanOpenIncidents reads it from its slot's state hash;
+// one committed by a claim whose events are still on their way is not reported yet.
 type OpenIncident struct {
 	Device string
 	// Type is the device's type; a device with its own timeout counts as its type's, as in its events.
@@ -65,9 +67,13 @@ func (s *Store) ScanOpenIncidents(ctx context.Context, slot int, cursor uint64, 
 	if err != nil {
 		return nil, 0, fmt.Errorf("deadline: scan the incidents of slot %d: %w", slot, err)
 	}
+	committed, err := s.committedInFlight(ctx, slot, kv)
+	if err != nil {
+		return nil, 0, err
+	}
 	var out []OpenIncident
 	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i] == stateGuardField {
+		if kv[i] == stateGuardField || committed[kv[i]] == kv[i+1] {
 			continue
 		}
 		st, err := decodeState(kv[i+1])
@@ -83,6 +89,32 @@ func (s *Store) ScanOpenIncidents(ctx context.Context, slot int, cursor uint64, 
 		return nil, 0, err
 	}
 	return out, next, nil
+}
+
+// committedInFlight reads, when the page kv (HSCAN pairs of the state hash) holds any, the claims that
+// slot's in-flight records hold as committed, device → committed state: such an incident's interruption
+// is stored ahead of its publication (doc.go: commit), so it is not reported yet, and a reader that took
+// it for reported would act before the alarm loop has judged it (its outage, its parent). The records
+// are few and short-lived; the read is skipped while there are none.
+func (s *Store) committedInFlight(ctx context.Context, slot int, kv []string) (map[string]string, error) {
+	if len(kv) == 0 {
+		return nil, nil
+	}
+	records, err := s.rdb.HVals(ctx, s.keys.inFlight(slot)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("deadline: scan the incidents of slot %d: in-flight records: %w", slot, err)
+	}
+	var committed map[string]string
+	for _, packed := range records {
+		items := strings.Split(packed, packSep)
+		for j := 0; j+1 < len(items); j += 2 {
+			if committed == nil {
+				committed = map[string]string{}
+			}
+			committed[items[j]] = items[j+1]
+		}
+	}
+	return committed, nil
 }
 
 // attachIncidentCauses gives each of one slot's incidents the cause stored for it, in one round trip.

@@ -65,3 +65,28 @@ func TestScanOpenIncidents(t *testing.T) {
 		require.Equal(t, t0.UnixMilli(), byDevice["g-0"].LastSeen().UnixMilli())
 	})
 }
+
+// An incident a claim committed ahead of its publication is not reported until its record is released:
+// a reader of the open incidents (the Alertmanager re-sync) would otherwise act on it before the alarm
+// loop has judged it, without the outage or parent that explains it.
+func TestScanOpenIncidentsWaitsForTheCommittedClaimsRecord(t *testing.T) {
+	eachFixture(t, 1, func(t *testing.T, f fixture) {
+		ctx := context.Background()
+		f.Refresh(t, deadline.Signal{Device: "d", Type: "gateway", Seen: f.Clock.Now()})
+		f.Clock.Advance(31 * time.Second)
+		res := f.ClaimAll(t, deadline.ClaimOptions{})
+		require.Len(t, res.Claims, 1)
+		require.NotEmpty(t, res.Claims[0].Record, "committed under an in-flight record")
+		open := func() []deadline.OpenIncident {
+			page, next, err := f.Store.ScanOpenIncidents(ctx, 0, 0, 100)
+			require.NoError(t, err)
+			require.Zero(t, next)
+			return page
+		}
+		require.Empty(t, open(), "its interrupted is not out yet")
+		f.settle(t, res.Claims...)
+		page := open()
+		require.Len(t, page, 1, "published and released: reported")
+		require.Equal(t, "d", page[0].Device)
+	})
+}
