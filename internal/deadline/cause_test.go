@@ -92,6 +92,7 @@ func TestReportedFailureIsDueAtOnce(t *testing.T) {
 				require.Equal(t, "gateway", c.Type)
 			}
 		}
+		f.settle(t, claims...) // published
 		// The device's view and the listing of incidents say why, as the incident's events do.
 		ctx := context.Background()
 		d, found, err := f.Store.Device(ctx, "pump")
