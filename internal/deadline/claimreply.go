@@ -6,8 +6,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 )
 
 // The Go side of a claim's reply (claim.go): decoding it and turning each slot's lists into claims.

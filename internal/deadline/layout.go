@@ -7,8 +7,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 )
 
 // Layout is the slot layout (internal/slotlayout), which every slot's data follows.

@@ -5,8 +5,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 	"github.com/stretchr/testify/require"
+
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 )
 
 // TestSlotOrderGroupsAWakesChildrenBySlot: a wake's children go to Redis slot by slot, so a chunk is a

@@ -10,8 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heartbeatd/heartbeatd/internal/redisutil"
 )
 
 // Layout is the slot count in force and, while a doubling settles, the count before it.
