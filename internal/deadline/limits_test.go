@@ -52,5 +52,8 @@ func TestBatchesPastLuaUnpackLimit(t *testing.T) {
 		f.Refresh(t, fleet(n, "d", f.Clock.Now(), untyped)...)
 		recovering := f.ClaimAll(t, deadline.ClaimOptions{Batch: n})
 		require.Len(t, recovering.Claims, n, "every probe made its incident due")
+
+		// One typed refresh of n new devices: its ZADD adds every one, so one probe call lists n devices.
+		f.Refresh(t, fleet(n, "t", f.Clock.Now(), func(int) string { return "gateway" })...)
 	})
 }

@@ -355,7 +355,9 @@ func (s *Store) refresh(ctx context.Context, signals []Signal, probeAll bool) er
 var probeScript = newScript(`
 ${luaPieces}
 ${luaProbe}
-return probeDue(KEYS[1], tonumber(ARGV[1]), {unpack(ARGV, 2)})
+local devices = {}
+for i = 2, #ARGV do devices[i-1] = ARGV[i] end
+return probeDue(KEYS[1], tonumber(ARGV[1]), devices)
 `)
 
 // probeCall makes the alarm entries, in slot, of the devices just written to its deadlines and of the
