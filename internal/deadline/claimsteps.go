@@ -57,11 +57,12 @@ var (
 )
 
 // claimArgsLua reads the arguments every claim step takes: leased is the lease's end formatted once, as
-// Redis turns a Lua number into text with %.17g for every element, and marked as a lease (leaseMark).
+// Redis turns a Lua number into text with %.17g for every element, and marked as a lease (luaLeased).
 const claimArgsLua = `
+${luaLeased}
 local now, wm, lease, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local floor = math.floor
-local leased = string.format('%.0f', now + lease - 1) .. ${leaseMark}
+local leased = leasedUntil(now + lease)
 `
 
 // claimWatermarksLua defines dueBy(w), the highest score due by watermark w (ms) for every type, and

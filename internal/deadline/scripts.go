@@ -46,7 +46,6 @@ var scriptConstants = strings.NewReplacer(
 	"${stateSuppressedPattern}", luaString(stateSuppressedPattern),
 	// In-flight records and the lists packed into one argument or reply element.
 	"${recordMarkByte}", strconv.Itoa(int(recordMark[0])),
-	"${leaseMark}", luaString(leaseMark),
 	"${packSep}", luaString(packSep),
 	"${packedItem}", luaString("[^"+packSep+"]+"),
 	"${packedPair}", luaString("([^"+packSep+"]+)"+packSep+"([^"+packSep+"]+)"),
@@ -61,6 +60,7 @@ var scriptConstants = strings.NewReplacer(
 	// Lua helpers (defined, not a value).
 	"${luaPieces}", strings.ReplaceAll(luaPieces, "${maxUnpack}", strconv.Itoa(maxUnpack)),
 	"${luaProbe}", luaProbe,
+	"${luaLeased}", strings.ReplaceAll(luaLeased, "${leaseMark}", luaString(leaseMark)),
 	"${luaRetime}", strings.NewReplacer("${MaxTypes}", strconv.Itoa(MaxTypes), "${listItem}", luaString("[^"+listSep+"]+")).Replace(luaRetime),
 )
 
@@ -102,6 +102,11 @@ end
 // holder's `alarm`; left alone, the signal is seen by the holder's acknowledgement, which compares with
 // the deadlines set, or by the next claim once the lease runs out.
 const leaseMark = ".5"
+
+// luaLeased defines leasedUntil(t), the alarm score of a lease that ends at t (ms): the ms before t,
+// marked with leaseMark.
+const luaLeased = `local function leasedUntil(t) return string.format('%.0f', t - 1) .. ${leaseMark} end
+`
 
 // actMillis is when an alarm entry scored score comes due, in whole ms (a lease's is past its mark).
 func actMillis(score float64) int64 { return int64(math.Ceil(score)) }

@@ -172,9 +172,10 @@ type wakeUp struct {
 var wakeScript = newScript(`
 ${luaPieces}
 ${luaProbe}
+${luaLeased}
 local now, record = tonumber(ARGV[1]), ARGV[3]
 local floor = math.floor
-local leased = string.format('%.0f', now + tonumber(ARGV[2]) - 1) .. ${leaseMark}
+local leased = leasedUntil(now + tonumber(ARGV[2]))
 local recheckAt = string.format('%.0f', now + tonumber(ARGV[4]))
 -- A suppression is its waiting state's deadline and type followed by this (stateSuppressedFormat).
 local tail = ${stateSep} .. string.format(${stateSuppressedTail}, now)
