@@ -23,7 +23,7 @@ func NewKeyspace(prefix string) Keyspace {
 }
 
 func (k Keyspace) slotKey(slot int, name string) string {
-	return k.prefix + ":{" + strconv.Itoa(slot) + "}:" + name
+	return slotlayout.SlotKey(k.prefix, slot, name)
 }
 
 // Deadlines is the ZSET device → deadline_ms×MaxTypes + type index of every online device in slot.

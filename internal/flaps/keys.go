@@ -2,9 +2,9 @@ package flaps
 
 import (
 	"cmp"
-	"strconv"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
+	"github.com/heartbeatd/heartbeatd/internal/slotlayout"
 )
 
 // keyspace names the flap histories' keys; no other package reads or writes them.
@@ -17,4 +17,4 @@ func newKeyspace(prefix string) keyspace {
 // flaps is the HASH device → the times (unix ms, comma-separated, oldest first) of its last
 // interruptions, for the devices of slot of types with flapping detection (docs/events.md). It shares
 // the slot's hash tag with internal/deadline's keys of the slot, {<slot>}, though no script reads both.
-func (k keyspace) flaps(slot int) string { return k.prefix + ":{" + strconv.Itoa(slot) + "}:flaps" }
+func (k keyspace) flaps(slot int) string { return slotlayout.SlotKey(k.prefix, slot, "flaps") }
