@@ -12,14 +12,19 @@ import (
 type importWriter struct {
 	ctx     context.Context
 	store   *deadline.Store
-	filling importRows // the batch being read
-	spare   importRows // the other one, in flight while busy
-	done    chan error // the batch in flight's result
-	busy    bool       // a batch is in flight
-	sent    int        // rows of the batch in flight
-	refusal chan []int // the batch in flight's refused rows, as lines
-	written int        // rows written
-	refused []int      // the lines of the rows the store refused (deadline.Store.Register), in order
+	filling importRows       // the batch being read
+	spare   importRows       // the other one, in flight while busy
+	done    chan batchResult // the batch in flight's result
+	busy    bool             // a batch is in flight
+	sent    int              // rows of the batch in flight
+	written int              // rows written
+	refused []int            // the lines of the rows the store refused (deadline.Store.Register), in order
+}
+
+// batchResult is what writing one batch did: the lines of the rows the store refused, or an error.
+type batchResult struct {
+	refused []int
+	err     error
 }
 
 type importRows struct {
@@ -33,7 +38,7 @@ func (r *importRows) reset() {
 }
 
 func newImportWriter(ctx context.Context, store *deadline.Store) *importWriter {
-	return &importWriter{ctx: ctx, store: store, done: make(chan error, 1), refusal: make(chan []int, 1)}
+	return &importWriter{ctx: ctx, store: store, done: make(chan batchResult, 1)}
 }
 
 // add queues the row read at line, sending the batch once it is full; the error is that of an earlier
@@ -65,8 +70,7 @@ func (w *importWriter) flush() error {
 		for k, i := range refused {
 			lines[k] = batch.lines[i]
 		}
-		w.refusal <- lines
-		w.done <- err
+		w.done <- batchResult{refused: lines, err: err}
 	}()
 	return nil
 }
@@ -85,10 +89,10 @@ func (w *importWriter) wait() error {
 		return nil
 	}
 	w.busy = false
-	refused, err := <-w.refusal, <-w.done
-	if err == nil {
-		w.written += w.sent - len(refused)
-		w.refused = append(w.refused, refused...)
+	r := <-w.done
+	if r.err == nil {
+		w.written += w.sent - len(r.refused)
+		w.refused = append(w.refused, r.refused...)
 	}
-	return err
+	return r.err
 }

@@ -172,6 +172,14 @@ type importResult struct {
 	Errors   []importError `json:"errors"`
 }
 
+// fail counts a row that failed at line, keeping the first importErrorsShown of their errors.
+func (r *importResult) fail(line int, err error) {
+	r.Failed++
+	if len(r.Errors) < importErrorsShown {
+		r.Errors = append(r.Errors, importError{Line: line, Error: err.Error()})
+	}
+}
+
 type importError struct {
 	Line  int    `json:"line"`
 	Error string `json:"error"`
@@ -212,12 +220,6 @@ func (a *api) importDevices(w http.ResponseWriter, r *http.Request) {
 	res := importResult{Errors: []importError{}}
 	writes := newImportWriter(ctx, a.Store)
 	defer writes.wait() // a batch in flight ends with the request, whatever the way out
-	fail := func(line int, err error) {
-		res.Failed++
-		if len(res.Errors) < importErrorsShown {
-			res.Errors = append(res.Errors, importError{Line: line, Error: err.Error()})
-		}
-	}
 	for {
 		if ctx.Err() != nil {
 			a.importEnded(w, ctx, res.Failed, writes)
@@ -240,7 +242,7 @@ func (a *api) importDevices(w http.ResponseWriter, r *http.Request) {
 			a.importStopped(w, long, res, writes)
 			return
 		case errors.As(err, &bad):
-			fail(line, bad.err)
+			res.fail(line, bad.err)
 			continue
 		case err != nil: // the body cannot be read on: the client went away, or its connection broke
 			a.log.Warn("import ended: its body could not be read", zap.Int("line", line), zap.Error(err))
@@ -250,7 +252,7 @@ func (a *api) importDevices(w http.ResponseWriter, r *http.Request) {
 		reg, err := a.check(row.DeviceID, row)
 		if err != nil {
 			a.countBadRow(err)
-			fail(line, err)
+			res.fail(line, err)
 			continue
 		}
 		if err := writes.add(line, row.DeviceID, reg, row.Parent); err != nil {
@@ -262,7 +264,7 @@ func (a *api) importDevices(w http.ResponseWriter, r *http.Request) {
 		a.registerFailed(w, err)
 		return
 	}
-	a.failRefused(writes, fail)
+	a.failRefused(writes, &res)
 	res.Imported = writes.written
 	a.log.Info("devices imported", zap.Int("imported", res.Imported), zap.Int("failed", res.Failed))
 	writeJSON(w, http.StatusOK, res)
@@ -282,10 +284,10 @@ func (a *api) registerFailed(w http.ResponseWriter, err error) {
 
 // failRefused reports the rows the store refused because their own timeout needed a type index and none
 // was left: each a failed row, counted as types_full, the rows around it written.
-func (a *api) failRefused(writes *importWriter, fail func(line int, err error)) {
+func (a *api) failRefused(writes *importWriter, res *importResult) {
 	for _, line := range writes.refused {
 		a.badInput.WithLabelValues(badTypesFull).Inc()
-		fail(line, fmt.Errorf("%w; register it with a timeout already in use, or delete own timeouts no longer needed", deadline.ErrTypesFull))
+		res.fail(line, fmt.Errorf("%w; register it with a timeout already in use, or delete own timeouts no longer needed", deadline.ErrTypesFull))
 	}
 	writes.refused = nil
 }
@@ -297,12 +299,7 @@ func (a *api) importStopped(w http.ResponseWriter, long *lineTooLongError, res i
 		a.registerFailed(w, err)
 		return
 	}
-	a.failRefused(writes, func(line int, err error) {
-		res.Failed++
-		if len(res.Errors) < importErrorsShown {
-			res.Errors = append(res.Errors, importError{Line: line, Error: err.Error()})
-		}
-	})
+	a.failRefused(writes, &res)
 	res.Imported = writes.written
 	a.badInput.WithLabelValues(badImport).Inc()
 	a.log.Info("import stopped at a line too long", zap.Int("line", long.line), zap.Int("imported", res.Imported),
