@@ -63,14 +63,14 @@ func (i OpenIncident) Deadline() time.Time {
 // returned at least once, and a page may hold none while the scan goes on. It never blocks Redis for
 // longer than one page.
 func (s *Store) ScanOpenIncidents(ctx context.Context, slot int, cursor uint64, count int) ([]OpenIncident, uint64, error) {
-	kv, next, err := s.rdb.HScan(ctx, s.keys.state(slot), cursor, "", int64(count)).Result()
-	if err != nil {
+	pipe := s.rdb.Pipeline()
+	page := pipe.HScan(ctx, s.keys.state(slot), cursor, "", int64(count))
+	records := pipe.HVals(ctx, s.keys.inFlight(slot))
+	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, 0, fmt.Errorf("deadline: scan the incidents of slot %d: %w", slot, err)
 	}
-	committed, err := s.committedInFlight(ctx, slot, kv)
-	if err != nil {
-		return nil, 0, err
-	}
+	kv, next := page.Val()
+	committed := committedInFlight(records.Val())
 	var out []OpenIncident
 	for i := 0; i+1 < len(kv); i += 2 {
 		if kv[i] == stateGuardField || committed[kv[i]] == kv[i+1] {
@@ -91,19 +91,11 @@ func (s *Store) ScanOpenIncidents(ctx context.Context, slot int, cursor uint64, 
 	return out, next, nil
 }
 
-// committedInFlight reads, when the page kv (HSCAN pairs of the state hash) holds any, the claims that
-// slot's in-flight records hold as committed, device → committed state: such an incident's interruption
-// is stored ahead of its publication (doc.go: commit), so it is not reported yet, and a reader that took
-// it for reported would act before the alarm loop has judged it (its outage, its parent). The records
-// are few and short-lived; the read is skipped while there are none.
-func (s *Store) committedInFlight(ctx context.Context, slot int, kv []string) (map[string]string, error) {
-	if len(kv) == 0 {
-		return nil, nil
-	}
-	records, err := s.rdb.HVals(ctx, s.keys.inFlight(slot)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("deadline: scan the incidents of slot %d: in-flight records: %w", slot, err)
-	}
+// committedInFlight is what slot's in-flight records (their packed lists) hold as committed, device →
+// committed state: such an incident's interruption is stored ahead of its publication (doc.go: commit),
+// so it is not reported yet, and a reader that took it for reported would act before the alarm loop has
+// judged it (its outage, its parent). The records are few and short-lived.
+func committedInFlight(records []string) map[string]string {
 	var committed map[string]string
 	for _, packed := range records {
 		items := strings.Split(packed, packSep)
@@ -114,7 +106,7 @@ func (s *Store) committedInFlight(ctx context.Context, slot int, kv []string) (m
 			committed[items[j]] = items[j+1]
 		}
 	}
-	return committed, nil
+	return committed
 }
 
 // attachIncidentCauses gives each of one slot's incidents the cause stored for it, in one round trip.
