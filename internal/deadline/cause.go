@@ -179,25 +179,12 @@ func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, er
 	table, _ := s.untypedTable()
 	timeouts := table.render(millis)
 	slots := s.Slots()
-	_, cluster := s.rdb.(*redis.ClusterClient)
-	callOf := map[int]int{}  // slot → call index
-	groupOf := map[int]int{} // slot → key sextuple number within its call
-	var calls []scriptCall
-	var order [][]int // per call: the marks' indexes in its sextuples' order
+	calls := s.newSlotCalls(func(slot int) []string {
+		return []string{s.keys.Deadlines(slot), s.keys.state(slot), s.keys.causes(slot), s.keys.seen(slot),
+			s.keys.reported(slot), s.keys.alarms(slot)}
+	}, timeouts)
+	var order [][]int // per call: the marks' indexes in its order
 	for i, mk := range marks {
-		slot := Slot(mk.Device, slots)
-		ci, ok := callOf[slot]
-		if !ok {
-			if cluster || len(calls) == 0 {
-				calls = append(calls, scriptCall{Args: []any{timeouts}})
-				order = append(order, nil)
-			}
-			ci = len(calls) - 1
-			callOf[slot] = ci
-			calls[ci].Keys = append(calls[ci].Keys, s.keys.Deadlines(slot), s.keys.state(slot), s.keys.causes(slot), s.keys.seen(slot),
-				s.keys.reported(slot), s.keys.alarms(slot))
-			groupOf[slot] = len(calls[ci].Keys) / 6
-		}
 		own := -1
 		if mk.Own {
 			t, err := s.ownTypeIndex(ctx, mk)
@@ -206,10 +193,13 @@ func (s *Store) MarkEarlier(ctx context.Context, marks []Mark) ([]MarkResult, er
 			}
 			own = t
 		}
-		calls[ci].Args = append(calls[ci].Args, groupOf[slot], mk.Device, mk.At.UnixMilli(), mk.Deadline.UnixMilli(), own, mk.Cause+causeSep+mk.Reason)
+		ci := calls.add(Slot(mk.Device, slots), mk.Device, mk.At.UnixMilli(), mk.Deadline.UnixMilli(), own, mk.Cause+causeSep+mk.Reason)
+		if ci == len(order) {
+			order = append(order, nil)
+		}
 		order[ci] = append(order[ci], i)
 	}
-	cmds, err := s.runAll(ctx, markEarlierScript, calls)
+	cmds, err := s.runAll(ctx, markEarlierScript, calls.calls)
 	if err != nil {
 		return nil, fmt.Errorf("deadline: mark earlier: %w", err)
 	}

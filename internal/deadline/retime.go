@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // luaRetime defines the Lua side of a score whose type index changes (internal/typeindex, names.go):
@@ -75,24 +73,12 @@ func (s *Store) retimeCalls(ctx context.Context, retimed []retimedSignal, now in
 	if len(retimed) == 0 {
 		return nil
 	}
-	_, cluster := s.rdb.(*redis.ClusterClient)
 	leads := s.identityLeads(ctx).render(millis)
-	var calls []scriptCall
-	callOf, pairOf := map[int]int{}, map[int]int{} // slot → call index, key pair number within it
+	calls := s.newSlotCalls(func(slot int) []string { return []string{s.keys.Deadlines(slot), s.keys.alarms(slot)} }, now, leads)
 	for _, r := range retimed {
-		ci, ok := callOf[r.slot]
-		if !ok {
-			if cluster || len(calls) == 0 {
-				calls = append(calls, scriptCall{Args: []any{now, leads}})
-			}
-			ci = len(calls) - 1
-			callOf[r.slot] = ci
-			calls[ci].Keys = append(calls[ci].Keys, s.keys.Deadlines(r.slot), s.keys.alarms(r.slot))
-			pairOf[r.slot] = len(calls[ci].Keys) / 2
-		}
-		calls[ci].Args = append(calls[ci].Args, pairOf[r.slot], r.device, r.score, r.seen)
+		calls.add(r.slot, r.device, r.score, r.seen)
 	}
-	return calls
+	return calls.calls
 }
 
 // untypedTables are the refresh script's tables besides the timeouts: the index each type index is

@@ -436,7 +436,6 @@ func (s *Store) untypedCalls(ctx context.Context, signals []Signal, now int64) (
 	if len(signals) == 0 {
 		return nil, nil
 	}
-	_, cluster := s.rdb.(*redis.ClusterClient)
 	table, expectedNames := s.untypedTable()
 	timeouts := table.render(millis)
 	currents, leads, err := s.untypedTables(ctx)
@@ -444,24 +443,13 @@ func (s *Store) untypedCalls(ctx context.Context, signals []Signal, now int64) (
 		return nil, err
 	}
 	slots := s.Slots()
-	var calls []scriptCall
-	callOf := map[int]int{} // slot → call index
-	quadOf := map[int]int{} // slot → key quad number within its call
+	calls := s.newSlotCalls(func(slot int) []string {
+		return []string{s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.seen(slot)}
+	}, now, timeouts, currents, leads)
 	for _, sig := range signals {
-		slot := Slot(sig.Device, slots)
-		ci, ok := callOf[slot]
-		if !ok {
-			if cluster || len(calls) == 0 {
-				calls = append(calls, scriptCall{Args: []any{now, timeouts, currents, leads}})
-			}
-			ci = len(calls) - 1
-			callOf[slot] = ci
-			calls[ci].Keys = append(calls[ci].Keys, s.keys.Deadlines(slot), s.keys.alarms(slot), s.keys.state(slot), s.keys.seen(slot))
-			quadOf[slot] = len(calls[ci].Keys) / 4
-		}
-		calls[ci].Args = append(calls[ci].Args, quadOf[slot], sig.Device, sig.Seen.UnixMilli(), s.untypedType(expectedNames, sig.Seen))
+		calls.add(Slot(sig.Device, slots), sig.Device, sig.Seen.UnixMilli(), s.untypedType(expectedNames, sig.Seen))
 	}
-	return calls, nil
+	return calls.calls, nil
 }
 
 // scriptCall is one call of a script run by runAll or runScripts (internal/redisutil).
