@@ -338,11 +338,11 @@ func (a *api) view(d deadline.Device) DeviceView {
 		a.viewDeadline(&v, d, dl)
 	}
 	a.viewSchedules(&v, d)
-	if d.Cause != nil && !d.Cause.LastSeen.IsZero() {
+	if ls := d.LastSeen(); !ls.IsZero() {
 		// A deadline moved by a reported failure or an offline message is not the last signal + timeout:
 		// the device last spoke when the cause says (the failure itself, or its last signal before the
 		// broker's word), as its events say.
-		v.LastSeen = ptr(d.Cause.LastSeen)
+		v.LastSeen = ptr(ls)
 	}
 	if a.Silences != nil {
 		v.SilencedUntil = ptr(a.Silences.SilencedUntil(d.ID, d.Type, a.Now()))

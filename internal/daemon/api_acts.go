@@ -62,7 +62,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if before.Incident != nil {
-		a.Events.Publish(r.Context(), alarm.AckedEvent(id, before.Type, *before.Incident, a.policy(before), before.LastSignal, act, a.Now()))
+		a.Events.Publish(r.Context(), alarm.AckedEvent(id, before.Type, *before.Incident, a.policy(before), before.LastSeen(), act, a.Now()))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"device_id": id, "acked": true})
 }
@@ -95,8 +95,8 @@ func (a *api) deleteDevice(w http.ResponseWriter, r *http.Request) {
 	var dl, lastSeen time.Time
 	if stored.Deadline > 0 {
 		dl, lastSeen = alarm.EventTimes(stored, a.policy(d))
-		if !d.LastSignal.IsZero() {
-			lastSeen = d.LastSignal // written under an earlier timeout: the policy cannot tell it
+		if ls := d.LastSeen(); !ls.IsZero() {
+			lastSeen = ls // a moved deadline, or one written under an earlier timeout: the policy cannot tell it
 		}
 	}
 	a.Events.Publish(r.Context(), alarm.DeletedEvent(id, d.Type, dl, dl.Sub(lastSeen), act, a.Now()))

@@ -44,6 +44,16 @@ type Device struct {
 // Online reports whether the device has no open incident and a deadline.
 func (d Device) Online() bool { return d.Incident == nil && !d.Deadline.IsZero() }
 
+// LastSeen is the device's last signal as its events tell it: the cause's when a reported failure or an
+// offline message moved its deadline (docs/signals.md), else LastSignal. Zero: the deadline − its
+// timeout, which only the caller's policy can tell.
+func (d Device) LastSeen() time.Time {
+	if d.Cause != nil && !d.Cause.LastSeen.IsZero() {
+		return d.Cause.LastSeen
+	}
+	return d.LastSignal
+}
+
 func scoreDeadline(score float64) (time.Time, int) {
 	dl := math.Floor(score / MaxTypes)
 	return time.UnixMilli(int64(dl)), int(score - dl*MaxTypes)
