@@ -13,7 +13,7 @@ type Incident struct {
 	// ID is the id of the event that opened it; Opened that event's deadline.
 	ID     string     `json:"id"`
 	Opened time.Time  `json:"opened"`
-	Closed *time.Time `json:"closed"` // the recovering signal's time, or the deletion's; null while open
+	Closed *time.Time `json:"closed"` // the recovering signal's time; null while open
 	// DownMs is its downtime: from its first interrupted or suppressed to its close, or to now while
 	// open; 0 for an incident that was only late.
 	DownMs    int64        `json:"down_ms"`
