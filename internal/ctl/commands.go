@@ -19,7 +19,7 @@ func devicesLs(inv *invocation, args []string) error {
 	fs.StringVar(&o.Type, "type", "", "device type")
 	fs.StringVar(&o.Label, "label", "", "a registered label, name=value")
 	fs.StringVar(&o.Cursor, "cursor", "", "the next page's cursor")
-	fs.IntVar(&o.Limit, "limit", 100, "devices per page, 1 to 10000")
+	fs.IntVar(&o.Limit, "limit", 100, "devices per page, 1 to 10000: a target, a page may hold more")
 	if _, err := inv.args(fs, args, 0, "no arguments"); err != nil {
 		return err
 	}
