@@ -13,13 +13,8 @@ import (
 // type name of its own, "<type>@<timeout>" (typeindex.OwnTypeName), so that its score's type index says
 // which timeout its deadline was set with. That name never leaves the store: claims, devices and
 // incidents carry the configured type and the own timeout apart, and the policy callbacks (Options) are
-// asked about configured types only.
-
-// The policy of a recorded type name: its configured type's, under config.Policy.WithOwnTimeout's rule
-// for a device's own timeout (the one statement of it, which internal/alarm decides with too).
-
-// A configured type's name (every signal's but a registered device's) skips building a policy: it
-// asks the callback alone.
+// asked about configured types only. A recorded name's policy is its configured type's under
+// config.Policy.WithOwnTimeout, the one statement of that rule, which internal/alarm decides with too.
 
 func (s *Store) timeout(name string) time.Duration {
 	typ, own := typeindex.SplitOwnType(name)
@@ -69,14 +64,7 @@ func (s *Store) claimTypeOf(ctx context.Context, idx int) (typ string, own time.
 }
 
 // recordedType is the name the claim's device is recorded under.
-func (c Claim) recordedType() string { return recordedName(c.Type, c.OwnTimeout) }
+func (c Claim) recordedType() string { return typeindex.OwnTypeName(c.Type, c.OwnTimeout) }
 
 // recordedType is the name the device is recorded under.
-func (d Device) recordedType() string { return recordedName(d.Type, d.OwnTimeout) }
-
-func recordedName(typ string, own time.Duration) string {
-	if own > 0 {
-		return typeindex.OwnTypeName(typ, own)
-	}
-	return typ
-}
+func (d Device) recordedType() string { return typeindex.OwnTypeName(d.Type, d.OwnTimeout) }

@@ -76,10 +76,7 @@ func (s *Store) Register(ctx context.Context, devices []string, regs []Registrat
 	var links []parents.Write
 	for i, dev := range devices {
 		reg := regs[i]
-		name := reg.Type
-		if reg.TimeoutMs > 0 {
-			name = typeindex.OwnTypeName(reg.Type, time.Duration(reg.TimeoutMs)*time.Millisecond)
-		}
+		name := typeindex.OwnTypeName(reg.Type, time.Duration(reg.TimeoutMs)*time.Millisecond)
 		idx, err := s.typeIndexFor(ctx, name, reg.TimeoutMs > 0)
 		if errors.Is(err, ErrTypesFull) {
 			refused = append(refused, i)

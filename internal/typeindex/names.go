@@ -69,8 +69,12 @@ func IdentityLead(full string) (name string, lead time.Duration, known bool) {
 // Configured type names cannot hold the mark (ident.TypeProblem).
 const ownTypeSep = ident.OwnTimeoutMark
 
-// OwnTypeName is the name a device with its own timeout is recorded under.
+// OwnTypeName is the name a device with its own timeout is recorded under; typ itself for a timeout of 0,
+// the type's own.
 func OwnTypeName(typ string, timeout time.Duration) string {
+	if timeout <= 0 {
+		return typ
+	}
 	if typ == "" {
 		typ = DefaultType
 	}
