@@ -20,6 +20,10 @@ type Options struct {
 	OnError func(err error, failures int, retryIn time.Duration)
 	// OnRecover is told when fn succeeds after failures. nil = ignore.
 	OnRecover func(failures int)
+	// Sooner, when set, is asked after each successful run how long until the next must start at the
+	// latest: fn knows of a moment before the next Interval (a peer's lease running out). 0 or less: the
+	// Interval alone.
+	Sooner func() time.Duration
 }
 
 // Every runs fn every o.Interval until ctx is done, backing off with jitter while it fails; it returns
@@ -61,6 +65,11 @@ func Every(ctx context.Context, o Options, fn func(context.Context) error) {
 			b.Reset()
 			// Start to start, like a ticker: a slow run does not stretch the period (lease renewals).
 			wait = max(o.Interval-time.Since(start), 0)
+			if o.Sooner != nil {
+				if d := o.Sooner(); d > 0 && d < wait {
+					wait = d
+				}
+			}
 		}
 		timer.Reset(wait)
 	}

@@ -23,18 +23,36 @@ func New(rdb redis.UniversalClient, prefix string) *Set {
 	return &Set{rdb: rdb, keys: newKeyspace(prefix)}
 }
 
+// Live is the replica set as one replica's heartbeat found it.
+type Live struct {
+	// Replicas are the live replicas' ids, in order.
+	Replicas []string
+	// NextLapse is when the first other replica drops out unless it beats again (its last mark plus
+	// aliveFor), so ownership can look again right then rather than at its next heartbeat; zero when no
+	// other replica is live.
+	NextLapse time.Time
+}
+
 // Join marks replica alive at now in the replica set, drops the replicas silent for aliveFor,
 // and returns the live ones: one round trip.
-func (s *Set) Join(ctx context.Context, replica string, now time.Time, aliveFor time.Duration) ([]string, error) {
+func (s *Set) Join(ctx context.Context, replica string, now time.Time, aliveFor time.Duration) (Live, error) {
 	ms := now.UnixMilli()
 	pipe := s.rdb.Pipeline()
 	pipe.ZAdd(ctx, s.keys.replicas(), redis.Z{Score: float64(ms), Member: replica})
 	pipe.ZRemRangeByScore(ctx, s.keys.replicas(), "-inf", strconv.FormatInt(ms-aliveFor.Milliseconds(), 10))
-	live := pipe.ZRange(ctx, s.keys.replicas(), 0, -1)
+	marks := pipe.ZRangeWithScores(ctx, s.keys.replicas(), 0, -1)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("replicaset: ownership heartbeat: %w", err)
+		return Live{}, fmt.Errorf("replicaset: ownership heartbeat: %w", err)
 	}
-	return live.Val(), nil
+	var live Live
+	for _, m := range marks.Val() {
+		id, _ := m.Member.(string)
+		live.Replicas = append(live.Replicas, id)
+		if lapse := time.UnixMilli(int64(m.Score)).Add(aliveFor); id != replica && (live.NextLapse.IsZero() || lapse.Before(live.NextLapse)) {
+			live.NextLapse = lapse
+		}
+	}
+	return live, nil
 }
 
 // Leave takes replica out of the replica set, so the others take its slots at their next

@@ -59,7 +59,7 @@ type OwnershipOptions struct {
 	// Heartbeat is how often the replica announces itself and renews its leases (cluster.replica_heartbeat).
 	Heartbeat time.Duration
 	// SlotLease is how long a lease outlives its last renewal, and how long a silent replica counts as
-	// alive (cluster.slot_lease): a dead replica's slots move within SlotLease + Heartbeat.
+	// alive (cluster.slot_lease): a dead replica's slots move within SlotLease of its last heartbeat.
 	SlotLease time.Duration
 	// RetireAfter is how long a slot doubling settles before the old layout is retired: the longest
 	// timeout plus the longest repeat cycle, so every old entry has come due by then.
@@ -87,8 +87,17 @@ type Ownership struct {
 	renewed time.Time // last successful renewal
 	changed chan struct{}
 
-	lostSeen int64 // the store's data losses already logged; tick's alone
+	lostSeen int64         // the store's data losses already logged; tick's alone
+	soon     time.Duration // how soon the next tick must come, 0 = a heartbeat; tick's alone (loop.Options.Sooner)
 }
+
+// lapseSlack is how long after a peer's alive mark lapses ownership looks again: the peer renewed its
+// slot leases just after its mark, so they run out a moment later.
+const lapseSlack = 50 * time.Millisecond
+
+// retakeWait is how soon ownership asks again for slots it should hold but found leased: a dead peer's
+// lease about to run out, or a live one's it gives up at its own next heartbeat.
+const retakeWait = 200 * time.Millisecond
 
 // NewOwnership returns the ownership of store's slots for one replica; Run maintains it.
 func NewOwnership(store *deadline.Store, opts OwnershipOptions) *Ownership {
@@ -130,13 +139,15 @@ func (o *Ownership) Run(ctx context.Context) error {
 				o.log.Error("slot ownership renewal failed; keeping leases until they lapse", zap.Error(err))
 			}
 		},
-		OnRecover: func(int) { o.log.Info("slot ownership renewal works again") }},
+		OnRecover: func(int) { o.log.Info("slot ownership renewal works again") },
+		Sooner:    func() time.Duration { return o.soon }},
 		o.tick)
 	o.release()
 	return nil
 }
 
 func (o *Ownership) tick(ctx context.Context) error {
+	o.soon = 0
 	if o.opts.Eligible != nil && !o.opts.Eligible() {
 		had := len(o.Slots())
 		o.release()
@@ -175,7 +186,11 @@ func (o *Ownership) tick(ctx context.Context) error {
 		o.lapse()
 		return err
 	}
-	want := assign(o.opts.ReplicaID, live, o.store.Slots())
+	if !live.NextLapse.IsZero() {
+		// A dead peer's slots are taken when its mark lapses, not up to a heartbeat later.
+		o.soon = max(live.NextLapse.Sub(o.opts.Now()), 0) + lapseSlack
+	}
+	want := assign(o.opts.ReplicaID, live.Replicas, o.store.Slots())
 	var gone []int
 	for _, s := range o.Slots() {
 		if !slices.Contains(want, s) {
@@ -196,6 +211,9 @@ func (o *Ownership) tick(ctx context.Context) error {
 		if mine[i] {
 			held = append(held, s)
 		}
+	}
+	if len(held) < len(want) && (o.soon == 0 || o.soon > retakeWait) {
+		o.soon = retakeWait
 	}
 	o.setHeld(held)
 	return nil

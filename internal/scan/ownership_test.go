@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heartbeatd/heartbeatd/internal/config"
@@ -154,3 +155,31 @@ func TestOwnershipStepsAsideWhenNotEligible(t *testing.T) {
 // ownerKey is slot's lease key as internal/replicaset writes it (its keys.go), for a lease a replica
 // that died left behind.
 func ownerKey(slot int) string { return fmt.Sprintf("%s:owner:{%d}", config.DefaultKeyPrefix, slot) }
+
+// TestOwnershipTakesADeadReplicasSlotsWhenItsMarkLapses: a replica that died (its alive mark and slot
+// leases left behind, renewed no more) loses its slots the moment its mark lapses, not at the survivor's
+// next heartbeat, so a takeover takes one slot lease however long the heartbeat is.
+func TestOwnershipTakesADeadReplicasSlotsWhenItsMarkLapses(t *testing.T) {
+	eachFixture(t, 16, func(t *testing.T, f fixture) {
+		ctx, cancel := context.WithCancel(context.Background())
+		// A lease must outlive its renewal (NewOwnership): the survivor's heartbeats come at 0, 3 and 6 s.
+		const heartbeat, lease = 3 * time.Second, 3500 * time.Millisecond
+		died := time.Now()
+		require.NoError(t, f.RDB.ZAdd(ctx, config.DefaultKeyPrefix+":replicas", redis.Z{Score: float64(died.UnixMilli()), Member: "ghost"}).Err())
+		ghosts := scan.Assign("ghost", []string{"a", "ghost"}, 16)
+		require.NotEmpty(t, ghosts)
+		for _, s := range ghosts {
+			require.NoError(t, f.RDB.Set(ctx, ownerKey(s), "ghost", lease).Err())
+		}
+		a := scan.NewOwnership(f.Store, scan.OwnershipOptions{ReplicaID: "a", Heartbeat: heartbeat, SlotLease: lease})
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = a.Run(ctx) })
+		defer func() { cancel(); wg.Wait() }()
+
+		require.Eventually(t, func() bool { return len(a.Slots()) >= 16-len(ghosts) }, 5*time.Second, 10*time.Millisecond,
+			"a holds its own share")
+		require.Eventually(t, func() bool { return len(a.Slots()) == 16 }, time.Until(died.Add(2*heartbeat-time.Second)), 10*time.Millisecond,
+			"the ghost's slots are a's once its mark lapses (3.5 s), not at a's heartbeat after that (6 s)")
+		t.Logf("taken over %v after the ghost's last mark (lease %v, heartbeat %v)", time.Since(died).Round(time.Millisecond), lease, heartbeat)
+	})
+}
