@@ -89,15 +89,20 @@ type Ownership struct {
 
 	lostSeen int64         // the store's data losses already logged; tick's alone
 	soon     time.Duration // how soon the next tick must come, 0 = a heartbeat; tick's alone (loop.Options.Sooner)
+	retakes  int           // ticks in a row that came retakeWait early for a leased slot; tick's alone
 }
 
 // lapseSlack is how long after a peer's alive mark lapses ownership looks again: the peer renewed its
 // slot leases just after its mark, so they run out a moment later.
 const lapseSlack = 50 * time.Millisecond
 
-// retakeWait is how soon ownership asks again for slots it should hold but found leased: a dead peer's
-// lease about to run out, or a live one's it gives up at its own next heartbeat.
-const retakeWait = 200 * time.Millisecond
+// retakeWait is how soon ownership asks again for slots it should hold but found leased (a dead peer's
+// lease about to run out, or a live one's it gives up at its own next heartbeat), at most maxRetakes
+// times in a row: replicas that disagree on a slot for long (a rolling upgrade) cost a heartbeat's load.
+const (
+	retakeWait = 200 * time.Millisecond
+	maxRetakes = 5
+)
 
 // NewOwnership returns the ownership of store's slots for one replica; Run maintains it.
 func NewOwnership(store *deadline.Store, opts OwnershipOptions) *Ownership {
@@ -212,7 +217,11 @@ func (o *Ownership) tick(ctx context.Context) error {
 			held = append(held, s)
 		}
 	}
-	if len(held) < len(want) && (o.soon == 0 || o.soon > retakeWait) {
+	switch {
+	case len(held) == len(want):
+		o.retakes = 0
+	case o.retakes < maxRetakes && (o.soon == 0 || o.soon > retakeWait):
+		o.retakes++
 		o.soon = retakeWait
 	}
 	o.setHeld(held)
