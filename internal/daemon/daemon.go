@@ -56,7 +56,7 @@ type Options struct {
 }
 
 // CheckConfig loads and validates the file as `run` would and returns the resolved policy table, then
-// the insecure settings `run` would warn about.
+// the insecure settings and deprecated keys `run` would warn about.
 func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 	cfg, err := config.LoadEnv(path, env)
 	if err != nil {
@@ -68,7 +68,8 @@ func CheckConfig(path string, env func(string) (string, bool)) (string, error) {
 	}
 	out := cfg.PolicyTable() + "\n" + cfg.CorrelationTable() + cfg.PresenceTable() + scheduleTable(cfg) + "\n" + cfg.AccessTable() +
 		"\n" + notifyTable
-	for i, w := range cfg.Warnings() {
+	// Deprecations too: check-config is where an upgrade is checked, before `run` logs them.
+	for i, w := range append(cfg.Warnings(), cfg.Deprecations()...) {
 		if i == 0 {
 			out += "\n"
 		}

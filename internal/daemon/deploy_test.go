@@ -135,6 +135,20 @@ func TestCheckConfigWarns(t *testing.T) {
 	require.NotContains(t, out, "warning")
 }
 
+// TestCheckConfigNamesDeprecatedKeys: a key still read under its old name is shown by check-config, the
+// command an upgrade is checked with (docs/operations.md#upgrades), not only logged by `run`.
+func TestCheckConfigNamesDeprecatedKeys(t *testing.T) {
+	ref, err := os.ReadFile(filepath.Join("..", "..", "configs", "heartbeatd.yaml"))
+	require.NoError(t, err)
+	require.Contains(t, string(ref), "\ndetection:\n")
+	path := filepath.Join(t.TempDir(), "heartbeatd.yaml")
+	old := strings.Replace(string(ref), "\ndetection:\n", "\ndetection:\n  lag_threshold: 2s\n", 1)
+	require.NoError(t, os.WriteFile(path, []byte(old), 0o600))
+	out, err := CheckConfig(path, nil)
+	require.NoError(t, err)
+	require.Contains(t, out, "\nwarning: detection.lag_threshold: deprecated name of ingest.max_lag (now 2s): write ingest.max_lag instead")
+}
+
 // initSecrets runs deploy/secrets/init.sh on a copy in dir and checks what it made: random hex secrets,
 // readable by the containers' users, kept on a second run.
 func initSecrets(t *testing.T, dir string) map[string]string {
