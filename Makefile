@@ -42,10 +42,15 @@ deps: ## install the servers and tools the tests start (apt-get) when they are m
 # suite runs after the rest, alone.
 SOLO := ./test/scaleout/...
 
+# The chaos suite alone runs for about ten minutes, go test's default limit for a package: on a slower
+# or busier machine it would be killed while passing.
+TEST_TIMEOUT := 25m
+
 test: deps ## race-enabled tests, then every benchmark once so they keep working (PKG=./internal/x/... to narrow)
 	@if [ "$(PKG)" = "./..." ]; then \
-		$(GO) test -race $$($(GO) list ./... | grep -v '/test/scaleout') && $(GO) test -race $(SOLO); \
-	else $(GO) test -race $(PKG); fi
+		$(GO) test -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/test/scaleout') && \
+		$(GO) test -race -timeout $(TEST_TIMEOUT) $(SOLO); \
+	else $(GO) test -race -timeout $(TEST_TIMEOUT) $(PKG); fi
 	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKG)
 
 bench: ## the hbbench load benchmark (see cmd/hbbench)
