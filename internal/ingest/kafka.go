@@ -129,7 +129,7 @@ func NewKafkaSource(opts KafkaOptions) (*KafkaSource, error) {
 		transport: &kafka.Transport{DialTimeout: opts.DialTimeout, ClientID: "heartbeatd", TLS: opts.TLS, SASL: opts.SASL,
 			MetadataTopics: opts.Topics},
 		watch: newGroupWatch(opts.Now),
-		align: newAligner(alignMaxWait, alignStall),
+		align: newSourceAligner(),
 	}
 	s.client = &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Timeout: opts.DialTimeout, Transport: s.transport}
 	s.offsets.onAck = s.health.done
