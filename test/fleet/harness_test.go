@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,8 +56,27 @@ func (e *env) checkIncidents() {
 	}
 	e.t.Logf("fleet: %s %s", e.t.Name(), r.Summary())
 	if len(r.Violations) > 0 {
-		e.t.Errorf("incident invariants broken:\n%s", r.Details(20))
+		e.t.Errorf("incident invariants broken:\n%s\n%s", r.Details(20), e.explain(r.Violations))
 	}
+}
+
+// explain is what a broken invariant needs read next: each running replica's view of the first three
+// devices in question (GET /v1/devices/{id}) and its log's tail.
+func (e *env) explain(vs []invariant.Violation) string {
+	var b strings.Builder
+	for i, h := range e.replicas {
+		if h.Exited() {
+			continue
+		}
+		fmt.Fprintf(&b, "replica r%d:\n", i+1)
+		for _, v := range vs[:min(3, len(vs))] {
+			code, body, err := h.Get("/v1/devices/" + url.PathEscape(v.Device))
+			fmt.Fprintf(&b, "  GET /v1/devices/%s: %d %s %v\n", v.Device, code, body, err)
+		}
+		b.WriteString(h.LogTail())
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // typeTimeouts reads each type's timeout from a test's config sections, for the incident checker.
