@@ -91,6 +91,18 @@ func declared(d ast.Decl) map[string]ast.Node {
 func goPackages(t *testing.T) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
+	for _, p := range goFiles(t) {
+		if !strings.HasSuffix(p, "_test.go") {
+			out[filepath.Dir(p)] = append(out[filepath.Dir(p)], p)
+		}
+	}
+	return out
+}
+
+// goFiles is every .go file of the repository, tests included, outside hidden and testdata directories.
+func goFiles(t *testing.T) []string {
+	t.Helper()
+	var out []string
 	err := filepath.WalkDir(repoRoot, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -98,8 +110,8 @@ func goPackages(t *testing.T) map[string][]string {
 		if e.IsDir() && (strings.HasPrefix(e.Name(), ".") || e.Name() == "testdata") && p != repoRoot {
 			return filepath.SkipDir
 		}
-		if !e.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
-			out[filepath.Dir(p)] = append(out[filepath.Dir(p)], p)
+		if !e.IsDir() && strings.HasSuffix(p, ".go") {
+			out = append(out, p)
 		}
 		return nil
 	})

@@ -275,7 +275,7 @@ func (s *fullSilences) Create(ctx context.Context, sl silence.Silence) (silence.
 // 404 and 405 of the router, 503 with Redis gone — is one the document gives, valid against its
 // schema. Every response the document gives is seen at least once.
 func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
-	const token, scopedViewer, scopedSignaller = "s3cret", "viewer-s3cret", "meters-s3cret"
+	const token, scopedViewer, scopedSignaller, scopedOperator = "s3cret", "viewer-s3cret", "meters-s3cret", "site-ops-s3cret"
 	d := loadOpenAPI(t)
 	f := newAPIFixture(t, token)
 	ctx := context.Background()
@@ -308,7 +308,9 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		MaxImportBytes: 4096, Stream: newEventStream(StreamOptions{MaxClients: 1}),
 		Tokens: []config.AccessToken{{Name: "viewer", Role: config.RoleRead, Scope: config.Scope{Label: "site", Value: "x"},
 			Digest: sha256.Sum256([]byte(scopedViewer))},
-			{Name: "meters", Role: config.RoleSignal, Scope: config.Scope{Type: "meter"}, Digest: sha256.Sum256([]byte(scopedSignaller))}},
+			{Name: "meters", Role: config.RoleSignal, Scope: config.Scope{Type: "meter"}, Digest: sha256.Sum256([]byte(scopedSignaller))},
+			{Name: "site-ops", Role: config.RoleOperate, Scope: config.Scope{Label: "site", Value: "x"},
+				Digest: sha256.Sum256([]byte(scopedOperator))}},
 		Signals: runChain(t, f.store, nil), SignalWait: 300 * time.Millisecond,
 		Outages: correlate.New(correlate.Options{Client: f.rdb, Store: f.store,
 			Correlation: config.Correlation{By: []string{"device_type"}, MinDevices: 2, Window: time.Second}}),
@@ -384,6 +386,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("GET /v1/availability", "/v1/availability?window=24h&group_by=device_type", token, "", http.StatusOK)
 	require.Contains(t, string(do("GET /v1/stats", "/v1/stats?group_by=device_type", token, "", http.StatusOK)), `"by_group":{"group_by":"device_type","interrupted":{"default":1}}`)
 	do("GET /v1/stats", "/v1/stats?group_by=label.site", scopedViewer, "", http.StatusOK)
+	do("GET /v1/stats", "/v1/stats?group_by=colour", token, "", http.StatusBadRequest)
+	do("GET /v1/devices/{id}/events", "/v1/devices/dev-1/events", scopedViewer, "", http.StatusNotFound)
 	do("GET /v1/availability", "/v1/availability", scopedViewer, "", http.StatusOK)
 	do("GET /v1/availability", "/v1/availability?group_by=label.room", token, "", http.StatusBadRequest)
 	outage := correlate.Outage{ID: "outage:device_type:gateway/1795340000000", Group: event.Group{By: "device_type", Value: "gateway"},
@@ -408,6 +412,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("POST /v1/silences", "/v1/silences", token, `{"device_type":"gateway","for":"2h","comment":"firmware roll-out"}`, http.StatusCreated)
 	until := f.now.Add(time.Hour).UTC().Format(time.RFC3339)
 	created := do("POST /v1/silences", "/v1/silences", token, `{"device_id":"gw-1","until":"`+until+`"}`, http.StatusCreated)
+	do("POST /v1/silences", "/v1/silences", scopedOperator, `{"device_id":"gw-1","for":"1h"}`, http.StatusNotFound)
 	do("GET /v1/devices/{id}", "/v1/devices/gw-1", token, "", http.StatusOK) // silenced_until set
 	for _, bad := range []string{`{"for":"2h"}`, `{"device_id":"a","for":"soon"}`, `{"device_id":"a","for":"1h","colour":"red"}`, `not json`} {
 		do("POST /v1/silences", "/v1/silences", token, bad, http.StatusBadRequest)
@@ -545,6 +550,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do("GET /v1/stats", "/v1/stats", token, "", http.StatusServiceUnavailable)
 	do("GET /v1/outages", "/v1/outages", token, "", http.StatusServiceUnavailable)
 	do("GET /v1/devices/{id}/incidents", "/v1/devices/dev-1/incidents", token, "", http.StatusServiceUnavailable)
+	do("GET /v1/devices/{id}/events", "/v1/devices/dev-1/events", scopedViewer, "", http.StatusServiceUnavailable)
 	do("GET /v1/availability", "/v1/availability", token, "", http.StatusServiceUnavailable)
 	do("PUT /v1/devices/{id}", "/v1/devices/dev-1", token, `{}`, http.StatusServiceUnavailable)
 	importAs("text/csv", "device_id\nm-4\n", http.StatusServiceUnavailable)
