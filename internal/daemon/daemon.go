@@ -262,7 +262,8 @@ const dataLostNoted = time.Hour
 func (d *daemon) prepare(ctx context.Context) error {
 	return loop.Retry(ctx, loop.RetryOptions{Backoff: loop.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second},
 		Permanent: func(err error) bool {
-			return errors.Is(err, deadline.ErrHalving) || errors.Is(err, holdback.ErrReplicaInUse)
+			// A slot count the fleet cannot adopt is the config's fault: waiting would never end.
+			return errors.Is(err, deadline.ErrHalving) || errors.Is(err, deadline.ErrStepTooLarge) || errors.Is(err, holdback.ErrReplicaInUse)
 		},
 		OnError: func(err error, _ int, retryIn time.Duration) {
 			d.log.Warn("waiting for Redis", zap.Strings("addrs", d.cfg.Redis.Addrs), zap.Error(err), zap.Duration("retry_in", retryIn))

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/heartbeatd/heartbeatd/internal/deadline"
 	"github.com/heartbeatd/heartbeatd/internal/testenv"
 	"github.com/heartbeatd/heartbeatd/pkg/event"
 )
@@ -179,4 +180,43 @@ func TestRunStopsWhileWaitingForRedis(t *testing.T) {
 
 	cancel()
 	awaitReturn(t, done)
+}
+
+// TestRunRefusesASlotCountTheFleetCannotAdopt: a redis.slots below the fleet's, or more than twice it, is
+// the configuration's mistake (docs/scaling.md#doubling-the-slot-count-online), so Run ends with the
+// error that says which count to write, rather than waiting for Redis forever.
+func TestRunRefusesASlotCountTheFleetCannotAdopt(t *testing.T) {
+	redis := testenv.StartRedis(t)
+	broker := testenv.StartMosquitto(t)
+	kafka := testenv.StartKafka(t, testenv.KafkaOptions{Topics: []string{"heartbeat.events", "heartbeat.deadletter"}})
+	store, err := deadline.New(redis.Client(t), deadline.Options{Slots: 8, Timeout: func(string) time.Duration { return time.Minute }})
+	require.NoError(t, err)
+	_, err = store.SyncLayout(context.Background(), 8)
+	require.NoError(t, err)
+
+	for _, c := range []struct {
+		slots int
+		want  error
+		says  string
+	}{
+		{4, deadline.ErrHalving, "set redis.slots to 8"},
+		{32, deadline.ErrStepTooLarge, "double one step at a time (16)"},
+	} {
+		t.Run(fmt.Sprint(c.slots), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "heartbeatd.yaml")
+			servers := testenv.HeartbeatdConfig{Redis: redis.Addr, Slots: c.slots, MQTT: broker.Addr, ClientID: "slots", Kafka: kafka.Addrs}
+			cfg := servers.YAML(fmt.Sprintf("types:\n  default: {timeout: 1m}\nhttp: {listen: \"127.0.0.1:%d\"}\n", testenv.FreePort(t)))
+			require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			done := runDaemon(t, ctx, path, func(string) { t.Error("Started with a slot count the fleet cannot adopt") })
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, c.want)
+				require.ErrorContains(t, err, c.says)
+			case <-time.After(20 * time.Second):
+				t.Fatal("Run still waits 20s after Redis refused the slot count")
+			}
+		})
+	}
 }

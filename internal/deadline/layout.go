@@ -18,6 +18,9 @@ type Layout = slotlayout.Layout
 // ErrHalving is returned when the configured slot count is below the fleet's: slots can only be doubled.
 var ErrHalving = slotlayout.ErrHalving
 
+// ErrStepTooLarge is returned when the configured slot count is more than twice the fleet's.
+var ErrStepTooLarge = slotlayout.ErrStepTooLarge
+
 // SyncLayout adopts the fleet's slot layout from Redis (slotlayout.Tracker.Sync).
 func (s *Store) SyncLayout(ctx context.Context, configured int) (Layout, error) {
 	l, err := s.layouts.Sync(ctx, configured)

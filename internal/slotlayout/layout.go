@@ -81,6 +81,10 @@ return {cur, prev, changed, epoch, losses}
 // ErrHalving is returned when the configured slot count is below the fleet's: slots can only be doubled.
 var ErrHalving = errors.New("slot layout: halving the slot count is not supported")
 
+// ErrStepTooLarge is returned when the configured slot count is more than twice the fleet's: a doubling is
+// one step at a time.
+var ErrStepTooLarge = errors.New("slot layout: more than one doubling at once")
+
 // Tracker is this process's view of the layout, read again at every ownership heartbeat.
 type Tracker struct {
 	rdb     redis.UniversalClient
@@ -104,7 +108,7 @@ func (t *Tracker) Load() *Layout { return t.current.Load() }
 
 // Sync adopts the fleet's slot layout from Redis, initialising it with configured the first time. A
 // configured count twice the fleet's doubles it (the admin path: change redis.slots, restart or reload
-// the replicas one by one); a smaller count is refused with ErrHalving; a larger step is refused.
+// the replicas one by one); a smaller count is refused with ErrHalving; a larger step with ErrStepTooLarge.
 func (t *Tracker) Sync(ctx context.Context, configured int) (Layout, error) {
 	l, err := t.run(ctx, configured, "")
 	if err != nil {
@@ -117,7 +121,8 @@ func (t *Tracker) Sync(ctx context.Context, configured int) (Layout, error) {
 	case configured == 2*l.Slots:
 		return t.run(ctx, configured, "double")
 	default:
-		return l, fmt.Errorf("slot layout: redis.slots %d: the fleet uses %d slots; double one step at a time (%d)", configured, l.Slots, 2*l.Slots)
+		return l, fmt.Errorf("%w: redis.slots is %d but the fleet in Redis uses %d; double one step at a time (%d)", ErrStepTooLarge,
+			configured, l.Slots, 2*l.Slots)
 	}
 	return l, nil
 }
