@@ -145,7 +145,7 @@ func (w *killWatcher) observe(e *env, since time.Duration) (done bool, err error
 // report adds the kill's figures.
 func (f killFigures) report(e *env, tag string) {
 	e.add("scale", tag+" slot takeover after SIGKILL", f.takeover.Seconds(), "s",
-		"until the survivor owned every slot (heartbeatd_slots_owned = heartbeatd_slots); cluster.slot_lease 3s + replica_heartbeat 1s")
+		"until the survivor owned every slot (heartbeatd_slots_owned = heartbeatd_slots); bound: cluster.slot_lease 3s after the dead replica's last heartbeat")
 	e.add("scale", tag+" dead share read again", f.shareRead.Seconds(), "s",
 		fmt.Sprintf("a signal written to each partition at the kill, applied: the slowest partition; the fastest %.2fs; ingest.kafka.session_timeout 10s, a heartbeat every tenth of it", f.ownRead.Seconds()))
 	note := "never unready"

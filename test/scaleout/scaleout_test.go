@@ -254,7 +254,7 @@ func TestReplicasTakeOverAndDoubleSlots(t *testing.T) {
 		r.up = true
 		c.waitBalanced(16)
 	}
-	t.Logf("takeover after SIGKILL: %s (cluster.slot_lease 3s + cluster.replica_heartbeat 1s)", summary(kills))
+	t.Logf("takeover after SIGKILL: %s (bound: cluster.slot_lease 3s after the dead replica's last heartbeat)", summary(kills))
 	t.Logf("takeover after SIGTERM: %s; the process took %s to exit", summary(stops), summary(stopTook))
 	// docs/concepts.md: "within a few seconds". The bound is loose: this machine is shared.
 	require.LessOrEqual(t, slices.Max(kills), 10*time.Second, "a dead replica's slots are taken over within a few seconds")
