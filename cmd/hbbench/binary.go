@@ -147,6 +147,19 @@ func procStatus(pid int, fields ...string) (map[string]int64, error) {
 	return out, sc.Err()
 }
 
+// namedBinary is a heartbeatd binary a scenario runs, named "heartbeatd" or "baseline".
+type namedBinary struct{ name, path string }
+
+// binaries are the heartbeatd binaries a scenario with a same-run A/B runs: the baseline first when
+// -heartbeatd-baseline names one.
+func (e *env) binaries() []namedBinary {
+	bins := []namedBinary{{"heartbeatd", e.opts.HeartbeatdBin}}
+	if e.opts.BaselineBin != "" {
+		bins = append([]namedBinary{{"baseline", e.opts.BaselineBin}}, bins...)
+	}
+	return bins
+}
+
 // daemonCPUScenario runs the real binary on hbbench's redis-server and a kfake broker and reads the CPU
 // it spends per million signals applied through its Kafka ingest (utime + stime from /proc/pid/stat,
 // from the first signal written until it counts them applied), and Redis's command time per signal, in
@@ -155,10 +168,7 @@ func procStatus(pid int, fields ...string) (map[string]int64, error) {
 // pass of each other case (cpuCases). With -heartbeatd-baseline the baseline binary runs the same load
 // in alternating rounds, and the ratio is the same-run A/B.
 func daemonCPUScenario(e *env) error {
-	bins := []struct{ name, path string }{{"heartbeatd", e.opts.HeartbeatdBin}}
-	if e.opts.BaselineBin != "" {
-		bins = append([]struct{ name, path string }{{"baseline", e.opts.BaselineBin}}, bins...)
-	}
+	bins := e.binaries()
 	const rounds = 2
 	passes := map[string]map[string][]daemonPass{} // binary → case → its pass in each round
 	shifts := map[string][]time.Duration{}

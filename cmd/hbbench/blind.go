@@ -36,10 +36,7 @@ const (
 )
 
 func blindScenario(e *env) error {
-	bins := []struct{ name, path string }{{"heartbeatd", e.opts.HeartbeatdBin}}
-	if e.opts.BaselineBin != "" {
-		bins = append([]struct{ name, path string }{{"baseline", e.opts.BaselineBin}}, bins...)
-	}
+	bins := e.binaries()
 	p99 := map[string]time.Duration{}
 	for _, b := range bins {
 		res, err := blindRound(e, b.path)

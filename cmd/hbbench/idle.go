@@ -22,10 +22,7 @@ const idleReplicas = 2
 // the costliest commands: what a fleet costs Redis while it is quiet. With -heartbeatd-baseline the
 // baseline pair runs the same in alternating rounds.
 func idleScenario(e *env) error {
-	bins := []struct{ name, path string }{{"heartbeatd", e.opts.HeartbeatdBin}}
-	if e.opts.BaselineBin != "" {
-		bins = append([]struct{ name, path string }{{"baseline", e.opts.BaselineBin}}, bins...)
-	}
+	bins := e.binaries()
 	const rounds = 2
 	window := 6 * e.opts.Duration
 	cores := map[string][]float64{}

@@ -56,7 +56,7 @@ type options struct {
 	QuietTimeout   time.Duration // the quiet scenario's timeout: its burst falls due this long after the interval
 	Scenarios      []string
 	HeartbeatdBin  string
-	BaselineBin    string    // daemon-cpu: the binary to compare with, in alternating rounds
+	BaselineBin    string    // daemon-cpu, blind, idle: the binary to compare with, in alternating rounds
 	CPUPartitions  int       // daemon-cpu: partitions of the signal topic
 	CPURate        int       // daemon-cpu: signals/s of the kept-up pass
 	Progress       io.Writer // a line per figure as it is measured
@@ -172,7 +172,7 @@ func mainCode() int {
 	flag.IntVar(&o.RefreshRate, "refresh-rate", o.RefreshRate, "signals/s of the refresh load during the lateness scenario (0 = as fast as it goes)")
 	flag.DurationVar(&o.QuietTimeout, "quiet-timeout", o.QuietTimeout, "timeout of the quiet scenario's types: its burst falls due this long after the quiet interval's end")
 	flag.StringVar(&o.HeartbeatdBin, "heartbeatd", "", "heartbeatd binary for the rss and daemon-cpu scenarios (default: go build ./cmd/heartbeatd)")
-	flag.StringVar(&o.BaselineBin, "heartbeatd-baseline", "", "daemon-cpu: a second heartbeatd binary run in alternating rounds, the same-run A/B baseline")
+	flag.StringVar(&o.BaselineBin, "heartbeatd-baseline", "", "daemon-cpu, blind, idle: a second heartbeatd binary run in alternating rounds, the same-run A/B baseline")
 	flag.IntVar(&o.CPUPartitions, "cpu-partitions", o.CPUPartitions, "daemon-cpu: partitions of the signal topic, each drained by its own reader")
 	scaleSizes := flag.String("scale-sizes", "1000000,10000000", "scale: fleet sizes, the first the baseline of the others' ratios")
 	flag.DurationVar(&o.ScaleIdle, "scale-idle", o.ScaleIdle, "scale: how long Redis's CPU is measured with nothing signalling")
